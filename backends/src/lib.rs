@@ -1,0 +1,14 @@
+//! Links every enabled backend crate (one cargo feature each) so its `inventory`
+//! registration reaches the final binary, and re-exports the registry.
+
+#[cfg(feature = "host-emu")]
+pub use commhal_backend_host_emu as host_emu;
+
+pub use commhal_hal::registry;
+
+/// Force the linker to keep every enabled backend. Call once at start-up (the CLI and
+/// the conformance runner do); it is cheap.
+pub fn link_all() {
+    #[cfg(feature = "host-emu")]
+    commhal_backend_host_emu::link();
+}

@@ -1,0 +1,168 @@
+//! The one error type of the HAL. Every variant says what was wrong and what to do.
+
+use crate::topology::Rank;
+
+/// Result with [`HalError`].
+pub type Result<T, E = HalError> = std::result::Result<T, E>;
+
+/// Everything that can go wrong below the algorithms. Messages are written for the
+/// person who has to act on them.
+#[derive(Debug, thiserror::Error)]
+pub enum HalError {
+    /// The caller passed something the API cannot accept.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A buffer that was never registered with this transport (or was released).
+    #[error(
+        "memory at {addr:#x} (+{len} bytes) is not registered with backend `{backend}`: register it first"
+    )]
+    Unregistered {
+        /// Backend that was asked.
+        backend: String,
+        /// Start address given.
+        addr: u64,
+        /// Length given.
+        len: u64,
+    },
+    /// An access outside a registered region.
+    #[error(
+        "out of range: offset {offset} + length {len} exceeds the region's {size} bytes ({what})"
+    )]
+    OutOfRange {
+        /// Which buffer.
+        what: String,
+        /// Offset requested.
+        offset: u64,
+        /// Length requested.
+        len: u64,
+        /// Region size.
+        size: u64,
+    },
+    /// An offset or length that breaks the transport's alignment rule.
+    #[error(
+        "{what} = {value} is not a multiple of {align}: align it or use a transport without this rule"
+    )]
+    Unaligned {
+        /// Which quantity.
+        what: String,
+        /// The value given.
+        value: u64,
+        /// Required alignment.
+        align: u64,
+    },
+    /// The backend does not implement this operation or guarantee.
+    #[error("backend `{backend}` does not support {what}")]
+    Unsupported {
+        /// Backend name.
+        backend: String,
+        /// What was asked.
+        what: String,
+    },
+    /// The backend cannot run on this machine.
+    #[error("backend `{backend}` is unavailable: {reason}")]
+    Unavailable {
+        /// Backend name.
+        backend: String,
+        /// Why (no driver, no device, disabled by policy, ...).
+        reason: String,
+    },
+    /// A name that no registered backend has.
+    #[error("unknown backend `{name}`; known backends: {known}")]
+    UnknownBackend {
+        /// The name asked for.
+        name: String,
+        /// Comma-separated list of every known backend.
+        known: String,
+    },
+    /// A bounded wait ran out.
+    #[error("timed out after {millis} ms waiting for {what}")]
+    Timeout {
+        /// What was awaited (names the rank where one is known).
+        what: String,
+        /// How long was waited.
+        millis: u64,
+    },
+    /// A peer rank died or closed its connection.
+    #[error("rank {rank} is gone: {detail}")]
+    PeerDead {
+        /// The rank.
+        rank: Rank,
+        /// What was observed.
+        detail: String,
+    },
+    /// Bootstrap failure (connection, protocol, authentication).
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    /// A plugin library could not be used.
+    #[error("plugin {file}: {reason}")]
+    Plugin {
+        /// Path of the library.
+        file: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// Bad configuration (COMMHAL_BACKENDS, COMMHAL_CONFIG, CLI flags).
+    #[error("configuration: {0}")]
+    Config(String),
+    /// An error reported by a backend's driver or library.
+    #[error("backend `{backend}`: {msg}")]
+    Backend {
+        /// Backend name.
+        backend: String,
+        /// Driver/library message.
+        msg: String,
+    },
+    /// An operating-system error.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl HalError {
+    /// Wrap an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        HalError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Shorthand for [`HalError::InvalidArgument`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        HalError::InvalidArgument(msg.into())
+    }
+
+    /// Shorthand for [`HalError::Backend`].
+    pub fn backend(backend: impl Into<String>, msg: impl Into<String>) -> Self {
+        HalError::Backend {
+            backend: backend.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// Shorthand for [`HalError::Unsupported`].
+    pub fn unsupported(backend: impl Into<String>, what: impl Into<String>) -> Self {
+        HalError::Unsupported {
+            backend: backend.into(),
+            what: what.into(),
+        }
+    }
+}
+
+/// Check that `offset + len` lies inside a region of `size` bytes, without overflow.
+pub fn check_range(what: &str, offset: u64, len: u64, size: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(HalError::OutOfRange {
+            what: what.to_string(),
+            offset,
+            len,
+            size,
+        }),
+    }
+}

@@ -1,0 +1,220 @@
+//! The transport trait family.
+//!
+//! Three ways to move bytes between ranks, after MSCCL++:
+//!
+//! | trait | who moves the bytes | device code needs |
+//! |---|---|---|
+//! | [`MemoryMapped`] | device threads load/store into a peer mapping ("thread copy") | the mapped peer address |
+//! | [`PortMapped`] | a host proxy drives a copy engine / NIC | one thread to push a trigger into a FIFO |
+//! | [`SwitchMapped`] | the switch reduces/broadcasts a multicast address | the multicast address |
+//!
+//! These traits are static (associated types) so hot paths — the proxy loop, channel
+//! construction — monomorphise. [`crate::dynamic`] has object-safe mirrors with a
+//! blanket impl, for backends chosen at run time.
+//!
+//! ## How each backend implements them
+//!
+//! * **host-emu** — memory is a `memfd` mapped `MAP_SHARED`; `export` hands out the
+//!   fd, `map` mmaps it in the peer process (or reuses the pointer in-process).
+//!   `PortMapped`: the host proxy `memcpy`s into the peer's shared memory, `signal` is
+//!   an atomic add with release, `flush` waits for queued copies. `SwitchMapped`: each
+//!   member's buffer is mapped by all; "multicast" reduce reads every member.
+//!   A TCP port transport carries the same operations across hosts or virtual nodes.
+//! * **cuda-nvlink** (`MemoryMapped`) — `alloc` uses cuMem VMM
+//!   (`cuMemCreate` with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, granularity-aligned);
+//!   `export` is `cuMemExportToShareableHandle` → fd in [`Export::fds`]; `map` is
+//!   `cuMemImportFromShareableHandle` + `cuMemAddressReserve` + `cuMemMap` +
+//!   `cuMemSetAccess` for the local device. Fallback: legacy `cuIpcGetMemHandle`
+//!   (64 bytes in [`Export::bytes`]) / `cuIpcOpenMemHandle`. Ranks in one process
+//!   use peer access instead (`cuCtxEnablePeerAccess`, same pointer).
+//! * **cuda-dma** (`PortMapped`) — `register` records a device buffer; `export`/`import`
+//!   reuse the cuda-nvlink mapping so the copy engine can address the peer buffer;
+//!   `write` is `cuMemcpyAsync` on the proxy's stream; `signal` is a stream-ordered
+//!   write of the semaphore's next value (`cuStreamWriteValue64`) after the copies;
+//!   `flush` synchronises the stream (source reusable *and* remote visible).
+//! * **cuda-nvls** (`SwitchMapped`) — `create_group`: rank 0 `cuMulticastCreate`s,
+//!   exports the fd to members over the bootstrap, every member `cuMulticastAddDevice`s,
+//!   binds its cuMem allocation (`cuMulticastBindMem`) and maps the multicast handle;
+//!   device code uses `multimem.ld_reduce` / `multimem.st` on that address.
+//!   Refuses to start unless `COMMHAL_ALLOW_MULTICAST=1` and `NCCL_NVLS_ENABLE != 0`.
+//! * **hip-xgmi** (`MemoryMapped` + `PortMapped`) — `hipExtMallocWithFlags` fine-grained
+//!   (uncached) memory; `export` = `hipIpcGetMemHandle` bytes; `map` =
+//!   `hipIpcOpenMemHandle`; the port uses `hipMemcpyAsync` like cuda-dma.
+//! * **ib-verbs** (`PortMapped`) — `register` = `ibv_reg_mr` (GPU memory through
+//!   dma-buf/peermem); `export` = address + rkey + length in [`Export::bytes`], no fds;
+//!   `connect` creates an RC queue pair and exchanges QPN/LID/GID through the
+//!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; `signal` = `IBV_WR_ATOMIC_FETCH_AND_ADD`
+//!   on the 8-byte semaphore (fenced after earlier writes); `flush` polls the CQ until
+//!   every posted work request completed.
+
+use std::fmt::Debug;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bootstrap::Bootstrap;
+use crate::error::Result;
+use crate::guarantees::Guarantees;
+use crate::memory::{Export, Region};
+use crate::topology::{Device, Endpoint, Rank, Reach};
+
+/// Which of the three transport kinds a backend provides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportKinds {
+    /// Implements [`MemoryMapped`].
+    pub memory: bool,
+    /// Implements [`PortMapped`].
+    pub port: bool,
+    /// Implements [`SwitchMapped`].
+    pub switch: bool,
+}
+
+impl std::fmt::Display for TransportKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut v = Vec::new();
+        if self.memory {
+            v.push("memory");
+        }
+        if self.port {
+            v.push("port");
+        }
+        if self.switch {
+            v.push("switch");
+        }
+        write!(f, "{}", v.join("+"))
+    }
+}
+
+/// What every transport provides: identity, promises and reach.
+pub trait Transport: Send + Sync + Debug + 'static {
+    /// Backend name, e.g. `host-emu`, `cuda-nvlink`.
+    fn name(&self) -> &str;
+    /// What this transport promises; asserted by the conformance suite.
+    fn guarantees(&self) -> Guarantees;
+    /// Can this transport join `local` (this process) and `remote`?
+    /// Must be cheap and must not communicate.
+    fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach;
+}
+
+/// Everything a backend may need to set up a connection with one peer. Both sides
+/// call the connecting method with mirrored contexts (same `tag`).
+#[derive(Debug)]
+pub struct PeerContext<'a> {
+    /// Out-of-band channel to exchange setup data (QP numbers, fds, ...).
+    pub bootstrap: &'a dyn Bootstrap,
+    /// This rank's endpoint.
+    pub local: &'a Endpoint,
+    /// The peer's endpoint.
+    pub remote: &'a Endpoint,
+    /// Tag reserved for this connection's setup messages; unique per (pair, connection).
+    pub tag: u64,
+}
+
+/// Memory-mapped I/O: a peer's memory becomes addressable by local device code, which
+/// copies with its own threads.
+///
+/// **Ordering/visibility contract** (what device code may rely on, given the
+/// [`Guarantees`]): stores into a mapping become visible to the owner when the writer
+/// performs a release at system scope (a semaphore signal) and the owner an acquire
+/// (the matching wait). Without that pair nothing is promised.
+///
+/// **Caller's job**: keep a `Memory` alive while any peer has it mapped; exchange
+/// [`Export`]s through the bootstrap; never map an export twice for one channel.
+pub trait MemoryMapped: Transport {
+    /// A local registered buffer.
+    type Memory: Region;
+    /// A peer's buffer mapped into this process.
+    type Mapping: Region;
+
+    /// Allocate `len` bytes of exportable memory on `device` (zeroed).
+    fn alloc(&self, device: Device, len: u64) -> Result<Self::Memory>;
+    /// Describe `mem` so a peer can map it.
+    fn export(&self, mem: &Self::Memory) -> Result<Export>;
+    /// Map a peer's exported buffer for local device code.
+    fn map(&self, export: Export) -> Result<Self::Mapping>;
+}
+
+/// Port-mapped I/O: a host proxy issues transfers for device code. Device code pushes
+/// triggers into a FIFO; the proxy (generic over `P: PortMapped`) pops them and calls a
+/// [`Port`].
+///
+/// **Ordering contract**: operations on one `Port` are issued in call order. What
+/// completes in which order is given by [`Guarantees`]: `signal` strength (strong ⇒
+/// the signal lands after every earlier `write` on the port), `put_put_ordered`,
+/// and what `flush` means.
+///
+/// **Caller's job**: register every buffer used with [`PortMapped::register`] and
+/// keep it alive until a `flush` after its last use; semaphores are 8-byte aligned
+/// locations in registered memory.
+pub trait PortMapped: Transport {
+    /// A local buffer registered for port I/O.
+    type Local: Region;
+    /// A peer buffer the port can write to (address + key, or mapped pointer).
+    type Remote: Send + Sync + Debug + 'static;
+    /// A connection to one peer.
+    type Port: Port<Local = Self::Local, Remote = Self::Remote>;
+
+    /// Register an existing buffer (any allocator the backend can address) for port
+    /// I/O. The returned handle must not outlive `region`'s memory.
+    fn register(&self, region: &dyn Region) -> Result<Self::Local>;
+    /// Describe a registered buffer so a peer can target it.
+    fn export(&self, local: &Self::Local) -> Result<Export>;
+    /// Turn a peer's export into a write target.
+    fn import(&self, export: Export) -> Result<Self::Remote>;
+    /// Connect to one peer; both sides call this with mirrored contexts.
+    fn connect(&self, ctx: &PeerContext<'_>) -> Result<Self::Port>;
+}
+
+/// One connection of a port-mapped transport. Called only by the proxy thread.
+pub trait Port: Send + Debug {
+    /// Local buffer type.
+    type Local;
+    /// Remote buffer type.
+    type Remote;
+    /// Start copying `len` bytes from `src+src_off` to `dst+dst_off`. Returns when the
+    /// transfer is issued, not completed. Bounds are checked against both regions.
+    fn write(
+        &mut self,
+        dst: &Self::Remote,
+        dst_off: u64,
+        src: &Self::Local,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()>;
+    /// Atomically add `add` to the 64-bit semaphore at `sem+off` on the peer, ordered
+    /// as [`Guarantees::signal`] says.
+    fn signal(&mut self, sem: &Self::Remote, off: u64, add: u64) -> Result<()>;
+    /// Wait until every earlier `write`/`signal` completed in the sense of
+    /// [`Guarantees::flush`]. Bounded: times out with an error.
+    fn flush(&mut self) -> Result<()>;
+}
+
+/// Switch-mapped I/O: memory bound into a multicast group; device code reduces from
+/// and broadcasts to the group through one address.
+///
+/// **Contract**: a `reduce` read of the multicast address returns the element-wise
+/// reduction of every member's unicast buffer *as of* each member's last release
+/// before the group barrier; a `broadcast` store is visible in every member's unicast
+/// buffer after the next group barrier.
+pub trait SwitchMapped: Transport {
+    /// A multicast group with memory bound.
+    type Group: SwitchGroup;
+    /// Create a group of `members` (every member calls this, same `tag`), each
+    /// binding `len` bytes.
+    fn create_group(
+        &self,
+        bootstrap: &dyn Bootstrap,
+        members: &[Rank],
+        len: u64,
+        tag: u64,
+    ) -> Result<Self::Group>;
+}
+
+/// A multicast group as seen by one member.
+pub trait SwitchGroup: Send + Sync + Debug {
+    /// This member's own (unicast) buffer.
+    fn unicast(&self) -> &dyn Region;
+    /// The multicast address device code reduces from / broadcasts to.
+    fn multicast_addr(&self) -> u64;
+    /// The members, in group order.
+    fn members(&self) -> &[Rank];
+}
