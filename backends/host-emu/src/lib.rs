@@ -1,2 +1,16 @@
-//! placeholder
+//! # commhal-backend-host-emu — the CPU backend
+//!
+//! Runs the whole commhal stack on a CPU-only machine: sealed memfds mapped
+//! `MAP_SHARED` stand in for device memory ([`memory`]), host threads for thread blocks.
+#![warn(missing_docs)]
+
+pub mod memory;
+mod sys;
+
+pub use memory::{ShmBuf, ShmMapping, ShmRegion};
+
+/// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
+pub const BACKEND: &str = "host-emu";
+
+/// Called by `commhal-backends` so the linker keeps this crate (and its registration).
 pub fn link() {}
