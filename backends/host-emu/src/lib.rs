@@ -4,10 +4,14 @@
 //! `MAP_SHARED` stand in for device memory ([`memory`]), host threads for thread blocks.
 #![warn(missing_docs)]
 
+pub mod faults;
 pub mod memory;
 mod sys;
+pub mod transport;
 
+pub use faults::Faults;
 pub use memory::{ShmBuf, ShmMapping, ShmRegion};
+pub use transport::{FIFO_DEPTH, HostEmu};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
 pub const BACKEND: &str = "host-emu";
