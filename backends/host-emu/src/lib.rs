@@ -6,6 +6,7 @@
 
 pub mod faults;
 pub mod memory;
+mod register;
 mod sys;
 pub mod transport;
 
