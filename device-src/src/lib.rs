@@ -1,1 +1,144 @@
-//! placeholder
+//! # commhal-device-src — CUDA/HIP device code, embedded as text
+//!
+//! Device code is C++ compiled at run time by NVRTC (or hipRTC): no nvcc at build
+//! time. This crate only *holds* the sources; `commhal-cuda-rt` compiles them.
+//!
+//! * [`HEADERS`]: every header, by the name kernels `#include` it with
+//!   (`"commhal/memory_channel.h"`, ...). Hand them to NVRTC's header-name/contents
+//!   arrays; no filesystem include path is needed.
+//! * [`KERNEL_UNITS`]: the translation units (`.cu`) and the `extern "C"` kernels
+//!   each defines.
+//! * [`layout`]: the `#[repr(C)]` Rust mirrors of the device handles declared in
+//!   `include/commhal/handles.h` (the layout spec), checked field by field against
+//!   g++'s view of the header by `tests/layout.rs`.
+#![warn(missing_docs)]
+
+pub mod layout;
+
+/// One embedded source file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// Include name (`commhal/handles.h`) or unit file name (`conformance.cu`).
+    pub name: &'static str,
+    /// The file's text.
+    pub contents: &'static str,
+}
+
+/// A translation unit and the kernels it defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelUnit {
+    /// The source.
+    pub source: Source,
+    /// Names of its `extern "C" __global__` functions (what `cuModuleGetFunction` takes).
+    pub kernels: &'static [&'static str],
+}
+
+macro_rules! header {
+    ($name:literal) => {
+        Source {
+            name: concat!("commhal/", $name),
+            contents: include_str!(concat!("../include/commhal/", $name)),
+        }
+    };
+}
+
+/// Every header, by include name.
+pub const HEADERS: &[Source] = &[
+    header!("commhal_port.h"),
+    header!("handles.h"),
+    header!("semaphore.h"),
+    header!("copy.h"),
+    header!("memory_channel.h"),
+    header!("packets.h"),
+    header!("port_channel.h"),
+    header!("switch_channel.h"),
+];
+
+/// The conformance kernels (memory channel, packets, port FIFO).
+pub const CONFORMANCE: KernelUnit = KernelUnit {
+    source: Source {
+        name: "conformance.cu",
+        contents: include_str!("../kernels/conformance.cu"),
+    },
+    kernels: &[
+        "commhal_conf_fill",
+        "commhal_conf_check",
+        "commhal_conf_put_signal",
+        "commhal_conf_wait",
+        "commhal_conf_wait_get",
+        "commhal_conf_ping_pong",
+        "commhal_conf_ll8_put",
+        "commhal_conf_ll8_read",
+        "commhal_conf_ll16_put",
+        "commhal_conf_ll16_read",
+        "commhal_conf_fifo_push",
+        "commhal_conf_port_wait",
+    ],
+};
+
+/// The switch (NVLink multicast) kernels; need sm_90 or newer to do anything.
+pub const SWITCH: KernelUnit = KernelUnit {
+    source: Source {
+        name: "switch.cu",
+        contents: include_str!("../kernels/switch.cu"),
+    },
+    kernels: &["commhal_conf_switch_all_reduce_f32"],
+};
+
+/// Every translation unit in this crate.
+pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH];
+
+/// Look a header up by include name.
+pub fn header(name: &str) -> Option<&'static Source> {
+    HEADERS.iter().find(|h| h.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `#include "..."` in every source names an embedded header, so NVRTC
+    /// never needs the filesystem.
+    #[test]
+    fn every_include_is_embedded() {
+        let all = HEADERS
+            .iter()
+            .copied()
+            .chain(KERNEL_UNITS.iter().map(|u| u.source));
+        for src in all {
+            for line in src.contents.lines() {
+                let line = line.trim();
+                if let Some(rest) = line.strip_prefix("#include \"") {
+                    let name = rest.split('"').next().unwrap_or_default();
+                    assert!(
+                        header(name).is_some(),
+                        "{} includes \"{name}\" which is not in HEADERS",
+                        src.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every listed kernel is defined `extern "C" __global__` in its unit, and every
+    /// such definition is listed.
+    #[test]
+    fn kernel_lists_match_sources() {
+        for unit in KERNEL_UNITS {
+            let mut defined = Vec::new();
+            let text = unit.source.contents;
+            let key = "extern \"C\" __global__ void ";
+            let mut rest = text;
+            while let Some(i) = rest.find(key) {
+                rest = &rest[i + key.len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                defined.push(name);
+            }
+            let listed: Vec<String> = unit.kernels.iter().map(|s| s.to_string()).collect();
+            assert_eq!(defined, listed, "kernel list of {}", unit.source.name);
+        }
+    }
+}

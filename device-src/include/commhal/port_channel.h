@@ -1,0 +1,99 @@
+// port_channel.h — device side of a PortChannel: one thread pushes 16-byte triggers
+// into a host-pinned FIFO; the host proxy performs them with a PortMapped transport.
+//
+// Protocol (see Trigger in handles.h for the bit layout and the proxy's side):
+//   1. slot = atomic add 1 on *head (relaxed): reserves a slot; any number of
+//      threads may push concurrently.
+//   2. wait (bounded) until slot < *tail + fifo_depth (acquire): the ring has room.
+//   3. store w0 (relaxed), then w1 with the valid bit (release, system scope). The
+//      release orders every write this thread did or observed (e.g. the block's data
+//      after __syncthreads) before the proxy's copy.
+// flush(): push FLUSH and wait (bounded) until *tail > slot.
+// After any false return the channel is broken (a reserved slot may stay empty):
+// the host must read *error_flag and tear the channel down.
+#pragma once
+#include "commhal/handles.h"
+#include "commhal/semaphore.h"
+
+namespace commhal {
+
+// Push one trigger. Returns false on a full ring that never drained (sets
+// ERR_FIFO_FULL_TIMEOUT). On success *slot_out holds the slot's sequence number.
+COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
+  const u64 slot = fetch_add_relaxed(h.head, 1);
+  u64 spins = 0;
+  while (slot >= load_acquire(h.tail) + h.fifo_depth) {
+    if (++spins >= h.spin_limit) {
+      set_error_once(h.error_flag, ERR_FIFO_FULL_TIMEOUT);
+      return false;
+    }
+  }
+  Trigger* p = h.fifo + (slot % h.fifo_depth);
+  store_relaxed(&p->w0, t.w0);
+  store_release(&p->w1, t.w1);
+  if (slot_out) *slot_out = slot;
+  return true;
+}
+
+// Wait until the proxy finished the trigger with sequence number `slot`.
+COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot) {
+  u64 spins = 0;
+  while (load_acquire(h.tail) <= slot) {
+    if (++spins >= h.spin_limit) {
+      set_error_once(h.error_flag, ERR_FLUSH_TIMEOUT);
+      return false;
+    }
+  }
+  return true;
+}
+
+// Build and push a trigger; rejects offsets/lengths that do not fit 32 bits.
+COMMHAL_DEVICE bool port_push(PortChannelHandle& h, u64 type, u64 dst_off, u64 src_off,
+                              u64 len, u64* slot_out) {
+  if (dst_off > 0xffffffffull || src_off > 0xffffffffull || len > 0xffffffffull) {
+    set_error_once(h.error_flag, ERR_TRIGGER_RANGE);
+    return false;
+  }
+  return fifo_push(h,
+                   make_trigger(type, (u32)dst_off, (u32)src_off, (u32)len, h.remote_memory_id,
+                                h.local_memory_id, h.semaphore_id),
+                   slot_out);
+}
+
+// Ask the proxy to copy local[src_off..+len] to remote[dst_off..]. One thread.
+COMMHAL_DEVICE bool port_put(PortChannelHandle& h, u64 dst_off, u64 src_off, u64 len) {
+  return port_push(h, TRIGGER_PUT, dst_off, src_off, len, 0);
+}
+// Ask the proxy to increment the peer's semaphore (ordered per the backend's
+// Guarantees::signal). One thread.
+COMMHAL_DEVICE bool port_signal(PortChannelHandle& h) {
+  return port_push(h, TRIGGER_SIGNAL, 0, 0, 0, 0);
+}
+COMMHAL_DEVICE bool port_put_with_signal(PortChannelHandle& h, u64 dst_off, u64 src_off,
+                                         u64 len) {
+  return port_push(h, TRIGGER_PUT | TRIGGER_SIGNAL, dst_off, src_off, len, 0);
+}
+// Push FLUSH and wait until the proxy's flush completed (Guarantees::flush says what
+// that means: source reusable and/or remote visible).
+COMMHAL_DEVICE bool port_flush(PortChannelHandle& h) {
+  u64 slot;
+  if (!port_push(h, TRIGGER_FLUSH, 0, 0, 0, &slot)) return false;
+  return fifo_wait_done(h, slot);
+}
+COMMHAL_DEVICE bool port_put_with_signal_and_flush(PortChannelHandle& h, u64 dst_off,
+                                                   u64 src_off, u64 len) {
+  u64 slot;
+  if (!port_push(h, TRIGGER_PUT | TRIGGER_SIGNAL | TRIGGER_FLUSH, dst_off, src_off, len, &slot))
+    return false;
+  return fifo_wait_done(h, slot);
+}
+// Wait for the next signal the peer's proxy delivered into local_semaphore.
+COMMHAL_DEVICE bool port_wait(PortChannelHandle& h) {
+  return semaphore_wait(h.local_semaphore, h.expected, h.spin_limit, h.error_flag, true,
+                        ERR_WAIT_TIMEOUT);
+}
+COMMHAL_DEVICE bool port_poll(PortChannelHandle& h) {
+  return semaphore_poll(h.local_semaphore, h.expected);
+}
+
+}  // namespace commhal
