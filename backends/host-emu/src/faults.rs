@@ -1,12 +1,108 @@
-//! Test-only fault injection (filled in later).
+//! **Test-only** fault injection, so the conformance suite can be seen to fail.
+//!
+//! Set with [`crate::HostEmu::with_faults`] or, for whole runs, the environment:
+//! `COMMHAL_HOST_EMU_FAULTS=signal-before-data,relaxed-signal,early-flush,drop-every-nth-trigger=N`
+//! (read by the registry's constructor; also `faults = "..."` in the
+//! `[backend.host-emu]` config table). Never set them outside tests: a faulty
+//! host-emu still *claims* its full [`crate::HostEmu::GUARANTEES`] and breaks them.
+//!
+//! Faults act in the port ([`crate::port::HostPort`]). Any of the three ordering
+//! faults makes `write` *queue* its copy (reading the source later) instead of
+//! copying at once; queued copies land:
+//!
+//! | fault | effect |
+//! |---|---|
+//! | `signal_before_data` | `signal` adds first and leaves queued writes queued: they land at the next `flush` (a peer that saw the signal reads stale data) |
+//! | `relaxed_signal` | `signal` lands every queued write but the newest, adds with `Relaxed`, and keeps the newest queued until the next `signal`/`flush` |
+//! | `early_flush` | `flush` returns with queued writes still queued (stale remote data, source still read later); they land at the start of the next port call |
+//! | `drop_every_nth_trigger = Some(n)` | every n-th `write`/`signal` (counted together, from 1) is accepted and silently discarded; `Some(0)` means never |
+//!
+//! Queued writes also land when the port is dropped.
 
-/// Faults host-emu can inject so the conformance suite can be seen to fail.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Faults {}
+use commhal_hal::{HalError, Result};
+
+/// Environment variable read by [`Faults::from_env`].
+pub const FAULTS_ENV: &str = "COMMHAL_HOST_EMU_FAULTS";
+
+/// Faults host-emu's port injects (all off by default). Test-only; see the module docs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// A signal lands before the data of earlier writes.
+    pub signal_before_data: bool,
+    /// A signal is a relaxed add and the newest earlier write lands after it.
+    pub relaxed_signal: bool,
+    /// Every n-th trigger (write or signal) is silently dropped.
+    pub drop_every_nth_trigger: Option<u32>,
+    /// `flush` returns before queued writes land.
+    pub early_flush: bool,
+}
 
 impl Faults {
     /// True when any fault is set.
     pub fn any(&self) -> bool {
-        false
+        self.signal_before_data
+            || self.relaxed_signal
+            || self.early_flush
+            || self.drop_every_nth_trigger.is_some_and(|n| n > 0)
+    }
+
+    /// True when `write` queues instead of copying.
+    pub(crate) fn defers_writes(&self) -> bool {
+        self.signal_before_data || self.relaxed_signal || self.early_flush
+    }
+
+    /// Parse a comma-separated list: `signal-before-data`, `relaxed-signal`,
+    /// `early-flush`, `drop-every-nth-trigger=N`. Empty means no faults.
+    pub fn parse(spec: &str) -> Result<Faults> {
+        let mut f = Faults::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match item.split_once('=') {
+                None if item == "signal-before-data" => f.signal_before_data = true,
+                None if item == "relaxed-signal" => f.relaxed_signal = true,
+                None if item == "early-flush" => f.early_flush = true,
+                Some(("drop-every-nth-trigger", n)) => {
+                    let n: u32 = n.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        HalError::Config(format!(
+                            "host-emu fault `{item}`: N must be a positive integer"
+                        ))
+                    })?;
+                    f.drop_every_nth_trigger = Some(n);
+                }
+                _ => {
+                    return Err(HalError::Config(format!(
+                        "unknown host-emu fault `{item}`; known: signal-before-data, relaxed-signal, early-flush, drop-every-nth-trigger=N"
+                    )));
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    /// Faults named by `COMMHAL_HOST_EMU_FAULTS` (none when unset).
+    pub fn from_env() -> Result<Faults> {
+        match std::env::var(FAULTS_ENV) {
+            Ok(spec) => {
+                Faults::parse(&spec).map_err(|e| HalError::Config(format!("{FAULTS_ENV}: {e}")))
+            }
+            Err(std::env::VarError::NotPresent) => Ok(Faults::default()),
+            Err(e) => Err(HalError::Config(format!("{FAULTS_ENV}: {e}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_names() {
+        assert_eq!(Faults::parse("").unwrap(), Faults::default());
+        let f = Faults::parse("signal-before-data, early-flush,drop-every-nth-trigger=3").unwrap();
+        assert!(f.signal_before_data && f.early_flush && !f.relaxed_signal);
+        assert_eq!(f.drop_every_nth_trigger, Some(3));
+        assert!(Faults::parse("relaxed-signal").unwrap().relaxed_signal);
+        assert!(Faults::parse("bogus").is_err());
+        assert!(Faults::parse("drop-every-nth-trigger=0").is_err());
+        assert!(Faults::parse("drop-every-nth-trigger=x").is_err());
     }
 }

@@ -6,12 +6,16 @@
 
 pub mod faults;
 pub mod memory;
+pub mod port;
 mod register;
 mod sys;
+#[cfg(test)]
+mod test_bootstrap;
 pub mod transport;
 
 pub use faults::Faults;
 pub use memory::{ShmBuf, ShmMapping, ShmRegion};
+pub use port::HostPort;
 pub use transport::{FIFO_DEPTH, HostEmu};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.

@@ -1,0 +1,376 @@
+//! host-emu's [`PortMapped`] side: the proxy thread `memcpy`s into the peer's mapped
+//! shared memory and signals with an atomic add.
+//!
+//! * `register` accepts host-emu memory only ([`ShmRegion`] or [`ShmMapping`], also
+//!   behind `Box<dyn Region>`); anything else is [`HalError::Unregistered`].
+//! * `export`/`import` are the memory exports of [`crate::memory`]: `import` maps the
+//!   peer's memfd (or shares the buffer in one process).
+//! * [`HostPort::write`] is a bounds-checked copy performed on the calling (proxy)
+//!   thread: complete when it returns. [`HostPort::signal`] is
+//!   `AtomicU64::fetch_add(add, Release)` on an 8-byte-aligned word of the peer buffer.
+//!   Because every earlier write completed in program order before the release,
+//!   signals are strong and puts are ordered; [`HostPort::flush`] is a fence.
+//!
+//! Test-only [`Faults`] change these paths on purpose (see [`crate::faults`]).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{Ordering, fence};
+
+use commhal_hal::transport::{PeerContext, Port, PortMapped};
+use commhal_hal::{Export, HalError, Rank, Reach, Region, Result, Transport};
+
+use crate::BACKEND;
+use crate::faults::Faults;
+use crate::memory::{ShmMapping, ShmRegion};
+use crate::transport::HostEmu;
+
+impl PortMapped for HostEmu {
+    type Local = ShmRegion;
+    type Remote = ShmMapping;
+    type Port = HostPort;
+
+    fn register(&self, region: &dyn Region) -> Result<ShmRegion> {
+        let any = region.as_any();
+        if let Some(r) = any.downcast_ref::<ShmRegion>() {
+            Ok(r.clone())
+        } else if let Some(m) = any.downcast_ref::<ShmMapping>() {
+            Ok(ShmRegion(m.buf().clone()))
+        } else {
+            Err(HalError::Unregistered {
+                backend: BACKEND.into(),
+                addr: region.addr(),
+                len: region.len(),
+            })
+        }
+    }
+
+    fn export(&self, local: &ShmRegion) -> Result<Export> {
+        local.export()
+    }
+
+    fn import(&self, export: Export) -> Result<ShmMapping> {
+        ShmMapping::map(export)
+    }
+
+    /// No setup traffic is needed: the port only needs the peer to be reachable.
+    fn connect(&self, ctx: &PeerContext<'_>) -> Result<HostPort> {
+        if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {
+            return Err(HalError::unsupported(
+                BACKEND,
+                format!("a port to rank {}: {why}", ctx.remote.rank),
+            ));
+        }
+        Ok(HostPort {
+            peer: ctx.remote.rank,
+            faults: self.faults,
+            pending: VecDeque::new(),
+            land_on_next_call: false,
+            triggers: 0,
+        })
+    }
+}
+
+/// A write queued by a fault (never used without faults).
+#[derive(Debug)]
+struct Pending {
+    dst: ShmMapping,
+    dst_off: u64,
+    src: ShmRegion,
+    src_off: u64,
+    len: u64,
+}
+
+impl Pending {
+    fn land(self) {
+        // Bounds were checked when the write was accepted; the Arcs kept both alive.
+        let _ = self
+            .dst
+            .copy_from(self.dst_off, &self.src, self.src_off, self.len);
+    }
+}
+
+/// A port to one peer. Operations are performed synchronously on the calling thread.
+#[derive(Debug)]
+pub struct HostPort {
+    peer: Rank,
+    faults: Faults,
+    pending: VecDeque<Pending>,
+    land_on_next_call: bool,
+    triggers: u64,
+}
+
+impl HostPort {
+    /// The peer rank this port writes to.
+    pub fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    fn land_all(&mut self) {
+        while let Some(p) = self.pending.pop_front() {
+            p.land();
+        }
+    }
+
+    /// Start of every port call: writes an `early_flush` left behind land now.
+    fn begin_call(&mut self) {
+        if std::mem::take(&mut self.land_on_next_call) {
+            self.land_all();
+        }
+    }
+
+    /// Counts write/signal triggers; true when the `drop_every_nth_trigger` fault
+    /// swallows this one.
+    fn dropped(&mut self) -> bool {
+        self.triggers += 1;
+        match self.faults.drop_every_nth_trigger {
+            Some(n) if n > 0 => self.triggers.is_multiple_of(u64::from(n)),
+            _ => false,
+        }
+    }
+}
+
+impl Port for HostPort {
+    type Local = ShmRegion;
+    type Remote = ShmMapping;
+
+    fn write(
+        &mut self,
+        dst: &ShmMapping,
+        dst_off: u64,
+        src: &ShmRegion,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.begin_call();
+        commhal_hal::error::check_range(
+            &format!("port write destination (rank {}'s buffer)", self.peer),
+            dst_off,
+            len,
+            dst.len(),
+        )?;
+        commhal_hal::error::check_range(
+            "port write source (local buffer)",
+            src_off,
+            len,
+            src.len(),
+        )?;
+        if self.dropped() {
+            return Ok(());
+        }
+        if self.faults.defers_writes() {
+            self.pending.push_back(Pending {
+                dst: dst.clone(),
+                dst_off,
+                src: src.clone(),
+                src_off,
+                len,
+            });
+            return Ok(());
+        }
+        dst.copy_from(dst_off, src, src_off, len)
+    }
+
+    fn signal(&mut self, sem: &ShmMapping, off: u64, add: u64) -> Result<()> {
+        self.begin_call();
+        let word = sem.atomic_u64(off)?;
+        if self.dropped() {
+            return Ok(());
+        }
+        if self.faults.signal_before_data {
+            word.fetch_add(add, Ordering::Release);
+        } else if self.faults.relaxed_signal {
+            let newest = self.pending.pop_back();
+            self.land_all();
+            word.fetch_add(add, Ordering::Relaxed);
+            self.pending.extend(newest);
+        } else {
+            self.land_all();
+            word.fetch_add(add, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.begin_call();
+        if self.faults.early_flush {
+            self.land_on_next_call = !self.pending.is_empty();
+        } else {
+            self.land_all();
+        }
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Drop for HostPort {
+    /// Writes a fault held back still land, so nothing is lost for good.
+    fn drop(&mut self) {
+        self.land_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_bootstrap::TestBootstrap;
+    use commhal_hal::dynamic::DynPortMapped;
+    use commhal_hal::{Device, Endpoint, MemoryKind};
+    use std::any::Any;
+
+    /// Rank 0's port to rank 1 plus rank 1's buffer (data at 0.., semaphore at 1024).
+    pub(crate) struct Pair {
+        pub port: HostPort,
+        pub src: ShmRegion,
+        pub remote: ShmMapping,
+        pub peer_buf: ShmRegion,
+    }
+
+    pub(crate) fn pair(t: &HostEmu) -> Pair {
+        let boots = TestBootstrap::group(2);
+        let (e0, e1) = (
+            Endpoint::this_process(0, Device::HOST),
+            Endpoint::this_process(1, Device::HOST),
+        );
+        let ctx = PeerContext {
+            bootstrap: &boots[0],
+            local: &e0,
+            remote: &e1,
+            tag: 7,
+        };
+        let port = PortMapped::connect(t, &ctx).unwrap();
+        let src = PortMapped::register(t, &ShmRegion::alloc(2048).unwrap()).unwrap();
+        let peer_buf = ShmRegion::alloc(2048).unwrap();
+        let remote = PortMapped::import(t, PortMapped::export(t, &peer_buf).unwrap()).unwrap();
+        Pair {
+            port,
+            src,
+            remote,
+            peer_buf,
+        }
+    }
+
+    fn peek(buf: &ShmRegion, off: u64, n: usize) -> Vec<u8> {
+        let mut v = vec![0; n];
+        buf.read(off, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn write_signal_flush_land_in_peer_memory() {
+        let t = HostEmu::new();
+        let mut p = pair(&t);
+        p.src.write(100, b"hello").unwrap();
+        p.port.write(&p.remote, 10, &p.src, 100, 5).unwrap();
+        assert_eq!(
+            peek(&p.peer_buf, 10, 5),
+            b"hello",
+            "write completes on return"
+        );
+        p.port.signal(&p.remote, 1024, 3).unwrap();
+        p.port.signal(&p.remote, 1024, 4).unwrap();
+        p.port.flush().unwrap();
+        assert_eq!(
+            p.peer_buf.atomic_u64(1024).unwrap().load(Ordering::Acquire),
+            7
+        );
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let t = HostEmu::new();
+        let mut p = pair(&t);
+        assert!(matches!(
+            p.port.write(&p.remote, 2040, &p.src, 0, 16),
+            Err(HalError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            p.port.write(&p.remote, 0, &p.src, u64::MAX, 2),
+            Err(HalError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            p.port.signal(&p.remote, 1020, 1),
+            Err(HalError::Unaligned { .. })
+        ));
+        assert!(matches!(
+            p.port.signal(&p.remote, 2048, 1),
+            Err(HalError::OutOfRange { .. })
+        ));
+        assert_eq!(peek(&p.peer_buf, 0, 2048), vec![0; 2048], "nothing landed");
+    }
+
+    #[derive(Debug)]
+    struct Foreign;
+    impl Region for Foreign {
+        fn addr(&self) -> u64 {
+            0x1000
+        }
+        fn len(&self) -> u64 {
+            64
+        }
+        fn device(&self) -> Device {
+            Device::HOST
+        }
+        fn kind(&self) -> MemoryKind {
+            MemoryKind::HostShared
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn register_accepts_host_emu_memory_only() {
+        let t = HostEmu::new();
+        assert!(matches!(
+            PortMapped::register(&t, &Foreign),
+            Err(HalError::Unregistered { .. })
+        ));
+        let r = ShmRegion::alloc(8).unwrap();
+        let boxed: Box<dyn Region> = Box::new(r.clone());
+        assert_eq!(PortMapped::register(&t, &boxed).unwrap().addr(), r.addr());
+        let m = ShmMapping::map(r.export().unwrap()).unwrap();
+        assert_eq!(PortMapped::register(&t, &m).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn connect_refuses_unreachable_peers() {
+        let t = HostEmu::new();
+        let boots = TestBootstrap::group(2);
+        let e0 = Endpoint::this_process(0, Device::HOST);
+        let mut e1 = Endpoint::this_process(1, Device::HOST);
+        e1.node = 3;
+        let ctx = PeerContext {
+            bootstrap: &boots[0],
+            local: &e0,
+            remote: &e1,
+            tag: 1,
+        };
+        assert!(PortMapped::connect(&t, &ctx).is_err());
+    }
+
+    #[test]
+    fn dyn_port_round_trip() {
+        let t = HostEmu::new();
+        let d: &dyn DynPortMapped = &t;
+        let boots = TestBootstrap::group(2);
+        let (e0, e1) = (
+            Endpoint::this_process(0, Device::HOST),
+            Endpoint::this_process(1, Device::HOST),
+        );
+        let mut port = d
+            .connect(&PeerContext {
+                bootstrap: &boots[0],
+                local: &e0,
+                remote: &e1,
+                tag: 2,
+            })
+            .unwrap();
+        let src = d.register(&ShmRegion::alloc(16).unwrap()).unwrap();
+        let peer = ShmRegion::alloc(16).unwrap();
+        let remote = d.import(d.export(&peer).unwrap()).unwrap();
+        port.write(remote.as_ref(), 0, src.as_ref(), 0, 16).unwrap();
+        port.signal(remote.as_ref(), 8, 1).unwrap();
+        port.flush().unwrap();
+        assert_eq!(peer.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
+    }
+}
