@@ -8,6 +8,7 @@ pub mod faults;
 pub mod memory;
 pub mod port;
 mod register;
+pub mod switch;
 mod sys;
 #[cfg(test)]
 mod test_bootstrap;
@@ -16,6 +17,7 @@ pub mod transport;
 pub use faults::Faults;
 pub use memory::{ShmBuf, ShmMapping, ShmRegion};
 pub use port::HostPort;
+pub use switch::HostSwitchGroup;
 pub use transport::{FIFO_DEPTH, HostEmu};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
