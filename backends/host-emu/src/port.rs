@@ -374,3 +374,111 @@ mod tests {
         assert_eq!(peer.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
     }
 }
+
+#[cfg(test)]
+mod fault_tests {
+    //! Each fault must be observable with a single thread, deterministically, so a
+    //! conformance check against it fails every time.
+    use super::tests::{Pair, pair};
+    use super::*;
+
+    fn with(f: Faults) -> (HostEmu, Pair) {
+        let t = HostEmu::with_faults(f);
+        let p = pair(&t);
+        (t, p)
+    }
+
+    fn byte(p: &Pair, off: u64) -> u8 {
+        let mut b = [0u8];
+        p.peer_buf.read(off, &mut b).unwrap();
+        b[0]
+    }
+
+    fn sem(p: &Pair) -> u64 {
+        p.peer_buf.atomic_u64(1024).unwrap().load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn no_faults_signal_implies_data() {
+        let (_t, mut p) = with(Faults::default());
+        p.src.write(0, &[5]).unwrap();
+        p.port.write(&p.remote, 0, &p.src, 0, 1).unwrap();
+        p.port.signal(&p.remote, 1024, 1).unwrap();
+        assert_eq!((sem(&p), byte(&p, 0)), (1, 5));
+    }
+
+    #[test]
+    fn signal_before_data_is_visible_and_flush_repairs_it() {
+        let (_t, mut p) = with(Faults {
+            signal_before_data: true,
+            ..Faults::default()
+        });
+        p.src.write(0, &[5]).unwrap();
+        p.port.write(&p.remote, 0, &p.src, 0, 1).unwrap();
+        p.port.signal(&p.remote, 1024, 1).unwrap();
+        assert_eq!(
+            (sem(&p), byte(&p, 0)),
+            (1, 0),
+            "signal landed, data did not"
+        );
+        p.port.flush().unwrap();
+        assert_eq!(byte(&p, 0), 5);
+    }
+
+    #[test]
+    fn relaxed_signal_leaves_the_newest_write_behind() {
+        let (_t, mut p) = with(Faults {
+            relaxed_signal: true,
+            ..Faults::default()
+        });
+        p.src.write(0, &[1, 2]).unwrap();
+        p.port.write(&p.remote, 0, &p.src, 0, 1).unwrap();
+        p.port.write(&p.remote, 1, &p.src, 1, 1).unwrap();
+        p.port.signal(&p.remote, 1024, 1).unwrap();
+        assert_eq!((sem(&p), byte(&p, 0), byte(&p, 1)), (1, 1, 0));
+        p.port.flush().unwrap();
+        assert_eq!(byte(&p, 1), 2);
+    }
+
+    #[test]
+    fn early_flush_returns_before_data_and_reads_source_late() {
+        let (_t, mut p) = with(Faults {
+            early_flush: true,
+            ..Faults::default()
+        });
+        p.src.write(0, &[5]).unwrap();
+        p.port.write(&p.remote, 0, &p.src, 0, 1).unwrap();
+        p.port.flush().unwrap();
+        assert_eq!(byte(&p, 0), 0, "flush returned before the data landed");
+        p.src.write(0, &[6]).unwrap(); // "reusing" the source too early
+        p.port.flush().unwrap(); // lands the held write at the start of this call
+        assert_eq!(byte(&p, 0), 6, "the source was read after flush returned");
+    }
+
+    #[test]
+    fn every_nth_trigger_is_dropped() {
+        let (_t, mut p) = with(Faults {
+            drop_every_nth_trigger: Some(3),
+            ..Faults::default()
+        });
+        for _ in 0..6 {
+            p.port.signal(&p.remote, 1024, 1).unwrap();
+        }
+        assert_eq!(sem(&p), 4, "triggers 3 and 6 dropped");
+    }
+
+    #[test]
+    fn held_writes_land_when_the_port_is_dropped() {
+        let (_t, mut p) = with(Faults {
+            early_flush: true,
+            ..Faults::default()
+        });
+        p.src.write(0, &[9]).unwrap();
+        p.port.write(&p.remote, 0, &p.src, 0, 1).unwrap();
+        let Pair { port, peer_buf, .. } = p;
+        drop(port);
+        let mut b = [0u8];
+        peer_buf.read(0, &mut b).unwrap();
+        assert_eq!(b, [9]);
+    }
+}

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use commhal_hal::registry::{Availability, Backend, BackendDescriptor, BackendOptions};
-use commhal_hal::{Guarantees, Result, TransportKinds};
+use commhal_hal::{Guarantees, HalError, Result, TransportKinds};
 
 use crate::BACKEND;
+use crate::faults::Faults;
 use crate::transport::HostEmu;
 
 fn probe() -> Availability {
@@ -16,14 +17,25 @@ fn probe() -> Availability {
     }
 }
 
-/// Build the backend. Options (`[backend.host-emu]` in `COMMHAL_CONFIG`): none yet.
-fn create(_options: &BackendOptions) -> Result<Backend> {
-    let t = Arc::new(HostEmu::new());
+/// Build the backend. Options (`[backend.host-emu]` in `COMMHAL_CONFIG`):
+/// `faults = "signal-before-data,..."` (test-only, see [`crate::faults`]); without it
+/// `COMMHAL_HOST_EMU_FAULTS` is read.
+fn create(options: &BackendOptions) -> Result<Backend> {
+    let faults = match options.get("faults").map(|v| (v.as_str(), v)) {
+        None => Faults::from_env()?,
+        Some((Some(spec), _)) => Faults::parse(spec)?,
+        Some((None, other)) => {
+            return Err(HalError::Config(format!(
+                "[backend.host-emu] faults must be a string like \"early-flush\", got {other}"
+            )));
+        }
+    };
+    let t = Arc::new(HostEmu::with_faults(faults));
     Ok(Backend {
         name: BACKEND.into(),
-        memory: Some(t),
-        port: None,
-        switch: None,
+        memory: Some(t.clone()),
+        port: Some(t.clone()),
+        switch: Some(t),
     })
 }
 
@@ -31,7 +43,7 @@ inventory::submit! {
     BackendDescriptor {
         name: BACKEND,
         description: "CPU emulation: memfd shared memory as device memory, host threads as blocks",
-        kinds: TransportKinds { memory: true, port: false, switch: false },
+        kinds: TransportKinds { memory: true, port: true, switch: true },
         guarantees: || -> Guarantees { HostEmu::GUARANTEES },
         probe,
         create,
@@ -54,5 +66,21 @@ mod tests {
         let m = b.memory.expect("memory transport");
         assert_eq!(m.name(), "host-emu");
         assert_eq!(m.guarantees(), (d.guarantees)());
+        assert!(b.port.is_some() && b.switch.is_some());
+    }
+
+    #[test]
+    fn faults_option_is_parsed() {
+        let d = registry::builtin()
+            .into_iter()
+            .find(|d| d.name == "host-emu")
+            .unwrap();
+        let mut opts = commhal_hal::registry::BackendOptions::new();
+        opts.insert("faults".into(), "bogus".into());
+        assert!((d.create)(&opts).is_err());
+        opts.insert("faults".into(), 3.into());
+        assert!((d.create)(&opts).is_err());
+        opts.insert("faults".into(), "early-flush".into());
+        assert!((d.create)(&opts).is_ok());
     }
 }
