@@ -1,7 +1,26 @@
 //! # commhal-backend-host-emu — the CPU backend
 //!
 //! Runs the whole commhal stack on a CPU-only machine: sealed memfds mapped
-//! `MAP_SHARED` stand in for device memory ([`memory`]), host threads for thread blocks.
+//! `MAP_SHARED` stand in for device memory, host threads for thread blocks.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`memory`] | [`ShmRegion`] (local allocation), [`ShmMapping`] (a peer's, mapped here), [`ShmBuf`] (bounds-checked bytes + semaphore atomics), the export format |
+//! | [`transport`] | [`HostEmu`]: `Transport` (name, [`HostEmu::GUARANTEES`], reach) and `MemoryMapped` |
+//! | [`port`] | `PortMapped for HostEmu` and [`HostPort`] (proxy-side memcpy + release add) |
+//! | [`switch`] | `SwitchMapped for HostEmu` and [`HostSwitchGroup`] (emulated multicast) |
+//! | [`faults`] | **test-only** [`Faults`] that break the guarantees on purpose |
+//! | `sys` | every `unsafe` line: memfd, mmap/munmap, raw copies, atomics |
+//! | `register` | the `inventory` registration (`host-emu`: memory + port + switch) |
+//!
+//! **Memory model.** Plain copies into shared memory are the emulated device's loads
+//! and stores; ordering comes only from the 64-bit semaphore atomics (release on the
+//! signalling side, acquire on the waiting side), as on a GPU. Who may touch which
+//! bytes when is the caller's job.
+//!
+//! **Reach.** Host devices on the same host and virtual node: cost 10 in one process,
+//! 20 across processes. Peers in other processes need the export's memfd passed with
+//! `SCM_RIGHTS` (the bootstrap's job; see `tests/cross_process.rs` for the mechanism).
 #![warn(missing_docs)]
 
 pub mod faults;
