@@ -1,0 +1,310 @@
+//! The plan IR: what every rank's thread blocks do, as data.
+//!
+//! A [`Plan`] is built for one collective, one rank count and one placement (in-place or
+//! not). It is **parametric in the message**: the element count `count`, the data type and
+//! the reduction op are given when it runs. Every buffer is a multiple of `count` elements
+//! ([`BufferSpec::factor`]) cut into [`BufferSpec::chunks`] balanced chunks:
+//! chunk `i` of `n` over `T = factor * count` elements is `[i*T/n, (i+1)*T/n)`, so counts
+//! that do not divide evenly work, and zero-length chunks are valid no-ops.
+//!
+//! ## Buffers and counts (as NCCL)
+//! | collective | input | output |
+//! |---|---|---|
+//! | AllReduce, Broadcast, Reduce, SendRecv | count | count |
+//! | AllGather | count | nranks × count |
+//! | ReduceScatter | nranks × count | count |
+//! | AllToAll | nranks × count | nranks × count |
+//!
+//! In-place plans alias input and output as NCCL does: AllGather's input is output chunk
+//! `rank` (of `nranks`), ReduceScatter's output is input chunk `rank`, others share one
+//! buffer. Out of place, the input is read-only.
+//!
+//! ## Execution contract (what an executor must provide)
+//! * Ops of one block run in program order. Blocks of a rank run concurrently.
+//! * `Put`/`PutPackets` write into the **peer's** buffer; `Get`/`ReadReduce` read the peer's.
+//! * A `Signal{peer, channel, tag}` makes every earlier `Put` of this block on the same
+//!   `(peer, channel, tag)` visible to the peer before the peer's matching `Wait` returns
+//!   (MSCCL++ semantics; on a weak-signal backend the executor flushes first).
+//! * Semaphores are per `(src rank, dst rank, channel kind, tag)`; a `Wait` consumes one
+//!   signal. Builders use `tag` to give each block its own semaphores.
+//! * `Flush` makes the source of earlier port puts reusable.
+//! * Packet ops (LL protocol): data and flags travel together; `ReadReducePackets` waits
+//!   for the flags of each expected packet chunk. Packets occupy twice the data bytes in
+//!   scratch: a scratch chunk with elements `[a, b)` lives at bytes `[2*a*s, 2*b*s)` where
+//!   `s` is the element size ([`Plan::scratch_bytes`] accounts for this).
+//! * `scratch_rotation`: the executor keeps that many copies of scratch and uses the
+//!   next one on each invocation (LL flag values change per invocation too).
+//! * `Barrier` is **intra-rank**: every block of the rank reaches its k-th barrier before
+//!   any passes it. Cross-rank synchronisation is always signal/wait or packets.
+//! * `Finalize` applies the op's last step (avg: divide by nranks) to a local chunk.
+//! * Switch ops address the same chunk on every rank of the plan (one multicast group).
+
+mod chunk;
+mod op;
+
+pub use chunk::{BufferKind, BufferSpec, ChunkRef};
+pub use op::{ChannelKind, Op};
+
+use crate::error::{AlgoError, Location};
+use crate::dtype::DataType;
+use serde::{Deserialize, Serialize};
+
+/// Version of the JSON schema this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which collective a plan implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Collective {
+    /// Every rank gets the reduction of all inputs.
+    AllReduce,
+    /// Every rank gets every rank's input, concatenated in rank order.
+    AllGather,
+    /// Rank r gets chunk r of the reduction of all inputs.
+    ReduceScatter,
+    /// Every rank gets the root's input ([`Plan::root`]).
+    Broadcast,
+    /// The root gets the reduction of all inputs ([`Plan::root`]).
+    Reduce,
+    /// Rank r's output chunk p is rank p's input chunk r.
+    AllToAll,
+    /// For each `(src, dst)` in [`Plan::pairs`], dst's output is src's input.
+    SendRecv,
+}
+
+impl Collective {
+    /// Every collective.
+    pub const ALL: [Collective; 7] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::AllToAll,
+        Collective::SendRecv,
+    ];
+
+    /// Name as used in tuning files and overrides (`allreduce`, `allgather`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "allreduce",
+            Collective::AllGather => "allgather",
+            Collective::ReduceScatter => "reducescatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::AllToAll => "alltoall",
+            Collective::SendRecv => "sendrecv",
+        }
+    }
+
+    /// Parse a [`Collective::name`].
+    pub fn from_name(s: &str) -> Result<Collective, AlgoError> {
+        Collective::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| AlgoError::Invalid(format!("unknown collective `{s}`")))
+    }
+
+    /// (input factor, output factor): buffer sizes in multiples of `count`.
+    pub const fn io_factors(self, nranks: u32) -> (u32, u32) {
+        match self {
+            Collective::AllGather => (1, nranks),
+            Collective::ReduceScatter => (nranks, 1),
+            Collective::AllToAll => (nranks, nranks),
+            _ => (1, 1),
+        }
+    }
+
+    /// Whether the collective reduces (and so uses the op).
+    pub const fn reduces(self) -> bool {
+        matches!(self, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
+    }
+}
+
+/// One block's ops (a "thread block" on GPUs, a host thread on host-emu).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Block {
+    /// Ops in program order.
+    pub ops: Vec<Op>,
+}
+
+/// One rank's blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RankPlan {
+    /// Blocks, run concurrently.
+    pub blocks: Vec<Block>,
+}
+
+/// A complete plan. See the module docs for the execution contract.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Must equal [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The collective it implements.
+    pub collective: Collective,
+    /// Algorithm name (`allreduce-2pa-hb`, ...).
+    pub name: String,
+    /// Number of ranks.
+    pub nranks: u32,
+    /// Whether input and output alias (module docs).
+    pub in_place: bool,
+    /// Root rank of Broadcast and Reduce.
+    #[serde(default)]
+    pub root: Option<u32>,
+    /// `(src, dst)` transfers of SendRecv.
+    #[serde(default)]
+    pub pairs: Vec<(u32, u32)>,
+    /// Input buffer layout.
+    pub input: BufferSpec,
+    /// Output buffer layout.
+    pub output: BufferSpec,
+    /// Scratch buffer layout (factor 0: no scratch).
+    pub scratch: BufferSpec,
+    /// Copies of scratch the executor rotates through per invocation (≥ 1).
+    pub scratch_rotation: u32,
+    /// Per-rank programs; `ranks.len() == nranks`.
+    pub ranks: Vec<RankPlan>,
+}
+
+impl Plan {
+    /// An empty plan (no ops) with the collective's input/output factors and one chunk each.
+    pub fn new(collective: Collective, name: impl Into<String>, nranks: u32, in_place: bool) -> Plan {
+        let (fi, fo) = collective.io_factors(nranks);
+        Plan {
+            schema_version: SCHEMA_VERSION,
+            collective,
+            name: name.into(),
+            nranks,
+            in_place,
+            root: None,
+            pairs: Vec::new(),
+            input: BufferSpec { factor: fi, chunks: 1 },
+            output: BufferSpec { factor: fo, chunks: 1 },
+            scratch: BufferSpec { factor: 0, chunks: 1 },
+            scratch_rotation: 1,
+            ranks: vec![RankPlan::default(); nranks as usize],
+        }
+    }
+
+    /// The layout of one buffer kind.
+    pub fn spec(&self, buf: BufferKind) -> BufferSpec {
+        match buf {
+            BufferKind::Input => self.input,
+            BufferKind::Output => self.output,
+            BufferKind::Scratch => self.scratch,
+        }
+    }
+
+    /// Element range `[start, end)` of a chunk reference (with a loop iteration applied).
+    pub fn chunk_range(&self, c: &ChunkRef, iteration: u32, count: u64) -> (u64, u64) {
+        c.range(self.spec(c.buf), iteration, count)
+    }
+
+    /// Whether any op uses LL packets (scratch then holds packets: twice the bytes).
+    pub fn uses_packets(&self) -> bool {
+        self.ranks.iter().flat_map(|r| &r.blocks).flat_map(|b| &b.ops).any(|o| match o {
+            Op::Loop { body, .. } => body.iter().any(Op::is_packet),
+            o => o.is_packet(),
+        })
+    }
+
+    /// Bytes of one scratch copy for `count` elements of `dtype` (packets double it).
+    pub fn scratch_bytes(&self, count: u64, dtype: DataType) -> u64 {
+        let data = self.scratch.factor as u64 * count * dtype.size() as u64;
+        if self.uses_packets() { 2 * data } else { data }
+    }
+
+    /// Serialise to JSON.
+    pub fn to_json(&self) -> Result<String, AlgoError> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// Parse JSON, rejecting other schema versions before reading the rest.
+    pub fn from_json(s: &str) -> Result<Plan, AlgoError> {
+        #[derive(Deserialize)]
+        struct Version {
+            schema_version: u32,
+        }
+        let v: Version = serde_json::from_str(s)?;
+        if v.schema_version != SCHEMA_VERSION {
+            return Err(AlgoError::Schema { found: v.schema_version, supported: SCHEMA_VERSION });
+        }
+        Ok(serde_json::from_str(s)?)
+    }
+
+    /// Each block's ops with loops unrolled and chunk steps applied, with the location of
+    /// each op in the original plan: `flat[rank][block] = [(location, op)]`.
+    pub fn flatten(&self) -> Vec<Vec<Vec<(Location, Op)>>> {
+        self.ranks
+            .iter()
+            .enumerate()
+            .map(|(r, rp)| {
+                rp.blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(b, blk)| {
+                        let mut out = Vec::new();
+                        for (i, op) in blk.ops.iter().enumerate() {
+                            let loc = Location { rank: r as u32, block: b, op: i, in_loop: None };
+                            match op {
+                                Op::Loop { iterations, body } => {
+                                    for it in 0..*iterations {
+                                        for (j, o) in body.iter().enumerate() {
+                                            let l = Location { in_loop: Some((j, it)), ..loc.clone() };
+                                            out.push((l, o.at_iteration(it)));
+                                        }
+                                    }
+                                }
+                                o => out.push((loc, o.clone())),
+                            }
+                        }
+                        out
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Total op count (loops unrolled), for logs.
+    pub fn op_count(&self) -> usize {
+        self.flatten().iter().flatten().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_and_version_check() {
+        let mut p = Plan::new(Collective::AllReduce, "t", 2, false);
+        p.ranks[0].blocks.push(Block {
+            ops: vec![
+                Op::Put {
+                    peer: 1,
+                    channel: ChannelKind::Memory,
+                    tag: 0,
+                    src: ChunkRef::new(BufferKind::Input, 0),
+                    dst: ChunkRef::new(BufferKind::Scratch, 0),
+                },
+                Op::Loop { iterations: 2, body: vec![Op::Barrier] },
+            ],
+        });
+        let s = p.to_json().unwrap();
+        assert_eq!(Plan::from_json(&s).unwrap(), p);
+        let bad = s.replace("\"schema_version\": 1", "\"schema_version\": 99");
+        match Plan::from_json(&bad) {
+            Err(AlgoError::Schema { found: 99, .. }) => {}
+            other => panic!("expected schema error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn balanced_chunks_cover_the_buffer() {
+        let spec = BufferSpec { factor: 1, chunks: 3 };
+        let r: Vec<_> = (0..3).map(|i| ChunkRef::new(BufferKind::Input, i).range(spec, 0, 7)).collect();
+        assert_eq!(r, vec![(0, 2), (2, 4), (4, 7)]);
+        let spec = BufferSpec { factor: 1, chunks: 4 };
+        assert_eq!(ChunkRef::new(BufferKind::Input, 1).range(spec, 0, 1), (0, 0));
+    }
+}
