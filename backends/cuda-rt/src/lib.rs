@@ -1,0 +1,40 @@
+//! # commhal-cuda-rt — shared CUDA plumbing for the cuda-* backends
+//!
+//! Built on cudarc's `sys` layer (loaded at run time, so this crate builds and runs
+//! on machines without CUDA). Every driver/NVRTC call's result is checked and turned
+//! into a [`CudaError`] naming the call and what we were doing; nothing panics when
+//! the driver or NVRTC is missing.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`probe`] | [`probe()`]: driver present → cuInit → device count; [`nvrtc_available`] |
+//! | [`driver`] | loading/initialising the driver, `CUresult` checks |
+//! | [`context`] | [`Context`]: a device's primary context |
+//! | [`stream`] | [`Stream`], [`Event`] (elapsed time) |
+//! | [`memory`] | [`DeviceBuffer`] (`cuMemAlloc`), [`PinnedHostBuffer`] (device-mapped host memory) |
+//! | [`vmm`] | [`VmmAllocation`]: cuMem VMM memory exported/imported as POSIX fds |
+//! | [`nvrtc`] | NVRTC compilation with in-memory headers, the on-disk [`KernelCache`] |
+//! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`] |
+//! | [`jit`] | compile/load the units of `commhal-device-src` |
+#![warn(missing_docs)]
+
+pub mod context;
+pub mod driver;
+pub mod error;
+pub mod jit;
+pub mod memory;
+pub mod module;
+pub mod nvrtc;
+pub mod probe;
+pub mod stream;
+pub mod vmm;
+
+pub use context::Context;
+pub use error::{CudaError, Result};
+pub use memory::{DeviceBuffer, PinnedHostBuffer};
+pub use module::{Kernel, KernelArg, LaunchConfig, Module};
+pub use nvrtc::cache::{CacheOutcome, KernelCache};
+pub use nvrtc::{CompileRequest, CompiledImage, ImageKind};
+pub use probe::{nvrtc_available, probe};
+pub use stream::{Event, Stream};
+pub use vmm::VmmAllocation;

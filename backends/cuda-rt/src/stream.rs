@@ -1,0 +1,137 @@
+//! Streams and events.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::context::Context;
+use crate::driver::check;
+use crate::error::Result;
+
+/// A non-blocking stream (does not synchronise with the legacy default stream).
+#[derive(Debug)]
+pub struct Stream {
+    ctx: Arc<Context>,
+    raw: sys::CUstream,
+}
+
+// SAFETY: CUstream handles may be used from any thread (driver API is thread-safe).
+unsafe impl Send for Stream {}
+// SAFETY: as above; no interior mutability here.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Create a stream on `ctx`.
+    pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
+        ctx.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: context bound; out-pointer valid.
+        let r = unsafe {
+            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        };
+        check(r, "cuStreamCreate", || "creating a stream".into())?;
+        Ok(Stream {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    /// The raw handle, for launches and async copies.
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// Its context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Block until all work queued on the stream finished; reports kernel faults.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is alive.
+        let r = unsafe { sys::cuStreamSynchronize(self.raw) };
+        check(r, "cuStreamSynchronize", || "waiting for the stream".into())
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `new`, destroyed once.
+            let r = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                tracing::warn!("cuStreamDestroy failed: {r:?}");
+            }
+        }
+    }
+}
+
+/// An event with timing enabled.
+#[derive(Debug)]
+pub struct Event {
+    ctx: Arc<Context>,
+    raw: sys::CUevent,
+}
+
+// SAFETY: CUevent handles may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Create a timing event.
+    pub fn new(ctx: &Arc<Context>) -> Result<Event> {
+        ctx.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: context bound; out-pointer valid.
+        let r =
+            unsafe { sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DEFAULT as u32) };
+        check(r, "cuEventCreate", || "creating an event".into())?;
+        Ok(Event {
+            ctx: ctx.clone(),
+            raw,
+        })
+    }
+
+    /// Record the event on `stream` (same context).
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: both handles alive.
+        let r = unsafe { sys::cuEventRecord(self.raw, stream.raw()) };
+        check(r, "cuEventRecord", || "recording an event".into())
+    }
+
+    /// Wait for the event.
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: event alive.
+        let r = unsafe { sys::cuEventSynchronize(self.raw) };
+        check(r, "cuEventSynchronize", || "waiting for an event".into())
+    }
+
+    /// Milliseconds between `start` and `self`; both must have completed
+    /// (call [`Event::synchronize`] on `self` first).
+    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
+        self.ctx.bind()?;
+        let mut ms = 0f32;
+        // SAFETY: both events alive; out-pointer valid.
+        let r = unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.raw, self.raw) };
+        check(r, "cuEventElapsedTime", || {
+            "timing between two events".into()
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `new`, destroyed once.
+            let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                tracing::warn!("cuEventDestroy failed: {r:?}");
+            }
+        }
+    }
+}
