@@ -7,6 +7,32 @@
 //!   naming the rank that did not answer, on every rank that waits for it.
 //! * collectives (`all_gather`, `broadcast`, `barrier`) must be called by every rank
 //!   in the same order.
+//! * tags at or above [`RESERVED_TAGS`] belong to the bootstrap's own collectives;
+//!   `send`/`recv` reject them.
+//!
+//! Implementations:
+//! * [`TcpBootstrap`]: one rank per process, any number of hosts, rendezvous at a
+//!   root named by a [`UniqueId`] (address + random secret); descriptors pass over an
+//!   abstract Unix socket ([`fdpass`]) between processes of one host.
+//! * [`InProcBootstrap`]: ranks that are threads of one process.
+//! * [`env`]: where rank, world size and rendezvous come from (torchrun, Open MPI,
+//!   Slurm, `commhal launch`).
+
+mod collectives;
+pub mod env;
+pub mod fdpass;
+mod inproc;
+mod mailbox;
+mod rendezvous;
+mod tcp;
+mod unique_id;
+mod wire;
+
+pub use env::{LaunchEnv, Launcher, Rendezvous};
+pub use inproc::InProcBootstrap;
+pub use tcp::TcpBootstrap;
+pub use unique_id::UniqueId;
+pub use wire::MAX_MESSAGE;
 
 use std::os::fd::OwnedFd;
 use std::time::Duration;
@@ -14,6 +40,55 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::memory::Export;
 use crate::topology::Rank;
+
+/// Tags at or above this value are reserved for the bootstrap's own collectives.
+pub const RESERVED_TAGS: u64 = 0xFFFF_FFFF_0000_0000;
+
+/// Default bound on every blocking bootstrap step.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Environment variable overriding [`DEFAULT_TIMEOUT`], in milliseconds.
+pub const TIMEOUT_ENV: &str = "COMMHAL_BOOTSTRAP_TIMEOUT_MS";
+
+/// The bootstrap timeout from `COMMHAL_BOOTSTRAP_TIMEOUT_MS`, else [`DEFAULT_TIMEOUT`].
+pub fn timeout_from_env() -> Result<Duration> {
+    timeout_from_value(std::env::var(TIMEOUT_ENV).ok().as_deref())
+}
+
+/// Parse a `COMMHAL_BOOTSTRAP_TIMEOUT_MS` value (`None`: the default).
+pub fn timeout_from_value(value: Option<&str>) -> Result<Duration> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_TIMEOUT),
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(crate::HalError::Config(format!(
+                "{TIMEOUT_ENV}={v:?} is not a positive number of milliseconds"
+            ))),
+        },
+    }
+}
+
+/// Reject user tags in the reserved range.
+pub(crate) fn check_user_tag(tag: u64) -> Result<()> {
+    if tag >= RESERVED_TAGS {
+        Err(crate::HalError::invalid(format!(
+            "tag {tag:#x} is reserved for the bootstrap's own collectives (tags >= {RESERVED_TAGS:#x}): use a smaller tag"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+/// Reject a peer outside the communicator.
+pub(crate) fn check_peer(peer: Rank, size: u32) -> Result<()> {
+    if peer >= size {
+        Err(crate::HalError::invalid(format!(
+            "peer rank {peer} does not exist: the communicator has {size} ranks (0..{size})"
+        )))
+    } else {
+        Ok(())
+    }
+}
 
 /// Out-of-band messaging between the ranks of one communicator.
 pub trait Bootstrap: Send + Sync + std::fmt::Debug {

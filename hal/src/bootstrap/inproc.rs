@@ -1,0 +1,160 @@
+//! [`InProcBootstrap`]: ranks that are threads of one process. Same contract as the
+//! TCP bootstrap: (peer, tag) FIFO order, every wait bounded by the timeout, and a
+//! rank whose bootstrap was dropped is [`HalError::PeerDead`] to its peers.
+//! Descriptors are passed by duplicating them (`dup`), so sender and receiver each
+//! own a descriptor for the same open file.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::collectives::{self, Exchange};
+use crate::bootstrap::mailbox::Mailbox;
+use crate::bootstrap::{Bootstrap, DEFAULT_TIMEOUT, check_peer, check_user_tag};
+use crate::error::{HalError, Result};
+use crate::topology::Rank;
+
+/// One rank of an in-process group. Move each to its own thread.
+#[derive(Debug)]
+pub struct InProcBootstrap {
+    rank: Rank,
+    size: u32,
+    timeout: Duration,
+    boxes: Arc<Vec<Mailbox>>,
+}
+
+impl InProcBootstrap {
+    /// `n` connected ranks (index = rank) with the default timeout
+    /// ([`crate::bootstrap::DEFAULT_TIMEOUT`]).
+    pub fn create(n: u32) -> Vec<InProcBootstrap> {
+        Self::create_with_timeout(n, DEFAULT_TIMEOUT)
+    }
+
+    /// `n` connected ranks whose blocking calls give up after `timeout`.
+    pub fn create_with_timeout(n: u32, timeout: Duration) -> Vec<InProcBootstrap> {
+        let boxes: Arc<Vec<Mailbox>> = Arc::new((0..n).map(|_| Mailbox::default()).collect());
+        (0..n)
+            .map(|rank| InProcBootstrap {
+                rank,
+                size: n,
+                timeout,
+                boxes: boxes.clone(),
+            })
+            .collect()
+    }
+
+    fn check_alive(&self, peer: Rank) -> Result<()> {
+        // Our own mailbox records which peers have dropped out.
+        match self.boxes[self.rank as usize].dead_reason(peer) {
+            Some(why) if peer != self.rank => Err(HalError::PeerDead {
+                rank: peer,
+                detail: why,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+}
+
+impl Drop for InProcBootstrap {
+    fn drop(&mut self) {
+        for (r, b) in self.boxes.iter().enumerate() {
+            if r as u32 != self.rank {
+                b.mark_dead(self.rank, "its InProcBootstrap was dropped");
+            }
+        }
+    }
+}
+
+impl Exchange for InProcBootstrap {
+    fn me(&self) -> Rank {
+        self.rank
+    }
+    fn n(&self) -> u32 {
+        self.size
+    }
+    fn limit(&self) -> Duration {
+        self.timeout
+    }
+    fn raw_send(&self, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
+        check_peer(peer, self.size)?;
+        self.check_alive(peer)?;
+        self.boxes[peer as usize].put(self.rank, tag, data.to_vec());
+        Ok(())
+    }
+    fn raw_recv(
+        &self,
+        peer: Rank,
+        tag: u64,
+        deadline: Instant,
+        what: &dyn Fn() -> String,
+    ) -> Result<Vec<u8>> {
+        check_peer(peer, self.size)?;
+        self.boxes[self.rank as usize].take(
+            peer,
+            tag,
+            deadline,
+            self.timeout.as_millis() as u64,
+            what,
+        )
+    }
+}
+
+impl Bootstrap for InProcBootstrap {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+    fn send(&self, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
+        check_user_tag(tag)?;
+        self.raw_send(peer, tag, data)
+    }
+    fn recv(&self, peer: Rank, tag: u64) -> Result<Vec<u8>> {
+        check_user_tag(tag)?;
+        let n = self.size;
+        self.raw_recv(peer, tag, self.deadline(), &|| {
+            format!("a message from rank {peer} of {n} (tag {tag})")
+        })
+    }
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        collectives::all_gather(self, data)
+    }
+    fn broadcast(&self, root: Rank, data: &[u8]) -> Result<Vec<u8>> {
+        collectives::broadcast(self, root, data)
+    }
+    fn barrier(&self) -> Result<()> {
+        collectives::barrier(self)
+    }
+    fn send_fds(&self, peer: Rank, tag: u64, fds: &[OwnedFd]) -> Result<()> {
+        check_user_tag(tag)?;
+        check_peer(peer, self.size)?;
+        self.check_alive(peer)?;
+        let dups = fds
+            .iter()
+            .map(|fd| fd.try_clone())
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| HalError::io(format!("duplicating descriptors for rank {peer}"), e))?;
+        self.boxes[peer as usize].put_fds(self.rank, tag, dups);
+        Ok(())
+    }
+    fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
+        check_user_tag(tag)?;
+        check_peer(peer, self.size)?;
+        let n = self.size;
+        self.boxes[self.rank as usize].take_fds(
+            peer,
+            tag,
+            self.deadline(),
+            self.timeout.as_millis() as u64,
+            &|| format!("descriptors from rank {peer} of {n} (tag {tag})"),
+        )
+    }
+}
