@@ -1,1 +1,259 @@
-//! builders
+//! Plan builders: one function per algorithm, plus [`Algorithm`] and [`build`] to pick
+//! one by name. Every builder works for any `nranks ≥ 1` (one rank: a copy, or nothing
+//! in place) and for in-place and out-of-place buffers; every plan it returns passes
+//! [`crate::validate::validate`] (checked by [`build`] and by the tests).
+
+mod allreduce;
+mod others;
+
+pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_ring};
+pub use others::{
+    allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain, broadcast_direct,
+    reduce_allpairs, reducescatter_allpairs, reducescatter_ring, sendrecv,
+};
+
+use crate::error::AlgoError;
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
+use serde::{Deserialize, Serialize};
+
+/// Transfer protocol of the two-phase algorithms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    /// Low latency: LL packets (data + flags) into scratch; no separate signals.
+    LL,
+    /// High bandwidth: plain puts, then signal/wait.
+    HB,
+}
+
+/// Every algorithm with a builder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// AllReduce one-phase all-pairs, LL packets ([`allreduce_1pa`]).
+    AllReduce1pa,
+    /// AllReduce two-phase all-pairs, LL ([`allreduce_2pa`]).
+    AllReduce2paLl,
+    /// AllReduce two-phase all-pairs, HB ([`allreduce_2pa`]).
+    AllReduce2paHb,
+    /// AllReduce two-phase hierarchical, LL ([`allreduce_2ph`]).
+    AllReduce2phLl,
+    /// AllReduce two-phase hierarchical, HB ([`allreduce_2ph`]).
+    AllReduce2phHb,
+    /// AllReduce ring ([`allreduce_ring`]).
+    AllReduceRing,
+    /// AllGather all-pairs.
+    AllGatherAllPairs,
+    /// AllGather ring.
+    AllGatherRing,
+    /// ReduceScatter all-pairs.
+    ReduceScatterAllPairs,
+    /// ReduceScatter ring.
+    ReduceScatterRing,
+    /// Broadcast: root puts to every rank.
+    BroadcastDirect,
+    /// Broadcast: pipelined chain from the root.
+    BroadcastChain,
+    /// Reduce: every rank puts to the root.
+    ReduceAllPairs,
+    /// AllToAll all-pairs.
+    AllToAllAllPairs,
+    /// Point-to-point transfers ([`BuildParams::pairs`]).
+    SendRecv,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 15] = [
+        Algorithm::AllReduce1pa,
+        Algorithm::AllReduce2paLl,
+        Algorithm::AllReduce2paHb,
+        Algorithm::AllReduce2phLl,
+        Algorithm::AllReduce2phHb,
+        Algorithm::AllReduceRing,
+        Algorithm::AllGatherAllPairs,
+        Algorithm::AllGatherRing,
+        Algorithm::ReduceScatterAllPairs,
+        Algorithm::ReduceScatterRing,
+        Algorithm::BroadcastDirect,
+        Algorithm::BroadcastChain,
+        Algorithm::ReduceAllPairs,
+        Algorithm::AllToAllAllPairs,
+        Algorithm::SendRecv,
+    ];
+
+    /// The collective it implements.
+    pub const fn collective(self) -> Collective {
+        use Algorithm::*;
+        match self {
+            AllReduce1pa | AllReduce2paLl | AllReduce2paHb | AllReduce2phLl | AllReduce2phHb
+            | AllReduceRing => Collective::AllReduce,
+            AllGatherAllPairs | AllGatherRing => Collective::AllGather,
+            ReduceScatterAllPairs | ReduceScatterRing => Collective::ReduceScatter,
+            BroadcastDirect | BroadcastChain => Collective::Broadcast,
+            ReduceAllPairs => Collective::Reduce,
+            AllToAllAllPairs => Collective::AllToAll,
+            SendRecv => Collective::SendRecv,
+        }
+    }
+
+    /// Short name within its collective (`1pa`, `2pa-ll`, `ring`, `allpairs`, ...).
+    pub const fn short_name(self) -> &'static str {
+        use Algorithm::*;
+        match self {
+            AllReduce1pa => "1pa",
+            AllReduce2paLl => "2pa-ll",
+            AllReduce2paHb => "2pa-hb",
+            AllReduce2phLl => "2ph-ll",
+            AllReduce2phHb => "2ph-hb",
+            AllReduceRing | AllGatherRing | ReduceScatterRing => "ring",
+            AllGatherAllPairs | ReduceScatterAllPairs | ReduceAllPairs | AllToAllAllPairs => "allpairs",
+            BroadcastDirect | SendRecv => "direct",
+            BroadcastChain => "chain",
+        }
+    }
+
+    /// `collective:short` (`allreduce:2pa-ll`), the form used by overrides and tuning files.
+    pub fn full_name(self) -> String {
+        format!("{}:{}", self.collective().name(), self.short_name())
+    }
+
+    /// Find by collective and short name.
+    pub fn find(collective: Collective, short: &str) -> Result<Algorithm, AlgoError> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.collective() == collective && a.short_name() == short)
+            .ok_or_else(|| {
+                let known: Vec<_> = Algorithm::ALL
+                    .into_iter()
+                    .filter(|a| a.collective() == collective)
+                    .map(|a| a.short_name())
+                    .collect();
+                AlgoError::Invalid(format!(
+                    "no {} algorithm `{short}`; known: {}",
+                    collective.name(),
+                    known.join(", ")
+                ))
+            })
+    }
+
+    /// Whether it can run with these parameters (e.g. 2PH needs whole nodes).
+    pub fn supports(self, p: &BuildParams) -> bool {
+        match self {
+            Algorithm::AllReduce2phLl | Algorithm::AllReduce2phHb => {
+                p.ranks_per_node >= 1 && p.nranks % p.ranks_per_node == 0
+            }
+            _ => true,
+        }
+    }
+}
+
+/// Everything a builder may need. `new(nranks)` gives defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildParams {
+    /// Number of ranks (≥ 1).
+    pub nranks: u32,
+    /// In-place buffers.
+    pub in_place: bool,
+    /// Root of Broadcast/Reduce.
+    pub root: u32,
+    /// Ranks per node (2PH); must divide `nranks`.
+    pub ranks_per_node: u32,
+    /// Blocks per rank for algorithms that split work across blocks (2PA, ring).
+    pub blocks: u32,
+    /// Pipeline depth: sub-chunks each block loops over (ring, chain).
+    pub pipeline: u32,
+    /// `(src, dst)` pairs for SendRecv.
+    pub pairs: Vec<(u32, u32)>,
+}
+
+impl BuildParams {
+    /// Defaults: out of place, root 0, one node, 1 block, pipeline 1, no pairs.
+    pub fn new(nranks: u32) -> BuildParams {
+        BuildParams { nranks, in_place: false, root: 0, ranks_per_node: nranks.max(1), blocks: 1, pipeline: 1, pairs: vec![] }
+    }
+}
+
+/// Build `algo` for `p`, and validate the result.
+pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
+    use Algorithm::*;
+    let n = p.nranks;
+    let plan = match algo {
+        AllReduce1pa => allreduce_1pa(n, p.in_place)?,
+        AllReduce2paLl => allreduce_2pa(n, p.in_place, Protocol::LL, p.blocks)?,
+        AllReduce2paHb => allreduce_2pa(n, p.in_place, Protocol::HB, p.blocks)?,
+        AllReduce2phLl => allreduce_2ph(n, p.ranks_per_node, p.in_place, Protocol::LL)?,
+        AllReduce2phHb => allreduce_2ph(n, p.ranks_per_node, p.in_place, Protocol::HB)?,
+        AllReduceRing => allreduce_ring(n, p.in_place, p.blocks, p.pipeline)?,
+        AllGatherAllPairs => allgather_allpairs(n, p.in_place)?,
+        AllGatherRing => allgather_ring(n, p.in_place, p.pipeline)?,
+        ReduceScatterAllPairs => reducescatter_allpairs(n, p.in_place)?,
+        ReduceScatterRing => reducescatter_ring(n, p.in_place, p.pipeline)?,
+        BroadcastDirect => broadcast_direct(n, p.root, p.in_place, p.pipeline)?,
+        BroadcastChain => broadcast_chain(n, p.root, p.in_place, p.pipeline)?,
+        ReduceAllPairs => reduce_allpairs(n, p.root, p.in_place)?,
+        AllToAllAllPairs => alltoall_allpairs(n, p.in_place)?,
+        SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
+    };
+    crate::validate::validate(&plan, plan.collective, n)?;
+    Ok(plan)
+}
+
+// ---- helpers shared by the builder modules ----
+
+pub(crate) fn check_n(nranks: u32, what: &str) -> Result<(), AlgoError> {
+    if nranks == 0 {
+        return Err(AlgoError::Invalid(format!("{what}: nranks must be at least 1")));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_pos(v: u32, name: &str, what: &str) -> Result<(), AlgoError> {
+    if v == 0 {
+        return Err(AlgoError::Invalid(format!("{what}: {name} must be at least 1")));
+    }
+    Ok(())
+}
+
+pub(crate) fn inp(i: u32) -> ChunkRef {
+    ChunkRef::new(BufferKind::Input, i)
+}
+pub(crate) fn out(i: u32) -> ChunkRef {
+    ChunkRef::new(BufferKind::Output, i)
+}
+pub(crate) fn scr(i: u32) -> ChunkRef {
+    ChunkRef::new(BufferKind::Scratch, i)
+}
+
+/// Appends ops to `plan.ranks[r].blocks[b]`, creating blocks as needed.
+pub(crate) fn push(plan: &mut Plan, r: u32, b: u32, op: Op) {
+    let blocks = &mut plan.ranks[r as usize].blocks;
+    while blocks.len() <= b as usize {
+        blocks.push(Default::default());
+    }
+    blocks[b as usize].ops.push(op);
+}
+
+pub(crate) const MEM: ChannelKind = ChannelKind::Memory;
+pub(crate) const PORT: ChannelKind = ChannelKind::Port;
+
+pub(crate) fn put(peer: u32, channel: ChannelKind, tag: u32, src: ChunkRef, dst: ChunkRef) -> Op {
+    Op::Put { peer, channel, tag, src, dst }
+}
+pub(crate) fn signal(peer: u32, channel: ChannelKind, tag: u32) -> Op {
+    Op::Signal { peer, channel, tag }
+}
+pub(crate) fn wait(peer: u32, channel: ChannelKind, tag: u32) -> Op {
+    Op::Wait { peer, channel, tag }
+}
+pub(crate) fn put_packets(peer: u32, channel: ChannelKind, tag: u32, src: ChunkRef, dst: ChunkRef) -> Op {
+    Op::PutPackets { peer, channel, tag, src, dst }
+}
+
+/// A one-rank plan: copy input to output out of place, nothing in place.
+pub(crate) fn single_rank(mut plan: Plan) -> Plan {
+    if !plan.in_place {
+        let (c, o) = (plan.input.chunks, plan.output.chunks);
+        push(&mut plan, 0, 0, Op::Copy { src: ChunkRef::span(BufferKind::Input, 0, c), dst: ChunkRef::span(BufferKind::Output, 0, o) });
+    }
+    plan
+}

@@ -1,0 +1,284 @@
+//! AllReduce builders: 1PA, 2PA (LL/HB), 2PH (LL/HB), ring.
+
+use super::*;
+use crate::plan::{BufferSpec, Collective, Op, Plan};
+
+fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
+    (0..n).filter(move |&p| p != r)
+}
+
+/// One-phase all-pairs with LL packets (small messages): every rank sends its whole input
+/// as packets into slot `rank` of every peer's scratch, then reduces its input with the
+/// `n-1` packet slots into its output. One block, one round trip. Scratch: `n × count`,
+/// rotated over 2 copies.
+pub fn allreduce_1pa(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allreduce_1pa")?;
+    let mut plan = Plan::new(Collective::AllReduce, "allreduce-1pa", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    plan.scratch = BufferSpec { factor: nranks, chunks: nranks };
+    plan.scratch_rotation = 2;
+    for r in 0..nranks {
+        for p in others(nranks, r) {
+            push(&mut plan, r, 0, put_packets(p, MEM, 0, inp(0), scr(r)));
+        }
+        let packets = others(nranks, r).map(|p| (p, scr(p))).collect();
+        push(&mut plan, r, 0, Op::ReadReducePackets { packets, local: vec![inp(0)], dst: out(0) });
+        push(&mut plan, r, 0, Op::Finalize { dst: out(0) });
+    }
+    Ok(plan)
+}
+
+/// Two-phase all-pairs: reduce-scatter (rank r reduces segment r from every peer's
+/// contribution, sent into its scratch), then all-gather (rank r sends its reduced segment
+/// into every peer's output). `blocks` blocks per rank each own a slice of every segment
+/// (their own semaphores, `tag = block`). LL: packets, no signals; HB: put + signal/wait.
+/// Scratch: `n × count` (HB) or `2n × count` (LL) laid out as `[sender][segment]` slots;
+/// rotated over 2 copies.
+pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allreduce_2pa")?;
+    check_pos(blocks, "blocks", "allreduce_2pa")?;
+    let name = match proto {
+        Protocol::LL => "allreduce-2pa-ll",
+        Protocol::HB => "allreduce-2pa-hb",
+    };
+    let mut plan = Plan::new(Collective::AllReduce, name, nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (n, nb) = (nranks, blocks);
+    plan.input.chunks = n * nb;
+    plan.output.chunks = n * nb;
+    // Slot (sender p, segment k, block b); LL adds a second region for the all-gather.
+    let slot = |p: u32, k: u32, b: u32| (p * n + k) * nb + b;
+    let region2 = n * n * nb;
+    plan.scratch = match proto {
+        Protocol::HB => BufferSpec { factor: n, chunks: n * n * nb },
+        Protocol::LL => BufferSpec { factor: 2 * n, chunks: 2 * n * n * nb },
+    };
+    plan.scratch_rotation = 2;
+    for r in 0..n {
+        for b in 0..nb {
+            let seg = |k: u32| k * nb + b;
+            let mut ops = Vec::new();
+            match proto {
+                Protocol::HB => {
+                    for p in others(n, r) {
+                        ops.push(put(p, MEM, b, inp(seg(p)), scr(slot(r, p, b))));
+                        ops.push(signal(p, MEM, b));
+                    }
+                    for p in others(n, r) {
+                        ops.push(wait(p, MEM, b));
+                    }
+                    let mut srcs = vec![inp(seg(r))];
+                    srcs.extend(others(n, r).map(|p| scr(slot(p, r, b))));
+                    ops.push(Op::Reduce { srcs, dst: out(seg(r)) });
+                    ops.push(Op::Finalize { dst: out(seg(r)) });
+                    for p in others(n, r) {
+                        ops.push(put(p, MEM, nb + b, out(seg(r)), out(seg(r))));
+                        ops.push(signal(p, MEM, nb + b));
+                    }
+                    for p in others(n, r) {
+                        ops.push(wait(p, MEM, nb + b));
+                    }
+                }
+                Protocol::LL => {
+                    for p in others(n, r) {
+                        ops.push(put_packets(p, MEM, b, inp(seg(p)), scr(slot(r, p, b))));
+                    }
+                    let packets = others(n, r).map(|p| (p, scr(slot(p, r, b)))).collect();
+                    ops.push(Op::ReadReducePackets { packets, local: vec![inp(seg(r))], dst: out(seg(r)) });
+                    ops.push(Op::Finalize { dst: out(seg(r)) });
+                    for p in others(n, r) {
+                        ops.push(put_packets(p, MEM, b, out(seg(r)), scr(region2 + slot(r, r, b))));
+                    }
+                    for p in others(n, r) {
+                        let packets = vec![(p, scr(region2 + slot(p, p, b)))];
+                        ops.push(Op::ReadReducePackets { packets, local: vec![], dst: out(seg(p)) });
+                    }
+                }
+            }
+            for op in ops {
+                push(&mut plan, r, b, op);
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Two-phase hierarchical (multi-node): `ranks_per_node` (L) consecutive ranks form a node.
+/// 1. intra-node reduce-scatter over memory channels: local rank l reduces segment l
+///    (of L) across its node;
+/// 2. cross-node: rank l of each node exchanges its segment with rank l of every other
+///    node over **port** channels and reduces (flushing before the source is overwritten);
+/// 3. intra-node all-gather of the segments.
+///
+/// `nranks` must be a multiple of L. Scratch: `(L+M) × count` (HB) or `(2L+M) × count`
+/// (LL) for M nodes, rotated over 2 copies. One block per rank.
+pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Protocol) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allreduce_2ph")?;
+    check_pos(ranks_per_node, "ranks_per_node", "allreduce_2ph")?;
+    if nranks % ranks_per_node != 0 {
+        return Err(AlgoError::Invalid(format!(
+            "allreduce_2ph: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use 2PA or ring"
+        )));
+    }
+    let name = match proto {
+        Protocol::LL => "allreduce-2ph-ll",
+        Protocol::HB => "allreduce-2ph-hb",
+    };
+    let mut plan = Plan::new(Collective::AllReduce, name, nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (ll, m) = (ranks_per_node, nranks / ranks_per_node);
+    plan.input.chunks = ll;
+    plan.output.chunks = ll;
+    let regions = match proto {
+        Protocol::HB => ll + m,
+        Protocol::LL => 2 * ll + m,
+    };
+    plan.scratch = BufferSpec { factor: regions, chunks: regions * ll };
+    plan.scratch_rotation = 2;
+    // Scratch chunk for region q, segment s.
+    let slot = |q: u32, s: u32| q * ll + s;
+    for r in 0..nranks {
+        let (node, l) = (r / ll, r % ll);
+        let locals: Vec<u32> = (0..ll).filter(|&x| x != l).map(|x| node * ll + x).collect();
+        let remotes: Vec<u32> = (0..m).filter(|&x| x != node).map(|x| x * ll + l).collect();
+        let mut ops = Vec::new();
+        // Phase 1: intra-node reduce-scatter into out(l).
+        match proto {
+            Protocol::HB => {
+                for &p in &locals {
+                    ops.push(put(p, MEM, 0, inp(p % ll), scr(slot(l, p % ll))));
+                    ops.push(signal(p, MEM, 0));
+                }
+                for &p in &locals {
+                    ops.push(wait(p, MEM, 0));
+                }
+                let mut srcs = vec![inp(l)];
+                srcs.extend(locals.iter().map(|&p| scr(slot(p % ll, l))));
+                ops.push(Op::Reduce { srcs, dst: out(l) });
+            }
+            Protocol::LL => {
+                for &p in &locals {
+                    ops.push(put_packets(p, MEM, 0, inp(p % ll), scr(slot(l, p % ll))));
+                }
+                let packets = locals.iter().map(|&p| (p, scr(slot(p % ll, l)))).collect();
+                ops.push(Op::ReadReducePackets { packets, local: vec![inp(l)], dst: out(l) });
+            }
+        }
+        // Phase 2: cross-node exchange of segment l over port channels.
+        if !remotes.is_empty() {
+            for &q in &remotes {
+                match proto {
+                    Protocol::HB => {
+                        ops.push(put(q, PORT, 1, out(l), scr(slot(ll + node, l))));
+                        ops.push(signal(q, PORT, 1));
+                    }
+                    Protocol::LL => ops.push(put_packets(q, PORT, 1, out(l), scr(slot(ll + node, l)))),
+                }
+            }
+            if proto == Protocol::HB {
+                for &q in &remotes {
+                    ops.push(wait(q, PORT, 1));
+                }
+            }
+            for &q in &remotes {
+                ops.push(Op::Flush { peer: q, channel: PORT, tag: 1 });
+            }
+            let from_remotes = remotes.iter().map(|&q| (q, scr(slot(ll + q / ll, l))));
+            match proto {
+                Protocol::HB => {
+                    let mut srcs = vec![out(l)];
+                    srcs.extend(from_remotes.map(|(_, c)| c));
+                    ops.push(Op::Reduce { srcs, dst: out(l) });
+                }
+                Protocol::LL => ops.push(Op::ReadReducePackets {
+                    packets: from_remotes.collect(),
+                    local: vec![out(l)],
+                    dst: out(l),
+                }),
+            }
+        }
+        ops.push(Op::Finalize { dst: out(l) });
+        // Phase 3: intra-node all-gather.
+        match proto {
+            Protocol::HB => {
+                for &p in &locals {
+                    ops.push(put(p, MEM, 2, out(l), out(l)));
+                    ops.push(signal(p, MEM, 2));
+                }
+                for &p in &locals {
+                    ops.push(wait(p, MEM, 2));
+                }
+            }
+            Protocol::LL => {
+                for &p in &locals {
+                    ops.push(put_packets(p, MEM, 2, out(l), scr(slot(ll + m + l, l))));
+                }
+                for &p in &locals {
+                    let lp = p % ll;
+                    let packets = vec![(p, scr(slot(ll + m + lp, lp)))];
+                    ops.push(Op::ReadReducePackets { packets, local: vec![], dst: out(lp) });
+                }
+            }
+        }
+        for op in ops {
+            push(&mut plan, r, 0, op);
+        }
+    }
+    Ok(plan)
+}
+
+/// Ring: reduce-scatter around the ring (n-1 steps, partial sums in the output, received
+/// parts in scratch), an acknowledgement to the previous rank (so its all-gather never
+/// overwrites data this rank still sends), then all-gather around the ring (n-1 steps).
+/// Each segment is cut into `blocks × pipeline` parts; block b loops over its `pipeline`
+/// parts. Scratch: `1 × count`.
+pub fn allreduce_ring(nranks: u32, in_place: bool, blocks: u32, pipeline: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allreduce_ring")?;
+    check_pos(blocks, "blocks", "allreduce_ring")?;
+    check_pos(pipeline, "pipeline", "allreduce_ring")?;
+    let mut plan = Plan::new(Collective::AllReduce, "allreduce-ring", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (n, nb, pp) = (nranks, blocks, pipeline);
+    let k = nb * pp;
+    plan.input.chunks = n * k;
+    plan.output.chunks = n * k;
+    plan.scratch = BufferSpec { factor: 1, chunks: n * k };
+    for r in 0..n {
+        let next = (r + 1) % n;
+        let prev = (r + n - 1) % n;
+        let m = |x: i64| x.rem_euclid(n as i64) as u32;
+        for b in 0..nb {
+            let c = |sg: u32| sg * k + b * pp;
+            let st = |cr: ChunkRef| cr.stepping(1);
+            let mut body = Vec::new();
+            for s in 0..n - 1 {
+                let ks = m(r as i64 - s as i64 - 1);
+                let src = if s == 0 { inp(c(ks)) } else { out(c(ks)) };
+                body.push(put(next, MEM, b, st(src), st(scr(c(ks)))));
+                body.push(signal(next, MEM, b));
+                body.push(wait(prev, MEM, b));
+                let kr = m(r as i64 - s as i64 - 2);
+                body.push(Op::Reduce { srcs: vec![st(inp(c(kr))), st(scr(c(kr)))], dst: st(out(c(kr))) });
+            }
+            body.push(Op::Finalize { dst: st(out(c(r))) });
+            body.push(signal(prev, MEM, nb + b));
+            body.push(wait(next, MEM, nb + b));
+            for s in 0..n - 1 {
+                let ks = m(r as i64 - s as i64);
+                body.push(put(next, MEM, 2 * nb + b, st(out(c(ks))), st(out(c(ks)))));
+                body.push(signal(next, MEM, 2 * nb + b));
+                body.push(wait(prev, MEM, 2 * nb + b));
+            }
+            push(&mut plan, r, b, Op::Loop { iterations: pp, body });
+        }
+    }
+    Ok(plan)
+}

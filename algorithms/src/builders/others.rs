@@ -1,0 +1,321 @@
+//! AllGather, ReduceScatter, Broadcast, Reduce, AllToAll and SendRecv builders.
+
+use super::*;
+use crate::plan::{BufferSpec, Collective, Op, Plan};
+
+fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
+    (0..n).filter(move |&p| p != r)
+}
+
+/// AllGather all-pairs: every rank puts its input into chunk `rank` of every peer's
+/// output and signals; then waits for every peer. One block, no scratch.
+pub fn allgather_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allgather_allpairs")?;
+    let mut plan = Plan::new(Collective::AllGather, "allgather-allpairs", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    plan.output.chunks = nranks;
+    for r in 0..nranks {
+        if !in_place {
+            push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: out(r) });
+        }
+        for p in others(nranks, r) {
+            push(&mut plan, r, 0, put(p, MEM, 0, inp(0), out(r)));
+            push(&mut plan, r, 0, signal(p, MEM, 0));
+        }
+        for p in others(nranks, r) {
+            push(&mut plan, r, 0, wait(p, MEM, 0));
+        }
+    }
+    Ok(plan)
+}
+
+/// AllGather ring: n-1 steps, each rank forwards to the next rank the chunk it received
+/// last; each chunk is cut into `pipeline` parts looped over. No scratch.
+pub fn allgather_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allgather_ring")?;
+    check_pos(pipeline, "pipeline", "allgather_ring")?;
+    let mut plan = Plan::new(Collective::AllGather, "allgather-ring", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (n, pp) = (nranks, pipeline);
+    plan.input.chunks = pp;
+    plan.output.chunks = n * pp;
+    for r in 0..n {
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let c = |sg: u32| out(sg * pp).stepping(1);
+        let mut body = Vec::new();
+        if !in_place {
+            body.push(Op::Copy { src: inp(0).stepping(1), dst: c(r) });
+        }
+        for s in 0..n - 1 {
+            let ks = (r + n - s) % n;
+            body.push(put(next, MEM, 0, c(ks), c(ks)));
+            body.push(signal(next, MEM, 0));
+            body.push(wait(prev, MEM, 0));
+        }
+        push(&mut plan, r, 0, Op::Loop { iterations: pp, body });
+    }
+    Ok(plan)
+}
+
+/// ReduceScatter all-pairs: every rank puts input chunk p into slot `rank` of peer p's
+/// scratch and signals, waits for every peer, then reduces its own chunk with the slots.
+/// Scratch `n × count`, rotated over 2 copies.
+pub fn reducescatter_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "reducescatter_allpairs")?;
+    let mut plan = Plan::new(Collective::ReduceScatter, "reducescatter-allpairs", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let n = nranks;
+    plan.input.chunks = n;
+    plan.scratch = BufferSpec { factor: n, chunks: n };
+    plan.scratch_rotation = 2;
+    for r in 0..n {
+        for p in others(n, r) {
+            push(&mut plan, r, 0, put(p, MEM, 0, inp(p), scr(r)));
+            push(&mut plan, r, 0, signal(p, MEM, 0));
+        }
+        for p in others(n, r) {
+            push(&mut plan, r, 0, wait(p, MEM, 0));
+        }
+        let mut srcs = vec![inp(r)];
+        srcs.extend(others(n, r).map(scr));
+        push(&mut plan, r, 0, Op::Reduce { srcs, dst: out(0) });
+        push(&mut plan, r, 0, Op::Finalize { dst: out(0) });
+    }
+    Ok(plan)
+}
+
+/// ReduceScatter ring: n-1 steps; partial sums travel around the ring in scratch (a
+/// receive region and an accumulate region, each `n × count`), the last step reduces into
+/// the output. Ends with an acknowledgement from the next rank so the next invocation
+/// cannot overwrite scratch still being read. `pipeline` parts per chunk, looped over.
+pub fn reducescatter_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "reducescatter_ring")?;
+    check_pos(pipeline, "pipeline", "reducescatter_ring")?;
+    let mut plan = Plan::new(Collective::ReduceScatter, "reducescatter-ring", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (n, pp) = (nranks, pipeline);
+    plan.input.chunks = n * pp;
+    plan.output.chunks = pp;
+    plan.scratch = BufferSpec { factor: 2 * n, chunks: 2 * n * pp };
+    let m = |x: i64| x.rem_euclid(n as i64) as u32;
+    for r in 0..n {
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let i = |sg: u32| inp(sg * pp).stepping(1);
+        let recv = |sg: u32| scr(sg * pp).stepping(1);
+        let acc = |sg: u32| scr(n * pp + sg * pp).stepping(1);
+        let mut body = Vec::new();
+        for s in 0..n - 1 {
+            let ks = m(r as i64 - s as i64 - 1);
+            let src = if s == 0 { i(ks) } else { acc(ks) };
+            body.push(put(next, MEM, 0, src, recv(ks)));
+            body.push(signal(next, MEM, 0));
+            body.push(wait(prev, MEM, 0));
+            let kr = m(r as i64 - s as i64 - 2);
+            let dst = if s == n - 2 { out(0).stepping(1) } else { acc(kr) };
+            body.push(Op::Reduce { srcs: vec![i(kr), recv(kr)], dst });
+        }
+        body.push(Op::Finalize { dst: out(0).stepping(1) });
+        body.push(signal(prev, MEM, 1));
+        body.push(wait(next, MEM, 1));
+        push(&mut plan, r, 0, Op::Loop { iterations: pp, body });
+    }
+    Ok(plan)
+}
+
+fn check_root(nranks: u32, root: u32, what: &str) -> Result<(), AlgoError> {
+    if root >= nranks {
+        return Err(AlgoError::Invalid(format!("{what}: root {root} is not a rank of {nranks}")));
+    }
+    Ok(())
+}
+
+/// Broadcast: the root puts each of `pipeline` parts into every rank's output and signals.
+pub fn broadcast_direct(nranks: u32, root: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "broadcast_direct")?;
+    check_root(nranks, root, "broadcast_direct")?;
+    check_pos(pipeline, "pipeline", "broadcast_direct")?;
+    let mut plan = Plan::new(Collective::Broadcast, "broadcast-direct", nranks, in_place);
+    plan.root = Some(root);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    plan.input.chunks = pipeline;
+    plan.output.chunks = pipeline;
+    let (i, o) = (inp(0).stepping(1), out(0).stepping(1));
+    for r in 0..nranks {
+        let mut body = Vec::new();
+        if r == root {
+            if !in_place {
+                body.push(Op::Copy { src: i, dst: o });
+            }
+            for p in others(nranks, r) {
+                body.push(put(p, MEM, 0, i, o));
+                body.push(signal(p, MEM, 0));
+            }
+        } else {
+            body.push(wait(root, MEM, 0));
+        }
+        push(&mut plan, r, 0, Op::Loop { iterations: pipeline, body });
+    }
+    Ok(plan)
+}
+
+/// Broadcast along a chain root → root+1 → …: each rank forwards part j as soon as it has
+/// it, so `pipeline` parts overlap along the chain.
+pub fn broadcast_chain(nranks: u32, root: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+    check_n(nranks, "broadcast_chain")?;
+    check_root(nranks, root, "broadcast_chain")?;
+    check_pos(pipeline, "pipeline", "broadcast_chain")?;
+    let mut plan = Plan::new(Collective::Broadcast, "broadcast-chain", nranks, in_place);
+    plan.root = Some(root);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let n = nranks;
+    plan.input.chunks = pipeline;
+    plan.output.chunks = pipeline;
+    let (i, o) = (inp(0).stepping(1), out(0).stepping(1));
+    for r in 0..n {
+        let pos = (r + n - root) % n;
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        let mut body = Vec::new();
+        if pos == 0 && !in_place {
+            body.push(Op::Copy { src: i, dst: o });
+        }
+        if pos > 0 {
+            body.push(wait(prev, MEM, 0));
+        }
+        if pos < n - 1 {
+            body.push(put(next, MEM, 0, if pos == 0 { i } else { o }, o));
+            body.push(signal(next, MEM, 0));
+        }
+        push(&mut plan, r, 0, Op::Loop { iterations: pipeline, body });
+    }
+    Ok(plan)
+}
+
+/// Reduce all-pairs: every non-root puts its input into slot `rank` of the root's scratch
+/// and signals; the root waits, reduces into its output, then releases every rank (so the
+/// next invocation cannot overwrite scratch the root still reads). Scratch `n × count`.
+pub fn reduce_allpairs(nranks: u32, root: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "reduce_allpairs")?;
+    check_root(nranks, root, "reduce_allpairs")?;
+    let mut plan = Plan::new(Collective::Reduce, "reduce-allpairs", nranks, in_place);
+    plan.root = Some(root);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    plan.scratch = BufferSpec { factor: nranks, chunks: nranks };
+    for p in others(nranks, root) {
+        push(&mut plan, p, 0, put(root, MEM, 0, inp(0), scr(p)));
+        push(&mut plan, p, 0, signal(root, MEM, 0));
+        push(&mut plan, p, 0, wait(root, MEM, 1));
+        push(&mut plan, root, 0, wait(p, MEM, 0));
+    }
+    let mut srcs = vec![inp(0)];
+    srcs.extend(others(nranks, root).map(scr));
+    push(&mut plan, root, 0, Op::Reduce { srcs, dst: out(0) });
+    push(&mut plan, root, 0, Op::Finalize { dst: out(0) });
+    for p in others(nranks, root) {
+        push(&mut plan, root, 0, signal(p, MEM, 1));
+    }
+    Ok(plan)
+}
+
+/// AllToAll all-pairs: out of place, input chunk p goes straight into chunk `rank` of
+/// peer p's output. In place, it goes to peer p's scratch slot `rank` first (the
+/// destination is still a source there), and each rank copies the slots into its output
+/// after every peer has signalled. Scratch `n × count` in place.
+pub fn alltoall_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "alltoall_allpairs")?;
+    let mut plan = Plan::new(Collective::AllToAll, "alltoall-allpairs", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let n = nranks;
+    plan.input.chunks = n;
+    plan.output.chunks = n;
+    if in_place {
+        plan.scratch = BufferSpec { factor: n, chunks: n };
+        plan.scratch_rotation = 2;
+    }
+    for r in 0..n {
+        if !in_place {
+            push(&mut plan, r, 0, Op::Copy { src: inp(r), dst: out(r) });
+        }
+        for p in others(n, r) {
+            let dst = if in_place { scr(r) } else { out(r) };
+            push(&mut plan, r, 0, put(p, MEM, 0, inp(p), dst));
+            push(&mut plan, r, 0, signal(p, MEM, 0));
+        }
+        for p in others(n, r) {
+            push(&mut plan, r, 0, wait(p, MEM, 0));
+        }
+        if in_place {
+            for p in others(n, r) {
+                push(&mut plan, r, 0, Op::Copy { src: scr(p), dst: out(p) });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+/// Point-to-point: for each `(src, dst)` pair, dst's output becomes src's input. Each rank
+/// sends at most once and receives at most once; `src == dst` is a local copy. In place,
+/// a sender first copies its input to scratch and waits for the receiver's "clear"
+/// signal (sent after the receiver has copied its own outgoing data), so no data is
+/// overwritten before it is sent. Scratch `1 × count` in place.
+pub fn sendrecv(nranks: u32, pairs: &[(u32, u32)], in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "sendrecv")?;
+    let mut plan = Plan::new(Collective::SendRecv, "sendrecv-direct", nranks, in_place);
+    plan.pairs = pairs.to_vec();
+    let n = nranks as usize;
+    let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
+    for &(s, d) in pairs {
+        if s >= nranks || d >= nranks {
+            return Err(AlgoError::Invalid(format!("sendrecv: pair ({s}, {d}) names a rank outside 0..{nranks}")));
+        }
+        if sends[s as usize].replace(d).is_some() || recvs[d as usize].replace(s).is_some() {
+            return Err(AlgoError::Invalid(format!(
+                "sendrecv: rank {s} sends twice or rank {d} receives twice; split into several plans"
+            )));
+        }
+    }
+    if in_place {
+        plan.scratch = BufferSpec { factor: 1, chunks: 1 };
+    }
+    for r in 0..nranks {
+        let (send, recv) = (sends[r as usize].filter(|&d| d != r), recvs[r as usize].filter(|&s| s != r));
+        if sends[r as usize] == Some(r) && !in_place {
+            push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: out(0) });
+        }
+        if in_place {
+            if send.is_some() {
+                push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: scr(0) });
+            }
+            if let Some(s) = recv {
+                push(&mut plan, r, 0, signal(s, MEM, 1));
+            }
+        }
+        if let Some(d) = send {
+            if in_place {
+                push(&mut plan, r, 0, wait(d, MEM, 1));
+            }
+            let src = if in_place { scr(0) } else { inp(0) };
+            push(&mut plan, r, 0, put(d, MEM, 0, src, out(0)));
+            push(&mut plan, r, 0, signal(d, MEM, 0));
+        }
+        if let Some(s) = recv {
+            push(&mut plan, r, 0, wait(s, MEM, 0));
+        }
+    }
+    Ok(plan)
+}
