@@ -15,7 +15,7 @@
 //!   root named by a [`UniqueId`] (address + random secret); descriptors pass over an
 //!   abstract Unix socket ([`fdpass`]) between processes of one host.
 //! * [`InProcBootstrap`]: ranks that are threads of one process.
-//! * [`env`]: where rank, world size and rendezvous come from (torchrun, Open MPI,
+//! * [`env`](mod@env): where rank, world size and rendezvous come from (torchrun, Open MPI,
 //!   Slurm, `commhal launch`).
 
 mod collectives;
