@@ -114,7 +114,12 @@ impl DataType {
         DataType::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| AlgoError::Invalid(format!("unknown data type `{s}`; known: {}", DataType::ALL.map(|d| d.name()).join(", "))))
+            .ok_or_else(|| {
+                AlgoError::Invalid(format!(
+                    "unknown data type `{s}`; known: {}",
+                    DataType::ALL.map(|d| d.name()).join(", ")
+                ))
+            })
     }
 
     /// Encode an `f64` as one element (rounded/saturated/wrapped as the type does).
@@ -199,7 +204,11 @@ impl RedOp {
         RedOp::ALL
             .into_iter()
             .find(|o| o.name() == s)
-            .ok_or_else(|| AlgoError::Invalid(format!("unknown reduction op `{s}`; known: sum, prod, min, max, avg")))
+            .ok_or_else(|| {
+                AlgoError::Invalid(format!(
+                    "unknown reduction op `{s}`; known: sum, prod, min, max, avg"
+                ))
+            })
     }
 }
 
@@ -216,7 +225,7 @@ fn check_lengths(what: &str, dst: usize, src: usize, dtype: DataType) -> Result<
             "{what}: destination has {dst} bytes but source has {src}; pass equal-length slices"
         )));
     }
-    if dst % dtype.size() != 0 {
+    if !dst.is_multiple_of(dtype.size()) {
         return Err(AlgoError::Invalid(format!(
             "{what}: {dst} bytes is not a whole number of {dtype} elements ({} bytes each)",
             dtype.size()
@@ -244,7 +253,13 @@ macro_rules! float_loop {
             RedOp::Min => |a: $t, b| a.min(b),
             RedOp::Max => |a: $t, b| a.max(b),
         };
-        elementwise::<$t, { std::mem::size_of::<$t>() }>($dst, $src, f, <$t>::from_ne_bytes, <$t>::to_ne_bytes);
+        elementwise::<$t, { std::mem::size_of::<$t>() }>(
+            $dst,
+            $src,
+            f,
+            <$t>::from_ne_bytes,
+            <$t>::to_ne_bytes,
+        );
     }};
 }
 
@@ -256,7 +271,13 @@ macro_rules! int_loop {
             RedOp::Min => |a: $t, b| a.min(b),
             RedOp::Max => |a: $t, b| a.max(b),
         };
-        elementwise::<$t, { std::mem::size_of::<$t>() }>($dst, $src, f, <$t>::from_ne_bytes, <$t>::to_ne_bytes);
+        elementwise::<$t, { std::mem::size_of::<$t>() }>(
+            $dst,
+            $src,
+            f,
+            <$t>::from_ne_bytes,
+            <$t>::to_ne_bytes,
+        );
     }};
 }
 
@@ -313,7 +334,12 @@ fn fp8_table(fmt: Fp8Format) -> &'static [f32; 256] {
 /// `dst[i] = op(dst[i], src[i])` for every element. Slices must have equal length, a
 /// whole number of elements; any alignment is accepted (aligned slices take the fast path).
 /// For `RedOp::Avg` this is the summing step; call [`finalize_avg`] once at the end.
-pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: DataType, op: RedOp) -> Result<(), AlgoError> {
+pub fn reduce_into(
+    dst: &mut [u8],
+    src: &[u8],
+    dtype: DataType,
+    op: RedOp,
+) -> Result<(), AlgoError> {
     check_lengths("reduce_into", dst.len(), src.len(), dtype)?;
     match dtype {
         DataType::F64 => float_loop!(dst, src, f64, op),
@@ -333,7 +359,11 @@ pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: DataType, op: RedOp) -> Re
             }
         }
         DataType::F8E4M3 | DataType::F8E5M2 => {
-            let fmt = if dtype == DataType::F8E4M3 { Fp8Format::E4M3 } else { Fp8Format::E5M2 };
+            let fmt = if dtype == DataType::F8E4M3 {
+                Fp8Format::E4M3
+            } else {
+                Fp8Format::E5M2
+            };
             let t = fp8_table(fmt);
             for (d, s) in dst.iter_mut().zip(src) {
                 *d = f32_to_fp8(op_f32(op, t[*d as usize], t[*s as usize]), fmt);
@@ -351,7 +381,12 @@ pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: DataType, op: RedOp) -> Re
 
 /// Finish a reduction of `nranks` contributions: for `RedOp::Avg` divide every element by
 /// `nranks` (see module docs for rounding); other ops leave `buf` unchanged.
-pub fn finalize(buf: &mut [u8], dtype: DataType, op: RedOp, nranks: usize) -> Result<(), AlgoError> {
+pub fn finalize(
+    buf: &mut [u8],
+    dtype: DataType,
+    op: RedOp,
+    nranks: usize,
+) -> Result<(), AlgoError> {
     if op == RedOp::Avg {
         finalize_avg(buf, dtype, nranks)
     } else {
@@ -362,7 +397,9 @@ pub fn finalize(buf: &mut [u8], dtype: DataType, op: RedOp, nranks: usize) -> Re
 /// Divide every element of `buf` by `nranks` (the last step of `avg`).
 pub fn finalize_avg(buf: &mut [u8], dtype: DataType, nranks: usize) -> Result<(), AlgoError> {
     if nranks == 0 {
-        return Err(AlgoError::Invalid("finalize_avg: nranks must be at least 1".into()));
+        return Err(AlgoError::Invalid(
+            "finalize_avg: nranks must be at least 1".into(),
+        ));
     }
     check_lengths("finalize_avg", buf.len(), buf.len(), dtype)?;
     if nranks == 1 {
@@ -395,8 +432,18 @@ pub fn finalize_avg(buf: &mut [u8], dtype: DataType, nranks: usize) -> Result<()
                 let v = bf16::from_ne_bytes([c[0], c[1]]).to_f32();
                 c.copy_from_slice(&bf16::from_f32(v / n as f32).to_ne_bytes());
             }
-            DataType::F8E4M3 => c[0] = f32_to_fp8(fp8_to_f32(c[0], Fp8Format::E4M3) / n as f32, Fp8Format::E4M3),
-            DataType::F8E5M2 => c[0] = f32_to_fp8(fp8_to_f32(c[0], Fp8Format::E5M2) / n as f32, Fp8Format::E5M2),
+            DataType::F8E4M3 => {
+                c[0] = f32_to_fp8(
+                    fp8_to_f32(c[0], Fp8Format::E4M3) / n as f32,
+                    Fp8Format::E4M3,
+                )
+            }
+            DataType::F8E5M2 => {
+                c[0] = f32_to_fp8(
+                    fp8_to_f32(c[0], Fp8Format::E5M2) / n as f32,
+                    Fp8Format::E5M2,
+                )
+            }
             DataType::I8 => int!(i8),
             DataType::U8 => int!(u8),
             DataType::I32 => int!(i32),
@@ -410,7 +457,11 @@ pub fn finalize_avg(buf: &mut [u8], dtype: DataType, nranks: usize) -> Result<()
 
 /// Host reference: reduce `inputs` (each a whole buffer) left to right into a new buffer,
 /// then finalize. The plain, obviously-correct version tests compare plans against.
-pub fn reference_reduce(inputs: &[&[u8]], dtype: DataType, op: RedOp) -> Result<Vec<u8>, AlgoError> {
+pub fn reference_reduce(
+    inputs: &[&[u8]],
+    dtype: DataType,
+    op: RedOp,
+) -> Result<Vec<u8>, AlgoError> {
     let Some(first) = inputs.first() else {
         return Err(AlgoError::Invalid("reference_reduce: no inputs".into()));
     };
@@ -491,7 +542,13 @@ mod tests {
     #[test]
     fn integer_wraps_and_avg_truncates_toward_zero() {
         let mut d = enc(DataType::I8, &[127.0, -7.0]);
-        reduce_into(&mut d, &enc(DataType::I8, &[1.0, 0.0]), DataType::I8, RedOp::Sum).unwrap();
+        reduce_into(
+            &mut d,
+            &enc(DataType::I8, &[1.0, 0.0]),
+            DataType::I8,
+            RedOp::Sum,
+        )
+        .unwrap();
         assert_eq!(d[0] as i8, -128);
         finalize_avg(&mut d, DataType::I8, 2).unwrap();
         assert_eq!(d[1] as i8, -3);
@@ -500,11 +557,23 @@ mod tests {
     #[test]
     fn fp8_saturates_and_rounds_each_step() {
         let mut d = enc(DataType::F8E4M3, &[400.0]);
-        reduce_into(&mut d, &enc(DataType::F8E4M3, &[400.0]), DataType::F8E4M3, RedOp::Sum).unwrap();
+        reduce_into(
+            &mut d,
+            &enc(DataType::F8E4M3, &[400.0]),
+            DataType::F8E4M3,
+            RedOp::Sum,
+        )
+        .unwrap();
         assert_eq!(DataType::F8E4M3.decode(&d, 0), 448.0);
         // bf16: 256 + 1 rounds to 256 (8 mantissa bits), per step.
         let mut d = enc(DataType::Bf16, &[256.0]);
-        reduce_into(&mut d, &enc(DataType::Bf16, &[1.0]), DataType::Bf16, RedOp::Sum).unwrap();
+        reduce_into(
+            &mut d,
+            &enc(DataType::Bf16, &[1.0]),
+            DataType::Bf16,
+            RedOp::Sum,
+        )
+        .unwrap();
         assert_eq!(DataType::Bf16.decode(&d, 0), 256.0);
     }
 

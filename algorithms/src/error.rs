@@ -16,7 +16,11 @@ pub struct Location {
 
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {}, block {}, op {}", self.rank, self.block, self.op)?;
+        write!(
+            f,
+            "rank {}, block {}, op {}",
+            self.rank, self.block, self.op
+        )?;
         if let Some((i, it)) = self.in_loop {
             write!(f, " (loop body op {i}, iteration {it})")?;
         }

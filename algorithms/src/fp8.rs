@@ -193,8 +193,11 @@ mod tests {
             vals.dedup();
             for w in vals.windows(2) {
                 let mid = ((w[0] as f64 + w[1] as f64) / 2.0) as f32;
-                for x in [mid, f32::from_bits(mid.to_bits() + 1), f32::from_bits(mid.to_bits() - 1)]
-                {
+                for x in [
+                    mid,
+                    f32::from_bits(mid.to_bits() + 1),
+                    f32::from_bits(mid.to_bits() - 1),
+                ] {
                     if x == 0.0 {
                         continue;
                     }

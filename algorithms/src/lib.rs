@@ -24,6 +24,6 @@ pub mod validate;
 pub use dtype::{DataType, RedOp, finalize, finalize_avg, reduce_into, reference_reduce};
 pub use error::{AlgoError, Location};
 pub use plan::{
-    BufferKind, BufferSpec, ChannelKind, ChunkRef, Collective, Op, Plan, RankPlan, Block,
+    Block, BufferKind, BufferSpec, ChannelKind, ChunkRef, Collective, Op, Plan, RankPlan,
     SCHEMA_VERSION,
 };

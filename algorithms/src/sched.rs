@@ -74,7 +74,14 @@ impl Scheduler {
         let flat = plan.flatten();
         let pc = flat.iter().map(|r| vec![0; r.len()]).collect();
         let barriers = flat.iter().map(|r| vec![0; r.len()]).collect();
-        Scheduler { flat, pc, barriers, sems: HashMap::new(), packets: HashMap::new(), rng: 0x9e37_79b9_7f4a_7c15 }
+        Scheduler {
+            flat,
+            pc,
+            barriers,
+            sems: HashMap::new(),
+            packets: HashMap::new(),
+            rng: 0x9e37_79b9_7f4a_7c15,
+        }
     }
 
     fn next(&self, r: usize, b: usize) -> Option<&(Location, Op)> {
@@ -82,22 +89,33 @@ impl Scheduler {
     }
 
     fn runnable(&self, r: usize, b: usize) -> bool {
-        let Some((_, op)) = self.next(r, b) else { return false };
+        let Some((_, op)) = self.next(r, b) else {
+            return false;
+        };
         let me = r as u32;
         match op {
             Op::Wait { peer, channel, tag } => {
-                let (s, c) = self.sems.get(&(*peer, me, *channel, *tag)).copied().unwrap_or((0, 0));
+                let (s, c) = self
+                    .sems
+                    .get(&(*peer, me, *channel, *tag))
+                    .copied()
+                    .unwrap_or((0, 0));
                 s > c
             }
             Op::ReadReducePackets { packets, .. } => packets.iter().all(|(p, c)| {
-                let (a, used) = self.packets.get(&(*p, me, c.index, c.count)).copied().unwrap_or((0, 0));
+                let (a, used) = self
+                    .packets
+                    .get(&(*p, me, c.index, c.count))
+                    .copied()
+                    .unwrap_or((0, 0));
                 a > used
             }),
             Op::Barrier => {
                 let k = self.barriers[r][b];
                 (0..self.flat[r].len()).all(|o| {
                     self.barriers[r][o] > k
-                        || (self.barriers[r][o] == k && matches!(self.next(r, o), Some((_, Op::Barrier))))
+                        || (self.barriers[r][o] == k
+                            && matches!(self.next(r, o), Some((_, Op::Barrier))))
                 })
             }
             _ => true,
@@ -108,14 +126,24 @@ impl Scheduler {
         let me = r as u32;
         let op = self.flat[r][b][self.pc[r][b]].1.clone();
         match &op {
-            Op::Signal { peer, channel, tag } => self.sems.entry((me, *peer, *channel, *tag)).or_default().0 += 1,
-            Op::Wait { peer, channel, tag } => self.sems.entry((*peer, me, *channel, *tag)).or_default().1 += 1,
+            Op::Signal { peer, channel, tag } => {
+                self.sems.entry((me, *peer, *channel, *tag)).or_default().0 += 1
+            }
+            Op::Wait { peer, channel, tag } => {
+                self.sems.entry((*peer, me, *channel, *tag)).or_default().1 += 1
+            }
             Op::PutPackets { peer, dst, .. } => {
-                self.packets.entry((me, *peer, dst.index, dst.count)).or_default().0 += 1
+                self.packets
+                    .entry((me, *peer, dst.index, dst.count))
+                    .or_default()
+                    .0 += 1
             }
             Op::ReadReducePackets { packets, .. } => {
                 for (p, c) in packets {
-                    self.packets.entry((*p, me, c.index, c.count)).or_default().1 += 1;
+                    self.packets
+                        .entry((*p, me, c.index, c.count))
+                        .or_default()
+                        .1 += 1;
                 }
             }
             Op::Barrier => self.barriers[r][b] += 1,
@@ -152,7 +180,11 @@ impl Scheduler {
                     .flat_map(|r| (0..self.flat[r].len()).map(move |b| (r, b)))
                     .filter_map(|(r, b)| self.next(r, b).cloned())
                     .collect();
-                return if blocked.is_empty() { Ok(()) } else { Err(RunError::Stuck(Stuck { blocked })) };
+                return if blocked.is_empty() {
+                    Ok(())
+                } else {
+                    Err(RunError::Stuck(Stuck { blocked }))
+                };
             }
             let (r, b, run_far) = match policy {
                 Policy::InOrder => (ready[0].0, ready[0].1, true),
@@ -176,8 +208,18 @@ impl Scheduler {
     /// Unconsumed signals and packets after a run: `(semaphores, packet slots)` whose
     /// producer count exceeds the consumer count.
     pub fn leftovers(&self) -> (Vec<SemKey>, Vec<PacketKey>) {
-        let mut s: Vec<_> = self.sems.iter().filter(|(_, (a, c))| a > c).map(|(k, _)| *k).collect();
-        let mut p: Vec<_> = self.packets.iter().filter(|(_, (a, c))| a > c).map(|(k, _)| *k).collect();
+        let mut s: Vec<_> = self
+            .sems
+            .iter()
+            .filter(|(_, (a, c))| a > c)
+            .map(|(k, _)| *k)
+            .collect();
+        let mut p: Vec<_> = self
+            .packets
+            .iter()
+            .filter(|(_, (a, c))| a > c)
+            .map(|(k, _)| *k)
+            .collect();
         s.sort();
         p.sort();
         (s, p)

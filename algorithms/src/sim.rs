@@ -26,6 +26,9 @@ const IN: usize = 0;
 const OUT: usize = 1;
 const SCR: usize = 2;
 
+/// A put in flight: (dst rank, physical buffer, byte offset, data).
+type PendingPut = (usize, usize, usize, Vec<u8>);
+
 struct State<'p> {
     plan: &'p Plan,
     count: u64,
@@ -34,12 +37,15 @@ struct State<'p> {
     /// bufs[rank][phys] with phys = IN, OUT, SCR.
     bufs: Vec<[Vec<u8>; 3]>,
     /// Puts in flight: (sem key) -> [(dst rank, phys, byte offset, data)].
-    pending: HashMap<SemKey, Vec<(usize, usize, usize, Vec<u8>)>>,
+    pending: HashMap<SemKey, Vec<PendingPut>>,
 }
 
 impl State<'_> {
     fn err(&self, at: &Location, msg: impl Into<String>) -> AlgoError {
-        AlgoError::Sim { plan: self.plan.name.clone(), msg: format!("{at}: {}", msg.into()) }
+        AlgoError::Sim {
+            plan: self.plan.name.clone(),
+            msg: format!("{at}: {}", msg.into()),
+        }
     }
 
     /// Physical (buffer index, byte range) of a chunk on `rank`, applying in-place aliasing.
@@ -64,13 +70,29 @@ impl State<'_> {
         self.bufs[rank as usize][p][a..b].to_vec()
     }
 
-    fn write(&mut self, at: &Location, rank: u32, c: &ChunkRef, data: &[u8]) -> Result<(), AlgoError> {
+    fn write(
+        &mut self,
+        at: &Location,
+        rank: u32,
+        c: &ChunkRef,
+        data: &[u8],
+    ) -> Result<(), AlgoError> {
         let (p, a, b) = self.resolve(rank, c);
         if p == IN && !self.plan.in_place {
-            return Err(self.err(at, format!("writes rank {rank}'s input, which is read-only out of place")));
+            return Err(self.err(
+                at,
+                format!("writes rank {rank}'s input, which is read-only out of place"),
+            ));
         }
         if b - a != data.len() {
-            return Err(self.err(at, format!("size mismatch: {} bytes into a {}-byte chunk {c:?}", data.len(), b - a)));
+            return Err(self.err(
+                at,
+                format!(
+                    "size mismatch: {} bytes into a {}-byte chunk {c:?}",
+                    data.len(),
+                    b - a
+                ),
+            ));
         }
         self.bufs[rank as usize][p][a..b].copy_from_slice(data);
         Ok(())
@@ -78,10 +100,15 @@ impl State<'_> {
 
     fn fold(&self, at: &Location, parts: Vec<Vec<u8>>) -> Result<Vec<u8>, AlgoError> {
         let mut it = parts.into_iter();
-        let Some(mut acc) = it.next() else { return Err(self.err(at, "reduction with no operands")) };
+        let Some(mut acc) = it.next() else {
+            return Err(self.err(at, "reduction with no operands"));
+        };
         for p in it {
             if p.len() != acc.len() {
-                return Err(self.err(at, format!("reduction operands of {} and {} bytes", acc.len(), p.len())));
+                return Err(self.err(
+                    at,
+                    format!("reduction operands of {} and {} bytes", acc.len(), p.len()),
+                ));
             }
             reduce_into(&mut acc, &p, self.dtype, self.op)?;
         }
@@ -91,19 +118,35 @@ impl State<'_> {
     fn exec(&mut self, at: &Location, op: &Op) -> Result<(), AlgoError> {
         let me = at.rank;
         match op {
-            Op::Put { peer, channel, tag, src, dst } => {
+            Op::Put {
+                peer,
+                channel,
+                tag,
+                src,
+                dst,
+            } => {
                 let data = self.read(me, src);
                 let (p, a, b) = self.resolve(*peer, dst);
                 if p == IN && !self.plan.in_place {
                     return Err(self.err(at, format!("puts into rank {peer}'s read-only input")));
                 }
                 if b - a != data.len() {
-                    return Err(self.err(at, format!("put of {} bytes into a {}-byte chunk", data.len(), b - a)));
+                    return Err(self.err(
+                        at,
+                        format!("put of {} bytes into a {}-byte chunk", data.len(), b - a),
+                    ));
                 }
-                self.pending.entry((me, *peer, *channel, *tag)).or_default().push((*peer as usize, p, a, data));
+                self.pending
+                    .entry((me, *peer, *channel, *tag))
+                    .or_default()
+                    .push((*peer as usize, p, a, data));
             }
             Op::Signal { peer, channel, tag } => {
-                for (r, p, a, d) in self.pending.remove(&(me, *peer, *channel, *tag)).unwrap_or_default() {
+                for (r, p, a, d) in self
+                    .pending
+                    .remove(&(me, *peer, *channel, *tag))
+                    .unwrap_or_default()
+                {
                     self.bufs[r][p][a..a + d.len()].copy_from_slice(&d);
                 }
             }
@@ -121,7 +164,13 @@ impl State<'_> {
                 let v = self.fold(at, parts)?;
                 self.write(at, me, dst, &v)?;
             }
-            Op::ReadReduce { peers, src, local, dst, .. } => {
+            Op::ReadReduce {
+                peers,
+                src,
+                local,
+                dst,
+                ..
+            } => {
                 let mut parts: Vec<_> = local.iter().map(|c| self.read(me, c)).collect();
                 parts.extend(peers.iter().map(|p| self.read(*p, src)));
                 let v = self.fold(at, parts)?;
@@ -131,7 +180,11 @@ impl State<'_> {
                 let data = self.read(me, src);
                 self.write(at, *peer, dst, &data)?;
             }
-            Op::ReadReducePackets { packets, local, dst } => {
+            Op::ReadReducePackets {
+                packets,
+                local,
+                dst,
+            } => {
                 let mut parts: Vec<_> = local.iter().map(|c| self.read(me, c)).collect();
                 parts.extend(packets.iter().map(|(_, c)| self.read(me, c)));
                 let v = self.fold(at, parts)?;
@@ -172,9 +225,16 @@ pub fn simulate(
 ) -> Result<Vec<Vec<u8>>, AlgoError> {
     let n = plan.nranks as usize;
     let s = dtype.size() as u64;
-    let sim_err = |msg: String| AlgoError::Sim { plan: plan.name.clone(), msg };
+    let sim_err = |msg: String| AlgoError::Sim {
+        plan: plan.name.clone(),
+        msg,
+    };
     if inputs.len() != n || plan.ranks.len() != n {
-        return Err(sim_err(format!("{} inputs and {} rank programs for {n} ranks", inputs.len(), plan.ranks.len())));
+        return Err(sim_err(format!(
+            "{} inputs and {} rank programs for {n} ranks",
+            inputs.len(),
+            plan.ranks.len()
+        )));
     }
     let in_bytes = (plan.input.elems(count) * s) as usize;
     let out_bytes = (plan.output.elems(count) * s) as usize;
@@ -182,9 +242,16 @@ pub fn simulate(
     let mut bufs = Vec::with_capacity(n);
     for (r, input) in inputs.iter().enumerate() {
         if input.len() != in_bytes {
-            return Err(sim_err(format!("rank {r}'s input has {} bytes, expected {in_bytes}", input.len())));
+            return Err(sim_err(format!(
+                "rank {r}'s input has {} bytes, expected {in_bytes}",
+                input.len()
+            )));
         }
-        let mut b = [input.clone(), vec![POISON; out_bytes], vec![POISON; scr_bytes]];
+        let mut b = [
+            input.clone(),
+            vec![POISON; out_bytes],
+            vec![POISON; scr_bytes],
+        ];
         if plan.in_place {
             match plan.collective {
                 Collective::AllGather => {
@@ -197,12 +264,21 @@ pub fn simulate(
         }
         bufs.push(b);
     }
-    let mut st = State { plan, count, dtype, op, bufs, pending: HashMap::new() };
+    let mut st = State {
+        plan,
+        count,
+        dtype,
+        op,
+        bufs,
+        pending: HashMap::new(),
+    };
     let mut sched = Scheduler::new(plan);
-    sched.run(policy, |at, o| st.exec(at, o)).map_err(|e| match e {
-        RunError::Stuck(s) => sim_err(s.to_string()),
-        RunError::Exec(e) => e,
-    })?;
+    sched
+        .run(policy, |at, o| st.exec(at, o))
+        .map_err(|e| match e {
+            RunError::Stuck(s) => sim_err(s.to_string()),
+            RunError::Exec(e) => e,
+        })?;
     // Puts never followed by a signal land at the end.
     let rest: Vec<_> = st.pending.drain().flat_map(|(_, v)| v).collect();
     for (r, p, a, d) in rest {
@@ -235,12 +311,20 @@ pub fn reference(
         }
         Collective::ReduceScatter => {
             let v = crate::dtype::reference_reduce(&refs, dtype, op)?;
-            (0..n).map(|r| Some(v[r * cb..(r + 1) * cb].to_vec())).collect()
+            (0..n)
+                .map(|r| Some(v[r * cb..(r + 1) * cb].to_vec()))
+                .collect()
         }
         Collective::AllGather => vec![Some(inputs.concat()); n],
         Collective::Broadcast => vec![Some(inputs[root].clone()); n],
         Collective::AllToAll => (0..n)
-            .map(|r| Some((0..n).flat_map(|p| inputs[p][r * cb..(r + 1) * cb].to_vec()).collect()))
+            .map(|r| {
+                Some(
+                    (0..n)
+                        .flat_map(|p| inputs[p][r * cb..(r + 1) * cb].to_vec())
+                        .collect(),
+                )
+            })
             .collect(),
         Collective::SendRecv => {
             let mut out = vec![None; n];
@@ -278,7 +362,13 @@ pub fn test_inputs(plan: &Plan, count: u64, dtype: DataType, op: RedOp, seed: u6
 
 /// Simulate `plan` under three scheduling policies on [`test_inputs`] and compare with
 /// [`reference`]; an error names the policy, rank and first wrong element.
-pub fn verify(plan: &Plan, count: u64, dtype: DataType, op: RedOp, seed: u64) -> Result<(), AlgoError> {
+pub fn verify(
+    plan: &Plan,
+    count: u64,
+    dtype: DataType,
+    op: RedOp,
+    seed: u64,
+) -> Result<(), AlgoError> {
     let inputs = test_inputs(plan, count, dtype, op, seed);
     let want = reference(plan, count, dtype, op, &inputs)?;
     for policy in [Policy::InOrder, Policy::Reverse, Policy::Seeded(seed)] {
@@ -287,8 +377,12 @@ pub fn verify(plan: &Plan, count: u64, dtype: DataType, op: RedOp, seed: u64) ->
             let Some(w) = w else { continue };
             if g != w {
                 let s = dtype.size();
-                let i = (0..g.len() / s).find(|&i| g[i * s..(i + 1) * s] != w[i * s..(i + 1) * s]).unwrap_or(0);
-                let wrong = (0..g.len() / s).filter(|&i| g[i * s..(i + 1) * s] != w[i * s..(i + 1) * s]).count();
+                let i = (0..g.len() / s)
+                    .find(|&i| g[i * s..(i + 1) * s] != w[i * s..(i + 1) * s])
+                    .unwrap_or(0);
+                let wrong = (0..g.len() / s)
+                    .filter(|&i| g[i * s..(i + 1) * s] != w[i * s..(i + 1) * s])
+                    .count();
                 return Err(AlgoError::Sim {
                     plan: plan.name.clone(),
                     msg: format!(

@@ -13,7 +13,7 @@ fn params(algo: Algorithm, n: u32, in_place: bool, variant: u32) -> BuildParams 
     p.pipeline = 1 + variant % 3;
     // 2PH: nodes of 2 when possible, else 1 rank per node (n nodes) or one node.
     p.ranks_per_node = match variant % 3 {
-        0 if n % 2 == 0 => 2,
+        0 if n.is_multiple_of(2) => 2,
         1 => 1,
         _ => n,
     };
@@ -48,14 +48,23 @@ fn every_builder_every_rank_count_zero_wrong_elements() {
                     for count in counts(n) {
                         // Full dtype × op matrix on one size; a representative subset elsewhere.
                         let full = count == n as u64 + 1 && variant == 0;
-                        let dtypes: Vec<DataType> =
-                            if full { DataType::ALL.to_vec() } else { vec![DataType::F32, DataType::F8E5M2] };
-                        let ops: Vec<RedOp> =
-                            if !reduces { vec![RedOp::Sum] } else if full { RedOp::ALL.to_vec() } else { vec![RedOp::Sum, RedOp::Avg] };
+                        let dtypes: Vec<DataType> = if full {
+                            DataType::ALL.to_vec()
+                        } else {
+                            vec![DataType::F32, DataType::F8E5M2]
+                        };
+                        let ops: Vec<RedOp> = if !reduces {
+                            vec![RedOp::Sum]
+                        } else if full {
+                            RedOp::ALL.to_vec()
+                        } else {
+                            vec![RedOp::Sum, RedOp::Avg]
+                        };
                         for &dt in &dtypes {
                             for &op in &ops {
-                                verify(&plan, count, dt, op, count * 31 + n as u64)
-                                    .unwrap_or_else(|e| panic!("{algo:?} n={n} in_place={in_place} {p:?}: {e}"));
+                                verify(&plan, count, dt, op, count * 31 + n as u64).unwrap_or_else(
+                                    |e| panic!("{algo:?} n={n} in_place={in_place} {p:?}: {e}"),
+                                );
                             }
                         }
                     }

@@ -17,14 +17,26 @@ pub fn allreduce_1pa(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
-    plan.scratch = BufferSpec { factor: nranks, chunks: nranks };
+    plan.scratch = BufferSpec {
+        factor: nranks,
+        chunks: nranks,
+    };
     plan.scratch_rotation = 2;
     for r in 0..nranks {
         for p in others(nranks, r) {
             push(&mut plan, r, 0, put_packets(p, MEM, 0, inp(0), scr(r)));
         }
         let packets = others(nranks, r).map(|p| (p, scr(p))).collect();
-        push(&mut plan, r, 0, Op::ReadReducePackets { packets, local: vec![inp(0)], dst: out(0) });
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::ReadReducePackets {
+                packets,
+                local: vec![inp(0)],
+                dst: out(0),
+            },
+        );
         push(&mut plan, r, 0, Op::Finalize { dst: out(0) });
     }
     Ok(plan)
@@ -36,7 +48,12 @@ pub fn allreduce_1pa(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
 /// (their own semaphores, `tag = block`). LL: packets, no signals; HB: put + signal/wait.
 /// Scratch: `n × count` (HB) or `2n × count` (LL) laid out as `[sender][segment]` slots;
 /// rotated over 2 copies.
-pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) -> Result<Plan, AlgoError> {
+pub fn allreduce_2pa(
+    nranks: u32,
+    in_place: bool,
+    proto: Protocol,
+    blocks: u32,
+) -> Result<Plan, AlgoError> {
     check_n(nranks, "allreduce_2pa")?;
     check_pos(blocks, "blocks", "allreduce_2pa")?;
     let name = match proto {
@@ -54,8 +71,14 @@ pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) 
     let slot = |p: u32, k: u32, b: u32| (p * n + k) * nb + b;
     let region2 = n * n * nb;
     plan.scratch = match proto {
-        Protocol::HB => BufferSpec { factor: n, chunks: n * n * nb },
-        Protocol::LL => BufferSpec { factor: 2 * n, chunks: 2 * n * n * nb },
+        Protocol::HB => BufferSpec {
+            factor: n,
+            chunks: n * n * nb,
+        },
+        Protocol::LL => BufferSpec {
+            factor: 2 * n,
+            chunks: 2 * n * n * nb,
+        },
     };
     plan.scratch_rotation = 2;
     for r in 0..n {
@@ -73,7 +96,10 @@ pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) 
                     }
                     let mut srcs = vec![inp(seg(r))];
                     srcs.extend(others(n, r).map(|p| scr(slot(p, r, b))));
-                    ops.push(Op::Reduce { srcs, dst: out(seg(r)) });
+                    ops.push(Op::Reduce {
+                        srcs,
+                        dst: out(seg(r)),
+                    });
                     ops.push(Op::Finalize { dst: out(seg(r)) });
                     for p in others(n, r) {
                         ops.push(put(p, MEM, nb + b, out(seg(r)), out(seg(r))));
@@ -88,14 +114,28 @@ pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) 
                         ops.push(put_packets(p, MEM, b, inp(seg(p)), scr(slot(r, p, b))));
                     }
                     let packets = others(n, r).map(|p| (p, scr(slot(p, r, b)))).collect();
-                    ops.push(Op::ReadReducePackets { packets, local: vec![inp(seg(r))], dst: out(seg(r)) });
+                    ops.push(Op::ReadReducePackets {
+                        packets,
+                        local: vec![inp(seg(r))],
+                        dst: out(seg(r)),
+                    });
                     ops.push(Op::Finalize { dst: out(seg(r)) });
                     for p in others(n, r) {
-                        ops.push(put_packets(p, MEM, b, out(seg(r)), scr(region2 + slot(r, r, b))));
+                        ops.push(put_packets(
+                            p,
+                            MEM,
+                            b,
+                            out(seg(r)),
+                            scr(region2 + slot(r, r, b)),
+                        ));
                     }
                     for p in others(n, r) {
                         let packets = vec![(p, scr(region2 + slot(p, p, b)))];
-                        ops.push(Op::ReadReducePackets { packets, local: vec![], dst: out(seg(p)) });
+                        ops.push(Op::ReadReducePackets {
+                            packets,
+                            local: vec![],
+                            dst: out(seg(p)),
+                        });
                     }
                 }
             }
@@ -116,10 +156,15 @@ pub fn allreduce_2pa(nranks: u32, in_place: bool, proto: Protocol, blocks: u32) 
 ///
 /// `nranks` must be a multiple of L. Scratch: `(L+M) × count` (HB) or `(2L+M) × count`
 /// (LL) for M nodes, rotated over 2 copies. One block per rank.
-pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Protocol) -> Result<Plan, AlgoError> {
+pub fn allreduce_2ph(
+    nranks: u32,
+    ranks_per_node: u32,
+    in_place: bool,
+    proto: Protocol,
+) -> Result<Plan, AlgoError> {
     check_n(nranks, "allreduce_2ph")?;
     check_pos(ranks_per_node, "ranks_per_node", "allreduce_2ph")?;
-    if nranks % ranks_per_node != 0 {
+    if !nranks.is_multiple_of(ranks_per_node) {
         return Err(AlgoError::Invalid(format!(
             "allreduce_2ph: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use 2PA or ring"
         )));
@@ -139,7 +184,10 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
         Protocol::HB => ll + m,
         Protocol::LL => 2 * ll + m,
     };
-    plan.scratch = BufferSpec { factor: regions, chunks: regions * ll };
+    plan.scratch = BufferSpec {
+        factor: regions,
+        chunks: regions * ll,
+    };
     plan.scratch_rotation = 2;
     // Scratch chunk for region q, segment s.
     let slot = |q: u32, s: u32| q * ll + s;
@@ -167,7 +215,11 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
                     ops.push(put_packets(p, MEM, 0, inp(p % ll), scr(slot(l, p % ll))));
                 }
                 let packets = locals.iter().map(|&p| (p, scr(slot(p % ll, l)))).collect();
-                ops.push(Op::ReadReducePackets { packets, local: vec![inp(l)], dst: out(l) });
+                ops.push(Op::ReadReducePackets {
+                    packets,
+                    local: vec![inp(l)],
+                    dst: out(l),
+                });
             }
         }
         // Phase 2: cross-node exchange of segment l over port channels.
@@ -178,7 +230,9 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
                         ops.push(put(q, PORT, 1, out(l), scr(slot(ll + node, l))));
                         ops.push(signal(q, PORT, 1));
                     }
-                    Protocol::LL => ops.push(put_packets(q, PORT, 1, out(l), scr(slot(ll + node, l)))),
+                    Protocol::LL => {
+                        ops.push(put_packets(q, PORT, 1, out(l), scr(slot(ll + node, l))))
+                    }
                 }
             }
             if proto == Protocol::HB {
@@ -187,7 +241,11 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
                 }
             }
             for &q in &remotes {
-                ops.push(Op::Flush { peer: q, channel: PORT, tag: 1 });
+                ops.push(Op::Flush {
+                    peer: q,
+                    channel: PORT,
+                    tag: 1,
+                });
             }
             let from_remotes = remotes.iter().map(|&q| (q, scr(slot(ll + q / ll, l))));
             match proto {
@@ -222,7 +280,11 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
                 for &p in &locals {
                     let lp = p % ll;
                     let packets = vec![(p, scr(slot(ll + m + lp, lp)))];
-                    ops.push(Op::ReadReducePackets { packets, local: vec![], dst: out(lp) });
+                    ops.push(Op::ReadReducePackets {
+                        packets,
+                        local: vec![],
+                        dst: out(lp),
+                    });
                 }
             }
         }
@@ -234,11 +296,19 @@ pub fn allreduce_2ph(nranks: u32, ranks_per_node: u32, in_place: bool, proto: Pr
 }
 
 /// Ring: reduce-scatter around the ring (n-1 steps, partial sums in the output, received
-/// parts in scratch), an acknowledgement to the previous rank (so its all-gather never
-/// overwrites data this rank still sends), then all-gather around the ring (n-1 steps).
+/// parts in scratch), an acknowledgement to the previous rank, then all-gather around the
+/// ring (n-1 steps). The acknowledgement is conservative: it guarantees the previous
+/// rank's all-gather writes land only after this rank's reduce-scatter is done with its
+/// output (the ring's data dependencies already imply this within one invocation; the
+/// ack keeps it true if steps are reordered or fused by an executor).
 /// Each segment is cut into `blocks × pipeline` parts; block b loops over its `pipeline`
 /// parts. Scratch: `1 × count`.
-pub fn allreduce_ring(nranks: u32, in_place: bool, blocks: u32, pipeline: u32) -> Result<Plan, AlgoError> {
+pub fn allreduce_ring(
+    nranks: u32,
+    in_place: bool,
+    blocks: u32,
+    pipeline: u32,
+) -> Result<Plan, AlgoError> {
     check_n(nranks, "allreduce_ring")?;
     check_pos(blocks, "blocks", "allreduce_ring")?;
     check_pos(pipeline, "pipeline", "allreduce_ring")?;
@@ -250,7 +320,10 @@ pub fn allreduce_ring(nranks: u32, in_place: bool, blocks: u32, pipeline: u32) -
     let k = nb * pp;
     plan.input.chunks = n * k;
     plan.output.chunks = n * k;
-    plan.scratch = BufferSpec { factor: 1, chunks: n * k };
+    plan.scratch = BufferSpec {
+        factor: 1,
+        chunks: n * k,
+    };
     for r in 0..n {
         let next = (r + 1) % n;
         let prev = (r + n - 1) % n;
@@ -266,7 +339,10 @@ pub fn allreduce_ring(nranks: u32, in_place: bool, blocks: u32, pipeline: u32) -
                 body.push(signal(next, MEM, b));
                 body.push(wait(prev, MEM, b));
                 let kr = m(r as i64 - s as i64 - 2);
-                body.push(Op::Reduce { srcs: vec![st(inp(c(kr))), st(scr(c(kr)))], dst: st(out(c(kr))) });
+                body.push(Op::Reduce {
+                    srcs: vec![st(inp(c(kr))), st(scr(c(kr)))],
+                    dst: st(out(c(kr))),
+                });
             }
             body.push(Op::Finalize { dst: st(out(c(r))) });
             body.push(signal(prev, MEM, nb + b));
@@ -277,7 +353,15 @@ pub fn allreduce_ring(nranks: u32, in_place: bool, blocks: u32, pipeline: u32) -
                 body.push(signal(next, MEM, 2 * nb + b));
                 body.push(wait(prev, MEM, 2 * nb + b));
             }
-            push(&mut plan, r, b, Op::Loop { iterations: pp, body });
+            push(
+                &mut plan,
+                r,
+                b,
+                Op::Loop {
+                    iterations: pp,
+                    body,
+                },
+            );
         }
     }
     Ok(plan)

@@ -106,7 +106,9 @@ impl Algorithm {
             AllReduce2phLl => "2ph-ll",
             AllReduce2phHb => "2ph-hb",
             AllReduceRing | AllGatherRing | ReduceScatterRing => "ring",
-            AllGatherAllPairs | ReduceScatterAllPairs | ReduceAllPairs | AllToAllAllPairs => "allpairs",
+            AllGatherAllPairs | ReduceScatterAllPairs | ReduceAllPairs | AllToAllAllPairs => {
+                "allpairs"
+            }
             BroadcastDirect | SendRecv => "direct",
             BroadcastChain => "chain",
         }
@@ -140,7 +142,7 @@ impl Algorithm {
     pub fn supports(self, p: &BuildParams) -> bool {
         match self {
             Algorithm::AllReduce2phLl | Algorithm::AllReduce2phHb => {
-                p.ranks_per_node >= 1 && p.nranks % p.ranks_per_node == 0
+                p.ranks_per_node >= 1 && p.nranks.is_multiple_of(p.ranks_per_node)
             }
             _ => true,
         }
@@ -169,7 +171,15 @@ pub struct BuildParams {
 impl BuildParams {
     /// Defaults: out of place, root 0, one node, 1 block, pipeline 1, no pairs.
     pub fn new(nranks: u32) -> BuildParams {
-        BuildParams { nranks, in_place: false, root: 0, ranks_per_node: nranks.max(1), blocks: 1, pipeline: 1, pairs: vec![] }
+        BuildParams {
+            nranks,
+            in_place: false,
+            root: 0,
+            ranks_per_node: nranks.max(1),
+            blocks: 1,
+            pipeline: 1,
+            pairs: vec![],
+        }
     }
 }
 
@@ -202,14 +212,18 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
 
 pub(crate) fn check_n(nranks: u32, what: &str) -> Result<(), AlgoError> {
     if nranks == 0 {
-        return Err(AlgoError::Invalid(format!("{what}: nranks must be at least 1")));
+        return Err(AlgoError::Invalid(format!(
+            "{what}: nranks must be at least 1"
+        )));
     }
     Ok(())
 }
 
 pub(crate) fn check_pos(v: u32, name: &str, what: &str) -> Result<(), AlgoError> {
     if v == 0 {
-        return Err(AlgoError::Invalid(format!("{what}: {name} must be at least 1")));
+        return Err(AlgoError::Invalid(format!(
+            "{what}: {name} must be at least 1"
+        )));
     }
     Ok(())
 }
@@ -237,7 +251,13 @@ pub(crate) const MEM: ChannelKind = ChannelKind::Memory;
 pub(crate) const PORT: ChannelKind = ChannelKind::Port;
 
 pub(crate) fn put(peer: u32, channel: ChannelKind, tag: u32, src: ChunkRef, dst: ChunkRef) -> Op {
-    Op::Put { peer, channel, tag, src, dst }
+    Op::Put {
+        peer,
+        channel,
+        tag,
+        src,
+        dst,
+    }
 }
 pub(crate) fn signal(peer: u32, channel: ChannelKind, tag: u32) -> Op {
     Op::Signal { peer, channel, tag }
@@ -245,15 +265,35 @@ pub(crate) fn signal(peer: u32, channel: ChannelKind, tag: u32) -> Op {
 pub(crate) fn wait(peer: u32, channel: ChannelKind, tag: u32) -> Op {
     Op::Wait { peer, channel, tag }
 }
-pub(crate) fn put_packets(peer: u32, channel: ChannelKind, tag: u32, src: ChunkRef, dst: ChunkRef) -> Op {
-    Op::PutPackets { peer, channel, tag, src, dst }
+pub(crate) fn put_packets(
+    peer: u32,
+    channel: ChannelKind,
+    tag: u32,
+    src: ChunkRef,
+    dst: ChunkRef,
+) -> Op {
+    Op::PutPackets {
+        peer,
+        channel,
+        tag,
+        src,
+        dst,
+    }
 }
 
 /// A one-rank plan: copy input to output out of place, nothing in place.
 pub(crate) fn single_rank(mut plan: Plan) -> Plan {
     if !plan.in_place {
         let (c, o) = (plan.input.chunks, plan.output.chunks);
-        push(&mut plan, 0, 0, Op::Copy { src: ChunkRef::span(BufferKind::Input, 0, c), dst: ChunkRef::span(BufferKind::Output, 0, o) });
+        push(
+            &mut plan,
+            0,
+            0,
+            Op::Copy {
+                src: ChunkRef::span(BufferKind::Input, 0, c),
+                dst: ChunkRef::span(BufferKind::Output, 0, o),
+            },
+        );
     }
     plan
 }

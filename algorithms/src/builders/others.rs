@@ -11,14 +11,27 @@ fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
 /// output and signals; then waits for every peer. One block, no scratch.
 pub fn allgather_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
     check_n(nranks, "allgather_allpairs")?;
-    let mut plan = Plan::new(Collective::AllGather, "allgather-allpairs", nranks, in_place);
+    let mut plan = Plan::new(
+        Collective::AllGather,
+        "allgather-allpairs",
+        nranks,
+        in_place,
+    );
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
     plan.output.chunks = nranks;
     for r in 0..nranks {
         if !in_place {
-            push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: out(r) });
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Copy {
+                    src: inp(0),
+                    dst: out(r),
+                },
+            );
         }
         for p in others(nranks, r) {
             push(&mut plan, r, 0, put(p, MEM, 0, inp(0), out(r)));
@@ -48,7 +61,10 @@ pub fn allgather_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan
         let c = |sg: u32| out(sg * pp).stepping(1);
         let mut body = Vec::new();
         if !in_place {
-            body.push(Op::Copy { src: inp(0).stepping(1), dst: c(r) });
+            body.push(Op::Copy {
+                src: inp(0).stepping(1),
+                dst: c(r),
+            });
         }
         for s in 0..n - 1 {
             let ks = (r + n - s) % n;
@@ -56,7 +72,15 @@ pub fn allgather_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan
             body.push(signal(next, MEM, 0));
             body.push(wait(prev, MEM, 0));
         }
-        push(&mut plan, r, 0, Op::Loop { iterations: pp, body });
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::Loop {
+                iterations: pp,
+                body,
+            },
+        );
     }
     Ok(plan)
 }
@@ -66,13 +90,21 @@ pub fn allgather_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan
 /// Scratch `n × count`, rotated over 2 copies.
 pub fn reducescatter_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
     check_n(nranks, "reducescatter_allpairs")?;
-    let mut plan = Plan::new(Collective::ReduceScatter, "reducescatter-allpairs", nranks, in_place);
+    let mut plan = Plan::new(
+        Collective::ReduceScatter,
+        "reducescatter-allpairs",
+        nranks,
+        in_place,
+    );
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
     let n = nranks;
     plan.input.chunks = n;
-    plan.scratch = BufferSpec { factor: n, chunks: n };
+    plan.scratch = BufferSpec {
+        factor: n,
+        chunks: n,
+    };
     plan.scratch_rotation = 2;
     for r in 0..n {
         for p in others(n, r) {
@@ -97,14 +129,22 @@ pub fn reducescatter_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoE
 pub fn reducescatter_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
     check_n(nranks, "reducescatter_ring")?;
     check_pos(pipeline, "pipeline", "reducescatter_ring")?;
-    let mut plan = Plan::new(Collective::ReduceScatter, "reducescatter-ring", nranks, in_place);
+    let mut plan = Plan::new(
+        Collective::ReduceScatter,
+        "reducescatter-ring",
+        nranks,
+        in_place,
+    );
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
     let (n, pp) = (nranks, pipeline);
     plan.input.chunks = n * pp;
     plan.output.chunks = pp;
-    plan.scratch = BufferSpec { factor: 2 * n, chunks: 2 * n * pp };
+    plan.scratch = BufferSpec {
+        factor: 2 * n,
+        chunks: 2 * n * pp,
+    };
     let m = |x: i64| x.rem_euclid(n as i64) as u32;
     for r in 0..n {
         let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
@@ -119,26 +159,50 @@ pub fn reducescatter_ring(nranks: u32, in_place: bool, pipeline: u32) -> Result<
             body.push(signal(next, MEM, 0));
             body.push(wait(prev, MEM, 0));
             let kr = m(r as i64 - s as i64 - 2);
-            let dst = if s == n - 2 { out(0).stepping(1) } else { acc(kr) };
-            body.push(Op::Reduce { srcs: vec![i(kr), recv(kr)], dst });
+            let dst = if s == n - 2 {
+                out(0).stepping(1)
+            } else {
+                acc(kr)
+            };
+            body.push(Op::Reduce {
+                srcs: vec![i(kr), recv(kr)],
+                dst,
+            });
         }
-        body.push(Op::Finalize { dst: out(0).stepping(1) });
+        body.push(Op::Finalize {
+            dst: out(0).stepping(1),
+        });
         body.push(signal(prev, MEM, 1));
         body.push(wait(next, MEM, 1));
-        push(&mut plan, r, 0, Op::Loop { iterations: pp, body });
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::Loop {
+                iterations: pp,
+                body,
+            },
+        );
     }
     Ok(plan)
 }
 
 fn check_root(nranks: u32, root: u32, what: &str) -> Result<(), AlgoError> {
     if root >= nranks {
-        return Err(AlgoError::Invalid(format!("{what}: root {root} is not a rank of {nranks}")));
+        return Err(AlgoError::Invalid(format!(
+            "{what}: root {root} is not a rank of {nranks}"
+        )));
     }
     Ok(())
 }
 
 /// Broadcast: the root puts each of `pipeline` parts into every rank's output and signals.
-pub fn broadcast_direct(nranks: u32, root: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+pub fn broadcast_direct(
+    nranks: u32,
+    root: u32,
+    in_place: bool,
+    pipeline: u32,
+) -> Result<Plan, AlgoError> {
     check_n(nranks, "broadcast_direct")?;
     check_root(nranks, root, "broadcast_direct")?;
     check_pos(pipeline, "pipeline", "broadcast_direct")?;
@@ -163,14 +227,27 @@ pub fn broadcast_direct(nranks: u32, root: u32, in_place: bool, pipeline: u32) -
         } else {
             body.push(wait(root, MEM, 0));
         }
-        push(&mut plan, r, 0, Op::Loop { iterations: pipeline, body });
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::Loop {
+                iterations: pipeline,
+                body,
+            },
+        );
     }
     Ok(plan)
 }
 
 /// Broadcast along a chain root → root+1 → …: each rank forwards part j as soon as it has
 /// it, so `pipeline` parts overlap along the chain.
-pub fn broadcast_chain(nranks: u32, root: u32, in_place: bool, pipeline: u32) -> Result<Plan, AlgoError> {
+pub fn broadcast_chain(
+    nranks: u32,
+    root: u32,
+    in_place: bool,
+    pipeline: u32,
+) -> Result<Plan, AlgoError> {
     check_n(nranks, "broadcast_chain")?;
     check_root(nranks, root, "broadcast_chain")?;
     check_pos(pipeline, "pipeline", "broadcast_chain")?;
@@ -197,7 +274,15 @@ pub fn broadcast_chain(nranks: u32, root: u32, in_place: bool, pipeline: u32) ->
             body.push(put(next, MEM, 0, if pos == 0 { i } else { o }, o));
             body.push(signal(next, MEM, 0));
         }
-        push(&mut plan, r, 0, Op::Loop { iterations: pipeline, body });
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::Loop {
+                iterations: pipeline,
+                body,
+            },
+        );
     }
     Ok(plan)
 }
@@ -213,7 +298,10 @@ pub fn reduce_allpairs(nranks: u32, root: u32, in_place: bool) -> Result<Plan, A
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
-    plan.scratch = BufferSpec { factor: nranks, chunks: nranks };
+    plan.scratch = BufferSpec {
+        factor: nranks,
+        chunks: nranks,
+    };
     for p in others(nranks, root) {
         push(&mut plan, p, 0, put(root, MEM, 0, inp(0), scr(p)));
         push(&mut plan, p, 0, signal(root, MEM, 0));
@@ -244,12 +332,23 @@ pub fn alltoall_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError>
     plan.input.chunks = n;
     plan.output.chunks = n;
     if in_place {
-        plan.scratch = BufferSpec { factor: n, chunks: n };
+        plan.scratch = BufferSpec {
+            factor: n,
+            chunks: n,
+        };
         plan.scratch_rotation = 2;
     }
     for r in 0..n {
         if !in_place {
-            push(&mut plan, r, 0, Op::Copy { src: inp(r), dst: out(r) });
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Copy {
+                    src: inp(r),
+                    dst: out(r),
+                },
+            );
         }
         for p in others(n, r) {
             let dst = if in_place { scr(r) } else { out(r) };
@@ -261,7 +360,15 @@ pub fn alltoall_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError>
         }
         if in_place {
             for p in others(n, r) {
-                push(&mut plan, r, 0, Op::Copy { src: scr(p), dst: out(p) });
+                push(
+                    &mut plan,
+                    r,
+                    0,
+                    Op::Copy {
+                        src: scr(p),
+                        dst: out(p),
+                    },
+                );
             }
         }
     }
@@ -281,7 +388,9 @@ pub fn sendrecv(nranks: u32, pairs: &[(u32, u32)], in_place: bool) -> Result<Pla
     let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
     for &(s, d) in pairs {
         if s >= nranks || d >= nranks {
-            return Err(AlgoError::Invalid(format!("sendrecv: pair ({s}, {d}) names a rank outside 0..{nranks}")));
+            return Err(AlgoError::Invalid(format!(
+                "sendrecv: pair ({s}, {d}) names a rank outside 0..{nranks}"
+            )));
         }
         if sends[s as usize].replace(d).is_some() || recvs[d as usize].replace(s).is_some() {
             return Err(AlgoError::Invalid(format!(
@@ -290,16 +399,38 @@ pub fn sendrecv(nranks: u32, pairs: &[(u32, u32)], in_place: bool) -> Result<Pla
         }
     }
     if in_place {
-        plan.scratch = BufferSpec { factor: 1, chunks: 1 };
+        plan.scratch = BufferSpec {
+            factor: 1,
+            chunks: 1,
+        };
     }
     for r in 0..nranks {
-        let (send, recv) = (sends[r as usize].filter(|&d| d != r), recvs[r as usize].filter(|&s| s != r));
+        let (send, recv) = (
+            sends[r as usize].filter(|&d| d != r),
+            recvs[r as usize].filter(|&s| s != r),
+        );
         if sends[r as usize] == Some(r) && !in_place {
-            push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: out(0) });
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Copy {
+                    src: inp(0),
+                    dst: out(0),
+                },
+            );
         }
         if in_place {
             if send.is_some() {
-                push(&mut plan, r, 0, Op::Copy { src: inp(0), dst: scr(0) });
+                push(
+                    &mut plan,
+                    r,
+                    0,
+                    Op::Copy {
+                        src: inp(0),
+                        dst: scr(0),
+                    },
+                );
             }
             if let Some(s) = recv {
                 push(&mut plan, r, 0, signal(s, MEM, 1));

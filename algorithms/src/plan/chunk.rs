@@ -56,12 +56,22 @@ fn is_zero(v: &u32) -> bool {
 impl ChunkRef {
     /// One chunk.
     pub const fn new(buf: BufferKind, index: u32) -> ChunkRef {
-        ChunkRef { buf, index, count: 1, step: 0 }
+        ChunkRef {
+            buf,
+            index,
+            count: 1,
+            step: 0,
+        }
     }
 
     /// `count` consecutive chunks.
     pub const fn span(buf: BufferKind, index: u32, count: u32) -> ChunkRef {
-        ChunkRef { buf, index, count, step: 0 }
+        ChunkRef {
+            buf,
+            index,
+            count,
+            step: 0,
+        }
     }
 
     /// The same reference advancing by `step` chunks per loop iteration.

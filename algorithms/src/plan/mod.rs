@@ -45,8 +45,8 @@ mod op;
 pub use chunk::{BufferKind, BufferSpec, ChunkRef};
 pub use op::{ChannelKind, Op};
 
-use crate::error::{AlgoError, Location};
 use crate::dtype::DataType;
+use crate::error::{AlgoError, Location};
 use serde::{Deserialize, Serialize};
 
 /// Version of the JSON schema this build reads and writes.
@@ -117,7 +117,10 @@ impl Collective {
 
     /// Whether the collective reduces (and so uses the op).
     pub const fn reduces(self) -> bool {
-        matches!(self, Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce)
+        matches!(
+            self,
+            Collective::AllReduce | Collective::ReduceScatter | Collective::Reduce
+        )
     }
 }
 
@@ -168,7 +171,12 @@ pub struct Plan {
 
 impl Plan {
     /// An empty plan (no ops) with the collective's input/output factors and one chunk each.
-    pub fn new(collective: Collective, name: impl Into<String>, nranks: u32, in_place: bool) -> Plan {
+    pub fn new(
+        collective: Collective,
+        name: impl Into<String>,
+        nranks: u32,
+        in_place: bool,
+    ) -> Plan {
         let (fi, fo) = collective.io_factors(nranks);
         Plan {
             schema_version: SCHEMA_VERSION,
@@ -178,9 +186,18 @@ impl Plan {
             in_place,
             root: None,
             pairs: Vec::new(),
-            input: BufferSpec { factor: fi, chunks: 1 },
-            output: BufferSpec { factor: fo, chunks: 1 },
-            scratch: BufferSpec { factor: 0, chunks: 1 },
+            input: BufferSpec {
+                factor: fi,
+                chunks: 1,
+            },
+            output: BufferSpec {
+                factor: fo,
+                chunks: 1,
+            },
+            scratch: BufferSpec {
+                factor: 0,
+                chunks: 1,
+            },
             scratch_rotation: 1,
             ranks: vec![RankPlan::default(); nranks as usize],
         }
@@ -202,10 +219,14 @@ impl Plan {
 
     /// Whether any op uses LL packets (scratch then holds packets: twice the bytes).
     pub fn uses_packets(&self) -> bool {
-        self.ranks.iter().flat_map(|r| &r.blocks).flat_map(|b| &b.ops).any(|o| match o {
-            Op::Loop { body, .. } => body.iter().any(Op::is_packet),
-            o => o.is_packet(),
-        })
+        self.ranks
+            .iter()
+            .flat_map(|r| &r.blocks)
+            .flat_map(|b| &b.ops)
+            .any(|o| match o {
+                Op::Loop { body, .. } => body.iter().any(Op::is_packet),
+                o => o.is_packet(),
+            })
     }
 
     /// Bytes of one scratch copy for `count` elements of `dtype` (packets double it).
@@ -227,7 +248,10 @@ impl Plan {
         }
         let v: Version = serde_json::from_str(s)?;
         if v.schema_version != SCHEMA_VERSION {
-            return Err(AlgoError::Schema { found: v.schema_version, supported: SCHEMA_VERSION });
+            return Err(AlgoError::Schema {
+                found: v.schema_version,
+                supported: SCHEMA_VERSION,
+            });
         }
         Ok(serde_json::from_str(s)?)
     }
@@ -245,12 +269,20 @@ impl Plan {
                     .map(|(b, blk)| {
                         let mut out = Vec::new();
                         for (i, op) in blk.ops.iter().enumerate() {
-                            let loc = Location { rank: r as u32, block: b, op: i, in_loop: None };
+                            let loc = Location {
+                                rank: r as u32,
+                                block: b,
+                                op: i,
+                                in_loop: None,
+                            };
                             match op {
                                 Op::Loop { iterations, body } => {
                                     for it in 0..*iterations {
                                         for (j, o) in body.iter().enumerate() {
-                                            let l = Location { in_loop: Some((j, it)), ..loc.clone() };
+                                            let l = Location {
+                                                in_loop: Some((j, it)),
+                                                ..loc.clone()
+                                            };
                                             out.push((l, o.at_iteration(it)));
                                         }
                                     }
@@ -287,7 +319,10 @@ mod tests {
                     src: ChunkRef::new(BufferKind::Input, 0),
                     dst: ChunkRef::new(BufferKind::Scratch, 0),
                 },
-                Op::Loop { iterations: 2, body: vec![Op::Barrier] },
+                Op::Loop {
+                    iterations: 2,
+                    body: vec![Op::Barrier],
+                },
             ],
         });
         let s = p.to_json().unwrap();
@@ -301,10 +336,21 @@ mod tests {
 
     #[test]
     fn balanced_chunks_cover_the_buffer() {
-        let spec = BufferSpec { factor: 1, chunks: 3 };
-        let r: Vec<_> = (0..3).map(|i| ChunkRef::new(BufferKind::Input, i).range(spec, 0, 7)).collect();
+        let spec = BufferSpec {
+            factor: 1,
+            chunks: 3,
+        };
+        let r: Vec<_> = (0..3)
+            .map(|i| ChunkRef::new(BufferKind::Input, i).range(spec, 0, 7))
+            .collect();
         assert_eq!(r, vec![(0, 2), (2, 4), (4, 7)]);
-        let spec = BufferSpec { factor: 1, chunks: 4 };
-        assert_eq!(ChunkRef::new(BufferKind::Input, 1).range(spec, 0, 1), (0, 0));
+        let spec = BufferSpec {
+            factor: 1,
+            chunks: 4,
+        };
+        assert_eq!(
+            ChunkRef::new(BufferKind::Input, 1).range(spec, 0, 1),
+            (0, 0)
+        );
     }
 }

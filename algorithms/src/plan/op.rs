@@ -175,13 +175,19 @@ impl Op {
                 v.push((*dst, true, false));
                 v
             }
-            Op::ReadReduce { src, local, dst, .. } => {
+            Op::ReadReduce {
+                src, local, dst, ..
+            } => {
                 let mut v: Vec<_> = local.iter().map(|c| (*c, false, false)).collect();
                 v.push((*src, false, true));
                 v.push((*dst, true, false));
                 v
             }
-            Op::ReadReducePackets { packets, local, dst } => {
+            Op::ReadReducePackets {
+                packets,
+                local,
+                dst,
+            } => {
                 let mut v: Vec<_> = local.iter().map(|c| (*c, false, false)).collect();
                 v.extend(packets.iter().map(|(_, c)| (*c, false, false)));
                 v.push((*dst, true, false));
@@ -190,7 +196,11 @@ impl Op {
             Op::SwitchReduce { src, dst } => vec![(*src, false, true), (*dst, true, false)],
             Op::SwitchBroadcast { src, dst } => vec![(*src, false, false), (*dst, true, true)],
             Op::Finalize { dst } => vec![(*dst, true, false)],
-            Op::Signal { .. } | Op::Wait { .. } | Op::Flush { .. } | Op::Barrier | Op::Loop { .. } => {
+            Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::Flush { .. }
+            | Op::Barrier
+            | Op::Loop { .. } => {
                 vec![]
             }
         }
@@ -213,7 +223,11 @@ impl Op {
 
     /// A copy with every chunk reference moved to loop iteration `it` (step cleared).
     pub fn at_iteration(&self, it: u32) -> Op {
-        let m = |c: &ChunkRef| ChunkRef { index: c.first_at(it) as u32, step: 0, ..*c };
+        let m = |c: &ChunkRef| ChunkRef {
+            index: c.first_at(it) as u32,
+            step: 0,
+            ..*c
+        };
         let mut o = self.clone();
         match &mut o {
             Op::Put { src, dst, .. }
@@ -229,18 +243,28 @@ impl Op {
                 srcs.iter_mut().for_each(|c| *c = m(c));
                 *dst = m(dst);
             }
-            Op::ReadReduce { src, local, dst, .. } => {
+            Op::ReadReduce {
+                src, local, dst, ..
+            } => {
                 *src = m(src);
                 local.iter_mut().for_each(|c| *c = m(c));
                 *dst = m(dst);
             }
-            Op::ReadReducePackets { packets, local, dst } => {
+            Op::ReadReducePackets {
+                packets,
+                local,
+                dst,
+            } => {
                 packets.iter_mut().for_each(|(_, c)| *c = m(c));
                 local.iter_mut().for_each(|c| *c = m(c));
                 *dst = m(dst);
             }
             Op::Finalize { dst } => *dst = m(dst),
-            Op::Signal { .. } | Op::Wait { .. } | Op::Flush { .. } | Op::Barrier | Op::Loop { .. } => {}
+            Op::Signal { .. }
+            | Op::Wait { .. }
+            | Op::Flush { .. }
+            | Op::Barrier
+            | Op::Loop { .. } => {}
         }
         o
     }
