@@ -1,1 +1,45 @@
-fn main() {}
+//! `commhal`: inspect backends, launch ranks, run the conformance suite and benchmarks.
+
+mod info;
+mod launch;
+
+use clap::{Parser, Subcommand};
+
+/// commhal — GPU communication with pluggable backends.
+#[derive(Debug, Parser)]
+#[command(name = "commhal", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// List every backend, whether it is available here (and why not), and its guarantees.
+    Info(info::InfoArgs),
+    /// Start N local ranks of a command, with rank variables set.
+    Launch(launch::LaunchArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("COMMHAL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    commhal_backends::link_all();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Cmd::Info(a) => info::run(a),
+        Cmd::Launch(a) => launch::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(msg) => {
+            eprintln!("commhal: {msg}");
+            std::process::exit(2);
+        }
+    }
+}

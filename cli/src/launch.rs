@@ -1,0 +1,230 @@
+//! `commhal launch -n N [--] CMD ARGS`: start N local ranks.
+//!
+//! Every rank gets commhal's variables (`COMMHAL_RANK`, `COMMHAL_WORLD_SIZE`,
+//! `COMMHAL_LOCAL_RANK`, `COMMHAL_UNIQUE_ID`) and the torchrun ones (`RANK`,
+//! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), so
+//! commhal programs and PyTorch scripts both find their place. Output is forwarded
+//! line by line with a `[rank K]` prefix. When one rank fails, the others are stopped
+//! (SIGTERM, then SIGKILL after a grace period) and `launch` exits non-zero.
+//!
+//! Each rank runs in its own process group, so stopping a rank stops whatever it
+//! started too (a shell's children, a sanitizer's target). SIGINT, SIGTERM and SIGHUP
+//! sent to `launch` are forwarded to every rank's group.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::unistd::Pid;
+
+use commhal_hal::bootstrap::UniqueId;
+
+/// Options of `commhal launch`.
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Number of ranks to start on this machine.
+    #[arg(short = 'n', long = "nranks", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub nranks: u32,
+    /// Seconds to wait after SIGTERM before SIGKILL when stopping ranks.
+    #[arg(long, default_value_t = 5)]
+    pub grace: u64,
+    /// Do not prefix output lines with the rank.
+    #[arg(long)]
+    pub no_prefix: bool,
+    /// The program to run, then its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+/// Run the ranks; returns the exit code for the launcher.
+pub fn run(args: &LaunchArgs) -> Result<i32, String> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or("launch: no command given")?;
+    let id =
+        UniqueId::new_local().map_err(|e| format!("launch: cannot create a unique id: {e}"))?;
+    // torchrun's MASTER_PORT belongs to PyTorch's TCPStore: give it a port of its own
+    // so a PyTorch script under `commhal launch` does not collide with commhal's root.
+    let master_port = UniqueId::new_local()
+        .map_err(|e| format!("launch: cannot find a free port for MASTER_PORT: {e}"))?
+        .addr()
+        .port()
+        .to_string();
+    let id_string = id.to_string();
+
+    let groups = Arc::new(Mutex::new(Vec::<i32>::new()));
+    forward_signals(Arc::clone(&groups))?;
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut forwarders = Vec::new();
+    for rank in 0..args.nranks {
+        let mut cmd = Command::new(program);
+        cmd.args(rest)
+            .env("COMMHAL_RANK", rank.to_string())
+            .env("COMMHAL_WORLD_SIZE", args.nranks.to_string())
+            .env("COMMHAL_LOCAL_RANK", rank.to_string())
+            .env("COMMHAL_UNIQUE_ID", &id_string)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", args.nranks.to_string())
+            .env("LOCAL_RANK", rank.to_string())
+            .env("LOCAL_WORLD_SIZE", args.nranks.to_string())
+            .env("MASTER_ADDR", id.addr().ip().to_string())
+            .env("MASTER_PORT", &master_port)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                stop_all(&mut children, Duration::from_secs(args.grace));
+                return Err(format!(
+                    "launch: cannot start `{program}` for rank {rank}: {e}"
+                ));
+            }
+        };
+        let prefix = if args.no_prefix {
+            String::new()
+        } else {
+            format!("[rank {rank}] ")
+        };
+        if let Some(out) = child.stdout.take() {
+            let p = prefix.clone();
+            forwarders.push(thread::spawn(move || forward(out, p, false)));
+        }
+        if let Some(err) = child.stderr.take() {
+            forwarders.push(thread::spawn(move || forward(err, prefix, true)));
+        }
+        if let Ok(mut g) = groups.lock() {
+            g.push(child.id() as i32);
+        }
+        children.push(Some(child));
+    }
+
+    let mut failed: Option<(u32, ExitStatus)> = None;
+    let mut remaining = args.nranks;
+    while remaining > 0 {
+        let mut exits = Vec::new();
+        for (rank, slot) in children.iter_mut().enumerate() {
+            if let Some(child) = slot
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                exits.push((rank as u32, status));
+                *slot = None;
+            }
+        }
+        for (rank, status) in exits {
+            remaining -= 1;
+            if !status.success() && failed.is_none() {
+                failed = Some((rank, status));
+                eprintln!(
+                    "commhal launch: rank {rank} failed ({}); stopping the {} other running rank(s)",
+                    describe(status),
+                    remaining
+                );
+                stop_all(&mut children, Duration::from_secs(args.grace));
+            }
+        }
+        if remaining > 0 {
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Whatever a rank left behind in its group would keep our output pipes open.
+    if let Ok(g) = groups.lock() {
+        for &pgid in g.iter() {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    }
+    for f in forwarders {
+        let _ = f.join();
+    }
+    Ok(match failed {
+        None => 0,
+        Some((_, status)) => exit_code(status),
+    })
+}
+
+fn forward(stream: impl std::io::Read, prefix: String, is_err: bool) {
+    let reader = BufReader::new(stream);
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { break };
+        let text = String::from_utf8_lossy(&line);
+        if is_err {
+            let mut e = std::io::stderr().lock();
+            let _ = writeln!(e, "{prefix}{text}");
+        } else {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{prefix}{text}");
+        }
+    }
+}
+
+/// SIGTERM every running child, then SIGKILL those still alive after `grace`.
+fn stop_all(children: &mut [Option<Child>], grace: Duration) {
+    for child in children.iter().flatten() {
+        let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    loop {
+        let alive = children
+            .iter_mut()
+            .flatten()
+            .any(|c| matches!(c.try_wait(), Ok(None)));
+        if !alive || Instant::now() >= deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    for child in children.iter_mut().flatten() {
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Block SIGINT/SIGTERM/SIGHUP in this process (threads spawned later inherit the
+/// mask; `std::process::Command` resets it in children) and forward each one received
+/// to every rank's process group from a dedicated thread.
+fn forward_signals(groups: Arc<Mutex<Vec<i32>>>) -> Result<(), String> {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block()
+        .map_err(|e| format!("launch: cannot block signals: {e}"))?;
+    thread::spawn(move || {
+        while let Ok(sig) = set.wait() {
+            eprintln!("commhal launch: got {sig}, forwarding it to every rank");
+            if let Ok(g) = groups.lock() {
+                for &pgid in g.iter() {
+                    let _ = killpg(Pid::from_raw(pgid), sig);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => "unknown status".into(),
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(0), _) => 1,
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    }
+}

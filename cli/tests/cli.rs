@@ -1,0 +1,111 @@
+//! End-to-end tests of the `commhal` binary: `info` and `launch`.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn commhal() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
+    c.env_remove("COMMHAL_BACKENDS")
+        .env_remove("COMMHAL_CONFIG")
+        .env_remove("COMMHAL_PLUGIN_PATH");
+    c
+}
+
+#[test]
+fn info_shows_host_emu_available() {
+    let out = commhal().arg("info").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("host-emu"))
+        .expect("host-emu listed");
+    assert!(
+        line.contains("available") && !line.contains("unavailable"),
+        "{line}"
+    );
+    assert!(text.contains("+strong-signal"), "{text}");
+}
+
+#[test]
+fn info_json_is_machine_readable() {
+    let out = commhal().args(["info", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let backends = v["backends"].as_array().expect("backends array");
+    let host = backends
+        .iter()
+        .find(|b| b["name"] == "host-emu")
+        .expect("host-emu");
+    assert_eq!(host["availability"]["status"], "available");
+    assert_eq!(v["selection"]["backends"][0], "host-emu");
+}
+
+#[test]
+fn info_reports_an_unknown_selected_backend() {
+    let out = commhal()
+        .args(["info"])
+        .env("COMMHAL_BACKENDS", "no-such-net")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("unknown backend `no-such-net`") && text.contains("host-emu"),
+        "{text}"
+    );
+}
+
+#[test]
+fn launch_sets_rank_variables_and_prefixes_output() {
+    let out = commhal()
+        .args(["launch", "-n", "3", "--", "sh", "-c"])
+        .arg("echo r=$COMMHAL_RANK n=$COMMHAL_WORLD_SIZE t=$RANK/$WORLD_SIZE id=${COMMHAL_UNIQUE_ID%%@*}")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for r in 0..3 {
+        let want = format!("[rank {r}] r={r} n=3 t={r}/3 id=commhal1-");
+        assert!(
+            text.lines().any(|l| l.starts_with(&want)),
+            "missing {want:?} in:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn launch_fails_and_stops_the_others_when_one_rank_dies() {
+    let start = Instant::now();
+    let out = commhal()
+        .args(["launch", "-n", "3", "--grace", "1", "--", "sh", "-c"])
+        .arg("if [ $COMMHAL_RANK = 1 ]; then echo dying >&2; exit 7; fi; sleep 60")
+        .output()
+        .unwrap();
+    // The sleeping ranks must have been stopped rather than waited for.
+    assert!(
+        start.elapsed() < Duration::from_secs(50),
+        "ranks were not stopped"
+    );
+    assert_eq!(out.status.code(), Some(7));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("[rank 1] dying"), "{err}");
+    assert!(err.contains("rank 1 failed (exit code 7)"), "{err}");
+}
+
+#[test]
+fn launch_reports_a_missing_program() {
+    let out = commhal()
+        .args(["launch", "-n", "2", "--", "/no/such/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start `/no/such/program`"));
+}
