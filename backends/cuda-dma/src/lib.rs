@@ -1,0 +1,1 @@
+//! cuda-dma (in progress)
