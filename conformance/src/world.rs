@@ -1,0 +1,257 @@
+//! What a rank knows while it runs cases: the [`Plan`] (same on every rank), its
+//! bootstrap, the constructed backend, every rank's endpoint; and the per-case [`Ctx`]
+//! (the world plus the case's private tag range).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use commhal_channels::WaitPolicy;
+use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::registry::{Backend, BackendOptions, Catalog};
+use commhal_hal::{Device, DeviceKind, Endpoint, Guarantees, HalError, MemoryKind, Rank};
+use serde::{Deserialize, Serialize};
+
+use crate::case::Failure;
+use crate::dynwrap::{DynPortT, DynSwitchT};
+
+/// Everything every rank must agree on; serialised to child processes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// Registry name of the backend.
+    pub backend: String,
+    /// Number of ranks.
+    pub ranks: u32,
+    /// Small counts (CI tier).
+    pub quick: bool,
+    /// `[backend.NAME]` options as TOML text (e.g. `faults = "early-flush"`).
+    pub backend_options: String,
+    /// Run only cases whose id contains one of these (empty: all).
+    pub filter: Vec<String>,
+    /// Bound of every channel wait, in ms.
+    pub wait_timeout_ms: u64,
+    /// Bound of one case on one rank, in ms (a case still running then is a hang).
+    pub case_timeout_ms: u64,
+}
+
+impl Plan {
+    /// Bound of every channel wait.
+    pub fn wait_timeout(&self) -> Duration {
+        Duration::from_millis(self.wait_timeout_ms)
+    }
+
+    /// Bound of one case.
+    pub fn case_timeout(&self) -> Duration {
+        Duration::from_millis(self.case_timeout_ms)
+    }
+
+    /// Bound of every bootstrap step (the barrier before a case waits for the slowest
+    /// rank's previous case).
+    pub fn bootstrap_timeout(&self) -> Duration {
+        self.case_timeout() + Duration::from_secs(30)
+    }
+
+    /// Parsed backend options.
+    pub fn options(&self) -> Result<BackendOptions, String> {
+        toml::from_str(&self.backend_options)
+            .map_err(|e| format!("backend options are not a TOML table: {e}"))
+    }
+
+    /// Does `id` pass the filter?
+    pub fn selects(&self, id: &str) -> bool {
+        self.filter.is_empty() || self.filter.iter().any(|f| id.contains(f.as_str()))
+    }
+
+    /// `quick` or `full` count.
+    pub fn count(&self, quick: u64, full: u64) -> u64 {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// One rank's view of the run.
+#[derive(Debug)]
+pub struct World {
+    /// This rank.
+    pub rank: Rank,
+    /// Number of ranks.
+    pub size: u32,
+    /// Out-of-band exchange.
+    pub boot: Arc<dyn Bootstrap>,
+    /// The backend under test.
+    pub backend: Backend,
+    /// Every rank's endpoint, by rank.
+    pub endpoints: Vec<Endpoint>,
+    /// The device this rank drives.
+    pub device: Device,
+    /// Kind of memory the backend allocates here (`None`: no memory transport).
+    pub mem_kind: Option<MemoryKind>,
+    /// The plan.
+    pub plan: Plan,
+}
+
+/// The device a backend's ranks drive: the host for host backends, else the GPU of the
+/// rank's index on this node.
+pub fn device_for(backend: &str, local_rank: u32) -> Device {
+    let kind = if backend.starts_with("cuda") {
+        DeviceKind::Cuda
+    } else if backend.starts_with("hip") {
+        DeviceKind::Hip
+    } else {
+        return Device::HOST;
+    };
+    Device {
+        kind,
+        ordinal: local_rank,
+    }
+}
+
+/// Kebab-case name of a memory kind (id parameter).
+pub fn mem_kind_name(k: MemoryKind) -> &'static str {
+    match k {
+        MemoryKind::HostShared => "host-shared",
+        MemoryKind::HostPinned => "host-pinned",
+        MemoryKind::Device => "device",
+    }
+}
+
+/// Build the backend named by the plan.
+pub fn create_backend(plan: &Plan) -> Result<Backend, String> {
+    commhal_backends::link_all();
+    let catalog = Catalog::discover().map_err(|e| e.to_string())?;
+    let entry = catalog.get(&plan.backend).map_err(|e| e.to_string())?;
+    entry.create(&plan.options()?).map_err(|e| e.to_string())
+}
+
+impl World {
+    /// Set up a rank: build the backend, exchange endpoints.
+    pub fn new(plan: Plan, boot: Arc<dyn Bootstrap>) -> Result<World, String> {
+        let rank = boot.rank();
+        let size = boot.size();
+        let backend = create_backend(&plan)?;
+        let device = device_for(&plan.backend, rank);
+        let me = Endpoint::this_process(rank, device);
+        let mine = serde_json::to_vec(&me).map_err(|e| e.to_string())?;
+        let all = boot
+            .all_gather(&mine)
+            .map_err(|e| format!("exchanging endpoints: {e}"))?;
+        let endpoints = all
+            .iter()
+            .map(|b| serde_json::from_slice::<Endpoint>(b).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mem_kind = match &backend.memory {
+            Some(m) => Some(
+                m.alloc(device, 64)
+                    .map_err(|e| format!("allocating a probe buffer: {e}"))?
+                    .kind(),
+            ),
+            None => None,
+        };
+        Ok(World {
+            rank,
+            size,
+            boot,
+            backend,
+            endpoints,
+            device,
+            mem_kind,
+            plan,
+        })
+    }
+}
+
+/// What a case body gets: the world plus its own tag range `tag..tag + 2^20`.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The rank's world.
+    pub world: Arc<World>,
+    /// First tag of this case's private range.
+    pub tag: u64,
+}
+
+impl std::ops::Deref for Ctx {
+    type Target = World;
+    fn deref(&self) -> &World {
+        &self.world
+    }
+}
+
+/// Tags per case.
+pub const TAGS_PER_CASE: u64 = 1 << 20;
+
+impl Ctx {
+    /// The policy for every channel wait of the case.
+    pub fn policy(&self) -> WaitPolicy {
+        WaitPolicy::with_timeout(self.plan.wait_timeout())
+    }
+
+    /// This rank's partner in pairwise cases and whether it is the pair's first rank
+    /// (`None` for an odd last rank, which idles). Pairs are (0,1), (2,3), ...
+    pub fn pair(&self) -> Option<(Rank, bool)> {
+        let peer = self.rank ^ 1;
+        (peer < self.size).then_some((peer, self.rank & 1 == 0))
+    }
+
+    /// Tag `k` of this case's range.
+    pub fn t(&self, k: u64) -> u64 {
+        self.tag + k
+    }
+
+    /// The memory transport, or not-supported.
+    pub fn memory(&self) -> Result<Arc<dyn DynMemoryMapped>, Failure> {
+        self.backend.memory.clone().ok_or_else(|| {
+            Failure::NotSupported(format!(
+                "backend `{}` has no memory-mapped transport",
+                self.backend.name
+            ))
+        })
+    }
+
+    /// The port transport, or not-supported.
+    pub fn port(&self) -> Result<DynPortT, Failure> {
+        self.backend.port.clone().map(DynPortT).ok_or_else(|| {
+            Failure::NotSupported(format!(
+                "backend `{}` has no port-mapped transport",
+                self.backend.name
+            ))
+        })
+    }
+
+    /// The switch transport, or not-supported.
+    pub fn switch(&self) -> Result<DynSwitchT, Failure> {
+        self.backend.switch.clone().map(DynSwitchT).ok_or_else(|| {
+            Failure::NotSupported(format!(
+                "backend `{}` has no switch-mapped transport",
+                self.backend.name
+            ))
+        })
+    }
+
+    /// The guarantees of the transport behind a channel kind.
+    pub fn guarantees(&self, kind: crate::case::ChannelKind) -> Option<Guarantees> {
+        guarantees_of(&self.backend, kind)
+    }
+
+    /// Send a small message to `peer` under case tag `k`.
+    pub fn send(&self, peer: Rank, k: u64, data: &[u8]) -> Result<(), HalError> {
+        self.boot.send(peer, self.t(k), data)
+    }
+
+    /// Receive a small message from `peer` under case tag `k`.
+    pub fn recv(&self, peer: Rank, k: u64) -> Result<Vec<u8>, HalError> {
+        self.boot.recv(peer, self.t(k))
+    }
+}
+
+/// The guarantees of the backend's transport for `kind` (`All`: the memory
+/// transport's, else the port's, else the switch's).
+pub fn guarantees_of(b: &Backend, kind: crate::case::ChannelKind) -> Option<Guarantees> {
+    use crate::case::ChannelKind as K;
+    match kind {
+        K::Memory => b.memory.as_ref().map(|t| t.guarantees()),
+        K::Port => b.port.as_ref().map(|t| t.guarantees()),
+        K::Switch => b.switch.as_ref().map(|t| t.guarantees()),
+        K::All => guarantees_of(b, K::Memory)
+            .or_else(|| guarantees_of(b, K::Port))
+            .or_else(|| guarantees_of(b, K::Switch)),
+    }
+}
