@@ -12,6 +12,7 @@
 //! | [`faults`] | **test-only** [`Faults`] that break the guarantees on purpose |
 //! | `sys` | every `unsafe` line: memfd, mmap/munmap, raw copies, atomics |
 //! | `register` | the `inventory` registration (`host-emu`: memory + port + switch) |
+//! | [`tcp`] | [`HostTcp`], the `host-tcp` backend: a TCP port transport across hosts and virtual nodes (registered separately, port only) |
 //!
 //! **Memory model.** Plain copies into shared memory are the emulated device's loads
 //! and stores; ordering comes only from the 64-bit semaphore atomics (release on the
@@ -29,6 +30,7 @@ pub mod port;
 mod register;
 pub mod switch;
 mod sys;
+pub mod tcp;
 #[cfg(test)]
 mod test_bootstrap;
 pub mod transport;
@@ -37,6 +39,7 @@ pub use faults::Faults;
 pub use memory::{ShmBuf, ShmMapping, ShmRegion};
 pub use port::HostPort;
 pub use switch::HostSwitchGroup;
+pub use tcp::{HostRegion, HostTcp, TcpLocal, TcpPort, TcpRemote};
 pub use transport::{FIFO_DEPTH, HostEmu};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.

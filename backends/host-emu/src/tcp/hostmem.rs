@@ -1,0 +1,185 @@
+//! [`HostRegion`]: plain process-private host memory (a heap allocation), for ranks
+//! that talk only through `host-tcp` — e.g. on different machines, where shared memory
+//! buys nothing. The only `unsafe` of the `tcp` module lives here.
+//!
+//! The bytes are written by this transport's receiver thread while local code may read
+//! them, exactly like host-emu's shared memory: plain copies are the emulated device's
+//! loads and stores, ordering comes only from the 64-bit semaphore atomics
+//! ([`HostRegion::atomic_u64`], release by the receiver, acquire by the waiter). So we
+//! never hand out Rust slices of the buffer, only bounds-checked copies and atomics.
+//!
+//! The allocation is made of `u64` words, so the base address is 8-byte aligned and
+//! every 8-byte-aligned offset is a valid semaphore word.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use commhal_hal::{Device, HalError, MemoryKind, Region, Result};
+
+/// The owned allocation behind a [`HostRegion`]. Freed on drop.
+#[derive(Debug)]
+struct HostMem {
+    /// Start of `words` zero-initialised `u64`s from a leaked `Box<[u64]>`.
+    ptr: NonNull<u64>,
+    words: usize,
+    /// Bytes usable through the API (`<= words * 8`).
+    len: usize,
+}
+
+// SAFETY: `HostMem` owns its allocation exclusively; it is only reached through
+// bounds-checked raw copies and atomics, which are valid from any thread.
+unsafe impl Send for HostMem {}
+// SAFETY: see `Send`; `&HostMem` hands out no references into the buffer other than
+// `&AtomicU64`, which is `Sync`.
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    fn alloc(len: usize) -> Option<HostMem> {
+        // At least one word, so even a 0-byte region has a valid, unique address.
+        let words = len.div_ceil(8).max(1);
+        let boxed: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+        let ptr = NonNull::new(Box::into_raw(boxed).cast::<u64>())?;
+        Some(HostMem { ptr, words, len })
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr().cast::<u8>()
+    }
+
+    fn check(&self, what: &str, off: u64, n: usize) -> Result<usize> {
+        commhal_hal::error::check_range(what, off, n as u64, self.len as u64)?;
+        // In range of a usize-sized buffer, so the offset fits a usize.
+        Ok(off as usize)
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.words);
+        // SAFETY: `ptr`/`words` come from `Box::into_raw` of a `Box<[u64]>` of exactly
+        // `words` elements in `alloc`, owned only by this value and freed only here.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+/// Plain host memory registrable with `host-tcp` (cheap to clone: clones share the
+/// bytes). Zero-initialised; `len()` is exactly what was asked for.
+#[derive(Debug, Clone)]
+pub struct HostRegion(Arc<HostMem>);
+
+impl HostRegion {
+    /// Allocate `len` zeroed bytes.
+    pub fn alloc(len: u64) -> Result<HostRegion> {
+        let n = usize::try_from(len)
+            .ok()
+            .filter(|n| n.checked_add(8).is_some())
+            .ok_or_else(|| {
+                HalError::invalid(format!(
+                    "host-tcp cannot allocate {len} bytes of host memory on this platform"
+                ))
+            })?;
+        HostMem::alloc(n)
+            .map(|m| HostRegion(Arc::new(m)))
+            .ok_or_else(|| HalError::invalid("host-tcp: the allocator returned null"))
+    }
+
+    /// A region holding a copy of `bytes` (the `Vec` you had, now registrable).
+    pub fn from_bytes(bytes: &[u8]) -> Result<HostRegion> {
+        let r = HostRegion::alloc(bytes.len() as u64)?;
+        r.write(0, bytes)?;
+        Ok(r)
+    }
+
+    /// Copy `out.len()` bytes at `off` out of the region. Not synchronised: read after
+    /// an acquire on a semaphore the writer released (or after the writer's flush).
+    pub fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
+        let at = self.0.check("host-tcp host region read", off, out.len())?;
+        // SAFETY: `at..at+out.len()` lies inside the live allocation (checked above) and
+        // `out` is a distinct Rust buffer (we never hand out slices of ours).
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.0.base().add(at), out.as_mut_ptr(), out.len())
+        };
+        Ok(())
+    }
+
+    /// Copy `data` into the region at `off`. Not synchronised: publish with a release
+    /// on a semaphore.
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let at = self
+            .0
+            .check("host-tcp host region write", off, data.len())?;
+        // SAFETY: the destination range lies inside the live allocation (checked
+        // above); `data` cannot alias it because no slice of it is ever handed out.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base().add(at), data.len()) };
+        Ok(())
+    }
+
+    /// The 64-bit semaphore word at `off` (8-byte aligned, inside the region).
+    pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
+        if !off.is_multiple_of(8) {
+            return Err(HalError::Unaligned {
+                what: "semaphore offset".into(),
+                value: off,
+                align: 8,
+            });
+        }
+        let at = self.0.check("host-tcp semaphore", off, 8)?;
+        // `at` is a multiple of 8 and in bounds, so it names the word `at / 8`.
+        let word = self.0.ptr.as_ptr().wrapping_add(at / 8);
+        // SAFETY: `word` is in bounds, 8-byte aligned (u64 allocation) and valid while
+        // `&self` keeps the allocation alive; semaphore words are only accessed through
+        // atomics by this crate's receiver and by waiters.
+        Ok(unsafe { AtomicU64::from_ptr(word) })
+    }
+}
+
+impl Region for HostRegion {
+    fn addr(&self) -> u64 {
+        self.0.base() as u64
+    }
+    fn len(&self) -> u64 {
+        self.0.len as u64
+    }
+    fn device(&self) -> Device {
+        Device::HOST
+    }
+    /// Reported as host memory ([`MemoryKind::HostShared`] is the closest kind: host
+    /// bytes written by another agent — here the receiver thread — not a memfd).
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::HostShared
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn bounded_bytes_and_aligned_words() {
+        let r = HostRegion::from_bytes(b"hello world").unwrap();
+        assert_eq!(r.len(), 11);
+        assert_eq!(r.addr() % 8, 0);
+        let mut out = [0u8; 5];
+        r.read(6, &mut out).unwrap();
+        assert_eq!(&out, b"world");
+        assert!(r.read(7, &mut out).is_err());
+        assert!(r.write(u64::MAX, &[1]).is_err());
+        assert!(matches!(r.atomic_u64(4), Err(HalError::Unaligned { .. })));
+        assert!(matches!(r.atomic_u64(8), Err(HalError::OutOfRange { .. })));
+        r.atomic_u64(0).unwrap().fetch_add(3, Ordering::Release);
+        let zero = HostRegion::alloc(0).unwrap();
+        assert!(zero.is_empty() && zero.addr() != 0);
+        zero.read(0, &mut []).unwrap();
+        let big = HostRegion::alloc(24).unwrap();
+        big.atomic_u64(16).unwrap().store(7, Ordering::Relaxed);
+        let mut w = [0u8; 8];
+        big.read(16, &mut w).unwrap();
+        assert_eq!(u64::from_le_bytes(w), 7);
+    }
+}

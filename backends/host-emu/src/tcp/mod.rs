@@ -1,0 +1,207 @@
+//! `host-tcp`: a port-mapped transport over TCP, so host ranks on different machines —
+//! or on different *virtual nodes* of one machine ([`Endpoint::node`]) — can talk.
+//! Multi-node algorithms use it on CPU-only machines.
+//!
+//! | module | holds |
+//! |---|---|
+//! | this one | [`HostTcp`]: `Transport` (name, [`HostTcp::GUARANTEES`], reach) and `PortMapped` |
+//! | [`regions`] | [`TcpLocal`] / [`TcpRemote`], the export format, the per-transport region table |
+//! | [`hostmem`] | [`HostRegion`]: plain host memory for ranks without shared memory |
+//! | [`handshake`] | connection setup through the bootstrap (address + per-connection token) |
+//! | [`wire`] | the frame format |
+//! | `link`, `port` | the receiver thread and [`TcpPort`], the sender |
+//!
+//! **How it works.** `register` files a buffer (host-emu [`crate::ShmRegion`] /
+//! [`crate::ShmMapping`], or a [`HostRegion`]) under an id in this transport's region
+//! table; `export` is (instance, id, length) — bytes only, no descriptors, so it works
+//! across hosts; `import` turns that into a [`TcpRemote`]. `connect` opens one TCP
+//! connection per (pair, tag) and starts a receiver thread on each side that applies the
+//! peer's `WRITE`/`SIGNAL` frames to the local registered buffers (bounds-checked) and
+//! answers `FLUSH` with `ACK`. Register buffers and connect with the **same** `HostTcp`
+//! (clones share the table): a connection's receiver only sees its transport's regions.
+//!
+//! **Promises** ([`HostTcp::GUARANTEES`]): one in-order stream per port and one thread
+//! applying it, so signals are strong and puts ordered; `write` copies the source into
+//! the socket before returning and `flush` returns after the peer acknowledged
+//! applying everything before it, so flush means source reusable *and* remote visible.
+//! No get, no LL8/LL16 packets, no graph capture.
+//!
+//! **Failures.** A closed connection is [`HalError::PeerDead`] on the next operation;
+//! `flush` gives up with [`HalError::Timeout`] after the timeout (the bootstrap's, or
+//! [`HostTcp::with_timeout`]); a frame either side refuses closes the connection and
+//! later operations fail with an error naming the peer.
+
+pub mod handshake;
+pub mod hostmem;
+mod link;
+mod port;
+pub mod regions;
+mod register;
+pub mod wire;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use commhal_hal::transport::{PeerContext, PortMapped};
+use commhal_hal::{
+    DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Result,
+    SignalStrength, Transport,
+};
+
+pub use hostmem::HostRegion;
+pub use port::TcpPort;
+pub use regions::{TcpLocal, TcpRemote};
+
+use crate::memory::{ShmMapping, ShmRegion};
+use regions::{Mem, RegionTable};
+
+/// The backend's name, as in [`Export::backend`] and the registry.
+pub const BACKEND: &str = "host-tcp";
+
+/// Reach cost across hosts or virtual nodes.
+pub const COST_REMOTE: u32 = 100;
+/// Reach cost on one node: a fallback behind shared memory (host-emu: 10/20).
+pub const COST_SAME_NODE: u32 = 60;
+
+/// The TCP port transport. Cheap to clone; clones share the region table.
+#[derive(Debug, Clone)]
+pub struct HostTcp {
+    table: Arc<RegionTable>,
+    timeout: Option<Duration>,
+}
+
+impl HostTcp {
+    /// What `host-tcp` promises (see the module docs for why).
+    pub const GUARANTEES: Guarantees = Guarantees {
+        signal: SignalStrength::Strong,
+        put_put_ordered: true,
+        flush: FlushMeaning {
+            source_reusable: true,
+            remote_visible: true,
+        },
+        get: false,
+        ll8: false,
+        ll16: false,
+        graph_capture: false,
+        max_transfer: u64::MAX,
+        fifo_depth: crate::FIFO_DEPTH,
+    };
+
+    /// A transport with its own, empty region table and a random instance id.
+    pub fn new() -> Result<HostTcp> {
+        let instance = u64::from_le_bytes(handshake::random_bytes()?);
+        Ok(HostTcp {
+            table: Arc::new(RegionTable::new(instance)),
+            timeout: None,
+        })
+    }
+
+    /// Bound `flush` and every socket send by `timeout` instead of the bootstrap's
+    /// timeout (affects ports connected afterwards).
+    pub fn with_timeout(mut self, timeout: Duration) -> HostTcp {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// This transport's instance id: the owner recorded in its exports.
+    pub fn instance(&self) -> u64 {
+        self.table.instance()
+    }
+}
+
+impl Transport for HostTcp {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    fn guarantees(&self) -> Guarantees {
+        Self::GUARANTEES
+    }
+
+    /// Host devices only. Yes, cost [`COST_REMOTE`], across hosts or virtual nodes
+    /// (whether the network actually connects them shows at `connect`); yes, cost
+    /// [`COST_SAME_NODE`], on one node, as a fallback behind shared memory.
+    fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach {
+        if local.device.kind != DeviceKind::Host || remote.device.kind != DeviceKind::Host {
+            return Reach::No(format!(
+                "host-tcp joins host devices only (ranks drive {:?} and {:?})",
+                local.device.kind, remote.device.kind
+            ));
+        }
+        if local.same_node(remote) {
+            Reach::Yes {
+                cost: COST_SAME_NODE,
+            }
+        } else {
+            Reach::Yes { cost: COST_REMOTE }
+        }
+    }
+}
+
+impl PortMapped for HostTcp {
+    type Local = TcpLocal;
+    type Remote = TcpRemote;
+    type Port = TcpPort;
+
+    /// Accepts host-emu [`ShmRegion`]/[`ShmMapping`], [`HostRegion`] and [`TcpLocal`]
+    /// (re-registered here), also behind `Box<dyn Region>`; anything else is
+    /// [`HalError::Unregistered`]. Each call makes a new registration (a new id).
+    fn register(&self, region: &dyn Region) -> Result<TcpLocal> {
+        let any = region.as_any();
+        let mem = if let Some(r) = any.downcast_ref::<ShmRegion>() {
+            Mem::Shm(r.buf().clone())
+        } else if let Some(m) = any.downcast_ref::<ShmMapping>() {
+            Mem::Shm(m.buf().clone())
+        } else if let Some(h) = any.downcast_ref::<HostRegion>() {
+            Mem::Host(h.clone())
+        } else if let Some(l) = any.downcast_ref::<TcpLocal>() {
+            l.mem().clone()
+        } else {
+            return Err(HalError::Unregistered {
+                backend: BACKEND.into(),
+                addr: region.addr(),
+                len: region.len(),
+            });
+        };
+        Ok(self.table.register(mem))
+    }
+
+    fn export(&self, local: &TcpLocal) -> Result<Export> {
+        if local.owner() != self.instance() {
+            return Err(HalError::invalid(format!(
+                "region {} was registered with another host-tcp transport: export it with the transport that registered it",
+                local.id()
+            )));
+        }
+        Ok(regions::export(local))
+    }
+
+    fn import(&self, export: Export) -> Result<TcpRemote> {
+        regions::import(export)
+    }
+
+    /// The lower rank listens and invites the higher one through `ctx.bootstrap`
+    /// under `ctx.tag` (see [`handshake`]); both then start a receiver thread.
+    fn connect(&self, ctx: &PeerContext<'_>) -> Result<TcpPort> {
+        let (me, peer) = (ctx.local.rank, ctx.remote.rank);
+        if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {
+            return Err(HalError::unsupported(
+                BACKEND,
+                format!("a port to rank {peer}: {why}"),
+            ));
+        }
+        if me == peer {
+            return Err(HalError::invalid(format!(
+                "rank {me} asked host-tcp for a port to itself: connect to another rank"
+            )));
+        }
+        let (stream, peer_instance) = if me < peer {
+            handshake::listen(ctx, self.instance())?
+        } else {
+            handshake::dial(ctx, self.instance())?
+        };
+        let timeout = self.timeout.unwrap_or_else(|| ctx.bootstrap.timeout());
+        let link = link::Link::start(me, peer, stream, self.table.clone(), timeout)?;
+        Ok(TcpPort::new(link, peer_instance, self.instance(), timeout))
+    }
+}

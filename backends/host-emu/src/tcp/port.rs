@@ -1,0 +1,171 @@
+//! [`TcpPort`]: the sending side of one `host-tcp` connection, called by the proxy.
+//!
+//! * `write` checks both ranges, then streams the source bytes as `WRITE` frames of at
+//!   most [`MAX_CHUNK`] bytes. It returns once the bytes are in the kernel's socket
+//!   buffers, so the **source is reusable as soon as `write` returns**.
+//! * `signal` checks the range and alignment and sends one `SIGNAL` frame; the peer
+//!   applies it after every earlier frame (**strong signal**; puts are ordered too).
+//! * `flush` sends `FLUSH { seq }` and waits for `ACK { seq }`, which the peer's
+//!   receiver sends after applying every earlier frame: **remote visible** (and source
+//!   reusable) when it returns. Bounded: [`HalError::Timeout`] after the transport's
+//!   timeout, [`HalError::PeerDead`] as soon as the connection is known closed.
+//!
+//! Dropping the port half-closes the connection; operations not followed by a
+//! successful `flush` may be lost if the peer goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use commhal_hal::error::check_range;
+use commhal_hal::transport::Port;
+use commhal_hal::{HalError, Rank, Result};
+
+use crate::tcp::link::Link;
+use crate::tcp::regions::{TcpLocal, TcpRemote};
+use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK};
+
+/// A connection to one peer. Owned by one (proxy) thread.
+#[derive(Debug)]
+pub struct TcpPort {
+    link: Arc<Link>,
+    /// Transport instance of the peer (owner of every valid [`TcpRemote`] for it).
+    peer_instance: u64,
+    /// This side's transport instance (owner of every valid [`TcpLocal`]).
+    local_instance: u64,
+    next_seq: u64,
+    timeout: Duration,
+    buf: Vec<u8>,
+}
+
+impl TcpPort {
+    pub(crate) fn new(
+        link: Arc<Link>,
+        peer_instance: u64,
+        local_instance: u64,
+        timeout: Duration,
+    ) -> TcpPort {
+        TcpPort {
+            link,
+            peer_instance,
+            local_instance,
+            next_seq: 1,
+            timeout,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The peer rank this port writes to.
+    pub fn peer(&self) -> Rank {
+        self.link.peer
+    }
+
+    fn check_remote(&self, r: &TcpRemote) -> Result<()> {
+        if r.owner() == self.peer_instance {
+            Ok(())
+        } else {
+            Err(HalError::invalid(format!(
+                "the remote buffer (region {}) was exported by another host-tcp transport than rank {}'s, which this port connects to: import the export of the rank you write to",
+                r.id(),
+                self.link.peer
+            )))
+        }
+    }
+}
+
+impl Port for TcpPort {
+    type Local = TcpLocal;
+    type Remote = TcpRemote;
+
+    fn write(
+        &mut self,
+        dst: &TcpRemote,
+        dst_off: u64,
+        src: &TcpLocal,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.link.check()?;
+        self.check_remote(dst)?;
+        if src.owner() != self.local_instance {
+            return Err(HalError::invalid(
+                "the source buffer was registered with another host-tcp transport than this port's: register it with the transport you connected with",
+            ));
+        }
+        let peer = self.link.peer;
+        check_range(
+            &format!(
+                "host-tcp write destination (rank {peer}'s region {})",
+                dst.id()
+            ),
+            dst_off,
+            len,
+            dst.len(),
+        )?;
+        check_range(
+            "host-tcp write source (local buffer)",
+            src_off,
+            len,
+            src.mem().len(),
+        )?;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(MAX_CHUNK);
+            let header = Header::Write {
+                region: dst.id(),
+                offset: dst_off + done,
+                len: n,
+            };
+            self.buf.clear();
+            self.buf.extend_from_slice(&header.encode());
+            self.buf.resize(HEADER_LEN + n as usize, 0);
+            src.mem()
+                .read(src_off + done, &mut self.buf[HEADER_LEN..])?;
+            self.link.send(&[&self.buf])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn signal(&mut self, sem: &TcpRemote, off: u64, add: u64) -> Result<()> {
+        self.link.check()?;
+        self.check_remote(sem)?;
+        if !off.is_multiple_of(8) {
+            return Err(HalError::Unaligned {
+                what: "semaphore offset".into(),
+                value: off,
+                align: 8,
+            });
+        }
+        check_range(
+            &format!(
+                "host-tcp semaphore (rank {}'s region {})",
+                self.link.peer,
+                sem.id()
+            ),
+            off,
+            8,
+            sem.len(),
+        )?;
+        let h = Header::Signal {
+            region: sem.id(),
+            offset: off,
+            add,
+        };
+        self.link.send(&[&h.encode()])
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.link.check()?;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.link.flush_sent(seq);
+        self.link.send(&[&Header::Flush { seq }.encode()])?;
+        self.link.wait_ack(seq, self.timeout)
+    }
+}
+
+impl Drop for TcpPort {
+    fn drop(&mut self) {
+        self.link.close();
+    }
+}
