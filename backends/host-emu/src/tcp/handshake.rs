@@ -12,8 +12,8 @@
 //!    refused and logged; only the bootstrap timeout ends the wait.
 //!
 //! **Addresses offered across hosts**: `COMMHAL_HOST_TCP_ADDR` (an IP of this host the
-//! peers can reach) if set, else the addresses the host name resolves to (loopback
-//! excluded).
+//! peers can reach) if set, else the addresses the host name resolves to (IPv4,
+//! loopback excluded); the listener then binds all IPv4 interfaces.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -239,12 +239,15 @@ fn bind(ctx: &PeerContext<'_>) -> Result<(TcpListener, Vec<SocketAddr>)> {
         let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         (name.trim(), port)
             .to_socket_addrs()
-            .map(|it| it.filter(|a| !a.ip().is_loopback()).collect())
+            .map(|it| {
+                it.filter(|a| !a.ip().is_loopback() && a.is_ipv4() == bind_ip.is_ipv4())
+                    .collect()
+            })
             .unwrap_or_default()
     };
     if addrs.is_empty() {
         return Err(HalError::Config(format!(
-            "host-tcp: rank {} is on another host but this host's name resolves to no non-loopback address; set {ADDR_ENV} to an IP of this host that rank {} can reach",
+            "host-tcp: rank {} is on another host but this host's name resolves to no non-loopback IPv4 address; set {ADDR_ENV} to an IP of this host that rank {} can reach",
             ctx.remote.rank, ctx.remote.rank
         )));
     }

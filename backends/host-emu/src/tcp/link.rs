@@ -34,6 +34,8 @@ use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK, error_frame};
 
 /// How often an idle receiver checks whether its port was dropped.
 const RECV_TICK: Duration = Duration::from_millis(200);
+/// How long a failed send waits for the receiver to report why the link broke.
+const SEND_FAILURE_GRACE: Duration = Duration::from_millis(200);
 
 /// Why a link can no longer be used.
 #[derive(Debug, Clone)]
@@ -172,6 +174,22 @@ impl Link {
                 millis: self.write_timeout.as_millis() as u64,
             }
         } else {
+            // The receiver usually learns why right away (the peer's ERROR frame or
+            // EOF), which says more than "connection reset": give it a moment.
+            let grace = Instant::now() + SEND_FAILURE_GRACE;
+            let mut st = lock(&self.state);
+            while st.broken.is_none() {
+                let now = Instant::now();
+                if now >= grace {
+                    break;
+                }
+                st = self
+                    .cv
+                    .wait_timeout(st, grace - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            drop(st);
             self.break_with(Broken::Dead(format!("sending failed: {e}")));
             self.check()
                 .err()
