@@ -61,7 +61,7 @@ pub fn fill(region: &dyn Region, off: u64, len: u64, value: u8) -> Result<()> {
 /// The 64-bit word at `off` (8-byte aligned address) as an atomic, for polling flags.
 pub fn atomic_u64(region: &dyn Region, off: u64) -> Result<&AtomicU64> {
     let p = host_ptr(region, off, 8, "host atomic word")?;
-    if (p as usize) % 8 != 0 {
+    if !(p as usize).is_multiple_of(8) {
         return Err(HalError::Unaligned {
             what: "host atomic word address".into(),
             value: p as usize as u64,

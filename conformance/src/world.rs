@@ -236,9 +236,34 @@ impl Ctx {
         self.boot.send(peer, self.t(k), data)
     }
 
-    /// Receive a small message from `peer` under case tag `k`.
+    /// Receive a small message from `peer` under case tag `k`, bounded by the plan's
+    /// wait timeout (not the longer bootstrap timeout), so a peer whose case already
+    /// failed makes this rank fail soon too. On timeout the receive is abandoned on a
+    /// helper thread; it can only consume this case's own (private) tag.
     pub fn recv(&self, peer: Rank, k: u64) -> Result<Vec<u8>, HalError> {
-        self.boot.recv(peer, self.t(k))
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (boot, tag) = (self.boot.clone(), self.t(k));
+        std::thread::Builder::new()
+            .name("case-recv".into())
+            .spawn(move || {
+                let _ = tx.send(boot.recv(peer, tag));
+            })
+            .map_err(|e| HalError::io("spawning a bootstrap receive", e))?;
+        rx.recv_timeout(self.plan.wait_timeout())
+            .unwrap_or_else(|_| {
+                Err(HalError::Timeout {
+                    what: format!(
+                        "a message from rank {peer} (case tag {k}); did its side of the case fail?"
+                    ),
+                    millis: self.plan.wait_timeout_ms,
+                })
+            })
+    }
+
+    /// Pairwise handshake with `peer` under case tag `k` (bounded like [`Ctx::recv`]).
+    pub fn handshake(&self, peer: Rank, k: u64) -> Result<(), HalError> {
+        self.send(peer, k, b"sync")?;
+        self.recv(peer, k).map(drop)
     }
 }
 

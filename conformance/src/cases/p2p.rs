@@ -44,7 +44,7 @@ fn with_hammer<T>(ctx: &Ctx, on: bool, f: impl FnOnce() -> T) -> Result<T, Failu
                 while !stop.load(Ordering::Relaxed) {
                     let _ = hostmem::fill(&**junk, (i * 512) % (1 << 16), 512, t ^ i as u8);
                     i += 1;
-                    if i % 64 == 0 {
+                    if i.is_multiple_of(64) {
                         std::thread::yield_now();
                     }
                 }

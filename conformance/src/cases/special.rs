@@ -135,16 +135,24 @@ fn open_fds() -> Option<usize> {
 }
 
 /// Teardown after a failure frees everything: `setup_and_fail` builds, fails and drops
-/// channels; after a warm-up round the process's descriptor count must not grow.
-fn leak_check(ctx: &Ctx, mut setup_and_fail: impl FnMut(u64) -> CaseResult) -> CaseResult {
+/// channels with `peer`; after a warm-up round the process's descriptor count must not
+/// grow. Counted only where no other pair shares the process (2 ranks, or one rank per
+/// process), so other ranks' setup cannot blur the count.
+fn leak_check(
+    ctx: &Ctx,
+    peer: u32,
+    mut setup_and_fail: impl FnMut(u64) -> CaseResult,
+) -> CaseResult {
+    let me = &ctx.endpoints[ctx.rank as usize];
+    let alone = ctx.size == 2 || ctx.endpoints.iter().filter(|e| e.pid == me.pid).count() == 1;
     let mut counts = Vec::new();
-    for i in 0..4 {
+    for i in 0..4u64 {
         setup_and_fail(100 + 16 * i)?;
-        ctx.boot.barrier()?;
+        ctx.handshake(peer, 99 + 16 * i)?;
         counts.push(open_fds());
-        ctx.boot.barrier()?;
+        ctx.handshake(peer, 98 + 16 * i)?;
     }
-    if let (Some(Some(first)), Some(Some(last))) = (counts.get(1), counts.last()) {
+    if let (true, Some(Some(first)), Some(Some(last))) = (alone, counts.get(1), counts.last()) {
         ensure!(
             last <= first,
             "open descriptors grew from {first} to {last} over repeated setup/failure/teardown: something is not freed"
@@ -221,7 +229,7 @@ pub fn lifecycle_memory(ctx: &Ctx) -> CaseResult {
             );
             ctx.send(peer, 3, b"ok")?;
         }
-        leak_check(ctx, |k| {
+        leak_check(ctx, peer, |k| {
             let mut ch = open_memory(ctx, peer, k, Opts::len(4096))?;
             ch.set_wait_timeout(Duration::from_millis(10));
             ensure!(
@@ -271,8 +279,8 @@ pub fn lifecycle_port(ctx: &Ctx) -> CaseResult {
         "a flush on a channel whose proxy was stopped succeeded"
     );
     drop((ch, local));
-    ctx.boot.barrier()?;
-    leak_check(ctx, |k| {
+    ctx.handshake(peer, 90)?;
+    leak_check(ctx, peer, |k| {
         let p = open_port(ctx, peer, k, Opts::len(4096), 1)?
             .pop()
             .ok_or_else(|| Failure::Fail("no channel".into()))?;

@@ -1,0 +1,196 @@
+//! The GPU proxy: a FIFO that device code pushes into (the protocol of
+//! `device-src/include/commhal/handles.h`) and a host thread that drains it with the
+//! cuda-dma port.
+//!
+//! Why not `commhal_channels::Fifo`/`ProxyService` as they are: that FIFO owns its ring
+//! in ordinary host memory and its `head` is a host atomic, while device code needs the
+//! ring and `tail` in pinned, device-mapped memory and claims slots with a device atomic
+//! on `head`. So the ring lives here ([`DeviceFifo`]: ring + tail pinned, head in device
+//! memory), and the thread ([`GpuProxy`]) performs each trigger with
+//! `commhal_channels::proxy::ProxyContext::perform` — the channels crate's definition of
+//! what a trigger means (data → `write`, signal → `signal(+1)`, flush → `flush`), generic
+//! over `P: PortMapped`, here `CudaDma`.
+//!
+//! Drain loop (per slot `seq`): poll `w1` (acquire) until its valid bit is set, read
+//! `w0`, perform, store `w1 = 0`, then `tail = seq + 1` (release). FLUSH advances the
+//! tail only after the port's flush returned. After a port error the proxy stops
+//! advancing the tail: device pushes and flushes then time out (bounded) and the error
+//! is reported by [`GpuProxy::stop`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use commhal_backend_cuda_dma::CudaDma;
+use commhal_channels::fifo::Trigger;
+use commhal_channels::proxy::ProxyContext;
+use commhal_cuda_rt::{Context, DeviceBuffer, PinnedHostBuffer};
+use commhal_device_src::layout::Trigger as RawTrigger;
+use commhal_hal::{HalError, Result};
+
+/// The device-pushable FIFO: `depth` 16-byte slots and the tail in pinned memory, the
+/// head counter in device memory.
+#[derive(Debug)]
+pub struct DeviceFifo {
+    ring: PinnedHostBuffer,
+    tail: PinnedHostBuffer,
+    head: DeviceBuffer,
+    depth: u64,
+}
+
+impl DeviceFifo {
+    /// A zeroed FIFO of `depth` (> 0) slots.
+    pub fn new(ctx: &Arc<Context>, depth: u64) -> Result<DeviceFifo> {
+        if depth == 0 || depth > (1 << 20) {
+            return Err(HalError::invalid(format!(
+                "FIFO depth {depth} must be between 1 and 2^20"
+            )));
+        }
+        Ok(DeviceFifo {
+            ring: PinnedHostBuffer::new(ctx, depth * 16)?,
+            tail: PinnedHostBuffer::new(ctx, 64)?,
+            head: DeviceBuffer::new(ctx, 64)?,
+            depth,
+        })
+    }
+    /// Slots.
+    pub fn depth(&self) -> u64 {
+        self.depth
+    }
+    /// Device address of the ring (`PortChannelHandle::fifo`).
+    pub fn ring_addr(&self) -> u64 {
+        self.ring.device_addr()
+    }
+    /// Device address of the head counter.
+    pub fn head_addr(&self) -> u64 {
+        self.head.addr()
+    }
+    /// Device address of the tail counter.
+    pub fn tail_addr(&self) -> u64 {
+        self.tail.device_addr()
+    }
+
+    fn word(&self, seq: u64, w: usize) -> &AtomicU64 {
+        let at = (seq % self.depth) as usize * 16 + w * 8;
+        // SAFETY: `at + 8 <= depth * 16` (slot index < depth, w < 2); the pinned ring is
+        // page-aligned and lives as long as `self`; device code accesses these words
+        // only with 64-bit atomics, so viewing them as AtomicU64 is sound.
+        unsafe { &*(self.ring.host_ptr().add(at) as *const AtomicU64) }
+    }
+
+    fn tail_word(&self) -> &AtomicU64 {
+        // SAFETY: the first 8 bytes of the 64-byte pinned tail buffer, page-aligned,
+        // alive as long as `self`; the device reads it with 64-bit acquire loads.
+        unsafe { &*(self.tail.host_ptr() as *const AtomicU64) }
+    }
+}
+
+/// A running proxy thread.
+#[derive(Debug)]
+pub struct GpuProxy {
+    fifo: Arc<DeviceFifo>,
+    stop: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<String>>>,
+    done: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GpuProxy {
+    /// Start draining `fifo` with `ctx` (the port(s), memories and semaphores that
+    /// trigger ids refer to).
+    pub fn start(fifo: Arc<DeviceFifo>, ctx: ProxyContext<CudaDma>) -> Result<GpuProxy> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(Mutex::new(None));
+        let done = Arc::new(AtomicU64::new(0));
+        let (f, s, e, d) = (fifo.clone(), stop.clone(), error.clone(), done.clone());
+        let thread = std::thread::Builder::new()
+            .name("commhal-gpu-proxy".into())
+            .spawn(move || drain(f, ctx, s, e, d))
+            .map_err(|e| HalError::io("starting the GPU proxy thread", e))?;
+        Ok(GpuProxy {
+            fifo,
+            stop,
+            error,
+            done,
+            thread: Some(thread),
+        })
+    }
+
+    /// Triggers completed so far.
+    pub fn completed(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// The first port error, if any.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The FIFO.
+    pub fn fifo(&self) -> &Arc<DeviceFifo> {
+        &self.fifo
+    }
+
+    /// Stop after the triggers already pushed; returns the first port error.
+    pub fn stop(mut self) -> Result<()> {
+        self.halt();
+        match self.error() {
+            Some(e) => Err(HalError::backend("cuda-dma", format!("proxy: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for GpuProxy {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn drain(
+    fifo: Arc<DeviceFifo>,
+    mut ctx: ProxyContext<CudaDma>,
+    stop: Arc<AtomicBool>,
+    error: Arc<Mutex<Option<String>>>,
+    done: Arc<AtomicU64>,
+) {
+    let mut seq = 0u64;
+    let mut idle = 0u32;
+    loop {
+        let w1 = fifo.word(seq, 1).load(Ordering::Acquire);
+        if w1 & RawTrigger::VALID == 0 {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            idle = idle.saturating_add(1);
+            if idle < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(5));
+            }
+            continue;
+        }
+        idle = 0;
+        let w0 = fifo.word(seq, 0).load(Ordering::Relaxed);
+        let t = Trigger::decode([w0, w1]);
+        if let Err(e) = ctx.perform(&t) {
+            tracing::error!("GPU proxy: trigger {seq} ({t:?}) failed: {e}");
+            *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("trigger {seq} ({t:?}): {e}"));
+            // Stop advancing: device code times out instead of trusting a failed op.
+            return;
+        }
+        fifo.word(seq, 1).store(0, Ordering::Relaxed);
+        seq += 1;
+        fifo.tail_word().store(seq, Ordering::Release);
+        done.store(seq, Ordering::Release);
+    }
+}

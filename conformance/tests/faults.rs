@@ -1,0 +1,117 @@
+//! The suite can fail: host-emu with each injected fault (test-only, see
+//! `backends/host-emu/src/faults.rs`) must fail the cases meant to catch it, and the
+//! same cases pass on the clean backend. Ranks are threads; every fault is deterministic
+//! (faulty ports queue writes), so these failures are not timing luck.
+
+use std::time::Duration;
+
+use commhal_conformance::{Mode, Report, RunOptions, Status, run};
+
+const MP: &str = "host-emu/port/message-passing/host-shared,n=4099,off=0";
+const MP1: &str = "host-emu/port/message-passing/host-shared,n=1,off=3";
+const PWS: &str = "host-emu/port/put-with-signal/host-shared";
+const STRONG: &str = "host-emu/port/strong-vs-weak-signal/host-shared";
+const FLUSH_SRC: &str = "host-emu/port/flush-source-reusable/host-shared";
+const FLUSH_VIS: &str = "host-emu/port/flush-remote-visible/host-shared";
+const FIFO: &str = "host-emu/port/proxy-fifo/host-shared,depth=4";
+const COUNT: &str = "host-emu/port/signal-counting/host-shared,start=0";
+/// Memory channels do not go through the faulty port: they must still pass.
+const MEM: &str = "host-emu/memory/message-passing/host-shared,n=4099,off=0";
+
+fn run_with(faults: &str, ids: &[&str]) -> Report {
+    let mut o = RunOptions::new("host-emu", 2);
+    o.quick = true;
+    o.mode = Mode::Threads;
+    o.backend_options = if faults.is_empty() {
+        String::new()
+    } else {
+        format!("faults = \"{faults}\"")
+    };
+    o.filter = ids.iter().map(|s| s.to_string()).collect();
+    o.wait_timeout = Duration::from_millis(1500);
+    o.case_timeout = Duration::from_secs(60);
+    let r = run(&o);
+    println!("faults = {faults:?}\n{}", r.table());
+    r
+}
+
+fn status(r: &Report, id: &str) -> Status {
+    r.get(id)
+        .unwrap_or_else(|| panic!("{id} did not run"))
+        .status
+}
+
+fn assert_caught(faults: &str, catchers: &[&str]) {
+    let mut ids = catchers.to_vec();
+    ids.push(MEM);
+    let r = run_with(faults, &ids);
+    for id in catchers {
+        assert_eq!(
+            status(&r, id),
+            Status::Fail,
+            "{id} did not catch `{faults}`"
+        );
+    }
+    assert_eq!(
+        status(&r, MEM),
+        Status::Pass,
+        "memory channels do not use the faulty port"
+    );
+    assert!(
+        r.summary_line()
+            .contains(&format!("{} failed", catchers.len()))
+    );
+    let clean = run_with("", &ids);
+    assert_eq!(
+        clean.failed, 0,
+        "the clean backend must pass the same cases"
+    );
+    assert_eq!(clean.passed, ids.len());
+}
+
+#[test]
+fn signal_before_data_is_caught() {
+    assert_caught("signal-before-data", &[MP, MP1, PWS, STRONG]);
+}
+
+#[test]
+fn relaxed_signal_is_caught() {
+    assert_caught("relaxed-signal", &[MP, MP1, PWS, STRONG]);
+}
+
+#[test]
+fn early_flush_is_caught() {
+    assert_caught("early-flush", &[FLUSH_SRC, FLUSH_VIS]);
+}
+
+#[test]
+fn dropped_triggers_are_caught() {
+    assert_caught("drop-every-nth-trigger=7", &[FIFO, COUNT]);
+}
+
+#[test]
+fn expectations_turn_failures_into_known_failures_and_flag_unexpected_passes() {
+    let dir = std::env::temp_dir().join(format!("commhal-conf-exp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("host-emu.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[known-failure]]\nid = \"{FLUSH_SRC}\"\nreason = \"injected early-flush\"\n[[known-failure]]\nid = \"{MEM}\"\nreason = \"wrongly listed\"\n"
+        ),
+    )
+    .unwrap();
+    let mut o = RunOptions::new("host-emu", 2);
+    o.quick = true;
+    o.mode = Mode::Threads;
+    o.backend_options = "faults = \"early-flush\"".into();
+    o.filter = vec![FLUSH_SRC.into(), MEM.into()];
+    o.wait_timeout = Duration::from_millis(1500);
+    o.expectations = Some(file);
+    let r = run(&o);
+    println!("{}", r.table());
+    assert_eq!(status(&r, FLUSH_SRC), Status::KnownFailure);
+    assert_eq!(status(&r, MEM), Status::UnexpectedPass);
+    assert_eq!(r.summary_line(), "0 passed, 1 failed, 1 skipped");
+    let _ = std::fs::remove_dir_all(&dir);
+}
