@@ -39,7 +39,11 @@ impl HostMem {
     fn alloc(len: usize) -> Option<HostMem> {
         // At least one word, so even a 0-byte region has a valid, unique address.
         let words = len.div_ceil(8).max(1);
-        let boxed: Box<[u64]> = vec![0u64; words].into_boxed_slice();
+        // Fallible: a huge request is an error, not an abort.
+        let mut v: Vec<u64> = Vec::new();
+        v.try_reserve_exact(words).ok()?;
+        v.resize(words, 0);
+        let boxed: Box<[u64]> = v.into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(boxed).cast::<u64>())?;
         Some(HostMem { ptr, words, len })
     }
@@ -82,7 +86,11 @@ impl HostRegion {
             })?;
         HostMem::alloc(n)
             .map(|m| HostRegion(Arc::new(m)))
-            .ok_or_else(|| HalError::invalid("host-tcp: the allocator returned null"))
+            .ok_or_else(|| {
+                HalError::invalid(format!(
+                    "host-tcp: cannot allocate {len} bytes of host memory (out of memory?)"
+                ))
+            })
     }
 
     /// A region holding a copy of `bytes` (the `Vec` you had, now registrable).
@@ -176,6 +184,11 @@ mod tests {
         let zero = HostRegion::alloc(0).unwrap();
         assert!(zero.is_empty() && zero.addr() != 0);
         zero.read(0, &mut []).unwrap();
+        assert!(HostRegion::alloc(u64::MAX).is_err());
+        assert!(
+            HostRegion::alloc(1 << 62).is_err(),
+            "a huge request is an error"
+        );
         let big = HostRegion::alloc(24).unwrap();
         big.atomic_u64(16).unwrap().store(7, Ordering::Relaxed);
         let mut w = [0u8; 8];
