@@ -67,11 +67,14 @@ impl ConformanceArgs {
 /// failed, 1 otherwise. The binary must also call
 /// [`crate::child_main_if_requested`] at the start of `main` (child ranks re-execute it).
 pub fn cli_main(args: ConformanceArgs) -> i32 {
+    use std::io::Write;
     let report = run(&args.options());
-    if args.json {
-        println!("{}", report.to_json());
+    let text = if args.json {
+        format!("{}\n", report.to_json())
     } else {
-        print!("{}", report.table());
-    }
+        report.table()
+    };
+    // A closed stdout (`| head`) is not worth a panic; the exit code still tells.
+    let _ = std::io::stdout().write_all(text.as_bytes());
     report.exit_code()
 }
