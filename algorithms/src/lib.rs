@@ -9,11 +9,15 @@
 //! * [`sim`]: a single-process reference interpreter of plans on `Vec<u8>` buffers.
 //! * [`builders`]: plan builders for every collective and algorithm.
 //! * [`selector`]: picks an algorithm from thresholds kept as TOML data.
+//! * [`exec`]: the host-emu executor — runs any valid plan on host threads over shared memory.
+//! * [`comm`]: the user API, [`comm::Communicator`]: collectives, send/recv, registered buffers.
 #![warn(missing_docs)]
 
 pub mod builders;
+pub mod comm;
 pub mod dtype;
 pub mod error;
+pub mod exec;
 pub mod fp8;
 pub mod plan;
 pub mod sched;

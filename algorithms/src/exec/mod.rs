@@ -1,0 +1,34 @@
+//! The host-emu executor: runs any valid [`Plan`](crate::plan::Plan) on host threads
+//! over registered shared memory.
+//!
+//! * [`run`]: the interpreter — [`Prepared`] (a plan flattened for one rank, with LL
+//!   flag bookkeeping) and the op implementations (copies, piecewise reductions,
+//!   LL8 packets, switch reduce/broadcast by reading every member, intra-rank barriers).
+//! * [`sync`]: semaphores and the packet doorbell in each rank's sync region: spin,
+//!   then sleep on a futex, bounded by a timeout.
+//! * `raw`: every `unsafe` line (spans of host memory, futex syscalls).
+//!
+//! **Contract** (the plan module's execution contract, made concrete):
+//! * ops of a block run in program order on one host thread; blocks of a rank run on
+//!   their own threads (block 0 on the caller's); `Barrier` is a `std::sync::Barrier`;
+//! * `Put`/`Get`/`PutPackets` copy straight into/out of the peer's memory as mapped in
+//!   this process; `Signal` is a SeqCst (release) add on the peer's counter, so every
+//!   earlier put of the signalling thread is visible when the peer's `Wait` returns;
+//! * `Port`-channel ops take the same path as memory ones (host-emu's port is a proxy
+//!   `memcpy` into the same shared pages plus a release add; doing it on the block's
+//!   thread keeps its ordering and skips the proxy hop); `Flush` is a no-op because
+//!   every copy has completed when it returns;
+//! * LL packets: LL8 words (4 data bytes + 4 flag bytes, one release store); the flag
+//!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the
+//!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
+//!   packets start on their own word (see [`run::packet_area_bytes`]);
+//! * scratch rotation: invocation `i` uses copy `i mod scratch_rotation`.
+//!
+//! The communicator ([`crate::comm`]) owns the memory and builds the views.
+
+pub(crate) mod raw;
+pub mod run;
+pub mod sync;
+
+pub use run::{PIECE, Prepared, packet_area_bytes};
+pub use sync::{MAX_TAGS, WaitTuning};

@@ -1,0 +1,537 @@
+//! The interpreter: runs one rank's part of a [`Prepared`] plan over host memory.
+//!
+//! One host thread per block (block 0 on the calling thread), ops in program order.
+//! Data ops are memmoves and the dtype module's reduce kernel over [`Span`]s of this
+//! rank's and its peers' buffers; reductions and packet reads walk big chunks in
+//! [`PIECE`]-byte pieces so the destination piece stays in cache while every operand is
+//! folded into it.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Barrier;
+use std::sync::atomic::Ordering;
+
+use commhal_channels::packet::{ll_split, ll_word};
+
+use super::raw::{self, Span};
+use super::sync::{KIND_P2P, MAX_TAGS, SyncTable, kind_index};
+
+/// P2P-kind semaphore tag of the entry handshake (tags 0 and 1 are send/recv's).
+const ENTRY_TAG: u32 = 2;
+use crate::comm::CommError;
+use crate::dtype::{DataType, RedOp, finalize, reduce_into};
+use crate::plan::{BufferKind, ChunkRef, Op, Plan};
+
+/// Bytes processed per step of a reduction (fits L1/L2 with a few operands).
+pub const PIECE: usize = 32 * 1024;
+
+/// A plan checked and flattened for one rank, with its LL flag bookkeeping.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The plan.
+    pub plan: Plan,
+    /// This rank.
+    pub me: u32,
+    /// Per block: ops with loops unrolled, and for packet ops the occurrence index of
+    /// each packet slot used (flag offset within the invocation).
+    blocks: Vec<Vec<(Op, Vec<u32>)>>,
+    /// Flag values one invocation uses (max occurrences of one packet slot), ≥ 1.
+    pub flag_stride: u64,
+    /// Peers this rank handshakes with before running: some block of one of the pair
+    /// writes or reads the other's input/output before waiting for it in this
+    /// invocation, so it must know the other has entered the call (its user buffers
+    /// staged and no longer read from the previous call).
+    pub entry_peers: Vec<u32>,
+}
+
+type PacketKey = (u32, u32, u32, u32);
+
+impl Prepared {
+    /// Flatten `plan` for rank `me`. The plan must have passed the validator; tags must
+    /// be below [`MAX_TAGS`].
+    pub fn new(plan: Plan, me: u32) -> Result<Prepared, CommError> {
+        let flat = plan.flatten();
+        // Occurrences of every packet slot across the whole plan (all ranks see the
+        // same plan, so every rank computes the same stride).
+        let mut sent: HashMap<PacketKey, u32> = HashMap::new();
+        let mut read: HashMap<PacketKey, u32> = HashMap::new();
+        let mut mine = Vec::new();
+        for (r, blocks) in flat.iter().enumerate() {
+            let r = r as u32;
+            for ops in blocks {
+                let mut out = Vec::with_capacity(ops.len());
+                for (_, op) in ops {
+                    let mut occ = Vec::new();
+                    match op {
+                        Op::Put { tag, .. }
+                        | Op::Get { tag, .. }
+                        | Op::Signal { tag, .. }
+                        | Op::Wait { tag, .. }
+                        | Op::Flush { tag, .. }
+                        | Op::PutPackets { tag, .. }
+                            if *tag as usize >= MAX_TAGS =>
+                        {
+                            return Err(CommError::Invalid(format!(
+                                "plan `{}` uses tag {tag}; the host executor supports tags below {MAX_TAGS}: use fewer blocks",
+                                plan.name
+                            )));
+                        }
+                        _ => {}
+                    }
+                    match op {
+                        Op::PutPackets { peer, dst, .. } => {
+                            let e = sent.entry((r, *peer, dst.index, dst.count)).or_default();
+                            occ.push(*e);
+                            *e += 1;
+                        }
+                        Op::ReadReducePackets { packets, .. } => {
+                            for (p, c) in packets {
+                                let e = read.entry((*p, r, c.index, c.count)).or_default();
+                                occ.push(*e);
+                                *e += 1;
+                            }
+                        }
+                        _ => {}
+                    }
+                    out.push((op.clone(), occ));
+                }
+                if r == me {
+                    mine.push(out);
+                }
+            }
+        }
+        let flag_stride = sent.values().copied().max().unwrap_or(1).max(1) as u64;
+        let mut pairs = std::collections::BTreeSet::new();
+        for (r, blocks) in flat.iter().enumerate() {
+            let r = r as u32;
+            for ops in blocks {
+                let mut heard = std::collections::HashSet::new();
+                for (_, op) in ops {
+                    let touches_io = |c: &ChunkRef| c.buf != BufferKind::Scratch;
+                    let remote: Vec<(u32, ChunkRef)> = match op {
+                        Op::Put { peer, dst, .. } | Op::PutPackets { peer, dst, .. } => {
+                            vec![(*peer, *dst)]
+                        }
+                        Op::Get { peer, src, .. } => vec![(*peer, *src)],
+                        Op::ReadReduce { peers, src, .. } => {
+                            peers.iter().map(|p| (*p, *src)).collect()
+                        }
+                        Op::SwitchReduce { src, .. } => {
+                            (0..plan.nranks).map(|p| (p, *src)).collect()
+                        }
+                        Op::SwitchBroadcast { dst, .. } => {
+                            (0..plan.nranks).map(|p| (p, *dst)).collect()
+                        }
+                        _ => vec![],
+                    };
+                    for (p, c) in remote {
+                        if p != r && touches_io(&c) && !heard.contains(&p) {
+                            pairs.insert((r.min(p), r.max(p)));
+                        }
+                    }
+                    match op {
+                        Op::Wait { peer, .. } => {
+                            heard.insert(*peer);
+                        }
+                        Op::ReadReducePackets { packets, .. } => {
+                            heard.extend(packets.iter().map(|(p, _)| *p));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let entry_peers = pairs
+            .into_iter()
+            .filter_map(|(a, b)| {
+                if a == me {
+                    Some(b)
+                } else if b == me {
+                    Some(a)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        Ok(Prepared {
+            plan,
+            me,
+            blocks: mine,
+            flag_stride,
+            entry_peers,
+        })
+    }
+
+    /// Blocks this rank runs.
+    pub fn block_count(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+/// One rank's buffers for one invocation (logical views, aliasing already applied).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RankBufs {
+    pub(crate) input: Span,
+    pub(crate) output: Span,
+    /// Scratch data area (non-packet scratch chunks), this invocation's rotation copy.
+    pub(crate) scratch: Span,
+    /// Scratch packet area, this invocation's rotation copy.
+    pub(crate) packets: Span,
+}
+
+impl Default for RankBufs {
+    fn default() -> Self {
+        RankBufs {
+            input: Span::EMPTY,
+            output: Span::EMPTY,
+            scratch: Span::EMPTY,
+            packets: Span::EMPTY,
+        }
+    }
+}
+
+/// Bytes of the packet area for `count` elements: 8 per 4 data bytes, plus one spare
+/// word per chunk so chunk starts never share a word (see [`packet_range`]).
+pub fn packet_area_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
+    if !plan.uses_packets() {
+        return 0;
+    }
+    let data = plan.scratch.elems(count) * dtype.size() as u64;
+    8 * (data.div_ceil(4) + plan.scratch.chunks as u64 + 1)
+}
+
+/// Everything one invocation needs.
+pub(crate) struct Invocation<'a> {
+    pub(crate) prep: &'a Prepared,
+    pub(crate) bufs: &'a [RankBufs],
+    pub(crate) count: u64,
+    pub(crate) dtype: DataType,
+    pub(crate) op: RedOp,
+    /// First flag number of this invocation (invocation index × stride).
+    pub(crate) flag_base: u64,
+    pub(crate) sync: &'a SyncTable,
+}
+
+thread_local! {
+    static TMP: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn flag_of(base: u64, k: u32) -> u32 {
+    ((base.wrapping_add(k as u64)) % (u32::MAX as u64)) as u32 + 1
+}
+
+/// Word range `[first, first + n)` of a packet chunk in the packet area.
+fn packet_range(plan: &Plan, c: &ChunkRef, count: u64, s: u64) -> (usize, usize) {
+    let (a, b) = plan.chunk_range(c, 0, count);
+    let first = (a * s).div_ceil(4) + c.index as u64;
+    let n = ((b - a) * s).div_ceil(4);
+    (first as usize, n as usize)
+}
+
+impl Invocation<'_> {
+    /// Run every block of this rank; returns the first error.
+    pub(crate) fn run(&self) -> Result<(), CommError> {
+        for &p in &self.prep.entry_peers {
+            self.sync.signal(p, KIND_P2P, ENTRY_TAG);
+        }
+        for &p in &self.prep.entry_peers {
+            self.sync.wait(p, KIND_P2P, ENTRY_TAG)?;
+        }
+        let nb = self.prep.blocks.len();
+        match nb {
+            0 => Ok(()),
+            1 => self.run_block(0, None),
+            _ => {
+                let barrier = Barrier::new(nb);
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = (1..nb)
+                        .map(|b| {
+                            let barrier = &barrier;
+                            s.spawn(move || self.run_block(b, Some(barrier)))
+                        })
+                        .collect();
+                    let first = self.run_block(0, Some(&barrier));
+                    let mut result = first;
+                    for h in handles {
+                        let r = h.join().unwrap_or_else(|_| {
+                            Err(CommError::Invalid(
+                                "an executor block thread panicked".into(),
+                            ))
+                        });
+                        if result.is_ok() {
+                            result = r;
+                        }
+                    }
+                    result
+                })
+            }
+        }
+    }
+
+    fn span(&self, rank: u32, c: &ChunkRef) -> Result<Span, CommError> {
+        let s = self.dtype.size() as u64;
+        let (a, b) = self.prep.plan.chunk_range(c, 0, self.count);
+        let bufs = &self.bufs[rank as usize];
+        let base = match c.buf {
+            BufferKind::Input => bufs.input,
+            BufferKind::Output => bufs.output,
+            BufferKind::Scratch => bufs.scratch,
+        };
+        base.sub((a * s) as usize, ((b - a) * s) as usize)
+            .ok_or_else(|| self.oob(rank, c, base.len))
+    }
+
+    fn packet_span(&self, rank: u32, c: &ChunkRef) -> Result<(Span, usize), CommError> {
+        let s = self.dtype.size() as u64;
+        let (first, n) = packet_range(&self.prep.plan, c, self.count, s);
+        let area = self.bufs[rank as usize].packets;
+        let (a, b) = self.prep.plan.chunk_range(c, 0, self.count);
+        let span = area
+            .sub(first * 8, n * 8)
+            .ok_or_else(|| self.oob(rank, c, area.len))?;
+        Ok((span, ((b - a) * s) as usize))
+    }
+
+    fn oob(&self, rank: u32, c: &ChunkRef, len: usize) -> CommError {
+        CommError::Invalid(format!(
+            "plan `{}`: chunk {c:?} of rank {rank} lies outside its {len}-byte buffer at count {} (executor bug: buffers sized wrongly)",
+            self.prep.plan.name, self.count
+        ))
+    }
+
+    fn run_block(&self, b: usize, barrier: Option<&Barrier>) -> Result<(), CommError> {
+        let me = self.prep.me;
+        for (op, occ) in &self.prep.blocks[b] {
+            match op {
+                Op::Put { peer, src, dst, .. } => {
+                    raw::copy(self.span(*peer, dst)?, self.span(me, src)?);
+                }
+                Op::Get { peer, src, dst, .. } => {
+                    raw::copy(self.span(me, dst)?, self.span(*peer, src)?);
+                }
+                Op::Signal { peer, channel, tag } => {
+                    self.sync.signal(*peer, kind_index(*channel), *tag)
+                }
+                Op::Wait { peer, channel, tag } => {
+                    self.sync.wait(*peer, kind_index(*channel), *tag)?
+                }
+                // Host copies are complete (source reusable, remote visible) on return.
+                Op::Flush { .. } => {}
+                Op::Copy { src, dst } => raw::copy(self.span(me, dst)?, self.span(me, src)?),
+                Op::Reduce { srcs, dst } => {
+                    let ops = srcs
+                        .iter()
+                        .map(|c| self.span(me, c))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    self.reduce(self.span(me, dst)?, &ops)?;
+                }
+                Op::ReadReduce {
+                    peers,
+                    src,
+                    local,
+                    dst,
+                    ..
+                } => {
+                    let mut ops = local
+                        .iter()
+                        .map(|c| self.span(me, c))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    for p in peers {
+                        ops.push(self.span(*p, src)?);
+                    }
+                    self.reduce(self.span(me, dst)?, &ops)?;
+                }
+                Op::PutPackets { peer, src, dst, .. } => {
+                    let flag = flag_of(self.flag_base, occ[0]);
+                    let (words, _) = self.packet_span(*peer, dst)?;
+                    put_packets(words, self.span(me, src)?, flag);
+                    self.sync.ring(*peer);
+                }
+                Op::ReadReducePackets {
+                    packets,
+                    local,
+                    dst,
+                } => {
+                    let locals = local
+                        .iter()
+                        .map(|c| self.span(me, c))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let mut pk = Vec::with_capacity(packets.len());
+                    for ((p, c), k) in packets.iter().zip(occ) {
+                        let (words, _) = self.packet_span(me, c)?;
+                        pk.push((*p, words, flag_of(self.flag_base, *k)));
+                    }
+                    self.read_reduce_packets(self.span(me, dst)?, &locals, &pk)?;
+                }
+                Op::SwitchReduce { src, dst } => {
+                    let ops = (0..self.prep.plan.nranks)
+                        .map(|r| self.span(r, src))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    self.reduce(self.span(me, dst)?, &ops)?;
+                }
+                Op::SwitchBroadcast { src, dst } => {
+                    let from = self.span(me, src)?;
+                    for r in 0..self.prep.plan.nranks {
+                        raw::copy(self.span(r, dst)?, from);
+                    }
+                }
+                Op::Barrier => {
+                    if let Some(b) = barrier {
+                        b.wait();
+                    }
+                }
+                Op::Finalize { dst } => {
+                    let (dtype, op, n) = (self.dtype, self.op, self.prep.plan.nranks as usize);
+                    raw::with_mut(self.span(me, dst)?, |d| finalize(d, dtype, op, n))?;
+                }
+                Op::Loop { .. } => {
+                    return Err(CommError::Invalid(
+                        "nested loop reached the executor (plans are flattened first)".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `dst = ops[0] ⊕ ops[1] ⊕ …`, piece by piece. `dst` may be one of the operands.
+    fn reduce(&self, dst: Span, ops: &[Span]) -> Result<(), CommError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        // Start from the operand that is dst itself, if any (the ops commute).
+        let first = ops.iter().position(|o| o.same(&dst)).unwrap_or(0);
+        let len = dst.len;
+        let mut off = 0;
+        while off < len {
+            let n = PIECE.min(len - off);
+            let d = dst.sub(off, n).unwrap_or(Span::EMPTY);
+            let f = ops[first].sub(off, n).unwrap_or(Span::EMPTY);
+            raw::copy(d, f);
+            for (i, o) in ops.iter().enumerate() {
+                if i == first {
+                    continue;
+                }
+                let s = o.sub(off, n).unwrap_or(Span::EMPTY);
+                self.fold(d, s)?;
+            }
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// `d ⊕= s` for one piece; copies `s` aside first if it overlaps `d`.
+    fn fold(&self, d: Span, s: Span) -> Result<(), CommError> {
+        let (dtype, op) = (self.dtype, self.op);
+        let overlap = (s.ptr as usize) < (d.ptr as usize + d.len)
+            && (d.ptr as usize) < (s.ptr as usize + s.len);
+        if overlap && d.len > 0 {
+            TMP.with(|t| {
+                let mut t = t.borrow_mut();
+                t.resize(s.len, 0);
+                raw::read_into(s, &mut t);
+                raw::with_mut(d, |d| reduce_into(d, &t, dtype, op))
+            })?;
+        } else {
+            raw::with_slices(d, s, |d, s| reduce_into(d, s, dtype, op))?;
+        }
+        Ok(())
+    }
+
+    /// `dst = locals… ⊕ packet sources…`, piece by piece, waiting for each word's flag.
+    fn read_reduce_packets(
+        &self,
+        dst: Span,
+        locals: &[Span],
+        packets: &[(u32, Span, u32)],
+    ) -> Result<(), CommError> {
+        let len = dst.len;
+        let (dtype, op) = (self.dtype, self.op);
+        TMP.with(|t| -> Result<(), CommError> {
+            let mut tmp = t.borrow_mut();
+            tmp.resize(PIECE, 0);
+            let mut off = 0;
+            while off < len {
+                let n = PIECE.min(len - off);
+                let d = dst.sub(off, n).unwrap_or(Span::EMPTY);
+                let mut have = false;
+                if !locals.is_empty() {
+                    self.reduce(d, &sub_all(locals, off, n))?;
+                    have = true;
+                }
+                for (p, words, flag) in packets {
+                    let w = words
+                        .sub(off / 4 * 8, n.div_ceil(4) * 8)
+                        .unwrap_or(Span::EMPTY);
+                    let buf = &mut tmp[..n];
+                    self.read_packets(*p, w, *flag, buf)?;
+                    if have {
+                        raw::with_mut(d, |d| reduce_into(d, buf, dtype, op))?;
+                    } else {
+                        raw::write_from(d, buf);
+                        have = true;
+                    }
+                }
+                off += n;
+            }
+            Ok(())
+        })
+    }
+
+    /// Decode `out.len()` bytes from packet words carrying `flag`, waiting for each.
+    fn read_packets(
+        &self,
+        from: u32,
+        words: Span,
+        flag: u32,
+        out: &mut [u8],
+    ) -> Result<(), CommError> {
+        let w = raw::words(words);
+        for (i, chunk) in out.chunks_mut(4).enumerate() {
+            let word = &w[i];
+            let mut v = word.load(Ordering::Acquire);
+            if ll_split(v).1 != flag {
+                self.sync.wait_packets(
+                    || {
+                        v = word.load(Ordering::Acquire);
+                        ll_split(v).1 == flag
+                    },
+                    || {
+                        format!(
+                            "LL packets from rank {from} with flag {flag} (packet {i} still carries flag {}): is rank {from} alive and running the same collective?",
+                            ll_split(word.load(Ordering::Relaxed)).1
+                        )
+                    },
+                )?;
+            }
+            let data = ll_split(v).0.to_le_bytes();
+            chunk.copy_from_slice(&data[..chunk.len()]);
+        }
+        Ok(())
+    }
+}
+
+fn sub_all(spans: &[Span], off: usize, n: usize) -> Vec<Span> {
+    spans
+        .iter()
+        .map(|s| s.sub(off, n).unwrap_or(Span::EMPTY))
+        .collect()
+}
+
+/// Encode `src` as LL8 words with `flag` into `words` (release stores, in order).
+fn put_packets(words: Span, src: Span, flag: u32) {
+    let w = raw::words(words);
+    let mut buf = [0u8; 1024];
+    let mut off = 0;
+    while off < src.len {
+        let n = buf.len().min(src.len - off);
+        let piece = &mut buf[..n.div_ceil(4) * 4];
+        piece.fill(0);
+        raw::read_into(src.sub(off, n).unwrap_or(Span::EMPTY), &mut piece[..n]);
+        for (j, c) in piece.chunks_exact(4).enumerate() {
+            let data = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            w[off / 4 + j].store(ll_word(data, flag), Ordering::Release);
+        }
+        off += n;
+    }
+}

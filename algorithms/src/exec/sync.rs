@@ -1,0 +1,253 @@
+//! Cross-rank synchronisation in shared memory: semaphores and the packet doorbell.
+//!
+//! Every rank owns one *sync region* (registered memory every peer maps):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | `0..8` | doorbell counter: bumped after every packet write into this rank |
+//! | `8..16` | number of this rank's threads asleep on the doorbell |
+//! | `64 + 16·slot` | semaphore `slot`: inbound counter `u64`, sleeping waiters `u64` |
+//!
+//! `slot = (src · KINDS + kind) · MAX_TAGS + tag` for the plan's semaphore key
+//! `(src → this rank, channel kind, tag)`.
+//!
+//! **Signal** = `fetch_add(1)` on the counter in the *peer's* region (SeqCst, so a
+//! release), then `FUTEX_WAKE` on the counter's low 32 bits if a waiter sleeps there.
+//! **Wait** = spin on the counter (acquire) for [`WaitTuning::spin`], then announce
+//! itself in the waiters word and `FUTEX_WAIT` on the counter's low 32 bits in bounded
+//! slices until the signal arrives or [`WaitTuning::timeout`] passes. The SeqCst
+//! increment/load pairs (waiter: waiters++ then counter load; signaller: counter++ then
+//! waiters load) ensure that either the waiter sees the signal or the signaller sees the
+//! waiter and wakes it. Counters are compared wrap-safely
+//! ([`commhal_channels::counter::reached`]) and consumed one signal at a time.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use commhal_channels::counter::reached;
+use commhal_hal::HalError;
+
+use super::raw::{self, Span};
+use crate::plan::ChannelKind;
+
+/// Semaphore kinds: the plan's three channel kinds plus the point-to-point protocol.
+pub(crate) const KINDS: usize = 4;
+/// Kind index of the send/recv protocol's semaphores.
+pub(crate) const KIND_P2P: usize = 3;
+/// Tags per (peer, kind) a plan may use.
+pub const MAX_TAGS: usize = 64;
+/// First semaphore byte.
+const SLOTS_AT: usize = 64;
+
+/// Bytes of a sync region for `n` ranks.
+pub(crate) fn region_bytes(n: u32) -> u64 {
+    (SLOTS_AT + n as usize * KINDS * MAX_TAGS * 16) as u64
+}
+
+pub(crate) fn kind_index(k: ChannelKind) -> usize {
+    match k {
+        ChannelKind::Memory => 0,
+        ChannelKind::Port => 1,
+        ChannelKind::Switch => 2,
+    }
+}
+
+/// How waits spin, sleep and give up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitTuning {
+    /// Busy-wait this long before sleeping on a futex. Short when ranks outnumber
+    /// cores, so waiting ranks give their core to ranks with work.
+    pub spin: Duration,
+    /// A wait fails with a timeout error after this long.
+    pub timeout: Duration,
+}
+
+impl WaitTuning {
+    /// Spin 100 µs when every rank of this host has a core, 2 µs otherwise; the timeout
+    /// of [`commhal_channels::WaitPolicy::default`] (30 s or `COMMHAL_WAIT_TIMEOUT_MS`).
+    pub fn for_host(local_ranks: u32) -> WaitTuning {
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        let spin = if local_ranks <= cores {
+            Duration::from_micros(100)
+        } else {
+            Duration::from_micros(2)
+        };
+        WaitTuning {
+            spin,
+            timeout: commhal_channels::WaitPolicy::default().timeout,
+        }
+    }
+}
+
+/// One rank's view of every rank's sync region.
+#[derive(Debug)]
+pub(crate) struct SyncTable {
+    me: u32,
+    /// Sync region of every rank as mapped here (own region at `me`).
+    regions: Vec<Span>,
+    /// Signals consumed so far, per local slot.
+    expected: Vec<AtomicU64>,
+    pub(crate) tuning: WaitTuning,
+}
+
+/// Spin until `ready()` or the spin budget is spent; true when ready.
+#[inline]
+fn spin_until(spin: Duration, mut ready: impl FnMut() -> bool) -> bool {
+    if ready() {
+        return true;
+    }
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+            if ready() {
+                return true;
+            }
+        }
+        if start.elapsed() >= spin {
+            return ready();
+        }
+    }
+}
+
+impl SyncTable {
+    pub(crate) fn new(me: u32, regions: Vec<Span>, tuning: WaitTuning) -> SyncTable {
+        let n = regions.len();
+        SyncTable {
+            me,
+            regions,
+            expected: (0..n * KINDS * MAX_TAGS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            tuning,
+        }
+    }
+
+    fn slot(src: u32, kind: usize, tag: u32) -> usize {
+        (src as usize * KINDS + kind) * MAX_TAGS + tag as usize
+    }
+
+    fn sem(&self, owner: u32, slot: usize) -> (&AtomicU64, &AtomicU64) {
+        let at = SLOTS_AT + slot * 16;
+        let w = raw::words(
+            self.regions[owner as usize]
+                .sub(at, 16)
+                .unwrap_or(Span::EMPTY),
+        );
+        (&w[0], &w[1])
+    }
+
+    fn doorbell(&self, owner: u32) -> (&AtomicU64, &AtomicU64) {
+        let w = raw::words(
+            self.regions[owner as usize]
+                .sub(0, 16)
+                .unwrap_or(Span::EMPTY),
+        );
+        (&w[0], &w[1])
+    }
+
+    /// Signal `(me → peer, kind, tag)`: everything this thread wrote before is visible to
+    /// the peer once its matching wait returns.
+    pub(crate) fn signal(&self, peer: u32, kind: usize, tag: u32) {
+        let (counter, waiters) = self.sem(peer, Self::slot(self.me, kind, tag));
+        counter.fetch_add(1, Ordering::SeqCst);
+        if waiters.load(Ordering::SeqCst) != 0 {
+            raw::futex_wake(counter);
+        }
+    }
+
+    /// Wait for and consume one signal on `(peer → me, kind, tag)`.
+    pub(crate) fn wait(&self, peer: u32, kind: usize, tag: u32) -> Result<(), HalError> {
+        let slot = Self::slot(peer, kind, tag);
+        let (counter, waiters) = self.sem(self.me, slot);
+        let expected = &self.expected[slot];
+        let target = expected.load(Ordering::Relaxed).wrapping_add(1);
+        let ok = || reached(counter.load(Ordering::Acquire), target);
+        if !spin_until(self.tuning.spin, ok) {
+            let deadline = Instant::now() + self.tuning.timeout;
+            waiters.fetch_add(1, Ordering::SeqCst);
+            loop {
+                let v = counter.load(Ordering::SeqCst);
+                if reached(v, target) {
+                    break;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    waiters.fetch_sub(1, Ordering::SeqCst);
+                    return Err(HalError::Timeout {
+                        what: format!(
+                            "rank {}: signal #{target} from rank {peer} (channel kind {kind}, tag {tag}; counter is {v}): is rank {peer} alive and running the same collective?",
+                            self.me
+                        ),
+                        millis: self.tuning.timeout.as_millis() as u64,
+                    });
+                }
+                let slice = (deadline - now).min(Duration::from_millis(50));
+                raw::futex_wait(counter, v as u32, slice);
+            }
+            waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+        expected.store(target, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Consume one signal on `(peer → me, kind, tag)` if it has arrived; never blocks.
+    pub(crate) fn poll(&self, peer: u32, kind: usize, tag: u32) -> bool {
+        let slot = Self::slot(peer, kind, tag);
+        let (counter, _) = self.sem(self.me, slot);
+        let expected = &self.expected[slot];
+        let target = expected.load(Ordering::Relaxed).wrapping_add(1);
+        if reached(counter.load(Ordering::Acquire), target) {
+            expected.store(target, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// After writing packets into `peer`'s memory: ring its doorbell.
+    pub(crate) fn ring(&self, peer: u32) {
+        let (bell, sleepers) = self.doorbell(peer);
+        bell.fetch_add(1, Ordering::SeqCst);
+        if sleepers.load(Ordering::SeqCst) != 0 {
+            raw::futex_wake(bell);
+        }
+    }
+
+    /// Wait until `ready()` (a packet flag check), sleeping on this rank's doorbell after
+    /// the spin budget. `what` describes the packets for the timeout error.
+    pub(crate) fn wait_packets(
+        &self,
+        mut ready: impl FnMut() -> bool,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), HalError> {
+        if spin_until(self.tuning.spin, &mut ready) {
+            return Ok(());
+        }
+        let (bell, sleepers) = self.doorbell(self.me);
+        let deadline = Instant::now() + self.tuning.timeout;
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        let r = loop {
+            let d = bell.load(Ordering::SeqCst);
+            if ready() {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(HalError::Timeout {
+                    what: format!("rank {}: {}", self.me, what()),
+                    millis: self.tuning.timeout.as_millis() as u64,
+                });
+            }
+            raw::futex_wait(
+                bell,
+                d as u32,
+                (deadline - now).min(Duration::from_millis(50)),
+            );
+        };
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+}
