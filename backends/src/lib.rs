@@ -1,6 +1,10 @@
 //! Links every enabled backend crate (one cargo feature each) so its `inventory`
 //! registration reaches the final binary, and re-exports the registry.
 
+#[cfg(feature = "cuda-dma")]
+pub use commhal_backend_cuda_dma as cuda_dma;
+#[cfg(feature = "cuda-nvlink")]
+pub use commhal_backend_cuda_nvlink as cuda_nvlink;
 #[cfg(feature = "host-emu")]
 pub use commhal_backend_host_emu as host_emu;
 
@@ -11,4 +15,8 @@ pub use commhal_hal::registry;
 pub fn link_all() {
     #[cfg(feature = "host-emu")]
     commhal_backend_host_emu::link();
+    #[cfg(feature = "cuda-nvlink")]
+    commhal_backend_cuda_nvlink::link();
+    #[cfg(feature = "cuda-dma")]
+    commhal_backend_cuda_dma::link();
 }

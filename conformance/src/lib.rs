@@ -28,6 +28,8 @@ pub mod cases;
 pub mod cli;
 pub mod dynwrap;
 pub mod expect;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod hostmem;
 pub mod report;
 mod rng;

@@ -1,1 +1,39 @@
-//! cuda-dma (in progress)
+//! # commhal-backend-cuda-dma — `PortMapped` over the CUDA copy engines
+//!
+//! Device code pushes triggers into the proxy FIFO; the host proxy turns each into
+//! stream operations on a [`DmaPort`]:
+//!
+//! | trigger | stream operation (one stream per port, in call order) |
+//! |---|---|
+//! | put | `cuMemcpyAsync` local → the peer buffer mapped here (copy engine, DtoD over NVLink/P2P) |
+//! | signal | `cuStreamWriteValue64` of the semaphore's next value (a per-semaphore shadow counter: the proxy is the only writer of that remote counter) |
+//! | flush | wait until the stream drained (polls `cuStreamQuery`, bounded → [`HalError::Timeout`](commhal_hal::HalError)) |
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`transport`] | [`CudaDma`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` |
+//! | [`region`] | [`DmaLocal`] (a registered buffer), [`DmaRemote`] (a peer buffer mapped here), [`CudaRtRegion`] (cuda-rt buffers as regions) |
+//! | [`port`] | [`DmaPort`]: write / signal / flush |
+//! | `stream_ops` | every `unsafe` driver call: async copy, stream write-value, stream query |
+//! | `register` | the `inventory` registration (`cuda-dma`: port) and `probe` |
+//!
+//! Exports reuse cuda-nvlink's format and mapping (VMM fd, legacy IPC, same-process
+//! pointer), under the backend name `cuda-dma`.
+#![warn(missing_docs)]
+
+pub mod port;
+pub mod region;
+mod register;
+mod stream_ops;
+pub mod transport;
+
+pub use port::DmaPort;
+pub use region::{CudaRtRegion, DmaLocal, DmaRemote};
+pub use register::probe;
+pub use transport::{CudaDma, FIFO_DEPTH, GUARANTEES};
+
+/// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
+pub const BACKEND: &str = "cuda-dma";
+
+/// Called by `commhal-backends` so the linker keeps this crate (and its registration).
+pub fn link() {}

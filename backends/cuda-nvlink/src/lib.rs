@@ -37,6 +37,10 @@ pub mod header;
 pub mod memory;
 pub mod reach;
 mod register;
+/// The probe pieces cuda-dma reuses.
+pub mod register_probe {
+    pub use crate::register::peer_probe;
+}
 pub mod transport;
 
 pub use header::ExportHeader;

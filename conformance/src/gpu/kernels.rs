@@ -184,12 +184,7 @@ pub fn validate_ops(ops: &[GpuOp], local_len: u64, remote_len: u64) -> Result<()
             commhal_hal::error::check_range(&format!("op {i} local range"), off, len, local_len)?;
         }
         if let Some((off, len)) = o.remote_range() {
-            commhal_hal::error::check_range(
-                &format!("op {i} remote range"),
-                off,
-                len,
-                remote_len,
-            )?;
+            commhal_hal::error::check_range(&format!("op {i} remote range"), off, len, remote_len)?;
         }
     }
     Ok(())
@@ -276,7 +271,12 @@ impl Kernels {
 /// `args` match the kernel's parameters, and every pointer argument (and every range
 /// the kernel derives from the arguments and handles it reads) is device memory usable
 /// by the stream's device that stays alive until the stream is synchronised.
-pub unsafe fn launch(k: &Kernel, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+pub unsafe fn launch(
+    k: &Kernel,
+    stream: &Stream,
+    cfg: LaunchConfig,
+    args: &[KernelArg],
+) -> Result<()> {
     // SAFETY: forwarded contract (see # Safety).
     unsafe { k.launch(stream, cfg, args) }.map_err(HalError::from)
 }
@@ -316,7 +316,9 @@ pub unsafe fn memset_async(stream: &Stream, addr: u64, value: u8, len: u64) -> R
     stream.context().bind()?;
     // SAFETY: forwarded contract.
     let r = unsafe { sys::cuMemsetD8Async(addr, value, len as usize, stream.raw()) };
-    check(WHO, r, "cuMemsetD8Async", || format!("clearing {len} bytes"))
+    check(WHO, r, "cuMemsetD8Async", || {
+        format!("clearing {len} bytes")
+    })
 }
 
 /// Queue a peer copy `src` (in `src_ctx`) → `dst` (in `dst_ctx`) on `stream`.
@@ -368,7 +370,9 @@ impl Graph {
                 sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
         };
-        check(WHO, r, "cuStreamBeginCapture", || "starting a capture".into())?;
+        check(WHO, r, "cuStreamBeginCapture", || {
+            "starting a capture".into()
+        })?;
         let recorded = record();
         let mut graph: sys::CUgraph = std::ptr::null_mut();
         ctx.bind()?;
@@ -451,11 +455,39 @@ mod tests {
 
     #[test]
     fn ops_are_range_checked() {
-        let ok = [GpuOp::fill(0, 100, 1), GpuOp::put(50, 0, 100), GpuOp::signal()];
+        let ok = [
+            GpuOp::fill(0, 100, 1),
+            GpuOp::put(50, 0, 100),
+            GpuOp::signal(),
+        ];
         assert!(validate_ops(&ok, 100, 150).is_ok());
         assert!(validate_ops(&ok, 99, 150).is_err());
         assert!(validate_ops(&ok, 100, 149).is_err());
         assert!(validate_ops(&[GpuOp::get(0, u64::MAX, 2)], 10, 10).is_err());
         assert_eq!(ops_bytes(&ok).len(), 96);
+    }
+
+    /// NVRTC compiles script.cu for sm_90 with the device-src headers (no GPU needed);
+    /// skipped with a visible message when NVRTC is not installed.
+    #[test]
+    fn script_unit_compiles_with_nvrtc() {
+        let local = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../.cache/nvrtc/nvidia/cu13/lib");
+        if !commhal_cuda_rt::nvrtc_available() && local.join("libnvrtc.so.13").exists() {
+            commhal_cuda_rt::nvrtc::loader::preload_nvrtc_from(&local).expect("preload NVRTC");
+        }
+        if !commhal_cuda_rt::nvrtc_available() {
+            if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
+                panic!("COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found");
+            }
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED script_unit_compiles_with_nvrtc: NVRTC not found (run scripts/install-nvrtc.sh)"
+            );
+            return;
+        }
+        let (img, _) = jit::compile_unit(&SCRIPT, "sm_90", None).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!img.bytes.is_empty());
     }
 }

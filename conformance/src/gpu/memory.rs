@@ -281,29 +281,46 @@ pub fn run_cases(pair: &mut MemPair<'_>, rec: &mut Recorder, suffix: &str) {
             }
         }
     }
-    rec.case(id("strong-signal"), 3, "put(A); put(B); signal; wait => A and B visible", || {
-        if g.signal != commhal_hal::SignalStrength::Strong {
-            return Ok(not_claimed("strong signals", "claims weak"));
-        }
-        strong_signal(pair, rounds)
-    });
-    for (label, base) in [("from-0", 0u64), ("near-2^32", (1u64 << 32) - 3), ("near-2^64", u64::MAX - 8)] {
+    rec.case(
+        id("strong-signal"),
+        3,
+        "put(A); put(B); signal; wait => A and B visible",
+        || {
+            if g.signal != commhal_hal::SignalStrength::Strong {
+                return Ok(not_claimed("strong signals", "claims weak"));
+            }
+            strong_signal(pair, rounds)
+        },
+    );
+    for (label, base) in [
+        ("from-0", 0u64),
+        ("near-2^32", (1u64 << 32) - 3),
+        ("near-2^64", u64::MAX - 8),
+    ] {
         rec.case(
             id(&format!("signal-counting/{label}")),
             4,
             "k signals from k blocks satisfy exactly k waits; the next poll is false; a bounded wait fails cleanly",
-            || signal_counting(pair, base, if label == "near-2^64" { 8 } else if quick { 8 } else { 64 }),
+            || signal_counting(pair, base, if label == "near-2^64" || quick { 8 } else { 64 }),
         );
     }
-    rec.case(id("relaxed-signal"), 5, "relaxed signals are counted like signals", || {
-        relaxed(pair, 16)
-    });
-    rec.case(id("flush-source-reusable"), 6, "put; flush; overwrite source; signal => peer sees old values", || {
-        if !g.flush.source_reusable {
-            return Ok(not_claimed("flush => source reusable", "see GUARANTEES"));
-        }
-        flush_source_reusable(pair, rounds)
-    });
+    rec.case(
+        id("relaxed-signal"),
+        5,
+        "relaxed signals are counted like signals",
+        || relaxed(pair, 16),
+    );
+    rec.case(
+        id("flush-source-reusable"),
+        6,
+        "put; flush; overwrite source; signal => peer sees old values",
+        || {
+            if !g.flush.source_reusable {
+                return Ok(not_claimed("flush => source reusable", "see GUARANTEES"));
+            }
+            flush_source_reusable(pair, rounds)
+        },
+    );
     rec.case(id("flush-remote-visible"), 7, "put; flush; out-of-band barrier => peer sees the data", || {
         Ok(if g.flush.remote_visible {
             Verdict::Fail("claimed but this suite has no memory-channel test for it".into())
@@ -324,37 +341,61 @@ pub fn run_cases(pair: &mut MemPair<'_>, rec: &mut Recorder, suffix: &str) {
             )
         })
     });
-    rec.case(id("get-after-signal"), 10, "peer writes, signals; get returns the new data", || {
-        if !g.get {
-            return Ok(not_claimed("get", "see GUARANTEES"));
-        }
-        get_after_signal(pair, rounds)
-    });
-    rec.case(id("ping-pong"), 11, "10^5 round trips both ways without deadlock", || {
-        ping_pong(pair, if quick { 10_000 } else { 100_000 })
-    });
-    for (label, ll16) in [("ll8", false), ("ll16", true)] {
-        rec.case(id(&format!("ll-packets/{label}")), 14, "every element arrives with its own flag, across flag wrap", || {
-            if (ll16 && !g.ll16) || (!ll16 && !g.ll8) {
-                return Ok(not_claimed(label, "see GUARANTEES"));
+    rec.case(
+        id("get-after-signal"),
+        10,
+        "peer writes, signals; get returns the new data",
+        || {
+            if !g.get {
+                return Ok(not_claimed("get", "see GUARANTEES"));
             }
-            ll_packets(pair, ll16)
-        });
+            get_after_signal(pair, rounds)
+        },
+    );
+    rec.case(
+        id("ping-pong"),
+        11,
+        "10^5 round trips both ways without deadlock",
+        || ping_pong(pair, if quick { 10_000 } else { 100_000 }),
+    );
+    for (label, ll16) in [("ll8", false), ("ll16", true)] {
+        rec.case(
+            id(&format!("ll-packets/{label}")),
+            14,
+            "every element arrives with its own flag, across flag wrap",
+            || {
+                if (ll16 && !g.ll16) || (!ll16 && !g.ll8) {
+                    return Ok(not_claimed(label, "see GUARANTEES"));
+                }
+                ll_packets(pair, ll16)
+            },
+        );
     }
-    rec.case(id("edges/host-rejections"), 16, "bad sizes, foreign and malformed exports are rejected on the host", || {
-        edges(pair)
-    });
+    rec.case(
+        id("edges/host-rejections"),
+        16,
+        "bad sizes, foreign and malformed exports are rejected on the host",
+        || edges(pair),
+    );
     for (label, legacy) in [("vmm-fd", false), ("legacy-ipc", true)] {
-        rec.case(id(&format!("export-import/{label}")), 17, "export/import round trip across processes", || {
-            export_import(pair, legacy)
-        });
+        rec.case(
+            id(&format!("export-import/{label}")),
+            17,
+            "export/import round trip across processes",
+            || export_import(pair, legacy),
+        );
     }
-    rec.case(id("graph-capture"), 18, "a captured put+signal / wait+check graph replays N times", || {
-        if !g.graph_capture {
-            return Ok(not_claimed("graph capture", "see GUARANTEES"));
-        }
-        graph_capture(pair, if quick { 20 } else { 200 })
-    });
+    rec.case(
+        id("graph-capture"),
+        18,
+        "a captured put+signal / wait+check graph replays N times",
+        || {
+            if !g.graph_capture {
+                return Ok(not_claimed("graph capture", "see GUARANTEES"));
+            }
+            graph_capture(pair, if quick { 20 } else { 200 })
+        },
+    );
 }
 
 fn message_passing(
@@ -405,7 +446,10 @@ fn message_passing(
                     &w.k.wait,
                     &w.stream,
                     LaunchConfig::linear(1, 32),
-                    &[KernelArg::Ptr(haddr), KernelArg::Ptr(pair.scratch.ok_addr(0))],
+                    &[
+                        KernelArg::Ptr(haddr),
+                        KernelArg::Ptr(pair.scratch.ok_addr(0)),
+                    ],
                 )?;
             }
             pair.check(area + doff, n, s)?;
@@ -469,7 +513,11 @@ fn strong_signal(pair: &mut MemPair<'_>, rounds: u32) -> Result<Verdict> {
             GpuOp::put(area + a, a, b),
             GpuOp::signal(),
         ];
-        let hi = [GpuOp::wait(), GpuOp::check(area, a, s1), GpuOp::check(area + a, b, s2)];
+        let hi = [
+            GpuOp::wait(),
+            GpuOp::check(area, a, s1),
+            GpuOp::check(area + a, b, s2),
+        ];
         let v = both_scripts(pair, &h, &lo, &hi, "strong signal", (0, 0))?;
         pair.p.barrier(1)?;
         if v != Verdict::Pass(None) {
@@ -511,7 +559,11 @@ fn signal_counting(pair: &mut MemPair<'_>, base: u64, k: u32) -> Result<Verdict>
         return Ok(Verdict::Pass(None));
     }
     let mut ops: Vec<GpuOp> = (0..k).map(|_| GpuOp::wait()).collect();
-    ops.extend([GpuOp::poll(false), GpuOp::set_spin(2000), GpuOp::wait_times_out()]);
+    ops.extend([
+        GpuOp::poll(false),
+        GpuOp::set_spin(2000),
+        GpuOp::wait_times_out(),
+    ]);
     pair.script(0, 0, &ops)?;
     w.sync("k waits, a poll and a bounded wait")?;
     let v = pair
@@ -600,7 +652,10 @@ fn get_after_signal(pair: &mut MemPair<'_>, rounds: u32) -> Result<Verdict> {
             w.sync("wait+get+check")?;
             let (ok, bad) = (pair.scratch.ok(0)?, pair.scratch.mismatches()?);
             Verdict::from_check(ok == 1 && bad == 0, || {
-                format!("round {round}: signal arrived = {}, {bad} byte(s) wrong", ok == 1)
+                format!(
+                    "round {round}: signal arrived = {}, {bad} byte(s) wrong",
+                    ok == 1
+                )
             })
         } else {
             pair.script(0, 0, &[GpuOp::fill(0, n, s), GpuOp::signal()])?;
@@ -654,7 +709,9 @@ pub fn ping_pong_us(pair: &mut MemPair<'_>, iters: u64) -> Result<(bool, f64)> {
 fn ping_pong(pair: &mut MemPair<'_>, iters: u64) -> Result<Verdict> {
     let (ok, us) = ping_pong_us(pair, iters)?;
     Ok(if ok {
-        Verdict::Pass(Some(format!("{iters} round trips, {us:.2} us per round trip")))
+        Verdict::Pass(Some(format!(
+            "{iters} round trips, {us:.2} us per round trip"
+        )))
     } else {
         Verdict::Fail(format!(
             "a wait timed out during {iters} round trips (device error {})",
@@ -782,10 +839,18 @@ fn edges(pair: &mut MemPair<'_>) -> Result<Verdict> {
     if pair.rdata.read(u64::MAX, &mut [0; 1]).is_ok() {
         problems.push("a read at an overflowing offset was accepted");
     }
-    if validate_ops(&[GpuOp::put(pair.rdata.len(), 0, 1)], pair.data.len(), pair.rdata.len()).is_ok() {
+    if validate_ops(
+        &[GpuOp::put(pair.rdata.len(), 0, 1)],
+        pair.data.len(),
+        pair.rdata.len(),
+    )
+    .is_ok()
+    {
         problems.push("a script put past the partner's region passed validation");
     }
-    Ok(Verdict::from_check(problems.is_empty(), || problems.join("; ")))
+    Ok(Verdict::from_check(problems.is_empty(), || {
+        problems.join("; ")
+    }))
 }
 
 fn export_import(pair: &mut MemPair<'_>, legacy: bool) -> Result<Verdict> {
@@ -798,13 +863,18 @@ fn export_import(pair: &mut MemPair<'_>, legacy: bool) -> Result<Verdict> {
         ordinal: w.device,
     };
     let pat = |n: usize, s: u32| -> Vec<u8> {
-        (0..n).map(|i| ((i as u64 * 131 + u64::from(s)) & 0xff) as u8).collect()
+        (0..n)
+            .map(|i| ((i as u64 * 131 + u64::from(s)) & 0xff) as u8)
+            .collect()
     };
     let (n1, n2) = (request as usize, 4099usize);
     if pair.p.lo {
         let mem = nv.alloc(dev, request)?;
         if mem.len() < request {
-            return Ok(Verdict::Fail(format!("asked for {request} bytes, got {}", mem.len())));
+            return Ok(Verdict::Fail(format!(
+                "asked for {request} bytes, got {}",
+                mem.len()
+            )));
         }
         if !legacy {
             let g = commhal_cuda_rt::vmm::granularity(&w.ctx)?;
@@ -815,12 +885,18 @@ fn export_import(pair: &mut MemPair<'_>, legacy: bool) -> Result<Verdict> {
                 )));
             }
         } else if !mem.is_legacy_ipc() {
-            return Ok(Verdict::Fail("legacy IPC was forced but the allocation is VMM".into()));
+            return Ok(Verdict::Fail(
+                "legacy IPC was forced but the allocation is VMM".into(),
+            ));
         }
         mem.write(0, &pat(n1, 17))?;
         let e = nv.export(&mem)?;
         if e.len != mem.len() {
-            return Ok(Verdict::Fail(format!("Export::len {} != region length {}", e.len, mem.len())));
+            return Ok(Verdict::Fail(format!(
+                "Export::len {} != region length {}",
+                e.len,
+                mem.len()
+            )));
         }
         swap_exports(&pair.p, 0, vec![e], 0)?;
         pair.p.barrier(20)?; // partner read ours and wrote its pattern
@@ -832,7 +908,9 @@ fn export_import(pair: &mut MemPair<'_>, legacy: bool) -> Result<Verdict> {
         }))
     } else {
         let mut got = swap_exports(&pair.p, 0, Vec::new(), 1)?;
-        let e = got.pop().ok_or_else(|| HalError::Bootstrap("no export received".into()))?;
+        let e = got
+            .pop()
+            .ok_or_else(|| HalError::Bootstrap("no export received".into()))?;
         let m = nv.map(e)?;
         let want = if legacy { "legacy-ipc" } else { "vmm-fd" };
         let mut seen = vec![0u8; n1];
@@ -847,7 +925,9 @@ fn export_import(pair: &mut MemPair<'_>, legacy: bool) -> Result<Verdict> {
         if seen != pat(n1, 17) {
             problems.push("the owner's data is not visible through the mapping".into());
         }
-        Ok(Verdict::from_check(problems.is_empty(), || problems.join("; ")))
+        Ok(Verdict::from_check(problems.is_empty(), || {
+            problems.join("; ")
+        }))
     }
 }
 
@@ -882,7 +962,11 @@ fn graph_capture(pair: &mut MemPair<'_>, replays: u32) -> Result<Verdict> {
         w.sync("initial ready signal")?;
         let (recv, nr) = pair.prepare(
             1,
-            &[GpuOp::wait(), GpuOp::check(area, n, s), GpuOp::zero(area, n)],
+            &[
+                GpuOp::wait(),
+                GpuOp::check(area, n, s),
+                GpuOp::zero(area, n),
+            ],
         )?;
         let (ready, nd) = pair.prepare(2, &[GpuOp::signal()])?;
         kernels::Graph::capture(&w.stream, || {
@@ -894,7 +978,9 @@ fn graph_capture(pair: &mut MemPair<'_>, replays: u32) -> Result<Verdict> {
         graph.launch(&w.stream)?;
     }
     w.sync("graph replays")?;
-    let v = pair.scratch.script_verdict(&format!("{replays} graph replays"), 0)?;
+    let v = pair
+        .scratch
+        .script_verdict(&format!("{replays} graph replays"), 0)?;
     pair.p.barrier(1)?;
     Ok(v)
 }

@@ -88,7 +88,10 @@ pub fn run(backend: &str, quick: bool, json: bool) -> i32 {
         match gather_and_report(&w, b, quick, out, start, json) {
             Ok(c) => code = code.max(c),
             Err(e) => {
-                eprintln!("gpu conformance: rank {}: collecting results failed: {e}", w.rank());
+                eprintln!(
+                    "gpu conformance: rank {}: collecting results failed: {e}",
+                    w.rank()
+                );
                 code = 1;
             }
         }
@@ -99,9 +102,9 @@ pub fn run(backend: &str, quick: bool, json: bool) -> i32 {
 fn run_backend(w: &World, backend: &str, rec: &mut Recorder) -> Result<()> {
     let all = world::rounds(w.size());
     let rounds = if w.quick { all.min(1) } else { all };
-    if rounds == 0 {
+    if rounds == 0 || w.size() % 2 == 1 {
         return Err(HalError::invalid(format!(
-            "the GPU conformance suite needs at least 2 ranks (got {}): run it under `commhal launch -n 2`",
+            "the GPU conformance suite needs an even number of ranks, at least 2 (got {}): run it under `commhal launch -n 2` (or 4, 8)",
             w.size()
         )));
     }
@@ -111,19 +114,9 @@ fn run_backend(w: &World, backend: &str, rec: &mut Recorder) -> Result<()> {
         } else {
             String::new()
         };
-        let Some(peer) = world::partner(w.rank(), w.size(), round) else {
-            rec.case(
-                format!("{backend}/no-partner{suffix}"),
-                0,
-                "every rank has a partner",
-                || {
-                    Ok(world::Verdict::NotSupported(
-                        "odd world size: this rank sits this round out".into(),
-                    ))
-                },
-            );
-            continue;
-        };
+        let peer = world::partner(w.rank(), w.size(), round).ok_or_else(|| {
+            HalError::invalid("no partner in this round (odd world size?)".to_string())
+        })?;
         let p = Peer::new(w, peer, round);
         match backend {
             "cuda-nvlink" => {
@@ -162,7 +155,12 @@ fn gather_and_report(
         .collect::<Result<_>>()?;
     let outputs = fill_missing(outputs);
     let report = Report::merge(
-        (backend.to_string(), w.size(), quick, "processes (gpu)".into()),
+        (
+            backend.to_string(),
+            w.size(),
+            quick,
+            "processes (gpu)".into(),
+        ),
         &outputs,
         &expectations(),
         Vec::new(),
@@ -214,8 +212,14 @@ mod tests {
             e.lookup("cuda-nvlink/memory/signal-counting/near-2^64")
                 .is_some()
         );
-        assert!(e.lookup("cuda-dma/port/signal-counting/near-2^64").is_some());
-        assert!(e.lookup("cuda-nvlink/memory/signal-counting/near-2^32").is_none());
+        assert!(
+            e.lookup("cuda-dma/port/signal-counting/near-2^64")
+                .is_some()
+        );
+        assert!(
+            e.lookup("cuda-nvlink/memory/signal-counting/near-2^32")
+                .is_none()
+        );
         Expectations::parse(include_str!("expectations.toml")).expect("valid file");
     }
 

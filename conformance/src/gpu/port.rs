@@ -173,8 +173,13 @@ impl<'w> PortPair<'w> {
     pub fn script(&self, li: u64, blocks: u32, ops: &[GpuOp]) -> Result<()> {
         validate_ops(ops, self.data.len(), self.remote_len)?;
         for o in ops {
-            if o.dst > u64::from(u32::MAX) || o.src > u64::from(u32::MAX) || o.len > u64::from(u32::MAX) {
-                return Err(HalError::invalid("port op offsets and lengths must fit 32 bits"));
+            if o.dst > u64::from(u32::MAX)
+                || o.src > u64::from(u32::MAX)
+                || o.len > u64::from(u32::MAX)
+            {
+                return Err(HalError::invalid(
+                    "port op offsets and lengths must fit 32 bits",
+                ));
             }
         }
         let ops_addr = self.scratch.put_ops(li, ops)?;
@@ -211,7 +216,10 @@ impl<'w> PortPair<'w> {
     pub fn begin(&mut self) -> Result<()> {
         self.p.next_case();
         if let Some(e) = self.proxy.as_ref().and_then(GpuProxy::error) {
-            return Err(HalError::backend(BACKEND, format!("the proxy failed earlier: {e}")));
+            return Err(HalError::backend(
+                BACKEND,
+                format!("the proxy failed earlier: {e}"),
+            ));
         }
         self.scratch.reset()
     }
@@ -226,7 +234,11 @@ impl<'w> PortPair<'w> {
         allowed: (u32, u32),
     ) -> Result<Verdict> {
         self.scratch.put_handle(0, h)?;
-        let (ops, err) = if self.p.lo { (lo, allowed.0) } else { (hi, allowed.1) };
+        let (ops, err) = if self.p.lo {
+            (lo, allowed.0)
+        } else {
+            (hi, allowed.1)
+        };
         self.script(0, 1, ops)?;
         self.w().sync(what)?;
         let v = self.scratch.script_verdict(what, err)?;
@@ -263,22 +275,43 @@ pub fn run_cases(pair: &mut PortPair<'_>, rec: &mut Recorder, suffix: &str) {
                     id(&format!("message-passing/{label}/{align}/{dir}")),
                     1,
                     "put; signal; wait => every byte visible",
-                    || one_way(pair, n, so, doff, dir == "lo-to-hi", rounds, Kind::PutThenSignal),
+                    || {
+                        one_way(
+                            pair,
+                            n,
+                            so,
+                            doff,
+                            dir == "lo-to-hi",
+                            rounds,
+                            Kind::PutThenSignal,
+                        )
+                    },
                 );
             }
         }
     }
-    for (label, kind) in [("put-with-signal", Kind::Fused), ("put-with-signal-and-flush", Kind::FusedFlush)] {
-        rec.case(id(&format!("{label}/1MiB+1")), 2, "fused put+signal: signal => its data visible", || {
-            one_way(pair, MIB + 1, 0, 0, true, rounds, kind)
-        });
+    for (label, kind) in [
+        ("put-with-signal", Kind::Fused),
+        ("put-with-signal-and-flush", Kind::FusedFlush),
+    ] {
+        rec.case(
+            id(&format!("{label}/1MiB+1")),
+            2,
+            "fused put+signal: signal => its data visible",
+            || one_way(pair, MIB + 1, 0, 0, true, rounds, kind),
+        );
     }
-    rec.case(id("strong-signal"), 3, "put(A); put_with_signal(B); wait => A visible", || {
-        if g.signal != commhal_hal::SignalStrength::Strong {
-            return Ok(not_claimed("strong signals", "claims weak"));
-        }
-        strong(pair, rounds)
-    });
+    rec.case(
+        id("strong-signal"),
+        3,
+        "put(A); put_with_signal(B); wait => A visible",
+        || {
+            if g.signal != commhal_hal::SignalStrength::Strong {
+                return Ok(not_claimed("strong signals", "claims weak"));
+            }
+            strong(pair, rounds)
+        },
+    );
     rec.case(
         id("signal-counting/from-0"),
         4,
@@ -298,53 +331,95 @@ pub fn run_cases(pair: &mut PortPair<'_>, rec: &mut Recorder, suffix: &str) {
             "port channels have no relaxed signal (every port signal is stream-ordered)".into(),
         ))
     });
-    rec.case(id("flush-source-reusable"), 6, "put; flush; overwrite source; signal => old values", || {
-        if !g.flush.source_reusable {
-            return Ok(not_claimed("flush => source reusable", "see GUARANTEES"));
-        }
-        flush_source(pair, rounds)
+    rec.case(
+        id("flush-source-reusable"),
+        6,
+        "put; flush; overwrite source; signal => old values",
+        || {
+            if !g.flush.source_reusable {
+                return Ok(not_claimed("flush => source reusable", "see GUARANTEES"));
+            }
+            flush_source(pair, rounds)
+        },
+    );
+    rec.case(
+        id("flush-remote-visible"),
+        7,
+        "put; flush; out-of-band barrier => new values, no signal",
+        || {
+            if !g.flush.remote_visible {
+                return Ok(not_claimed("flush => remote visible", "see GUARANTEES"));
+            }
+            flush_remote(pair, rounds)
+        },
+    );
+    rec.case(
+        id("put-put-ordering"),
+        8,
+        "put(X); put(Y); Y seen => X seen",
+        || {
+            if !g.put_put_ordered {
+                return Ok(not_claimed("put->put ordering", "see GUARANTEES"));
+            }
+            put_put(pair, if quick { 4 } else { 20 })
+        },
+    );
+    rec.case(id("get-after-signal"), 10, "get", || {
+        Ok(not_claimed("get", "the copy engine port only writes"))
     });
-    rec.case(id("flush-remote-visible"), 7, "put; flush; out-of-band barrier => new values, no signal", || {
-        if !g.flush.remote_visible {
-            return Ok(not_claimed("flush => remote visible", "see GUARANTEES"));
-        }
-        flush_remote(pair, rounds)
-    });
-    rec.case(id("put-put-ordering"), 8, "put(X); put(Y); Y seen => X seen", || {
-        if !g.put_put_ordered {
-            return Ok(not_claimed("put->put ordering", "see GUARANTEES"));
-        }
-        put_put(pair, if quick { 4 } else { 20 })
-    });
-    rec.case(id("get-after-signal"), 10, "get", || Ok(not_claimed("get", "the copy engine port only writes")));
-    rec.case(id("ping-pong"), 11, "round trips both ways without deadlock", || {
-        let (ok, us, n) = ping_pong_us(pair, if quick { 4 } else { 40 })?;
-        Ok(if ok {
-            Verdict::Pass(Some(format!("{n} round trips, {us:.2} us per round trip")))
-        } else {
-            Verdict::Fail(format!(
-                "a wait timed out (device error {})",
-                pair.scratch.error_code()?
-            ))
-        })
-    });
-    rec.case(id("proxy-fifo/back-pressure-wrap"), 13, "more triggers than the FIFO depth, pushed concurrently: none lost, ring wraps", || {
-        fifo_flood(pair, if quick { 4 } else { 16 })
-    });
-    rec.case(id("proxy-fifo/zero-size"), 13, "a zero-size put trigger is a no-op", || zero_size(pair));
+    rec.case(
+        id("ping-pong"),
+        11,
+        "round trips both ways without deadlock",
+        || {
+            let (ok, us, n) = ping_pong_us(pair, if quick { 4 } else { 40 })?;
+            Ok(if ok {
+                Verdict::Pass(Some(format!("{n} round trips, {us:.2} us per round trip")))
+            } else {
+                Verdict::Fail(format!(
+                    "a wait timed out (device error {})",
+                    pair.scratch.error_code()?
+                ))
+            })
+        },
+    );
+    rec.case(
+        id("proxy-fifo/back-pressure-wrap"),
+        13,
+        "more triggers than the FIFO depth, pushed concurrently: none lost, ring wraps",
+        || fifo_flood(pair, if quick { 4 } else { 16 }),
+    );
+    rec.case(
+        id("proxy-fifo/zero-size"),
+        13,
+        "a zero-size put trigger is a no-op",
+        || zero_size(pair),
+    );
     for l in ["ll8", "ll16"] {
         rec.case(id(&format!("ll-packets/{l}")), 14, "LL packets", || {
-            Ok(not_claimed(l, "the copy engine does not give 8/16-byte single stores"))
+            Ok(not_claimed(
+                l,
+                "the copy engine does not give 8/16-byte single stores",
+            ))
         });
     }
-    rec.case(id("edges/host-rejections"), 16, "out-of-range, unaligned and unregistered rejected on the host", || {
-        edges(pair)
-    });
-    rec.case(id("export-import/registered-twice"), 17, "a buffer registered and exported twice is written through the second import", || {
-        registered_twice(pair)
-    });
+    rec.case(
+        id("edges/host-rejections"),
+        16,
+        "out-of-range, unaligned and unregistered rejected on the host",
+        || edges(pair),
+    );
+    rec.case(
+        id("export-import/registered-twice"),
+        17,
+        "a buffer registered and exported twice is written through the second import",
+        || registered_twice(pair),
+    );
     rec.case(id("graph-capture"), 18, "graph capture", || {
-        Ok(not_claimed("graph capture", "the proxy is a host thread; not tested"))
+        Ok(not_claimed(
+            "graph capture",
+            "the proxy is a host thread; not tested",
+        ))
     });
 }
 
@@ -390,7 +465,11 @@ fn one_way(
         };
         let recv = [GpuOp::wait(), GpuOp::check(area + doff, n, s)];
         // `both` runs lo's list on the lower rank: map sender/receiver onto lo/hi.
-        let (lo, hi): (&[GpuOp], &[GpuOp]) = if lo_sends { (&send, &recv) } else { (&recv, &send) };
+        let (lo, hi): (&[GpuOp], &[GpuOp]) = if lo_sends {
+            (&send, &recv)
+        } else {
+            (&recv, &send)
+        };
         let v = pair.both(&h, lo, hi, &format!("round {round}"), (0, 0))?;
         pair.p.barrier(32 + u64::from(round))?;
         if v != Verdict::Pass(None) {
@@ -419,7 +498,11 @@ fn strong(pair: &mut PortPair<'_>, rounds: u32) -> Result<Verdict> {
             GpuOp::put(area, 0, a),
             GpuOp::put_signal(area + a, a, b),
         ];
-        let hi = [GpuOp::wait(), GpuOp::check(area, a, s1), GpuOp::check(area + a, b, s2)];
+        let hi = [
+            GpuOp::wait(),
+            GpuOp::check(area, a, s1),
+            GpuOp::check(area + a, b, s2),
+        ];
         let v = pair.both(&h, &lo, &hi, "strong signal", (0, 0))?;
         pair.p.barrier(1)?;
         if v != Verdict::Pass(None) {
@@ -443,13 +526,19 @@ fn counting(pair: &mut PortPair<'_>, wrap: Option<(u64, u64)>, k: u32) -> Result
         // k blocks push one SIGNAL each, concurrently.
         pair.script(0, k, &[GpuOp::signal()])?;
         w.sync("k signalling blocks")?;
-        pair.scratch.script_verdict("k concurrent signal pushes", 0)?
+        pair.scratch
+            .script_verdict("k concurrent signal pushes", 0)?
     } else {
         let mut ops: Vec<GpuOp> = (0..k).map(|_| GpuOp::wait()).collect();
-        ops.extend([GpuOp::poll(false), GpuOp::set_spin(2000), GpuOp::wait_times_out()]);
+        ops.extend([
+            GpuOp::poll(false),
+            GpuOp::set_spin(2000),
+            GpuOp::wait_times_out(),
+        ]);
         pair.script(0, 1, &ops)?;
         w.sync("k waits, a poll and a bounded wait")?;
-        pair.scratch.script_verdict("signal counting", error_code::WAIT_TIMEOUT)?
+        pair.scratch
+            .script_verdict("signal counting", error_code::WAIT_TIMEOUT)?
     };
     pair.p.barrier(1)?;
     Ok(v)
@@ -500,7 +589,11 @@ fn flush_remote(pair: &mut PortPair<'_>, rounds: u32) -> Result<Verdict> {
         }
         pair.p.barrier(0)?;
         if pair.p.lo {
-            pair.script(0, 1, &[GpuOp::fill(0, n, s), GpuOp::put(area, 0, n), GpuOp::flush()])?;
+            pair.script(
+                0,
+                1,
+                &[GpuOp::fill(0, n, s), GpuOp::put(area, 0, n), GpuOp::flush()],
+            )?;
             pair.w().sync("put+flush")?;
         }
         pair.p.barrier(1)?; // the out-of-band barrier: no signal
@@ -538,7 +631,10 @@ fn put_put(pair: &mut PortPair<'_>, rounds: u32) -> Result<Verdict> {
             GpuOp::put(area + x, x, 8),
             GpuOp::flush(),
         ];
-        let hi = [GpuOp::wait_byte(area + x, marker), GpuOp::check(area, x, sx)];
+        let hi = [
+            GpuOp::wait_byte(area + x, marker),
+            GpuOp::check(area, x, sx),
+        ];
         let v = pair.both(&h, &lo, &hi, "put->put ordering", (0, 0))?;
         pair.p.barrier(1)?;
         if v != Verdict::Pass(None) {
@@ -672,11 +768,23 @@ fn edges(pair: &mut PortPair<'_>) -> Result<Verdict> {
     let dma = pair.dma.clone();
     let (port, local, rdata, rsems) = &mut pair.spare;
     let checks = [
-        ("a write past the partner's region", port.write(rdata, rdata.len() - 4, local, 0, 8)),
-        ("a write from past the local region", port.write(rdata, 0, local, local.len() - 4, 8)),
-        ("a write at an overflowing offset", port.write(rdata, u64::MAX, local, 0, 2)),
+        (
+            "a write past the partner's region",
+            port.write(rdata, rdata.len() - 4, local, 0, 8),
+        ),
+        (
+            "a write from past the local region",
+            port.write(rdata, 0, local, local.len() - 4, 8),
+        ),
+        (
+            "a write at an overflowing offset",
+            port.write(rdata, u64::MAX, local, 0, 2),
+        ),
         ("an unaligned semaphore", port.signal(rsems, 4, 1)),
-        ("a semaphore past the region", port.signal(rsems, rsems.len(), 1)),
+        (
+            "a semaphore past the region",
+            port.signal(rsems, rsems.len(), 1),
+        ),
     ];
     let mut problems: Vec<String> = checks
         .iter()
@@ -713,7 +821,10 @@ fn edges(pair: &mut PortPair<'_>) -> Result<Verdict> {
     if dma.import(foreign).is_ok() {
         problems.push("an export of another backend was imported".into());
     }
-    if let Err(e) = port.write(rdata, 0, local, 0, 0).and_then(|()| port.flush()) {
+    if let Err(e) = port
+        .write(rdata, 0, local, 0, 0)
+        .and_then(|()| port.flush())
+    {
         problems.push(format!("a 0-byte write then flush failed: {e}"));
     }
     if DeviceFifo::new(&pair.p.w.ctx, 0).is_ok() {
@@ -729,7 +840,9 @@ fn edges(pair: &mut PortPair<'_>) -> Result<Verdict> {
     if dma.connect(&ctx).is_ok() {
         problems.push("a port from a host endpoint was connected".into());
     }
-    Ok(Verdict::from_check(problems.is_empty(), || problems.join("; ")))
+    Ok(Verdict::from_check(problems.is_empty(), || {
+        problems.join("; ")
+    }))
 }
 
 fn registered_twice(pair: &mut PortPair<'_>) -> Result<Verdict> {
@@ -741,7 +854,10 @@ fn registered_twice(pair: &mut PortPair<'_>) -> Result<Verdict> {
     let again = dma.register(&pair.data)?;
     let e = dma.export(&again)?;
     let mut got = swap_exports(&pair.p, 20, vec![e], 1)?;
-    let second = dma.import(got.pop().ok_or_else(|| HalError::Bootstrap("no export".into()))?)?;
+    let second = dma.import(
+        got.pop()
+            .ok_or_else(|| HalError::Bootstrap("no export".into()))?,
+    )?;
     if !pair.p.lo {
         pair.clear(area + 3 * MIB, n)?;
         pair.w().sync("clear")?;
@@ -761,7 +877,8 @@ fn registered_twice(pair: &mut PortPair<'_>) -> Result<Verdict> {
     } else {
         pair.script(0, 1, &[GpuOp::check(area + 3 * MIB, n, s)])?;
         pair.w().sync("check")?;
-        pair.scratch.script_verdict("write through the second import", 0)?
+        pair.scratch
+            .script_verdict("write through the second import", 0)?
     };
     pair.p.barrier(2)?;
     Ok(v)

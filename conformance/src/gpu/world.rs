@@ -43,7 +43,11 @@ pub enum Verdict {
 impl Verdict {
     /// Pass when `ok`, else fail with `msg()`.
     pub fn from_check(ok: bool, msg: impl FnOnce() -> String) -> Verdict {
-        if ok { Verdict::Pass(None) } else { Verdict::Fail(msg()) }
+        if ok {
+            Verdict::Pass(None)
+        } else {
+            Verdict::Fail(msg())
+        }
     }
 }
 
@@ -392,7 +396,11 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(seen.len() as u32, size * size.saturating_sub(1) / 2, "size {size}");
+            assert_eq!(
+                seen.len() as u32,
+                size * size.saturating_sub(1) / 2,
+                "size {size}"
+            );
         }
     }
 

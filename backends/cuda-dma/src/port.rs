@@ -1,0 +1,146 @@
+//! [`DmaPort`]: one connection's stream. Called only by the proxy thread.
+//!
+//! **Ordering.** Every operation is queued on the port's one stream in call order, so
+//! a copy starts after the previous one finished (put→put ordered), and a signal's
+//! value is written after every earlier copy, with the default stream memory barrier
+//! (strong signal). `write` and `signal` return when *queued*.
+//!
+//! **Signals** are writes, not atomic adds: the port keeps a shadow of each remote
+//! counter it signals (keyed by its address) and writes `shadow + add`. This is exact
+//! because the proxy is the only writer of that counter (the peer only reads it). A
+//! counter that does not start at 0 must be announced with
+//! [`DmaPort::set_semaphore_value`] before the first signal.
+//!
+//! **Flush** waits (bounded) until the stream drained: every earlier copy read its
+//! source (source reusable) and wrote the peer (remote visible).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use commhal_cuda_rt::Stream;
+use commhal_hal::error::check_range;
+use commhal_hal::{HalError, Port, Rank, Region, Result};
+
+use crate::region::{DmaLocal, DmaRemote};
+use crate::stream_ops;
+
+/// A port to one peer: a non-blocking stream on the local device.
+#[derive(Debug)]
+pub struct DmaPort {
+    stream: Stream,
+    peer: Rank,
+    shadow: HashMap<u64, u64>,
+    flush_timeout: Duration,
+}
+
+impl DmaPort {
+    pub(crate) fn new(stream: Stream, peer: Rank, flush_timeout: Duration) -> DmaPort {
+        DmaPort {
+            stream,
+            peer,
+            shadow: HashMap::new(),
+            flush_timeout,
+        }
+    }
+
+    /// The peer rank.
+    pub fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    /// The port's stream (e.g. to time it with events).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// Announce the current value of the remote counter at `sem + off` (default 0).
+    pub fn set_semaphore_value(&mut self, sem: &DmaRemote, off: u64, value: u64) -> Result<()> {
+        let addr = semaphore_addr(sem, off)?;
+        self.shadow.insert(addr, value);
+        Ok(())
+    }
+
+    /// The value the next signal of `add` would write (for tests and diagnostics).
+    pub fn semaphore_value(&self, sem: &DmaRemote, off: u64) -> Result<u64> {
+        let addr = semaphore_addr(sem, off)?;
+        Ok(self.shadow.get(&addr).copied().unwrap_or(0))
+    }
+
+    fn check_device(&self, remote: &DmaRemote, what: &str) -> Result<()> {
+        let mine = self.stream.context().ordinal();
+        if remote.device() != mine {
+            return Err(HalError::invalid(format!(
+                "{what} is mapped for device {} but this port's stream runs on device {mine}: import it with the cuda-dma transport of device {mine}",
+                remote.device()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The checked address of a semaphore word.
+fn semaphore_addr(sem: &DmaRemote, off: u64) -> Result<u64> {
+    if !off.is_multiple_of(8) {
+        return Err(HalError::Unaligned {
+            what: "semaphore offset".into(),
+            value: off,
+            align: 8,
+        });
+    }
+    check_range("remote semaphore", off, 8, sem.len())?;
+    Ok(sem.addr() + off)
+}
+
+impl Port for DmaPort {
+    type Local = DmaLocal;
+    type Remote = DmaRemote;
+
+    fn write(
+        &mut self,
+        dst: &DmaRemote,
+        dst_off: u64,
+        src: &DmaLocal,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        check_range(
+            &format!("port write destination (rank {}'s buffer)", self.peer),
+            dst_off,
+            len,
+            dst.len(),
+        )?;
+        check_range("port write source (local buffer)", src_off, len, src.len())?;
+        self.check_device(dst, "the destination")?;
+        if len == 0 {
+            return Ok(());
+        }
+        stream_ops::memcpy_async(
+            &self.stream,
+            dst.addr() + dst_off,
+            src.addr() + src_off,
+            len,
+        )
+    }
+
+    fn signal(&mut self, sem: &DmaRemote, off: u64, add: u64) -> Result<()> {
+        let addr = semaphore_addr(sem, off)?;
+        self.check_device(sem, "the semaphore")?;
+        let next = self
+            .shadow
+            .get(&addr)
+            .copied()
+            .unwrap_or(0)
+            .wrapping_add(add);
+        stream_ops::write_value64(&self.stream, addr, next)?;
+        self.shadow.insert(addr, next);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let what = format!(
+            "the cuda-dma port to rank {} to finish its copies and signals",
+            self.peer
+        );
+        stream_ops::wait_drained(&self.stream, self.flush_timeout, &what)
+    }
+}
