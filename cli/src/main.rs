@@ -19,9 +19,15 @@ enum Cmd {
     Info(info::InfoArgs),
     /// Start N local ranks of a command, with rank variables set.
     Launch(launch::LaunchArgs),
+    /// Run the conformance suite against one backend (ranks as processes).
+    Conformance(commhal_conformance::ConformanceArgs),
 }
 
 fn main() {
+    // Conformance ranks are this binary re-executed by the runner: dispatch them first.
+    if let Some(code) = commhal_conformance::child_main_if_requested() {
+        std::process::exit(code);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("COMMHAL_LOG")
@@ -34,6 +40,7 @@ fn main() {
     let result = match &cli.command {
         Cmd::Info(a) => info::run(a),
         Cmd::Launch(a) => launch::run(a),
+        Cmd::Conformance(a) => Ok(commhal_conformance::cli_main(a.clone())),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -109,3 +109,45 @@ fn launch_reports_a_missing_program() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start `/no/such/program`"));
 }
+
+/// `commhal conformance` end to end through the binary, ranks as processes: every
+/// claimed case passes; port-only host-tcp borrows host-emu memory for its buffers.
+#[test]
+fn conformance_passes_on_host_backends() {
+    for (backend, ranks, min_pass) in [("host-emu", "2", 60), ("host-tcp", "3", 25)] {
+        let out = commhal()
+            .args([
+                "conformance",
+                "--backend",
+                backend,
+                "--ranks",
+                ranks,
+                "--quick",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{backend}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let text = v.to_string();
+        assert!(out.status.success(), "{backend}: {text}");
+        let count = |s: &str| {
+            v["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["status"] == s)
+                .count()
+        };
+        assert_eq!(count("fail"), 0, "{backend}: {text}");
+        assert!(
+            count("pass") >= min_pass,
+            "{backend}: only {} passed",
+            count("pass")
+        );
+    }
+}

@@ -83,7 +83,11 @@ pub struct World {
     pub endpoints: Vec<Endpoint>,
     /// The device this rank drives.
     pub device: Device,
-    /// Kind of memory the backend allocates here (`None`: no memory transport).
+    /// Where port and switch cases get their buffers: the backend's own memory
+    /// transport, or — for port-only backends such as host-tcp, cuda-dma, ib-verbs —
+    /// the companion memory backend of the device kind ([`companion_memory`]).
+    pub allocator: Option<Arc<dyn DynMemoryMapped>>,
+    /// Kind of memory `allocator` hands out (`None`: no allocator).
     pub mem_kind: Option<MemoryKind>,
     /// The plan.
     pub plan: Plan,
@@ -114,6 +118,16 @@ pub fn mem_kind_name(k: MemoryKind) -> &'static str {
     }
 }
 
+/// The memory backend that supplies buffers to a port-only backend on `device`:
+/// host-emu's shared memory for host ranks, cuda-nvlink's VMM memory for CUDA ranks.
+pub fn companion_memory(device: Device) -> Option<&'static str> {
+    match device.kind {
+        DeviceKind::Host => Some("host-emu"),
+        DeviceKind::Cuda => Some("cuda-nvlink"),
+        DeviceKind::Hip => Some("hip-xgmi"),
+    }
+}
+
 /// Build the backend named by the plan.
 pub fn create_backend(plan: &Plan) -> Result<Backend, String> {
     commhal_backends::link_all();
@@ -138,7 +152,24 @@ impl World {
             .iter()
             .map(|b| serde_json::from_slice::<Endpoint>(b).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
-        let mem_kind = match &backend.memory {
+        let allocator = match &backend.memory {
+            Some(m) => Some(Arc::clone(m)),
+            None if backend.port.is_some() => match companion_memory(device) {
+                Some(name) => {
+                    let catalog = Catalog::discover().map_err(|e| e.to_string())?;
+                    let entry = catalog.get(name).map_err(|e| {
+                        format!("backend `{}` has no memory of its own and its companion `{name}` is missing: {e}", plan.backend)
+                    })?;
+                    let companion = entry.create(&Default::default()).map_err(|e| {
+                        format!("backend `{}` has no memory of its own and its companion `{name}` failed: {e}", plan.backend)
+                    })?;
+                    companion.memory
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let mem_kind = match &allocator {
             Some(m) => Some(
                 m.alloc(device, 64)
                     .map_err(|e| format!("allocating a probe buffer: {e}"))?
@@ -153,6 +184,7 @@ impl World {
             backend,
             endpoints,
             device,
+            allocator,
             mem_kind,
             plan,
         })
@@ -201,6 +233,16 @@ impl Ctx {
         self.backend.memory.clone().ok_or_else(|| {
             Failure::NotSupported(format!(
                 "backend `{}` has no memory-mapped transport",
+                self.backend.name
+            ))
+        })
+    }
+
+    /// The allocator for buffers of port and switch cases (see [`World::allocator`]).
+    pub fn allocator(&self) -> Result<Arc<dyn DynMemoryMapped>, Failure> {
+        self.allocator.clone().ok_or_else(|| {
+            Failure::NotSupported(format!(
+                "backend `{}` has no memory-mapped transport and no companion memory backend",
                 self.backend.name
             ))
         })

@@ -165,9 +165,10 @@ impl Opts {
     }
 }
 
-/// Allocate `len` bytes with the memory transport on this rank's device.
+/// Allocate `len` bytes on this rank's device for a port or switch case (the backend's
+/// memory transport, or its companion for port-only backends).
 pub fn alloc(ctx: &Ctx, len: u64) -> std::result::Result<Box<dyn Region>, Failure> {
-    Ok(MemoryMapped::alloc(&ctx.memory()?, ctx.device, len)?)
+    Ok(MemoryMapped::alloc(&ctx.allocator()?, ctx.device, len)?)
 }
 
 /// Open a channel of `kind` with `peer` under case tag `k` (uses `k..k+8`).
