@@ -86,7 +86,7 @@ impl<'w> MemPair<'w> {
     pub fn connect(mut p: Peer<'w>, area: u64) -> Result<MemPair<'w>> {
         p.next_case();
         let w = p.w;
-        let nv = CudaNvlink::new(w.device, false)?;
+        let nv = CudaNvlink::new(w.device, legacy_from_env())?;
         let dev = Device {
             kind: DeviceKind::Cuda,
             ordinal: w.device,
@@ -239,6 +239,12 @@ impl<'w> MemPair<'w> {
         self.p.next_case();
         self.scratch.reset()
     }
+}
+
+/// `COMMHAL_CUDA_LEGACY_IPC=1`: the pairs allocate with legacy CUDA IPC (to exercise
+/// cuda-nvlink's fallback on machines where VMM fds work).
+pub fn legacy_from_env() -> bool {
+    std::env::var(commhal_backend_cuda_nvlink::transport::LEGACY_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
 /// A grid for a byte-parallel kernel over `len` bytes.

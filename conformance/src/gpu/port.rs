@@ -20,7 +20,7 @@ use commhal_hal::{
 };
 
 use crate::gpu::kernels::{self, GpuOp, validate_ops};
-use crate::gpu::memory::{SIZES, seed, swap_exports};
+use crate::gpu::memory::{SIZES, legacy_from_env, seed, swap_exports};
 use crate::gpu::proxy::{DeviceFifo, GpuProxy};
 use crate::gpu::world::{Peer, Recorder, Scratch, Verdict, World};
 
@@ -71,7 +71,7 @@ impl<'w> PortPair<'w> {
     pub fn connect(mut p: Peer<'w>, area: u64) -> Result<PortPair<'w>> {
         p.next_case();
         let w = p.w;
-        let nv = CudaNvlink::new(w.device, false)?;
+        let nv = CudaNvlink::new(w.device, legacy_from_env())?;
         let dma = CudaDma::new(w.device, std::time::Duration::from_secs(30))?;
         let dev = Device {
             kind: DeviceKind::Cuda,

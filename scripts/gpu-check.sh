@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# gpu-check.sh — the GPU checks of commhal, run on a multi-GPU host from the repo root
+# with prebuilt binaries carried in .gpu/ (nothing is built here):
+#
+#   .gpu/env.sh                       copy of shared/gpu/env.sh (multicast off, NCCL, CUDA libs)
+#   .gpu/commhal                      target/release/commhal
+#   .gpu/commhal-gpu-conformance      target/release/commhal-gpu-conformance
+#   .gpu/cudart-gpu-test              cuda-rt's `gpu` test binary (cargo test --release --no-run)
+#   .gpu/cudart-nvrtc-test            (optional) cuda-rt's `nvrtc_compile` test binary
+#   .gpu/cuda-nvlink-unit, .gpu/cuda-dma-unit   (optional) the backends' unit-test binaries
+#
+# Every step is bounded with `timeout` and the whole script by a deadline
+# (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
+# logs to $OUT/<step>.log (OUT defaults to ./gpu-out); a summary is printed at the end
+# and written to $OUT/summary.log. Exit status: 0 when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+G=.gpu
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+BUDGET=${GPU_CHECK_BUDGET:-450}
+START=$(date +%s)
+SUMMARY=()
+FAILED=0
+
+# ---- environment ---------------------------------------------------------------
+if [[ -f $G/env.sh ]]; then
+  # shellcheck disable=SC1091
+  source "$G/env.sh" || true
+else
+  echo "gpu-check: $G/env.sh missing; keeping NVLink multicast off by hand" >&2
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MSCCLPP_FORCE_DISABLE_NVLS=1
+  unset COMMHAL_ALLOW_MULTICAST
+fi
+
+# NVRTC 13 (libnvrtc.so.13): the CUDA install, the Python wheel nvidia-cuda-nvrtc, or a
+# directory given in COMMHAL_NVRTC_DIR. The first directory holding it wins.
+find_nvrtc() {
+  local d
+  local candidates=("${COMMHAL_NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64)
+  local py
+  py=$(python3 - 2>/dev/null <<'EOF'
+import os, sys
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+for p in sys.path:
+    roots.append(os.path.join(p, "nvidia"))
+seen = set()
+for r in roots:
+    if not os.path.isdir(r) or r in seen:
+        continue
+    seen.add(r)
+    for dirpath, _, files in os.walk(r):
+        if "libnvrtc.so.13" in files:
+            print(dirpath)
+EOF
+)
+  while IFS= read -r d; do candidates+=("$d"); done <<<"$py"
+  for d in "${candidates[@]}"; do
+    [[ -n $d && -e $d/libnvrtc.so.13 ]] && { echo "$d"; return 0; }
+  done
+  local l
+  l=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
+  [[ -n $l ]] && { dirname "$l"; return 0; }
+  return 1
+}
+if NVRTC_DIR=$(find_nvrtc); then
+  export COMMHAL_NVRTC_DIR=$NVRTC_DIR
+  export LD_LIBRARY_PATH=$NVRTC_DIR:${LD_LIBRARY_PATH:-}
+  echo "gpu-check: NVRTC from $NVRTC_DIR"
+else
+  echo "gpu-check: libnvrtc.so.13 not found (CUDA 13 install or pip nvidia-cuda-nvrtc); kernel JIT will fail" >&2
+fi
+export COMMHAL_CACHE_DIR=${COMMHAL_CACHE_DIR:-/tmp/commhal-kernel-cache}
+export COMMHAL_BOOTSTRAP_TIMEOUT_MS=${COMMHAL_BOOTSTRAP_TIMEOUT_MS:-30000}
+export RUST_BACKTRACE=1
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+
+# ---- steps ---------------------------------------------------------------------
+# step NAME LIMIT_SECONDS CMD...: run bounded by min(LIMIT, time left - 10 s), log to
+# $OUT/NAME.log, record the outcome and the log's closing summary line if any.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((BUDGET - ($(date +%s) - START) - 10))
+  if ((left < 15)); then
+    SUMMARY+=("$(printf '%-26s SKIPPED (out of time budget)' "$name")")
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  local t0=$(date +%s)
+  echo "gpu-check: [$name] (limit ${limit}s) $*"
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$? dt=$(($(date +%s) - t0))
+  local tail
+  tail=$(grep -E '[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped|^test result:' "$OUT/$name.log" | tail -n 1)
+  local verdict=ok
+  if ((rc == 124 || rc == 137)); then
+    verdict="TIMEOUT"
+    FAILED=1
+  elif ((rc != 0)); then
+    verdict="FAIL(rc=$rc)"
+    FAILED=1
+  fi
+  SUMMARY+=("$(printf '%-26s %-12s %4ss  %s' "$name" "$verdict" "$dt" "$tail")")
+}
+
+have() { [[ -x $1 ]] || { SUMMARY+=("$(printf '%-26s SKIPPED (%s not carried)' "$2" "$1")"); return 1; }; }
+
+step topology 20 bash -c 'nvidia-smi -L; echo; nvidia-smi topo -m; echo; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv'
+have $G/commhal info && step info 30 $G/commhal info
+[[ -x $G/cudart-nvrtc-test ]] && step cudart-nvrtc-test 60 env COMMHAL_REQUIRE_NVRTC=1 $G/cudart-nvrtc-test
+have $G/cudart-gpu-test cudart-gpu-test &&
+  step cudart-gpu-test 90 env COMMHAL_REQUIRE_GPU=1 $G/cudart-gpu-test --test-threads=1
+for t in cuda-nvlink-unit cuda-dma-unit; do
+  [[ -x $G/$t ]] && step "$t" 30 env COMMHAL_REQUIRE_GPU=1 $G/$t --test-threads=1
+done
+
+CONF=$G/commhal-gpu-conformance
+if have $CONF gpu-conformance && have $G/commhal gpu-conformance; then
+  if ((NGPU >= 2)); then
+    step conformance-nvlink-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-nvlink
+    step conformance-dma-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-dma
+    if ((NGPU >= 4)); then
+      step conformance-all-4gpu 100 $G/commhal launch -n 4 -- $CONF conformance --backend all --quick
+    fi
+    step bench-2gpu 90 $G/commhal launch -n 2 -- $CONF bench
+    step conformance-legacy-ipc 60 env COMMHAL_CUDA_LEGACY_IPC=1 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-nvlink --quick
+    if command -v compute-sanitizer >/dev/null; then
+      # One sanitizer per rank process (compute-sanitizer follows one process tree).
+      step memcheck-2gpu 100 $G/commhal launch -n 2 -- compute-sanitizer --tool memcheck --error-exitcode 3 $CONF conformance --backend all --quick
+      step racecheck-2gpu 70 $G/commhal launch -n 2 -- compute-sanitizer --tool racecheck --error-exitcode 3 $CONF conformance --backend cuda-nvlink --quick
+    else
+      SUMMARY+=("compute-sanitizer          SKIPPED (not on PATH)")
+    fi
+  else
+    SUMMARY+=("gpu-conformance            SKIPPED (needs 2 GPUs, found $NGPU)")
+  fi
+fi
+
+# ---- summary -------------------------------------------------------------------
+{
+  echo "gpu-check summary ($NGPU GPU(s), $(($(date +%s) - START))s, logs in $OUT):"
+  printf '  %s\n' "${SUMMARY[@]}"
+  for f in "$OUT"/conformance-*.log "$OUT"/memcheck-*.log "$OUT"/racecheck-*.log; do
+    [[ -f $f ]] || continue
+    n=$(grep -cE 'FAIL|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Error)' "$f" || true)
+    ((n > 0)) && echo "  $(basename "$f"): $n line(s) mention failures; first ones:" &&
+      grep -E 'FAIL|ERROR SUMMARY: [1-9]|========= (Invalid|Race|Error)' "$f" | head -n 5 | sed 's/^/      /'
+  done
+  [[ -f $OUT/bench-2gpu.log ]] && echo "  bench:" && grep -E 'latency|bandwidth' "$OUT/bench-2gpu.log" | sed 's/^/      /' | head -n 30
+} | tee "$OUT/summary.log"
+exit $FAILED
