@@ -1,5 +1,6 @@
 //! `commhal`: inspect backends, launch ranks, run the conformance suite and benchmarks.
 
+mod bench;
 mod info;
 mod launch;
 
@@ -19,6 +20,8 @@ enum Cmd {
     Info(info::InfoArgs),
     /// Start N local ranks of a command, with rank variables set.
     Launch(launch::LaunchArgs),
+    /// Benchmark a collective (nccl-tests table); run under `launch` or with --ranks.
+    Bench(bench::BenchArgs),
     /// Run the conformance suite against one backend (ranks as processes).
     Conformance(commhal_conformance::ConformanceArgs),
 }
@@ -40,6 +43,7 @@ fn main() {
     let result = match &cli.command {
         Cmd::Info(a) => info::run(a),
         Cmd::Launch(a) => launch::run(a),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::Conformance(a) => Ok(commhal_conformance::cli_main(a.clone())),
     };
     match result {
