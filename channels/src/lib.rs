@@ -39,6 +39,7 @@ pub mod packet;
 pub mod port_channel;
 #[cfg(not(loom))]
 pub mod proxy;
+#[cfg(not(loom))]
 pub mod semaphore;
 #[cfg(not(loom))]
 pub mod switch_channel;
