@@ -147,27 +147,27 @@ impl<M: MemoryMapped> MemoryChannel<M> {
 
     /// Signal the peer (release).
     pub fn signal(&self) -> Result<()> {
-        self.semaphore.signal()
+        self.device()?.signal()
     }
 
     /// Signal the peer (relaxed).
     pub fn relaxed_signal(&self) -> Result<()> {
-        self.semaphore.relaxed_signal()
+        self.device()?.relaxed_signal()
     }
 
     /// Wait (bounded) for one signal (acquire).
     pub fn wait(&self) -> Result<()> {
-        self.semaphore.wait()
+        self.device()?.wait()
     }
 
     /// Wait (bounded) for one signal (relaxed).
     pub fn relaxed_wait(&self) -> Result<()> {
-        self.semaphore.relaxed_wait()
+        self.device()?.relaxed_wait()
     }
 
     /// Consume one signal if one arrived; never blocks.
     pub fn poll(&self) -> Result<bool> {
-        self.semaphore.poll()
+        Ok(self.device()?.poll())
     }
 
     /// Nothing to wait for: puts are complete on return (see [`MemoryDevice::flush`]).

@@ -167,22 +167,23 @@ pub struct SemaphoreSlot {
 }
 
 impl SemaphoreSlot {
-    /// The counter at `region + off` (8-byte aligned, inside the region). The waiter
-    /// starts expecting the counter's current value (0 on fresh memory); on device
-    /// memory it starts at 0.
+    /// The counter at `region + off` (8-byte aligned, inside the region), expecting
+    /// signals from 0 on (fresh, zeroed memory).
     pub fn new(region: Arc<dyn Region>, off: u64) -> Result<Self> {
+        Self::with_expected(region, off, 0)
+    }
+
+    /// As [`SemaphoreSlot::new`], but `expected` signals are taken as already consumed:
+    /// for a counter that is reused (pass its current value, read while no signal can
+    /// be in flight) or deliberately started elsewhere (e.g. near 2^64).
+    pub fn with_expected(region: Arc<dyn Region>, off: u64, expected: u64) -> Result<Self> {
         check_counter(region.as_ref(), off, "semaphore counter")?;
-        let mut slot = SemaphoreSlot {
+        Ok(SemaphoreSlot {
             region,
             off,
-            expected: AtomicU64::new(0),
+            expected: AtomicU64::new(expected),
             policy: WaitPolicy::default(),
-        };
-        if let Ok(view) = HostView::of(slot.region.as_ref(), "semaphore counter") {
-            let now = view.word(off)?.load(Ordering::Acquire);
-            slot.expected = AtomicU64::new(now);
-        }
-        Ok(slot)
+        })
     }
 
     /// Set how waits spin and time out.
