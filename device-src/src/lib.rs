@@ -85,8 +85,29 @@ pub const SWITCH: KernelUnit = KernelUnit {
     kernels: &["commhal_conf_switch_all_reduce_f32"],
 };
 
+/// The NVLink collectives (all-reduce LL/two-shot, all-gather, reduce-scatter) that
+/// `commhal-cuda-coll` launches; see the unit's header comment for the protocol.
+pub const COLL_NVLINK: KernelUnit = KernelUnit {
+    source: Source {
+        name: "coll_nvlink.cu",
+        contents: include_str!("../kernels/coll_nvlink.cu"),
+    },
+    kernels: &[
+        "commhal_coll_allreduce_ll_f16",
+        "commhal_coll_allreduce_2shot_f16",
+        "commhal_coll_reducescatter_f16",
+        "commhal_coll_allreduce_ll_bf16",
+        "commhal_coll_allreduce_2shot_bf16",
+        "commhal_coll_reducescatter_bf16",
+        "commhal_coll_allreduce_ll_f32",
+        "commhal_coll_allreduce_2shot_f32",
+        "commhal_coll_reducescatter_f32",
+        "commhal_coll_allgather",
+    ],
+};
+
 /// Every translation unit in this crate.
-pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH];
+pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH, COLL_NVLINK];
 
 /// Look a header up by include name.
 pub fn header(name: &str) -> Option<&'static Source> {
