@@ -168,7 +168,7 @@ impl SwitchDevice<'_> {
     ) -> Result<()> {
         self.check::<T>("switch reduce destination", dst_off, count)?;
         self.each_share::<T>(op, src_off, count, tid, nthreads, |at, bytes| {
-            self.members[self.me].write(dst_off - src_off + at, bytes)
+            self.members[self.me].write(dst_off + (at - src_off), bytes)
         })
     }
 
