@@ -2,11 +2,17 @@
 //
 // A semaphore is a u64 counter in the waiter's memory. A peer (its device code or its
 // proxy) adds 1 per signal. The waiter keeps `expected` = signals consumed so far and
-// waits until the counter reaches expected + 1.
+// waits until the counter reaches expected + 1. Counters wrap at 2^64: "reached" is a
+// signed difference (as in the Rust semaphores), so a counter started near 2^64 works.
 #pragma once
 #include "commhal/handles.h"
 
 namespace commhal {
+
+// True when counter value `v` has reached `target`, modulo 2^64.
+COMMHAL_DEVICE bool counter_reached(u64 v, u64 target) {
+  return static_cast<long long>(v - target) >= 0;
+}
 
 // Wait for one more signal. acquire = true: loads with acquire, so every write the
 // signaller released before its signal is visible after this returns true.
@@ -18,7 +24,7 @@ COMMHAL_DEVICE bool semaphore_wait(const u64* sem, u64& expected, u64 spin_limit
   u64 spins = 0;
   for (;;) {
     const u64 v = acquire ? load_acquire(sem) : load_relaxed(sem);
-    if (v >= target) break;
+    if (counter_reached(v, target)) break;
     if (++spins >= spin_limit) {
       set_error_once(error_flag, timeout_error);
       return false;
@@ -30,7 +36,7 @@ COMMHAL_DEVICE bool semaphore_wait(const u64* sem, u64& expected, u64 spin_limit
 
 // Non-blocking: consume one signal if it has arrived (acquire), else return false.
 COMMHAL_DEVICE bool semaphore_poll(const u64* sem, u64& expected) {
-  if (load_acquire(sem) >= expected + 1) {
+  if (counter_reached(load_acquire(sem), expected + 1)) {
     expected += 1;
     return true;
   }
