@@ -38,8 +38,8 @@ pub fn share(total: u64, granule: u64, tid: u32, nthreads: u32) -> Result<(u64, 
         )));
     }
     let per = total.div_ceil(nthreads as u64).div_ceil(granule) * granule;
-    let start = (per * tid as u64).min(total);
-    let end = (start + per).min(total);
+    let start = per.saturating_mul(tid as u64).min(total);
+    let end = start.saturating_add(per).min(total);
     Ok((start, end - start))
 }
 
@@ -490,8 +490,11 @@ impl<'a> PortDevice<'a> {
     ) -> Result<Self> {
         let c = *h;
         crate::fifo::check_depth(c.fifo_depth)?;
+        let ring_bytes = c.fifo_depth.checked_mul(16).ok_or_else(|| {
+            HalError::invalid(format!("FIFO depth {} is too large", c.fifo_depth))
+        })?;
         // SAFETY: forwarded to the caller's promise about `h`.
-        let slots = unsafe { HostView::from_raw(c.fifo, c.fifo_depth * 16, "FIFO ring") }?;
+        let slots = unsafe { HostView::from_raw(c.fifo, ring_bytes, "FIFO ring") }?;
         // SAFETY: as above.
         let head = unsafe { HostView::from_raw(c.head, 8, "FIFO head") }?;
         // SAFETY: as above.

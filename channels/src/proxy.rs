@@ -209,10 +209,12 @@ impl<P: PortMapped> ProxyBuilder<P> {
                 remotes: Vec::new(),
                 semaphores: Vec::new(),
             },
+            // Stay responsive for ~a millisecond after the last trigger (spin, then
+            // yield), then sleep so an idle proxy does not take a core from the ranks.
             idle: WaitPolicy {
                 spins: 2000,
-                yields: 200,
-                sleep: std::time::Duration::from_micros(20),
+                yields: 5000,
+                sleep: std::time::Duration::from_micros(50),
                 timeout: std::time::Duration::MAX,
             },
         })
