@@ -1,0 +1,334 @@
+//! Command line of `commhal-gpu-bench` (nccl-tests flags) and the pure helpers behind
+//! the table: sizes, counts, busbw factors.
+
+use clap::{Parser, ValueEnum};
+
+/// A collective the benchmark runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    /// Sum all-reduce.
+    Allreduce,
+    /// All-gather (size = the whole output).
+    Allgather,
+    /// Sum reduce-scatter (size = the whole input).
+    Reducescatter,
+}
+
+impl Collective {
+    /// Name as nccl-tests prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Allreduce => "allreduce",
+            Collective::Allgather => "allgather",
+            Collective::Reducescatter => "reducescatter",
+        }
+    }
+    /// busbw = algbw × this (PERFORMANCE.md): all-reduce 2(n−1)/n, the others (n−1)/n.
+    pub fn busbw_factor(self, n: u32) -> f64 {
+        let n = f64::from(n.max(1));
+        match self {
+            Collective::Allreduce => 2.0 * (n - 1.0) / n,
+            Collective::Allgather | Collective::Reducescatter => (n - 1.0) / n,
+        }
+    }
+    /// Whether the op column says `sum` (reductions) or `none`.
+    pub fn redop(self) -> &'static str {
+        match self {
+            Collective::Allgather => "none",
+            _ => "sum",
+        }
+    }
+}
+
+/// Element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// IEEE half.
+    #[value(alias = "f16", alias = "fp16")]
+    Half,
+    /// bfloat16.
+    #[value(alias = "bf16")]
+    Bfloat16,
+    /// IEEE single.
+    #[value(alias = "f32", alias = "fp32")]
+    Float,
+}
+
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            Dtype::Half | Dtype::Bfloat16 => 2,
+            Dtype::Float => 4,
+        }
+    }
+    /// Kernel-name suffix.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Dtype::Half => "f16",
+            Dtype::Bfloat16 => "bf16",
+            Dtype::Float => "f32",
+        }
+    }
+    /// Name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Half => "half",
+            Dtype::Bfloat16 => "bfloat16",
+            Dtype::Float => "float",
+        }
+    }
+    /// Bit pattern of the integer `v` (0 ≤ v ≤ 256: exact in every type).
+    pub fn encode_int(self, v: u32) -> u32 {
+        let f = v as f32;
+        match self {
+            Dtype::Float => f.to_bits(),
+            Dtype::Bfloat16 => f.to_bits() >> 16, // exact for small integers
+            Dtype::Half => f32_to_f16_exact_int(v),
+        }
+    }
+}
+
+/// IEEE half bits of a small non-negative integer (≤ 2048: exact).
+fn f32_to_f16_exact_int(v: u32) -> u32 {
+    if v == 0 {
+        return 0;
+    }
+    let e = 31 - v.leading_zeros(); // v = 1.m × 2^e
+    let mant = (v << (10 - e.min(10))) & 0x3ff;
+    ((e + 15) << 10) | mant
+}
+
+/// What to compare with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compare {
+    /// NCCL, dlopen'd, on the same buffers and stream.
+    Nccl,
+}
+
+/// `commhal-gpu-bench`: NVLink collectives, nccl-tests style, one process per GPU
+/// (run under `commhal launch -n N --`).
+#[derive(Debug, Clone, Parser)]
+#[command(name = "commhal-gpu-bench", version)]
+pub struct Args {
+    /// Collective.
+    pub collective: Collective,
+    /// Smallest size (bytes; K/M/G suffixes are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "1K", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
+    pub step_factor: u64,
+    /// Timed iterations per size (fewer are used at large sizes, see --max-bytes-per-size).
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub iters: u32,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u32,
+    /// Element type.
+    #[arg(short = 'd', long = "datatype", default_value = "half")]
+    pub dtype: Dtype,
+    /// Check results (0 = off).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u32,
+    /// Time through CUDA graph replay (iters launches captured into one graph).
+    #[arg(short = 'G', long = "graph", default_value_t = false)]
+    pub graph: bool,
+    /// Also run NCCL on the same buffers, alternating per size, and print the ratio.
+    #[arg(long)]
+    pub compare: Option<Compare>,
+    /// Write every row (and NCCL's) as JSON here (rank 0).
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Cap on bytes moved per size: iterations shrink so that iters × size stays under
+    /// it (at least 3 timed iterations).
+    #[arg(long, default_value = "16G", value_parser = parse_size)]
+    pub max_bytes_per_size: u64,
+    /// Largest all-reduce that uses the one-shot LL kernel (0: never).
+    #[arg(long, value_parser = parse_size)]
+    pub ll_max: Option<u64>,
+    /// Device wait bound in milliseconds (a peer that never arrives → error, not a hang).
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+}
+
+/// `"1K"` → 1024, `"64M"`, `"1G"`, plain bytes; case-insensitive, optional `B`/`iB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower
+        .strip_suffix("ib")
+        .or_else(|| lower.strip_suffix('b'))
+        .unwrap_or(&lower);
+    let (num, mult) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1u64 << 10),
+        Some('m') => (&body[..body.len() - 1], 1 << 20),
+        Some('g') => (&body[..body.len() - 1], 1 << 30),
+        Some('t') => (&body[..body.len() - 1], 1 << 40),
+        _ => (body, 1),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (examples: 1024, 1K, 64M, 1G)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// The sizes nccl-tests would run: min, min×f, ... ≤ max.
+pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        match s.checked_mul(factor.max(2)) {
+            Some(n) => s = n,
+            None => break,
+        }
+    }
+    v
+}
+
+/// Element count of the size column for `n` ranks (nccl-tests: all-gather and
+/// reduce-scatter round down to a multiple of n): `(count, per_rank_count)`.
+pub fn counts(coll: Collective, bytes: u64, dtype: Dtype, n: u32) -> (u64, u64) {
+    let c = bytes / dtype.size();
+    match coll {
+        Collective::Allreduce => (c, c),
+        _ => {
+            let per = c / u64::from(n.max(1));
+            (per * u64::from(n.max(1)), per)
+        }
+    }
+}
+
+/// Timed iterations for `bytes`, capped so iters × bytes ≤ cap (at least 3).
+pub fn iters_for(bytes: u64, iters: u32, cap: u64) -> u32 {
+    let by_cap = (cap / bytes.max(1)).min(u64::from(u32::MAX)) as u32;
+    iters.min(by_cap.max(3))
+}
+
+/// algbw and busbw in GB/s (10^9 bytes/s) for `bytes` in `micros`.
+pub fn bandwidths(coll: Collective, bytes: u64, micros: f64, n: u32) -> (f64, f64) {
+    if micros <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let alg = bytes as f64 / (micros * 1e-6) / 1e9;
+    (alg, alg * coll.busbw_factor(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1K").unwrap(), 1024);
+        assert_eq!(parse_size("64m").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn size_steps() {
+        assert_eq!(sizes(1024, 16 << 10, 4), vec![1024, 4096, 16384]);
+        assert_eq!(sizes(1 << 10, 1 << 30, 4).len(), 11);
+        assert_eq!(sizes(8, 7, 2), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn busbw_factors() {
+        assert_eq!(Collective::Allreduce.busbw_factor(4), 1.5);
+        assert_eq!(Collective::Allreduce.busbw_factor(2), 1.0);
+        assert_eq!(Collective::Allgather.busbw_factor(4), 0.75);
+        assert_eq!(Collective::Reducescatter.busbw_factor(8), 0.875);
+        assert_eq!(Collective::Allreduce.busbw_factor(1), 0.0);
+        let (alg, bus) = bandwidths(Collective::Allreduce, 1 << 30, 4553.0, 4);
+        assert!((alg - 235.8).abs() < 0.1, "{alg}");
+        assert!((bus - 353.7).abs() < 0.1, "{bus}");
+    }
+
+    #[test]
+    fn counts_round_to_ranks() {
+        assert_eq!(
+            counts(Collective::Allreduce, 1024, Dtype::Half, 3),
+            (512, 512)
+        );
+        assert_eq!(
+            counts(Collective::Allgather, 1024, Dtype::Half, 3),
+            (510, 170)
+        );
+        assert_eq!(
+            counts(Collective::Reducescatter, 1024, Dtype::Float, 4),
+            (256, 64)
+        );
+    }
+
+    #[test]
+    fn iteration_cap() {
+        assert_eq!(iters_for(1 << 30, 20, 16 << 30), 16);
+        assert_eq!(iters_for(1 << 30, 20, 1 << 30), 3);
+        assert_eq!(iters_for(1024, 20, 16 << 30), 20);
+    }
+
+    #[test]
+    fn int_encodings_are_exact() {
+        assert_eq!(Dtype::Half.encode_int(1), 0x3c00);
+        assert_eq!(Dtype::Half.encode_int(2), 0x4000);
+        assert_eq!(Dtype::Half.encode_int(3), 0x4200);
+        assert_eq!(Dtype::Half.encode_int(120), 0x5780);
+        assert_eq!(Dtype::Half.encode_int(0), 0);
+        assert_eq!(Dtype::Bfloat16.encode_int(1), 0x3f80);
+        assert_eq!(Dtype::Bfloat16.encode_int(3), 0x4040);
+        assert_eq!(Dtype::Float.encode_int(5), 5.0f32.to_bits());
+    }
+
+    #[test]
+    fn args_parse_like_nccl_tests() {
+        let a = Args::try_parse_from([
+            "x",
+            "allreduce",
+            "-b",
+            "1K",
+            "-e",
+            "1G",
+            "-f",
+            "4",
+            "-n",
+            "50",
+            "-w",
+            "10",
+            "-d",
+            "half",
+            "-G",
+            "--compare",
+            "nccl",
+            "--json",
+            "/tmp/x.json",
+        ])
+        .unwrap();
+        assert_eq!(a.collective, Collective::Allreduce);
+        assert_eq!(
+            (a.min_bytes, a.max_bytes, a.step_factor),
+            (1024, 1 << 30, 4)
+        );
+        assert_eq!((a.iters, a.warmup), (50, 10));
+        assert_eq!(a.dtype, Dtype::Half);
+        assert!(a.graph);
+        assert_eq!(a.compare, Some(Compare::Nccl));
+        let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
+        assert_eq!(b.dtype, Dtype::Bfloat16);
+        assert!(!b.graph && b.compare.is_none());
+        assert!(Args::try_parse_from(["x", "alltoall"]).is_err());
+        assert!(Args::try_parse_from(["x", "allreduce", "-f", "1"]).is_err());
+        assert!(Args::try_parse_from(["x", "allreduce", "-d", "int8"]).is_err());
+    }
+}

@@ -1,0 +1,342 @@
+//! One rank's NVLink collective communicator.
+//!
+//! Setup (once): three cuMem VMM allocations per rank — input, output, scratch (flags,
+//! epoch, LL slots; zeroed) — exported as POSIX fds, passed to every peer over the
+//! bootstrap and mapped there, so every rank addresses every peer's buffers directly.
+//! The benchmark's buffers *are* these registered allocations (zero-copy).
+//!
+//! Contract of every collective call: it queues one kernel on [`Comm::stream`] and
+//! returns; every rank must make the same calls (collective, dtype, count, in-place)
+//! in the same order. Completion: synchronise the stream ([`Comm::sync`], which also
+//! reports a device-side timeout). Buffers: the input region is
+//! [`Comm::input_addr`], the output region [`Comm::output_addr`]; in-place variants
+//! follow NCCL (all-reduce: the output is the input; all-gather: this rank's input is
+//! `output + rank × bytes`; reduce-scatter: input is the output buffer, this rank's
+//! result lands at `output + rank × chunk`).
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use commhal_cuda_rt::{Context, KernelCache, Stream, VmmAllocation, jit};
+use commhal_device_src::COLL_NVLINK;
+use commhal_hal::bootstrap::Bootstrap;
+
+use crate::cli::{Collective, Dtype};
+use crate::driver::{self, CollModule};
+use crate::error::{CollError, Result};
+use crate::layout::{self, CollArgs, MAX_RANKS};
+
+/// Tag base of the setup messages.
+const TAG_FDS: u64 = 0x434f_4c4c_0000;
+
+/// Tuning knobs (defaults suit H100/H200).
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Largest all-reduce (bytes) done with the one-shot LL kernel.
+    pub ll_max: u64,
+    /// Threads per block of the bulk kernels.
+    pub threads: u32,
+    /// Most blocks of the bulk kernels (default: the SM count).
+    pub max_blocks: u32,
+    /// Bound of every device wait.
+    pub device_timeout: Duration,
+}
+
+/// One rank's communicator (see the module docs).
+#[derive(Debug)]
+pub struct Comm {
+    rank: u32,
+    n: u32,
+    ctx: Arc<Context>,
+    stream: Stream,
+    module: CollModule,
+    input: VmmAllocation,
+    output: VmmAllocation,
+    scratch: VmmAllocation,
+    _peers: Vec<VmmAllocation>,
+    base: CollArgs,
+    tuning: Tuning,
+    capacity: u64,
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&v| v > 0)
+}
+
+impl Comm {
+    /// Set up on `device` with room for `capacity` bytes of input and of output.
+    /// Collective over `boot` (every rank calls it).
+    pub fn new(
+        boot: &dyn Bootstrap,
+        device: u32,
+        capacity: u64,
+        ll_max: Option<u64>,
+        device_timeout: Duration,
+    ) -> Result<Comm> {
+        let rank = boot.rank();
+        let n = boot.size();
+        if n as usize > MAX_RANKS {
+            return Err(CollError::invalid(format!(
+                "{n} ranks: the NVLink collectives support at most {MAX_RANKS} (one per GPU of a host)"
+            )));
+        }
+        let ctx = Context::new(device)?;
+        if !ctx.supports_vmm_fd()? {
+            return Err(CollError::invalid(format!(
+                "device {device} does not support cuMem VMM with POSIX fd export (needed to map peers)"
+            )));
+        }
+        let stream = Stream::new(&ctx)?;
+        let arch = ctx.arch()?;
+        let cache = KernelCache::from_env();
+        let (image, _) = jit::compile_unit(&COLL_NVLINK, &arch, cache.as_ref())?;
+        let module = CollModule::load(&ctx, &image, COLL_NVLINK.kernels)?;
+        let sms = driver::sm_count(&ctx)?;
+        let tuning = Tuning {
+            ll_max: ll_max
+                .or_else(|| env_u32("COMMHAL_COLL_LL_MAX").map(u64::from))
+                .unwrap_or(64 << 10),
+            threads: env_u32("COMMHAL_COLL_THREADS")
+                .unwrap_or(512)
+                .clamp(32, 1024),
+            max_blocks: env_u32("COMMHAL_COLL_MAX_BLOCKS")
+                .unwrap_or(sms)
+                .clamp(1, layout::MAX_BLOCKS),
+            device_timeout,
+        };
+        let capacity = capacity.max(4096);
+        let input = VmmAllocation::new(&ctx, capacity)?;
+        let output = VmmAllocation::new(&ctx, capacity)?;
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(tuning.ll_max.max(4096)))?;
+        scratch.fill(0)?;
+        output.fill(0)?;
+
+        // Exchange: sizes through all_gather, fds point to point.
+        let mine = [input.size(), output.size(), scratch.size()]
+            .iter()
+            .flat_map(|s| s.to_le_bytes())
+            .collect::<Vec<u8>>();
+        let sizes = boot.all_gather(&mine)?;
+        let fds = vec![
+            input.export_fd()?,
+            output.export_fd()?,
+            scratch.export_fd()?,
+        ];
+        for p in 0..n {
+            if p != rank {
+                boot.send_fds(p, TAG_FDS, &fds)?;
+            }
+        }
+        let mut base = CollArgs {
+            rank,
+            nranks: n,
+            spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            ll_slot_bytes: layout::ll_slot_bytes(tuning.ll_max.max(4096)),
+            ..CollArgs::default()
+        };
+        let mut peers = Vec::new();
+        for p in 0..n {
+            let i = p as usize;
+            if p == rank {
+                base.input[i] = input.addr();
+                base.output[i] = output.addr();
+                base.scratch[i] = scratch.addr();
+                continue;
+            }
+            let theirs = sizes.get(i).filter(|b| b.len() == 24).ok_or_else(|| {
+                CollError::invalid(format!("rank {p} sent a malformed size table"))
+            })?;
+            let size = |k: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&theirs[8 * k..8 * k + 8]);
+                u64::from_le_bytes(b)
+            };
+            let got = boot.recv_fds(p, TAG_FDS)?;
+            if got.len() != 3 {
+                return Err(CollError::invalid(format!(
+                    "rank {p} passed {} fds, expected 3 (input, output, scratch)",
+                    got.len()
+                )));
+            }
+            let a_in = VmmAllocation::import(&ctx, got[0].as_fd(), size(0))?;
+            let a_out = VmmAllocation::import(&ctx, got[1].as_fd(), size(1))?;
+            let a_scr = VmmAllocation::import(&ctx, got[2].as_fd(), size(2))?;
+            base.input[i] = a_in.addr();
+            base.output[i] = a_out.addr();
+            base.scratch[i] = a_scr.addr();
+            peers.extend([a_in, a_out, a_scr]);
+        }
+        boot.barrier()?;
+        Ok(Comm {
+            rank,
+            n,
+            ctx,
+            stream,
+            module,
+            input,
+            output,
+            scratch,
+            _peers: peers,
+            base,
+            tuning,
+            capacity,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+    /// Ranks.
+    pub fn size(&self) -> u32 {
+        self.n
+    }
+    /// The stream every collective is queued on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+    /// Device address of this rank's input region.
+    pub fn input_addr(&self) -> u64 {
+        self.input.addr()
+    }
+    /// Device address of this rank's output region.
+    pub fn output_addr(&self) -> u64 {
+        self.output.addr()
+    }
+    /// Bytes usable in each region.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    /// The input allocation (for filling).
+    pub fn input(&self) -> &VmmAllocation {
+        &self.input
+    }
+    /// Tuning in effect.
+    pub fn tuning(&self) -> Tuning {
+        self.tuning
+    }
+
+    fn grid_for(&self, units16: u64) -> (u32, u32) {
+        let t = u64::from(self.tuning.threads);
+        let blocks = units16
+            .div_ceil(t)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, self.tuning.threads)
+    }
+
+    /// Which kernel and grid a collective uses (for the table's notes and tests).
+    pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (String, u32, u32) {
+        let es = dtype.size();
+        match coll {
+            Collective::Allreduce => {
+                let bytes = count * es;
+                if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
+                    let packets = bytes / 8;
+                    let threads = packets.clamp(32, 512).next_multiple_of(32);
+                    let blocks = packets
+                        .div_ceil(threads)
+                        .clamp(1, u64::from(self.tuning.max_blocks));
+                    (
+                        format!("commhal_coll_allreduce_ll_{}", dtype.suffix()),
+                        blocks as u32,
+                        threads as u32,
+                    )
+                } else {
+                    let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
+                    (
+                        format!("commhal_coll_allreduce_2shot_{}", dtype.suffix()),
+                        b,
+                        t,
+                    )
+                }
+            }
+            Collective::Allgather => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                ("commhal_coll_allgather".to_string(), b, t)
+            }
+            Collective::Reducescatter => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                (
+                    format!("commhal_coll_reducescatter_{}", dtype.suffix()),
+                    b,
+                    t,
+                )
+            }
+        }
+    }
+
+    /// Queue one collective. `count`: all-reduce elements; all-gather and
+    /// reduce-scatter: elements per rank (the output / input hold `n × count`).
+    pub fn launch(&self, coll: Collective, dtype: Dtype, count: u64, in_place: bool) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let es = dtype.size();
+        let total = match coll {
+            Collective::Allreduce => count * es,
+            _ => count * es * u64::from(self.n),
+        };
+        if total > self.capacity {
+            return Err(CollError::invalid(format!(
+                "{} of {total} bytes exceeds the registered {} bytes: create the Comm with a larger capacity",
+                coll.name(),
+                self.capacity
+            )));
+        }
+        let mut a = self.base;
+        let r = self.rank as usize;
+        match coll {
+            Collective::Allreduce => {
+                a.count = count;
+                if in_place {
+                    a.input = a.output;
+                }
+            }
+            Collective::Allgather => {
+                a.count = count * es;
+                if in_place {
+                    a.input[r] = a.output[r] + u64::from(self.rank) * count * es;
+                }
+            }
+            Collective::Reducescatter => {
+                a.count = count;
+                if in_place {
+                    a.input = a.output;
+                    a.output[r] += u64::from(self.rank) * count * es;
+                }
+            }
+        }
+        let (name, grid, block) = self.plan(coll, dtype, count);
+        // SAFETY: every address in `a` is a live allocation of this Comm (own or an
+        // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
+        // (checked above against what the kernel touches) or the scratch sized for
+        // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max.
+        unsafe { self.module.launch(&name, &self.stream, grid, block, &a) }
+    }
+
+    /// Wait (bounded) for the stream, then read the device error word.
+    pub fn sync(&self, what: &str) -> Result<()> {
+        let bound = self.tuning.device_timeout * 3 + Duration::from_secs(30);
+        driver::sync(&self.stream, bound, what)?;
+        let mut w = [0u8; 4];
+        self.scratch.read(layout::OFF_ERROR, &mut w)?;
+        let code = u32::from_le_bytes(w);
+        if code != 0 {
+            return Err(CollError::Device {
+                rank: self.rank,
+                code,
+                desc: layout::describe_error(code),
+                what: what.to_string(),
+            });
+        }
+        Ok(())
+    }
+}

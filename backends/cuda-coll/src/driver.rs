@@ -1,0 +1,277 @@
+//! The raw driver calls this crate needs beyond `commhal-cuda-rt`: loading the
+//! collectives module, launching with a by-value [`CollArgs`], async memsets/copies,
+//! a bounded stream wait, and CUDA graph capture/replay. Every `CUresult` is checked.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use commhal_cuda_rt::{CompiledImage, Context, ImageKind, Stream};
+use cudarc::driver::sys;
+
+use crate::error::{CollError, Result};
+use crate::layout::CollArgs;
+
+pub(crate) fn check(
+    r: sys::CUresult,
+    call: &'static str,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(CollError::Driver {
+            call,
+            name: format!("{r:?}"),
+            what: what(),
+        })
+    }
+}
+
+/// The loaded `coll_nvlink.cu` module and its kernels by name.
+#[derive(Debug)]
+pub struct CollModule {
+    ctx: Arc<Context>,
+    raw: sys::CUmodule,
+    funcs: HashMap<String, sys::CUfunction>,
+}
+
+// SAFETY: modules and functions are process-wide driver objects usable from any thread.
+unsafe impl Send for CollModule {}
+// SAFETY: as above; the map is never mutated after `load`.
+unsafe impl Sync for CollModule {}
+
+impl CollModule {
+    /// Load `image` into `ctx` and look up every kernel in `names`.
+    pub fn load(ctx: &Arc<Context>, image: &CompiledImage, names: &[&str]) -> Result<CollModule> {
+        let mut data = image.bytes.clone();
+        if image.kind == ImageKind::Ptx && data.last() != Some(&0) {
+            data.push(0);
+        }
+        if data.is_empty() {
+            return Err(CollError::invalid("empty module image"));
+        }
+        ctx.bind()?;
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: context bound; `data` is a complete CUBIN or NUL-terminated PTX that
+        // outlives the call; out-pointer valid.
+        let r = unsafe { sys::cuModuleLoadData(&mut raw, data.as_ptr() as *const c_void) };
+        check(r, "cuModuleLoadData", || {
+            format!("loading {} for {}", image.unit, image.arch)
+        })?;
+        let mut m = CollModule {
+            ctx: ctx.clone(),
+            raw,
+            funcs: HashMap::new(),
+        };
+        for name in names {
+            let c = CString::new(*name).map_err(|_| CollError::invalid("kernel name with NUL"))?;
+            let mut f: sys::CUfunction = std::ptr::null_mut();
+            // SAFETY: module alive; NUL-terminated name; out-pointer valid.
+            let r = unsafe { sys::cuModuleGetFunction(&mut f, m.raw, c.as_ptr()) };
+            check(r, "cuModuleGetFunction", || format!("looking up `{name}`"))?;
+            m.funcs.insert((*name).to_string(), f);
+        }
+        Ok(m)
+    }
+
+    /// Queue kernel `name` with `args` by value.
+    ///
+    /// # Safety
+    /// Every address in `args` is device memory mapped for this context that stays
+    /// alive and sized for what the kernel derives from `args` (count, ranks, slots)
+    /// until the stream is synchronised; the kernel's parameter is `CollArgs`.
+    pub unsafe fn launch(
+        &self,
+        name: &str,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        args: &CollArgs,
+    ) -> Result<()> {
+        let f = *self
+            .funcs
+            .get(name)
+            .ok_or_else(|| CollError::invalid(format!("kernel `{name}` was not loaded")))?;
+        if grid == 0 || block == 0 || grid > crate::layout::MAX_BLOCKS {
+            return Err(CollError::invalid(format!(
+                "launch of `{name}` with grid {grid} block {block} (grid must be 1..={})",
+                crate::layout::MAX_BLOCKS
+            )));
+        }
+        let mut copy = *args;
+        let mut params = [&mut copy as *mut CollArgs as *mut c_void];
+        // SAFETY: function and stream alive (same context, bound by the caller's
+        // stream use below); one parameter of the kernel's exact type and size; the
+        // driver copies it before returning. Pointer validity: see # Safety.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, "cuLaunchKernel", || {
+            format!("launching `{name}` ({grid}x{block})")
+        })
+    }
+}
+
+impl Drop for CollModule {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: loaded once in `load`, unloaded once; no launches are pending
+            // (owners synchronise before dropping).
+            let r = unsafe { sys::cuModuleUnload(self.raw) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                tracing::warn!("cuModuleUnload failed: {r:?}");
+            }
+        }
+    }
+}
+
+/// Queue `memset(addr, value, len)` on `stream`.
+///
+/// # Safety
+/// `[addr, addr+len)` is device memory alive until the stream is synchronised.
+pub unsafe fn memset_async(stream: &Stream, addr: u64, value: u8, len: u64) -> Result<()> {
+    stream.context().bind()?;
+    // SAFETY: forwarded contract.
+    let r = unsafe { sys::cuMemsetD8Async(addr, value, len as usize, stream.raw()) };
+    check(r, "cuMemsetD8Async", || format!("filling {len} bytes"))
+}
+
+/// Queue a device-to-device copy on `stream`.
+///
+/// # Safety
+/// Both ranges are device memory alive until the stream is synchronised.
+pub unsafe fn copy_async(stream: &Stream, dst: u64, src: u64, len: u64) -> Result<()> {
+    stream.context().bind()?;
+    // SAFETY: forwarded contract.
+    let r = unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.raw()) };
+    check(r, "cuMemcpyDtoDAsync", || format!("copying {len} bytes"))
+}
+
+/// Synchronous device→host copy into `dst`.
+///
+/// # Safety
+/// `[src, src + dst.len())` is live device memory of the current context's device
+/// (or mapped for it).
+pub unsafe fn read(ctx: &Context, src: u64, dst: &mut [u8]) -> Result<()> {
+    ctx.bind()?;
+    // SAFETY: `dst` is a writable host slice; source per the contract.
+    let r = unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len()) };
+    check(r, "cuMemcpyDtoH", || format!("reading {} bytes", dst.len()))
+}
+
+/// Wait (bounded) until `stream` drained; kernel faults come back as errors.
+pub fn sync(stream: &Stream, timeout: Duration, what: &str) -> Result<()> {
+    stream.context().bind()?;
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        // SAFETY: the stream is alive and its context bound.
+        let r = unsafe { sys::cuStreamQuery(stream.raw()) };
+        if r != sys::CUresult::CUDA_ERROR_NOT_READY {
+            return check(r, "cuStreamQuery", || format!("waiting for {what}"));
+        }
+        if start.elapsed() > timeout {
+            return Err(CollError::Timeout {
+                what: what.to_string(),
+                millis: timeout.as_millis() as u64,
+            });
+        }
+        polls = polls.saturating_add(1);
+        if polls > 1000 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Number of SMs of `ctx`'s device.
+pub fn sm_count(ctx: &Context) -> Result<u32> {
+    Ok(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
+}
+
+/// An instantiated CUDA graph captured from a stream.
+#[derive(Debug)]
+pub struct Graph {
+    ctx: Arc<Context>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Graph {
+    /// Capture everything `body` queues on `stream` (thread-local capture mode) and
+    /// instantiate it. On error the capture is ended and discarded.
+    pub fn capture(stream: &Stream, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
+        let ctx = stream.context().clone();
+        ctx.bind()?;
+        // SAFETY: stream alive, not capturing.
+        let r = unsafe {
+            sys::cuStreamBeginCapture_v2(
+                stream.raw(),
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        };
+        check(r, "cuStreamBeginCapture", || {
+            "starting a graph capture".into()
+        })?;
+        let body_result = body();
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is capturing (begun above); out-pointer valid.
+        let r = unsafe { sys::cuStreamEndCapture(stream.raw(), &mut graph) };
+        let end = check(r, "cuStreamEndCapture", || "ending a graph capture".into());
+        if body_result.is_err() || end.is_err() {
+            if !graph.is_null() {
+                // SAFETY: created by the capture, destroyed once.
+                unsafe { sys::cuGraphDestroy(graph) };
+            }
+            body_result?;
+            end?;
+        }
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is a valid captured graph; out-pointer valid.
+        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        if let Err(e) = check(r, "cuGraphInstantiateWithFlags", || {
+            "instantiating the captured graph".into()
+        }) {
+            // SAFETY: created by the capture, destroyed once.
+            unsafe { sys::cuGraphDestroy(graph) };
+            return Err(e);
+        }
+        Ok(Graph { ctx, graph, exec })
+    }
+
+    /// Queue one replay on `stream`.
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: exec alive; stream of the same context.
+        let r = unsafe { sys::cuGraphLaunch(self.exec, stream.raw()) };
+        check(r, "cuGraphLaunch", || "replaying a graph".into())
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_ok() {
+            // SAFETY: created in `capture`, destroyed once each; owners synchronise
+            // their stream before dropping.
+            unsafe {
+                sys::cuGraphExecDestroy(self.exec);
+                sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The scratch layout and kernel argument block shared with
+//! `device-src/kernels/coll_nvlink.cu` (the `COLL_*` defines and `struct CollArgs`;
+//! a test reads the unit's text and checks every number here against it).
+
+/// Most ranks one communicator supports (size of the peer tables).
+pub const MAX_RANKS: usize = 8;
+/// Flag slots per peer: the largest grid any kernel is launched with.
+pub const MAX_BLOCKS: u32 = 1024;
+/// `u64` launch epoch (local only).
+pub const OFF_EPOCH: u64 = 0;
+/// `u32` count of finished blocks of the current launch.
+pub const OFF_DONE: u64 = 8;
+/// `u32` error word (device error codes; 0 = none).
+pub const OFF_ERROR: u64 = 12;
+/// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
+pub const OFF_START_FLAGS: u64 = 4096;
+/// End-barrier flags, same shape.
+pub const OFF_END_FLAGS: u64 = OFF_START_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
+pub const OFF_LL: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Device error: a barrier wait timed out.
+pub const ERR_WAIT_TIMEOUT: u32 = 1;
+/// Device error: an LL packet never arrived.
+pub const ERR_PACKET_TIMEOUT: u32 = 4;
+
+/// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender.
+pub fn scratch_bytes(ll_max_bytes: u64) -> u64 {
+    OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes(ll_max_bytes)
+}
+
+/// One LL16 slot (8 data bytes per 16-byte packet) for `ll_max_bytes` of data.
+pub fn ll_slot_bytes(ll_max_bytes: u64) -> u64 {
+    (ll_max_bytes * 2).next_multiple_of(4096)
+}
+
+/// What an error word means.
+pub fn describe_error(code: u32) -> &'static str {
+    match code {
+        0 => "no error",
+        ERR_WAIT_TIMEOUT => {
+            "a device barrier wait timed out (a peer never launched the same collective, or died)"
+        }
+        ERR_PACKET_TIMEOUT => {
+            "an LL packet never arrived (a peer never launched the same collective)"
+        }
+        _ => "unknown device error code",
+    }
+}
+
+/// Kernel argument block, passed by value. Mirrors `struct CollArgs` in the unit.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CollArgs {
+    /// Every rank's input, mapped in this process.
+    pub input: [u64; MAX_RANKS],
+    /// Every rank's output, mapped in this process.
+    pub output: [u64; MAX_RANKS],
+    /// Every rank's scratch, mapped in this process.
+    pub scratch: [u64; MAX_RANKS],
+    /// Elements (all-reduce: all; reduce-scatter: per rank), all-gather: bytes per rank.
+    pub count: u64,
+    /// Bound of every device wait, ns.
+    pub spin_ns: u64,
+    /// Bytes of one LL slot.
+    pub ll_slot_bytes: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub nranks: u32,
+}
+
+/// `[begin, end)` of part `i` when `units` are split over `n` parts: the first
+/// `units % n` parts get one more unit. Same formula as `partition` in the unit.
+pub fn partition(units: u64, n: u32, i: u32) -> (u64, u64) {
+    let n64 = u64::from(n.max(1));
+    let i64_ = u64::from(i);
+    let base = units / n64;
+    let rem = units % n64;
+    let begin = i64_ * base + i64_.min(rem);
+    let end = begin + base + u64::from(i64_ < rem);
+    (begin, end)
+}
+
+/// The element ranges rank `i` of `n` reduces in the two-shot all-reduce of `count`
+/// elements of `elem` bytes: whole 16-byte vectors, plus the tail (last rank only).
+pub fn two_shot_elems(count: u64, elem: u64, n: u32, i: u32) -> Vec<(u64, u64)> {
+    let per_vec = 16 / elem;
+    let nvec = count * elem / 16;
+    let (vb, ve) = partition(nvec, n, i);
+    let mut v = vec![(vb * per_vec, ve * per_vec)];
+    if i + 1 == n && nvec * per_vec < count {
+        v.push((nvec * per_vec, count));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn define(name: &str) -> String {
+        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        let key = format!("#define {name} ");
+        let line = src
+            .lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("{name} not defined in coll_nvlink.cu"));
+        line[key.len()..].trim().to_string()
+    }
+
+    #[test]
+    fn constants_match_the_unit() {
+        assert_eq!(define("COLL_MAX_RANKS"), MAX_RANKS.to_string());
+        assert_eq!(define("COLL_MAX_BLOCKS"), MAX_BLOCKS.to_string());
+        assert_eq!(define("COLL_OFF_EPOCH"), OFF_EPOCH.to_string());
+        assert_eq!(define("COLL_OFF_DONE"), OFF_DONE.to_string());
+        assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
+        assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
+        assert_eq!(
+            define("COLL_OFF_END_FLAGS"),
+            "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_OFF_LL"),
+            "(COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_ERR_WAIT_TIMEOUT"),
+            ERR_WAIT_TIMEOUT.to_string()
+        );
+        assert_eq!(
+            define("COLL_ERR_PACKET_TIMEOUT"),
+            ERR_PACKET_TIMEOUT.to_string()
+        );
+        // struct CollArgs: 24 pointers, 3 u64, 2 u32 (the unit static_asserts 224)
+        assert_eq!(std::mem::size_of::<CollArgs>(), 224);
+        assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
+        assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);
+    }
+
+    #[test]
+    fn partition_covers_everything_once() {
+        for units in [0u64, 1, 2, 3, 7, 8, 9, 100, 1023, 65536, 65537] {
+            for n in 1..=8u32 {
+                let mut next = 0;
+                let mut sizes = Vec::new();
+                for i in 0..n {
+                    let (b, e) = partition(units, n, i);
+                    assert_eq!(b, next, "units {units} n {n} part {i} starts at {b}");
+                    assert!(e >= b);
+                    sizes.push(e - b);
+                    next = e;
+                }
+                assert_eq!(next, units);
+                let (mn, mx) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(mx - mn <= 1, "uneven split {sizes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn two_shot_covers_uneven_counts() {
+        for elem in [2u64, 4] {
+            for count in [1u64, 3, 7, 8, 9, 100, 1001, 4096, 4099] {
+                for n in 1..=8u32 {
+                    let mut seen = vec![0u8; count as usize];
+                    for i in 0..n {
+                        for (b, e) in two_shot_elems(count, elem, n, i) {
+                            assert_eq!((b * elem) % 16, 0, "chunk start must be 16-byte aligned");
+                            for k in b..e {
+                                seen[k as usize] += 1;
+                            }
+                        }
+                    }
+                    assert!(
+                        seen.iter().all(|&s| s == 1),
+                        "count {count} elem {elem} n {n}: {seen:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scratch_holds_the_ll_slots() {
+        let s = scratch_bytes(64 << 10);
+        assert!(s >= OFF_LL + 2 * 8 * (128 << 10));
+        assert_eq!(ll_slot_bytes(1000) % 4096, 0);
+    }
+}

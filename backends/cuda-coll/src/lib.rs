@@ -1,0 +1,34 @@
+//! # commhal-cuda-coll — GPU collectives over NVLink peer mappings
+//!
+//! One process per GPU; every rank maps every peer's input, output and scratch
+//! (cuMem VMM fds over the bootstrap), and hand-written kernels
+//! (`device-src/kernels/coll_nvlink.cu`) move data with direct loads and stores:
+//!
+//! * all-reduce ≤ `ll_max`: one-shot LL16 (packets carry data and the launch epoch;
+//!   no barrier, double-buffered slots);
+//! * all-reduce above: two-shot (reduce own 1/n chunk reading every input, store it to
+//!   every output) between two per-block flag barriers;
+//! * all-gather: direct stores into every output; reduce-scatter: direct loads.
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`layout`] | scratch layout and the kernel argument block shared with the unit |
+//! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync |
+//! | [`driver`] | raw driver calls: module, by-value launch, copies, graphs |
+//! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
+//! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
+//! | [`check`] | exact inputs and output checks |
+//! | [`bench`] | the benchmark loop and tables |
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod check;
+pub mod cli;
+pub mod comm;
+pub mod driver;
+pub mod error;
+pub mod layout;
+pub mod nccl;
+
+pub use comm::Comm;
+pub use error::{CollError, Result};

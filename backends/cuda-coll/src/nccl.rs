@@ -1,0 +1,169 @@
+//! NCCL (dlopen'd through cudarc, never linked) on the same buffers and stream, for
+//! `--compare nccl`.
+
+use std::ffi::c_void;
+
+use commhal_cuda_rt::Stream;
+use commhal_hal::bootstrap::Bootstrap;
+use cudarc::nccl::sys;
+
+use crate::cli::{Collective, Dtype};
+use crate::error::{CollError, Result};
+
+fn check(r: sys::ncclResult_t, call: &str) -> Result<()> {
+    if r == sys::ncclResult_t::ncclSuccess {
+        Ok(())
+    } else {
+        Err(CollError::Nccl(format!("{call} returned {r:?}")))
+    }
+}
+
+/// One NCCL communicator over the same ranks.
+#[derive(Debug)]
+pub struct Nccl {
+    comm: sys::ncclComm_t,
+}
+
+impl Nccl {
+    /// True when libnccl can be opened (LD_LIBRARY_PATH; `.gpu/env.sh` sets it).
+    pub fn available() -> bool {
+        // SAFETY: only tries to dlopen candidate names and drops the handles.
+        unsafe { sys::is_culib_present() }
+    }
+
+    /// Collective: rank 0 makes the id, the bootstrap broadcasts it, every rank joins.
+    /// The caller's context must be current (NCCL uses the current device).
+    /// Every rank learns whether every rank could load NCCL first, so a rank without
+    /// it never leaves the others waiting.
+    pub fn init(boot: &dyn Bootstrap) -> Result<Nccl> {
+        let ok = Self::available();
+        let all = boot.all_gather(&[u8::from(ok)])?;
+        if let Some(p) = all.iter().position(|v| v.first() != Some(&1)) {
+            return Err(CollError::Nccl(format!(
+                "libnccl.so could not be loaded on rank {p} (source .gpu/env.sh to put the wheel's libnccl.so.2 on LD_LIBRARY_PATH)"
+            )));
+        }
+        let mut id = sys::ncclUniqueId { internal: [0; 128] };
+        let mut ok_id = true;
+        if boot.rank() == 0 {
+            // SAFETY: library present (checked); out-pointer valid.
+            ok_id = check(unsafe { sys::ncclGetUniqueId(&mut id) }, "ncclGetUniqueId").is_ok();
+        }
+        let bytes: Vec<u8> = std::iter::once(u8::from(ok_id))
+            .chain(id.internal.iter().map(|&c| c as u8))
+            .collect();
+        let got = boot.broadcast(0, &bytes)?;
+        if got.len() != 129 || got[0] != 1 {
+            return Err(CollError::Nccl(
+                "rank 0 could not create an NCCL unique id".into(),
+            ));
+        }
+        for (dst, src) in id.internal.iter_mut().zip(&got[1..]) {
+            *dst = *src as std::ffi::c_char;
+        }
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: out-pointer valid; id from rank 0; every rank calls with the same
+        // size and a distinct rank (bootstrap ranks).
+        let r =
+            unsafe { sys::ncclCommInitRank(&mut comm, boot.size() as i32, id, boot.rank() as i32) };
+        check(r, "ncclCommInitRank")?;
+        Ok(Nccl { comm })
+    }
+
+    fn dtype(d: Dtype) -> sys::ncclDataType_t {
+        match d {
+            Dtype::Half => sys::ncclDataType_t::ncclFloat16,
+            Dtype::Bfloat16 => sys::ncclDataType_t::ncclBfloat16,
+            Dtype::Float => sys::ncclDataType_t::ncclFloat32,
+        }
+    }
+
+    /// Queue `coll` with the same buffer convention as [`crate::comm::Comm::launch`]
+    /// (`count` per rank for all-gather/reduce-scatter).
+    ///
+    /// # Safety
+    /// `input`/`output` are device buffers of the stream's device, large enough for
+    /// the collective, alive until the stream is synchronised.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        rank: u32,
+        input: u64,
+        output: u64,
+        in_place: bool,
+    ) -> Result<()> {
+        let es = dtype.size();
+        let s = stream.raw() as sys::cudaStream_t;
+        let dt = Self::dtype(dtype);
+        let c = count as usize;
+        let r = match coll {
+            Collective::Allreduce => {
+                let src = if in_place { output } else { input };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    sys::ncclAllReduce(
+                        src as *const c_void,
+                        output as *mut c_void,
+                        c,
+                        dt,
+                        sys::ncclRedOp_t::ncclSum,
+                        self.comm,
+                        s,
+                    )
+                }
+            }
+            Collective::Allgather => {
+                let src = if in_place {
+                    output + u64::from(rank) * count * es
+                } else {
+                    input
+                };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    sys::ncclAllGather(
+                        src as *const c_void,
+                        output as *mut c_void,
+                        c,
+                        dt,
+                        self.comm,
+                        s,
+                    )
+                }
+            }
+            Collective::Reducescatter => {
+                let (src, dst) = if in_place {
+                    (output, output + u64::from(rank) * count * es)
+                } else {
+                    (input, output)
+                };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    sys::ncclReduceScatter(
+                        src as *const c_void,
+                        dst as *mut c_void,
+                        c,
+                        dt,
+                        sys::ncclRedOp_t::ncclSum,
+                        self.comm,
+                        s,
+                    )
+                }
+            }
+        };
+        check(r, coll.name())
+    }
+}
+
+impl Drop for Nccl {
+    fn drop(&mut self) {
+        // SAFETY: created by ncclCommInitRank, destroyed once; callers synchronise first.
+        let r = unsafe { sys::ncclCommDestroy(self.comm) };
+        if r != sys::ncclResult_t::ncclSuccess {
+            tracing::warn!("ncclCommDestroy: {r:?}");
+        }
+    }
+}

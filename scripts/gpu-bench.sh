@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# gpu-bench.sh — commhal's NVLink collectives against NCCL, on a multi-GPU host, from
+# the repo root, with prebuilt binaries carried in .gpu/ (nothing is built here):
+#
+#   .gpu/env.sh               copy of shared/gpu/env.sh (multicast off, NCCL, CUDA libs)
+#   .gpu/commhal              target/release/commhal            (stripped)
+#   .gpu/commhal-gpu-bench    target/release/commhal-gpu-bench  (stripped)
+#
+# For N = 2 and (with >= 4 GPUs) 4: all-reduce f16 1K..1G x4 with --compare nccl, the
+# same through CUDA graphs up to 1 MiB, all-gather f16 and reduce-scatter f16. Every
+# step is bounded by `timeout`, the whole run by GPU_BENCH_BUDGET seconds (default
+# 330). Output ($OUT, default ./gpu-out; few files, so they all come back):
+#   bench-<N>gpu.log   every step's output, in order, with a header per step
+#   summary.log        one line per step (ok / FAIL / TIMEOUT, seconds)
+#   json.tar           the JSON of every step
+# Exit status: 0 when every step that ran passed (results correct).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+G=.gpu
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+JSON=$(mktemp -d)
+BUDGET=${GPU_BENCH_BUDGET:-330}
+START=$(date +%s)
+SUMMARY=()
+FAILED=0
+
+if [[ -f $G/env.sh ]]; then
+  # shellcheck disable=SC1091
+  source "$G/env.sh" || true
+else
+  echo "gpu-bench: $G/env.sh missing; keeping NVLink multicast off by hand" >&2
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MSCCLPP_FORCE_DISABLE_NVLS=1
+  unset COMMHAL_ALLOW_MULTICAST
+fi
+export NCCL_NVLS_ENABLE=0
+unset COMMHAL_ALLOW_MULTICAST
+
+# NVRTC 13 for the kernel JIT: COMMHAL_NVRTC_DIR, the CUDA install, or a pip wheel.
+find_nvrtc() {
+  local d
+  for d in "${COMMHAL_NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 .cache/nvrtc/nvidia/cu13/lib; do
+    [[ -n $d && -e $d/libnvrtc.so.13 ]] && { echo "$d"; return 0; }
+  done
+  d=$(python3 -c "import nvidia, os, sys
+for r in nvidia.__path__:
+    for dp, _, fs in os.walk(r):
+        if 'libnvrtc.so.13' in fs: print(dp); sys.exit(0)" 2>/dev/null)
+  [[ -n $d ]] && { echo "$d"; return 0; }
+  d=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
+  [[ -n $d ]] && { dirname "$d"; return 0; }
+  return 1
+}
+if NVRTC_DIR=$(find_nvrtc); then
+  export COMMHAL_NVRTC_DIR=$NVRTC_DIR LD_LIBRARY_PATH=$NVRTC_DIR:${LD_LIBRARY_PATH:-}
+  echo "gpu-bench: NVRTC from $NVRTC_DIR"
+else
+  echo "gpu-bench: libnvrtc.so.13 not found; the kernel JIT will fail" >&2
+fi
+export COMMHAL_CACHE_DIR=${COMMHAL_CACHE_DIR:-/tmp/commhal-kernel-cache}
+export COMMHAL_BOOTSTRAP_TIMEOUT_MS=${COMMHAL_BOOTSTRAP_TIMEOUT_MS:-60000}
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
+
+for b in "$G/commhal" "$G/commhal-gpu-bench"; do
+  [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
+done
+
+# step LOG NAME LIMIT ARGS...: run `commhal-gpu-bench ARGS` under `commhal launch`,
+# bounded by min(LIMIT, time left - 5 s); append to $OUT/LOG.
+step() {
+  local log=$1 name=$2 limit=$3 n=$4
+  shift 4
+  local left=$((BUDGET - ($(date +%s) - START) - 5))
+  if ((left < 20)); then
+    SUMMARY+=("$(printf '%-28s SKIPPED (out of time budget)' "$name")")
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  local t0=$(date +%s)
+  {
+    echo
+    echo "################ $name (limit ${limit}s): commhal launch -n $n -- commhal-gpu-bench $*"
+  } >>"$OUT/$log"
+  echo "gpu-bench: [$name] (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$G/commhal" launch -n "$n" -- "$G/commhal-gpu-bench" "$@" --json "$JSON/$name.json" >>"$OUT/$log" 2>&1
+  local rc=$? dt=$(($(date +%s) - t0)) verdict=ok
+  if ((rc == 124 || rc == 137)); then verdict=TIMEOUT; FAILED=1
+  elif ((rc != 0)); then verdict="FAIL(rc=$rc)"; FAILED=1; fi
+  SUMMARY+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" "$dt")")
+}
+
+for N in 2 4; do
+  ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "${N}gpu" "$N" "$NGPU")"); continue; }
+  L=bench-${N}gpu.log
+  step "$L" "allreduce-f16-${N}gpu" 100 "$N" allreduce -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl
+  step "$L" "allreduce-f16-graph-${N}gpu" 45 "$N" allreduce -b 1K -e 1M -f 4 -n 50 -w 5 -d half -G --compare nccl
+  step "$L" "allgather-f16-${N}gpu" 70 "$N" allgather -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl
+  step "$L" "reducescatter-f16-${N}gpu" 70 "$N" reducescatter -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl
+done
+
+(cd "$JSON" && tar cf "$OUT/json.tar" ./*.json 2>/dev/null)
+rm -rf "$JSON"
+{
+  echo "gpu-bench summary ($(($(date +%s) - START))s of ${BUDGET}s):"
+  printf '  %s\n' "${SUMMARY[@]}"
+} | tee "$OUT/summary.log"
+exit $FAILED
