@@ -139,6 +139,10 @@ pub struct Args {
     /// Time through CUDA graph replay (iters launches captured into one graph).
     #[arg(short = 'G', long = "graph", default_value_t = false)]
     pub graph: bool,
+    /// Queue the timed launches behind a host-released stream wait (1) so events time
+    /// the GPU, not the host's submission rate; 0 = launch as the host goes.
+    #[arg(long, default_value_t = 1)]
+    pub gate: u32,
     /// Also run NCCL on the same buffers, alternating per size, and print the ratio.
     #[arg(long)]
     pub compare: Option<Compare>,

@@ -43,6 +43,37 @@ pub struct Tuning {
     pub device_timeout: Duration,
 }
 
+/// The kernels of `coll_nvlink.cu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// One-shot LL16 all-reduce.
+    AllreduceLl,
+    /// Two-shot all-reduce.
+    Allreduce2Shot,
+    /// All-gather (any dtype).
+    Allgather,
+    /// Reduce-scatter.
+    Reducescatter,
+}
+
+/// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
+pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
+    use Dtype::*;
+    use Kernel::*;
+    match (k, dtype) {
+        (AllreduceLl, Half) => "commhal_coll_allreduce_ll_f16",
+        (AllreduceLl, Bfloat16) => "commhal_coll_allreduce_ll_bf16",
+        (AllreduceLl, Float) => "commhal_coll_allreduce_ll_f32",
+        (Allreduce2Shot, Half) => "commhal_coll_allreduce_2shot_f16",
+        (Allreduce2Shot, Bfloat16) => "commhal_coll_allreduce_2shot_bf16",
+        (Allreduce2Shot, Float) => "commhal_coll_allreduce_2shot_f32",
+        (Reducescatter, Half) => "commhal_coll_reducescatter_f16",
+        (Reducescatter, Bfloat16) => "commhal_coll_reducescatter_bf16",
+        (Reducescatter, Float) => "commhal_coll_reducescatter_f32",
+        (Allgather, _) => "commhal_coll_allgather",
+    }
+}
+
 /// One rank's communicator (see the module docs).
 #[derive(Debug)]
 pub struct Comm {
@@ -233,7 +264,7 @@ impl Comm {
     }
 
     /// Which kernel and grid a collective uses (for the table's notes and tests).
-    pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (String, u32, u32) {
+    pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
         match coll {
             Collective::Allreduce => {
@@ -245,30 +276,22 @@ impl Comm {
                         .div_ceil(threads)
                         .clamp(1, u64::from(self.tuning.max_blocks));
                     (
-                        format!("commhal_coll_allreduce_ll_{}", dtype.suffix()),
+                        kernel_name(Kernel::AllreduceLl, dtype),
                         blocks as u32,
                         threads as u32,
                     )
                 } else {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
-                    (
-                        format!("commhal_coll_allreduce_2shot_{}", dtype.suffix()),
-                        b,
-                        t,
-                    )
+                    (kernel_name(Kernel::Allreduce2Shot, dtype), b, t)
                 }
             }
             Collective::Allgather => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                ("commhal_coll_allgather".to_string(), b, t)
+                (kernel_name(Kernel::Allgather, dtype), b, t)
             }
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                (
-                    format!("commhal_coll_reducescatter_{}", dtype.suffix()),
-                    b,
-                    t,
-                )
+                (kernel_name(Kernel::Reducescatter, dtype), b, t)
             }
         }
     }
@@ -319,7 +342,7 @@ impl Comm {
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
         // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max.
-        unsafe { self.module.launch(&name, &self.stream, grid, block, &a) }
+        unsafe { self.module.launch(name, &self.stream, grid, block, &a) }
     }
 
     /// Wait (bounded) for the stream, then read the device error word.
@@ -338,5 +361,28 @@ impl Comm {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_name_is_in_the_unit() {
+        for k in [
+            Kernel::AllreduceLl,
+            Kernel::Allreduce2Shot,
+            Kernel::Allgather,
+            Kernel::Reducescatter,
+        ] {
+            for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
+                let name = kernel_name(k, d);
+                assert!(COLL_NVLINK.kernels.contains(&name), "{name}");
+                if k != Kernel::Allgather {
+                    assert!(name.ends_with(d.suffix()), "{name}");
+                }
+            }
+        }
     }
 }

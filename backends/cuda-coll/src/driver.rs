@@ -275,3 +275,52 @@ impl Drop for Graph {
         }
     }
 }
+
+/// A host-released gate: [`Gate::close`] queues a stream wait on a pinned host word,
+/// [`Gate::open`] releases it. The timed loop queues every launch behind a closed
+/// gate, so the GPU runs them back to back and the events measure device time, not
+/// the host's submission rate. Keep the queued work short (well under the driver's
+/// queue depth) or the host blocks in a launch before it can open the gate.
+#[derive(Debug)]
+pub struct Gate {
+    word: commhal_cuda_rt::PinnedHostBuffer,
+    value: u32,
+}
+
+impl Gate {
+    /// A gate on `ctx` (one pinned page).
+    pub fn new(ctx: &Arc<Context>) -> Result<Gate> {
+        Ok(Gate {
+            word: commhal_cuda_rt::PinnedHostBuffer::new(ctx, 64)?,
+            value: 0,
+        })
+    }
+
+    /// Queue "wait until the word reaches the next value" on `stream`.
+    pub fn close(&mut self, stream: &Stream) -> Result<()> {
+        self.value = self.value.wrapping_add(1).max(1);
+        stream.context().bind()?;
+        // SAFETY: the word is pinned, device-mapped host memory owned by `self`, which
+        // outlives the wait (the owner opens the gate and synchronises before drop).
+        let r = unsafe {
+            sys::cuStreamWaitValue32_v2(
+                stream.raw(),
+                self.word.device_addr(),
+                self.value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
+        };
+        check(r, "cuStreamWaitValue32", || {
+            "closing the timing gate".into()
+        })
+    }
+
+    /// Release everything queued behind the last [`Gate::close`].
+    pub fn open(&self) {
+        let p = self.word.host_ptr() as *mut u32;
+        // SAFETY: the buffer is 64 bytes, 4-byte aligned (page-aligned allocation), and
+        // only this gate writes it; a volatile store makes it visible to the GPU's poll.
+        unsafe { std::ptr::write_volatile(p, self.value) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
