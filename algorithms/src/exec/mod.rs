@@ -26,6 +26,7 @@
 //!
 //! The communicator ([`crate::comm`]) owns the memory and builds the views.
 
+mod kernels;
 pub(crate) mod raw;
 pub mod run;
 pub mod sync;

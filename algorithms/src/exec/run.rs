@@ -19,7 +19,8 @@ use super::sync::{KIND_P2P, MAX_TAGS, SyncTable, kind_index};
 /// P2P-kind semaphore tag of the entry handshake (tags 0 and 1 are send/recv's).
 const ENTRY_TAG: u32 = 2;
 use crate::comm::CommError;
-use crate::dtype::{DataType, RedOp, finalize, reduce_into};
+use super::kernels::reduce as reduce_into;
+use crate::dtype::{DataType, RedOp, finalize};
 use crate::plan::{BufferKind, ChunkRef, Op, Plan};
 
 /// Bytes processed per step of a reduction (fits L1/L2 with a few operands).
@@ -447,6 +448,27 @@ impl Invocation<'_> {
     ) -> Result<(), CommError> {
         let len = dst.len;
         let (dtype, op) = (self.dtype, self.op);
+        // Wait for every source's last packet first (the sender stores its words in
+        // order with release, so the last one carries all the others): one wait, and
+        // at most one wake-up, for the whole op.
+        let last = |words: &Span| {
+            let w = raw::words(*words);
+            w.last()
+        };
+        let missing = || {
+            packets
+                .iter()
+                .filter(|(_, words, flag)| {
+                    last(words).is_some_and(|w| ll_split(w.load(Ordering::Acquire)).1 != *flag)
+                })
+                .count()
+        };
+        self.sync.wait_packets(missing, || {
+            let who: Vec<u32> = packets.iter().map(|p| p.0).collect();
+            format!(
+                "LL packets from ranks {who:?}: is every one of them alive and running the same collective?"
+            )
+        })?;
         TMP.with(|t| -> Result<(), CommError> {
             let mut tmp = t.borrow_mut();
             tmp.resize(PIECE, 0);
@@ -494,7 +516,7 @@ impl Invocation<'_> {
                 self.sync.wait_packets(
                     || {
                         v = word.load(Ordering::Acquire);
-                        ll_split(v).1 == flag
+                        usize::from(ll_split(v).1 != flag)
                     },
                     || {
                         format!(

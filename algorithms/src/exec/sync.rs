@@ -6,6 +6,7 @@
 //! |---|---|
 //! | `0..8` | doorbell counter: bumped after every packet write into this rank |
 //! | `8..16` | number of this rank's threads asleep on the doorbell |
+//! | `16..24` | doorbell count the sleeper needs before it is worth waking |
 //! | `64 + 16·slot` | semaphore `slot`: inbound counter `u64`, sleeping waiters `u64` |
 //!
 //! `slot = (src · KINDS + kind) · MAX_TAGS + tag` for the plan's semaphore key
@@ -139,13 +140,13 @@ impl SyncTable {
         (&w[0], &w[1])
     }
 
-    fn doorbell(&self, owner: u32) -> (&AtomicU64, &AtomicU64) {
+    fn doorbell(&self, owner: u32) -> (&AtomicU64, &AtomicU64, &AtomicU64) {
         let w = raw::words(
             self.regions[owner as usize]
-                .sub(0, 16)
+                .sub(0, 24)
                 .unwrap_or(Span::EMPTY),
         );
-        (&w[0], &w[1])
+        (&w[0], &w[1], &w[2])
     }
 
     /// Signal `(me → peer, kind, tag)`: everything this thread wrote before is visible to
@@ -207,33 +208,41 @@ impl SyncTable {
         }
     }
 
-    /// After writing packets into `peer`'s memory: ring its doorbell.
+    /// After writing packets into `peer`'s memory: ring its doorbell. Wakes the peer
+    /// only when the ring reaches the count its sleeper asked for (`wake_at`), or when
+    /// several of its threads sleep.
     pub(crate) fn ring(&self, peer: u32) {
-        let (bell, sleepers) = self.doorbell(peer);
-        bell.fetch_add(1, Ordering::SeqCst);
-        if sleepers.load(Ordering::SeqCst) != 0 {
+        let (bell, sleepers, wake_at) = self.doorbell(peer);
+        let v = bell.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
+        let s = sleepers.load(Ordering::SeqCst);
+        if s >= 2 || (s == 1 && reached(v, wake_at.load(Ordering::SeqCst))) {
             raw::futex_wake(bell);
         }
     }
 
-    /// Wait until `ready()` (a packet flag check), sleeping on this rank's doorbell after
-    /// the spin budget. `what` describes the packets for the timeout error.
+    /// Wait until `missing()` (packet sources whose data has not arrived) is 0, sleeping
+    /// on this rank's doorbell after the spin budget until enough rings came for every
+    /// missing source. `what` describes the packets for the timeout error.
     pub(crate) fn wait_packets(
         &self,
-        mut ready: impl FnMut() -> bool,
+        mut missing: impl FnMut() -> usize,
         what: impl FnOnce() -> String,
     ) -> Result<(), HalError> {
-        if spin_until(self.tuning.spin, &mut ready) {
+        if spin_until(self.tuning.spin, || missing() == 0) {
             return Ok(());
         }
-        let (bell, sleepers) = self.doorbell(self.me);
+        let (bell, sleepers, wake_at) = self.doorbell(self.me);
         let deadline = Instant::now() + self.tuning.timeout;
         sleepers.fetch_add(1, Ordering::SeqCst);
         let r = loop {
             let d = bell.load(Ordering::SeqCst);
-            if ready() {
+            let m = missing();
+            if m == 0 {
                 break Ok(());
             }
+            // Every missing source rings after `d` was read (its ring would otherwise
+            // have made its packets visible), so the bell reaches d + m.
+            wake_at.store(d.wrapping_add(m as u64), Ordering::SeqCst);
             let now = Instant::now();
             if now >= deadline {
                 break Err(HalError::Timeout {
