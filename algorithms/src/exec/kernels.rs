@@ -46,7 +46,12 @@ macro_rules! int_ops {
 
 /// `dst[i] = op(dst[i], src[i])`, as [`reduce_into`].
 #[inline]
-pub(crate) fn reduce(dst: &mut [u8], src: &[u8], dtype: DataType, op: RedOp) -> Result<(), AlgoError> {
+pub(crate) fn reduce(
+    dst: &mut [u8],
+    src: &[u8],
+    dtype: DataType,
+    op: RedOp,
+) -> Result<(), AlgoError> {
     if dst.len() == src.len() {
         let done = match dtype {
             DataType::F32 => float_ops!(dst, src, f32, op),

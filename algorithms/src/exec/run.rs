@@ -18,8 +18,8 @@ use super::sync::{KIND_P2P, MAX_TAGS, SyncTable, kind_index};
 
 /// P2P-kind semaphore tag of the entry handshake (tags 0 and 1 are send/recv's).
 const ENTRY_TAG: u32 = 2;
-use crate::comm::CommError;
 use super::kernels::reduce as reduce_into;
+use crate::comm::CommError;
 use crate::dtype::{DataType, RedOp, finalize};
 use crate::plan::{BufferKind, ChunkRef, Op, Plan};
 

@@ -59,6 +59,9 @@ pub struct WaitTuning {
     /// Busy-wait this long before sleeping on a futex. Short when ranks outnumber
     /// cores, so waiting ranks give their core to ranks with work.
     pub spin: Duration,
+    /// Then call `sched_yield` this long before sleeping (lets ranks with work run
+    /// without a futex wake when ranks outnumber cores).
+    pub yield_for: Duration,
     /// A wait fails with a timeout error after this long.
     pub timeout: Duration,
 }
@@ -70,13 +73,19 @@ impl WaitTuning {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get() as u32)
             .unwrap_or(1);
-        let spin = if local_ranks <= cores {
-            Duration::from_micros(100)
-        } else {
-            Duration::from_micros(2)
+        let over = local_ranks > cores;
+        let us = |var: &str, default: u64| {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(Duration::from_micros)
+                .unwrap_or(Duration::from_micros(default))
         };
+        let spin = us("COMMHAL_WAIT_SPIN_US", if over { 2 } else { 100 });
+        let yield_for = us("COMMHAL_WAIT_YIELD_US", if over { 200 } else { 0 });
         WaitTuning {
             spin,
+            yield_for,
             timeout: commhal_channels::WaitPolicy::default().timeout,
         }
     }
@@ -93,9 +102,9 @@ pub(crate) struct SyncTable {
     pub(crate) tuning: WaitTuning,
 }
 
-/// Spin until `ready()` or the spin budget is spent; true when ready.
+/// Spin (then yield) until `ready()` or the budget is spent; true when ready.
 #[inline]
-fn spin_until(spin: Duration, mut ready: impl FnMut() -> bool) -> bool {
+fn spin_until(t: &WaitTuning, mut ready: impl FnMut() -> bool) -> bool {
     if ready() {
         return true;
     }
@@ -107,8 +116,21 @@ fn spin_until(spin: Duration, mut ready: impl FnMut() -> bool) -> bool {
                 return true;
             }
         }
-        if start.elapsed() >= spin {
-            return ready();
+        if start.elapsed() >= t.spin {
+            break;
+        }
+    }
+    if t.yield_for.is_zero() {
+        return ready();
+    }
+    let start = Instant::now();
+    loop {
+        std::thread::yield_now();
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= t.yield_for {
+            return false;
         }
     }
 }
@@ -166,7 +188,7 @@ impl SyncTable {
         let expected = &self.expected[slot];
         let target = expected.load(Ordering::Relaxed).wrapping_add(1);
         let ok = || reached(counter.load(Ordering::Acquire), target);
-        if !spin_until(self.tuning.spin, ok) {
+        if !spin_until(&self.tuning, ok) {
             let deadline = Instant::now() + self.tuning.timeout;
             waiters.fetch_add(1, Ordering::SeqCst);
             loop {
@@ -228,7 +250,7 @@ impl SyncTable {
         mut missing: impl FnMut() -> usize,
         what: impl FnOnce() -> String,
     ) -> Result<(), HalError> {
-        if spin_until(self.tuning.spin, || missing() == 0) {
+        if spin_until(&self.tuning, || missing() == 0) {
             return Ok(());
         }
         let (bell, sleepers, wake_at) = self.doorbell(self.me);

@@ -31,6 +31,7 @@ pub fn with_ranks(n: u32, rpn: u32, algo: Option<&str>, f: impl Fn(&mut Communic
                         algo,
                         wait: Some(WaitTuning {
                             spin: Duration::from_micros(2),
+                            yield_for: Duration::from_micros(50),
                             timeout: Duration::from_secs(20),
                         }),
                         ..Default::default()
