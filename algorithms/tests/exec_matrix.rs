@@ -22,8 +22,8 @@ fn algo_cases(algo: Algorithm, n: u32, rpn: u32) {
                     coll,
                     count,
                     dtype: DataType::F32,
-                    op: if coll.reduces() {
-                        RedOp::Sum
+                    op: if coll.reduces() && count == 7 {
+                        RedOp::Max
                     } else {
                         RedOp::Sum
                     },

@@ -24,7 +24,12 @@ fn child_rank() {
         return;
     }
     let boot: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::from_env().expect("bootstrap"));
-    for algo in ["allreduce:1pa", "allreduce:2pa-hb", "allreduce:ring", "allgather:ring"] {
+    for algo in [
+        "allreduce:1pa",
+        "allreduce:2pa-hb",
+        "allreduce:ring",
+        "allgather:ring",
+    ] {
         let mut comm = Communicator::new(
             boot.clone(),
             CommOptions {
@@ -59,7 +64,13 @@ fn run_ranks(n: u32) {
     let children: Vec<_> = (0..n)
         .map(|r| {
             Command::new(&exe)
-                .args(["--exact", "child_rank", "--nocapture", "--test-threads", "1"])
+                .args([
+                    "--exact",
+                    "child_rank",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
                 .env(CHILD, "1")
                 .env("COMMHAL_RANK", r.to_string())
                 .env("COMMHAL_WORLD_SIZE", n.to_string())

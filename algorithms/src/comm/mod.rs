@@ -1045,7 +1045,7 @@ impl Communicator {
             self.check_reach(&plan)?;
             let prep = Prepared::new(plan, me)?;
             self.plans.insert(
-                key.clone(),
+                key,
                 PlanSlot {
                     prep,
                     scratch: None,

@@ -54,10 +54,8 @@ impl Span {
             return Some(Span::EMPTY);
         }
         // SAFETY: off + len <= self.len was checked, so the pointer stays inside the span.
-        Some(Span {
-            ptr: unsafe { self.ptr.add(off) },
-            len,
-        })
+        let ptr = unsafe { self.ptr.add(off) };
+        Some(Span { ptr, len })
     }
 
     /// Same start address.

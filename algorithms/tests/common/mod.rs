@@ -127,8 +127,10 @@ pub fn check_case(comm: &mut Communicator, c: &Case) -> Result<(), String> {
         call(comm, c, root, input[..].into(), (&mut out[..]).into()).map_err(|e| e.to_string())?;
         out
     };
-    if let Some(w) = &want[me] {
-        if &got != w {
+    if let Some(w) = &want[me]
+        && &got != w
+    {
+        {
             let wrong = (0..w.len() / s.max(1))
                 .filter(|&i| got[i * s..(i + 1) * s] != w[i * s..(i + 1) * s])
                 .count();
