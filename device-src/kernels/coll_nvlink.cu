@@ -388,3 +388,104 @@ extern "C" __global__ void commhal_coll_allgather(CollArgs a) {
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);
 }
+
+// ---------------------------------------------------------------------------------
+// LL16 variants of all-gather and reduce-scatter for small sizes: no barrier, packets
+// carry the epoch (same slots and parity rule as the LL all-reduce).
+
+COMMHAL_DEVICE u8* ll_slot(const CollArgs& a, u32 owner, u32 sender, u64 parity) {
+  return reinterpret_cast<u8*>(a.scratch[owner] + COLL_OFF_LL +
+                               (parity * COLL_MAX_RANKS + sender) * a.ll_slot_bytes);
+}
+
+// Bounded wait for LL16 packet `pk` with `flag`; returns its 8 data bytes.
+COMMHAL_DEVICE uint2 ll_wait(const CollArgs& a, const u8* pk, u32 flag, bool& ok) {
+  u32 d0 = 0, f0 = 0, d1 = 0, f1 = 0;
+  u64 t0 = 0;
+  for (u32 s = 0; ok; ++s) {
+    load_volatile_v4u32(pk, d0, f0, d1, f1);
+    if (f0 == flag && f1 == flag) break;
+    if ((s & 1023) == 0) {
+      const u64 t = now_ns();
+      if (s == 0) t0 = t;
+      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
+        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
+        ok = false;
+      }
+    }
+  }
+  return make_uint2(d0, d1);
+}
+
+// Reduce-scatter, LL: a.count elements per rank, count * elem % 8 == 0 (host checks).
+template <typename Op>
+COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u64 cb = a.count * Op::ELEM;
+  const u64 npk = cb / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u8* in = reinterpret_cast<const u8*>(a.in[a.rank]);
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      const uint2 v = *reinterpret_cast<const uint2*>(in + p * cb + i * 8);
+      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+    }
+  }
+  bool ok = true;
+  uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    uint2 acc = make_uint2(0, 0);
+    for (u32 p = 0; p < a.nranks; ++p) {  // rank order
+      const uint2 v = (p == a.rank)
+                          ? *reinterpret_cast<const uint2*>(in + a.rank * cb + i * 8)
+                          : ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+      if (p == 0) {
+        acc = v;
+      } else {
+        acc.x = Op::add(acc.x, v.x);
+        acc.y = Op::add(acc.y, v.y);
+      }
+    }
+    out[i] = acc;
+  }
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reducescatter_ll_f16(CollArgs a) { reducescatter_ll<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_ll_bf16(CollArgs a) { reducescatter_ll<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_ll_f32(CollArgs a) { reducescatter_ll<OpF32>(a); }
+
+// All-gather, LL: a.count = bytes per rank, a multiple of 8 (host checks).
+extern "C" __global__ void commhal_coll_allgather_ll(CollArgs a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u64 bytes = a.count;
+  const u64 npk = bytes / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint2* src = reinterpret_cast<const uint2*>(a.in[a.rank]);
+  u8* out = reinterpret_cast<u8*>(a.out[a.rank]);
+  uint2* own = reinterpret_cast<uint2*>(out + (u64)a.rank * bytes);
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    const uint2 v = src[i];
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+    }
+    if (reinterpret_cast<const void*>(own) != reinterpret_cast<const void*>(src)) own[i] = v;
+  }
+  bool ok = true;
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      reinterpret_cast<uint2*>(out + (u64)p * bytes)[i] =
+          ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+    }
+  }
+  coll_end(a, e);
+}

@@ -103,6 +103,10 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_allreduce_2shot_f32",
         "commhal_coll_reducescatter_f32",
         "commhal_coll_allgather",
+        "commhal_coll_reducescatter_ll_f16",
+        "commhal_coll_reducescatter_ll_bf16",
+        "commhal_coll_reducescatter_ll_f32",
+        "commhal_coll_allgather_ll",
     ],
 };
 

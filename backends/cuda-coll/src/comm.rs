@@ -33,8 +33,11 @@ const TAG_FDS: u64 = 0x434f_4c4c_0000;
 /// Tuning knobs (defaults suit H100/H200).
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
-    /// Largest all-reduce (bytes) done with the one-shot LL kernel.
+    /// Largest all-reduce (bytes) done with the one-shot LL kernel; also the LL slot
+    /// capacity.
     pub ll_max: u64,
+    /// Largest per-rank chunk (bytes) of an all-gather / reduce-scatter done with LL.
+    pub ll_chunk_max: u64,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -54,6 +57,10 @@ pub enum Kernel {
     Allgather,
     /// Reduce-scatter.
     Reducescatter,
+    /// One-shot LL16 all-gather (any dtype).
+    AllgatherLl,
+    /// One-shot LL16 reduce-scatter.
+    ReducescatterLl,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -71,6 +78,10 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (Reducescatter, Bfloat16) => "commhal_coll_reducescatter_bf16",
         (Reducescatter, Float) => "commhal_coll_reducescatter_f32",
         (Allgather, _) => "commhal_coll_allgather",
+        (AllgatherLl, _) => "commhal_coll_allgather_ll",
+        (ReducescatterLl, Half) => "commhal_coll_reducescatter_ll_f16",
+        (ReducescatterLl, Bfloat16) => "commhal_coll_reducescatter_ll_bf16",
+        (ReducescatterLl, Float) => "commhal_coll_reducescatter_ll_f32",
     }
 }
 
@@ -127,10 +138,15 @@ impl Comm {
         let (image, _) = jit::compile_unit(&COLL_NVLINK, &arch, cache.as_ref())?;
         let module = CollModule::load(&ctx, &image, COLL_NVLINK.kernels)?;
         let sms = driver::sm_count(&ctx)?;
+        let ll_max = ll_max
+            .or_else(|| env_u32("COMMHAL_COLL_LL_MAX").map(u64::from))
+            .unwrap_or(if n <= 2 { 256 << 10 } else { 128 << 10 });
         let tuning = Tuning {
-            ll_max: ll_max
-                .or_else(|| env_u32("COMMHAL_COLL_LL_MAX").map(u64::from))
-                .unwrap_or(64 << 10),
+            ll_max,
+            ll_chunk_max: env_u32("COMMHAL_COLL_LL_CHUNK_MAX")
+                .map(u64::from)
+                .unwrap_or(64 << 10)
+                .min(ll_max),
             threads: env_u32("COMMHAL_COLL_THREADS")
                 .unwrap_or(512)
                 .clamp(32, 1024),
@@ -255,6 +271,15 @@ impl Comm {
         self.tuning
     }
 
+    /// Grid of an LL kernel over `packets` 8-byte units (one per thread).
+    fn ll_grid(&self, packets: u64) -> (u32, u32) {
+        let threads = packets.clamp(32, 512).next_multiple_of(32);
+        let blocks = packets
+            .div_ceil(threads)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, threads as u32)
+    }
+
     fn grid_for(&self, units16: u64) -> (u32, u32) {
         let t = u64::from(self.tuning.threads);
         let blocks = units16
@@ -270,20 +295,23 @@ impl Comm {
             Collective::Allreduce => {
                 let bytes = count * es;
                 if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
-                    let packets = bytes / 8;
-                    let threads = packets.clamp(32, 512).next_multiple_of(32);
-                    let blocks = packets
-                        .div_ceil(threads)
-                        .clamp(1, u64::from(self.tuning.max_blocks));
-                    (
-                        kernel_name(Kernel::AllreduceLl, dtype),
-                        blocks as u32,
-                        threads as u32,
-                    )
+                    let (blocks, threads) = self.ll_grid(bytes / 8);
+                    (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
                 } else {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
                     (kernel_name(Kernel::Allreduce2Shot, dtype), b, t)
                 }
+            }
+            Collective::Allgather | Collective::Reducescatter
+                if count * es <= self.tuning.ll_chunk_max && (count * es).is_multiple_of(8) =>
+            {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Allgather {
+                    Kernel::AllgatherLl
+                } else {
+                    Kernel::ReducescatterLl
+                };
+                (kernel_name(k, dtype), blocks, threads)
             }
             Collective::Allgather => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
@@ -379,7 +407,7 @@ mod tests {
             for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
                 let name = kernel_name(k, d);
                 assert!(COLL_NVLINK.kernels.contains(&name), "{name}");
-                if k != Kernel::Allgather {
+                if !matches!(k, Kernel::Allgather | Kernel::AllgatherLl) {
                     assert!(name.ends_with(d.suffix()), "{name}");
                 }
             }
