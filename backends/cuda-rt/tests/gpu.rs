@@ -137,10 +137,17 @@ fn memory_channel_put_signal_wait_loopback() {
     let remote = DeviceBuffer::new(&ctx, 1 << 20).unwrap();
     let misc = DeviceBuffer::new(&ctx, 4096).unwrap(); // sem @0, error flag @64, ok @128
     let hbuf = DeviceBuffer::new(&ctx, 256).unwrap();
-    // (src_off, dst_off, bytes): aligned, mutually aligned but odd, misaligned.
-    for (i, &(so, d, n)) in [(0u64, 0u64, 65536u64), (3, 19, 100_003), (5, 1, 4097)]
-        .iter()
-        .enumerate()
+    // (src_off, dst_off, bytes): aligned, mutually aligned mod 16 but odd, mod 4 only,
+    // and not even mod 4 (byte copies only; this once copied nothing).
+    for (i, &(so, d, n)) in [
+        (0u64, 0u64, 65536u64),
+        (3, 19, 100_003),
+        (5, 1, 4097),
+        (3, 5, 1001),
+        (1, 2, 7),
+    ]
+    .iter()
+    .enumerate()
     {
         local.write(so, &pattern(n as usize, i as u32)).unwrap();
         let h = MemoryChannelHandle {

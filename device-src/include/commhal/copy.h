@@ -24,7 +24,8 @@ COMMHAL_DEVICE void copy_cooperative(void* dst, const void* src, u64 bytes, u32 
   }
   u64 head = (unit - (da & (unit - 1))) & (unit - 1);
   if (head > bytes) head = bytes;
-  const u64 nbulk = (bytes - head) / unit;
+  // unit == 1: everything goes through the byte loop below (no bulk phase).
+  const u64 nbulk = unit == 1 ? 0 : (bytes - head) / unit;
   const u64 tail_start = head + nbulk * unit;
   for (u64 i = tid; i < head; i += nthreads) d[i] = s[i];
   if (unit == 16) {
