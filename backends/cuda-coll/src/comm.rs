@@ -149,7 +149,7 @@ impl Comm {
                 .min(ll_max),
             threads: env_u32("COMMHAL_COLL_THREADS")
                 .unwrap_or(512)
-                .clamp(32, 1024),
+                .clamp(32, 512), // 1024 runs out of registers in the two-shot kernels
             max_blocks: env_u32("COMMHAL_COLL_MAX_BLOCKS")
                 .unwrap_or(sms)
                 .clamp(1, layout::MAX_BLOCKS),
