@@ -9,6 +9,11 @@
 //   commhal_coll_reducescatter_*     barrier; reduce own chunk reading n inputs into own
 //                                    output; barrier.
 //   commhal_coll_allgather           barrier; store own input into every output; barrier.
+//   commhal_coll_allreduce_push_*    large sizes, remote stores only: barrier; store input
+//                                    chunk p into rank p's staging slot; barrier; reduce
+//                                    own chunk from local input + staging; store it to
+//                                    every output; barrier.
+//   *_ll variants of all-gather / reduce-scatter for small chunks.
 //
 // Epochs. Every launch on a rank gets epoch e = scratch.epoch + 1 (read by every block at
 // its start; the last block to finish stores e back, see coll_end). Launches are matched
@@ -43,7 +48,8 @@ using namespace commhal;
 #define COLL_OFF_ERROR 12
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
-#define COLL_OFF_LL (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_LL (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -58,8 +64,10 @@ struct CollArgs {
   u64 ll_slot_bytes;            // bytes of one LL slot (per parity, per sender)
   u32 rank;
   u32 nranks;
+  u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
+  u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
 };
-static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8, "CollArgs layout");
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8, "CollArgs layout");
 
 COMMHAL_DEVICE u64 now_ns() {
   u64 t;
@@ -541,3 +549,76 @@ extern "C" __global__ void commhal_coll_allgather_ll(CollArgs a) {
   }
   coll_end(a, e);
 }
+
+// ---------------------------------------------------------------------------------
+// Push all-reduce (large sizes): every remote access is a store. Staging area of rank p:
+// [sender][stage_slot_bytes], slot >= ceil(nvec / n) * 16. Block b moves the same
+// chunk-relative vector indices j in both phases on every rank, so the MID barrier
+// between block b of the sender and block b of the owner orders exactly the data block
+// b of the owner then reads. The tail (bytes % 16) is reduced by the last rank reading
+// the peers' inputs directly (as in the two-shot kernel).
+template <typename Op>
+COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u64 bytes = a.count * Op::ELEM;
+  const u64 nvec = bytes / 16;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  // phase 1: chunk p of my input -> rank p's staging slot [me]
+  const u64 maxlen = (nvec + n - 1) / n;
+  u64 pvb[COLL_MAX_RANKS], plen[COLL_MAX_RANKS];
+  v16* pdst[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+    if (k < n) {
+      const u32 p = (a.rank + k) % n;
+      u64 b, x;
+      partition(nvec, n, p, b, x);
+      pvb[k] = b;
+      plen[k] = x - b;
+      pdst[k] = reinterpret_cast<v16*>(a.stage[p] + (u64)a.rank * a.stage_slot_bytes);
+    }
+  }
+  for (u64 j = tid0; j < maxlen; j += gthreads) {
+#pragma unroll
+    for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+      if (k < n && j < plen[k]) pdst[k][j] = in[pvb[k] + j];
+    }
+  }
+  block_barrier(a, COLL_OFF_MID_FLAGS, e);
+  // phase 2: reduce my chunk (local reads), store to every output
+  u64 vb, ve;
+  partition(nvec, n, a.rank, vb, ve);
+  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
+  for (u64 j = tid0; vb + j < ve; j += gthreads) {
+    v16 x[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+      if (p < n) {
+        x[p] = (p == a.rank) ? in[vb + j]
+                             : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
+      }
+    }
+    v16 acc = x[0];
+#pragma unroll
+    for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
+      if (p < n) acc = add16<Op>(acc, x[p]);
+    }
+#pragma unroll
+    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+      if (k < n) reinterpret_cast<v16*>(a.out[(a.rank + k) % n])[vb + j] = acc;
+    }
+  }
+  if (a.rank == n - 1 && nvec * 16 < bytes) {
+    reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_allreduce_push_f16(CollArgs a) { allreduce_push<OpF16>(a); }
+extern "C" __global__ void commhal_coll_allreduce_push_bf16(CollArgs a) { allreduce_push<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_allreduce_push_f32(CollArgs a) { allreduce_push<OpF32>(a); }

@@ -107,6 +107,9 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_reducescatter_ll_bf16",
         "commhal_coll_reducescatter_ll_f32",
         "commhal_coll_allgather_ll",
+        "commhal_coll_allreduce_push_f16",
+        "commhal_coll_allreduce_push_bf16",
+        "commhal_coll_allreduce_push_f32",
     ],
 };
 

@@ -38,6 +38,9 @@ pub struct Tuning {
     pub ll_max: u64,
     /// Largest per-rank chunk (bytes) of an all-gather / reduce-scatter done with LL.
     pub ll_chunk_max: u64,
+    /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
+    /// staging area as large as the capacity, allocated only when it can be used).
+    pub push_min: u64,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -61,6 +64,8 @@ pub enum Kernel {
     AllgatherLl,
     /// One-shot LL16 reduce-scatter.
     ReducescatterLl,
+    /// Push all-reduce (remote stores only, staging area).
+    AllreducePush,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -82,6 +87,9 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (ReducescatterLl, Half) => "commhal_coll_reducescatter_ll_f16",
         (ReducescatterLl, Bfloat16) => "commhal_coll_reducescatter_ll_bf16",
         (ReducescatterLl, Float) => "commhal_coll_reducescatter_ll_f32",
+        (AllreducePush, Half) => "commhal_coll_allreduce_push_f16",
+        (AllreducePush, Bfloat16) => "commhal_coll_allreduce_push_bf16",
+        (AllreducePush, Float) => "commhal_coll_allreduce_push_f32",
     }
 }
 
@@ -97,6 +105,7 @@ pub struct Comm {
     output: VmmAllocation,
     scratch: VmmAllocation,
     _peers: Vec<VmmAllocation>,
+    _stage: VmmAllocation,
     base: CollArgs,
     tuning: Tuning,
     capacity: u64,
@@ -141,7 +150,12 @@ impl Comm {
         let ll_max = ll_max
             .or_else(|| env_u32("COMMHAL_COLL_LL_MAX").map(u64::from))
             .unwrap_or(if n <= 2 { 256 << 10 } else { 128 << 10 });
+        let push_min = std::env::var("COMMHAL_COLL_PUSH_MIN")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(32 << 20);
         let tuning = Tuning {
+            push_min,
             ll_max,
             ll_chunk_max: env_u32("COMMHAL_COLL_LL_CHUNK_MAX")
                 .map(u64::from)
@@ -160,10 +174,17 @@ impl Comm {
         let output = VmmAllocation::new(&ctx, capacity)?;
         let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(tuning.ll_max.max(4096)))?;
         scratch.fill(0)?;
+        let capacity_for_push = n > 1 && push_min > 0 && capacity.max(4096) >= push_min;
+        let stage_slot = if capacity_for_push {
+            layout::stage_slot_bytes(capacity.max(4096), n)
+        } else {
+            0
+        };
+        let stage = VmmAllocation::new(&ctx, (stage_slot * u64::from(n)).max(4096))?;
         output.fill(0)?;
 
         // Exchange: sizes through all_gather, fds point to point.
-        let mine = [input.size(), output.size(), scratch.size()]
+        let mine = [input.size(), output.size(), scratch.size(), stage.size()]
             .iter()
             .flat_map(|s| s.to_le_bytes())
             .collect::<Vec<u8>>();
@@ -183,6 +204,7 @@ impl Comm {
             nranks: n,
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             ll_slot_bytes: layout::ll_slot_bytes(tuning.ll_max.max(4096)),
+            stage_slot_bytes: stage_slot,
             ..CollArgs::default()
         };
         let mut peers = Vec::new();
@@ -192,9 +214,10 @@ impl Comm {
                 base.input[i] = input.addr();
                 base.output[i] = output.addr();
                 base.scratch[i] = scratch.addr();
+                base.stage[i] = stage.addr();
                 continue;
             }
-            let theirs = sizes.get(i).filter(|b| b.len() == 24).ok_or_else(|| {
+            let theirs = sizes.get(i).filter(|b| b.len() == 32).ok_or_else(|| {
                 CollError::invalid(format!("rank {p} sent a malformed size table"))
             })?;
             let size = |k: usize| {
@@ -203,19 +226,21 @@ impl Comm {
                 u64::from_le_bytes(b)
             };
             let got = boot.recv_fds(p, TAG_FDS)?;
-            if got.len() != 3 {
+            if got.len() != 4 {
                 return Err(CollError::invalid(format!(
-                    "rank {p} passed {} fds, expected 3 (input, output, scratch)",
+                    "rank {p} passed {} fds, expected 4 (input, output, scratch, stage)",
                     got.len()
                 )));
             }
             let a_in = VmmAllocation::import(&ctx, got[0].as_fd(), size(0))?;
             let a_out = VmmAllocation::import(&ctx, got[1].as_fd(), size(1))?;
             let a_scr = VmmAllocation::import(&ctx, got[2].as_fd(), size(2))?;
+            let a_stg = VmmAllocation::import(&ctx, got[3].as_fd(), size(3))?;
+            base.stage[i] = a_stg.addr();
             base.input[i] = a_in.addr();
             base.output[i] = a_out.addr();
             base.scratch[i] = a_scr.addr();
-            peers.extend([a_in, a_out, a_scr]);
+            peers.extend([a_in, a_out, a_scr, a_stg]);
         }
         boot.barrier()?;
         Ok(Comm {
@@ -228,6 +253,7 @@ impl Comm {
             output,
             scratch,
             _peers: peers,
+            _stage: stage,
             base,
             tuning,
             capacity,
@@ -299,7 +325,15 @@ impl Comm {
                     (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
                 } else {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
-                    (kernel_name(Kernel::Allreduce2Shot, dtype), b, t)
+                    let push = self.base.stage_slot_bytes > 0
+                        && self.tuning.push_min > 0
+                        && bytes >= self.tuning.push_min;
+                    let k = if push {
+                        Kernel::AllreducePush
+                    } else {
+                        Kernel::Allreduce2Shot
+                    };
+                    (kernel_name(k, dtype), b, t)
                 }
             }
             Collective::Allgather | Collective::Reducescatter
@@ -369,7 +403,8 @@ impl Comm {
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
-        // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max.
+        // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max; push only when the
+        // staging area was sized for the capacity (stage_slot_bytes > 0).
         unsafe { self.module.launch(name, &self.stream, grid, block, &a) }
     }
 

@@ -16,8 +16,10 @@ pub const OFF_ERROR: u64 = 12;
 pub const OFF_START_FLAGS: u64 = 4096;
 /// End-barrier flags, same shape.
 pub const OFF_END_FLAGS: u64 = OFF_START_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Mid-barrier flags (push all-reduce), same shape.
+pub const OFF_MID_FLAGS: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
-pub const OFF_LL: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+pub const OFF_LL: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// Device error: a barrier wait timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -67,6 +69,16 @@ pub struct CollArgs {
     pub rank: u32,
     /// Ranks.
     pub nranks: u32,
+    /// Every rank's staging area (push all-reduce), mapped in this process.
+    pub stage: [u64; MAX_RANKS],
+    /// Bytes of one sender's slot in a staging area.
+    pub stage_slot_bytes: u64,
+}
+
+/// Bytes of one sender's staging slot for all-reduces up to `capacity` bytes over `n`
+/// ranks: the largest chunk of whole 16-byte vectors.
+pub fn stage_slot_bytes(capacity: u64, n: u32) -> u64 {
+    (capacity / 16).div_ceil(u64::from(n.max(1))) * 16
 }
 
 /// `[begin, end)` of part `i` when `units` are split over `n` parts: the first
@@ -121,8 +133,12 @@ mod tests {
             "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
-            define("COLL_OFF_LL"),
+            define("COLL_OFF_MID_FLAGS"),
             "(COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_OFF_LL"),
+            "(COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
             define("COLL_ERR_WAIT_TIMEOUT"),
@@ -132,8 +148,13 @@ mod tests {
             define("COLL_ERR_PACKET_TIMEOUT"),
             ERR_PACKET_TIMEOUT.to_string()
         );
-        // struct CollArgs: 24 pointers, 3 u64, 2 u32 (the unit static_asserts 224)
-        assert_eq!(std::mem::size_of::<CollArgs>(), 224);
+        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64 (the unit
+        // static_asserts the same sum)
+        assert_eq!(
+            std::mem::size_of::<CollArgs>(),
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8
+        );
+        assert_eq!(std::mem::offset_of!(CollArgs, stage), 224);
         assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
         assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);
     }
@@ -176,6 +197,19 @@ mod tests {
                         seen.iter().all(|&s| s == 1),
                         "count {count} elem {elem} n {n}: {seen:?}"
                     );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn stage_slots_hold_every_chunk() {
+        for cap in [4096u64, 1 << 20, (1 << 30) + 48, 1000] {
+            for n in 1..=8u32 {
+                let slot = stage_slot_bytes(cap, n);
+                for i in 0..n {
+                    let (b, e) = partition(cap / 16, n, i);
+                    assert!((e - b) * 16 <= slot, "cap {cap} n {n} part {i}");
                 }
             }
         }
