@@ -193,6 +193,7 @@ impl Comm {
             input.export_fd()?,
             output.export_fd()?,
             scratch.export_fd()?,
+            stage.export_fd()?,
         ];
         for p in 0..n {
             if p != rank {
