@@ -8,7 +8,8 @@ use crate::runner::{Mode, RunOptions, run};
 /// `commhal conformance --backend NAME [--ranks N] [--quick] [--json] ...`
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConformanceArgs {
-    /// Backend to check (a name from `commhal info`).
+    /// Backend to check (a name from `commhal info`). `cuda-nvlink` and `cuda-dma`
+    /// (or `all-gpu` for both) run the GPU suite: device code, one process per GPU.
     #[arg(long)]
     pub backend: String,
     /// Number of ranks (processes, or threads with --threads).
@@ -68,6 +69,20 @@ impl ConformanceArgs {
 /// [`crate::child_main_if_requested`] at the start of `main` (child ranks re-execute it).
 pub fn cli_main(args: ConformanceArgs) -> i32 {
     use std::io::Write;
+    // GPU backends run their own suite: device code launched by each rank process.
+    #[cfg(feature = "gpu")]
+    if crate::gpu::BACKENDS.contains(&args.backend.as_str()) || args.backend == "all-gpu" {
+        if args.threads {
+            eprintln!("conformance: GPU backends run one process per GPU; drop --threads");
+            return 2;
+        }
+        let backend = if args.backend == "all-gpu" {
+            "all"
+        } else {
+            args.backend.as_str()
+        };
+        return crate::gpu::launch::run_processes(backend, args.ranks, args.quick, args.json);
+    }
     let report = run(&args.options());
     let text = if args.json {
         format!("{}\n", report.to_json())

@@ -312,6 +312,10 @@ fn result_path(dir: &Path, rank: u32) -> PathBuf {
 /// Call it first thing in `main` of any binary that runs [`run`] in process mode:
 /// `if let Some(code) = commhal_conformance::child_main_if_requested() { std::process::exit(code) }`
 pub fn child_main_if_requested() -> Option<i32> {
+    #[cfg(feature = "gpu")]
+    if let Some(code) = crate::gpu::launch::child_main_if_requested() {
+        return Some(code);
+    }
     let out = std::env::var_os(CHILD_ENV)?;
     Some(child_main(Path::new(&out)))
 }

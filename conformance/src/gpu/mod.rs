@@ -31,6 +31,7 @@
 
 pub mod bench;
 pub mod kernels;
+pub mod launch;
 pub mod memory;
 pub mod port;
 pub mod proxy;
