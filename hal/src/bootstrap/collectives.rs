@@ -6,7 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::bootstrap::RESERVED_TAGS;
+use std::os::fd::OwnedFd;
+
+use crate::bootstrap::mailbox::Mailbox;
+use crate::bootstrap::{RESERVED_TAGS, check_peer, check_user_tag};
 use crate::error::{HalError, Result};
 use crate::topology::Rank;
 
@@ -27,6 +30,44 @@ pub(crate) trait Exchange {
         deadline: Instant,
         what: &dyn Fn() -> String,
     ) -> Result<Vec<u8>>;
+}
+
+/// [`crate::bootstrap::Bootstrap::send`] for every bootstrap: user tags only.
+pub(crate) fn send(x: &impl Exchange, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
+    check_user_tag(tag)?;
+    x.raw_send(peer, tag, data)
+}
+
+/// [`crate::bootstrap::Bootstrap::recv`] for every bootstrap: user tags only, waits at
+/// most the bootstrap's timeout.
+pub(crate) fn recv(x: &impl Exchange, peer: Rank, tag: u64) -> Result<Vec<u8>> {
+    check_user_tag(tag)?;
+    let n = x.n();
+    x.raw_recv(peer, tag, Instant::now() + x.limit(), &|| {
+        format!("a message from rank {peer} of {n} (tag {tag})")
+    })
+}
+
+/// [`crate::bootstrap::Bootstrap::recv_fds`] for every bootstrap: the next descriptor
+/// batch from `peer` under a user `tag`, taken from this rank's `mailbox`, waiting at
+/// most the bootstrap's timeout.
+pub(crate) fn recv_fds(
+    x: &impl Exchange,
+    mailbox: &Mailbox,
+    peer: Rank,
+    tag: u64,
+) -> Result<Vec<OwnedFd>> {
+    check_user_tag(tag)?;
+    let n = x.n();
+    check_peer(peer, n)?;
+    let limit = x.limit();
+    mailbox.take_fds(
+        peer,
+        tag,
+        Instant::now() + limit,
+        limit.as_millis() as u64,
+        &|| format!("descriptors from rank {peer} of {n} (tag {tag})"),
+    )
 }
 
 /// Every rank's `data`, indexed by rank.

@@ -53,10 +53,6 @@ impl InProcBootstrap {
             _ => Ok(()),
         }
     }
-
-    fn deadline(&self) -> Instant {
-        Instant::now() + self.timeout
-    }
 }
 
 impl Drop for InProcBootstrap {
@@ -114,15 +110,10 @@ impl Bootstrap for InProcBootstrap {
         self.timeout
     }
     fn send(&self, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
-        check_user_tag(tag)?;
-        self.raw_send(peer, tag, data)
+        collectives::send(self, peer, tag, data)
     }
     fn recv(&self, peer: Rank, tag: u64) -> Result<Vec<u8>> {
-        check_user_tag(tag)?;
-        let n = self.size;
-        self.raw_recv(peer, tag, self.deadline(), &|| {
-            format!("a message from rank {peer} of {n} (tag {tag})")
-        })
+        collectives::recv(self, peer, tag)
     }
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         collectives::all_gather(self, data)
@@ -146,15 +137,6 @@ impl Bootstrap for InProcBootstrap {
         Ok(())
     }
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
-        check_user_tag(tag)?;
-        check_peer(peer, self.size)?;
-        let n = self.size;
-        self.boxes[self.rank as usize].take_fds(
-            peer,
-            tag,
-            self.deadline(),
-            self.timeout.as_millis() as u64,
-            &|| format!("descriptors from rank {peer} of {n} (tag {tag})"),
-        )
+        collectives::recv_fds(self, &self.boxes[self.rank as usize], peer, tag)
     }
 }

@@ -263,15 +263,10 @@ impl Bootstrap for TcpBootstrap {
         self.timeout
     }
     fn send(&self, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
-        check_user_tag(tag)?;
-        self.raw_send(peer, tag, data)
+        collectives::send(self, peer, tag, data)
     }
     fn recv(&self, peer: Rank, tag: u64) -> Result<Vec<u8>> {
-        check_user_tag(tag)?;
-        let n = self.size;
-        self.raw_recv(peer, tag, Instant::now() + self.timeout, &|| {
-            format!("a message from rank {peer} of {n} (tag {tag})")
-        })
+        collectives::recv(self, peer, tag)
     }
     fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         collectives::all_gather(self, data)
@@ -310,15 +305,6 @@ impl Bootstrap for TcpBootstrap {
         self.fds.send(peer, tag, fds)
     }
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
-        check_user_tag(tag)?;
-        check_peer(peer, self.size)?;
-        let n = self.size;
-        self.mailbox.take_fds(
-            peer,
-            tag,
-            Instant::now() + self.timeout,
-            self.millis(),
-            &|| format!("descriptors from rank {peer} of {n} (tag {tag})"),
-        )
+        collectives::recv_fds(self, &self.mailbox, peer, tag)
     }
 }
