@@ -288,13 +288,7 @@ impl<P: PortMapped> ProxyBuilder<P> {
         }
         let len = self.shared.remote_len(remote)?;
         commhal_hal::error::check_range("proxy semaphore counter", offset, 8, len)?;
-        if !offset.is_multiple_of(8) {
-            return Err(HalError::Unaligned {
-                what: "proxy semaphore offset".into(),
-                value: offset,
-                align: 8,
-            });
-        }
+        commhal_hal::error::check_aligned("proxy semaphore offset", offset, 8)?;
         if self.ctx.semaphores.len() as u32 >= MAX_SEMAPHORES {
             return Err(HalError::invalid(format!(
                 "a proxy holds at most {MAX_SEMAPHORES} semaphores"
@@ -339,7 +333,8 @@ impl<P: PortMapped> ProxyBuilder<P> {
     }
 }
 
-/// The proxy loop: drain the FIFO in ticket order until the stop bit is set.
+/// The proxy loop: drain the FIFO in ticket order until the stop bit is set and every
+/// trigger pushed before it has been performed.
 fn run<P: PortMapped, H: TriggerHandler<P>>(
     shared: Arc<ProxyShared>,
     mut ctx: ProxyContext<P>,
@@ -349,6 +344,9 @@ fn run<P: PortMapped, H: TriggerHandler<P>>(
     let fifo = &shared.fifo;
     let mut backoff = crate::wait::Backoff::new(&idle);
     loop {
+        // Read the stop bit *before* looking for work: a trigger pushed before `stop`
+        // was called is then seen by the peek below, so stopping never drops it.
+        let stopping = fifo.status() & STATUS_STOPPED != 0;
         if let Some((_ticket, t)) = fifo.peek() {
             if fifo.status() & STATUS_ERROR == 0
                 && let Err(e) = handler.handle(&t, &mut ctx)
@@ -361,7 +359,7 @@ fn run<P: PortMapped, H: TriggerHandler<P>>(
             backoff = crate::wait::Backoff::new(&idle);
             continue;
         }
-        if fifo.status() & STATUS_STOPPED != 0 {
+        if stopping {
             return;
         }
         let _ = backoff.snooze();

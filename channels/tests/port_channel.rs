@@ -207,3 +207,26 @@ fn read(r: &Arc<dyn commhal_hal::Region>, off: u64, n: usize) -> Vec<u8> {
         .unwrap();
     v
 }
+
+/// A signal pushed just before the proxy is dropped is still performed: stopping
+/// drains every trigger pushed before `stop` (this once lost the last signal of a
+/// ping-pong when the proxy thread raced between its peek and its stop check).
+#[test]
+fn stopping_the_proxy_performs_what_was_pushed() {
+    ranks(2, |r, b| {
+        let t = HostEmu::new();
+        for round in 0..2000u64 {
+            let mut builder = ProxyBuilder::<HostEmu>::new("host-emu", 8).unwrap();
+            let (ch, _data) = port_channel(&t, b, &mut builder, r, 1 - r, 64, 100 + 10 * round);
+            let proxy = builder.start().unwrap();
+            if r == 0 {
+                ch.signal().unwrap();
+                drop(proxy);
+            } else {
+                ch.wait().unwrap();
+                drop(proxy);
+            }
+            b.barrier().unwrap();
+        }
+    });
+}
