@@ -165,9 +165,12 @@ fn drain(
     let mut seq = 0u64;
     let mut idle = 0u32;
     loop {
+        // The stop flag is read before the slot, so a trigger written before `stop`
+        // is still performed (same rule as the channels proxy).
+        let stopping = stop.load(Ordering::Acquire);
         let w1 = fifo.word(seq, 1).load(Ordering::Acquire);
         if w1 & RawTrigger::VALID == 0 {
-            if stop.load(Ordering::Acquire) {
+            if stopping {
                 return;
             }
             idle = idle.saturating_add(1);
