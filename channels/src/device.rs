@@ -179,14 +179,11 @@ fn check_flag(flag: u32) -> Result<()> {
 
 fn check_packet_align(fmt: LlFormat, view: &HostView<'_>, off: u64) -> Result<()> {
     let at = view.addr().wrapping_add(off);
-    if !at.is_multiple_of(fmt.packet_bytes()) {
-        return Err(HalError::Unaligned {
-            what: format!("{fmt:?} packet address (offset {off})"),
-            value: at,
-            align: fmt.packet_bytes(),
-        });
-    }
-    Ok(())
+    commhal_hal::error::check_aligned(
+        format_args!("{fmt:?} packet address (offset {off})"),
+        at,
+        fmt.packet_bytes(),
+    )
 }
 
 /// Executor of the memory-channel device functions on one [`MemoryChannelHandle`].

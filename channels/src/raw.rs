@@ -96,14 +96,11 @@ impl<'a> HostView<'a> {
 
     fn check_aligned(&self, what: &str, off: u64, align: u64) -> Result<()> {
         let at = self.addr().wrapping_add(off);
-        if !at.is_multiple_of(align) {
-            return Err(HalError::Unaligned {
-                what: format!("{what} address ({} + offset {off})", self.what),
-                value: at,
-                align,
-            });
-        }
-        Ok(())
+        commhal_hal::error::check_aligned(
+            format_args!("{what} address ({} + offset {off})", self.what),
+            at,
+            align,
+        )
     }
 
     /// `n` consecutive 8-byte atomic words starting at byte `off` (8-byte aligned).

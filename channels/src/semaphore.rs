@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
-use commhal_hal::error::check_range;
+use commhal_hal::error::{check_aligned, check_range};
 use commhal_hal::{Device, HalError, MemoryMapped, Rank, Region, Result};
 
 use crate::handles::error_code;
@@ -146,14 +146,7 @@ impl<'a> SemaphoreDevice<'a> {
 fn check_counter(region: &dyn Region, off: u64, what: &str) -> Result<()> {
     check_range(what, off, SEMAPHORE_BYTES, region.len())?;
     let at = region.addr().wrapping_add(off);
-    if !at.is_multiple_of(8) {
-        return Err(HalError::Unaligned {
-            what: format!("{what} address (offset {off})"),
-            value: at,
-            align: 8,
-        });
-    }
-    Ok(())
+    check_aligned(format_args!("{what} address (offset {off})"), at, 8)
 }
 
 /// The waiting half of a semaphore: our inbound counter (8 bytes of registered memory

@@ -124,13 +124,11 @@ impl SwitchDevice<'_> {
             HalError::invalid(format!("{what}: {count} elements of {} overflow", T::NAME))
         })?;
         commhal_hal::error::check_range(what, off, bytes, self.size)?;
-        if !off.is_multiple_of(T::BYTES as u64) {
-            return Err(HalError::Unaligned {
-                what: format!("{what} offset for {}", T::NAME),
-                value: off,
-                align: T::BYTES as u64,
-            });
-        }
+        commhal_hal::error::check_aligned(
+            format_args!("{what} offset for {}", T::NAME),
+            off,
+            T::BYTES as u64,
+        )?;
         Ok(bytes)
     }
 

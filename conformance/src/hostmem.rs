@@ -8,7 +8,7 @@
 
 use std::sync::atomic::AtomicU64;
 
-use commhal_hal::error::check_range;
+use commhal_hal::error::{check_aligned, check_range};
 use commhal_hal::{HalError, MemoryKind, Region, Result};
 
 fn host_ptr(region: &dyn Region, off: u64, len: u64, what: &str) -> Result<*mut u8> {
@@ -61,13 +61,7 @@ pub fn fill(region: &dyn Region, off: u64, len: u64, value: u8) -> Result<()> {
 /// The 64-bit word at `off` (8-byte aligned address) as an atomic, for polling flags.
 pub fn atomic_u64(region: &dyn Region, off: u64) -> Result<&AtomicU64> {
     let p = host_ptr(region, off, 8, "host atomic word")?;
-    if !(p as usize).is_multiple_of(8) {
-        return Err(HalError::Unaligned {
-            what: "host atomic word address".into(),
-            value: p as usize as u64,
-            align: 8,
-        });
-    }
+    check_aligned("host atomic word address", p as usize as u64, 8)?;
     // SAFETY: 8 bytes at `p` lie inside the region (checked), are 8-byte aligned
     // (checked) and stay valid while `region` is borrowed (the returned lifetime);
     // AtomicU64 has the size and alignment of u64.

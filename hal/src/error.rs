@@ -166,3 +166,26 @@ pub fn check_range(what: &str, offset: u64, len: u64, size: u64) -> Result<()> {
         }),
     }
 }
+
+/// Check that `value` (an offset, a length or an address, named by `what`) is a
+/// multiple of `align`. `what` is only formatted on failure, so a `format_args!` costs
+/// nothing on the fast path.
+pub fn check_aligned(what: impl std::fmt::Display, value: u64, align: u64) -> Result<()> {
+    if value.is_multiple_of(align) {
+        Ok(())
+    } else {
+        Err(HalError::Unaligned {
+            what: what.to_string(),
+            value,
+            align,
+        })
+    }
+}
+
+/// Check the offset of an 8-byte semaphore word in a region of `size` bytes: 8-byte
+/// aligned (else [`HalError::Unaligned`] naming the "semaphore offset"), then inside
+/// the region (else [`HalError::OutOfRange`] naming `what`).
+pub fn check_semaphore_offset(what: &str, offset: u64, size: u64) -> Result<()> {
+    check_aligned("semaphore offset", offset, 8)?;
+    check_range(what, offset, 8, size)
+}

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use commhal_cuda_rt::Stream;
-use commhal_hal::error::check_range;
+use commhal_hal::error::{check_range, check_semaphore_offset};
 use commhal_hal::{HalError, Port, Rank, Region, Result};
 
 use crate::region::{DmaLocal, DmaRemote};
@@ -80,14 +80,7 @@ impl DmaPort {
 
 /// The checked address of a semaphore word.
 fn semaphore_addr(sem: &DmaRemote, off: u64) -> Result<u64> {
-    if !off.is_multiple_of(8) {
-        return Err(HalError::Unaligned {
-            what: "semaphore offset".into(),
-            value: off,
-            align: 8,
-        });
-    }
-    check_range("remote semaphore", off, 8, sem.len())?;
+    check_semaphore_offset("remote semaphore", off, sem.len())?;
     Ok(sem.addr() + off)
 }
 

@@ -106,14 +106,7 @@ impl ShmBuf {
 
     /// The 64-bit semaphore word at `off` (must be 8-byte aligned and inside the buffer).
     pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
-        if !off.is_multiple_of(8) {
-            return Err(HalError::Unaligned {
-                what: "semaphore offset".into(),
-                value: off,
-                align: 8,
-            });
-        }
-        commhal_hal::error::check_range("host-emu semaphore", off, 8, self.len)?;
+        commhal_hal::error::check_semaphore_offset("host-emu semaphore", off, self.len)?;
         self.map.atomic_u64(off).ok_or_else(|| HalError::Unaligned {
             what: "semaphore address".into(),
             value: self.addr() + off,

@@ -126,13 +126,7 @@ impl HostRegion {
 
     /// The 64-bit semaphore word at `off` (8-byte aligned, inside the region).
     pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
-        if !off.is_multiple_of(8) {
-            return Err(HalError::Unaligned {
-                what: "semaphore offset".into(),
-                value: off,
-                align: 8,
-            });
-        }
+        commhal_hal::error::check_aligned("semaphore offset", off, 8)?;
         let at = self.0.check("host-tcp semaphore", off, 8)?;
         // `at` is a multiple of 8 and in bounds, so it names the word `at / 8`.
         let word = self.0.ptr.as_ptr().wrapping_add(at / 8);

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use commhal_hal::error::check_range;
+use commhal_hal::error::{check_range, check_semaphore_offset};
 use commhal_hal::transport::Port;
 use commhal_hal::{HalError, Rank, Result};
 
@@ -129,21 +129,13 @@ impl Port for TcpPort {
     fn signal(&mut self, sem: &TcpRemote, off: u64, add: u64) -> Result<()> {
         self.link.check()?;
         self.check_remote(sem)?;
-        if !off.is_multiple_of(8) {
-            return Err(HalError::Unaligned {
-                what: "semaphore offset".into(),
-                value: off,
-                align: 8,
-            });
-        }
-        check_range(
+        check_semaphore_offset(
             &format!(
                 "host-tcp semaphore (rank {}'s region {})",
                 self.link.peer,
                 sem.id()
             ),
             off,
-            8,
             sem.len(),
         )?;
         let h = Header::Signal {
