@@ -204,8 +204,46 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         AllToAllAllPairs => alltoall_allpairs(n, p.in_place)?,
         SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
     };
+    let mut plan = plan;
+    if matches!(
+        algo,
+        AllReduceRing | AllGatherRing | ReduceScatterRing | BroadcastChain
+    ) {
+        ports_across_nodes(&mut plan, p.ranks_per_node);
+    }
     crate::validate::validate(&plan, plan.collective, n)?;
     Ok(plan)
+}
+
+/// Put every channel op between ranks of different nodes (`ranks_per_node` consecutive
+/// ranks each) on a port channel: the chain and ring algorithms only put, signal and
+/// wait between neighbours, so this makes them run across nodes. Both ends of a
+/// signal/wait pair change together, so semaphores still match. Does nothing on one node.
+pub fn ports_across_nodes(plan: &mut Plan, ranks_per_node: u32) {
+    let rpn = ranks_per_node.max(1);
+    if rpn >= plan.nranks {
+        return;
+    }
+    fn fix(op: &mut Op, r: u32, rpn: u32) {
+        match op {
+            Op::Put { peer, channel, .. }
+            | Op::Signal { peer, channel, .. }
+            | Op::Wait { peer, channel, .. }
+            | Op::Flush { peer, channel, .. }
+            | Op::PutPackets { peer, channel, .. }
+                if *peer / rpn != r / rpn && *channel == ChannelKind::Memory =>
+            {
+                *channel = ChannelKind::Port;
+            }
+            Op::Loop { body, .. } => body.iter_mut().for_each(|o| fix(o, r, rpn)),
+            _ => {}
+        }
+    }
+    for (r, rp) in plan.ranks.iter_mut().enumerate() {
+        for b in &mut rp.blocks {
+            b.ops.iter_mut().for_each(|o| fix(o, r as u32, rpn));
+        }
+    }
 }
 
 // ---- helpers shared by the builder modules ----

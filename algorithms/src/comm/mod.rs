@@ -49,10 +49,11 @@ use commhal_hal::{Device, Endpoint, HalError, Rank, Region};
 
 use crate::builders::{Algorithm, build};
 use crate::dtype::{DataType, RedOp, check_op};
+use crate::exec::port::{Area, Ports};
 use crate::exec::raw::{self, Span};
 use crate::exec::run::{Invocation, RankBufs};
 use crate::exec::sync::{SyncTable, region_bytes};
-use crate::exec::{Prepared, WaitTuning, packet_area_bytes};
+use crate::exec::{PortStats, Prepared, WaitTuning, packet_area_bytes};
 use crate::plan::Collective;
 use crate::selector::{Selector, Topology};
 use shared::{SETUP_TAG_BASE, Shared};
@@ -340,7 +341,9 @@ pub struct Communicator {
     plans: HashMap<PlanKey, PlanSlot>,
     stage_in: Option<Shared>,
     stage_out: Option<Shared>,
-    buffers: HashMap<u64, Vec<Span>>,
+    buffers: HashMap<u64, Vec<Area>>,
+    /// Ports to ranks on other nodes (`None` when every rank is on this node).
+    ports: Option<Arc<Ports>>,
     buffer_maps: Vec<Shared>,
     next_buffer: u64,
     p2p: p2p::P2p,
@@ -349,6 +352,39 @@ pub struct Communicator {
     spare_blocks: u32,
     /// The last call's signature and plan: a repeated call skips agreement and selection.
     last: Option<(Signature, PlanKey)>,
+}
+
+/// P2P-kind semaphore tag of the goodbye exchange with far peers (see `Drop`).
+const BYE_TAG: u32 = 3;
+
+impl Drop for Communicator {
+    /// With ranks on other nodes: tell each far peer this rank is done (a port signal
+    /// after every earlier op to it) and wait, bounded by the wait timeout, for the
+    /// peer to say the same before the TCP connections close — a peer may still be
+    /// flushing to this rank, and its flush needs this rank's receiver to answer.
+    /// Skipped on a broken communicator (a peer may be dead).
+    fn drop(&mut self) {
+        let Some(ports) = self.ports.clone() else {
+            return;
+        };
+        if self.broken.is_some() {
+            return;
+        }
+        let far: Vec<Rank> = (0..self.n).filter(|&q| ports.is_far(q)).collect();
+        let told: Vec<Rank> = far
+            .into_iter()
+            .filter(|&q| {
+                self.sync
+                    .signal(q, crate::exec::sync::KIND_P2P, BYE_TAG)
+                    .is_ok()
+            })
+            .collect();
+        for q in told {
+            if let Err(e) = self.sync.wait(q, crate::exec::sync::KIND_P2P, BYE_TAG) {
+                tracing::debug!("rank {}: no goodbye from rank {q}: {e}", self.rank);
+            }
+        }
+    }
 }
 
 fn env_u32(name: &str) -> Result<Option<u32>, CommError> {
@@ -445,10 +481,25 @@ impl Communicator {
             .unwrap_or_else(|| WaitTuning::for_host(local_ranks));
 
         let mut tag_seq = SETUP_TAG_BASE;
-        let sync_mem = Shared::alloc(&mem, bootstrap.as_ref(), region_bytes(n), tag_seq)?;
+        // Ranks on other nodes: TCP ports, and their memory is never mapped.
+        let ports = if endpoints.iter().any(|e| !me.same_node(e)) {
+            let tcp = Ports::transport(tuning.timeout)?;
+            let p = Ports::connect(tcp, bootstrap.as_ref(), &endpoints, rank, tag_seq)?;
+            Some(Arc::new(p))
+        } else {
+            None
+        };
         tag_seq += 1;
-        let sync = SyncTable::new(rank, sync_mem.spans.clone(), tuning);
-        let p2p = p2p::P2p::new(&mem, bootstrap.as_ref(), &mut tag_seq)?;
+        let sync_mem = Shared::alloc(
+            &mem,
+            bootstrap.as_ref(),
+            region_bytes(n),
+            tag_seq,
+            ports.as_deref(),
+        )?;
+        tag_seq += 1;
+        let sync = SyncTable::new(rank, &sync_mem.areas(), tuning, ports.clone());
+        let p2p = p2p::P2p::new(&mem, bootstrap.as_ref(), &mut tag_seq, ports.as_deref())?;
         // Every rank has mapped every sync region before anyone signals.
         bootstrap.barrier()?;
         tracing::debug!(rank, n, backend = %backend.name, "communicator ready");
@@ -470,6 +521,7 @@ impl Communicator {
             stage_in: None,
             stage_out: None,
             buffers: HashMap::new(),
+            ports,
             buffer_maps: Vec::new(),
             next_buffer: 1,
             p2p,
@@ -504,6 +556,18 @@ impl Communicator {
     pub fn topology(&self) -> Topology {
         self.topo
     }
+    /// What this rank sent over TCP to ranks on other nodes so far (all zero when every
+    /// rank is on this node: then nothing goes over TCP).
+    pub fn port_stats(&self) -> PortStats {
+        self.ports.as_ref().map(|p| p.stats()).unwrap_or_default()
+    }
+    /// Ranks whose memory this rank maps (itself and the ranks of its node; ranks on
+    /// other nodes are reached over TCP ports only and never mapped).
+    pub fn mapped_ranks(&self) -> Vec<Rank> {
+        (0..self.n)
+            .filter(|&q| !self.ports.as_ref().is_some_and(|p| p.is_far(q)))
+            .collect()
+    }
     /// The bootstrap (for out-of-band exchanges such as benchmark timings).
     pub fn bootstrap(&self) -> &Arc<dyn Bootstrap> {
         &self.boot
@@ -531,12 +595,20 @@ impl Communicator {
                 ),
             });
         }
-        let shared = Shared::alloc(&self.mem, self.boot.as_ref(), len as u64, tag)?;
+        let shared = Shared::alloc(
+            &self.mem,
+            self.boot.as_ref(),
+            len as u64,
+            tag,
+            self.ports.as_deref(),
+        )?;
         let id = self.next_buffer;
         self.next_buffer += 1;
-        let span = shared.spans[self.rank as usize];
+        let span = shared.spans[self.rank as usize]
+            .sub(0, len)
+            .unwrap_or(Span::EMPTY);
         let region = shared.local.clone();
-        self.buffers.insert(id, shared.spans.clone());
+        self.buffers.insert(id, shared.areas());
         self.buffer_maps.push(shared);
         Ok(Buffer {
             id,
@@ -820,6 +892,12 @@ impl Communicator {
                 self.n, self.rank
             )));
         }
+        if self.ports.as_ref().is_some_and(|p| p.is_far(peer)) {
+            return Err(CommError::Invalid(format!(
+                "send/recv between rank {} and rank {peer} on another node is not supported yet (its memory is reached by port only); use a collective, or put both ranks on one node",
+                self.rank
+            )));
+        }
         Ok(())
     }
 
@@ -976,7 +1054,7 @@ impl Communicator {
     fn ensure(
         mem: &Arc<dyn DynMemoryMapped>,
         boot: &dyn Bootstrap,
-        tag_seq: &mut u64,
+        (tag_seq, ports): (&mut u64, Option<&Ports>),
         slot: &mut Option<Shared>,
         len: u64,
     ) -> Result<(), CommError> {
@@ -986,7 +1064,7 @@ impl Communicator {
         let cap = len.max(4096).next_power_of_two();
         *tag_seq += 1;
         *slot = None;
-        *slot = Some(Shared::alloc(mem, boot, cap, *tag_seq)?);
+        *slot = Some(Shared::alloc(mem, boot, cap, *tag_seq, ports)?);
         Ok(())
     }
 
@@ -1041,8 +1119,30 @@ impl Communicator {
                 pipeline,
                 pairs: vec![],
             };
-            let plan = build(key.algorithm, &params)?;
-            self.check_reach(&plan)?;
+            let mut plan = build(key.algorithm, &params)?;
+            if let Err(e) = self.check_reach(&plan) {
+                // Across nodes, fall back to the ring (chain) of the collective, which
+                // puts port channels between neighbours on different nodes.
+                let fallback = match coll {
+                    _ if repeat.is_some() => None,
+                    Collective::AllReduce => Some(Algorithm::AllReduceRing),
+                    Collective::AllGather => Some(Algorithm::AllGatherRing),
+                    Collective::ReduceScatter => Some(Algorithm::ReduceScatterRing),
+                    Collective::Broadcast => Some(Algorithm::BroadcastChain),
+                    _ => None,
+                }
+                .filter(|a| *a != key.algorithm && self.topo.nodes() > 1);
+                let Some(alt) = fallback else {
+                    return Err(e);
+                };
+                tracing::debug!(
+                    "{} cannot run across nodes ({e}); using {}",
+                    key.algorithm.full_name(),
+                    alt.full_name()
+                );
+                plan = build(alt, &params)?;
+                self.check_reach(&plan)?;
+            }
             let prep = Prepared::new(plan, me)?;
             self.plans.insert(
                 key,
@@ -1063,7 +1163,7 @@ impl Communicator {
                 Self::ensure(
                     &self.mem,
                     self.boot.as_ref(),
-                    &mut self.tag_seq,
+                    (&mut self.tag_seq, self.ports.as_deref()),
                     &mut self.stage_in,
                     phys,
                 )?;
@@ -1073,7 +1173,7 @@ impl Communicator {
                 Self::ensure(
                     &self.mem,
                     self.boot.as_ref(),
-                    &mut self.tag_seq,
+                    (&mut self.tag_seq, self.ports.as_deref()),
                     &mut self.stage_in,
                     in_bytes,
                 )?;
@@ -1082,7 +1182,7 @@ impl Communicator {
                 Self::ensure(
                     &self.mem,
                     self.boot.as_ref(),
-                    &mut self.tag_seq,
+                    (&mut self.tag_seq, self.ports.as_deref()),
                     &mut self.stage_out,
                     out_bytes,
                 )?;
@@ -1101,7 +1201,7 @@ impl Communicator {
             Self::ensure(
                 &self.mem,
                 self.boot.as_ref(),
-                &mut self.tag_seq,
+                (&mut self.tag_seq, self.ports.as_deref()),
                 &mut slot.scratch,
                 copy * rotation,
             )?;
@@ -1109,44 +1209,35 @@ impl Communicator {
         let rot = slot.invocations % rotation;
 
         // Views for every rank.
-        let phys_in = |q: usize| -> Span {
+        let staged = |s: &Option<Shared>, q: usize| -> Area {
+            s.as_ref().map(|s| s.area(q)).unwrap_or(Area::EMPTY)
+        };
+        let user = |id: u64, q: usize| -> Area {
+            self.buffers
+                .get(&id)
+                .and_then(|v| v.get(q).cloned())
+                .unwrap_or(Area::EMPTY)
+        };
+        let phys_in = |q: usize| -> Area {
             if in_place {
                 if staged_out {
-                    self.stage_in
-                        .as_ref()
-                        .map(|s| s.spans[q])
-                        .unwrap_or(Span::EMPTY)
+                    staged(&self.stage_in, q)
                 } else {
-                    self.buffers
-                        .get(&sig.recv)
-                        .map(|v| v[q])
-                        .unwrap_or(Span::EMPTY)
+                    user(sig.recv, q)
                 }
             } else if staged_in {
-                self.stage_in
-                    .as_ref()
-                    .map(|s| s.spans[q])
-                    .unwrap_or(Span::EMPTY)
+                staged(&self.stage_in, q)
             } else {
-                self.buffers
-                    .get(&sig.send)
-                    .map(|v| v[q])
-                    .unwrap_or(Span::EMPTY)
+                user(sig.send, q)
             }
         };
-        let phys_out = |q: usize| -> Span {
+        let phys_out = |q: usize| -> Area {
             if in_place {
                 phys_in(q)
             } else if staged_out {
-                self.stage_out
-                    .as_ref()
-                    .map(|s| s.spans[q])
-                    .unwrap_or(Span::EMPTY)
+                staged(&self.stage_out, q)
             } else {
-                self.buffers
-                    .get(&sig.recv)
-                    .map(|v| v[q])
-                    .unwrap_or(Span::EMPTY)
+                user(sig.recv, q)
             }
         };
         let cbu = cb as usize;
@@ -1163,19 +1254,15 @@ impl Communicator {
             } else {
                 (pi.sub(0, in_bytes as usize), po.sub(0, out_bytes as usize))
             };
-            let sc = slot
-                .scratch
-                .as_ref()
-                .map(|s| s.spans[q])
-                .unwrap_or(Span::EMPTY);
+            let sc = staged(&slot.scratch, q);
             let base = (rot * copy) as usize;
             slot.bufs[q] = RankBufs {
-                input: input.unwrap_or(Span::EMPTY),
-                output: output.unwrap_or(Span::EMPTY),
-                scratch: sc.sub(base, data as usize).unwrap_or(Span::EMPTY),
+                input: input.unwrap_or(Area::EMPTY),
+                output: output.unwrap_or(Area::EMPTY),
+                scratch: sc.sub(base, data as usize).unwrap_or(Area::EMPTY),
                 packets: sc
                     .sub(base + data_area as usize, pk as usize)
-                    .unwrap_or(Span::EMPTY),
+                    .unwrap_or(Area::EMPTY),
             };
         }
 
@@ -1183,11 +1270,14 @@ impl Communicator {
         let mine = me as usize;
         if in_place {
             if staged_out && let RecvBuf::Slice(s) = recv {
-                raw::write_from(phys_in(mine), &s[..phys as usize]);
+                raw::write_from(
+                    phys_in(mine).span.unwrap_or(Span::EMPTY),
+                    &s[..phys as usize],
+                );
             }
         } else if staged_in && let Some(SendBuf::Slice(s)) = send {
             let take = (in_bytes as usize).min(s.len());
-            raw::write_from(phys_in(mine), &s[..take]);
+            raw::write_from(phys_in(mine).span.unwrap_or(Span::EMPTY), &s[..take]);
         }
 
         let inv = Invocation {
@@ -1210,7 +1300,7 @@ impl Communicator {
             && !skip
             && let RecvBuf::Slice(s) = recv
         {
-            let out = slot.bufs[mine].output;
+            let out = slot.bufs[mine].output.span.unwrap_or(Span::EMPTY);
             if in_place {
                 let at = match coll {
                     Collective::ReduceScatter => mine * cbu,
@@ -1224,10 +1314,12 @@ impl Communicator {
         Ok(())
     }
 
-    /// Refuse plans that use memory channels between ranks the memory transport cannot
-    /// join (different virtual nodes): cross-node traffic must be on port channels.
+    /// Refuse plans that reach across nodes other than by port-channel put, signal,
+    /// wait, flush and LL packets (the only ops `host-tcp` carries); switch ops need
+    /// every rank on one node.
     fn check_reach(&self, plan: &crate::plan::Plan) -> Result<(), CommError> {
         use crate::plan::{ChannelKind, Op};
+        let multi = self.topo.nodes() > 1;
         for (r, rp) in plan.ranks.iter().enumerate() {
             for blk in &rp.blocks {
                 let mut ops: Vec<&Op> = Vec::new();
@@ -1238,23 +1330,33 @@ impl Communicator {
                     }
                 }
                 for o in ops {
-                    let mem = match o {
+                    let (ok_far, what) = match o {
                         Op::Put { channel, .. }
-                        | Op::Get { channel, .. }
                         | Op::Signal { channel, .. }
                         | Op::Wait { channel, .. }
-                        | Op::PutPackets { channel, .. }
-                        | Op::ReadReduce { channel, .. } => *channel == ChannelKind::Memory,
-                        _ => false,
+                        | Op::Flush { channel, .. }
+                        | Op::PutPackets { channel, .. } => {
+                            (*channel == ChannelKind::Port, "a memory channel")
+                        }
+                        Op::Get { .. } => (false, "a get (host-tcp only writes)"),
+                        Op::ReadReduce { .. } => (false, "a read-reduce of mapped peer memory"),
+                        Op::ReadReducePackets { .. } => (true, ""),
+                        Op::SwitchReduce { .. } | Op::SwitchBroadcast { .. } if multi => {
+                            return Err(CommError::Invalid(format!(
+                                "plan `{}` uses switch ops, which need every rank on one node; pick a ring or 2PH algorithm",
+                                plan.name
+                            )));
+                        }
+                        _ => (true, ""),
                     };
-                    if !mem {
+                    if ok_far {
                         continue;
                     }
                     for p in o.peers() {
                         let (a, b) = (&self.endpoints[r], &self.endpoints[p as usize]);
                         if !a.same_node(b) {
                             return Err(CommError::Invalid(format!(
-                                "plan `{}` uses a memory channel between rank {r} (node {}) and rank {p} (node {}); pick a multi-node algorithm (allreduce:2ph-*) or put the ranks on one node",
+                                "plan `{}` uses {what} between rank {r} (node {}) and rank {p} (node {}); across nodes only port-channel put/signal/flush/packets work: pick a multi-node algorithm (allreduce:2ph-ll, 2ph-hb or ring; allgather/reducescatter:ring; broadcast:chain) or put the ranks on one node",
                                 plan.name, a.node, b.node
                             )));
                         }

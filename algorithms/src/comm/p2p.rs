@@ -19,6 +19,7 @@ use commhal_hal::{HalError, Rank};
 
 use super::CommError;
 use super::shared::Shared;
+use crate::exec::port::Ports;
 use crate::exec::raw::{self, Span};
 use crate::exec::sync::{KIND_P2P, SyncTable};
 
@@ -54,11 +55,12 @@ impl P2p {
         mem: &Arc<dyn DynMemoryMapped>,
         boot: &dyn Bootstrap,
         tag_seq: &mut u64,
+        ports: Option<&Ports>,
     ) -> Result<P2p, CommError> {
         *tag_seq += 1;
         let bytes = (SLOT * boot.size() as usize) as u64;
         Ok(P2p {
-            mem: Shared::alloc(mem, boot, bytes, *tag_seq)?,
+            mem: Shared::alloc(mem, boot, bytes, *tag_seq, ports)?,
         })
     }
 
@@ -94,7 +96,7 @@ impl P2p {
         for w in &mut work {
             if let P2pOp::Recv { peer, .. } = w.op {
                 while w.granted < w.pieces.min(2) {
-                    sync.signal(peer, KIND_P2P, READY);
+                    sync.signal(peer, KIND_P2P, READY)?;
                     w.granted += 1;
                 }
             }
@@ -112,7 +114,7 @@ impl P2p {
                             let n = HALF.min(data.len() - at);
                             let dst = self.half(*peer, me, k).sub(0, n).unwrap_or(Span::EMPTY);
                             raw::write_from(dst, &data[at..at + n]);
-                            sync.signal(*peer, KIND_P2P, DONE);
+                            sync.signal(*peer, KIND_P2P, DONE)?;
                             w.done += 1;
                             moved = true;
                         }
@@ -125,7 +127,7 @@ impl P2p {
                             raw::read_into(src, &mut out[at..at + n]);
                             w.done += 1;
                             if w.granted < w.pieces {
-                                sync.signal(*peer, KIND_P2P, READY);
+                                sync.signal(*peer, KIND_P2P, READY)?;
                                 w.granted += 1;
                             }
                             moved = true;

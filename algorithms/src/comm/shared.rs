@@ -1,34 +1,51 @@
-//! Registered memory every rank maps: a local region plus every peer's, as spans.
+//! Registered memory every rank reaches: a local region plus every peer's, as areas.
+//!
+//! Peers on this rank's node are **mapped** (host-emu export/map through the bootstrap).
+//! Peers on other nodes are **not mapped**: when the communicator has ports
+//! ([`Ports`]), the local region is also registered with `host-tcp` and far peers
+//! exchange `host-tcp` exports (region ids) instead, so they can only be written by port.
 
 use std::sync::Arc;
 
+use commhal_backend_host_emu::{TcpLocal, TcpRemote};
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::transport::PortMapped;
 use commhal_hal::{Device, MemoryKind, Region};
 
 use super::CommError;
+use crate::exec::port::{Area, PortBuf, PortRange, Ports};
 use crate::exec::raw::Span;
 
-/// One buffer per rank, each mapped by every rank: `spans[r]` is rank r's buffer as
-/// addressed in this process. Keeps the local region and the mappings alive.
+/// One buffer per rank: `spans[r]` is rank r's buffer as mapped in this process
+/// ([`Span::EMPTY`] for ranks on other nodes, which are reached through `remotes`).
+/// Keeps the local region, its registration and the mappings alive.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) local: Arc<dyn Region>,
     _maps: Vec<Box<dyn Region>>,
     pub(crate) spans: Vec<Span>,
+    len: usize,
+    me: usize,
+    /// The local region registered with `host-tcp` (when there are far peers).
+    tcp_local: Option<TcpLocal>,
+    /// Far peers' regions as port targets.
+    remotes: Vec<Option<TcpRemote>>,
 }
 
 /// Tags for setup exchanges; every rank draws them in the same order.
 pub(crate) const SETUP_TAG_BASE: u64 = 0x00C0_4A11_0000_0000;
 
 impl Shared {
-    /// Allocate `len` bytes on every rank and map every peer's (collective: every rank
-    /// calls this in the same order with the same `len` and `tag`).
+    /// Allocate `len` bytes on every rank, map every near peer's and import every far
+    /// peer's `host-tcp` export (collective: every rank calls this in the same order
+    /// with the same `len` and `tag`).
     pub(crate) fn alloc(
         mem: &Arc<dyn DynMemoryMapped>,
         boot: &dyn Bootstrap,
         len: u64,
         tag: u64,
+        ports: Option<&Ports>,
     ) -> Result<Shared, CommError> {
         // Call through the trait object itself: `Arc<dyn DynMemoryMapped>` is also a
         // `DynMemoryMapped` (via the reverse impl) whose handles would be double-boxed.
@@ -45,22 +62,45 @@ impl Shared {
             )));
         }
         let (me, n) = (boot.rank(), boot.size());
+        let far = |p: u32| ports.is_some_and(|x| x.is_far(p));
+        let tcp_local = match ports {
+            Some(x) if (0..n).any(far) => Some(PortMapped::register(&x.tcp, local.as_ref())?),
+            _ => None,
+        };
         for p in (0..n).filter(|&p| p != me) {
-            send_export(boot, p, tag, &mem.export(local.as_ref())?)?;
+            let export = match (&tcp_local, ports) {
+                (Some(l), Some(x)) if far(p) => PortMapped::export(&x.tcp, l)?,
+                _ => mem.export(local.as_ref())?,
+            };
+            send_export(boot, p, tag, &export)?;
         }
         let mut maps = Vec::new();
         let mut spans = Vec::with_capacity(n as usize);
+        let mut remotes = vec![None; n as usize];
         for p in 0..n {
             if p == me {
                 spans.push(Span::new(local.addr(), local.len()));
                 continue;
             }
-            let m = mem.map(recv_export(boot, p, tag)?)?;
+            let export = recv_export(boot, p, tag)?;
+            let short = |got: u64| {
+                CommError::Invalid(format!(
+                    "rank {p} shared a {got}-byte buffer where {len} bytes were expected: ranks called with different sizes"
+                ))
+            };
+            if let (true, Some(x)) = (far(p), ports) {
+                // Never mapped: a far peer is reached by port only.
+                let r = PortMapped::import(&x.tcp, export)?;
+                if r.len() < len {
+                    return Err(short(r.len()));
+                }
+                remotes[p as usize] = Some(r);
+                spans.push(Span::EMPTY);
+                continue;
+            }
+            let m = mem.map(export)?;
             if m.len() < len {
-                return Err(CommError::Invalid(format!(
-                    "rank {p} shared a {}-byte buffer where {len} bytes were expected: ranks called with different sizes",
-                    m.len()
-                )));
+                return Err(short(m.len()));
             }
             spans.push(Span::new(m.addr(), len));
             maps.push(m);
@@ -69,11 +109,48 @@ impl Shared {
             local,
             _maps: maps,
             spans,
+            len: len as usize,
+            me: me as usize,
+            tcp_local,
+            remotes,
         })
     }
 
     /// Capacity in bytes (the same on every rank).
     pub(crate) fn len(&self) -> usize {
-        self.spans.first().map(|s| s.len).unwrap_or(0)
+        self.len
+    }
+
+    /// Rank `q`'s buffer as reached from here: mapped (this rank, near peers), by port
+    /// (far peers), or both (this rank, when it has far peers).
+    pub(crate) fn area(&self, q: usize) -> Area {
+        let port = |buf: PortBuf| PortRange {
+            buf,
+            off: 0,
+            len: self.len as u64,
+        };
+        if let Some(Some(r)) = self.remotes.get(q) {
+            return Area {
+                len: self.len,
+                span: None,
+                port: Some(port(PortBuf::Remote(*r))),
+            };
+        }
+        let span = self.spans.get(q).copied().unwrap_or(Span::EMPTY);
+        let span = span.sub(0, self.len.min(span.len)).unwrap_or(Span::EMPTY);
+        Area {
+            len: span.len,
+            span: Some(span),
+            port: if q == self.me {
+                self.tcp_local.clone().map(|l| port(PortBuf::Local(l)))
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Every rank's area.
+    pub(crate) fn areas(&self) -> Vec<Area> {
+        (0..self.spans.len()).map(|q| self.area(q)).collect()
     }
 }

@@ -6,6 +6,8 @@
 //!   LL8 packets, switch reduce/broadcast by reading every member, intra-rank barriers).
 //! * [`sync`]: semaphores and the packet doorbell in each rank's sync region: spin,
 //!   then sleep on a futex, bounded by a timeout.
+//! * [`port`]: ranks on different (virtual) nodes: their memory is never mapped, and
+//!   port-channel ops to them go over `host-tcp` ([`PortStats`] counts them).
 //! * `raw`: every `unsafe` line (spans of host memory, futex syscalls).
 //!
 //! **Contract** (the plan module's execution contract, made concrete):
@@ -14,10 +16,13 @@
 //! * `Put`/`Get`/`PutPackets` copy straight into/out of the peer's memory as mapped in
 //!   this process; `Signal` is a SeqCst (release) add on the peer's counter, so every
 //!   earlier put of the signalling thread is visible when the peer's `Wait` returns;
-//! * `Port`-channel ops take the same path as memory ones (host-emu's port is a proxy
-//!   `memcpy` into the same shared pages plus a release add; doing it on the block's
-//!   thread keeps its ordering and skips the proxy hop); `Flush` is a no-op because
-//!   every copy has completed when it returns;
+//! * `Port`-channel ops between ranks of one node take the same path as memory ones
+//!   (host-emu's port is a proxy `memcpy` into the same shared pages plus a release
+//!   add; doing it on the block's thread keeps its ordering and skips the proxy hop);
+//!   `Flush` is then a no-op because every copy has completed when it returns;
+//! * `Port`-channel `Put`/`Signal`/`Flush`/`PutPackets` to a rank on **another node**
+//!   are `host-tcp` port operations on the block's thread ([`port`]); any other access
+//!   to a far rank's memory is an error (it is not mapped);
 //! * LL packets: LL8 words (4 data bytes + 4 flag bytes, one release store); the flag
 //!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the
 //!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
@@ -27,9 +32,11 @@
 //! The communicator ([`crate::comm`]) owns the memory and builds the views.
 
 mod kernels;
+pub mod port;
 pub(crate) mod raw;
 pub mod run;
 pub mod sync;
 
+pub use port::PortStats;
 pub use run::{PIECE, Prepared, packet_area_bytes};
 pub use sync::{MAX_TAGS, WaitTuning};

@@ -13,15 +13,16 @@ use std::sync::atomic::Ordering;
 
 use commhal_channels::packet::{ll_split, ll_word};
 
+use super::port::{Area, PortRange};
 use super::raw::{self, Span};
-use super::sync::{KIND_P2P, MAX_TAGS, SyncTable, kind_index};
+use super::sync::{KIND_P2P, KIND_PACKETS, MAX_TAGS, SyncTable, kind_index};
 
 /// P2P-kind semaphore tag of the entry handshake (tags 0 and 1 are send/recv's).
 const ENTRY_TAG: u32 = 2;
 use super::kernels::reduce as reduce_into;
 use crate::comm::CommError;
 use crate::dtype::{DataType, RedOp, finalize};
-use crate::plan::{BufferKind, ChunkRef, Op, Plan};
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Op, Plan};
 
 /// Bytes processed per step of a reduction (fits L1/L2 with a few operands).
 pub const PIECE: usize = 32 * 1024;
@@ -36,6 +37,12 @@ pub struct Prepared {
     /// Per block: ops with loops unrolled, and for packet ops the occurrence index of
     /// each packet slot used (flag offset within the invocation).
     blocks: Vec<Vec<(Op, Vec<u32>)>>,
+    /// Per block, per op: for each packet source of a `ReadReducePackets`, the sender's
+    /// block `b` and how many packet writes from (that rank, block `b`) to this rank it
+    /// takes to include this one (used when the source is on another node).
+    packet_src: Vec<Vec<Vec<(u32, u64)>>>,
+    /// Packet writes to this rank per invocation, per (sender, sender block).
+    packet_totals: Vec<(u32, u32, u64)>,
     /// Flag values one invocation uses (max occurrences of one packet slot), ≥ 1.
     pub flag_stride: u64,
     /// Peers this rank handshakes with before running: some block of one of the pair
@@ -57,9 +64,14 @@ impl Prepared {
         let mut sent: HashMap<PacketKey, u32> = HashMap::new();
         let mut read: HashMap<PacketKey, u32> = HashMap::new();
         let mut mine = Vec::new();
+        // (sender, receiver, chunk index, chunk count, occurrence) -> (sender block,
+        // packet writes from that block to that receiver up to this one).
+        let mut sent_at: HashMap<(PacketKey, u32), (u32, u64)> = HashMap::new();
+        let mut per_block: HashMap<(u32, u32, u32), u64> = HashMap::new();
         for (r, blocks) in flat.iter().enumerate() {
             let r = r as u32;
-            for ops in blocks {
+            for (b, ops) in blocks.iter().enumerate() {
+                let b = b as u32;
                 let mut out = Vec::with_capacity(ops.len());
                 for (_, op) in ops {
                     let mut occ = Vec::new();
@@ -81,7 +93,16 @@ impl Prepared {
                     }
                     match op {
                         Op::PutPackets { peer, dst, .. } => {
+                            if b as usize >= MAX_TAGS {
+                                return Err(CommError::Invalid(format!(
+                                    "plan `{}` writes packets from block {b}; the host executor supports fewer than {MAX_TAGS} blocks",
+                                    plan.name
+                                )));
+                            }
                             let e = sent.entry((r, *peer, dst.index, dst.count)).or_default();
+                            let nth = per_block.entry((r, b, *peer)).or_default();
+                            *nth += 1;
+                            sent_at.insert(((r, *peer, dst.index, dst.count), *e), (b, *nth));
                             occ.push(*e);
                             *e += 1;
                         }
@@ -102,6 +123,32 @@ impl Prepared {
             }
         }
         let flag_stride = sent.values().copied().max().unwrap_or(1).max(1) as u64;
+        let mut packet_src = Vec::with_capacity(mine.len());
+        for ops in &mine {
+            let mut per_op = Vec::with_capacity(ops.len());
+            for (op, occ) in ops {
+                let mut srcs = Vec::new();
+                if let Op::ReadReducePackets { packets, .. } = op {
+                    for ((p, c), k) in packets.iter().zip(occ) {
+                        let at = sent_at.get(&((*p, me, c.index, c.count), *k)).ok_or_else(|| {
+                            CommError::Invalid(format!(
+                                "plan `{}`: rank {me} reads packets of chunk {c:?} from rank {p} that rank {p} never writes",
+                                plan.name
+                            ))
+                        })?;
+                        srcs.push(*at);
+                    }
+                }
+                per_op.push(srcs);
+            }
+            packet_src.push(per_op);
+        }
+        let mut packet_totals: Vec<(u32, u32, u64)> = per_block
+            .iter()
+            .filter(|((_, _, to), _)| *to == me)
+            .map(|((from, b, _), n)| (*from, *b, *n))
+            .collect();
+        packet_totals.sort_unstable();
         let mut pairs = std::collections::BTreeSet::new();
         for (r, blocks) in flat.iter().enumerate() {
             let r = r as u32;
@@ -158,6 +205,8 @@ impl Prepared {
             plan,
             me,
             blocks: mine,
+            packet_src,
+            packet_totals,
             flag_stride,
             entry_peers,
         })
@@ -169,24 +218,25 @@ impl Prepared {
     }
 }
 
-/// One rank's buffers for one invocation (logical views, aliasing already applied).
-#[derive(Debug, Clone, Copy)]
+/// One rank's buffers for one invocation (logical views, aliasing already applied), as
+/// reached from this rank: far peers' areas have no span (port ranges only).
+#[derive(Debug, Clone)]
 pub(crate) struct RankBufs {
-    pub(crate) input: Span,
-    pub(crate) output: Span,
+    pub(crate) input: Area,
+    pub(crate) output: Area,
     /// Scratch data area (non-packet scratch chunks), this invocation's rotation copy.
-    pub(crate) scratch: Span,
+    pub(crate) scratch: Area,
     /// Scratch packet area, this invocation's rotation copy.
-    pub(crate) packets: Span,
+    pub(crate) packets: Area,
 }
 
 impl Default for RankBufs {
     fn default() -> Self {
         RankBufs {
-            input: Span::EMPTY,
-            output: Span::EMPTY,
-            scratch: Span::EMPTY,
-            packets: Span::EMPTY,
+            input: Area::EMPTY,
+            output: Area::EMPTY,
+            scratch: Area::EMPTY,
+            packets: Area::EMPTY,
         }
     }
 }
@@ -233,11 +283,22 @@ impl Invocation<'_> {
     /// Run every block of this rank; returns the first error.
     pub(crate) fn run(&self) -> Result<(), CommError> {
         for &p in &self.prep.entry_peers {
-            self.sync.signal(p, KIND_P2P, ENTRY_TAG);
+            self.sync.signal(p, KIND_P2P, ENTRY_TAG)?;
         }
         for &p in &self.prep.entry_peers {
             self.sync.wait(p, KIND_P2P, ENTRY_TAG)?;
         }
+        self.run_blocks()?;
+        // Packet writes from far peers were waited for without being consumed.
+        for &(from, b, n) in &self.prep.packet_totals {
+            if self.sync.is_far(from) {
+                self.sync.consume(from, KIND_PACKETS, b, n);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_blocks(&self) -> Result<(), CommError> {
         let nb = self.prep.blocks.len();
         match nb {
             0 => Ok(()),
@@ -269,28 +330,73 @@ impl Invocation<'_> {
         }
     }
 
-    fn span(&self, rank: u32, c: &ChunkRef) -> Result<Span, CommError> {
+    fn area(&self, rank: u32, c: &ChunkRef) -> Result<Area, CommError> {
         let s = self.dtype.size() as u64;
         let (a, b) = self.prep.plan.chunk_range(c, 0, self.count);
         let bufs = &self.bufs[rank as usize];
         let base = match c.buf {
-            BufferKind::Input => bufs.input,
-            BufferKind::Output => bufs.output,
-            BufferKind::Scratch => bufs.scratch,
+            BufferKind::Input => &bufs.input,
+            BufferKind::Output => &bufs.output,
+            BufferKind::Scratch => &bufs.scratch,
         };
         base.sub((a * s) as usize, ((b - a) * s) as usize)
             .ok_or_else(|| self.oob(rank, c, base.len))
     }
 
-    fn packet_span(&self, rank: u32, c: &ChunkRef) -> Result<(Span, usize), CommError> {
+    /// A chunk of a rank's buffer as mapped here; an error for far peers, whose memory
+    /// is never mapped (only port ops reach it).
+    fn span(&self, rank: u32, c: &ChunkRef) -> Result<Span, CommError> {
+        let a = self.area(rank, c)?;
+        a.span.ok_or_else(|| self.far_error(rank))
+    }
+
+    /// A chunk as a port range (this rank's registered buffer, or a far peer's).
+    fn port(&self, rank: u32, c: &ChunkRef) -> Result<PortRange, CommError> {
+        let a = self.area(rank, c)?;
+        a.port.ok_or_else(|| self.unregistered(rank))
+    }
+
+    fn far_error(&self, rank: u32) -> CommError {
+        CommError::Invalid(format!(
+            "plan `{}`: rank {} tried to access the memory of rank {rank}, which is on another node; only port-channel put/signal/flush/packet ops cross nodes (use a multi-node algorithm)",
+            self.prep.plan.name, self.prep.me
+        ))
+    }
+
+    fn unregistered(&self, rank: u32) -> CommError {
+        CommError::Invalid(format!(
+            "plan `{}`: rank {rank}'s buffer is not registered for port I/O (executor bug)",
+            self.prep.plan.name
+        ))
+    }
+
+    fn packet_area(&self, rank: u32, c: &ChunkRef) -> Result<(Area, usize), CommError> {
         let s = self.dtype.size() as u64;
         let (first, n) = packet_range(&self.prep.plan, c, self.count, s);
-        let area = self.bufs[rank as usize].packets;
+        let area = &self.bufs[rank as usize].packets;
         let (a, b) = self.prep.plan.chunk_range(c, 0, self.count);
-        let span = area
+        let sub = area
             .sub(first * 8, n * 8)
             .ok_or_else(|| self.oob(rank, c, area.len))?;
-        Ok((span, ((b - a) * s) as usize))
+        Ok((sub, ((b - a) * s) as usize))
+    }
+
+    fn packet_span(&self, rank: u32, c: &ChunkRef) -> Result<(Span, usize), CommError> {
+        let (a, n) = self.packet_area(rank, c)?;
+        Ok((a.span.ok_or_else(|| self.far_error(rank))?, n))
+    }
+
+    /// True when a port-channel op to `peer` must go over the port (another node).
+    #[inline]
+    fn far(&self, peer: u32, channel: ChannelKind) -> bool {
+        channel == ChannelKind::Port && self.sync.is_far(peer)
+    }
+
+    fn ports(&self) -> Result<&super::port::Ports, CommError> {
+        self.sync
+            .ports
+            .as_deref()
+            .ok_or_else(|| CommError::Invalid("a far peer without ports (executor bug)".into()))
     }
 
     fn oob(&self, rank: u32, c: &ChunkRef, len: usize) -> CommError {
@@ -302,8 +408,18 @@ impl Invocation<'_> {
 
     fn run_block(&self, b: usize, barrier: Option<&Barrier>) -> Result<(), CommError> {
         let me = self.prep.me;
-        for (op, occ) in &self.prep.blocks[b] {
+        for (i, (op, occ)) in self.prep.blocks[b].iter().enumerate() {
             match op {
+                Op::Put {
+                    peer,
+                    src,
+                    dst,
+                    channel,
+                    ..
+                } if self.far(*peer, *channel) => {
+                    let ports = self.ports()?;
+                    ports.write(*peer, &self.port(*peer, dst)?, &self.port(me, src)?)?;
+                }
                 Op::Put { peer, src, dst, .. } => {
                     raw::copy(self.span(*peer, dst)?, self.span(me, src)?);
                 }
@@ -311,10 +427,13 @@ impl Invocation<'_> {
                     raw::copy(self.span(me, dst)?, self.span(*peer, src)?);
                 }
                 Op::Signal { peer, channel, tag } => {
-                    self.sync.signal(*peer, kind_index(*channel), *tag)
+                    self.sync.signal(*peer, kind_index(*channel), *tag)?
                 }
                 Op::Wait { peer, channel, tag } => {
                     self.sync.wait(*peer, kind_index(*channel), *tag)?
+                }
+                Op::Flush { peer, channel, .. } if self.far(*peer, *channel) => {
+                    self.ports()?.flush(*peer)?;
                 }
                 // Host copies are complete (source reusable, remote visible) on return.
                 Op::Flush { .. } => {}
@@ -342,6 +461,27 @@ impl Invocation<'_> {
                     }
                     self.reduce(self.span(me, dst)?, &ops)?;
                 }
+                Op::PutPackets {
+                    peer,
+                    src,
+                    dst,
+                    channel,
+                    ..
+                } if self.far(*peer, *channel) => {
+                    // Encode here, write the words into the peer's packet area, then
+                    // count the write on (this rank, this block) at the peer: the
+                    // reader waits for that count, so it never sees a word half-written.
+                    let flag = flag_of(self.flag_base, occ[0]);
+                    let (words, _) = self.packet_area(*peer, dst)?;
+                    let encoded = encode_packets(self.span(me, src)?, words.len, flag);
+                    let ports = self.ports()?;
+                    ports.write_bytes(
+                        *peer,
+                        &words.port.ok_or_else(|| self.unregistered(*peer))?,
+                        &encoded,
+                    )?;
+                    self.sync.signal(*peer, KIND_PACKETS, b as u32)?;
+                }
                 Op::PutPackets { peer, src, dst, .. } => {
                     let flag = flag_of(self.flag_base, occ[0]);
                     let (words, _) = self.packet_span(*peer, dst)?;
@@ -357,6 +497,12 @@ impl Invocation<'_> {
                         .iter()
                         .map(|c| self.span(me, c))
                         .collect::<Result<Vec<_>, _>>()?;
+                    // Far sources: wait until their writes of these packets were applied.
+                    for ((p, _), (sb, nth)) in packets.iter().zip(&self.prep.packet_src[b][i]) {
+                        if self.sync.is_far(*p) {
+                            self.sync.wait_ahead(*p, KIND_PACKETS, *sb, *nth)?;
+                        }
+                    }
                     let mut pk = Vec::with_capacity(packets.len());
                     for ((p, c), k) in packets.iter().zip(occ) {
                         let (words, _) = self.packet_span(me, c)?;
@@ -531,6 +677,19 @@ impl Invocation<'_> {
         }
         Ok(())
     }
+}
+
+/// `src` as LL8 words with `flag`, `words` bytes (zero-padded), little-endian.
+fn encode_packets(src: Span, words: usize, flag: u32) -> Vec<u8> {
+    let mut data = vec![0u8; src.len.div_ceil(4) * 4];
+    raw::read_into(src, &mut data[..src.len]);
+    let mut out = Vec::with_capacity(words);
+    for c in data.chunks_exact(4) {
+        let d = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        out.extend_from_slice(&ll_word(d, flag).to_le_bytes());
+    }
+    out.resize(words, 0);
+    out
 }
 
 fn sub_all(spans: &[Span], off: usize, n: usize) -> Vec<Span> {

@@ -10,7 +10,12 @@
 //! | `64 + 16·slot` | semaphore `slot`: inbound counter `u64`, sleeping waiters `u64` |
 //!
 //! `slot = (src · KINDS + kind) · MAX_TAGS + tag` for the plan's semaphore key
-//! `(src → this rank, channel kind, tag)`.
+//! `(src → this rank, channel kind, tag)`; kind [`KIND_PACKETS`] counts LL packet writes
+//! that arrived over a port from a far peer (tag = the sender's block).
+//!
+//! **Far peers** (another node, see [`super::port`]): their regions are not mapped here;
+//! a signal to one is a port signal on the same word of its region, applied by its TCP
+//! receiver thread, which also wakes sleepers (futex) on the word.
 //!
 //! **Signal** = `fetch_add(1)` on the counter in the *peer's* region (SeqCst, so a
 //! release), then `FUTEX_WAKE` on the counter's low 32 bits if a waiter sleeps there.
@@ -22,19 +27,25 @@
 //! waiter and wakes it. Counters are compared wrap-safely
 //! ([`commhal_channels::counter::reached`]) and consumed one signal at a time.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use commhal_channels::counter::reached;
 use commhal_hal::HalError;
 
+use super::port::{PortBuf, Ports};
 use super::raw::{self, Span};
+use crate::comm::CommError;
 use crate::plan::ChannelKind;
 
-/// Semaphore kinds: the plan's three channel kinds plus the point-to-point protocol.
-pub(crate) const KINDS: usize = 4;
+/// Semaphore kinds: the plan's three channel kinds, the point-to-point protocol, and
+/// packet writes from far peers.
+pub(crate) const KINDS: usize = 5;
 /// Kind index of the send/recv protocol's semaphores.
 pub(crate) const KIND_P2P: usize = 3;
+/// Kind index of the counters of LL packet writes from far peers (tag: sender block).
+pub(crate) const KIND_PACKETS: usize = 4;
 /// Tags per (peer, kind) a plan may use.
 pub const MAX_TAGS: usize = 64;
 /// First semaphore byte.
@@ -100,6 +111,10 @@ pub(crate) struct SyncTable {
     /// Signals consumed so far, per local slot.
     expected: Vec<AtomicU64>,
     pub(crate) tuning: WaitTuning,
+    /// Ports to far peers (`None`: every rank is on this node).
+    pub(crate) ports: Option<Arc<Ports>>,
+    /// Every far peer's sync region as a port target (`None` for near ranks).
+    remote: Vec<Option<commhal_backend_host_emu::TcpRemote>>,
 }
 
 /// Spin (then yield) until `ready()` or the budget is spent; true when ready.
@@ -136,16 +151,39 @@ fn spin_until(t: &WaitTuning, mut ready: impl FnMut() -> bool) -> bool {
 }
 
 impl SyncTable {
-    pub(crate) fn new(me: u32, regions: Vec<Span>, tuning: WaitTuning) -> SyncTable {
-        let n = regions.len();
+    /// `areas`: every rank's sync region as reached from here (far peers: port only).
+    pub(crate) fn new(
+        me: u32,
+        areas: &[super::port::Area],
+        tuning: WaitTuning,
+        ports: Option<Arc<Ports>>,
+    ) -> SyncTable {
+        let n = areas.len();
         SyncTable {
             me,
-            regions,
+            regions: areas
+                .iter()
+                .map(|a| a.span.unwrap_or(Span::EMPTY))
+                .collect(),
             expected: (0..n * KINDS * MAX_TAGS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             tuning,
+            remote: areas
+                .iter()
+                .map(|a| match a.port.as_ref().map(|p| &p.buf) {
+                    Some(PortBuf::Remote(r)) if a.span.is_none() => Some(*r),
+                    _ => None,
+                })
+                .collect(),
+            ports,
         }
+    }
+
+    /// True when `rank` is on another node (reached by port only).
+    #[inline]
+    pub(crate) fn is_far(&self, rank: u32) -> bool {
+        self.ports.as_ref().is_some_and(|p| p.is_far(rank))
     }
 
     fn slot(src: u32, kind: usize, tag: u32) -> usize {
@@ -173,20 +211,57 @@ impl SyncTable {
 
     /// Signal `(me → peer, kind, tag)`: everything this thread wrote before is visible to
     /// the peer once its matching wait returns.
-    pub(crate) fn signal(&self, peer: u32, kind: usize, tag: u32) {
-        let (counter, waiters) = self.sem(peer, Self::slot(self.me, kind, tag));
+    /// To a far peer this is a port signal (ordered after this rank's earlier port
+    /// writes to it).
+    pub(crate) fn signal(&self, peer: u32, kind: usize, tag: u32) -> Result<(), CommError> {
+        let slot = Self::slot(self.me, kind, tag);
+        if let (Some(ports), Some(Some(sem))) = (&self.ports, self.remote.get(peer as usize))
+            && ports.is_far(peer)
+        {
+            return ports.signal(peer, sem, (SLOTS_AT + slot * 16) as u64);
+        }
+        let (counter, waiters) = self.sem(peer, slot);
         counter.fetch_add(1, Ordering::SeqCst);
         if waiters.load(Ordering::SeqCst) != 0 {
             raw::futex_wake(counter);
         }
+        Ok(())
     }
 
     /// Wait for and consume one signal on `(peer → me, kind, tag)`.
     pub(crate) fn wait(&self, peer: u32, kind: usize, tag: u32) -> Result<(), HalError> {
         let slot = Self::slot(peer, kind, tag);
-        let (counter, waiters) = self.sem(self.me, slot);
         let expected = &self.expected[slot];
         let target = expected.load(Ordering::Relaxed).wrapping_add(1);
+        self.wait_for(peer, kind, tag, target)?;
+        expected.store(target, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Wait until `(peer → me, kind, tag)` has counted `k` signals beyond those consumed
+    /// so far, without consuming any (see [`SyncTable::consume`]).
+    pub(crate) fn wait_ahead(
+        &self,
+        peer: u32,
+        kind: usize,
+        tag: u32,
+        k: u64,
+    ) -> Result<(), HalError> {
+        let slot = Self::slot(peer, kind, tag);
+        let target = self.expected[slot].load(Ordering::Relaxed).wrapping_add(k);
+        self.wait_for(peer, kind, tag, target)
+    }
+
+    /// Mark `k` more signals on `(peer → me, kind, tag)` consumed.
+    pub(crate) fn consume(&self, peer: u32, kind: usize, tag: u32, k: u64) {
+        let slot = Self::slot(peer, kind, tag);
+        self.expected[slot].fetch_add(k, Ordering::Relaxed);
+    }
+
+    /// Wait until the counter of `(peer → me, kind, tag)` reaches `target`.
+    fn wait_for(&self, peer: u32, kind: usize, tag: u32, target: u64) -> Result<(), HalError> {
+        let slot = Self::slot(peer, kind, tag);
+        let (counter, waiters) = self.sem(self.me, slot);
         let ok = || reached(counter.load(Ordering::Acquire), target);
         if !spin_until(&self.tuning, ok) {
             let deadline = Instant::now() + self.tuning.timeout;
@@ -212,7 +287,6 @@ impl SyncTable {
             }
             waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        expected.store(target, Ordering::Relaxed);
         Ok(())
     }
 

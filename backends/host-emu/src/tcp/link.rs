@@ -394,6 +394,9 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                         .atomic_u64(offset)
                         .map(|w| {
                             w.fetch_add(add, Ordering::Release);
+                            if let Some(hook) = table.on_signal.get() {
+                                hook(w);
+                            }
                         })
                         .map_err(|e| e.to_string())
                 });

@@ -50,7 +50,7 @@ use commhal_hal::{
 
 pub use hostmem::HostRegion;
 pub use port::TcpPort;
-pub use regions::{TcpLocal, TcpRemote};
+pub use regions::{SignalHook, TcpLocal, TcpRemote};
 
 use crate::memory::{ShmMapping, ShmRegion};
 use regions::{Mem, RegionTable};
@@ -100,6 +100,14 @@ impl HostTcp {
     /// timeout (affects ports connected afterwards).
     pub fn with_timeout(mut self, timeout: Duration) -> HostTcp {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Call `hook` with the semaphore word right after each `SIGNAL` a receiver thread
+    /// of this transport applies (e.g. to wake threads sleeping on it with a futex).
+    /// Set once, before connecting; later calls are ignored. Shared by clones.
+    pub fn with_signal_hook(self, hook: SignalHook) -> HostTcp {
+        let _ = self.table.on_signal.set(hook);
         self
     }
 

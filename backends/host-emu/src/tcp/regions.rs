@@ -164,17 +164,23 @@ impl TcpRemote {
 
 /// The regions one transport instance registered, by id (weak: the table never keeps
 /// memory alive).
-#[derive(Debug)]
 pub(crate) struct RegionTable {
     instance: u64,
     map: Mutex<HashMap<u64, Weak<Registered>>>,
+    /// Called by receiver threads right after applying a `SIGNAL` (see
+    /// [`crate::tcp::HostTcp::with_signal_hook`]).
+    pub(crate) on_signal: std::sync::OnceLock<SignalHook>,
 }
+
+/// A function the receiver calls with the semaphore word it just added to.
+pub type SignalHook = Arc<dyn Fn(&AtomicU64) + Send + Sync>;
 
 impl RegionTable {
     pub(crate) fn new(instance: u64) -> RegionTable {
         RegionTable {
             instance,
             map: Mutex::new(HashMap::new()),
+            on_signal: std::sync::OnceLock::new(),
         }
     }
 
@@ -225,6 +231,15 @@ pub(crate) fn export(local: &TcpLocal) -> Export {
         len: local.len(),
         bytes,
         fds: Vec::new(),
+    }
+}
+
+impl std::fmt::Debug for RegionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionTable")
+            .field("instance", &self.instance)
+            .field("hooked", &self.on_signal.get().is_some())
+            .finish_non_exhaustive()
     }
 }
 

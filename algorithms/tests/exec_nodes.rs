@@ -1,0 +1,186 @@
+//! Collectives across virtual nodes: ranks as threads (InProcBootstrap) on 2 and 3
+//! nodes; cross-node traffic goes over `host-tcp` ports, never through shared memory.
+//!
+//! Checked: AllReduce 2PH LL/HB and ring for several dtypes, ops, sizes (0, 1, uneven)
+//! and placements against `sim::reference`; AllGather/ReduceScatter/Broadcast falling
+//! back to port-channel rings; that far peers are never mapped and that bytes, signals
+//! and flushes went over TCP (and nothing does on one node); clear errors for plans
+//! that cannot cross nodes and for send/recv across nodes.
+
+mod common;
+
+use commhal_algorithms::plan::Collective;
+use commhal_algorithms::{DataType, RedOp};
+use common::{Case, check_case, with_ranks};
+
+/// (ranks, ranks per node): 2 and 3 nodes.
+const LAYOUTS: [(u32, u32); 2] = [(4, 2), (6, 2)];
+const COUNTS: [u64; 4] = [0, 1, 37, 1531];
+
+fn allreduce_cases(spec: &str, dtypes: &[(DataType, RedOp)]) {
+    for (n, rpn) in LAYOUTS {
+        with_ranks(n, rpn, Some(spec), |comm| {
+            assert_eq!(comm.topology().ranks_per_node, rpn);
+            let mut k = 0u64;
+            for &(dtype, op) in dtypes {
+                for count in COUNTS {
+                    k += 1;
+                    let case = Case {
+                        coll: Collective::AllReduce,
+                        count,
+                        dtype,
+                        op,
+                        root: 0,
+                        in_place: k.is_multiple_of(3),
+                        registered: k.is_multiple_of(4),
+                        seed: count ^ (n as u64) << 8 ^ k,
+                    };
+                    check_case(comm, &case)
+                        .unwrap_or_else(|e| panic!("{spec} n={n} rpn={rpn} {case:?}: {e}"));
+                }
+            }
+            // Every rank signals across nodes; together the ranks wrote bytes over TCP
+            // (in a ring, only ranks whose next rank is on another node write).
+            let st = comm.port_stats();
+            assert!(st.signals > 0, "{spec}: no signal went over TCP: {st:?}");
+            let all = comm
+                .bootstrap()
+                .all_gather(&st.bytes.to_le_bytes())
+                .unwrap();
+            let total: u64 = all
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap()))
+                .sum();
+            assert!(total > 0, "{spec}: no bytes went over TCP");
+            let me = comm.rank();
+            let mapped = comm.mapped_ranks();
+            let node: Vec<u32> = (0..n).filter(|q| q / rpn == me / rpn).collect();
+            assert_eq!(mapped, node, "rank {me} maps exactly its node's ranks");
+        });
+    }
+}
+
+const TYPES: [(DataType, RedOp); 5] = [
+    (DataType::F32, RedOp::Sum),
+    (DataType::F64, RedOp::Max),
+    (DataType::I32, RedOp::Prod),
+    (DataType::Bf16, RedOp::Avg),
+    (DataType::U8, RedOp::Min),
+];
+
+#[test]
+fn allreduce_2ph_ll_across_nodes() {
+    allreduce_cases("allreduce:2ph-ll", &TYPES);
+}
+
+#[test]
+fn allreduce_2ph_hb_across_nodes() {
+    allreduce_cases("allreduce:2ph-hb", &TYPES);
+}
+
+#[test]
+fn allreduce_ring_across_nodes() {
+    allreduce_cases("allreduce:ring", &TYPES[..3]);
+}
+
+#[test]
+fn selector_default_runs_across_nodes() {
+    with_ranks(4, 2, None, |comm| {
+        for (i, count) in [1u64, 999, 70_000].into_iter().enumerate() {
+            let case = Case {
+                coll: Collective::AllReduce,
+                count,
+                dtype: DataType::F32,
+                op: RedOp::Sum,
+                root: 0,
+                in_place: i == 1,
+                registered: false,
+                seed: count,
+            };
+            check_case(comm, &case).unwrap_or_else(|e| panic!("{case:?}: {e}"));
+        }
+        assert!(comm.port_stats().bytes > 0);
+    });
+}
+
+/// AllGather, ReduceScatter and Broadcast pick single-node algorithms from the table;
+/// across nodes they fall back to rings (chain) with port channels between nodes.
+#[test]
+fn other_collectives_fall_back_to_port_rings() {
+    for (n, rpn) in LAYOUTS {
+        with_ranks(n, rpn, None, |comm| {
+            for coll in [
+                Collective::AllGather,
+                Collective::ReduceScatter,
+                Collective::Broadcast,
+            ] {
+                for (i, count) in [0u64, 1, 301].into_iter().enumerate() {
+                    let case = Case {
+                        coll,
+                        count,
+                        dtype: DataType::I32,
+                        op: RedOp::Sum,
+                        root: (n - 1).min(i as u32 * 3),
+                        in_place: i == 2,
+                        registered: i == 1,
+                        seed: count + n as u64,
+                    };
+                    check_case(comm, &case)
+                        .unwrap_or_else(|e| panic!("n={n} rpn={rpn} {case:?}: {e}"));
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn nothing_goes_over_tcp_on_one_node() {
+    with_ranks(4, 4, Some("allreduce:ring"), |comm| {
+        let case = Case {
+            coll: Collective::AllReduce,
+            count: 1000,
+            dtype: DataType::F32,
+            op: RedOp::Sum,
+            root: 0,
+            in_place: false,
+            registered: false,
+            seed: 7,
+        };
+        check_case(comm, &case).unwrap();
+        assert_eq!(comm.port_stats(), Default::default());
+        assert_eq!(comm.mapped_ranks(), vec![0, 1, 2, 3]);
+    });
+}
+
+/// 2PA reads peers' memory: across nodes that is refused with a clear error on every
+/// rank (no fallback for an explicit override of an AllReduce... except the ring,
+/// which AllReduce falls back to) — AllToAll has no port variant at all.
+#[test]
+fn plans_that_cannot_cross_nodes_are_refused() {
+    with_ranks(4, 2, None, |comm| {
+        let send = vec![0u8; 4 * 16];
+        let mut recv = vec![0u8; 4 * 16];
+        let e = comm
+            .all_to_all(&send, &mut recv, 4, DataType::F32)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node"), "{e}");
+        // The communicator still works after a refused plan.
+        let case = Case {
+            coll: Collective::AllReduce,
+            count: 10,
+            dtype: DataType::F32,
+            op: RedOp::Sum,
+            root: 0,
+            in_place: false,
+            registered: false,
+            seed: 1,
+        };
+        check_case(comm, &case).unwrap();
+        // Send/recv across nodes: a clear error, not silent wrong data.
+        if comm.rank() == 0 {
+            let e = comm.send(2, &[1, 2, 3]).unwrap_err().to_string();
+            assert!(e.contains("another node"), "{e}");
+        }
+    });
+}
