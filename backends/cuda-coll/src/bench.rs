@@ -183,7 +183,7 @@ impl Bench<'_> {
         self.boot.barrier()?;
         let mut times = Vec::new();
         if self.args.graph {
-            let g = Graph::capture(s, || {
+            let g = Graph::capture::<CollError>(s, || {
                 for _ in 0..iters {
                     self.launch(which, count, per, in_place)?;
                 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use commhal_cuda_rt::{CompiledImage, Context, ImageKind, Stream};
 use cudarc::driver::sys;
@@ -13,20 +13,13 @@ use cudarc::driver::sys;
 use crate::error::{CollError, Result};
 use crate::layout::CollArgs;
 
+/// `Ok` on `CUDA_SUCCESS`, else the driver error naming the call (cuda-rt's check).
 pub(crate) fn check(
     r: sys::CUresult,
     call: &'static str,
     what: impl FnOnce() -> String,
 ) -> Result<()> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(CollError::Driver {
-            call,
-            name: format!("{r:?}"),
-            what: what(),
-        })
-    }
+    Ok(commhal_cuda_rt::driver::check(r, call, what)?)
 }
 
 /// The loaded `coll_nvlink.cu` module and its kernels by name.
@@ -175,27 +168,13 @@ pub unsafe fn read(ctx: &Context, src: u64, dst: &mut [u8]) -> Result<()> {
 
 /// Wait (bounded) until `stream` drained; kernel faults come back as errors.
 pub fn sync(stream: &Stream, timeout: Duration, what: &str) -> Result<()> {
-    stream.context().bind()?;
-    let start = Instant::now();
-    let mut polls = 0u32;
-    loop {
-        // SAFETY: the stream is alive and its context bound.
-        let r = unsafe { sys::cuStreamQuery(stream.raw()) };
-        if r != sys::CUresult::CUDA_ERROR_NOT_READY {
-            return check(r, "cuStreamQuery", || format!("waiting for {what}"));
-        }
-        if start.elapsed() > timeout {
-            return Err(CollError::Timeout {
-                what: what.to_string(),
-                millis: timeout.as_millis() as u64,
-            });
-        }
-        polls = polls.saturating_add(1);
-        if polls > 1000 {
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
-            std::hint::spin_loop();
-        }
+    if stream.wait_idle(timeout, what)? {
+        Ok(())
+    } else {
+        Err(CollError::Timeout {
+            what: what.to_string(),
+            millis: timeout.as_millis() as u64,
+        })
     }
 }
 
@@ -204,77 +183,8 @@ pub fn sm_count(ctx: &Context) -> Result<u32> {
     Ok(ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32)
 }
 
-/// An instantiated CUDA graph captured from a stream.
-#[derive(Debug)]
-pub struct Graph {
-    ctx: Arc<Context>,
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-impl Graph {
-    /// Capture everything `body` queues on `stream` (thread-local capture mode) and
-    /// instantiate it. On error the capture is ended and discarded.
-    pub fn capture(stream: &Stream, body: impl FnOnce() -> Result<()>) -> Result<Graph> {
-        let ctx = stream.context().clone();
-        ctx.bind()?;
-        // SAFETY: stream alive, not capturing.
-        let r = unsafe {
-            sys::cuStreamBeginCapture_v2(
-                stream.raw(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
-        };
-        check(r, "cuStreamBeginCapture", || {
-            "starting a graph capture".into()
-        })?;
-        let body_result = body();
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        // SAFETY: the stream is capturing (begun above); out-pointer valid.
-        let r = unsafe { sys::cuStreamEndCapture(stream.raw(), &mut graph) };
-        let end = check(r, "cuStreamEndCapture", || "ending a graph capture".into());
-        if body_result.is_err() || end.is_err() {
-            if !graph.is_null() {
-                // SAFETY: created by the capture, destroyed once.
-                unsafe { sys::cuGraphDestroy(graph) };
-            }
-            body_result?;
-            end?;
-        }
-        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: `graph` is a valid captured graph; out-pointer valid.
-        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
-        if let Err(e) = check(r, "cuGraphInstantiateWithFlags", || {
-            "instantiating the captured graph".into()
-        }) {
-            // SAFETY: created by the capture, destroyed once.
-            unsafe { sys::cuGraphDestroy(graph) };
-            return Err(e);
-        }
-        Ok(Graph { ctx, graph, exec })
-    }
-
-    /// Queue one replay on `stream`.
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: exec alive; stream of the same context.
-        let r = unsafe { sys::cuGraphLaunch(self.exec, stream.raw()) };
-        check(r, "cuGraphLaunch", || "replaying a graph".into())
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: created in `capture`, destroyed once each; owners synchronise
-            // their stream before dropping.
-            unsafe {
-                sys::cuGraphExecDestroy(self.exec);
-                sys::cuGraphDestroy(self.graph);
-            }
-        }
-    }
-}
+/// CUDA graphs live in cuda-rt; re-exported for the benchmark.
+pub use commhal_cuda_rt::Graph;
 
 /// A host-released gate: [`Gate::close`] queues a stream wait on a pinned host word,
 /// [`Gate::open`] releases it. The timed loop queues every launch behind a closed

@@ -15,16 +15,6 @@ pub enum CollError {
     /// Bootstrap / HAL.
     #[error(transparent)]
     Hal(#[from] HalError),
-    /// A driver call made by this crate failed.
-    #[error("{call} failed with {name} while {what}")]
-    Driver {
-        /// Driver function.
-        call: &'static str,
-        /// CUresult name.
-        name: String,
-        /// What we were doing.
-        what: String,
-    },
     /// A kernel stored an error code (a peer never arrived).
     #[error(
         "device error {code} on rank {rank} after {what}: {desc}; check that every rank runs the same collectives in the same order and that no rank died"

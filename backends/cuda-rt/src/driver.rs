@@ -67,11 +67,7 @@ pub(crate) fn error_name(r: sys::CUresult) -> String {
 }
 
 /// `Ok` on `CUDA_SUCCESS`, else a [`CudaError::Driver`] naming the call.
-pub(crate) fn check(
-    r: sys::CUresult,
-    call: &'static str,
-    what: impl FnOnce() -> String,
-) -> Result<()> {
+pub fn check(r: sys::CUresult, call: &'static str, what: impl FnOnce() -> String) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {

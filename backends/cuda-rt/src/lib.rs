@@ -21,6 +21,7 @@
 pub mod context;
 pub mod driver;
 pub mod error;
+pub mod graph;
 pub mod jit;
 pub mod memory;
 pub mod module;
@@ -31,6 +32,7 @@ pub mod vmm;
 
 pub use context::Context;
 pub use error::{CudaError, Result};
+pub use graph::Graph;
 pub use memory::{DeviceBuffer, PinnedHostBuffer};
 pub use module::{Kernel, KernelArg, LaunchConfig, Module};
 pub use nvrtc::cache::{CacheOutcome, KernelCache};

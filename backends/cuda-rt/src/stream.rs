@@ -1,6 +1,7 @@
 //! Streams and events.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 
@@ -52,6 +53,32 @@ impl Stream {
         // SAFETY: the stream is alive.
         let r = unsafe { sys::cuStreamSynchronize(self.raw) };
         check(r, "cuStreamSynchronize", || "waiting for the stream".into())
+    }
+
+    /// Poll until all work queued on the stream finished, for at most `timeout`:
+    /// `Ok(true)` once drained, `Ok(false)` when `timeout` passed first (the caller
+    /// reports the timeout in its own terms), an error naming `what` on a kernel fault.
+    /// Spins for the first polls, then sleeps 50 us between polls.
+    pub fn wait_idle(&self, timeout: Duration, what: &str) -> Result<bool> {
+        self.ctx.bind()?;
+        let start = Instant::now();
+        let mut polls = 0u32;
+        loop {
+            // SAFETY: the stream is alive and its context bound.
+            let r = unsafe { sys::cuStreamQuery(self.raw) };
+            if r != sys::CUresult::CUDA_ERROR_NOT_READY {
+                return check(r, "cuStreamQuery", || format!("waiting for {what}")).map(|()| true);
+            }
+            if start.elapsed() > timeout {
+                return Ok(false);
+            }
+            polls = polls.saturating_add(1);
+            if polls > 1000 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 }
 

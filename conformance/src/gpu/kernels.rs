@@ -3,7 +3,7 @@
 //! bounded stream waits, async memset, CUDA graph capture, peer copies.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use commhal_backend_cuda_nvlink::driver::check;
 use commhal_cuda_rt::{Context, Kernel, KernelArg, LaunchConfig, Module, Stream, jit};
@@ -283,27 +283,16 @@ pub unsafe fn launch(
 
 /// Wait (bounded) until `stream` drained; a kernel fault is reported as an error.
 pub fn sync(stream: &Stream, timeout: Duration, what: &str) -> Result<()> {
-    stream.context().bind()?;
-    let start = Instant::now();
-    let mut polls = 0u32;
-    loop {
-        // SAFETY: the stream is alive and its context is bound.
-        let r = unsafe { sys::cuStreamQuery(stream.raw()) };
-        if r != sys::CUresult::CUDA_ERROR_NOT_READY {
-            return check(WHO, r, "cuStreamQuery", || format!("waiting for {what}"));
-        }
-        if start.elapsed() > timeout {
-            return Err(HalError::Timeout {
-                what: what.to_string(),
-                millis: timeout.as_millis() as u64,
-            });
-        }
-        polls = polls.saturating_add(1);
-        if polls > 2000 {
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
-            std::thread::yield_now();
-        }
+    let drained = stream
+        .wait_idle(timeout, what)
+        .map_err(|e| commhal_backend_cuda_nvlink::driver::to_hal(WHO, e))?;
+    if drained {
+        Ok(())
+    } else {
+        Err(HalError::Timeout {
+            what: what.to_string(),
+            millis: timeout.as_millis() as u64,
+        })
     }
 }
 
@@ -346,79 +335,8 @@ pub unsafe fn memcpy_peer_async(
     })
 }
 
-/// A captured and instantiated CUDA graph.
-#[derive(Debug)]
-pub struct Graph {
-    ctx: Arc<Context>,
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-// SAFETY: graph handles are process-wide driver objects usable from any thread.
-unsafe impl Send for Graph {}
-
-impl Graph {
-    /// Capture what `record` queues on `stream` (thread-local capture mode), then
-    /// instantiate it. Nothing recorded runs until [`Graph::launch`].
-    pub fn capture(stream: &Stream, record: impl FnOnce() -> Result<()>) -> Result<Graph> {
-        let ctx = stream.context().clone();
-        ctx.bind()?;
-        // SAFETY: the stream is alive and idle (callers synchronise before capturing).
-        let r = unsafe {
-            sys::cuStreamBeginCapture_v2(
-                stream.raw(),
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
-        };
-        check(WHO, r, "cuStreamBeginCapture", || {
-            "starting a capture".into()
-        })?;
-        let recorded = record();
-        let mut graph: sys::CUgraph = std::ptr::null_mut();
-        ctx.bind()?;
-        // SAFETY: capture was begun on this stream by this thread; out-pointer valid.
-        let r = unsafe { sys::cuStreamEndCapture(stream.raw(), &mut graph) };
-        let ended = check(WHO, r, "cuStreamEndCapture", || "ending a capture".into());
-        if let Err(e) = recorded.and(ended) {
-            if !graph.is_null() {
-                // SAFETY: the graph came from cuStreamEndCapture and is destroyed once.
-                let _ = unsafe { sys::cuGraphDestroy(graph) };
-            }
-            return Err(e);
-        }
-        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: graph valid; out-pointer valid.
-        let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
-        if let Err(e) = check(WHO, r, "cuGraphInstantiate", || {
-            "instantiating a graph".into()
-        }) {
-            // SAFETY: as above, destroyed once.
-            let _ = unsafe { sys::cuGraphDestroy(graph) };
-            return Err(e);
-        }
-        Ok(Graph { ctx, graph, exec })
-    }
-
-    /// Queue one replay on `stream`.
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: exec and stream alive, same context.
-        let r = unsafe { sys::cuGraphLaunch(self.exec, stream.raw()) };
-        check(WHO, r, "cuGraphLaunch", || "replaying a graph".into())
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
-            // SAFETY: created in `capture`, destroyed once, exec before graph.
-            unsafe {
-                let _ = sys::cuGraphExecDestroy(self.exec);
-                let _ = sys::cuGraphDestroy(self.graph);
-            }
-        }
-    }
-}
+/// CUDA graphs (capture, replay) live in cuda-rt.
+pub use commhal_cuda_rt::Graph;
 
 #[cfg(test)]
 mod tests {

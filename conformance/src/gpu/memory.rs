@@ -958,7 +958,7 @@ fn graph_capture(pair: &mut MemPair<'_>, replays: u32) -> Result<Verdict> {
         // Each replay: wait for the partner's "ready", put + signal.
         let (wait, nw) = pair.prepare(1, &[GpuOp::wait()])?;
         let (put, np) = pair.prepare(2, &[GpuOp::put(area, 0, n), GpuOp::signal()])?;
-        kernels::Graph::capture(&w.stream, || {
+        kernels::Graph::capture::<HalError>(&w.stream, || {
             pair.launch_script(1, wait, nw)?;
             pair.launch_script(0, put, np)
         })?
@@ -975,7 +975,7 @@ fn graph_capture(pair: &mut MemPair<'_>, replays: u32) -> Result<Verdict> {
             ],
         )?;
         let (ready, nd) = pair.prepare(2, &[GpuOp::signal()])?;
-        kernels::Graph::capture(&w.stream, || {
+        kernels::Graph::capture::<HalError>(&w.stream, || {
             pair.launch_script(0, recv, nr)?;
             pair.launch_script(1, ready, nd)
         })?
