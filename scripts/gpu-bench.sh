@@ -25,38 +25,13 @@ START=$(date +%s)
 SUMMARY=()
 FAILED=0
 
-if [[ -f $G/env.sh ]]; then
-  # shellcheck disable=SC1091
-  source "$G/env.sh" || true
-else
-  echo "gpu-bench: $G/env.sh missing; keeping NVLink multicast off by hand" >&2
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MSCCLPP_FORCE_DISABLE_NVLS=1
-  unset COMMHAL_ALLOW_MULTICAST
-fi
+# shellcheck source=scripts/lib-gpu.sh
+source scripts/lib-gpu.sh
+gpu_env gpu-bench
 export NCCL_NVLS_ENABLE=0
 unset COMMHAL_ALLOW_MULTICAST
 
-# NVRTC 13 for the kernel JIT: COMMHAL_NVRTC_DIR, the CUDA install, or a pip wheel.
-find_nvrtc() {
-  local d
-  for d in "${COMMHAL_NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 .cache/nvrtc/nvidia/cu13/lib; do
-    [[ -n $d && -e $d/libnvrtc.so.13 ]] && { echo "$d"; return 0; }
-  done
-  d=$(python3 -c "import nvidia, os, sys
-for r in nvidia.__path__:
-    for dp, _, fs in os.walk(r):
-        if 'libnvrtc.so.13' in fs: print(dp); sys.exit(0)" 2>/dev/null)
-  [[ -n $d ]] && { echo "$d"; return 0; }
-  d=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
-  [[ -n $d ]] && { dirname "$d"; return 0; }
-  return 1
-}
-if NVRTC_DIR=$(find_nvrtc); then
-  export COMMHAL_NVRTC_DIR=$NVRTC_DIR LD_LIBRARY_PATH=$NVRTC_DIR:${LD_LIBRARY_PATH:-}
-  echo "gpu-bench: NVRTC from $NVRTC_DIR"
-else
-  echo "gpu-bench: libnvrtc.so.13 not found; the kernel JIT will fail" >&2
-fi
+gpu_use_nvrtc gpu-bench
 export COMMHAL_CACHE_DIR=${COMMHAL_CACHE_DIR:-/tmp/commhal-kernel-cache}
 export COMMHAL_BOOTSTRAP_TIMEOUT_MS=${COMMHAL_BOOTSTRAP_TIMEOUT_MS:-60000}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)

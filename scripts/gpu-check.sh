@@ -24,57 +24,10 @@ SUMMARY=()
 FAILED=0
 
 # ---- environment ---------------------------------------------------------------
-if [[ -f $G/env.sh ]]; then
-  # shellcheck disable=SC1091
-  source "$G/env.sh" || true
-else
-  echo "gpu-check: $G/env.sh missing; keeping NVLink multicast off by hand" >&2
-  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MSCCLPP_FORCE_DISABLE_NVLS=1
-  unset COMMHAL_ALLOW_MULTICAST
-fi
-
-# NVRTC 13 (libnvrtc.so.13): the CUDA install, the Python wheel nvidia-cuda-nvrtc, or a
-# directory given in COMMHAL_NVRTC_DIR. The first directory holding it wins.
-find_nvrtc() {
-  local d
-  local candidates=("${COMMHAL_NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64)
-  local py
-  py=$(python3 - 2>/dev/null <<'EOF'
-import os, sys
-roots = []
-try:
-    import nvidia
-    roots += list(nvidia.__path__)
-except Exception:
-    pass
-for p in sys.path:
-    roots.append(os.path.join(p, "nvidia"))
-seen = set()
-for r in roots:
-    if not os.path.isdir(r) or r in seen:
-        continue
-    seen.add(r)
-    for dirpath, _, files in os.walk(r):
-        if "libnvrtc.so.13" in files:
-            print(dirpath)
-EOF
-)
-  while IFS= read -r d; do candidates+=("$d"); done <<<"$py"
-  for d in "${candidates[@]}"; do
-    [[ -n $d && -e $d/libnvrtc.so.13 ]] && { echo "$d"; return 0; }
-  done
-  local l
-  l=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
-  [[ -n $l ]] && { dirname "$l"; return 0; }
-  return 1
-}
-if NVRTC_DIR=$(find_nvrtc); then
-  export COMMHAL_NVRTC_DIR=$NVRTC_DIR
-  export LD_LIBRARY_PATH=$NVRTC_DIR:${LD_LIBRARY_PATH:-}
-  echo "gpu-check: NVRTC from $NVRTC_DIR"
-else
-  echo "gpu-check: libnvrtc.so.13 not found (CUDA 13 install or pip nvidia-cuda-nvrtc); kernel JIT will fail" >&2
-fi
+# shellcheck source=scripts/lib-gpu.sh
+source scripts/lib-gpu.sh
+gpu_env gpu-check
+gpu_use_nvrtc gpu-check
 export COMMHAL_CACHE_DIR=${COMMHAL_CACHE_DIR:-/tmp/commhal-kernel-cache}
 # Short: a case that fails on one rank must not hold its partner for long.
 export COMMHAL_BOOTSTRAP_TIMEOUT_MS=${COMMHAL_BOOTSTRAP_TIMEOUT_MS:-10000}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# lib-gpu.sh — shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (source it from
+# the repo root; it defines functions and runs nothing by itself).
+#
+#   gpu_env WHO        source .gpu/env.sh (multicast off, NCCL, CUDA libs), or keep
+#                      NVLink multicast off by hand when it is missing
+#   gpu_use_nvrtc WHO  find NVRTC 13 (find_nvrtc) and export COMMHAL_NVRTC_DIR and
+#                      LD_LIBRARY_PATH for the kernel JIT, or warn that the JIT will fail
+#   find_nvrtc         print the first directory holding libnvrtc.so.13
+
+# shellcheck shell=bash
+
+gpu_env() {
+  local who=$1
+  if [[ -f .gpu/env.sh ]]; then
+    # shellcheck disable=SC1091
+    source .gpu/env.sh || true
+  else
+    echo "$who: .gpu/env.sh missing; keeping NVLink multicast off by hand" >&2
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 MSCCLPP_FORCE_DISABLE_NVLS=1
+    unset COMMHAL_ALLOW_MULTICAST
+  fi
+}
+
+# NVRTC 13 (libnvrtc.so.13), the first directory holding it wins: COMMHAL_NVRTC_DIR, the
+# CUDA install, scripts/install-nvrtc.sh's .cache/nvrtc, the Python wheel
+# nvidia-cuda-nvrtc (under the `nvidia` package or any sys.path entry), ldconfig.
+find_nvrtc() {
+  local d
+  local candidates=("${COMMHAL_NVRTC_DIR:-}" /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64 .cache/nvrtc/nvidia/cu13/lib)
+  local py
+  py=$(python3 - 2>/dev/null <<'EOF'
+import os, sys
+roots = []
+try:
+    import nvidia
+    roots += list(nvidia.__path__)
+except Exception:
+    pass
+for p in sys.path:
+    roots.append(os.path.join(p, "nvidia"))
+seen = set()
+for r in roots:
+    if not os.path.isdir(r) or r in seen:
+        continue
+    seen.add(r)
+    for dirpath, _, files in os.walk(r):
+        if "libnvrtc.so.13" in files:
+            print(dirpath)
+EOF
+)
+  while IFS= read -r d; do candidates+=("$d"); done <<<"$py"
+  for d in "${candidates[@]}"; do
+    [[ -n $d && -e $d/libnvrtc.so.13 ]] && { echo "$d"; return 0; }
+  done
+  local l
+  l=$(ldconfig -p 2>/dev/null | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
+  [[ -n $l ]] && { dirname "$l"; return 0; }
+  return 1
+}
+
+gpu_use_nvrtc() {
+  local who=$1
+  if NVRTC_DIR=$(find_nvrtc); then
+    export COMMHAL_NVRTC_DIR=$NVRTC_DIR
+    export LD_LIBRARY_PATH=$NVRTC_DIR:${LD_LIBRARY_PATH:-}
+    echo "$who: NVRTC from $NVRTC_DIR"
+  else
+    echo "$who: libnvrtc.so.13 not found (CUDA 13 install or pip nvidia-cuda-nvrtc); the kernel JIT will fail" >&2
+  fi
+}
