@@ -43,6 +43,24 @@ pub fn share(total: u64, granule: u64, tid: u32, nthreads: u32) -> Result<(u64, 
     Ok((start, end - start))
 }
 
+/// A side of a copy: what to call it in a range error, the view, the byte offset.
+type CopySide<'s, 'a> = (&'s str, &'s HostView<'a>, u64);
+
+/// Memory-channel put/get: check both ranges (destination first), then copy this
+/// thread's share (granule [`COPY_GRANULE`]) of `bytes` from `src` to `dst`.
+fn copy_share(
+    (dst_what, dst, dst_off): CopySide<'_, '_>,
+    (src_what, src, src_off): CopySide<'_, '_>,
+    bytes: u64,
+    tid: u32,
+    nthreads: u32,
+) -> Result<()> {
+    commhal_hal::error::check_range(dst_what, dst_off, bytes, dst.len())?;
+    commhal_hal::error::check_range(src_what, src_off, bytes, src.len())?;
+    let (s, n) = share(bytes, COPY_GRANULE, tid, nthreads)?;
+    HostView::copy(dst, dst_off + s, src, src_off + s, n)
+}
+
 /// Write `bytes` of `src + src_off` as packets at `dst + dst_off` (this thread's share).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn put_packets(
@@ -263,20 +281,13 @@ impl<'a> MemoryDevice<'a> {
         tid: u32,
         nthreads: u32,
     ) -> Result<()> {
-        commhal_hal::error::check_range(
-            "put destination (peer buffer)",
-            dst_off,
+        copy_share(
+            ("put destination (peer buffer)", &self.remote, dst_off),
+            ("put source (local buffer)", &self.local, src_off),
             bytes,
-            self.remote.len(),
-        )?;
-        commhal_hal::error::check_range(
-            "put source (local buffer)",
-            src_off,
-            bytes,
-            self.local.len(),
-        )?;
-        let (s, n) = share(bytes, COPY_GRANULE, tid, nthreads)?;
-        HostView::copy(&self.remote, dst_off + s, &self.local, src_off + s, n)
+            tid,
+            nthreads,
+        )
     }
 
     /// Copy this thread's share of `bytes` from `remote + src_off` to `local + dst_off`.
@@ -288,20 +299,13 @@ impl<'a> MemoryDevice<'a> {
         tid: u32,
         nthreads: u32,
     ) -> Result<()> {
-        commhal_hal::error::check_range(
-            "get destination (local buffer)",
-            dst_off,
+        copy_share(
+            ("get destination (local buffer)", &self.local, dst_off),
+            ("get source (peer buffer)", &self.remote, src_off),
             bytes,
-            self.local.len(),
-        )?;
-        commhal_hal::error::check_range(
-            "get source (peer buffer)",
-            src_off,
-            bytes,
-            self.remote.len(),
-        )?;
-        let (s, n) = share(bytes, COPY_GRANULE, tid, nthreads)?;
-        HostView::copy(&self.local, dst_off + s, &self.remote, src_off + s, n)
+            tid,
+            nthreads,
+        )
     }
 
     /// `put` by one thread, then `signal`.
