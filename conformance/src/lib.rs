@@ -15,7 +15,6 @@
 //! | [`expect`] | expectations files |
 //! | [`world`] | the plan every rank shares, the per-case context |
 //! | [`cli`] | [`ConformanceArgs`] and [`cli_main`] for `commhal conformance` |
-//! | `dynwrap` | static `PortMapped`/`SwitchMapped` views of registry-built transports |
 //! | `hostmem` | the only `unsafe`: host access to host-addressable regions |
 //!
 //! **Entry points.** `run(&RunOptions) -> Report`; `cli_main(ConformanceArgs) -> i32`.
@@ -26,7 +25,6 @@
 pub mod case;
 pub mod cases;
 pub mod cli;
-pub mod dynwrap;
 pub mod expect;
 #[cfg(feature = "gpu")]
 pub mod gpu;

@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::Bootstrap;
-use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::dynamic::{self, DynMemoryMapped};
 use commhal_hal::registry::{Backend, BackendOptions, Catalog};
 use commhal_hal::{Device, DeviceKind, Endpoint, Guarantees, HalError, MemoryKind, Rank};
 use serde::{Deserialize, Serialize};
 
 use crate::case::Failure;
-use crate::dynwrap::{DynPortT, DynSwitchT};
 
 /// Everything every rank must agree on; serialised to child processes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -249,8 +248,8 @@ impl Ctx {
     }
 
     /// The port transport, or not-supported.
-    pub fn port(&self) -> Result<DynPortT, Failure> {
-        self.backend.port.clone().map(DynPortT).ok_or_else(|| {
+    pub fn port(&self) -> Result<Arc<dyn dynamic::DynPortMapped>, Failure> {
+        self.backend.port.clone().ok_or_else(|| {
             Failure::NotSupported(format!(
                 "backend `{}` has no port-mapped transport",
                 self.backend.name
@@ -259,8 +258,8 @@ impl Ctx {
     }
 
     /// The switch transport, or not-supported.
-    pub fn switch(&self) -> Result<DynSwitchT, Failure> {
-        self.backend.switch.clone().map(DynSwitchT).ok_or_else(|| {
+    pub fn switch(&self) -> Result<Arc<dyn dynamic::DynSwitchMapped>, Failure> {
+        self.backend.switch.clone().ok_or_else(|| {
             Failure::NotSupported(format!(
                 "backend `{}` has no switch-mapped transport",
                 self.backend.name

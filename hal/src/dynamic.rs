@@ -3,8 +3,10 @@
 //! Every `T: MemoryMapped` is a [`DynMemoryMapped`] through a blanket impl; handles
 //! become `Box<dyn Region>` and are downcast back on the way in (a handle from another
 //! backend is an error, never undefined behaviour). The reverse impls make
-//! `Arc<dyn DynMemoryMapped>` a `MemoryMapped` again, so generic code such as
-//! `MemoryChannel<M>` runs over a run-time-selected backend unchanged.
+//! `Arc<dyn DynMemoryMapped>` a `MemoryMapped`, `Arc<dyn DynPortMapped>` a
+//! `PortMapped` and `Arc<dyn DynSwitchMapped>` a `SwitchMapped` again, so generic code
+//! such as `MemoryChannel<M>`, `PortChannel<P>` or `SwitchChannel<S>` runs over a
+//! run-time-selected backend unchanged.
 
 use std::any::Any;
 use std::fmt::Debug;
@@ -201,6 +203,59 @@ impl<P: PortMapped> DynPortMapped for P {
     }
 }
 
+impl Transport for Arc<dyn DynPortMapped> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn guarantees(&self) -> Guarantees {
+        (**self).guarantees()
+    }
+    fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach {
+        (**self).reach(local, remote)
+    }
+}
+
+/// A connection of an `Arc<dyn DynPortMapped>`: local buffers are `Box<dyn Region>`,
+/// imported peer buffers `Box<dyn Any + Send + Sync>` (both downcast by the backend).
+impl Port for Box<dyn DynPort> {
+    type Local = Box<dyn Region>;
+    type Remote = Box<dyn Any + Send + Sync>;
+    fn write(
+        &mut self,
+        dst: &Box<dyn Any + Send + Sync>,
+        dst_off: u64,
+        src: &Box<dyn Region>,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        (**self).write(dst.as_ref(), dst_off, src.as_ref(), src_off, len)
+    }
+    fn signal(&mut self, sem: &Box<dyn Any + Send + Sync>, off: u64, add: u64) -> Result<()> {
+        (**self).signal(sem.as_ref(), off, add)
+    }
+    fn flush(&mut self) -> Result<()> {
+        (**self).flush()
+    }
+}
+
+impl PortMapped for Arc<dyn DynPortMapped> {
+    type Local = Box<dyn Region>;
+    type Remote = Box<dyn Any + Send + Sync>;
+    type Port = Box<dyn DynPort>;
+    fn register(&self, region: &dyn Region) -> Result<Box<dyn Region>> {
+        (**self).register(region)
+    }
+    fn export(&self, local: &Box<dyn Region>) -> Result<Export> {
+        (**self).export(local.as_ref())
+    }
+    fn import(&self, export: Export) -> Result<Box<dyn Any + Send + Sync>> {
+        (**self).import(export)
+    }
+    fn connect(&self, ctx: &PeerContext<'_>) -> Result<Box<dyn DynPort>> {
+        (**self).connect(ctx)
+    }
+}
+
 /// Object-safe [`SwitchMapped`].
 pub trait DynSwitchMapped: Send + Sync + Debug {
     /// [`Transport::name`].
@@ -254,5 +309,30 @@ impl SwitchGroup for Box<dyn SwitchGroup> {
     }
     fn members(&self) -> &[Rank] {
         (**self).members()
+    }
+}
+
+impl Transport for Arc<dyn DynSwitchMapped> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn guarantees(&self) -> Guarantees {
+        (**self).guarantees()
+    }
+    fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach {
+        (**self).reach(local, remote)
+    }
+}
+
+impl SwitchMapped for Arc<dyn DynSwitchMapped> {
+    type Group = Box<dyn SwitchGroup>;
+    fn create_group(
+        &self,
+        bootstrap: &dyn Bootstrap,
+        members: &[Rank],
+        len: u64,
+        tag: u64,
+    ) -> Result<Box<dyn SwitchGroup>> {
+        (**self).create_group(bootstrap, members, len, tag)
     }
 }

@@ -8,12 +8,11 @@ use commhal_channels::proxy::ProxyBuilder;
 use commhal_channels::semaphore::{MemorySemaphore, SemaphoreSlot};
 use commhal_channels::{MemoryChannel, PortChannel, ProxyService, WaitPolicy};
 use commhal_hal::bootstrap::{recv_export, send_export};
-use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::dynamic::{self, DynMemoryMapped};
 use commhal_hal::transport::{PeerContext, PortMapped};
 use commhal_hal::{MemoryMapped, Rank, Region, Result};
 
 use crate::case::{ChannelKind, Failure};
-use crate::dynwrap::DynPortT;
 use crate::hostmem;
 use crate::world::Ctx;
 
@@ -97,11 +96,11 @@ impl P2p for MemP2p {
 #[derive(Debug)]
 pub struct PortP2p {
     /// The channel (declared first: dropped before the proxy).
-    pub ch: PortChannel<DynPortT>,
+    pub ch: PortChannel<Arc<dyn dynamic::DynPortMapped>>,
     /// Our buffer (put source, landing area of the peer's puts).
     pub local: Box<dyn Region>,
     /// The proxy (shared by channels on one connection).
-    pub proxy: Arc<ProxyService<DynPortT>>,
+    pub proxy: Arc<ProxyService<Arc<dyn dynamic::DynPortMapped>>>,
 }
 
 impl P2p for PortP2p {
@@ -230,7 +229,8 @@ pub fn open_port(
 ) -> std::result::Result<Vec<PortP2p>, Failure> {
     let t = ctx.port()?;
     let b = ctx.boot.as_ref();
-    let mut builder = ProxyBuilder::<DynPortT>::new(&ctx.backend.name, o.depth)?;
+    let mut builder =
+        ProxyBuilder::<Arc<dyn dynamic::DynPortMapped>>::new(&ctx.backend.name, o.depth)?;
     let local_ep = &ctx.endpoints[ctx.rank as usize];
     let remote_ep = &ctx.endpoints[peer as usize];
     let pctx = PeerContext {

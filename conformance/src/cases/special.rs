@@ -8,13 +8,12 @@ use commhal_channels::fifo::{Fifo, Trigger};
 use commhal_channels::packet::{LlFormat, PacketEpoch};
 use commhal_channels::proxy::ProxyBuilder;
 use commhal_hal::bootstrap::{recv_export, send_export};
-use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::dynamic::{self, DynMemoryMapped};
 use commhal_hal::{HalError, PortMapped};
 
 use super::p2p::ForeignRegion;
 use super::setup::{Opts, P2p, PortP2p, check_fill, open_memory, open_port, read_vec, up64};
 use crate::case::{CaseResult, Failure};
-use crate::dynwrap::DynPortT;
 use crate::world::Ctx;
 use crate::{ensure, hostmem};
 
@@ -27,7 +26,7 @@ pub fn proxy_fifo(ctx: &Ctx, depth: u64) -> CaseResult {
             "a FIFO of depth {d} was accepted (must be a power of two >= 2)"
         );
         ensure!(
-            ProxyBuilder::<DynPortT>::new(&ctx.backend.name, d).is_err(),
+            ProxyBuilder::<Arc<dyn dynamic::DynPortMapped>>::new(&ctx.backend.name, d).is_err(),
             "a proxy with FIFO depth {d} was accepted"
         );
     }

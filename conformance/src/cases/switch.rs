@@ -1,14 +1,19 @@
 //! Switch cases (15 and the switch edges of 16): reduce against a host reference on
 //! exact inputs, broadcast from every root, many repeated barriers, bad offsets.
 
+use std::sync::Arc;
+
 use commhal_channels::{Element, ReduceOp, SwitchChannel};
+use commhal_hal::dynamic;
 
 use crate::case::{CaseResult, Failure};
-use crate::dynwrap::DynSwitchT;
 use crate::ensure;
 use crate::world::Ctx;
 
-fn channel(ctx: &Ctx, bytes: u64) -> Result<SwitchChannel<DynSwitchT>, Failure> {
+fn channel(
+    ctx: &Ctx,
+    bytes: u64,
+) -> Result<SwitchChannel<Arc<dyn dynamic::DynSwitchMapped>>, Failure> {
     let t = ctx.switch()?;
     let members: Vec<u32> = (0..ctx.size).collect();
     let mut ch = SwitchChannel::create(&t, ctx.boot.as_ref(), &members, bytes, ctx.t(0))?;
