@@ -15,17 +15,7 @@ use crate::header::IPC_HANDLE_LEN;
 
 /// Turn a cuda-rt error into a [`HalError`] reported under `backend`.
 pub fn to_hal(backend: &str, e: CudaError) -> HalError {
-    match e {
-        CudaError::NoDriver | CudaError::NoDevice(_) | CudaError::NvrtcMissing => {
-            HalError::Unavailable {
-                backend: backend.to_string(),
-                reason: e.to_string(),
-            }
-        }
-        CudaError::Invalid(msg) => HalError::InvalidArgument(msg),
-        CudaError::Io { context, source } => HalError::Io { context, source },
-        other => HalError::backend(backend, other.to_string()),
-    }
+    e.into_hal(backend)
 }
 
 /// `Ok` on `CUDA_SUCCESS`, else [`HalError::Backend`] naming the call, the CUresult and
@@ -36,14 +26,7 @@ pub fn check(
     call: &'static str,
     what: impl FnOnce() -> String,
 ) -> Result<()> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(HalError::backend(
-            backend,
-            format!("{call} failed with {r:?} ({}) while {}", r as u32, what()),
-        ))
-    }
+    commhal_cuda_rt::driver::check(r, call, what).map_err(|e| to_hal(backend, e))
 }
 
 /// Load and initialise the driver (cached), as a [`HalError`].

@@ -82,18 +82,27 @@ impl CudaError {
     }
 }
 
-impl From<CudaError> for HalError {
-    fn from(e: CudaError) -> Self {
-        match e {
+impl CudaError {
+    /// This error as a [`HalError`] reported under `backend`: a missing driver, device
+    /// or NVRTC is [`HalError::Unavailable`], bad input [`HalError::InvalidArgument`],
+    /// file-system errors [`HalError::Io`], everything else [`HalError::Backend`].
+    pub fn into_hal(self, backend: &str) -> HalError {
+        match self {
             CudaError::NoDriver | CudaError::NoDevice(_) | CudaError::NvrtcMissing => {
                 HalError::Unavailable {
-                    backend: BACKEND.to_string(),
-                    reason: e.to_string(),
+                    backend: backend.to_string(),
+                    reason: self.to_string(),
                 }
             }
             CudaError::Invalid(msg) => HalError::InvalidArgument(msg),
             CudaError::Io { context, source } => HalError::Io { context, source },
-            other => HalError::backend(BACKEND, other.to_string()),
+            other => HalError::backend(backend, other.to_string()),
         }
+    }
+}
+
+impl From<CudaError> for HalError {
+    fn from(e: CudaError) -> Self {
+        e.into_hal(BACKEND)
     }
 }
