@@ -197,6 +197,34 @@ COMMHAL_DEVICE void partition(u64 units, u32 n, u32 i, u64& begin, u64& end) {
 }
 
 // ---------------------------------------------------------------------------------
+// LL16 slots: slot(owner, sender) = scratch[owner] + LL + (parity * MAX_RANKS + sender)
+// * slot_bytes, where `sender`'s packets for `owner` land.
+
+COMMHAL_DEVICE u8* ll_slot(const CollArgs& a, u32 owner, u32 sender, u64 parity) {
+  return reinterpret_cast<u8*>(a.scratch[owner] + COLL_OFF_LL +
+                               (parity * COLL_MAX_RANKS + sender) * a.ll_slot_bytes);
+}
+
+// Bounded wait for LL16 packet `pk` with `flag`; returns its 8 data bytes.
+COMMHAL_DEVICE uint2 ll_wait(const CollArgs& a, const u8* pk, u32 flag, bool& ok) {
+  u32 d0 = 0, f0 = 0, d1 = 0, f1 = 0;
+  u64 t0 = 0;
+  for (u32 s = 0; ok; ++s) {
+    load_volatile_v4u32(pk, d0, f0, d1, f1);
+    if (f0 == flag && f1 == flag) break;
+    if ((s & 1023) == 0) {
+      const u64 t = now_ns();
+      if (s == 0) t0 = t;
+      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
+        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
+        ok = false;
+      }
+    }
+  }
+  return make_uint2(d0, d1);
+}
+
+// ---------------------------------------------------------------------------------
 // One-shot LL16 all-reduce. count * elem % 8 == 0 (host checks), bytes <= slot/2.
 template <typename Op>
 COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
@@ -227,24 +255,7 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
       if (p == a.rank) {
         v = in[i];
       } else {
-        const u8* pk = reinterpret_cast<const u8*>(
-                           a.scratch[a.rank] + COLL_OFF_LL +
-                           (parity * COLL_MAX_RANKS + p) * a.ll_slot_bytes) + i * 16;
-        u32 d0 = 0, f0 = 0, d1 = 0, f1 = 0;
-        u64 t0 = 0;
-        for (u32 s = 0; ok; ++s) {
-          load_volatile_v4u32(pk, d0, f0, d1, f1);
-          if (f0 == flag && f1 == flag) break;
-          if ((s & 1023) == 0) {
-            const u64 t = now_ns();
-            if (s == 0) t0 = t;
-            else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
-              set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
-              ok = false;
-            }
-          }
-        }
-        v = make_uint2(d0, d1);
+        v = ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
       }
       if (first) {
         acc = v;
@@ -452,30 +463,6 @@ extern "C" __global__ void commhal_coll_allgather(CollArgs a) {
 // ---------------------------------------------------------------------------------
 // LL16 variants of all-gather and reduce-scatter for small sizes: no barrier, packets
 // carry the epoch (same slots and parity rule as the LL all-reduce).
-
-COMMHAL_DEVICE u8* ll_slot(const CollArgs& a, u32 owner, u32 sender, u64 parity) {
-  return reinterpret_cast<u8*>(a.scratch[owner] + COLL_OFF_LL +
-                               (parity * COLL_MAX_RANKS + sender) * a.ll_slot_bytes);
-}
-
-// Bounded wait for LL16 packet `pk` with `flag`; returns its 8 data bytes.
-COMMHAL_DEVICE uint2 ll_wait(const CollArgs& a, const u8* pk, u32 flag, bool& ok) {
-  u32 d0 = 0, f0 = 0, d1 = 0, f1 = 0;
-  u64 t0 = 0;
-  for (u32 s = 0; ok; ++s) {
-    load_volatile_v4u32(pk, d0, f0, d1, f1);
-    if (f0 == flag && f1 == flag) break;
-    if ((s & 1023) == 0) {
-      const u64 t = now_ns();
-      if (s == 0) t0 = t;
-      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
-        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
-        ok = false;
-      }
-    }
-  }
-  return make_uint2(d0, d1);
-}
 
 // Reduce-scatter, LL: a.count elements per rank, count * elem % 8 == 0 (host checks).
 template <typename Op>
