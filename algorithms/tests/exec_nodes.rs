@@ -152,9 +152,8 @@ fn nothing_goes_over_tcp_on_one_node() {
     });
 }
 
-/// 2PA reads peers' memory: across nodes that is refused with a clear error on every
-/// rank (no fallback for an explicit override of an AllReduce... except the ring,
-/// which AllReduce falls back to) — AllToAll has no port variant at all.
+/// AllToAll has no port-channel variant: across nodes it is refused with a clear error
+/// (and the communicator stays usable); send/recv across nodes is refused too.
 #[test]
 fn plans_that_cannot_cross_nodes_are_refused() {
     with_ranks(4, 2, None, |comm| {

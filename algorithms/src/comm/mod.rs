@@ -66,7 +66,10 @@ pub struct CommOptions {
     /// every available backend ranked by reach; on a CPU machine that is host-emu).
     pub backends: Option<Vec<String>>,
     /// This rank's virtual node (`None`: `COMMHAL_NODE`, else 0). Ranks on different
-    /// virtual nodes talk over port channels only (multi-node algorithms, e.g. 2PH).
+    /// virtual nodes (or hosts) never map each other's memory: they talk over port
+    /// channels carried by `host-tcp` (multi-node algorithms: AllReduce 2PH and ring;
+    /// AllGather/ReduceScatter ring and Broadcast chain, which the communicator falls
+    /// back to when the selected plan cannot cross nodes).
     pub node: Option<u32>,
     /// Algorithm overrides `collective:algorithm,...` (`None`: `COMMHAL_ALGO`).
     pub algo: Option<String>,
