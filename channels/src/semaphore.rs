@@ -250,7 +250,17 @@ impl MemorySemaphore {
         remote: Arc<dyn Region>,
         remote_off: u64,
     ) -> Result<Self> {
-        let slot = SemaphoreSlot::new(local, local_off)?;
+        Self::from_slot(SemaphoreSlot::new(local, local_off)?, remote, remote_off)
+    }
+
+    /// From an inbound slot built by the caller (e.g. [`SemaphoreSlot::with_expected`]
+    /// for a counter that does not start at 0) and the peer's counter mapped at
+    /// `remote + remote_off`.
+    pub fn from_slot(
+        slot: SemaphoreSlot,
+        remote: Arc<dyn Region>,
+        remote_off: u64,
+    ) -> Result<Self> {
         check_counter(remote.as_ref(), remote_off, "peer semaphore counter")?;
         Ok(MemorySemaphore {
             slot,

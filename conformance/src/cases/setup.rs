@@ -206,13 +206,14 @@ pub fn open_memory(ctx: &Ctx, peer: Rank, k: u64, o: Opts) -> std::result::Resul
         hostmem::write(&*counter, 0, &o.start.to_le_bytes())?;
         send_export(b, peer, ctx.t(k + 1), &MemoryMapped::export(&t, &counter)?)?;
         let peer_counter = MemoryMapped::map(&t, recv_export(b, peer, ctx.t(k + 1))?)?;
-        let sem = MemorySemaphore::new(Arc::from(counter), 0, Arc::from(peer_counter), 0)?;
+        // The counter starts at `o.start`, so nothing has been consumed below it.
+        let slot = SemaphoreSlot::with_expected(Arc::from(counter), 0, o.start)?;
+        let sem = MemorySemaphore::from_slot(slot, Arc::from(peer_counter), 0)?;
         MemoryChannel::new(local, remote, sem)?
     };
     ch.set_policy(ctx.policy());
-    // Handshake before first use: `SemaphoreSlot::new` snapshots our counter after our
-    // export went out, so a peer that signalled at once would have its first signal
-    // absorbed into `expected` (channels setup race; reported).
+    // Both sides finish setup before either uses the channel, so a case's first timed
+    // operation never includes the peer's setup.
     ctx.send(peer, k + 2, b"ready")?;
     ctx.recv(peer, k + 2)?;
     Ok(MemP2p(ch))
@@ -245,7 +246,7 @@ pub fn open_port(
         let local = alloc(ctx, o.len)?;
         let sem_region: Arc<dyn Region> = Arc::from(alloc(ctx, 64)?);
         hostmem::write(&*sem_region, 0, &o.start.to_le_bytes())?;
-        let inbound = SemaphoreSlot::new(sem_region.clone(), 0)?;
+        let inbound = SemaphoreSlot::with_expected(sem_region.clone(), 0, o.start)?;
         let tk = k + 4 + 4 * i;
         if port_id.is_none() {
             // The first channel sets up the connection the others share.
