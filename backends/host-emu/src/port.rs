@@ -368,8 +368,9 @@ mod tests {
         let src = d.register(&ShmRegion::alloc(16).unwrap()).unwrap();
         let peer = ShmRegion::alloc(16).unwrap();
         let remote = d.import(d.export(&peer).unwrap()).unwrap();
-        port.write(remote.as_ref(), 0, src.as_ref(), 0, 16).unwrap();
-        port.signal(remote.as_ref(), 8, 1).unwrap();
+        // `Box<dyn DynPort>` is also a static `Port` whose handles are the boxes.
+        port.write(&remote, 0, &src, 0, 16).unwrap();
+        port.signal(&remote, 8, 1).unwrap();
         port.flush().unwrap();
         assert_eq!(peer.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
     }

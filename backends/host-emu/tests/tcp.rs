@@ -656,38 +656,48 @@ fn works_through_the_dyn_mirror() {
         Arc::new(HostTcp::new().unwrap()),
         Arc::new(HostTcp::new().unwrap()),
     ];
-    let src = ts[0]
-        .register(&HostRegion::from_bytes(b"dynamic!").unwrap())
-        .unwrap();
+    // Both the object-safe mirror and the static trait (implemented for the Arc) are in
+    // scope: name the mirror's methods explicitly.
+    let src =
+        DynPortMapped::register(&*ts[0], &HostRegion::from_bytes(b"dynamic!").unwrap()).unwrap();
     let dst_mem = ShmRegion::alloc(16).unwrap();
-    let dst = ts[1].register(&dst_mem).unwrap();
-    let remote = ts[0].import(ts[1].export(dst.as_ref()).unwrap()).unwrap();
+    let dst = DynPortMapped::register(&*ts[1], &dst_mem).unwrap();
+    let remote = DynPortMapped::import(
+        &*ts[0],
+        DynPortMapped::export(&*ts[1], dst.as_ref()).unwrap(),
+    )
+    .unwrap();
     let (mut p0, _p1) = thread::scope(|s| {
         let h = s.spawn(|| {
             let (l, r) = (ep(1), ep(0));
-            ts[1]
-                .connect(&PeerContext {
+            DynPortMapped::connect(
+                &*ts[1],
+                &PeerContext {
                     bootstrap: &b[1],
                     local: &l,
                     remote: &r,
                     tag: TAG,
-                })
-                .unwrap()
+                },
+            )
+            .unwrap()
         });
         let (l, r) = (ep(0), ep(1));
-        let p0 = ts[0]
-            .connect(&PeerContext {
+        let p0 = DynPortMapped::connect(
+            &*ts[0],
+            &PeerContext {
                 bootstrap: &b[0],
                 local: &l,
                 remote: &r,
                 tag: TAG,
-            })
-            .unwrap();
+            },
+        )
+        .unwrap();
         (p0, h.join().unwrap())
     });
-    p0.write(remote.as_ref(), 0, src.as_ref(), 0, 8).unwrap();
-    p0.signal(remote.as_ref(), 8, 1).unwrap();
-    p0.flush().unwrap();
+    // `Box<dyn DynPort>` is also a static `Port` whose handles are the boxes themselves.
+    p0.write(&remote, 0, &src, 0, 8).unwrap();
+    p0.signal(&remote, 8, 1).unwrap();
+    Port::flush(&mut p0).unwrap();
     let mut got = [0u8; 8];
     dst_mem.read(0, &mut got).unwrap();
     assert_eq!(&got, b"dynamic!");
