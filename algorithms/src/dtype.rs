@@ -110,13 +110,32 @@ impl DataType {
     }
 
     /// Parse a [`DataType::name`].
+    ///
+    /// nccl-tests' names are accepted too (`float`, `half`, `bfloat16`, `double`,
+    /// `int8`, `uint8`, `int32`, `uint32`, `int64`, `uint64`, `fp8_e4m3`, `fp8_e5m2`), so
+    /// `commhal bench -d float` works as `all_reduce_perf -d float` does.
     pub fn from_name(s: &str) -> Result<DataType, AlgoError> {
+        let canonical = match s {
+            "float" => "f32",
+            "half" => "f16",
+            "bfloat16" => "bf16",
+            "double" => "f64",
+            "int8" => "i8",
+            "uint8" => "u8",
+            "int32" | "int" => "i32",
+            "uint32" => "u32",
+            "int64" => "i64",
+            "uint64" => "u64",
+            "fp8_e4m3" => "f8e4m3",
+            "fp8_e5m2" => "f8e5m2",
+            other => other,
+        };
         DataType::ALL
             .into_iter()
-            .find(|d| d.name() == s)
+            .find(|d| d.name() == canonical)
             .ok_or_else(|| {
                 AlgoError::Invalid(format!(
-                    "unknown data type `{s}`; known: {}",
+                    "unknown data type `{s}`; known: {} (or nccl-tests' float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64, fp8_e4m3, fp8_e5m2)",
                     DataType::ALL.map(|d| d.name()).join(", ")
                 ))
             })
@@ -476,6 +495,27 @@ pub fn reference_reduce(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nccl_tests_names_are_accepted() {
+        for (alias, dt) in [
+            ("float", DataType::F32),
+            ("half", DataType::F16),
+            ("bfloat16", DataType::Bf16),
+            ("double", DataType::F64),
+            ("int32", DataType::I32),
+            ("uint8", DataType::U8),
+            ("fp8_e5m2", DataType::F8E5M2),
+        ] {
+            assert_eq!(DataType::from_name(alias).unwrap(), dt);
+            assert_eq!(DataType::from_name(dt.name()).unwrap(), dt);
+        }
+        let e = DataType::from_name("quad").unwrap_err().to_string();
+        assert!(
+            e.contains("`quad`") && e.contains("f32") && e.contains("float"),
+            "{e}"
+        );
+    }
 
     fn enc(dt: DataType, vals: &[f64]) -> Vec<u8> {
         let mut v = Vec::new();
