@@ -109,7 +109,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// Entry point.
-pub fn run(args: &BenchArgs) -> Result<i32, String> {
+pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
     let coll = Collective::from_name(&args.collective).map_err(|e| e.to_string())?;
     let dtype = DataType::from_name(&args.dtype).map_err(|e| e.to_string())?;
     let op = RedOp::from_name(&args.op).map_err(|e| e.to_string())?;
@@ -145,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<i32, String> {
         }
     });
     let opts = CommOptions {
+        backends: cli_backends.map(<[String]>::to_vec),
         node: Some(rank / (n / args.nodes)),
         algo,
         ..Default::default()

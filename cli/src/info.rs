@@ -14,11 +14,11 @@ pub struct InfoArgs {
 }
 
 /// Print every backend.
-pub fn run(args: &InfoArgs) -> Result<i32, String> {
+pub fn run(args: &InfoArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
     let catalog = Catalog::discover().map_err(|e| e.to_string())?;
     let infos = catalog.infos();
     let errors: Vec<String> = catalog.errors().iter().map(|e| e.to_string()).collect();
-    let selection = Selection::from_env(None)
+    let selection = Selection::from_env(cli_backends)
         .map_err(|e| e.to_string())
         .and_then(|s| {
             let names = catalog.resolve(&s).map_err(|e| e.to_string())?;

@@ -10,6 +10,10 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "commhal", version, about)]
 struct Cli {
+    /// Backends to use, in order (overrides COMMHAL_BACKENDS and COMMHAL_CONFIG),
+    /// e.g. `--backends host-emu,host-tcp`.
+    #[arg(long, global = true, value_delimiter = ',')]
+    backends: Vec<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -41,9 +45,9 @@ fn main() {
     commhal_backends::link_all();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Cmd::Info(a) => info::run(a),
+        Cmd::Info(a) => info::run(a, cli_backends(&cli)),
         Cmd::Launch(a) => launch::run(a),
-        Cmd::Bench(a) => bench::run(a),
+        Cmd::Bench(a) => bench::run(a, cli_backends(&cli)),
         Cmd::Conformance(a) => Ok(commhal_conformance::cli_main(a.clone())),
     };
     match result {
@@ -53,4 +57,9 @@ fn main() {
             std::process::exit(2);
         }
     }
+}
+
+/// The `--backends` list, if given.
+fn cli_backends(cli: &Cli) -> Option<&[String]> {
+    (!cli.backends.is_empty()).then_some(cli.backends.as_slice())
 }

@@ -151,3 +151,44 @@ fn conformance_passes_on_host_backends() {
         );
     }
 }
+
+/// `--backends` on the command line wins over COMMHAL_BACKENDS, and an unknown name is
+/// an error listing the known ones, for `info` and for a benchmark's communicators.
+#[test]
+fn cli_backends_flag_overrides_the_environment() {
+    let out = commhal()
+        .args(["--backends", "host-tcp,host-emu", "info"])
+        .env("COMMHAL_BACKENDS", "host-emu")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("selection (Cli): host-tcp, host-emu"),
+        "{text}"
+    );
+
+    let out = commhal()
+        .args([
+            "bench",
+            "allreduce",
+            "--ranks",
+            "2",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "1",
+            "-w",
+            "0",
+        ])
+        .args(["--backends", "no-such-net"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown backend `no-such-net`") && err.contains("host-emu"),
+        "{err}"
+    );
+}
