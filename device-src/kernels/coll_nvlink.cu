@@ -14,6 +14,16 @@
 //                                    own chunk from local input + staging; store it to
 //                                    every output; barrier.
 //   *_ll variants of all-gather / reduce-scatter for small chunks.
+//   commhal_coll_broadcast           barrier; root stores its input into every output;
+//                                    barrier.
+//   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; root scatters chunk k to
+//                                    the k-th non-root; barrier; every non-root forwards
+//                                    its chunk to the other non-roots; barrier.
+//   commhal_coll_reduce_*            barrier; rank p reduces chunk p (reading n inputs)
+//                                    into the ROOT's output; barrier.
+//   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
+//                                    [rank]; barrier.
+//   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
 //
 // Epochs. Every launch on a rank gets epoch e = scratch.epoch + 1 (read by every block at
 // its start; the last block to finish stores e back, see coll_end). Launches are matched
@@ -66,8 +76,10 @@ struct CollArgs {
   u32 nranks;
   u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
   u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
+  u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
+  u32 pad;
 };
-static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8, "CollArgs layout");
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8, "CollArgs layout");
 
 COMMHAL_DEVICE u64 now_ns() {
   u64 t;
@@ -609,3 +621,256 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
 extern "C" __global__ void commhal_coll_allreduce_push_f16(CollArgs a) { allreduce_push<OpF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_push_bf16(CollArgs a) { allreduce_push<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_push_f32(CollArgs a) { allreduce_push<OpF32>(a); }
+
+// ---------------------------------------------------------------------------------
+// Broadcast, reduce, all-to-all, send/recv. Every kernel below runs between a START and
+// an END block barrier (same protocol as above; every rank launches the same grid, which
+// the host's plan derives from the collective, the size and the rank count only). LL is
+// not used for these: a broadcast's / reduce's / ring's sender never waits on its
+// receivers, so it could run two launches ahead and overwrite a parity slot the owner
+// has not read yet (the all-gather / all-reduce LL argument needs every rank to wait on
+// every other rank in every launch).
+
+// Root of a broadcast / reduce, as the host passed it.
+COMMHAL_DEVICE u32 coll_root(const CollArgs& a) { return a.root; }
+
+// Broadcast, direct: a.count = bytes. The root stores its input a.in[root] into every
+// output (its own skipped when in place: same address); the other ranks only take part
+// in the barriers. The root's egress is (n-1) x bytes, so the host uses this for small
+// sizes and for 2 ranks (where it is the only transfer anyway).
+//   2 ranks, root 0: rank 0 stores out[0] (unless in place) and out[1].
+//   4 ranks, root 2: rank 2 stores, in rotation k = 0..3, p = (2+k)%4 = 2, 3, 0, 1.
+// END barrier: block b of every peer waits for block b of the root, which made its
+// grid-stride slice of the stores before it signalled; all blocks cover all bytes.
+extern "C" __global__ void commhal_coll_broadcast(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 root = coll_root(a);
+  if (a.rank == root) {
+    const u64 bytes = a.count;
+    const u64 src = a.in[root];
+    bool aligned = (bytes % 16) == 0 && (src % 16) == 0;
+    for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.out[p] % 16) == 0;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (aligned) {
+      const u64 nvec = bytes / 16;
+      for (u64 v = tid0; v < nvec; v += gthreads) {
+        const v16 x = reinterpret_cast<const v16*>(src)[v];
+        for (u32 k = 0; k < a.nranks; ++k) {
+          const u32 p = (root + k) % a.nranks;
+          if (a.out[p] == src) continue;
+          reinterpret_cast<v16*>(a.out[p])[v] = x;
+        }
+      }
+    } else {
+      for (u32 p = 0; p < a.nranks; ++p) {
+        if (a.out[p] == src) continue;
+        copy_cooperative(reinterpret_cast<void*>(a.out[p]), reinterpret_cast<const void*>(src),
+                         bytes, (u32)tid0, (u32)gthreads);
+      }
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+// Broadcast, scatter + forward (host: nranks >= 3, every buffer 16-byte aligned — the
+// VMM bases are): a.count = bytes, nvec = bytes / 16 whole vectors split over the
+// m = n-1 non-roots; the k-th non-root is rank (root + 1 + k) % n, so rank r's chunk
+// index is k = (r + n - root - 1) % n (mirrored by layout::bcast_chunk_owner).
+//   phase 1 (root): chunk k -> out[(root+1+k)%n] at the same offsets; its own output
+//     (local copy) unless in place; the tail bytes (bytes % 16) into every output.
+//   MID barrier.
+//   phase 2 (non-root with chunk k): read chunk k from its own output and store it into
+//     every other non-root's output.
+//   END barrier.
+// Root egress = bytes, non-root egress (m-1)/m x bytes, ingress of every non-root =
+// bytes (the direct kernel's root egress is m x bytes).
+// Ordering: in both phases thread t of the grid handles chunk-relative vector indices
+// j = t, t + G, ... (G = grid threads), so block b of a non-root reads in phase 2
+// exactly what block b of the root wrote in phase 1, ordered by their MID barrier; the
+// END barrier orders every phase-2 store into rank q's output (made by block b of some
+// rank) before block b of q passes it.
+//   4 ranks, root 2: m = 3; k = 0 -> rank 3, k = 1 -> rank 0, k = 2 -> rank 1;
+//     rank 3: k = (3 + 4 - 2 - 1) % 4 = 0, rank 0: (0 + 1) % 4 = 1, rank 1: 2.
+//     Phase 2, rank 3 stores to (3+q)%4 for q = 1..3 = 0, 1, (2 = root: skipped).
+//   3 ranks, root 0: m = 2; rank 1 gets chunk 0, rank 2 chunk 1; each forwards to the
+//     other.
+extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u32 m = n - 1;  // >= 2 (host)
+  const u32 root = coll_root(a);
+  const u64 bytes = a.count;
+  const u64 nvec = bytes / 16;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 src = a.in[root];
+  if (a.rank == root) {
+    const v16* s = reinterpret_cast<const v16*>(src);
+    u64 cb[COLL_MAX_RANKS], clen[COLL_MAX_RANKS];
+    v16* dst[COLL_MAX_RANKS];
+    u64 maxlen = 0;
+#pragma unroll
+    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+      if (k < m) {
+        u64 b, x;
+        partition(nvec, m, k, b, x);
+        cb[k] = b;
+        clen[k] = x - b;
+        maxlen = clen[k] > maxlen ? clen[k] : maxlen;
+        dst[k] = reinterpret_cast<v16*>(a.out[(root + 1 + k) % n]);
+      }
+    }
+    for (u64 j = tid0; j < maxlen; j += gthreads) {
+#pragma unroll
+      for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+        if (k < m && j < clen[k]) dst[k][cb[k] + j] = s[cb[k] + j];
+      }
+    }
+    if (a.out[root] != src) {
+      v16* own = reinterpret_cast<v16*>(a.out[root]);
+      for (u64 v = tid0; v < nvec; v += gthreads) own[v] = s[v];
+    }
+    for (u64 i = nvec * 16 + tid0; i < bytes; i += gthreads) {
+      const u8 c = reinterpret_cast<const u8*>(src)[i];
+      for (u32 p = 0; p < n; ++p) {
+        if (a.out[p] != src) reinterpret_cast<u8*>(a.out[p])[i] = c;
+      }
+    }
+  }
+  block_barrier(a, COLL_OFF_MID_FLAGS, e);
+  if (a.rank != root) {
+    const u32 k = (a.rank + n - root - 1) % n;
+    u64 b, x;
+    partition(nvec, m, k, b, x);
+    const v16* mine = reinterpret_cast<const v16*>(a.out[a.rank]);
+    for (u64 j = tid0; b + j < x; j += gthreads) {
+      const v16 v = mine[b + j];
+      for (u32 q = 1; q < n; ++q) {
+        const u32 p = (a.rank + q) % n;
+        if (p == root) continue;
+        reinterpret_cast<v16*>(a.out[p])[b + j] = v;
+      }
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+// Reduce (sum) to the root: a.count elements. Like the first half of the two-shot
+// all-reduce: rank p reduces its 1/n chunk of whole vectors (reading every input) and
+// stores it into the ROOT's output only (a remote store unless p is the root); the
+// tail (bytes % 16) belongs to the last rank. Root ingress: (n-1)/n x bytes of loads
+// plus (n-1)/n x bytes of stores, instead of (n-1) x bytes if the root read everything.
+// The reduction helpers store to `out[rank]` when not storing to all, so they get a
+// copy of the arguments whose out[rank] is the root's output (inputs unchanged).
+// In place (inputs = outputs): rank p reads and writes the root's buffer only inside
+// chunk p, each element read and then written by the same thread.
+//   4 ranks, root 1, nvec = 10: partition(10, 4, p) = [0,3) [3,6) [6,8) [8,10): rank 0
+//   stores vectors 0..3 into out[1], rank 1 (root) 3..6 locally, rank 2 6..8, rank 3
+//   8..10 and, when bytes % 16 != 0, the tail elements.
+//   2 ranks, root 0: rank 0 reduces the first half locally, rank 1 the second half
+//   into out[0].
+// END barrier: the root's block b waits for block b of every rank (their stores into
+// its output); every rank's inputs stay unchanged until every rank passed it.
+template <typename Op>
+COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 root = coll_root(a);
+  const u64 bytes = a.count * Op::ELEM;
+  const u64 nvec = bytes / 16;
+  CollArgs b = a;
+  b.out[b.rank] = a.out[root];
+  bool aligned = (a.out[root] % 16) == 0;
+  for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.in[p] % 16) == 0;
+  if (aligned) {
+    u64 vb, ve;
+    partition(nvec, a.nranks, a.rank, vb, ve);
+    reduce_vectors<Op>(b, 0, vb, ve, 0, false);
+    if (a.rank == a.nranks - 1 && nvec * 16 < bytes) {
+      reduce_elems<Op>(b, 0, nvec * 16 / Op::ELEM, a.count, 0, false);
+    }
+  } else {
+    u64 eb, ee;
+    partition(a.count, a.nranks, a.rank, eb, ee);
+    reduce_elems<Op>(b, 0, eb, ee, 0, false);
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF32>(a); }
+
+// All-to-all: a.count = bytes per chunk (cb); every input and output holds n chunks.
+// Chunk p of this rank's input goes to chunk `rank` of rank p's output (NCCL's
+// send/recv all-to-all). Out of place only (host): in place, rank p's chunk r would be
+// overwritten while rank p still sends it.
+//   4 ranks, rank 1: in[1][3cb, 4cb) -> out[3][1cb, 2cb); in[1][1cb, 2cb) ->
+//   out[1][1cb, 2cb) (local). So out[q] chunk r = in[r] chunk q, the checker's rule.
+//   2 ranks, rank 0: in[0] chunk 0 -> out[0] chunk 0, chunk 1 -> out[1] chunk 0.
+// END barrier: block b of rank q waits for block b of every rank, which made its slice
+// of the stores into q's output.
+extern "C" __global__ void commhal_coll_alltoall(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u64 cb = a.count;
+  const u64 src = a.in[a.rank];
+  bool aligned = (cb % 16) == 0 && (src % 16) == 0;
+  for (u32 p = 0; p < n; ++p) aligned = aligned && (a.out[p] % 16) == 0;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (aligned) {
+    const u64 cv = cb / 16;  // vectors per chunk
+    const v16* s = reinterpret_cast<const v16*>(src);
+    for (u64 v = tid0; v < cv; v += gthreads) {
+      for (u32 k = 0; k < n; ++k) {
+        const u32 p = (a.rank + k) % n;  // own chunk first, then spread over the peers
+        reinterpret_cast<v16*>(a.out[p])[(u64)a.rank * cv + v] = s[(u64)p * cv + v];
+      }
+    }
+  } else {
+    for (u32 k = 0; k < n; ++k) {
+      const u32 p = (a.rank + k) % n;
+      copy_cooperative(reinterpret_cast<void*>(a.out[p] + (u64)a.rank * cb),
+                       reinterpret_cast<const void*>(src + (u64)p * cb), cb, (u32)tid0,
+                       (u32)gthreads);
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+// Send/recv (nccl-tests sendrecv_perf): a.count = bytes; rank r's input goes to the
+// output of rank (r+1) % n, so rank r receives from (r-1+n) % n. Out of place only
+// (host). 1 rank: a local copy. 2 ranks: 0 -> 1 and 1 -> 0. 4 ranks: 0->1, 1->2,
+// 2->3, 3->0. The START/END barriers are the full per-block barrier (every rank), a
+// superset of the neighbour ordering needed: START = the receiver's kernel runs (its
+// output is no longer used by earlier work), END = the sender's stores are done.
+extern "C" __global__ void commhal_coll_sendrecv(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u64 bytes = a.count;
+  const u64 src = a.in[a.rank];
+  const u64 dst = a.out[(a.rank + 1) % a.nranks];
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (dst != src) {
+    if ((bytes % 16) == 0 && (src % 16) == 0 && (dst % 16) == 0) {
+      const u64 nvec = bytes / 16;
+      for (u64 v = tid0; v < nvec; v += gthreads)
+        reinterpret_cast<v16*>(dst)[v] = reinterpret_cast<const v16*>(src)[v];
+    } else {
+      copy_cooperative(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes,
+                       (u32)tid0, (u32)gthreads);
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}

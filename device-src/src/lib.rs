@@ -85,7 +85,8 @@ pub const SWITCH: KernelUnit = KernelUnit {
     kernels: &["commhal_conf_switch_all_reduce_f32"],
 };
 
-/// The NVLink collectives (all-reduce LL/two-shot, all-gather, reduce-scatter) that
+/// The NVLink collectives (all-reduce LL/two-shot/push, all-gather, reduce-scatter,
+/// broadcast, reduce, all-to-all, send/recv) that
 /// `commhal-cuda-coll` launches; see the unit's header comment for the protocol.
 pub const COLL_NVLINK: KernelUnit = KernelUnit {
     source: Source {
@@ -110,6 +111,13 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_allreduce_push_f16",
         "commhal_coll_allreduce_push_bf16",
         "commhal_coll_allreduce_push_f32",
+        "commhal_coll_broadcast",
+        "commhal_coll_broadcast_sf",
+        "commhal_coll_reduce_f16",
+        "commhal_coll_reduce_bf16",
+        "commhal_coll_reduce_f32",
+        "commhal_coll_alltoall",
+        "commhal_coll_sendrecv",
     ],
 };
 

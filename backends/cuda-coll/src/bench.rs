@@ -79,13 +79,15 @@ fn median(v: &mut [f64]) -> f64 {
 impl Bench<'_> {
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
         let a = self.args;
-        let c = if a.collective == Collective::Allreduce {
-            count
-        } else {
+        let c = if a.collective.count_is_per_rank() {
             per
+        } else {
+            count
         };
         match which {
-            Impl::Commhal => self.comm.launch(a.collective, a.dtype, c, in_place),
+            Impl::Commhal => self
+                .comm
+                .launch_rooted(a.collective, a.dtype, c, a.root, in_place),
             Impl::Nccl => {
                 let n = self
                     .nccl
@@ -100,6 +102,8 @@ impl Bench<'_> {
                         a.dtype,
                         c,
                         self.comm.rank(),
+                        self.comm.size(),
+                        a.root,
                         self.comm.input_addr(),
                         self.comm.output_addr(),
                         in_place,
@@ -111,18 +115,15 @@ impl Bench<'_> {
 
     /// Bytes of the output this rank checks, and its device address.
     fn output_region(&self, count: u64, per: u64, in_place: bool) -> (u64, u64) {
-        let es = self.args.dtype.size();
-        match self.args.collective {
-            Collective::Allreduce | Collective::Allgather => (self.comm.output_addr(), count * es),
-            Collective::Reducescatter => {
-                let off = if in_place {
-                    u64::from(self.comm.rank()) * per * es
-                } else {
-                    0
-                };
-                (self.comm.output_addr() + off, per * es)
-            }
-        }
+        let a = self.args;
+        let es = a.dtype.size();
+        let len = check::checked_len(a.collective, a.dtype, self.comm.rank(), a.root, count, per);
+        let off = if in_place && a.collective == Collective::Reducescatter {
+            u64::from(self.comm.rank()) * per * es
+        } else {
+            0
+        };
+        (self.comm.output_addr() + off, len)
     }
 
     /// Queue what makes the buffers ready for one checked run: restore in-place data,
@@ -138,13 +139,21 @@ impl Bench<'_> {
             driver::memset_async(s, out, 0xff, full)?;
             if in_place {
                 match self.args.collective {
-                    Collective::Allreduce | Collective::Reducescatter => {
+                    Collective::Allreduce | Collective::Reducescatter | Collective::Reduce => {
                         driver::copy_async(s, out, inp, full)?
                     }
                     Collective::Allgather => {
                         let off = u64::from(self.comm.rank()) * per * es;
                         driver::copy_async(s, out + off, inp, per * es)?
                     }
+                    // only the root's output holds data; the others stay poisoned
+                    Collective::Broadcast => {
+                        if self.comm.rank() == self.args.root {
+                            driver::copy_async(s, out, inp, full)?
+                        }
+                    }
+                    // no in-place variant (never asked for: `cell` skips it)
+                    Collective::Alltoall | Collective::Sendrecv => {}
                 }
             }
         }
@@ -157,14 +166,17 @@ impl Bench<'_> {
         self.comm.sync("the checked run")?;
         let (addr, len) = self.output_region(count, per, in_place);
         let mut host = vec![0u8; len as usize];
-        // SAFETY: [addr, addr+len) lies in this rank's output allocation.
-        unsafe { driver::read(self.comm.context(), addr, &mut host)? };
+        if len > 0 {
+            // SAFETY: [addr, addr+len) lies in this rank's output allocation.
+            unsafe { driver::read(self.comm.context(), addr, &mut host)? };
+        }
         let a = self.args;
         Ok(check::count_wrong(
             a.collective,
             a.dtype,
             self.comm.rank(),
             self.comm.size(),
+            a.root,
             count,
             per,
             &host,
@@ -243,6 +255,13 @@ impl Bench<'_> {
         in_place: bool,
         iters: u32,
     ) -> Result<Cell> {
+        if in_place && !self.args.collective.in_place_supported() {
+            // same decision on every rank (it depends on the arguments only)
+            return Ok(Cell {
+                wrong: -1,
+                ..Cell::default()
+            });
+        }
         let wrong = if self.args.check != 0 {
             self.checked_run(which, count, per, in_place)? as i64
         } else {
@@ -310,7 +329,11 @@ fn fmt_row(args: &Args, r: &Row) -> String {
         r.count,
         args.dtype.name(),
         args.collective.redop(),
-        -1,
+        if args.collective.has_root() {
+            i64::from(args.root)
+        } else {
+            -1
+        },
         c(&r.oop),
         c(&r.ip)
     )
@@ -321,6 +344,12 @@ fn fmt_row(args: &Args, r: &Row) -> String {
 pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, Vec<Row>, bool)> {
     let n = comm.size();
     let rank0 = comm.rank() == 0;
+    if args.collective.has_root() && args.root >= n {
+        return Err(CollError::invalid(format!(
+            "--root {} is not a rank ({n} ranks)",
+            args.root
+        )));
+    }
     let nccl = if args.compare.is_some() {
         comm.context().bind()?;
         match Nccl::init(boot) {
@@ -373,12 +402,13 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         for which in impls {
             let oop = b.cell(which, size_bytes, count, per, false, iters)?;
             let ip = b.cell(which, size_bytes, count, per, true, iters)?;
-            any_wrong |= oop.wrong != 0 || ip.wrong != 0;
+            // -1 = not checked (-c 0, or no in-place variant)
+            any_wrong |= oop.wrong > 0 || ip.wrong > 0;
             let kernel = if which == Impl::Commhal {
-                let c = if args.collective == Collective::Allreduce {
-                    count
-                } else {
+                let c = if args.collective.count_is_per_rank() {
                     per
+                } else {
+                    count
                 };
                 let (k, g, t) = comm.plan(args.collective, args.dtype, c);
                 format!("{k} {g}x{t}")
@@ -422,12 +452,19 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         println!("#");
         println!("# ratio nccl_time / commhal_time (> 1: commhal faster)");
         println!("#       size   out-of-place   in-place");
+        let ratio = |t: &Cell, o: &Cell| {
+            if t.time_us > 0.0 && o.time_us > 0.0 {
+                format!("{:.2}", t.time_us / o.time_us)
+            } else {
+                "-".to_string() // not run (no in-place variant)
+            }
+        };
         for (o, t) in ours.iter().zip(&theirs) {
             println!(
-                "{:12} {:14.2} {:10.2}",
+                "{:12} {:>14} {:>10}",
                 o.bytes,
-                t.oop.time_us / o.oop.time_us.max(1e-9),
-                t.ip.time_us / o.ip.time_us.max(1e-9)
+                ratio(&t.oop, &o.oop),
+                ratio(&t.ip, &o.ip)
             );
         }
     }

@@ -13,6 +13,14 @@ pub enum Collective {
     Allgather,
     /// Sum reduce-scatter (size = the whole input).
     Reducescatter,
+    /// Broadcast from `--root` (size = the buffer).
+    Broadcast,
+    /// Sum reduce to `--root` (size = the buffer).
+    Reduce,
+    /// All-to-all (size = the whole input = the whole output, n chunks).
+    Alltoall,
+    /// Send to rank (r+1) % n, receive from (r−1+n) % n (nccl-tests sendrecv_perf).
+    Sendrecv,
 }
 
 impl Collective {
@@ -22,22 +30,47 @@ impl Collective {
             Collective::Allreduce => "allreduce",
             Collective::Allgather => "allgather",
             Collective::Reducescatter => "reducescatter",
+            Collective::Broadcast => "broadcast",
+            Collective::Reduce => "reduce",
+            Collective::Alltoall => "alltoall",
+            Collective::Sendrecv => "sendrecv",
         }
     }
-    /// busbw = algbw × this (PERFORMANCE.md): all-reduce 2(n−1)/n, the others (n−1)/n.
+    /// busbw = algbw × this (PERFORMANCE.md): all-reduce 2(n−1)/n; all-gather,
+    /// reduce-scatter, all-to-all (n−1)/n; broadcast, reduce, send/recv 1.
     pub fn busbw_factor(self, n: u32) -> f64 {
         let n = f64::from(n.max(1));
         match self {
             Collective::Allreduce => 2.0 * (n - 1.0) / n,
-            Collective::Allgather | Collective::Reducescatter => (n - 1.0) / n,
+            Collective::Allgather | Collective::Reducescatter | Collective::Alltoall => {
+                (n - 1.0) / n
+            }
+            Collective::Broadcast | Collective::Reduce | Collective::Sendrecv => 1.0,
         }
     }
     /// Whether the op column says `sum` (reductions) or `none`.
     pub fn redop(self) -> &'static str {
         match self {
-            Collective::Allgather => "none",
-            _ => "sum",
+            Collective::Allreduce | Collective::Reducescatter | Collective::Reduce => "sum",
+            _ => "none",
         }
+    }
+    /// Whether it takes a root (the table's root column; `-1` otherwise).
+    pub fn has_root(self) -> bool {
+        matches!(self, Collective::Broadcast | Collective::Reduce)
+    }
+    /// Whether an in-place variant exists (all-to-all and send/recv: out of place
+    /// only; the benchmark skips their in-place column).
+    pub fn in_place_supported(self) -> bool {
+        !matches!(self, Collective::Alltoall | Collective::Sendrecv)
+    }
+    /// Whether `count` handed to a launch is the per-rank chunk (all-gather,
+    /// reduce-scatter, all-to-all) rather than the whole buffer.
+    pub fn count_is_per_rank(self) -> bool {
+        matches!(
+            self,
+            Collective::Allgather | Collective::Reducescatter | Collective::Alltoall
+        )
     }
 }
 
@@ -133,6 +166,9 @@ pub struct Args {
     /// Element type.
     #[arg(short = 'd', long = "datatype", default_value = "half")]
     pub dtype: Dtype,
+    /// Root of broadcast / reduce.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: u32,
     /// Check results (0 = off).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u32,
@@ -198,16 +234,16 @@ pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
     v
 }
 
-/// Element count of the size column for `n` ranks (nccl-tests: all-gather and
-/// reduce-scatter round down to a multiple of n): `(count, per_rank_count)`.
+/// Element count of the size column for `n` ranks (nccl-tests: all-gather,
+/// reduce-scatter and all-to-all round down to a multiple of n):
+/// `(count, per_rank_count)`; `per_rank_count == count` for the others.
 pub fn counts(coll: Collective, bytes: u64, dtype: Dtype, n: u32) -> (u64, u64) {
     let c = bytes / dtype.size();
-    match coll {
-        Collective::Allreduce => (c, c),
-        _ => {
-            let per = c / u64::from(n.max(1));
-            (per * u64::from(n.max(1)), per)
-        }
+    if coll.count_is_per_rank() {
+        let per = c / u64::from(n.max(1));
+        (per * u64::from(n.max(1)), per)
+    } else {
+        (c, c)
     }
 }
 
@@ -258,6 +294,23 @@ mod tests {
         let (alg, bus) = bandwidths(Collective::Allreduce, 1 << 30, 4553.0, 4);
         assert!((alg - 235.8).abs() < 0.1, "{alg}");
         assert!((bus - 353.7).abs() < 0.1, "{bus}");
+        assert_eq!(Collective::Alltoall.busbw_factor(4), 0.75);
+        assert_eq!(Collective::Alltoall.busbw_factor(2), 0.5);
+        for c in [
+            Collective::Broadcast,
+            Collective::Reduce,
+            Collective::Sendrecv,
+        ] {
+            assert_eq!(c.busbw_factor(4), 1.0);
+            assert_eq!(c.busbw_factor(2), 1.0);
+            let (alg, bus) = bandwidths(c, 1 << 30, 1000.0, 4);
+            assert_eq!(alg, bus);
+            assert!((alg - 1073.74).abs() < 0.01, "{alg}");
+        }
+        assert_eq!(Collective::Reduce.redop(), "sum");
+        assert_eq!(Collective::Broadcast.redop(), "none");
+        assert_eq!(Collective::Alltoall.redop(), "none");
+        assert_eq!(Collective::Sendrecv.redop(), "none");
     }
 
     #[test]
@@ -274,6 +327,26 @@ mod tests {
             counts(Collective::Reducescatter, 1024, Dtype::Float, 4),
             (256, 64)
         );
+        assert_eq!(
+            counts(Collective::Alltoall, 1024, Dtype::Half, 3),
+            (510, 170)
+        );
+        assert_eq!(
+            counts(Collective::Alltoall, 1024, Dtype::Half, 4),
+            (512, 128)
+        );
+        for c in [
+            Collective::Broadcast,
+            Collective::Reduce,
+            Collective::Sendrecv,
+        ] {
+            assert_eq!(counts(c, 1024, Dtype::Half, 3), (512, 512));
+            assert!(!c.count_is_per_rank());
+        }
+        assert!(Collective::Alltoall.count_is_per_rank());
+        assert!(!Collective::Alltoall.in_place_supported());
+        assert!(!Collective::Sendrecv.in_place_supported());
+        assert!(Collective::Broadcast.in_place_supported() && Collective::Reduce.has_root());
     }
 
     #[test]
@@ -331,7 +404,18 @@ mod tests {
         let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
         assert_eq!(b.dtype, Dtype::Bfloat16);
         assert!(!b.graph && b.compare.is_none());
-        assert!(Args::try_parse_from(["x", "alltoall"]).is_err());
+        assert!(Args::try_parse_from(["x", "alltoallv"]).is_err());
+        let c = Args::try_parse_from(["x", "broadcast", "-r", "3"]).unwrap();
+        assert_eq!((c.collective, c.root), (Collective::Broadcast, 3));
+        for (name, coll) in [
+            ("reduce", Collective::Reduce),
+            ("alltoall", Collective::Alltoall),
+            ("sendrecv", Collective::Sendrecv),
+        ] {
+            let a = Args::try_parse_from(["x", name]).unwrap();
+            assert_eq!((a.collective, a.root), (coll, 0));
+            assert_eq!(coll.name(), name);
+        }
         assert!(Args::try_parse_from(["x", "allreduce", "-f", "1"]).is_err());
         assert!(Args::try_parse_from(["x", "allreduce", "-d", "int8"]).is_err());
     }

@@ -12,7 +12,10 @@
 //! [`Comm::input_addr`], the output region [`Comm::output_addr`]; in-place variants
 //! follow NCCL (all-reduce: the output is the input; all-gather: this rank's input is
 //! `output + rank × bytes`; reduce-scatter: input is the output buffer, this rank's
-//! result lands at `output + rank × chunk`).
+//! result lands at `output + rank × chunk`; broadcast: the root's data is in its output;
+//! reduce: inputs are the outputs). All-to-all and send/recv are out of place only.
+//! Broadcast and reduce take a root ([`Comm::launch_rooted`]); reduce leaves the
+//! non-roots' outputs untouched.
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -41,6 +44,9 @@ pub struct Tuning {
     /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
     /// staging area as large as the capacity, allocated only when it can be used).
     pub push_min: u64,
+    /// Smallest broadcast (bytes) done with scatter + forward instead of the root
+    /// storing into every output (only with 3 or more ranks).
+    pub bcast_sf_min: u64,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -66,6 +72,16 @@ pub enum Kernel {
     ReducescatterLl,
     /// Push all-reduce (remote stores only, staging area).
     AllreducePush,
+    /// Broadcast: the root stores into every output (any dtype).
+    Broadcast,
+    /// Broadcast: scatter to the non-roots, which forward (any dtype, ≥ 3 ranks).
+    BroadcastSf,
+    /// Reduce to the root.
+    Reduce,
+    /// All-to-all (any dtype).
+    Alltoall,
+    /// Send to the next rank, receive from the previous (any dtype).
+    Sendrecv,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -90,6 +106,13 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (AllreducePush, Half) => "commhal_coll_allreduce_push_f16",
         (AllreducePush, Bfloat16) => "commhal_coll_allreduce_push_bf16",
         (AllreducePush, Float) => "commhal_coll_allreduce_push_f32",
+        (Broadcast, _) => "commhal_coll_broadcast",
+        (BroadcastSf, _) => "commhal_coll_broadcast_sf",
+        (Reduce, Half) => "commhal_coll_reduce_f16",
+        (Reduce, Bfloat16) => "commhal_coll_reduce_bf16",
+        (Reduce, Float) => "commhal_coll_reduce_f32",
+        (Alltoall, _) => "commhal_coll_alltoall",
+        (Sendrecv, _) => "commhal_coll_sendrecv",
     }
 }
 
@@ -156,6 +179,10 @@ impl Comm {
             .unwrap_or(32 << 20);
         let tuning = Tuning {
             push_min,
+            bcast_sf_min: std::env::var("COMMHAL_COLL_BCAST_SF_MIN")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(1 << 20),
             ll_max,
             ll_chunk_max: env_u32("COMMHAL_COLL_LL_CHUNK_MAX")
                 .map(u64::from)
@@ -356,19 +383,70 @@ impl Comm {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
                 (kernel_name(Kernel::Reducescatter, dtype), b, t)
             }
+            Collective::Broadcast => {
+                let bytes = count * es;
+                if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
+                    let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
+                    (kernel_name(Kernel::BroadcastSf, dtype), b, t)
+                } else {
+                    let (b, t) = self.grid_for(bytes.div_ceil(16));
+                    (kernel_name(Kernel::Broadcast, dtype), b, t)
+                }
+            }
+            Collective::Reduce => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(self.n)));
+                (kernel_name(Kernel::Reduce, dtype), b, t)
+            }
+            Collective::Alltoall => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                (kernel_name(Kernel::Alltoall, dtype), b, t)
+            }
+            Collective::Sendrecv => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                (kernel_name(Kernel::Sendrecv, dtype), b, t)
+            }
         }
     }
 
-    /// Queue one collective. `count`: all-reduce elements; all-gather and
-    /// reduce-scatter: elements per rank (the output / input hold `n × count`).
+    /// Queue one collective with root 0 (see [`Comm::launch_rooted`]).
     pub fn launch(&self, coll: Collective, dtype: Dtype, count: u64, in_place: bool) -> Result<()> {
+        self.launch_rooted(coll, dtype, count, 0, in_place)
+    }
+
+    /// Queue one collective. `count`: all-reduce, broadcast, reduce, send/recv: the
+    /// buffer's elements; all-gather, reduce-scatter, all-to-all: elements per rank
+    /// (the output / input hold `n × count`). `root`: broadcast / reduce (must be
+    /// `< size()`; ignored by the others). All-to-all and send/recv have no in-place
+    /// variant.
+    pub fn launch_rooted(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        in_place: bool,
+    ) -> Result<()> {
+        if coll.has_root() && root >= self.n {
+            return Err(CollError::invalid(format!(
+                "{} root {root} is not a rank of this {}-rank communicator",
+                coll.name(),
+                self.n
+            )));
+        }
+        if in_place && !coll.in_place_supported() {
+            return Err(CollError::invalid(format!(
+                "{} has no in-place variant here: pass distinct input and output (in_place = false)",
+                coll.name()
+            )));
+        }
         if count == 0 {
             return Ok(());
         }
         let es = dtype.size();
-        let total = match coll {
-            Collective::Allreduce => count * es,
-            _ => count * es * u64::from(self.n),
+        let total = if coll.count_is_per_rank() {
+            count * es * u64::from(self.n)
+        } else {
+            count * es
         };
         if total > self.capacity {
             return Err(CollError::invalid(format!(
@@ -399,13 +477,32 @@ impl Comm {
                     a.output[r] += u64::from(self.rank) * count * es;
                 }
             }
+            Collective::Broadcast => {
+                a.count = count * es;
+                a.root = root;
+                if in_place {
+                    a.input = a.output; // the root's data is in its output
+                }
+            }
+            Collective::Reduce => {
+                a.count = count;
+                a.root = root;
+                if in_place {
+                    a.input = a.output;
+                }
+            }
+            Collective::Alltoall | Collective::Sendrecv => {
+                a.count = count * es; // bytes per chunk / of the buffer
+            }
         }
         let (name, grid, block) = self.plan(coll, dtype, count);
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
         // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max; push only when the
-        // staging area was sized for the capacity (stage_slot_bytes > 0).
+        // staging area was sized for the capacity (stage_slot_bytes > 0); the
+        // scatter + forward broadcast only with >= 3 ranks and 16-aligned bases (VMM
+        // allocations); roots checked < n above.
         unsafe { self.module.launch(name, &self.stream, grid, block, &a) }
     }
 
@@ -439,11 +536,27 @@ mod tests {
             Kernel::Allreduce2Shot,
             Kernel::Allgather,
             Kernel::Reducescatter,
+            Kernel::AllgatherLl,
+            Kernel::ReducescatterLl,
+            Kernel::AllreducePush,
+            Kernel::Broadcast,
+            Kernel::BroadcastSf,
+            Kernel::Reduce,
+            Kernel::Alltoall,
+            Kernel::Sendrecv,
         ] {
             for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
                 let name = kernel_name(k, d);
                 assert!(COLL_NVLINK.kernels.contains(&name), "{name}");
-                if !matches!(k, Kernel::Allgather | Kernel::AllgatherLl) {
+                if !matches!(
+                    k,
+                    Kernel::Allgather
+                        | Kernel::AllgatherLl
+                        | Kernel::Broadcast
+                        | Kernel::BroadcastSf
+                        | Kernel::Alltoall
+                        | Kernel::Sendrecv
+                ) {
                     assert!(name.ends_with(d.suffix()), "{name}");
                 }
             }

@@ -73,6 +73,20 @@ pub struct CollArgs {
     pub stage: [u64; MAX_RANKS],
     /// Bytes of one sender's slot in a staging area.
     pub stage_slot_bytes: u64,
+    /// Broadcast / reduce: the root rank (< nranks).
+    pub root: u32,
+    /// Unused (keeps the struct a multiple of 8 bytes, like the unit's).
+    pub pad: u32,
+}
+
+/// Scatter + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
+/// (`None` for the root). The k-th non-root is rank `(root + 1 + k) % n`. Same formula
+/// as `commhal_coll_broadcast_sf` in the unit.
+pub fn bcast_chunk_index(n: u32, root: u32, rank: u32) -> Option<u32> {
+    if rank == root || n < 2 {
+        return None;
+    }
+    Some((rank + n - root - 1) % n)
 }
 
 /// Bytes of one sender's staging slot for all-reduces up to `capacity` bytes over `n`
@@ -152,8 +166,21 @@ mod tests {
         // static_asserts the same sum)
         assert_eq!(
             std::mem::size_of::<CollArgs>(),
-            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8
         );
+        assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
+        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        assert!(
+            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8"),
+            "the unit's static_assert must match this struct"
+        );
+        assert!(src.contains("  u64 stage_slot_bytes;"));
+        let after = &src[src.find("  u64 stage_slot_bytes;").unwrap()..];
+        let root_at = after
+            .find("  u32 root;")
+            .expect("u32 root after stage_slot_bytes");
+        let pad_at = after.find("  u32 pad;").expect("u32 pad after root");
+        assert!(root_at < pad_at && pad_at < after.find("};").unwrap());
         assert_eq!(std::mem::offset_of!(CollArgs, stage), 224);
         assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
         assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);
@@ -213,6 +240,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Every vector of a scatter + forward broadcast is scattered to exactly one
+    /// non-root and forwarded from it to every other non-root, for every root: each
+    /// non-root receives every vector exactly once (the root copies its own).
+    #[test]
+    fn broadcast_chunks_reach_every_rank_once() {
+        for nvec in [0u64, 1, 2, 5, 16, 1001, 65536] {
+            for n in 3..=8u32 {
+                for root in 0..n {
+                    let m = n - 1;
+                    // the k-th non-root is (root + 1 + k) % n, and back again
+                    let mut owners = vec![None; m as usize];
+                    for r in 0..n {
+                        if let Some(k) = bcast_chunk_index(n, root, r) {
+                            assert!(k < m);
+                            assert_eq!((root + 1 + k) % n, r);
+                            assert!(owners[k as usize].replace(r).is_none(), "chunk {k} twice");
+                        }
+                    }
+                    assert!(owners.iter().all(Option::is_some));
+                    let mut got = vec![vec![0u8; nvec as usize]; n as usize];
+                    for (k, owner) in owners.iter().enumerate() {
+                        let owner = owner.unwrap();
+                        let (b, e) = partition(nvec, m, k as u32);
+                        for v in b..e {
+                            got[owner as usize][v as usize] += 1; // phase 1
+                            for q in 1..n {
+                                let p = (owner + q) % n; // phase 2
+                                if p != root {
+                                    got[p as usize][v as usize] += 1;
+                                }
+                            }
+                        }
+                    }
+                    for (r, g) in got.iter().enumerate() {
+                        if r as u32 != root {
+                            assert!(g.iter().all(|&c| c == 1), "n {n} root {root} rank {r}");
+                        } else {
+                            assert!(g.iter().all(|&c| c == 0));
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(bcast_chunk_index(4, 2, 2), None);
+        assert_eq!(bcast_chunk_index(4, 2, 3), Some(0));
+        assert_eq!(bcast_chunk_index(4, 2, 0), Some(1));
+        assert_eq!(bcast_chunk_index(4, 2, 1), Some(2));
     }
 
     #[test]

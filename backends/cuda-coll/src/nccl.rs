@@ -78,8 +78,11 @@ impl Nccl {
         }
     }
 
-    /// Queue `coll` with the same buffer convention as [`crate::comm::Comm::launch`]
-    /// (`count` per rank for all-gather/reduce-scatter).
+    /// Queue `coll` with the same buffer convention as
+    /// [`crate::comm::Comm::launch_rooted`] (`count` per rank for all-gather,
+    /// reduce-scatter, all-to-all; `root` for broadcast / reduce). All-to-all and
+    /// send/recv are ncclSend/ncclRecv pairs in one group (nccl-tests' alltoall and
+    /// sendrecv), out of place only.
     ///
     /// # Safety
     /// `input`/`output` are device buffers of the stream's device, large enough for
@@ -92,10 +95,18 @@ impl Nccl {
         dtype: Dtype,
         count: u64,
         rank: u32,
+        nranks: u32,
+        root: u32,
         input: u64,
         output: u64,
         in_place: bool,
     ) -> Result<()> {
+        if in_place && !coll.in_place_supported() {
+            return Err(CollError::invalid(format!(
+                "{} has no in-place variant in this benchmark",
+                coll.name()
+            )));
+        }
         let es = dtype.size();
         let s = stream.raw() as sys::cudaStream_t;
         let dt = Self::dtype(dtype);
@@ -153,8 +164,117 @@ impl Nccl {
                     )
                 }
             }
+            Collective::Broadcast => {
+                let src = if in_place { output } else { input };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    sys::ncclBroadcast(
+                        src as *const c_void,
+                        output as *mut c_void,
+                        c,
+                        dt,
+                        root as i32,
+                        self.comm,
+                        s,
+                    )
+                }
+            }
+            Collective::Reduce => {
+                let src = if in_place { output } else { input };
+                // SAFETY: forwarded contract.
+                unsafe {
+                    sys::ncclReduce(
+                        src as *const c_void,
+                        output as *mut c_void,
+                        c,
+                        dt,
+                        sys::ncclRedOp_t::ncclSum,
+                        root as i32,
+                        self.comm,
+                        s,
+                    )
+                }
+            }
+            Collective::Alltoall => {
+                let chunk = count * es;
+                let pairs = (0..nranks).map(|p| {
+                    (
+                        p,
+                        input + u64::from(p) * chunk,
+                        output + u64::from(p) * chunk,
+                    )
+                });
+                // SAFETY: forwarded contract; chunk p of each buffer lies inside it
+                // (n × count elements).
+                return unsafe { self.grouped(pairs.collect(), c, dt, s) };
+            }
+            Collective::Sendrecv => {
+                let n = nranks.max(1);
+                let next = (rank + 1) % n;
+                let prev = (rank + n - 1) % n;
+                // SAFETY: forwarded contract.
+                return unsafe {
+                    self.send_recv_group(&[(next, input)], &[(prev, output)], c, dt, s)
+                };
+            }
         };
         check(r, coll.name())
+    }
+
+    /// All-to-all: for every `(peer, send chunk, recv chunk)`, send to and receive
+    /// from `peer`, all in one group.
+    ///
+    /// # Safety
+    /// As [`Nccl::launch`]: every chunk is `count` elements of device memory.
+    unsafe fn grouped(
+        &self,
+        pairs: Vec<(u32, u64, u64)>,
+        count: usize,
+        dt: sys::ncclDataType_t,
+        s: sys::cudaStream_t,
+    ) -> Result<()> {
+        let sends: Vec<(u32, u64)> = pairs.iter().map(|&(p, snd, _)| (p, snd)).collect();
+        let recvs: Vec<(u32, u64)> = pairs.iter().map(|&(p, _, rcv)| (p, rcv)).collect();
+        // SAFETY: forwarded contract.
+        unsafe { self.send_recv_group(&sends, &recvs, count, dt, s) }
+    }
+
+    /// `ncclGroupStart`, every send and receive, `ncclGroupEnd` (always called once
+    /// the group started, so a failed call never leaves NCCL inside a group).
+    ///
+    /// # Safety
+    /// As [`Nccl::launch`]: every buffer is `count` elements of device memory.
+    unsafe fn send_recv_group(
+        &self,
+        sends: &[(u32, u64)],
+        recvs: &[(u32, u64)],
+        count: usize,
+        dt: sys::ncclDataType_t,
+        s: sys::cudaStream_t,
+    ) -> Result<()> {
+        // SAFETY: no arguments; pairs with the ncclGroupEnd below.
+        check(unsafe { sys::ncclGroupStart() }, "ncclGroupStart")?;
+        let mut first_err = Ok(());
+        for &(peer, buf) in sends {
+            // SAFETY: forwarded contract; peer is a rank of this communicator.
+            let r = unsafe {
+                sys::ncclSend(buf as *const c_void, count, dt, peer as i32, self.comm, s)
+            };
+            if first_err.is_ok() {
+                first_err = check(r, "ncclSend");
+            }
+        }
+        for &(peer, buf) in recvs {
+            // SAFETY: forwarded contract; peer is a rank of this communicator.
+            let r =
+                unsafe { sys::ncclRecv(buf as *mut c_void, count, dt, peer as i32, self.comm, s) };
+            if first_err.is_ok() {
+                first_err = check(r, "ncclRecv");
+            }
+        }
+        // SAFETY: closes the group opened above.
+        let end = check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd");
+        first_err.and(end)
     }
 }
 

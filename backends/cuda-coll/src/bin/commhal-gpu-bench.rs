@@ -1,4 +1,5 @@
-//! `commhal-gpu-bench <allreduce|allgather|reducescatter> -b 1K -e 1G -f 4 ...`: run in
+//! `commhal-gpu-bench <allreduce|allgather|reducescatter|broadcast|reduce|alltoall|sendrecv>
+//! -b 1K -e 1G -f 4 [-r root] ...`: run in
 //! every rank with `commhal launch -n N -- commhal-gpu-bench ...` (rank r uses GPU
 //! `COMMHAL_LOCAL_RANK`, else r, modulo the device count). Without a launcher it runs
 //! one rank (a copy). Exit status: 0 ok, 1 wrong results, 2 error.
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use commhal_cuda_coll::bench;
-use commhal_cuda_coll::cli::{self, Args, Collective};
+use commhal_cuda_coll::cli::{self, Args};
 use commhal_cuda_coll::{Comm, Result};
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
 
@@ -30,13 +31,10 @@ fn run(args: &Args) -> Result<bool> {
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(boot.rank());
     let n = boot.size();
-    // Capacity: the largest size's buffers.
+    // Capacity: the largest size's buffers (`count` is the whole buffer for every
+    // collective: all-gather's output, reduce-scatter's and all-to-all's input).
     let (count, _) = cli::counts(args.collective, args.max_bytes, args.dtype, n);
-    let cap = match args.collective {
-        Collective::Allreduce | Collective::Allgather | Collective::Reducescatter => {
-            count * args.dtype.size()
-        }
-    };
+    let cap = count * args.dtype.size();
     let comm = Comm::new(
         boot.as_ref(),
         local % ndev,
