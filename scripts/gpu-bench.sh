@@ -9,7 +9,14 @@
 # For N = 2 and (with >= 4 GPUs) 4: all-reduce f16 1K..1G x4 with --compare nccl, the
 # same through CUDA graphs up to 1 MiB, all-gather f16 and reduce-scatter f16. Every
 # step is bounded by `timeout`, the whole run by GPU_BENCH_BUDGET seconds (default
-# 330). Output ($OUT, default ./gpu-out; few files, so they all come back):
+# 330).
+#
+# GPU_BENCH_SET=extra: only broadcast, reduce, alltoall and sendrecv, f16, 1K..1G x32
+# with --compare nccl, on 4 GPUs when there are 4, else 2 (each step `timeout 60`),
+# then broadcast and reduce once more with the last rank as root (1K..64M x256);
+# budget default 170 s. Every size is checked on every rank (#wrong, outputs poisoned).
+#
+# Output ($OUT, default ./gpu-out; few files, so they all come back):
 #   bench-<N>gpu.log   every step's output, in order, with a header per step
 #   summary.log        one line per step (ok / FAIL / TIMEOUT, seconds)
 #   json.tar           the JSON of every step
@@ -20,7 +27,8 @@ G=.gpu
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 JSON=$(mktemp -d)
-BUDGET=${GPU_BENCH_BUDGET:-330}
+SET=${GPU_BENCH_SET:-default}
+if [[ $SET == extra ]]; then BUDGET=${GPU_BENCH_BUDGET:-170}; else BUDGET=${GPU_BENCH_BUDGET:-330}; fi
 START=$(date +%s)
 SUMMARY=()
 FAILED=0
@@ -65,7 +73,25 @@ step() {
   SUMMARY+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" "$dt")")
 }
 
+if [[ $SET == extra ]]; then
+  N=0
+  ((NGPU >= 2)) && N=2
+  ((NGPU >= 4)) && N=4
+  if ((N == 0)); then
+    SUMMARY+=("$(printf '%-28s SKIPPED (needs 2 GPUs, found %s)' extra "$NGPU")")
+  else
+    L=bench-${N}gpu.log
+    for C in broadcast reduce alltoall sendrecv; do
+      step "$L" "$C-f16-${N}gpu" 60 "$N" "$C" -b 1K -e 1G -f 32 -n 40 -w 5 -d half --compare nccl
+    done
+    for C in broadcast reduce; do
+      step "$L" "$C-f16-root$((N - 1))-${N}gpu" 60 "$N" "$C" -b 1K -e 64M -f 256 -n 20 -w 3 -d half -r $((N - 1)) --compare nccl
+    done
+  fi
+fi
+
 for N in 2 4; do
+  [[ $SET == extra ]] && break
   ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "${N}gpu" "$N" "$NGPU")"); continue; }
   L=bench-${N}gpu.log
   step "$L" "allreduce-f16-${N}gpu" 100 "$N" allreduce -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl
