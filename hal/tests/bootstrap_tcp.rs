@@ -373,12 +373,16 @@ fn closed_peer_is_peer_dead() {
     assert!(done[0].out.contains("PEER_DEAD: "), "{}", done[0].out);
 }
 
+/// Long enough that ranks 1 and 2 join in time even on a loaded 2-core CI machine (the
+/// error must name rank 3, the one that never starts, not a late one).
+const MISSING_TIMEOUT_MS: u64 = 5000;
+
 #[test]
 fn missing_rank_is_named_on_every_started_rank() {
-    let (root, id) = start_root(4, "missing", 1500);
+    let (root, id) = start_root(4, "missing", MISSING_TIMEOUT_MS);
     let mut procs = vec![root];
     for r in 1..3 {
-        let mut env = rank_env(r, 4, "missing", 1500);
+        let mut env = rank_env(r, 4, "missing", MISSING_TIMEOUT_MS);
         env.push(("COMMHAL_UNIQUE_ID", id.clone()));
         procs.push(start(&format!("rank {r}"), "rank", &env));
     }
@@ -390,7 +394,7 @@ fn missing_rank_is_named_on_every_started_rank() {
             .find(|l| l.contains("EXPECTED_ERROR"))
             .unwrap();
         assert!(
-            line.contains("rank 3 of 4") && line.contains("1500 ms"),
+            line.contains("rank 3 of 4") && line.contains(&format!("{MISSING_TIMEOUT_MS} ms")),
             "{}: error does not name the missing rank: {line}",
             d.name
         );
