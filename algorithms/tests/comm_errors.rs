@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use commhal_algorithms::comm::{CommError, CommOptions, Communicator};
-use commhal_algorithms::exec::WaitTuning;
 use commhal_algorithms::{DataType, RedOp};
+use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap};
 use common::with_ranks;
 
@@ -159,10 +159,11 @@ fn a_missing_rank_times_out_and_breaks_the_communicator() {
                         boot,
                         CommOptions {
                             backends: Some(vec!["host-emu".into()]),
-                            wait: Some(WaitTuning {
-                                spin: Duration::from_micros(2),
+                            wait: Some(WaitPolicy {
+                                spin_for: Duration::from_micros(2),
                                 yield_for: Duration::ZERO,
                                 timeout: Duration::from_millis(300),
+                                ..WaitPolicy::for_host(1)
                             }),
                             ..Default::default()
                         },

@@ -6,12 +6,14 @@
 //! * [`SwitchChannel`] — reduce/broadcast through a multicast group.
 //! * [`semaphore`] — monotonic 64-bit counters: signal (release), wait (acquire),
 //!   bounded by a [`WaitPolicy`].
+//! * [`wait`] — spin, yield, then block ([`futex`] on the counter, or sleep), then
+//!   time out: the one counter wait of the stack ([`WaitPolicy::wait_counter`]).
 //! * [`packet`] — LL8/LL16 packets (data + flag in one store), flag epochs.
 //! * [`handles`] — the `#[repr(C)]` device handles; [`device`] executes the device
 //!   functions on host threads (host-emu), cooperatively (`tid`, `nthreads`).
 //!
 //! Every wait is bounded (timeout → [`HalError::Timeout`](commhal_hal::HalError)); every
-//! offset is checked before use; raw pointers live only in `raw.rs`.
+//! offset is checked before use; raw pointers live only in `raw.rs` and `futex.rs`.
 //!
 //! ## loom models
 //!
@@ -23,6 +25,8 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+#[cfg(not(loom))]
+pub mod futex;
 pub(crate) mod sync;
 
 #[cfg(not(loom))]

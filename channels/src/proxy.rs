@@ -213,8 +213,11 @@ impl<P: PortMapped> ProxyBuilder<P> {
             // yield), then sleep so an idle proxy does not take a core from the ranks.
             idle: WaitPolicy {
                 spins: 2000,
+                spin_for: std::time::Duration::ZERO,
                 yields: 5000,
+                yield_for: std::time::Duration::ZERO,
                 sleep: std::time::Duration::from_micros(50),
+                futex: false,
                 timeout: std::time::Duration::MAX,
             },
         })

@@ -19,6 +19,12 @@
 //! 2^64 keeps working. A successful wait consumes exactly one signal by a
 //! compare-exchange on `expected`, so concurrent waiters never consume the same signal,
 //! and a timed-out wait consumes nothing (the semaphore stays usable).
+//!
+//! **Blocking.** Waits block as their [`WaitPolicy`] says; with `futex: true` they
+//! sleep in `FUTEX_WAIT` on the counter, and `signal` / `relaxed_signal` of a semaphore
+//! whose policy has `futex: true` wake them after the add ([`wake_sleepers`]). Give
+//! both ends the same policy (a sleeper whose signaller does not wake it still sees
+//! the signal, one [`crate::wait::FUTEX_SLICE`] late).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -30,7 +36,7 @@ use commhal_hal::{Device, HalError, MemoryMapped, Rank, Region, Result};
 use crate::handles::error_code;
 use crate::raw::HostView;
 use crate::sync::Ordering;
-use crate::wait::WaitPolicy;
+use crate::wait::{WaitPolicy, wake_sleepers};
 
 pub use crate::counter::reached;
 use crate::counter::{signal_word, try_consume};
@@ -89,13 +95,21 @@ impl<'a> SemaphoreDevice<'a> {
     /// Add 1 to the peer's counter with `Release`: earlier writes of this thread are
     /// visible to the peer once its wait returns.
     pub fn signal(&self) -> Result<()> {
-        signal_word(self.remote()?, Ordering::Release);
+        let remote = self.remote()?;
+        signal_word(remote, Ordering::Release);
+        if self.policy.futex {
+            wake_sleepers(remote, None);
+        }
         Ok(())
     }
 
     /// Add 1 to the peer's counter with `Relaxed`: orders nothing else.
     pub fn relaxed_signal(&self) -> Result<()> {
-        signal_word(self.remote()?, Ordering::Relaxed);
+        let remote = self.remote()?;
+        signal_word(remote, Ordering::Relaxed);
+        if self.policy.futex {
+            wake_sleepers(remote, None);
+        }
         Ok(())
     }
 
@@ -115,7 +129,9 @@ impl<'a> SemaphoreDevice<'a> {
     }
 
     fn wait_with(&self, order: Ordering, what: &str) -> Result<()> {
-        let r = self.policy.wait_until(
+        let r = self.policy.wait_on(
+            self.inbound,
+            None,
             || {
                 let e = self.expected.load(Ordering::Relaxed);
                 format!(
@@ -124,7 +140,7 @@ impl<'a> SemaphoreDevice<'a> {
                     e.wrapping_add(1),
                 )
             },
-            || Ok(try_consume(self.inbound, self.expected, order)),
+            |_| try_consume(self.inbound, self.expected, order),
         );
         if r.is_err() {
             set_error_once(self.error_flag, error_code::WAIT_TIMEOUT);

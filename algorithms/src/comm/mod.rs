@@ -53,9 +53,10 @@ use crate::exec::port::{Area, Ports};
 use crate::exec::raw::{self, Span};
 use crate::exec::run::{Invocation, RankBufs};
 use crate::exec::sync::{SyncTable, region_bytes};
-use crate::exec::{PortStats, Prepared, WaitTuning, packet_area_bytes};
+use crate::exec::{PortStats, Prepared, packet_area_bytes};
 use crate::plan::Collective;
 use crate::selector::{Selector, Topology};
+use commhal_channels::WaitPolicy;
 use shared::{SETUP_TAG_BASE, Shared};
 
 /// Options for [`Communicator::new`]. `Default` reads nothing but sensible defaults;
@@ -75,8 +76,8 @@ pub struct CommOptions {
     pub algo: Option<String>,
     /// Tuning table TOML (`None`: the embedded host-emu table).
     pub tuning: Option<String>,
-    /// Wait spin/timeout (`None`: [`WaitTuning::for_host`]).
-    pub wait: Option<WaitTuning>,
+    /// How waits spin, block and time out (`None`: [`WaitPolicy::for_host`]).
+    pub wait: Option<WaitPolicy>,
 }
 
 /// Registered memory from [`Communicator::alloc`]: zero-copy in collectives.
@@ -481,7 +482,7 @@ impl Communicator {
         let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count() as u32;
         let tuning = options
             .wait
-            .unwrap_or_else(|| WaitTuning::for_host(local_ranks));
+            .unwrap_or_else(|| WaitPolicy::for_host(local_ranks));
 
         let mut tag_seq = SETUP_TAG_BASE;
         // Ranks on other nodes: TCP ports, and their memory is never mapped.

@@ -4,11 +4,11 @@
 //! * [`run`]: the interpreter — [`Prepared`] (a plan flattened for one rank, with LL
 //!   flag bookkeeping) and the op implementations (copies, piecewise reductions,
 //!   LL8 packets, switch reduce/broadcast by reading every member, intra-rank barriers).
-//! * [`sync`]: semaphores and the packet doorbell in each rank's sync region: spin,
-//!   then sleep on a futex, bounded by a timeout.
+//! * [`sync`]: semaphores and the packet doorbell in each rank's sync region, waited
+//!   on with [`commhal_channels::WaitPolicy::wait_on`] (spin, yield, futex, timeout).
 //! * [`port`]: ranks on different (virtual) nodes: their memory is never mapped, and
 //!   port-channel ops to them go over `host-tcp` ([`PortStats`] counts them).
-//! * `raw`: every `unsafe` line (spans of host memory, futex syscalls).
+//! * `raw`: every `unsafe` line (spans of host memory).
 //!
 //! **Contract** (the plan module's execution contract, made concrete):
 //! * ops of a block run in program order on one host thread; blocks of a rank run on
@@ -39,4 +39,4 @@ pub mod sync;
 
 pub use port::PortStats;
 pub use run::{PIECE, Prepared, packet_area_bytes};
-pub use sync::{MAX_TAGS, WaitTuning};
+pub use sync::MAX_TAGS;

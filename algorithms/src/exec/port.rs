@@ -31,7 +31,7 @@ use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::transport::{PeerContext, Port, PortMapped};
 use commhal_hal::{Endpoint, HalError, Rank};
 
-use super::raw::{self, Span};
+use super::raw::Span;
 use crate::comm::CommError;
 
 /// A registered buffer for port I/O: this rank's own, or a far peer's.
@@ -125,7 +125,7 @@ impl Ports {
     /// A `host-tcp` transport whose receiver threads wake futex sleepers on the
     /// semaphore words they signal.
     pub(crate) fn transport(timeout: std::time::Duration) -> Result<HostTcp, CommError> {
-        let hook: SignalHook = Arc::new(|w: &AtomicU64| raw::futex_wake(w));
+        let hook: SignalHook = Arc::new(|w: &AtomicU64| commhal_channels::futex::wake(w));
         Ok(HostTcp::new()?.with_timeout(timeout).with_signal_hook(hook))
     }
 

@@ -1,5 +1,6 @@
 //! Every `unsafe` line of the executor: byte ranges of registered host memory, the
-//! copies and reductions on them, atomic words in them, and the futex syscalls.
+//! copies and reductions on them, and atomic words in them (the futex syscalls that
+//! sleep on those words live in `commhal_channels::futex`).
 //!
 //! Soundness rests on two promises made by the code that builds a [`Span`]:
 //! * the address range is live, host-addressable memory (a host-emu region or mapping
@@ -11,7 +12,6 @@
 //!   (semaphores, LL packets, doorbells) are only ever touched atomically.
 
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 /// A byte range of host memory that lives as long as the run using it (module docs).
 #[derive(Debug, Clone, Copy)]
@@ -147,51 +147,6 @@ pub(crate) fn words(span: Span) -> &'static [AtomicU64] {
     // these references are used — the 'static is never allowed to escape a run), 8-byte
     // aligned (asserted) and only accessed atomically as these words.
     unsafe { std::slice::from_raw_parts(span.ptr as *const AtomicU64, span.len / 8) }
-}
-
-/// Block until the low 32 bits of `word` differ from `expected`, a wake, or `timeout`
-/// (FUTEX_WAIT, not private: the word lives in memory shared between processes).
-/// Spurious returns are fine: callers re-check their condition. Only the kernel reads
-/// the 32-bit half; Rust code keeps accessing the word as a whole `AtomicU64`.
-pub(crate) fn futex_wait(word: &AtomicU64, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // Little-endian: the low half of the counter is its first 4 bytes.
-    let low = word.as_ptr() as *mut u32;
-    // SAFETY: `low` points at the first 4 bytes of a valid, 8-byte-aligned atomic word
-    // that outlives the call; FUTEX_WAIT only reads them (atomically, in the kernel) and
-    // compares with `expected`; `ts` is a valid timespec.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            low,
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
-}
-
-/// Wake every waiter blocked in [`futex_wait`] on `word` (in any process).
-pub(crate) fn futex_wake(word: &AtomicU64) {
-    let low = word.as_ptr() as *mut u32;
-    // SAFETY: `low` is the address of a valid, aligned atomic word; FUTEX_WAKE does not
-    // access memory, it only looks up waiters queued on that address.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            low,
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
 }
 
 /// The span as a shared slice for `'a`.

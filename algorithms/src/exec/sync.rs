@@ -18,10 +18,12 @@
 //! receiver thread, which also wakes sleepers (futex) on the word.
 //!
 //! **Signal** = `fetch_add(1)` on the counter in the *peer's* region (SeqCst, so a
-//! release), then `FUTEX_WAKE` on the counter's low 32 bits if a waiter sleeps there.
-//! **Wait** = spin on the counter (acquire) for [`WaitTuning::spin`], then announce
-//! itself in the waiters word and `FUTEX_WAIT` on the counter's low 32 bits in bounded
-//! slices until the signal arrives or [`WaitTuning::timeout`] passes. The SeqCst
+//! release), then [`wake_sleepers`] (`FUTEX_WAKE` on the counter's low 32 bits if a
+//! waiter sleeps there). **Wait** = [`WaitPolicy::wait_on`] (channels crate, the one
+//! counter wait of the stack): spin on the counter (acquire) for the policy's
+//! `spin_for`, yield for `yield_for`, then announce itself in the waiters word and
+//! `FUTEX_WAIT` on the counter's low 32 bits in bounded slices until the signal
+//! arrives or the policy's `timeout` passes. The SeqCst
 //! increment/load pairs (waiter: waiters++ then counter load; signaller: counter++ then
 //! waiters load) ensure that either the waiter sees the signal or the signaller sees the
 //! waiter and wakes it. Counters are compared wrap-safely
@@ -29,9 +31,10 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
 
+use commhal_channels::WaitPolicy;
 use commhal_channels::counter::reached;
+use commhal_channels::wait::wake_sleepers;
 use commhal_hal::HalError;
 
 use super::port::{PortBuf, Ports};
@@ -64,44 +67,6 @@ pub(crate) fn kind_index(k: ChannelKind) -> usize {
     }
 }
 
-/// How waits spin, sleep and give up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitTuning {
-    /// Busy-wait this long before sleeping on a futex. Short when ranks outnumber
-    /// cores, so waiting ranks give their core to ranks with work.
-    pub spin: Duration,
-    /// Then call `sched_yield` this long before sleeping (lets ranks with work run
-    /// without a futex wake when ranks outnumber cores).
-    pub yield_for: Duration,
-    /// A wait fails with a timeout error after this long.
-    pub timeout: Duration,
-}
-
-impl WaitTuning {
-    /// Spin 100 µs when every rank of this host has a core, 2 µs otherwise; the timeout
-    /// of [`commhal_channels::WaitPolicy::default`] (30 s or `COMMHAL_WAIT_TIMEOUT_MS`).
-    pub fn for_host(local_ranks: u32) -> WaitTuning {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1);
-        let over = local_ranks > cores;
-        let us = |var: &str, default: u64| {
-            std::env::var(var)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map(Duration::from_micros)
-                .unwrap_or(Duration::from_micros(default))
-        };
-        let spin = us("COMMHAL_WAIT_SPIN_US", if over { 2 } else { 100 });
-        let yield_for = us("COMMHAL_WAIT_YIELD_US", if over { 200 } else { 0 });
-        WaitTuning {
-            spin,
-            yield_for,
-            timeout: commhal_channels::WaitPolicy::default().timeout,
-        }
-    }
-}
-
 /// One rank's view of every rank's sync region.
 #[derive(Debug)]
 pub(crate) struct SyncTable {
@@ -110,44 +75,12 @@ pub(crate) struct SyncTable {
     regions: Vec<Span>,
     /// Signals consumed so far, per local slot.
     expected: Vec<AtomicU64>,
-    pub(crate) tuning: WaitTuning,
+    /// How every wait of this rank spins, blocks and times out.
+    pub(crate) tuning: WaitPolicy,
     /// Ports to far peers (`None`: every rank is on this node).
     pub(crate) ports: Option<Arc<Ports>>,
     /// Every far peer's sync region as a port target (`None` for near ranks).
     remote: Vec<Option<commhal_backend_host_emu::TcpRemote>>,
-}
-
-/// Spin (then yield) until `ready()` or the budget is spent; true when ready.
-#[inline]
-fn spin_until(t: &WaitTuning, mut ready: impl FnMut() -> bool) -> bool {
-    if ready() {
-        return true;
-    }
-    let start = Instant::now();
-    loop {
-        for _ in 0..64 {
-            std::hint::spin_loop();
-            if ready() {
-                return true;
-            }
-        }
-        if start.elapsed() >= t.spin {
-            break;
-        }
-    }
-    if t.yield_for.is_zero() {
-        return ready();
-    }
-    let start = Instant::now();
-    loop {
-        std::thread::yield_now();
-        if ready() {
-            return true;
-        }
-        if start.elapsed() >= t.yield_for {
-            return false;
-        }
-    }
 }
 
 impl SyncTable {
@@ -155,7 +88,7 @@ impl SyncTable {
     pub(crate) fn new(
         me: u32,
         areas: &[super::port::Area],
-        tuning: WaitTuning,
+        tuning: WaitPolicy,
         ports: Option<Arc<Ports>>,
     ) -> SyncTable {
         let n = areas.len();
@@ -222,9 +155,7 @@ impl SyncTable {
         }
         let (counter, waiters) = self.sem(peer, slot);
         counter.fetch_add(1, Ordering::SeqCst);
-        if waiters.load(Ordering::SeqCst) != 0 {
-            raw::futex_wake(counter);
-        }
+        wake_sleepers(counter, Some(waiters));
         Ok(())
     }
 
@@ -262,32 +193,18 @@ impl SyncTable {
     fn wait_for(&self, peer: u32, kind: usize, tag: u32, target: u64) -> Result<(), HalError> {
         let slot = Self::slot(peer, kind, tag);
         let (counter, waiters) = self.sem(self.me, slot);
-        let ok = || reached(counter.load(Ordering::Acquire), target);
-        if !spin_until(&self.tuning, ok) {
-            let deadline = Instant::now() + self.tuning.timeout;
-            waiters.fetch_add(1, Ordering::SeqCst);
-            loop {
-                let v = counter.load(Ordering::SeqCst);
-                if reached(v, target) {
-                    break;
-                }
-                let now = Instant::now();
-                if now >= deadline {
-                    waiters.fetch_sub(1, Ordering::SeqCst);
-                    return Err(HalError::Timeout {
-                        what: format!(
-                            "rank {}: signal #{target} from rank {peer} (channel kind {kind}, tag {tag}; counter is {v}): is rank {peer} alive and running the same collective?",
-                            self.me
-                        ),
-                        millis: self.tuning.timeout.as_millis() as u64,
-                    });
-                }
-                let slice = (deadline - now).min(Duration::from_millis(50));
-                raw::futex_wait(counter, v as u32, slice);
-            }
-            waiters.fetch_sub(1, Ordering::SeqCst);
-        }
-        Ok(())
+        let me = self.me;
+        self.tuning.wait_on(
+            counter,
+            Some(waiters),
+            || {
+                let v = counter.load(Ordering::Relaxed);
+                format!(
+                    "rank {me}: signal #{target} from rank {peer} (channel kind {kind}, tag {tag}; counter is {v}): is rank {peer} alive and running the same collective?"
+                )
+            },
+            |seen| reached(seen.unwrap_or_else(|| counter.load(Ordering::Acquire)), target),
+        )
     }
 
     /// Consume one signal on `(peer → me, kind, tag)` if it has arrived; never blocks.
@@ -312,7 +229,7 @@ impl SyncTable {
         let v = bell.fetch_add(1, Ordering::SeqCst).wrapping_add(1);
         let s = sleepers.load(Ordering::SeqCst);
         if s >= 2 || (s == 1 && reached(v, wake_at.load(Ordering::SeqCst))) {
-            raw::futex_wake(bell);
+            wake_sleepers(bell, None);
         }
     }
 
@@ -324,35 +241,22 @@ impl SyncTable {
         mut missing: impl FnMut() -> usize,
         what: impl FnOnce() -> String,
     ) -> Result<(), HalError> {
-        if spin_until(&self.tuning, || missing() == 0) {
-            return Ok(());
-        }
         let (bell, sleepers, wake_at) = self.doorbell(self.me);
-        let deadline = Instant::now() + self.tuning.timeout;
-        sleepers.fetch_add(1, Ordering::SeqCst);
-        let r = loop {
-            let d = bell.load(Ordering::SeqCst);
-            let m = missing();
-            if m == 0 {
-                break Ok(());
-            }
-            // Every missing source rings after `d` was read (its ring would otherwise
-            // have made its packets visible), so the bell reaches d + m.
-            wake_at.store(d.wrapping_add(m as u64), Ordering::SeqCst);
-            let now = Instant::now();
-            if now >= deadline {
-                break Err(HalError::Timeout {
-                    what: format!("rank {}: {}", self.me, what()),
-                    millis: self.tuning.timeout.as_millis() as u64,
-                });
-            }
-            raw::futex_wait(
-                bell,
-                d as u32,
-                (deadline - now).min(Duration::from_millis(50)),
-            );
-        };
-        sleepers.fetch_sub(1, Ordering::SeqCst);
-        r
+        let me = self.me;
+        self.tuning.wait_on(
+            bell,
+            Some(sleepers),
+            || format!("rank {me}: {}", what()),
+            |seen| {
+                let m = missing();
+                if let (Some(d), true) = (seen, m != 0) {
+                    // About to sleep: every missing source rings after `d` was read (its
+                    // ring would otherwise have made its packets visible), so the bell
+                    // reaches d + m; ask `ring` to wake us then.
+                    wake_at.store(d.wrapping_add(m as u64), Ordering::SeqCst);
+                }
+                m == 0
+            },
+        )
     }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use commhal_algorithms::builders::{Algorithm, BuildParams, build};
 use commhal_algorithms::comm::{CommError, CommOptions, Communicator};
-use commhal_algorithms::exec::WaitTuning;
 use commhal_algorithms::plan::Collective;
 use commhal_algorithms::sim::{POISON, reference, test_inputs};
 use commhal_algorithms::{DataType, RedOp};
+use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap};
 
 /// Run `f` on `n` ranks (threads), `rpn` ranks per virtual node, with an optional
@@ -29,10 +29,11 @@ pub fn with_ranks(n: u32, rpn: u32, algo: Option<&str>, f: impl Fn(&mut Communic
                         backends: Some(vec!["host-emu".into()]),
                         node: Some(rank / rpn),
                         algo,
-                        wait: Some(WaitTuning {
-                            spin: Duration::from_micros(2),
+                        wait: Some(WaitPolicy {
+                            spin_for: Duration::from_micros(2),
                             yield_for: Duration::from_micros(50),
                             timeout: Duration::from_secs(20),
+                            ..WaitPolicy::for_host(1)
                         }),
                         ..Default::default()
                     };
