@@ -229,7 +229,7 @@ mod tests {
         // count (LL packets lose on a 2-core machine; see tuning/host-emu.toml).
         assert_eq!(
             pick(Collective::AllReduce, 1024, topo(8, 8)),
-            Algorithm::AllReduce2paHb
+            Algorithm::AllReduceRd
         );
         assert_eq!(
             pick(Collective::AllReduce, 100_000, topo(8, 8)),
@@ -251,7 +251,8 @@ mod tests {
             pick(Collective::AllReduce, 1 << 30, topo(8, 4)),
             Algorithm::AllReduce2phHb
         );
-        // 7 ranks in nodes of 4 are not whole nodes: 2PH is skipped, the next rule wins.
+        // 7 ranks in nodes of 4 are not whole nodes: 2PH is skipped; recursive doubling
+        // needs one node, so 2pa-hb wins.
         assert_eq!(
             pick(Collective::AllReduce, 1024, topo(7, 4)),
             Algorithm::AllReduce2paHb

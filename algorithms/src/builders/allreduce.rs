@@ -1,4 +1,4 @@
-//! AllReduce builders: 1PA, 2PA (LL/HB), 2PH (LL/HB), ring.
+//! AllReduce builders: 1PA, 2PA (LL/HB), 2PH (LL/HB), ring, recursive doubling.
 
 use super::*;
 use crate::plan::{BufferSpec, Collective, Op, Plan};
@@ -362,6 +362,70 @@ pub fn allreduce_ring(
                     body,
                 },
             );
+        }
+    }
+    Ok(plan)
+}
+
+/// Recursive doubling: `log2 m` steps (m = the largest power of two ≤ n); at step k rank
+/// r swaps its running sum with rank `r ^ 2^k` (put into the peer's scratch slot k,
+/// signal, wait, reduce). Each step waits on one peer only, so it suits small messages
+/// on hosts where ranks outnumber cores (fewest hand-offs between processes).
+/// Ranks `m..n` first hand their input to rank `r - m` (pre-step, slot `log2 m`) and get
+/// the finished result put straight into their output (post-step).
+pub fn allreduce_rd(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allreduce_rd")?;
+    let mut plan = Plan::new(Collective::AllReduce, "allreduce-rd", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let m = 1u32 << (31 - nranks.leading_zeros()); // largest power of two <= n
+    let steps = m.trailing_zeros(); // log2 m
+    let (pre, post) = (steps, steps + 1); // tags of the extra ranks' hand-offs
+    plan.scratch = BufferSpec {
+        factor: steps + 1,
+        chunks: steps + 1,
+    };
+    plan.scratch_rotation = 2;
+    for r in 0..nranks {
+        let mut ops = Vec::new();
+        if r >= m {
+            // An extra rank: hand the input to r - m, then receive the result.
+            let p = r - m;
+            ops.push(put(p, MEM, pre, inp(0), scr(steps)));
+            ops.push(signal(p, MEM, pre));
+            ops.push(wait(p, MEM, post));
+        } else {
+            let extra = (r + m < nranks).then_some(r + m);
+            // The running sum starts as the input, or input + the extra rank's input.
+            let mut acc = inp(0);
+            if let Some(e) = extra {
+                ops.push(wait(e, MEM, pre));
+                ops.push(Op::Reduce {
+                    srcs: vec![inp(0), scr(steps)],
+                    dst: out(0),
+                });
+                acc = out(0);
+            }
+            for k in 0..steps {
+                let p = r ^ (1 << k);
+                ops.push(put(p, MEM, k, acc, scr(k)));
+                ops.push(signal(p, MEM, k));
+                ops.push(wait(p, MEM, k));
+                ops.push(Op::Reduce {
+                    srcs: vec![acc, scr(k)],
+                    dst: out(0),
+                });
+                acc = out(0);
+            }
+            ops.push(Op::Finalize { dst: out(0) });
+            if let Some(e) = extra {
+                ops.push(put(e, MEM, post, out(0), out(0)));
+                ops.push(signal(e, MEM, post));
+            }
+        }
+        for op in ops {
+            push(&mut plan, r, 0, op);
         }
     }
     Ok(plan)

@@ -6,7 +6,7 @@
 mod allreduce;
 mod others;
 
-pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_ring};
+pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_rd, allreduce_ring};
 pub use others::{
     allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain, broadcast_direct,
     reduce_allpairs, reducescatter_allpairs, reducescatter_ring, sendrecv,
@@ -41,6 +41,8 @@ pub enum Algorithm {
     AllReduce2phHb,
     /// AllReduce ring ([`allreduce_ring`]).
     AllReduceRing,
+    /// AllReduce recursive doubling ([`allreduce_rd`]).
+    AllReduceRd,
     /// AllGather all-pairs.
     AllGatherAllPairs,
     /// AllGather ring.
@@ -63,13 +65,14 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 15] = [
+    pub const ALL: [Algorithm; 16] = [
         Algorithm::AllReduce1pa,
         Algorithm::AllReduce2paLl,
         Algorithm::AllReduce2paHb,
         Algorithm::AllReduce2phLl,
         Algorithm::AllReduce2phHb,
         Algorithm::AllReduceRing,
+        Algorithm::AllReduceRd,
         Algorithm::AllGatherAllPairs,
         Algorithm::AllGatherRing,
         Algorithm::ReduceScatterAllPairs,
@@ -86,7 +89,7 @@ impl Algorithm {
         use Algorithm::*;
         match self {
             AllReduce1pa | AllReduce2paLl | AllReduce2paHb | AllReduce2phLl | AllReduce2phHb
-            | AllReduceRing => Collective::AllReduce,
+            | AllReduceRing | AllReduceRd => Collective::AllReduce,
             AllGatherAllPairs | AllGatherRing => Collective::AllGather,
             ReduceScatterAllPairs | ReduceScatterRing => Collective::ReduceScatter,
             BroadcastDirect | BroadcastChain => Collective::Broadcast,
@@ -105,6 +108,7 @@ impl Algorithm {
             AllReduce2paHb => "2pa-hb",
             AllReduce2phLl => "2ph-ll",
             AllReduce2phHb => "2ph-hb",
+            AllReduceRd => "rd",
             AllReduceRing | AllGatherRing | ReduceScatterRing => "ring",
             AllGatherAllPairs | ReduceScatterAllPairs | ReduceAllPairs | AllToAllAllPairs => {
                 "allpairs"
@@ -144,6 +148,8 @@ impl Algorithm {
             Algorithm::AllReduce2phLl | Algorithm::AllReduce2phHb => {
                 p.ranks_per_node >= 1 && p.nranks.is_multiple_of(p.ranks_per_node)
             }
+            // Memory channels between arbitrary pairs: one node only.
+            Algorithm::AllReduceRd => p.ranks_per_node >= p.nranks,
             _ => true,
         }
     }
@@ -194,6 +200,7 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         AllReduce2phLl => allreduce_2ph(n, p.ranks_per_node, p.in_place, Protocol::LL)?,
         AllReduce2phHb => allreduce_2ph(n, p.ranks_per_node, p.in_place, Protocol::HB)?,
         AllReduceRing => allreduce_ring(n, p.in_place, p.blocks, p.pipeline)?,
+        AllReduceRd => allreduce_rd(n, p.in_place)?,
         AllGatherAllPairs => allgather_allpairs(n, p.in_place)?,
         AllGatherRing => allgather_ring(n, p.in_place, p.pipeline)?,
         ReduceScatterAllPairs => reducescatter_allpairs(n, p.in_place)?,
