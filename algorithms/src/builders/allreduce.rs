@@ -3,10 +3,6 @@
 use super::*;
 use crate::plan::{BufferSpec, Collective, Op, Plan};
 
-fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
-    (0..n).filter(move |&p| p != r)
-}
-
 /// One-phase all-pairs with LL packets (small messages): every rank sends its whole input
 /// as packets into slot `rank` of every peer's scratch, then reduces its input with the
 /// `n-1` packet slots into its output. One block, one round trip. Scratch: `n × count`,

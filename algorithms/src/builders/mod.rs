@@ -293,6 +293,11 @@ pub(crate) fn push(plan: &mut Plan, r: u32, b: u32, op: Op) {
 }
 
 pub(crate) const MEM: ChannelKind = ChannelKind::Memory;
+
+/// Every rank of `0..n` but `r`, in order.
+pub(crate) fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
+    (0..n).filter(move |&p| p != r)
+}
 pub(crate) const PORT: ChannelKind = ChannelKind::Port;
 
 pub(crate) fn put(peer: u32, channel: ChannelKind, tag: u32, src: ChunkRef, dst: ChunkRef) -> Op {

@@ -3,10 +3,6 @@
 use super::*;
 use crate::plan::{BufferSpec, Collective, Op, Plan};
 
-fn others(n: u32, r: u32) -> impl Iterator<Item = u32> {
-    (0..n).filter(move |&p| p != r)
-}
-
 /// AllGather all-pairs: every rank puts its input into chunk `rank` of every peer's
 /// output and signals; then waits for every peer. One block, no scratch.
 pub fn allgather_allpairs(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
