@@ -33,7 +33,8 @@ use crate::layout::{self, CollArgs, MAX_RANKS};
 /// Tag base of the setup messages.
 const TAG_FDS: u64 = 0x434f_4c4c_0000;
 
-/// Tuning knobs (defaults suit H100/H200).
+/// Tuning knobs (from [`crate::tuning`]: data per GPU model and rank count, with
+/// environment overrides).
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
     /// Largest all-reduce (bytes) done with the one-shot LL kernel; also the LL slot
@@ -134,13 +135,6 @@ pub struct Comm {
     capacity: u64,
 }
 
-fn env_u32(name: &str) -> Option<u32> {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&v| v > 0)
-}
-
 impl Comm {
     /// Set up on `device` with room for `capacity` bytes of input and of output.
     /// Collective over `boot` (every rank calls it).
@@ -170,32 +164,12 @@ impl Comm {
         let (image, _) = jit::compile_unit(&COLL_NVLINK, &arch, cache.as_ref())?;
         let module = CollModule::load(&ctx, &image, COLL_NVLINK.kernels)?;
         let sms = driver::sm_count(&ctx)?;
-        let ll_max = ll_max
-            .or_else(|| env_u32("COMMHAL_COLL_LL_MAX").map(u64::from))
-            .unwrap_or(if n <= 2 { 256 << 10 } else { 128 << 10 });
-        let push_min = std::env::var("COMMHAL_COLL_PUSH_MIN")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(32 << 20);
-        let tuning = Tuning {
-            push_min,
-            bcast_sf_min: std::env::var("COMMHAL_COLL_BCAST_SF_MIN")
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .unwrap_or(1 << 20),
-            ll_max,
-            ll_chunk_max: env_u32("COMMHAL_COLL_LL_CHUNK_MAX")
-                .map(u64::from)
-                .unwrap_or(64 << 10)
-                .min(ll_max),
-            threads: env_u32("COMMHAL_COLL_THREADS")
-                .unwrap_or(512)
-                .clamp(32, 512), // 1024 runs out of registers in the two-shot kernels
-            max_blocks: env_u32("COMMHAL_COLL_MAX_BLOCKS")
-                .unwrap_or(sms)
-                .clamp(1, layout::MAX_BLOCKS),
-            device_timeout,
-        };
+        // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
+        // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
+        let gpu = ctx.name().unwrap_or_default();
+        let (tuning, provenance) = crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
+        tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
+        let push_min = tuning.push_min;
         let capacity = capacity.max(4096);
         let input = VmmAllocation::new(&ctx, capacity)?;
         let output = VmmAllocation::new(&ctx, capacity)?;

@@ -18,7 +18,8 @@
 //! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
-//! | [`bench`] | the benchmark loop and tables |
+//! | [`bench`] | the benchmark loop and tables, the tuner's sweep |
+//! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides, derivation |
 #![warn(missing_docs)]
 
 pub mod bench;
@@ -29,6 +30,7 @@ pub mod driver;
 pub mod error;
 pub mod layout;
 pub mod nccl;
+pub mod tuning;
 
 pub use comm::Comm;
 pub use error::{CollError, Result};

@@ -1,0 +1,1141 @@
+//! GPU tuning as data: which kernel a [`Comm`](crate::Comm) runs at which size.
+//!
+//! The thresholds live in `algorithms/tuning/gpu-cuda-*.toml` (the format is documented
+//! in the file's header and in [`HEADER`]), embedded at build time ([`EMBEDDED`]).
+//! [`resolve`] picks the file whose `gpu` prefixes match the device's name (else the
+//! first embedded file, with the fact recorded in [`Provenance`]), the `[ranks.N]`
+//! section nearest to the communicator's size (ties: the larger N), then applies the
+//! overrides, strongest last:
+//!
+//! 1. `COMMHAL_GPU_TUNING=/path.toml` — a whole file in the same format, used instead
+//!    of the embedded ones (its `gpu` prefixes are not checked);
+//! 2. `COMMHAL_COLL_LL_MAX`, `COMMHAL_COLL_PUSH_MIN`, `COMMHAL_COLL_LL_CHUNK_MAX`,
+//!    `COMMHAL_COLL_BCAST_SF_MIN`, `COMMHAL_COLL_THREADS`, `COMMHAL_COLL_MAX_BLOCKS`
+//!    (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
+//!    scatters + forwards);
+//! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
+//! 4. [`with_forced`]: the tuner's per-candidate choice (this thread only).
+//!
+//! The tuner (`commhal tune`, [`crate::bench::tune`]) times every candidate kernel per
+//! size; [`assign`] turns the timings into one kernel per size (monotone in size,
+//! least total relative time) and [`Derived`] into thresholds; [`TuningFile::render`]
+//! writes the file back with the command, date and GPU in its header.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::comm::Tuning;
+use crate::error::{CollError, Result};
+use crate::layout;
+
+/// Environment variable naming a tuning file to use instead of the embedded ones.
+pub const TUNING_ENV: &str = "COMMHAL_GPU_TUNING";
+
+/// The embedded tuning files, `(name, text)`; the first is the fallback for GPUs no
+/// file names.
+pub const EMBEDDED: &[(&str, &str)] = &[(
+    "gpu-cuda-h200.toml",
+    include_str!("../../../algorithms/tuning/gpu-cuda-h200.toml"),
+)];
+
+/// The comment block every rendered file starts with (the format's documentation).
+pub const HEADER: &str = "\
+# Kernel-choice thresholds of commhal-cuda-coll (the NVLink collectives of
+# backends/cuda-coll, `Comm`).
+# Not the algorithm selector's rule format (gpu-cuda.untuned.toml): this file only
+# says which hand-written kernel of device-src/kernels/coll_nvlink.cu runs at which size.
+#
+# Format (all sizes in bytes):
+#   gpu = [...]            GPU model name prefixes (as the driver reports them, compared
+#                          case-insensitively) this file applies to
+#   [ranks.N]              thresholds for N ranks (one process per GPU); a communicator
+#                          of another size uses the nearest N (ties: the larger N)
+#     tuned                true when the tuner wrote this section on the device
+#     note, gpu_name, date, command   where the numbers come from (free text)
+#     allreduce_ll_max     largest all-reduce done with the one-shot LL kernel (0: never);
+#                          also sizes the LL slots
+#     allreduce_push_min   smallest all-reduce done with the push kernel (0: never);
+#                          in between: two-shot
+#     allgather_reducescatter_ll_chunk_max
+#                          largest per-rank chunk of an all-gather / reduce-scatter done
+#                          with the LL kernels (capped at allreduce_ll_max)
+#     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
+#                          0: never); below: the root stores into every output
+#     threads              threads per block of the bulk kernels (32..512)
+#     max_blocks           most blocks of the bulk kernels (0: the SM count)
+#
+# Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
+# instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
+# COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
+# COMMHAL_COLL_MAX_BLOCKS, then --ll-max of the benchmark.
+#
+# Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
+# section and keeps the others):
+#   commhal tune --backend cuda-nvlink --ranks N --out algorithms/tuning/<this file>
+";
+
+/// One `[ranks.N]` section.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Section {
+    /// Written by the tuner on the device (false: hand-picked).
+    pub tuned: bool,
+    /// Where the numbers come from.
+    #[serde(default)]
+    pub note: String,
+    /// GPU the tuner ran on.
+    #[serde(default)]
+    pub gpu_name: String,
+    /// UTC date of the tuner run (YYYY-MM-DD).
+    #[serde(default)]
+    pub date: String,
+    /// The exact command that produced this section.
+    #[serde(default)]
+    pub command: String,
+    /// Largest all-reduce (bytes) done with one-shot LL (0: never).
+    pub allreduce_ll_max: u64,
+    /// Smallest all-reduce (bytes) done with push (0: never).
+    pub allreduce_push_min: u64,
+    /// Largest per-rank chunk (bytes) of an all-gather / reduce-scatter done with LL.
+    pub allgather_reducescatter_ll_chunk_max: u64,
+    /// Smallest broadcast (bytes) done with scatter + forward (0: never).
+    pub broadcast_sf_min: u64,
+    /// Threads per block of the bulk kernels (32..=512).
+    pub threads: u32,
+    /// Most blocks of the bulk kernels (0: the SM count).
+    pub max_blocks: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    gpu: Vec<String>,
+    ranks: BTreeMap<String, Section>,
+}
+
+/// A parsed tuning file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TuningFile {
+    /// GPU model name prefixes this file applies to.
+    pub gpu: Vec<String>,
+    /// Sections by rank count.
+    pub ranks: BTreeMap<u32, Section>,
+}
+
+impl TuningFile {
+    /// Parse and check `text`; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<TuningFile> {
+        let bad = |msg: String| {
+            CollError::invalid(format!(
+                "tuning file {origin}: {msg} (the format is described at the top of algorithms/tuning/gpu-cuda-h200.toml)"
+            ))
+        };
+        let raw: RawFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if raw.gpu.is_empty() || raw.gpu.iter().any(|g| g.trim().is_empty()) {
+            return Err(bad(
+                "`gpu` must list at least one non-empty GPU name prefix".into(),
+            ));
+        }
+        let mut ranks = BTreeMap::new();
+        for (key, s) in raw.ranks {
+            let n: u32 = key
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=layout::MAX_RANKS as u32).contains(n))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "[ranks.{key}]: the key must be a rank count 1..={}",
+                        layout::MAX_RANKS
+                    ))
+                })?;
+            if !(32..=512).contains(&s.threads) {
+                return Err(bad(format!(
+                    "[ranks.{n}] threads = {}: must be 32..=512",
+                    s.threads
+                )));
+            }
+            if s.max_blocks > layout::MAX_BLOCKS {
+                return Err(bad(format!(
+                    "[ranks.{n}] max_blocks = {}: must be 0 (the SM count) ..= {}",
+                    s.max_blocks,
+                    layout::MAX_BLOCKS
+                )));
+            }
+            ranks.insert(n, s);
+        }
+        if ranks.is_empty() {
+            return Err(bad("no [ranks.N] section".into()));
+        }
+        Ok(TuningFile {
+            gpu: raw.gpu,
+            ranks,
+        })
+    }
+
+    /// Does this file name `gpu` (a driver device name)? Returns the longest matching
+    /// prefix's length.
+    pub fn matches(&self, gpu: &str) -> Option<usize> {
+        let g = gpu.trim().to_ascii_lowercase();
+        self.gpu
+            .iter()
+            .map(|p| p.trim().to_ascii_lowercase())
+            .filter(|p| g.starts_with(p.as_str()))
+            .map(|p| p.len())
+            .max()
+    }
+
+    /// The section for `n` ranks: exact, else the nearest rank count (ties: the
+    /// larger). Returns the section's rank count too.
+    pub fn section(&self, n: u32) -> (u32, &Section) {
+        let mut best: Option<(u32, &Section)> = None;
+        for (&k, s) in &self.ranks {
+            let better = match best {
+                None => true,
+                // ascending keys: `<=` lets the larger key win a tie
+                Some((b, _)) => k.abs_diff(n) <= b.abs_diff(n),
+            };
+            if better {
+                best = Some((k, s));
+            }
+        }
+        // `parse` refuses files without sections; an empty hand-built file gets the
+        // built-in defaults rather than a panic.
+        best.unwrap_or((0, &FALLBACK))
+    }
+
+    /// The file as TOML: [`HEADER`], a status line per section (tuned: GPU, date,
+    /// command), then the data.
+    pub fn render(&self) -> String {
+        let q = |s: &str| toml::Value::String(s.to_string()).to_string();
+        let mut out = String::from(HEADER);
+        out += "#\n# Status:\n";
+        for (n, s) in &self.ranks {
+            if s.tuned {
+                out += &format!(
+                    "#   [ranks.{n}] tuned on {} ({} ranks), {}, by: {}\n",
+                    or_dash(&s.gpu_name),
+                    n,
+                    or_dash(&s.date),
+                    or_dash(&s.command)
+                );
+            } else {
+                out += &format!("#   [ranks.{n}] not tuned: {}\n", or_dash(&s.note));
+            }
+        }
+        out += "\n";
+        out += &format!(
+            "gpu = [{}]\n",
+            self.gpu.iter().map(|g| q(g)).collect::<Vec<_>>().join(", ")
+        );
+        for (n, s) in &self.ranks {
+            out += &format!("\n[ranks.{n}]\ntuned = {}\n", s.tuned);
+            for (k, v) in [
+                ("note", &s.note),
+                ("gpu_name", &s.gpu_name),
+                ("date", &s.date),
+                ("command", &s.command),
+            ] {
+                if !v.is_empty() {
+                    out += &format!("{k} = {}\n", q(v));
+                }
+            }
+            out += &format!(
+                "allreduce_ll_max = {}\nallreduce_push_min = {}\nallgather_reducescatter_ll_chunk_max = {}\nbroadcast_sf_min = {}\nthreads = {}\nmax_blocks = {}\n",
+                s.allreduce_ll_max,
+                s.allreduce_push_min,
+                s.allgather_reducescatter_ll_chunk_max,
+                s.broadcast_sf_min,
+                s.threads,
+                s.max_blocks
+            );
+        }
+        out
+    }
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+/// The built-in defaults (4-rank values) if a file has no usable section.
+static FALLBACK: Section = Section {
+    tuned: false,
+    note: String::new(),
+    gpu_name: String::new(),
+    date: String::new(),
+    command: String::new(),
+    allreduce_ll_max: 128 << 10,
+    allreduce_push_min: 32 << 20,
+    allgather_reducescatter_ll_chunk_max: 64 << 10,
+    broadcast_sf_min: 1 << 20,
+    threads: 512,
+    max_blocks: 0,
+};
+
+/// Where the thresholds in effect come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provenance {
+    /// Embedded file name or `COMMHAL_GPU_TUNING`'s path.
+    pub file: String,
+    /// The section used (`[ranks.N]`).
+    pub ranks: u32,
+    /// Whether that section was written by the tuner.
+    pub tuned: bool,
+    /// False when no embedded file names this GPU (the first one's values are used).
+    pub gpu_matched: bool,
+    /// Overrides applied (environment variable names, `ll_max argument`, `forced`).
+    pub overrides: Vec<&'static str>,
+}
+
+impl fmt::Display for Provenance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} [ranks.{}] ({})",
+            self.file,
+            self.ranks,
+            if self.tuned { "tuned" } else { "not tuned" }
+        )?;
+        if !self.gpu_matched {
+            write!(f, ", no file names this GPU")?;
+        }
+        if !self.overrides.is_empty() {
+            write!(f, ", overridden by {}", self.overrides.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Thresholds the tuner forces for one candidate (internal meaning: `push_min` 0 =
+/// never; `bcast_sf_min` 0 = always, `u64::MAX` = never).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forced {
+    /// All-reduce LL maximum (also sizes the LL slots).
+    pub ll_max: Option<u64>,
+    /// All-reduce push minimum.
+    pub push_min: Option<u64>,
+    /// All-gather / reduce-scatter LL chunk maximum.
+    pub ll_chunk_max: Option<u64>,
+    /// Broadcast scatter + forward minimum.
+    pub bcast_sf_min: Option<u64>,
+}
+
+thread_local! {
+    static FORCED: Cell<Option<Forced>> = const { Cell::new(None) };
+}
+
+/// Run `body` (typically `Comm::new`) with `forced` overriding everything else on this
+/// thread; the previous state is restored afterwards (also on unwinding).
+pub fn with_forced<R>(forced: Forced, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Forced>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCED.with(|f| f.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCED.with(|f| f.replace(Some(forced))));
+    body()
+}
+
+/// The embedded file for `gpu`: the longest `gpu` prefix match, else the first file.
+/// Returns `(name, file, matched)`.
+pub fn embedded_for(gpu: &str) -> Result<(&'static str, TuningFile, bool)> {
+    let mut best: Option<(usize, &'static str, TuningFile)> = None;
+    let mut first = None;
+    for &(name, text) in EMBEDDED {
+        let f = TuningFile::parse(text, name)?;
+        if let Some(len) = f.matches(gpu)
+            && best.as_ref().is_none_or(|(b, _, _)| len > *b)
+        {
+            best = Some((len, name, f.clone()));
+        }
+        if first.is_none() {
+            first = Some((name, f));
+        }
+    }
+    match (best, first) {
+        (Some((_, name, f)), _) => Ok((name, f, true)),
+        (None, Some((name, f))) => Ok((name, f, false)),
+        (None, None) => Err(CollError::invalid("no embedded GPU tuning file")),
+    }
+}
+
+/// The tuning for a `ranks`-rank communicator on `gpu` (the driver's device name)
+/// with `sms` multiprocessors, from the process environment (see the module docs).
+pub fn resolve(
+    gpu: &str,
+    ranks: u32,
+    sms: u32,
+    ll_max: Option<u64>,
+    device_timeout: Duration,
+) -> Result<(Tuning, Provenance)> {
+    resolve_with(gpu, ranks, sms, ll_max, device_timeout, &|k| {
+        std::env::var(k).ok()
+    })
+}
+
+/// [`resolve`] with the environment given as a function (tests).
+pub fn resolve_with(
+    gpu: &str,
+    ranks: u32,
+    sms: u32,
+    ll_max_arg: Option<u64>,
+    device_timeout: Duration,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Tuning, Provenance)> {
+    let (file_name, file, gpu_matched) = match env(TUNING_ENV).filter(|p| !p.trim().is_empty()) {
+        Some(path) => {
+            let text = std::fs::read_to_string(path.trim()).map_err(|e| {
+                CollError::invalid(format!(
+                    "{TUNING_ENV}={path}: cannot read it ({e}); point it at a tuning TOML or unset it"
+                ))
+            })?;
+            let origin = format!("{path} ({TUNING_ENV})");
+            (path.clone(), TuningFile::parse(&text, &origin)?, true)
+        }
+        None => {
+            let (name, f, matched) = embedded_for(gpu)?;
+            (name.to_string(), f, matched)
+        }
+    };
+    let (key, s) = file.section(ranks);
+    let mut overrides = Vec::new();
+    let forced = FORCED.with(Cell::get).unwrap_or_default();
+    let env_u64 = |name: &'static str, positive: bool| -> Option<u64> {
+        let v = env(name)?;
+        match v.trim().parse::<u64>() {
+            Ok(x) if !positive || x > 0 => Some(x),
+            _ => {
+                tracing::warn!(
+                    "{name}={v:?} ignored: expected {} integer",
+                    if positive { "a positive" } else { "an" }
+                );
+                None
+            }
+        }
+    };
+    let mut pick = |forced: Option<u64>,
+                    arg: Option<(Option<u64>, &'static str)>,
+                    var: &'static str,
+                    positive: bool,
+                    file: u64|
+     -> u64 {
+        if let Some(v) = forced {
+            overrides.push("forced");
+            return v;
+        }
+        if let Some((Some(v), what)) = arg {
+            overrides.push(what);
+            return v;
+        }
+        if let Some(v) = env_u64(var, positive) {
+            overrides.push(var);
+            return v;
+        }
+        file
+    };
+    let ll_max = pick(
+        forced.ll_max,
+        Some((ll_max_arg, "ll_max argument")),
+        "COMMHAL_COLL_LL_MAX",
+        true,
+        s.allreduce_ll_max,
+    );
+    let push_min = pick(
+        forced.push_min,
+        None,
+        "COMMHAL_COLL_PUSH_MIN",
+        false,
+        s.allreduce_push_min,
+    );
+    let bcast_sf_min = pick(
+        forced.bcast_sf_min,
+        None,
+        "COMMHAL_COLL_BCAST_SF_MIN",
+        false,
+        if s.broadcast_sf_min == 0 {
+            u64::MAX
+        } else {
+            s.broadcast_sf_min
+        },
+    );
+    let ll_chunk_max = pick(
+        forced.ll_chunk_max,
+        None,
+        "COMMHAL_COLL_LL_CHUNK_MAX",
+        true,
+        s.allgather_reducescatter_ll_chunk_max,
+    )
+    .min(ll_max); // the LL slots hold ll_max bytes per sender
+    let threads = pick(
+        None,
+        None,
+        "COMMHAL_COLL_THREADS",
+        true,
+        u64::from(s.threads),
+    )
+    .clamp(32, 512) as u32; // 1024 runs out of registers in the two-shot kernels
+    let max_blocks = pick(
+        None,
+        None,
+        "COMMHAL_COLL_MAX_BLOCKS",
+        true,
+        u64::from(if s.max_blocks == 0 { sms } else { s.max_blocks }),
+    )
+    .clamp(1, u64::from(layout::MAX_BLOCKS)) as u32;
+    overrides.dedup();
+    Ok((
+        Tuning {
+            ll_max,
+            ll_chunk_max,
+            push_min,
+            bcast_sf_min,
+            threads,
+            max_blocks,
+            device_timeout,
+        },
+        Provenance {
+            file: file_name,
+            ranks: key,
+            tuned: s.tuned,
+            gpu_matched,
+            overrides,
+        },
+    ))
+}
+
+/// One kernel per size from timings: `times[size][candidate]` in µs (`None`: not run
+/// at that size), candidates ordered from the small-message kernel to the large one.
+/// The choice is monotone (a later candidate never hands back to an earlier one as
+/// the size grows) and minimises the sum over sizes of `time / best time at that
+/// size`; ties go to the earlier candidate. Sizes where nothing ran get `None`.
+pub fn assign(times: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
+    assign_costs(&relative(times))
+}
+
+/// `time / best time` per size (`None` where not run or not positive).
+pub fn relative(times: &[Vec<Option<f64>>]) -> Vec<Vec<Option<f64>>> {
+    times
+        .iter()
+        .map(|row| {
+            let best = row
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            row.iter()
+                .map(|t| t.filter(|t| t.is_finite() && *t > 0.0).map(|t| t / best))
+                .collect()
+        })
+        .collect()
+}
+
+/// Element-wise sum of two cost tables of the same shape (`None` if either is).
+pub fn add_costs(a: &[Vec<Option<f64>>], b: &[Vec<Option<f64>>]) -> Vec<Vec<Option<f64>>> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| x.iter().zip(y).map(|(p, q)| Some((*p)? + (*q)?)).collect())
+        .collect()
+}
+
+/// [`assign`] on precomputed costs (lower is better).
+pub fn assign_costs(costs: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
+    let k = costs.iter().map(Vec::len).max().unwrap_or(0);
+    let live: Vec<usize> = (0..costs.len())
+        .filter(|&i| costs[i].iter().any(Option::is_some))
+        .collect();
+    if k == 0 || live.is_empty() {
+        return vec![None; costs.len()];
+    }
+    // dp[c]: least cost of the sizes so far with the last one on candidate c.
+    let mut dp = vec![f64::INFINITY; k];
+    let mut back: Vec<Vec<usize>> = Vec::with_capacity(live.len());
+    for (step, &i) in live.iter().enumerate() {
+        let mut next = vec![f64::INFINITY; k];
+        let mut from = vec![0usize; k];
+        // best predecessor ≤ c (earliest on ties)
+        let (mut best, mut arg) = (f64::INFINITY, 0usize);
+        for c in 0..k {
+            if step > 0 && dp[c] < best {
+                best = dp[c];
+                arg = c;
+            }
+            let prev = if step == 0 { 0.0 } else { best };
+            if let Some(Some(x)) = costs[i].get(c)
+                && prev.is_finite()
+            {
+                next[c] = prev + x;
+                from[c] = arg;
+            }
+        }
+        dp = next;
+        back.push(from);
+    }
+    let mut out = vec![None; costs.len()];
+    let (mut c, mut best) = (0usize, f64::INFINITY);
+    for (j, &v) in dp.iter().enumerate() {
+        if v < best {
+            best = v;
+            c = j;
+        }
+    }
+    if !best.is_finite() {
+        return out;
+    }
+    for (step, &i) in live.iter().enumerate().rev() {
+        out[i] = Some(c);
+        c = back[step][c];
+    }
+    out
+}
+
+/// Largest size assigned candidate `c`: `Some(0)` when `c` ran somewhere but was
+/// never chosen, `None` when it never ran (nothing to derive).
+pub fn last_size_of(
+    sizes: &[u64],
+    times: &[Vec<Option<f64>>],
+    choice: &[Option<usize>],
+    c: usize,
+) -> Option<u64> {
+    let ran = times.iter().any(|r| r.get(c).copied().flatten().is_some());
+    ran.then(|| {
+        sizes
+            .iter()
+            .zip(choice)
+            .filter(|(_, ch)| **ch == Some(c))
+            .map(|(s, _)| *s)
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// Smallest size assigned candidate `c`: `Some(0)` ("never") when it ran but was
+/// never chosen, `None` when it never ran.
+pub fn first_size_of(
+    sizes: &[u64],
+    times: &[Vec<Option<f64>>],
+    choice: &[Option<usize>],
+    c: usize,
+) -> Option<u64> {
+    let ran = times.iter().any(|r| r.get(c).copied().flatten().is_some());
+    ran.then(|| {
+        sizes
+            .iter()
+            .zip(choice)
+            .filter(|(_, ch)| **ch == Some(c))
+            .map(|(s, _)| *s)
+            .min()
+            .unwrap_or(0)
+    })
+}
+
+/// Thresholds the tuner derived (file meaning; `None`: not measured, keep the old one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Derived {
+    /// `allreduce_ll_max`.
+    pub allreduce_ll_max: Option<u64>,
+    /// `allreduce_push_min` (0: never).
+    pub allreduce_push_min: Option<u64>,
+    /// `allgather_reducescatter_ll_chunk_max`.
+    pub ll_chunk_max: Option<u64>,
+    /// `broadcast_sf_min` (0: never).
+    pub broadcast_sf_min: Option<u64>,
+}
+
+impl Derived {
+    /// All-reduce: candidates `[ll, two-shot, push]` over total bytes.
+    pub fn allreduce(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
+        let ch = assign(times);
+        self.allreduce_ll_max = last_size_of(sizes, times, &ch, 0);
+        self.allreduce_push_min = first_size_of(sizes, times, &ch, 2);
+    }
+
+    /// All-gather and reduce-scatter share one threshold: candidates `[ll, direct]`
+    /// over per-rank chunk bytes, cost = the sum of both collectives' relative times
+    /// (either alone when only one was measured).
+    pub fn gather_scatter(
+        &mut self,
+        chunks: &[u64],
+        allgather: Option<&[Vec<Option<f64>>]>,
+        reducescatter: Option<&[Vec<Option<f64>>]>,
+    ) {
+        let (costs, times) = match (allgather, reducescatter) {
+            (Some(a), Some(b)) => (add_costs(&relative(a), &relative(b)), a),
+            (Some(a), None) | (None, Some(a)) => (relative(a), a),
+            (None, None) => return,
+        };
+        let ch = assign_costs(&costs);
+        self.ll_chunk_max = last_size_of(chunks, times, &ch, 0);
+    }
+
+    /// Broadcast: candidates `[direct, scatter-forward]` over bytes.
+    pub fn broadcast(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
+        let ch = assign(times);
+        self.broadcast_sf_min = first_size_of(sizes, times, &ch, 1);
+    }
+
+    /// `base` with the derived thresholds and the tuner's metadata.
+    pub fn apply(&self, base: &Section, meta: &Meta) -> Section {
+        let mut s = base.clone();
+        let mut kept = Vec::new();
+        let mut set = |v: Option<u64>, field: &mut u64, name: &str| match v {
+            Some(x) => *field = x,
+            None => kept.push(name.to_string()),
+        };
+        set(
+            self.allreduce_ll_max,
+            &mut s.allreduce_ll_max,
+            "allreduce_ll_max",
+        );
+        set(
+            self.allreduce_push_min,
+            &mut s.allreduce_push_min,
+            "allreduce_push_min",
+        );
+        set(
+            self.ll_chunk_max,
+            &mut s.allgather_reducescatter_ll_chunk_max,
+            "allgather_reducescatter_ll_chunk_max",
+        );
+        set(
+            self.broadcast_sf_min,
+            &mut s.broadcast_sf_min,
+            "broadcast_sf_min",
+        );
+        s.tuned = true;
+        s.gpu_name = meta.gpu_name.clone();
+        s.date = meta.date.clone();
+        s.command = meta.command.clone();
+        s.note = if kept.is_empty() {
+            format!("tuner sweep {}", meta.sweep)
+        } else {
+            format!(
+                "tuner sweep {}; not measured, kept: {}",
+                meta.sweep,
+                kept.join(", ")
+            )
+        };
+        s
+    }
+}
+
+/// What the tuner records about its run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Meta {
+    /// Driver device name.
+    pub gpu_name: String,
+    /// UTC date, YYYY-MM-DD.
+    pub date: String,
+    /// The exact command.
+    pub command: String,
+    /// Sizes and flags swept, e.g. `1K..256M x2, half, 20 iters`.
+    pub sweep: String,
+}
+
+/// Today's UTC date as YYYY-MM-DD (no time-zone database needed).
+pub fn today_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    date_from_days((secs / 86_400) as i64)
+}
+
+/// Civil date of `days` since 1970-01-01 (H. Hinnant's algorithm).
+pub fn date_from_days(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn resolve_env(
+        gpu: &str,
+        n: u32,
+        arg: Option<u64>,
+        vars: &[(&str, &str)],
+    ) -> (Tuning, Provenance) {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = move |k: &str| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
+        resolve_with(gpu, n, 132, arg, Duration::from_secs(1), &env).unwrap()
+    }
+
+    #[test]
+    fn embedded_files_parse_and_round_trip() {
+        for (name, text) in EMBEDDED {
+            let f = TuningFile::parse(text, name).unwrap();
+            assert!(
+                f.ranks.contains_key(&2) && f.ranks.contains_key(&4) && f.ranks.contains_key(&8)
+            );
+            let again = TuningFile::parse(&f.render(), name).unwrap();
+            assert_eq!(f, again, "{name}");
+            assert!(f.render().starts_with(HEADER));
+        }
+    }
+
+    /// The committed file is exactly what the renderer writes, so a tuner run changes
+    /// only what it measured.
+    #[test]
+    fn committed_file_is_canonical() {
+        let (name, text) = EMBEDDED[0];
+        let f = TuningFile::parse(text, name).unwrap();
+        assert_eq!(
+            f.render(),
+            text,
+            "{name} differs from its rendering: re-render it (TuningFile::render)"
+        );
+    }
+
+    /// The file reproduces the defaults `Comm::new` had hard-coded.
+    #[test]
+    fn defaults_match_the_former_hard_coded_values() {
+        for (n, ll) in [
+            (1, 256 << 10),
+            (2, 256 << 10),
+            (3, 128 << 10),
+            (4, 128 << 10),
+            (8, 128 << 10),
+        ] {
+            let (t, p) =
+                resolve_with("NVIDIA H200", n, 132, None, Duration::from_secs(1), &no_env).unwrap();
+            assert_eq!(t.ll_max, ll, "{n} ranks");
+            assert_eq!(t.push_min, 32 << 20);
+            assert_eq!(t.ll_chunk_max, 64 << 10);
+            assert_eq!(t.bcast_sf_min, 1 << 20);
+            assert_eq!(t.threads, 512);
+            assert_eq!(t.max_blocks, 132, "0 in the file: the SM count");
+            assert!(p.gpu_matched && !p.tuned && p.overrides.is_empty(), "{p}");
+            assert_eq!(p.file, "gpu-cuda-h200.toml");
+        }
+    }
+
+    #[test]
+    fn gpu_name_matching_and_fallback() {
+        let (_, p) = resolve_env("NVIDIA H100 80GB HBM3", 4, None, &[]);
+        assert!(p.gpu_matched, "{p}");
+        let (_, p) = resolve_env("nvidia h200", 4, None, &[]);
+        assert!(p.gpu_matched, "case-insensitive: {p}");
+        let (t, p) = resolve_env("NVIDIA A100-SXM4-80GB", 4, None, &[]);
+        assert!(!p.gpu_matched, "{p}");
+        assert_eq!(t.ll_max, 128 << 10, "fallback file's values");
+        assert!(p.to_string().contains("no file names this GPU"), "{p}");
+    }
+
+    #[test]
+    fn nearest_rank_count() {
+        let text = "gpu = [\"X\"]\n[ranks.2]\ntuned = true\nallreduce_ll_max = 2\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 1\nbroadcast_sf_min = 0\nthreads = 64\nmax_blocks = 7\n[ranks.4]\ntuned = false\nallreduce_ll_max = 4\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 1\nbroadcast_sf_min = 0\nthreads = 64\nmax_blocks = 7\n[ranks.8]\ntuned = false\nallreduce_ll_max = 8\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 1\nbroadcast_sf_min = 0\nthreads = 64\nmax_blocks = 7\n";
+        let f = TuningFile::parse(text, "t").unwrap();
+        let key = |n| f.section(n).0;
+        assert_eq!(
+            (1..=8).map(key).collect::<Vec<_>>(),
+            vec![2, 2, 4, 4, 4, 8, 8, 8],
+            "nearest, ties to the larger"
+        );
+        let only4 = TuningFile {
+            gpu: f.gpu.clone(),
+            ranks: [(4, f.ranks[&4].clone())].into(),
+        };
+        assert_eq!(only4.section(1).0, 4);
+        assert_eq!(only4.section(8).0, 4);
+    }
+
+    #[test]
+    fn parse_errors_say_what_is_wrong() {
+        let ok = "gpu = [\"X\"]\n[ranks.2]\ntuned = false\nallreduce_ll_max = 2\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 1\nbroadcast_sf_min = 0\nthreads = 64\nmax_blocks = 0\n";
+        TuningFile::parse(ok, "t").unwrap();
+        for (bad, want) in [
+            (ok.replace("[ranks.2]", "[ranks.two]"), "rank count"),
+            (ok.replace("[ranks.2]", "[ranks.9]"), "rank count"),
+            (ok.replace("threads = 64", "threads = 1024"), "32..=512"),
+            (
+                ok.replace("max_blocks = 0", "max_blocks = 5000"),
+                "max_blocks",
+            ),
+            (ok.replace("gpu = [\"X\"]", "gpu = []"), "prefix"),
+            (
+                ok.replace("tuned = false", "tuned = false\nll_maxx = 3"),
+                "unknown field",
+            ),
+            (ok.replace("allreduce_ll_max = 2\n", ""), "allreduce_ll_max"),
+            ("gpu = [\"X\"]\n".to_string(), "ranks"),
+            ("not toml [".to_string(), "tuning file t"),
+        ] {
+            let e = TuningFile::parse(&bad, "t").unwrap_err().to_string();
+            assert!(e.contains(want), "{want:?} not in {e}");
+            assert!(e.contains("tuning file t"), "{e}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let (t, p) = resolve_env(
+            "NVIDIA H200",
+            4,
+            None,
+            &[
+                ("COMMHAL_COLL_LL_MAX", "65536"),
+                ("COMMHAL_COLL_PUSH_MIN", "0"),
+                ("COMMHAL_COLL_LL_CHUNK_MAX", "1048576"),
+                ("COMMHAL_COLL_BCAST_SF_MIN", "0"),
+                ("COMMHAL_COLL_THREADS", "4096"),
+                ("COMMHAL_COLL_MAX_BLOCKS", "64"),
+            ],
+        );
+        assert_eq!(t.ll_max, 65536);
+        assert_eq!(t.push_min, 0, "0: never push");
+        assert_eq!(t.ll_chunk_max, 65536, "capped at ll_max");
+        assert_eq!(t.bcast_sf_min, 0, "env 0: always scatter + forward");
+        assert_eq!(t.threads, 512, "clamped");
+        assert_eq!(t.max_blocks, 64);
+        assert_eq!(p.overrides.len(), 6, "{p}");
+        // malformed or zero values of positive-only variables are ignored
+        let (t, p) = resolve_env(
+            "NVIDIA H200",
+            4,
+            None,
+            &[
+                ("COMMHAL_COLL_LL_MAX", "0"),
+                ("COMMHAL_COLL_THREADS", "lots"),
+            ],
+        );
+        assert_eq!((t.ll_max, t.threads), (128 << 10, 512));
+        assert!(p.overrides.is_empty());
+        // the argument beats the variable; forced beats both
+        let (t, p) = resolve_env(
+            "NVIDIA H200",
+            4,
+            Some(0),
+            &[("COMMHAL_COLL_LL_MAX", "4096")],
+        );
+        assert_eq!((t.ll_max, t.ll_chunk_max), (0, 0));
+        assert_eq!(p.overrides, vec!["ll_max argument"]);
+        let forced = Forced {
+            ll_max: Some(7),
+            bcast_sf_min: Some(u64::MAX),
+            ..Forced::default()
+        };
+        let (t, p) = with_forced(forced, || {
+            resolve_env(
+                "NVIDIA H200",
+                4,
+                Some(0),
+                &[("COMMHAL_COLL_LL_MAX", "4096")],
+            )
+        });
+        assert_eq!((t.ll_max, t.bcast_sf_min), (7, u64::MAX));
+        assert!(p.overrides.contains(&"forced"));
+        // restored afterwards
+        let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
+        assert_eq!(t.ll_max, 128 << 10);
+    }
+
+    #[test]
+    fn tuning_file_variable_replaces_the_embedded_file() {
+        let dir = std::env::temp_dir().join(format!("commhal-tuning-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.toml");
+        let text = "gpu = [\"Other\"]\n[ranks.4]\ntuned = true\nallreduce_ll_max = 4096\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 8192\nbroadcast_sf_min = 0\nthreads = 256\nmax_blocks = 16\n";
+        std::fs::write(&path, text).unwrap();
+        let p = path.to_string_lossy().to_string();
+        let (t, prov) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        assert_eq!(t.ll_max, 4096);
+        assert_eq!(t.ll_chunk_max, 4096, "capped at ll_max");
+        assert_eq!(t.push_min, 0);
+        assert_eq!(t.bcast_sf_min, u64::MAX, "file 0: never");
+        assert_eq!((t.threads, t.max_blocks), (256, 16));
+        assert!(prov.tuned && prov.file == p && prov.ranks == 4, "{prov}");
+        // a variable still beats the file
+        let (t, _) = resolve_env(
+            "NVIDIA H200",
+            2,
+            None,
+            &[(TUNING_ENV, &p), ("COMMHAL_COLL_PUSH_MIN", "1024")],
+        );
+        assert_eq!(t.push_min, 1024);
+        // unreadable and malformed files are errors that name the variable
+        let missing = dir.join("missing.toml").to_string_lossy().to_string();
+        let env = |k: &str| (k == TUNING_ENV).then(|| missing.clone());
+        let e = resolve_with("X", 2, 1, None, Duration::from_secs(1), &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(TUNING_ENV) && e.contains("cannot read"), "{e}");
+        std::fs::write(&path, "gpu = 3").unwrap();
+        let env = |k: &str| (k == TUNING_ENV).then(|| p.clone());
+        let e = resolve_with("X", 2, 1, None, Duration::from_secs(1), &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(TUNING_ENV), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn t(v: &[f64]) -> Vec<Option<f64>> {
+        v.iter().map(|&x| (x > 0.0).then_some(x)).collect()
+    }
+
+    #[test]
+    fn assignment_is_monotone_and_robust_to_one_noisy_size() {
+        // LL wins to 128K, two-shot to 16M, push above; one noisy size at 32K.
+        let sizes = [
+            8u64 << 10,
+            32 << 10,
+            128 << 10,
+            512 << 10,
+            16 << 20,
+            64 << 20,
+        ];
+        let times = vec![
+            t(&[7.0, 9.0, 0.0]),
+            t(&[8.5, 8.4, 0.0]), // noise: two-shot a hair faster
+            t(&[10.0, 12.0, 0.0]),
+            t(&[20.0, 14.0, 0.0]),
+            t(&[0.0, 90.0, 95.0]),
+            t(&[0.0, 330.0, 300.0]),
+        ];
+        let ch = assign(&times);
+        assert_eq!(
+            ch,
+            vec![Some(0), Some(0), Some(0), Some(1), Some(1), Some(2)]
+        );
+        let mut d = Derived::default();
+        d.allreduce(&sizes, &times);
+        assert_eq!(d.allreduce_ll_max, Some(128 << 10));
+        assert_eq!(d.allreduce_push_min, Some(64 << 20));
+    }
+
+    #[test]
+    fn thresholds_when_a_kernel_never_wins_or_never_ran() {
+        let sizes = [1024u64, 4096, 16384];
+        // LL always slower, push never ran
+        let times = vec![
+            t(&[9.0, 8.0, 0.0]),
+            t(&[9.5, 8.0, 0.0]),
+            t(&[12.0, 9.0, 0.0]),
+        ];
+        let mut d = Derived::default();
+        d.allreduce(&sizes, &times);
+        assert_eq!(d.allreduce_ll_max, Some(0), "ran, never chosen: 0 = never");
+        assert_eq!(d.allreduce_push_min, None, "never ran: keep the old value");
+        // LL wins everywhere it ran: its largest size
+        let times = vec![t(&[5.0, 8.0]), t(&[5.5, 8.0]), t(&[6.0, 9.0])];
+        d.allreduce(&sizes, &times);
+        assert_eq!(d.allreduce_ll_max, Some(16384));
+        assert_eq!(d.allreduce_push_min, None);
+        // push ran but never won: 0 = never
+        let times = vec![t(&[0.0, 8.0, 9.0]), t(&[0.0, 9.0, 9.5])];
+        d.allreduce(&sizes[..2], &times);
+        assert_eq!((d.allreduce_ll_max, d.allreduce_push_min), (None, Some(0)));
+        // nothing ran at a size: that size is skipped
+        let ch = assign(&[t(&[1.0, 2.0]), vec![None, None], t(&[3.0, 1.0])]);
+        assert_eq!(ch, vec![Some(0), None, Some(1)]);
+        // ties go to the earlier candidate
+        assert_eq!(
+            assign(&[t(&[2.0, 2.0]), t(&[2.0, 2.0])]),
+            vec![Some(0), Some(0)]
+        );
+        assert!(assign(&[]).is_empty());
+    }
+
+    #[test]
+    fn gather_scatter_share_one_threshold_and_broadcast_switches_once() {
+        let chunks = [1024u64, 16 << 10, 64 << 10, 256 << 10];
+        // all-gather would switch after 64K, reduce-scatter after 16K: the sum decides
+        let ag = vec![
+            t(&[5.0, 8.0]),
+            t(&[6.0, 8.0]),
+            t(&[7.0, 9.0]),
+            t(&[20.0, 12.0]),
+        ];
+        let rs = vec![
+            t(&[5.0, 8.0]),
+            t(&[6.0, 8.0]),
+            t(&[9.5, 9.0]),
+            t(&[22.0, 13.0]),
+        ];
+        let mut d = Derived::default();
+        d.gather_scatter(&chunks, Some(&ag), Some(&rs));
+        assert_eq!(d.ll_chunk_max, Some(64 << 10));
+        d.gather_scatter(&chunks, None, Some(&rs));
+        assert_eq!(d.ll_chunk_max, Some(16 << 10));
+        let sizes = [64u64 << 10, 1 << 20, 16 << 20];
+        let bc = vec![t(&[10.0, 14.0]), t(&[30.0, 25.0]), t(&[300.0, 200.0])];
+        d.broadcast(&sizes, &bc);
+        assert_eq!(d.broadcast_sf_min, Some(1 << 20));
+        let bc = vec![t(&[10.0, 14.0]), t(&[30.0, 35.0])];
+        d.broadcast(&sizes[..2], &bc);
+        assert_eq!(d.broadcast_sf_min, Some(0), "never won: 0 = never");
+    }
+
+    #[test]
+    fn applying_derived_thresholds_records_the_run() {
+        let f = TuningFile::parse(EMBEDDED[0].1, "e").unwrap();
+        let base = f.section(4).1;
+        let d = Derived {
+            allreduce_ll_max: Some(196608),
+            allreduce_push_min: Some(0),
+            ll_chunk_max: Some(32768),
+            broadcast_sf_min: None,
+        };
+        let meta = Meta {
+            gpu_name: "NVIDIA H200".into(),
+            date: "2026-12-01".into(),
+            command: "commhal tune --backend cuda-nvlink --ranks 4 --out \"a b.toml\"".into(),
+            sweep: "1K..256M x2".into(),
+        };
+        let s = d.apply(base, &meta);
+        assert!(s.tuned);
+        assert_eq!(s.allreduce_ll_max, 196608);
+        assert_eq!(s.allreduce_push_min, 0);
+        assert_eq!(s.allgather_reducescatter_ll_chunk_max, 32768);
+        assert_eq!(s.broadcast_sf_min, base.broadcast_sf_min, "kept");
+        assert!(s.note.contains("kept: broadcast_sf_min"), "{}", s.note);
+        let mut g = f.clone();
+        g.ranks.insert(4, s.clone());
+        let text = g.render();
+        assert!(
+            text.contains(
+                "#   [ranks.4] tuned on NVIDIA H200 (4 ranks), 2026-12-01, by: commhal tune"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("#   [ranks.2] not tuned: hand-picked"),
+            "{text}"
+        );
+        let back = TuningFile::parse(&text, "r").unwrap();
+        assert_eq!(back.ranks[&4], s, "quotes in the command survive");
+        assert_eq!(back.ranks[&2], f.ranks[&2]);
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(date_from_days(0), "1970-01-01");
+        assert_eq!(date_from_days(19_723), "2024-01-01");
+        assert_eq!(date_from_days(20_513), "2026-03-01");
+        assert_eq!(date_from_days(11_016), "2000-02-29");
+        assert_eq!(today_utc().len(), 10);
+    }
+}
