@@ -9,11 +9,13 @@
 //! * [`sim`]: a single-process reference interpreter of plans on `Vec<u8>` buffers.
 //! * [`builders`]: plan builders for every collective and algorithm.
 //! * [`selector`]: picks an algorithm from thresholds kept as TOML data.
+//! * [`codegen`]: plans → CUDA C++ (run by `commhal-cuda-coll` through NVRTC).
 //! * [`exec`]: the host-emu executor — runs any valid plan on host threads over shared memory.
 //! * [`comm`]: the user API, [`comm::Communicator`]: collectives, send/recv, registered buffers.
 #![warn(missing_docs)]
 
 pub mod builders;
+pub mod codegen;
 pub mod comm;
 pub mod dtype;
 pub mod error;

@@ -52,6 +52,7 @@ pub const HEADERS: &[Source] = &[
     header!("packets.h"),
     header!("port_channel.h"),
     header!("switch_channel.h"),
+    header!("plan.h"),
 ];
 
 /// The conformance kernels (memory channel, packets, port FIFO).

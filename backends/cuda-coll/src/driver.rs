@@ -1,5 +1,5 @@
 //! The raw driver calls this crate needs beyond `commhal-cuda-rt`: loading the
-//! collectives module, launching with a by-value [`CollArgs`], async memsets/copies,
+//! collectives module, launching with a by-value [`CollArgs`](crate::layout::CollArgs), async memsets/copies,
 //! a bounded stream wait, and CUDA graph capture/replay. Every `CUresult` is checked.
 
 use std::collections::HashMap;
@@ -11,7 +11,6 @@ use commhal_cuda_rt::{CompiledImage, Context, ImageKind, Stream};
 use cudarc::driver::sys;
 
 use crate::error::{CollError, Result};
-use crate::layout::CollArgs;
 
 /// `Ok` on `CUDA_SUCCESS`, else the driver error naming the call (cuda-rt's check).
 pub(crate) fn check(
@@ -69,19 +68,21 @@ impl CollModule {
         Ok(m)
     }
 
-    /// Queue kernel `name` with `args` by value.
+    /// Queue kernel `name` with `args` by value (`CollArgs` for the hand-written
+    /// kernels, `PlanArgs` for generated ones).
     ///
     /// # Safety
     /// Every address in `args` is device memory mapped for this context that stays
     /// alive and sized for what the kernel derives from `args` (count, ranks, slots)
-    /// until the stream is synchronised; the kernel's parameter is `CollArgs`.
-    pub unsafe fn launch(
+    /// until the stream is synchronised; the kernel's only parameter is an `A` with
+    /// the same layout (`#[repr(C)]` mirror).
+    pub unsafe fn launch<A: Copy>(
         &self,
         name: &str,
         stream: &Stream,
         grid: u32,
         block: u32,
-        args: &CollArgs,
+        args: &A,
     ) -> Result<()> {
         let f = *self
             .funcs
@@ -94,7 +95,7 @@ impl CollModule {
             )));
         }
         let mut copy = *args;
-        let mut params = [&mut copy as *mut CollArgs as *mut c_void];
+        let mut params = [&mut copy as *mut A as *mut c_void];
         // SAFETY: function and stream alive (same context, bound by the caller's
         // stream use below); one parameter of the kernel's exact type and size; the
         // driver copies it before returning. Pointer validity: see # Safety.

@@ -15,6 +15,7 @@
 //! | [`layout`] | scratch layout and the kernel argument block shared with the unit |
 //! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync |
 //! | [`driver`] | raw driver calls: module, by-value launch, copies, graphs |
+//! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
@@ -30,6 +31,7 @@ pub mod driver;
 pub mod error;
 pub mod layout;
 pub mod nccl;
+pub mod plan_exec;
 pub mod tuning;
 
 pub use comm::Comm;

@@ -1,0 +1,781 @@
+//! Plan → CUDA C++: one kernel per (plan, rank, dtype, op), straight-line code per block
+//! and C++ loops for the plan's `Loop`s, on the device runtime in
+//! `device-src/include/commhal/plan.h` (which documents the memory layout, the
+//! invocation state and the memory model). `backends/cuda-coll` JIT-compiles the text
+//! with NVRTC (disk-cached by source hash) and launches it.
+//!
+//! What the generator decides statically, from the whole plan (every rank sees the same
+//! plan, so every rank derives the same numbers):
+//! * the index of every semaphore `(src, dst, channel, tag)` in the receiver's inbound
+//!   array, and how many waits one invocation makes on each;
+//! * the occurrence number of every LL packet write/read (part of the flag);
+//! * where a block's replicas (several CTAs sharing a plan block's work) must sync
+//!   because an op touches local data that an earlier op split differently.
+//!
+//! On NVLink every peer buffer is mapped, so `Port`-channel puts run as thread copies
+//! too (same ordering contract: visible at the matching wait) and `Flush` only orders
+//! the block. Switch ops need multicast (cuda-nvls) and are refused here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use crate::dtype::{DataType, RedOp};
+use crate::error::AlgoError;
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
+
+/// Name of the generated kernel.
+pub const ENTRY: &str = "commhal_plan";
+/// Inbound semaphores per rank (`PLAN_MAX_SEMS` in plan.h).
+pub const MAX_SEMS: usize = 4096;
+/// Plan blocks per rank (`PLAN_MAX_BLOCKS` in plan.h).
+pub const MAX_BLOCKS: usize = 508;
+/// Ranks (`PLAN_MAX_RANKS` in plan.h).
+pub const MAX_RANKS: u32 = 8;
+/// Distinct LL flag occurrences per packet slot and invocation.
+pub const MAX_PACKET_OCCURRENCES: u32 = 255;
+
+/// A generated kernel for one rank.
+#[derive(Debug, Clone)]
+pub struct CudaKernel {
+    /// Unit name for NVRTC (`plan-<name>-r<rank>-<dtype>-<op>.cu`).
+    pub unit: String,
+    /// CUDA C++ source (includes `commhal/plan.h`).
+    pub source: String,
+    /// Plan blocks of this rank (the grid is `blocks × replicas` CTAs).
+    pub blocks: u32,
+    /// Whether the rank's blocks use the intra-rank barrier (all CTAs co-resident).
+    pub uses_barrier: bool,
+}
+
+fn dtype_code(d: DataType) -> u32 {
+    match d {
+        DataType::F64 => 0,
+        DataType::F32 => 1,
+        DataType::F16 => 2,
+        DataType::Bf16 => 3,
+        DataType::F8E4M3 => 4,
+        DataType::F8E5M2 => 5,
+        DataType::I8 => 6,
+        DataType::U8 => 7,
+        DataType::I32 => 8,
+        DataType::U32 => 9,
+        DataType::I64 => 10,
+        DataType::U64 => 11,
+    }
+}
+
+fn op_code(o: RedOp) -> u32 {
+    match o {
+        RedOp::Sum => 0,
+        RedOp::Prod => 1,
+        RedOp::Min => 2,
+        RedOp::Max => 3,
+        RedOp::Avg => 4,
+    }
+}
+
+type SemKey = (u32, u32, ChannelKind, u32); // (src, dst, channel, tag)
+type PacketKey = (u32, u32, u32, u32); // (sender, receiver, chunk index, chunk count)
+/// Per (rank, block, flat op index): packet occurrences of the op.
+type Occurrences = HashMap<(u32, usize, usize), Vec<u32>>;
+
+/// Semaphore numbering and per-invocation wait counts, from the whole plan.
+struct Sems {
+    index: HashMap<SemKey, u32>,
+    /// Per receiver: (index, waits per invocation).
+    waits: Vec<BTreeMap<u32, u32>>,
+}
+
+fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
+    let flat = plan.flatten();
+    let mut keys = BTreeSet::new();
+    let mut signals: HashMap<SemKey, u32> = HashMap::new();
+    let mut waits: HashMap<SemKey, (u32, usize)> = HashMap::new(); // (count, block)
+    for (r, blocks) in flat.iter().enumerate() {
+        let r = r as u32;
+        for (b, ops) in blocks.iter().enumerate() {
+            for (_, op) in ops {
+                match op {
+                    Op::Signal { peer, channel, tag } => {
+                        let k = (r, *peer, *channel, *tag);
+                        keys.insert(k);
+                        *signals.entry(k).or_default() += 1;
+                    }
+                    Op::Wait { peer, channel, tag } => {
+                        let k = (*peer, r, *channel, *tag);
+                        keys.insert(k);
+                        let e = waits.entry(k).or_insert((0, b));
+                        if e.1 != b {
+                            return Err(AlgoError::Invalid(format!(
+                                "plan `{}`: rank {r} waits on semaphore (from {peer}, {channel:?}, tag {tag}) in blocks {} and {b}; the GPU code generator needs one waiting block per semaphore (give each block its own tag)",
+                                plan.name, e.1
+                            )));
+                        }
+                        e.0 += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut index = HashMap::new();
+    let mut next = vec![0u32; plan.nranks as usize];
+    let mut per = vec![BTreeMap::new(); plan.nranks as usize];
+    for k in keys {
+        let dst = k.1 as usize;
+        let i = next[dst];
+        if i as usize >= MAX_SEMS {
+            return Err(AlgoError::Invalid(format!(
+                "plan `{}` needs more than {MAX_SEMS} semaphores into rank {dst}",
+                plan.name
+            )));
+        }
+        next[dst] += 1;
+        index.insert(k, i);
+        let s = signals.get(&k).copied().unwrap_or(0);
+        let w = waits.get(&k).map(|w| w.0).unwrap_or(0);
+        if s != w {
+            return Err(AlgoError::Invalid(format!(
+                "plan `{}`: rank {} signals rank {} ({:?}, tag {}) {s} times per invocation but it waits {w} times",
+                plan.name, k.0, k.1, k.2, k.3
+            )));
+        }
+        if w > 0 {
+            per[dst].insert(i, w);
+        }
+    }
+    Ok(Sems { index, waits: per })
+}
+
+/// Packet occurrences: per (rank, block, flat op index) the occurrence of each packet
+/// write (one) or read (one per source).
+fn packet_occurrences(plan: &Plan) -> Result<Occurrences, AlgoError> {
+    let flat = plan.flatten();
+    let mut sent: HashMap<PacketKey, u32> = HashMap::new();
+    let mut read: HashMap<PacketKey, u32> = HashMap::new();
+    let mut out = HashMap::new();
+    for (r, blocks) in flat.iter().enumerate() {
+        let r = r as u32;
+        for (b, ops) in blocks.iter().enumerate() {
+            for (i, (_, op)) in ops.iter().enumerate() {
+                let mut occ = Vec::new();
+                match op {
+                    Op::PutPackets { peer, dst, .. } => {
+                        let e = sent.entry((r, *peer, dst.index, dst.count)).or_default();
+                        occ.push(*e);
+                        *e += 1;
+                    }
+                    Op::ReadReducePackets { packets, .. } => {
+                        for (p, c) in packets {
+                            let e = read.entry((*p, r, c.index, c.count)).or_default();
+                            occ.push(*e);
+                            *e += 1;
+                        }
+                    }
+                    _ => continue,
+                }
+                if occ.iter().any(|&o| o >= MAX_PACKET_OCCURRENCES) {
+                    return Err(AlgoError::Invalid(format!(
+                        "plan `{}` reuses one packet slot {MAX_PACKET_OCCURRENCES}+ times per invocation; the GPU generator supports fewer",
+                        plan.name
+                    )));
+                }
+                out.insert((r, b, i), occ);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A local chunk access as a rational interval of the rank's user memory or scratch, in
+/// units of `count` (`num / den`), for the replica-sync analysis.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Extent {
+    mem: u8, // 0: input/output memory, 1: scratch
+    lo: (u64, u64),
+    hi: (u64, u64),
+    exact: (BufferKind, u32, u32, u32), // the reference itself (buf, index, count, step)
+}
+
+fn le(a: (u64, u64), b: (u64, u64)) -> bool {
+    (a.0 as u128) * (b.1 as u128) <= (b.0 as u128) * (a.1 as u128)
+}
+fn lt(a: (u64, u64), b: (u64, u64)) -> bool {
+    (a.0 as u128) * (b.1 as u128) < (b.0 as u128) * (a.1 as u128)
+}
+
+struct Gen<'a> {
+    plan: &'a Plan,
+    me: u32,
+    es: u64,
+    sems: &'a Sems,
+    occ: &'a Occurrences,
+    out: String,
+    /// Local extents read / written since the last replica sync.
+    reads: Vec<Extent>,
+    writes: Vec<Extent>,
+    /// Semaphores this block waits on.
+    waited: BTreeSet<u32>,
+}
+
+impl Gen<'_> {
+    fn extent(&self, c: &ChunkRef, iterations: u32) -> Extent {
+        let spec = self.plan.spec(c.buf);
+        let n = spec.chunks.max(1) as u64;
+        let f = spec.factor as u64;
+        let last = c.index as u64 + c.step as u64 * (iterations.max(1) as u64 - 1);
+        let lo = c.index as u64 * f;
+        let hi = (last + c.count as u64) * f;
+        // In place, input and output alias (plan module docs): shift to one memory.
+        let shift = match (self.plan.in_place, self.plan.collective, c.buf) {
+            (true, Collective::AllGather, BufferKind::Input) => self.me as u64,
+            (true, Collective::ReduceScatter, BufferKind::Output) => self.me as u64,
+            _ => 0,
+        };
+        let (mem, den) = match c.buf {
+            BufferKind::Scratch => (1, n),
+            BufferKind::Output if !self.plan.in_place => (2, n),
+            _ => (0, n),
+        };
+        Extent {
+            mem,
+            lo: (lo + shift * den, den),
+            hi: (hi + shift * den, den),
+            exact: (c.buf, c.index, c.count, c.step),
+        }
+    }
+
+    fn conflicts(a: &Extent, b: &Extent) -> bool {
+        if a.mem != b.mem || a.exact == b.exact {
+            return false;
+        }
+        if a.exact.0 == b.exact.0 {
+            // Same buffer and chunking: floor boundaries agree, strict overlap only.
+            lt(a.lo, b.hi) && lt(b.lo, a.hi)
+        } else {
+            // Aliased buffers with different chunking: touching may share an element.
+            le(a.lo, b.hi) && le(b.lo, a.hi)
+        }
+    }
+
+    /// Record a data op's local reads and writes; emit a replica sync first if it
+    /// depends on (or overwrites) data an earlier op split differently.
+    fn data_op(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], iterations: u32) {
+        let r: Vec<Extent> = reads.iter().map(|c| self.extent(c, iterations)).collect();
+        let w: Vec<Extent> = writes.iter().map(|c| self.extent(c, iterations)).collect();
+        let hazard = r
+            .iter()
+            .any(|x| self.writes.iter().any(|y| Self::conflicts(x, y)))
+            || w.iter().any(|x| {
+                self.writes.iter().any(|y| Self::conflicts(x, y))
+                    || self.reads.iter().any(|y| Self::conflicts(x, y))
+            });
+        if hazard {
+            self.line("group_sync(c);");
+            self.reads.clear();
+            self.writes.clear();
+        }
+        self.reads.extend(r);
+        self.writes.extend(w);
+    }
+
+    fn line(&mut self, s: &str) {
+        self.out.push_str("    ");
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn first(c: &ChunkRef, looped: bool) -> String {
+        if looped && c.step != 0 {
+            format!("({}ull + (u64)it * {}ull)", c.index, c.step)
+        } else {
+            format!("{}ull", c.index)
+        }
+    }
+
+    fn base(&self, buf: BufferKind, rank: u32) -> String {
+        match buf {
+            BufferKind::Input => format!("a.input[{rank}]"),
+            BufferKind::Output => format!("a.output[{rank}]"),
+            BufferKind::Scratch => format!("(a.area[{rank}] + c.scr)"),
+        }
+    }
+
+    /// `chunk(...)` / `packets(...)` expression for `c` in `rank`'s buffers.
+    fn span(&self, c: &ChunkRef, rank: u32, looped: bool, packets: bool) -> String {
+        let spec = self.plan.spec(c.buf);
+        format!(
+            "{}({}, {}ull, a.count * {}ull, {}u, {}, {}u)",
+            if packets { "packets" } else { "chunk" },
+            self.base(c.buf, rank),
+            self.es,
+            spec.factor,
+            spec.chunks.max(1),
+            Self::first(c, looped),
+            c.count
+        )
+    }
+
+    fn sem(&self, k: SemKey) -> Result<u32, AlgoError> {
+        self.sems.index.get(&k).copied().ok_or_else(|| {
+            AlgoError::Invalid(format!(
+                "plan `{}`: semaphore {k:?} has no index (internal error)",
+                self.plan.name
+            ))
+        })
+    }
+
+    /// One op. `flat` = its index among the block's flattened ops (packet occurrences);
+    /// `looped`: inside an emitted C++ loop over `it` with `iterations`.
+    fn op(
+        &mut self,
+        op: &Op,
+        block: usize,
+        flat: usize,
+        looped: bool,
+        iterations: u32,
+    ) -> Result<(), AlgoError> {
+        let me = self.me;
+        let es = self.es;
+        match op {
+            Op::Put { peer, src, dst, .. } => {
+                self.data_op(&[*src], &[], iterations);
+                let s = self.span(src, me, looped, false);
+                let d = self.span(dst, *peer, looped, false);
+                self.line(&format!(
+                    "{{ Span s = {s}; Span d = {d}; copy(c, d.p, s.p, s.n, {es}ull); }}"
+                ));
+            }
+            Op::Get { peer, src, dst, .. } => {
+                self.data_op(&[], &[*dst], iterations);
+                let s = self.span(src, *peer, looped, false);
+                let d = self.span(dst, me, looped, false);
+                self.line(&format!(
+                    "{{ Span s = {s}; Span d = {d}; copy(c, d.p, s.p, d.n, {es}ull); }}"
+                ));
+            }
+            Op::Copy { src, dst } => {
+                self.data_op(&[*src], &[*dst], iterations);
+                let s = self.span(src, me, looped, false);
+                let d = self.span(dst, me, looped, false);
+                self.line(&format!(
+                    "{{ Span s = {s}; Span d = {d}; copy(c, d.p, s.p, d.n, {es}ull); }}"
+                ));
+            }
+            Op::Signal { peer, channel, tag } => {
+                let i = self.sem((me, *peer, *channel, *tag))?;
+                self.line(&format!("signal(c, {peer}u, {i}u);"));
+            }
+            Op::Wait { peer, channel, tag } => {
+                let i = self.sem((*peer, me, *channel, *tag))?;
+                self.waited.insert(i);
+                self.line(&format!("w{i} += c.parts; wait(c, {i}u, w{i});"));
+            }
+            Op::Flush { .. } => self.line("__syncthreads();"),
+            Op::Reduce { srcs, dst } => {
+                self.data_op(srcs, &[*dst], iterations);
+                let d = self.span(dst, me, looped, false);
+                let list: Vec<String> = srcs
+                    .iter()
+                    .map(|c| format!("{}.p", self.span(c, me, looped, false)))
+                    .collect();
+                self.line(&format!(
+                    "{{ Span d = {d}; const u8* s[{}] = {{{}}}; reduce<DT, OP>(c, d.p, s, {}u, d.n); }}",
+                    list.len(),
+                    list.join(", "),
+                    list.len()
+                ));
+            }
+            Op::ReadReduce {
+                peers,
+                src,
+                local,
+                dst,
+                ..
+            } => {
+                self.data_op(local, &[*dst], iterations);
+                let d = self.span(dst, me, looped, false);
+                let mut list: Vec<String> = local
+                    .iter()
+                    .map(|c| format!("{}.p", self.span(c, me, looped, false)))
+                    .collect();
+                list.extend(
+                    peers
+                        .iter()
+                        .map(|p| format!("{}.p", self.span(src, *p, looped, false))),
+                );
+                self.line(&format!(
+                    "{{ Span d = {d}; const u8* s[{}] = {{{}}}; reduce<DT, OP>(c, d.p, s, {}u, d.n); }}",
+                    list.len(),
+                    list.join(", "),
+                    list.len()
+                ));
+            }
+            Op::PutPackets { peer, src, dst, .. } => {
+                self.data_op(&[*src], &[], iterations);
+                let occ = self.occurrence(block, flat, 0)?;
+                let s = self.span(src, me, looped, false);
+                let d = self.span(dst, *peer, looped, true);
+                self.line(&format!(
+                    "{{ Span s = {s}; Span d = {d}; put_packets(c, d.p, s.p, s.n, {es}ull, ll_flag(c, {occ}u)); }}"
+                ));
+            }
+            Op::ReadReducePackets {
+                packets,
+                local,
+                dst,
+            } => {
+                if packets.is_empty() || packets.len() > MAX_RANKS as usize {
+                    return Err(AlgoError::Invalid(format!(
+                        "plan `{}`: a packet read needs 1..={MAX_RANKS} sources, got {}",
+                        self.plan.name,
+                        packets.len()
+                    )));
+                }
+                let mut reads: Vec<ChunkRef> = local.clone();
+                reads.extend(packets.iter().map(|p| p.1));
+                self.data_op(&reads, &[*dst], iterations);
+                let d = self.span(dst, me, looped, false);
+                let l: Vec<String> = local
+                    .iter()
+                    .map(|c| format!("{}.p", self.span(c, me, looped, false)))
+                    .collect();
+                let p: Vec<String> = packets
+                    .iter()
+                    .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
+                    .collect();
+                let mut f = Vec::new();
+                for k in 0..packets.len() {
+                    f.push(format!("ll_flag(c, {}u)", self.occurrence(block, flat, k)?));
+                }
+                let nl = l.len();
+                let l = if l.is_empty() {
+                    "nullptr".to_string()
+                } else {
+                    l.join(", ")
+                };
+                self.line(&format!(
+                    "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP>(c, d.p, l, {nl}u, p, f, {}u, d.n); }}",
+                    nl.max(1),
+                    p.len(),
+                    p.join(", "),
+                    f.len(),
+                    f.join(", "),
+                    p.len()
+                ));
+            }
+            Op::Barrier => {
+                self.line("barrier(c);");
+                self.reads.clear();
+                self.writes.clear();
+            }
+            Op::Finalize { dst } => {
+                self.data_op(&[*dst], &[*dst], iterations);
+                let d = self.span(dst, me, looped, false);
+                self.line(&format!(
+                    "if (OP == 4) {{ Span d = {d}; finalize_avg<DT>(c, d.p, d.n, {}u); }}",
+                    self.plan.nranks
+                ));
+            }
+            Op::SwitchReduce { .. } | Op::SwitchBroadcast { .. } => {
+                return Err(AlgoError::Invalid(format!(
+                    "plan `{}` uses switch (multicast) ops: they need the cuda-nvls backend, not the NVLink code generator",
+                    self.plan.name
+                )));
+            }
+            Op::Loop { .. } => {
+                return Err(AlgoError::Invalid(format!(
+                    "plan `{}`: nested loop (the validator rejects these)",
+                    self.plan.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn occurrence(&self, block: usize, flat: usize, k: usize) -> Result<u32, AlgoError> {
+        self.occ
+            .get(&(self.me, block, flat))
+            .and_then(|v| v.get(k))
+            .copied()
+            .ok_or_else(|| {
+                AlgoError::Invalid(format!(
+                    "plan `{}`: no packet occurrence for rank {} block {block} op {flat} (internal error)",
+                    self.plan.name, self.me
+                ))
+            })
+    }
+}
+
+/// Generate the CUDA kernel of `rank` for `plan` with `dtype` and `op`. The plan must
+/// have passed the validator.
+pub fn generate_cuda(
+    plan: &Plan,
+    rank: u32,
+    dtype: DataType,
+    op: RedOp,
+) -> Result<CudaKernel, AlgoError> {
+    if rank >= plan.nranks {
+        return Err(AlgoError::Invalid(format!(
+            "rank {rank} is not in the {}-rank plan `{}`",
+            plan.nranks, plan.name
+        )));
+    }
+    if plan.nranks > MAX_RANKS {
+        return Err(AlgoError::Invalid(format!(
+            "plan `{}` has {} ranks; the NVLink code generator supports {MAX_RANKS} (one node)",
+            plan.name, plan.nranks
+        )));
+    }
+    let blocks = &plan.ranks[rank as usize].blocks;
+    if blocks.len() > MAX_BLOCKS {
+        return Err(AlgoError::Invalid(format!(
+            "plan `{}` gives rank {rank} {} blocks; at most {MAX_BLOCKS}",
+            plan.name,
+            blocks.len()
+        )));
+    }
+    let sems = sems(plan)?;
+    let occ = packet_occurrences(plan)?;
+    let mut body = String::new();
+    let mut uses_barrier = false;
+    for (b, blk) in blocks.iter().enumerate() {
+        let mut g = Gen {
+            plan,
+            me: rank,
+            es: dtype.size() as u64,
+            sems: &sems,
+            occ: &occ,
+            out: String::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            waited: BTreeSet::new(),
+        };
+        let mut flat = 0usize;
+        for op in &blk.ops {
+            match op {
+                Op::Loop { iterations, body } if !body.iter().any(Op::is_packet) => {
+                    // A C++ loop; its extents count for every iteration.
+                    g.line(&format!("for (u32 it = 0; it < {iterations}u; ++it) {{"));
+                    for o in body {
+                        g.op(o, b, flat, true, *iterations)?;
+                    }
+                    g.line("}");
+                    flat += *iterations as usize * body.len();
+                }
+                Op::Loop { iterations, body } => {
+                    // Packet flags are per iteration: unroll.
+                    for it in 0..*iterations {
+                        for o in body {
+                            g.op(&o.at_iteration(it), b, flat, false, 1)?;
+                            flat += 1;
+                        }
+                    }
+                }
+                o => {
+                    g.op(o, b, flat, false, 1)?;
+                    flat += 1;
+                }
+            }
+        }
+        uses_barrier |= blk.ops.iter().any(|o| {
+            matches!(o, Op::Barrier)
+                || matches!(o, Op::Loop { body, .. } if body.contains(&Op::Barrier))
+        });
+        let _ = writeln!(
+            body,
+            "  {}if (b == {b}u) {{",
+            if b == 0 { "" } else { "else " }
+        );
+        for i in &g.waited {
+            let _ = writeln!(body, "    u64 w{i} = consumed(c, {i}u);");
+        }
+        body.push_str(&g.out);
+        body.push_str("  }\n");
+    }
+    let waits = &sems.waits[rank as usize];
+    let (idx, per): (Vec<String>, Vec<String>) = if waits.is_empty() {
+        (vec!["0".into()], vec!["0".into()])
+    } else {
+        waits
+            .iter()
+            .map(|(i, w)| (i.to_string(), w.to_string()))
+            .unzip()
+    };
+    let mut src = String::new();
+    let _ = writeln!(
+        src,
+        "// Generated by commhal-algorithms codegen from plan `{}` ({} ranks, {}), rank {rank}, {dtype}, {}.\n// Runtime: commhal/plan.h.",
+        plan.name,
+        plan.nranks,
+        if plan.in_place {
+            "in place"
+        } else {
+            "out of place"
+        },
+        op.name()
+    );
+    src.push_str(
+        "#include \"commhal/plan.h\"\nusing namespace commhal;\nusing namespace commhal::plan;\n",
+    );
+    let _ = writeln!(
+        src,
+        "#define DT {}\n#define OP {}",
+        dtype_code(dtype),
+        op_code(op)
+    );
+    let _ = writeln!(
+        src,
+        "__device__ const unsigned short SEMS[] = {{{}}};\n__device__ const u32 PER[] = {{{}}};",
+        idx.join(", "),
+        per.join(", ")
+    );
+    let _ = writeln!(
+        src,
+        "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
+    );
+    src.push_str(&body);
+    let _ = writeln!(src, "  end(c, SEMS, PER, {}u);\n}}", waits.len());
+    Ok(CudaKernel {
+        unit: format!(
+            "plan-{}-r{rank}-{dtype}-{}.cu",
+            plan.name.replace([':', '/', ' '], "-"),
+            op.name()
+        ),
+        source: src,
+        blocks: blocks.len() as u32,
+        uses_barrier,
+    })
+}
+
+/// Bytes of one scratch copy on the GPU for `count` elements of `dtype`: the data, or
+/// for packet plans the LL8 area (each chunk on its own words; as the host executor).
+pub fn gpu_scratch_copy_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
+    let data = plan.scratch.elems(count) * dtype.size() as u64;
+    let bytes = if plan.uses_packets() {
+        8 * (data.div_ceil(4) + plan.scratch.chunks as u64 + 1)
+    } else {
+        data
+    };
+    bytes.next_multiple_of(256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builders::{Algorithm, BuildParams, build};
+
+    #[test]
+    fn every_builder_generates_for_every_rank() {
+        for algo in Algorithm::ALL {
+            for n in [1u32, 2, 3, 4, 8] {
+                for in_place in [false, true] {
+                    let mut p = BuildParams::new(n);
+                    p.in_place = in_place;
+                    p.blocks = 2;
+                    p.pipeline = 2;
+                    if algo == Algorithm::SendRecv {
+                        p.pairs = (0..n).map(|r| (r, (r + 1) % n)).collect();
+                    }
+                    if !algo.supports(&p) {
+                        continue;
+                    }
+                    let Ok(plan) = build(algo, &p) else { continue };
+                    for r in 0..n {
+                        let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                            .unwrap_or_else(|e| panic!("{} n={n} r={r}: {e}", plan.name));
+                        assert!(k.source.contains(ENTRY));
+                        assert_eq!(k.blocks as usize, plan.ranks[r as usize].blocks.len());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn semaphores_pair_up_and_waits_are_counted() {
+        let plan = build(Algorithm::AllReduce2paHb, &BuildParams::new(4)).unwrap();
+        let s = sems(&plan).unwrap();
+        // Every receiver's waits are listed with a positive count.
+        for r in 0..4 {
+            assert!(!s.waits[r].is_empty());
+            assert!(s.waits[r].values().all(|&w| w > 0));
+        }
+        // Indices are dense per receiver.
+        for r in 0..4u32 {
+            let mut idx: Vec<u32> = s
+                .index
+                .iter()
+                .filter(|(k, _)| k.1 == r)
+                .map(|(_, i)| *i)
+                .collect();
+            idx.sort();
+            assert_eq!(idx, (0..idx.len() as u32).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn unmatched_signal_is_refused() {
+        let mut plan = build(Algorithm::AllReduce2paHb, &BuildParams::new(2)).unwrap();
+        plan.ranks[0].blocks[0].ops.push(Op::Signal {
+            peer: 1,
+            channel: ChannelKind::Memory,
+            tag: 77,
+        });
+        let e = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum).unwrap_err();
+        assert!(e.to_string().contains("signals"), "{e}");
+    }
+
+    #[test]
+    fn switch_ops_are_refused_with_a_pointer_to_nvls() {
+        let mut plan = Plan::new(Collective::AllReduce, "sw", 2, false);
+        for r in 0..2 {
+            plan.ranks[r].blocks.push(crate::plan::Block {
+                ops: vec![Op::SwitchReduce {
+                    src: ChunkRef::new(BufferKind::Input, 0),
+                    dst: ChunkRef::new(BufferKind::Output, 0),
+                }],
+            });
+        }
+        let e = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum).unwrap_err();
+        assert!(e.to_string().contains("cuda-nvls"), "{e}");
+    }
+
+    #[test]
+    fn replica_sync_between_differently_split_ops() {
+        // Reduce into output chunk 1 of 4, then put the span 0..4: the put's share
+        // differs, so a group_sync must separate them.
+        let mut plan = Plan::new(Collective::AllReduce, "t", 2, false);
+        plan.output.chunks = 4;
+        plan.input.chunks = 4;
+        for r in 0..2u32 {
+            plan.ranks[r as usize].blocks.push(crate::plan::Block {
+                ops: vec![
+                    Op::Reduce {
+                        srcs: vec![ChunkRef::new(BufferKind::Input, 1)],
+                        dst: ChunkRef::new(BufferKind::Output, 1),
+                    },
+                    Op::Put {
+                        peer: 1 - r,
+                        channel: ChannelKind::Memory,
+                        tag: 0,
+                        src: ChunkRef::span(BufferKind::Output, 0, 4),
+                        dst: ChunkRef::span(BufferKind::Output, 0, 4),
+                    },
+                    Op::Reduce {
+                        srcs: vec![ChunkRef::new(BufferKind::Input, 2)],
+                        dst: ChunkRef::new(BufferKind::Output, 2),
+                    },
+                ],
+            });
+        }
+        let k = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum).unwrap();
+        let body = &k.source[k.source.find("if (b == 0u)").unwrap()..];
+        let red = body.find("reduce<").unwrap();
+        let sync = body.find("group_sync").expect("a replica sync");
+        let put = body.find("copy(").unwrap();
+        assert!(red < sync && sync < put, "{body}");
+        // The second reduce writes chunk 2 that the put read: another sync.
+        assert_eq!(body.matches("group_sync").count(), 2, "{body}");
+    }
+}

@@ -1,0 +1,426 @@
+//! Plans on GPUs: kernels generated from plans ([`commhal_algorithms::codegen`]),
+//! JIT-compiled by NVRTC (disk-cached by source hash, like every device-src unit) and
+//! launched on the [`crate::Comm`]'s stream over the same peer-mapped input and output.
+//!
+//! Setup (collective, once per `Comm`): one more cuMem VMM allocation per rank, the
+//! *plan area* (inbound semaphores, local invocation state, scratch copies — layout in
+//! `device-src/include/commhal/plan.h`), exported and mapped by every peer.
+//!
+//! A launch builds (once) the plan for the collective, compiles (once) this rank's
+//! kernel for the dtype and op, and queues it with `blocks × replicas` CTAs; `replicas`
+//! grows with the message (every rank derives the same value from the same count and
+//! SM count) up to the SM count, so every CTA is co-resident (waits spin).
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use commhal_algorithms::builders::{Algorithm, BuildParams, build};
+use commhal_algorithms::codegen::{self, CudaKernel};
+use commhal_algorithms::{DataType, Plan, RedOp};
+use commhal_cuda_rt::nvrtc::cache::compile_cached;
+use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, VmmAllocation, jit};
+use commhal_device_src::HEADERS;
+use commhal_hal::bootstrap::Bootstrap;
+
+use crate::cli::{Collective, Dtype};
+use crate::driver::{self, CollModule};
+use crate::error::{CollError, Result};
+use crate::layout::MAX_RANKS;
+
+/// Bytes of the semaphore array (`PLAN_SEM_BYTES`).
+pub const SEM_BYTES: u64 = 4096 * 8;
+/// Bytes of the local state (`PLAN_STATE_BYTES`).
+pub const STATE_BYTES: u64 = 4096 + 4096 * 8;
+/// Offset of the scratch copies (`PLAN_DATA_OFF`).
+pub const DATA_OFF: u64 = SEM_BYTES + STATE_BYTES;
+/// Device error codes of plan kernels.
+pub const ERR_WAIT: u32 = 1;
+/// An LL packet never arrived.
+pub const ERR_PACKET: u32 = 4;
+
+const TAG_PLAN_FDS: u64 = 0x504c_414e_0000;
+
+/// Kernel argument block, passed by value. Mirrors `struct PlanArgs` in plan.h.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanArgs {
+    /// Every rank's input base for this call.
+    pub input: [u64; MAX_RANKS],
+    /// Every rank's output base for this call.
+    pub output: [u64; MAX_RANKS],
+    /// Every rank's plan area.
+    pub area: [u64; MAX_RANKS],
+    /// Message elements.
+    pub count: u64,
+    /// Bytes of one scratch copy.
+    pub scratch_copy_bytes: u64,
+    /// Bound of every device wait (ns).
+    pub spin_ns: u64,
+    /// CTAs per plan block.
+    pub replicas: u32,
+    /// Scratch copies.
+    pub rotation: u32,
+    /// This rank.
+    pub rank: u32,
+    /// Padding.
+    pub pad: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<PlanArgs>() == 232);
+
+/// What identifies one compiled plan kernel on this rank.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    algo: Algorithm,
+    in_place: bool,
+    root: u32,
+    dtype: DataType,
+    blocks: u32,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    plan: Plan,
+    module: CollModule,
+    kernel: CudaKernel,
+}
+
+/// The algorithms collective of a cuda-coll collective.
+pub fn collective_of(c: Collective) -> commhal_algorithms::Collective {
+    use commhal_algorithms::Collective as A;
+    match c {
+        Collective::Allreduce => A::AllReduce,
+        Collective::Allgather => A::AllGather,
+        Collective::Reducescatter => A::ReduceScatter,
+        Collective::Broadcast => A::Broadcast,
+        Collective::Reduce => A::Reduce,
+        Collective::Alltoall => A::AllToAll,
+        Collective::Sendrecv => A::SendRecv,
+    }
+}
+
+/// The algorithms data type of a cuda-coll dtype.
+pub fn dtype_of(d: Dtype) -> DataType {
+    match d {
+        Dtype::Half => DataType::F16,
+        Dtype::Bfloat16 => DataType::Bf16,
+        Dtype::Float => DataType::F32,
+    }
+}
+
+/// Per-rank plan runtime (see the module docs).
+#[derive(Debug)]
+pub struct PlanExec {
+    rank: u32,
+    n: u32,
+    ctx: Arc<Context>,
+    area: VmmAllocation,
+    _peers: Vec<VmmAllocation>,
+    areas: [u64; MAX_RANKS],
+    arch: String,
+    cache: Option<KernelCache>,
+    sms: u32,
+    threads: u32,
+    spin_ns: u64,
+    loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl PlanExec {
+    /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
+    /// rank, mapped by every peer.
+    pub fn new(
+        boot: &dyn Bootstrap,
+        ctx: &Arc<Context>,
+        scratch_bytes: u64,
+        device_timeout: Duration,
+    ) -> Result<PlanExec> {
+        let (rank, n) = (boot.rank(), boot.size());
+        let area = VmmAllocation::new(ctx, DATA_OFF + scratch_bytes.max(4096))?;
+        area.fill(0)?;
+        let sizes = boot.all_gather(&area.size().to_le_bytes())?;
+        let fd = area.export_fd()?;
+        for p in (0..n).filter(|&p| p != rank) {
+            boot.send_fds(p, TAG_PLAN_FDS, std::slice::from_ref(&fd))?;
+        }
+        let mut areas = [0u64; MAX_RANKS];
+        let mut peers = Vec::new();
+        for p in 0..n {
+            if p == rank {
+                areas[p as usize] = area.addr();
+                continue;
+            }
+            let size = sizes
+                .get(p as usize)
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map(u64::from_le_bytes)
+                .ok_or_else(|| {
+                    CollError::invalid(format!("rank {p} sent a malformed plan-area size"))
+                })?;
+            let got = boot.recv_fds(p, TAG_PLAN_FDS)?;
+            let [fd] = got.as_slice() else {
+                return Err(CollError::invalid(format!(
+                    "rank {p} passed {} fds for its plan area, expected 1",
+                    got.len()
+                )));
+            };
+            let a = VmmAllocation::import(ctx, fd.as_fd(), size)?;
+            areas[p as usize] = a.addr();
+            peers.push(a);
+        }
+        boot.barrier()?;
+        Ok(PlanExec {
+            rank,
+            n,
+            ctx: ctx.clone(),
+            area,
+            _peers: peers,
+            areas,
+            arch: ctx.arch()?,
+            cache: KernelCache::from_env(),
+            sms: driver::sm_count(ctx)?,
+            threads: env_u32("COMMHAL_PLAN_THREADS")
+                .unwrap_or(512)
+                .clamp(32, 1024)
+                .next_multiple_of(32),
+            spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            loaded: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Bytes of scratch available to plans.
+    pub fn scratch_capacity(&self) -> u64 {
+        self.area.size() - DATA_OFF
+    }
+
+    /// The first device error of a plan kernel on this rank (0: none).
+    pub fn error_word(&self) -> Result<u32> {
+        let mut w = [0u8; 4];
+        self.area.read(SEM_BYTES, &mut w)?;
+        Ok(u32::from_le_bytes(w))
+    }
+
+    fn load(&self, key: &Key, coll: Collective) -> Result<Arc<Loaded>> {
+        let mut map = self
+            .loaded
+            .lock()
+            .map_err(|_| CollError::invalid("plan cache lock poisoned"))?;
+        if let Some(l) = map.get(key) {
+            return Ok(l.clone());
+        }
+        let mut p = BuildParams::new(self.n);
+        p.in_place = key.in_place;
+        p.root = key.root;
+        p.blocks = key.blocks;
+        if coll == Collective::Sendrecv {
+            // As the hand-written kernel: send to the next rank, receive from the previous.
+            p.pairs = (0..self.n).map(|r| (r, (r + 1) % self.n)).collect();
+        }
+        let plan = build(key.algo, &p).map_err(|e| CollError::invalid(e.to_string()))?;
+        let kernel = codegen::generate_cuda(&plan, self.rank, key.dtype, RedOp::Sum)
+            .map_err(|e| CollError::invalid(e.to_string()))?;
+        let image = compile(&kernel, &self.arch, self.cache.as_ref())?;
+        let module = CollModule::load(&self.ctx, &image, &[codegen::ENTRY])?;
+        let l = Arc::new(Loaded {
+            plan,
+            module,
+            kernel,
+        });
+        map.insert(key.clone(), l.clone());
+        Ok(l)
+    }
+
+    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks.
+    pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
+        let blocks = blocks.max(1);
+        let most = (self.sms / blocks).max(1);
+        let want = env_u32("COMMHAL_PLAN_REPLICAS")
+            .filter(|&r| r > 0)
+            .unwrap_or_else(|| bytes.div_ceil(u64::from(blocks) * (256 << 10)).max(1) as u32);
+        want.clamp(1, most)
+    }
+
+    /// Queue `algo` for `coll` on `stream`. `input` / `output`: every rank's registered
+    /// regions (each `capacity` bytes); `count` as [`crate::Comm::launch_rooted`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        stream: &Stream,
+        algo: Algorithm,
+        blocks: u32,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        in_place: bool,
+        input: &[u64; MAX_RANKS],
+        output: &[u64; MAX_RANKS],
+        capacity: u64,
+    ) -> Result<String> {
+        if algo.collective() != collective_of(coll) {
+            return Err(CollError::invalid(format!(
+                "algorithm {} does not implement {}",
+                algo.full_name(),
+                coll.name()
+            )));
+        }
+        let key = Key {
+            algo,
+            in_place,
+            root: if coll.has_root() { root } else { 0 },
+            dtype: dtype_of(dtype),
+            blocks: blocks.max(1),
+        };
+        let l = self.load(&key, coll)?;
+        let plan = &l.plan;
+        let es = dtype.size();
+        let dt = dtype_of(dtype);
+        for (what, spec) in [("input", plan.input), ("output", plan.output)] {
+            let need = spec.elems(count) * es;
+            if need > capacity {
+                return Err(CollError::invalid(format!(
+                    "plan {}: {what} needs {need} bytes, the registered region has {capacity}",
+                    plan.name
+                )));
+            }
+        }
+        let copy = codegen::gpu_scratch_copy_bytes(plan, count, dt);
+        let rotation = plan.scratch_rotation.max(1);
+        if copy * u64::from(rotation) > self.scratch_capacity() {
+            return Err(CollError::invalid(format!(
+                "plan {} needs {} bytes of scratch ({rotation} × {copy}); the plan area has {}: create the Comm with a larger capacity or set COMMHAL_PLAN_SCRATCH",
+                plan.name,
+                copy * u64::from(rotation),
+                self.scratch_capacity()
+            )));
+        }
+        let (mut inp, mut out) = (*input, *output);
+        for p in 0..self.n as usize {
+            let shift = p as u64 * count * es;
+            match (in_place, coll) {
+                (false, _) => {}
+                (true, Collective::Allgather) => inp[p] = out[p] + shift,
+                (true, Collective::Reducescatter) => {
+                    inp[p] = out[p];
+                    out[p] += shift;
+                }
+                (true, _) => inp[p] = out[p],
+            }
+        }
+        let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
+        let replicas = self.replicas(l.kernel.blocks, bytes);
+        let args = PlanArgs {
+            input: inp,
+            output: out,
+            area: self.areas,
+            count,
+            scratch_copy_bytes: copy,
+            spin_ns: self.spin_ns,
+            replicas,
+            rotation,
+            rank: self.rank,
+            pad: 0,
+        };
+        let grid = l.kernel.blocks * replicas;
+        if grid == 0 {
+            return Ok(plan.name.clone()); // this rank has nothing to do
+        }
+        // SAFETY: input/output are the Comm's registered regions (own and mapped
+        // peers, alive as long as the Comm) and every chunk the plan touches lies
+        // within `spec.elems(count) * es <= capacity` bytes (checked above; in-place
+        // shifts stay inside the output region for the per-rank collectives since the
+        // output holds n × count); scratch copies fit the plan area (checked above);
+        // areas are the live plan-area mappings; the grid is at most the SM count, so
+        // every CTA is resident while others spin.
+        unsafe {
+            l.module
+                .launch(codegen::ENTRY, stream, grid, self.threads, &args)?;
+        }
+        Ok(plan.name.clone())
+    }
+}
+
+/// Compile a generated kernel with every device-src header.
+pub fn compile(
+    k: &CudaKernel,
+    arch: &str,
+    cache: Option<&KernelCache>,
+) -> Result<commhal_cuda_rt::CompiledImage> {
+    let options = jit::default_options();
+    let req = CompileRequest {
+        unit: &k.unit,
+        source: &k.source,
+        headers: HEADERS,
+        arch,
+        options: &options,
+    };
+    Ok(compile_cached(cache, &req)?.0)
+}
+
+/// Parse `COMMHAL_GPU_ALGO`-style overrides: `allreduce:2pa-hb,allgather:ring` (an
+/// optional `@B` sets the plan blocks: `allreduce:2pa-hb@4`). Unknown names are errors.
+pub fn parse_overrides(s: &str) -> Result<Vec<(Algorithm, u32)>> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, blocks) = match item.split_once('@') {
+            Some((n, b)) => (
+                n,
+                b.parse::<u32>().ok().filter(|&b| b > 0).ok_or_else(|| {
+                    CollError::invalid(format!(
+                        "`{item}`: blocks after @ must be a positive integer"
+                    ))
+                })?,
+            ),
+            None => (item, 1),
+        };
+        let (c, short) = name.split_once(':').ok_or_else(|| {
+            CollError::invalid(format!(
+                "`{item}`: write collective:algorithm, e.g. allreduce:2pa-hb"
+            ))
+        })?;
+        let coll = commhal_algorithms::Collective::from_name(c)
+            .map_err(|e| CollError::invalid(e.to_string()))?;
+        let algo = Algorithm::find(coll, short).map_err(|e| CollError::invalid(e.to_string()))?;
+        out.push((algo, blocks));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_parse_and_reject() {
+        let v = parse_overrides("allreduce:2pa-hb@4, allgather:ring").unwrap();
+        assert_eq!(
+            v,
+            vec![
+                (Algorithm::AllReduce2paHb, 4),
+                (Algorithm::AllGatherRing, 1)
+            ]
+        );
+        assert!(parse_overrides("allreduce").is_err());
+        assert!(parse_overrides("allreduce:nope").is_err());
+        assert!(parse_overrides("allreduce:1pa@0").is_err());
+        assert!(parse_overrides("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn layout_matches_plan_h() {
+        let h = commhal_device_src::header("commhal/plan.h")
+            .unwrap()
+            .contents;
+        assert!(h.contains("#define PLAN_MAX_SEMS 4096"));
+        assert!(h.contains("#define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)"));
+        assert!(h.contains("#define PLAN_ERR_WAIT 1") && h.contains("#define PLAN_ERR_PACKET 4"));
+        assert!(h.contains("static_assert(sizeof(PlanArgs) == 232"));
+        assert_eq!(codegen::MAX_SEMS, 4096);
+        assert_eq!(codegen::MAX_RANKS as usize, MAX_RANKS);
+    }
+}
