@@ -29,6 +29,9 @@ use crate::cli::{Collective, Dtype};
 use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
 use crate::layout::{self, CollArgs, MAX_RANKS};
+use crate::plan_exec::PlanExec;
+use commhal_algorithms::builders::Algorithm;
+use std::sync::Mutex;
 
 /// Tag base of the setup messages.
 const TAG_FDS: u64 = 0x434f_4c4c_0000;
@@ -133,6 +136,18 @@ pub struct Comm {
     base: CollArgs,
     tuning: Tuning,
     capacity: u64,
+    plans: PlanExec,
+    /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
+    /// replaces the hand-written kernels, with its block count.
+    algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
+}
+
+fn coll_slot(coll: Collective) -> usize {
+    let c = crate::plan_exec::collective_of(coll);
+    commhal_algorithms::Collective::ALL
+        .iter()
+        .position(|&x| x == c)
+        .unwrap_or(0)
 }
 
 impl Comm {
@@ -245,6 +260,22 @@ impl Comm {
             peers.extend([a_in, a_out, a_scr, a_stg]);
         }
         boot.barrier()?;
+        // Plans (generated kernels): scratch for 2 × capacity unless told otherwise.
+        let plan_scratch = std::env::var("COMMHAL_PLAN_SCRATCH")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(2 * capacity + (1 << 20));
+        let plans = PlanExec::new(boot, &ctx, plan_scratch, device_timeout)?;
+        let mut algos = [None; 7];
+        if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
+            for (algo, blocks) in crate::plan_exec::parse_overrides(&v)? {
+                let slot = commhal_algorithms::Collective::ALL
+                    .iter()
+                    .position(|&x| x == algo.collective())
+                    .unwrap_or(0);
+                algos[slot] = Some((algo, blocks));
+            }
+        }
         Ok(Comm {
             rank,
             n,
@@ -259,7 +290,37 @@ impl Comm {
             base,
             tuning,
             capacity,
+            plans,
+            algos: Mutex::new(algos),
         })
+    }
+
+    /// Run `coll` through a plan compiled to CUDA (`Some((algorithm, blocks))`) instead
+    /// of the hand-written kernels, or go back to them (`None`). Every rank must make
+    /// the same choice before its next call of `coll`. `COMMHAL_GPU_ALGO`
+    /// (`allreduce:2pa-hb@4,allgather:ring`) sets it at creation.
+    pub fn set_algorithm(&self, coll: Collective, algo: Option<(Algorithm, u32)>) -> Result<()> {
+        if let Some((a, _)) = algo
+            && a.collective() != crate::plan_exec::collective_of(coll)
+        {
+            return Err(CollError::invalid(format!(
+                "{} is not a {} algorithm",
+                a.full_name(),
+                coll.name()
+            )));
+        }
+        let mut m = self
+            .algos
+            .lock()
+            .map_err(|_| CollError::invalid("algorithm table lock poisoned"))?;
+        m[coll_slot(coll)] = algo;
+        Ok(())
+    }
+
+    /// The plan (algorithm, blocks) `coll` runs through, if any (see
+    /// [`Comm::set_algorithm`]).
+    pub fn algorithm(&self, coll: Collective) -> Option<(Algorithm, u32)> {
+        self.algos.lock().ok().and_then(|m| m[coll_slot(coll)])
     }
 
     /// This rank.
@@ -319,6 +380,21 @@ impl Comm {
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
+        if let Some((algo, blocks)) = self.algorithm(coll) {
+            let bytes = count
+                * es
+                * if coll.count_is_per_rank() {
+                    u64::from(self.n)
+                } else {
+                    1
+                };
+            let replicas = self.plans.replicas(blocks, bytes);
+            return (
+                crate::plan_exec::algorithm_label(algo),
+                blocks * replicas,
+                0,
+            );
+        }
         match coll {
             Collective::Allreduce => {
                 let bytes = count * es;
@@ -469,6 +545,22 @@ impl Comm {
                 a.count = count * es; // bytes per chunk / of the buffer
             }
         }
+        if let Some((algo, blocks)) = self.algorithm(coll) {
+            self.plans.launch(
+                &self.stream,
+                algo,
+                blocks,
+                coll,
+                dtype,
+                count,
+                root,
+                in_place,
+                &self.base.input,
+                &self.base.output,
+                self.capacity,
+            )?;
+            return Ok(());
+        }
         let (name, grid, block) = self.plan(coll, dtype, count);
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
@@ -486,7 +578,10 @@ impl Comm {
         driver::sync(&self.stream, bound, what)?;
         let mut w = [0u8; 4];
         self.scratch.read(layout::OFF_ERROR, &mut w)?;
-        let code = u32::from_le_bytes(w);
+        let mut code = u32::from_le_bytes(w);
+        if code == 0 {
+            code = self.plans.error_word()?;
+        }
         if code != 0 {
             return Err(CollError::Device {
                 rank: self.rank,

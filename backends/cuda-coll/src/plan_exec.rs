@@ -110,6 +110,29 @@ pub fn dtype_of(d: Dtype) -> DataType {
     }
 }
 
+/// `plan:<collective>:<algorithm>` as a static label (benchmark tables).
+pub fn algorithm_label(a: Algorithm) -> &'static str {
+    use Algorithm::*;
+    match a {
+        AllReduce1pa => "plan:allreduce:1pa",
+        AllReduce2paLl => "plan:allreduce:2pa-ll",
+        AllReduce2paHb => "plan:allreduce:2pa-hb",
+        AllReduce2phLl => "plan:allreduce:2ph-ll",
+        AllReduce2phHb => "plan:allreduce:2ph-hb",
+        AllReduceRing => "plan:allreduce:ring",
+        AllReduceRd => "plan:allreduce:rd",
+        AllGatherAllPairs => "plan:allgather:allpairs",
+        AllGatherRing => "plan:allgather:ring",
+        ReduceScatterAllPairs => "plan:reducescatter:allpairs",
+        ReduceScatterRing => "plan:reducescatter:ring",
+        BroadcastDirect => "plan:broadcast:direct",
+        BroadcastChain => "plan:broadcast:chain",
+        ReduceAllPairs => "plan:reduce:allpairs",
+        AllToAllAllPairs => "plan:alltoall:allpairs",
+        SendRecv => "plan:sendrecv:direct",
+    }
+}
+
 /// Per-rank plan runtime (see the module docs).
 #[derive(Debug)]
 pub struct PlanExec {
@@ -409,6 +432,13 @@ mod tests {
         assert!(parse_overrides("allreduce:nope").is_err());
         assert!(parse_overrides("allreduce:1pa@0").is_err());
         assert!(parse_overrides("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn labels_name_every_algorithm() {
+        for a in Algorithm::ALL {
+            assert_eq!(algorithm_label(a), format!("plan:{}", a.full_name()));
+        }
     }
 
     #[test]
