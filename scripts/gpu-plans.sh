@@ -4,6 +4,8 @@
 # rank at every size (0 wrong expected) and timed against NCCL on the same buffers.
 # Run from the repo root on a multi-GPU host with .gpu/{env.sh,commhal,commhal-gpu-bench}
 # (see scripts/gpu-bench.sh). N = GPU_PLANS_RANKS (default: 4 if there are 4, else 2).
+# Whole run bounded by GPU_PLANS_BUDGET seconds (default 400), each step by
+# GPU_PLANS_STEP_LIMIT (45).
 # Output: $OUT/plans-<N>gpu.log (every run) and $OUT/plans-summary.log (one line each).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -27,10 +29,16 @@ FAILED=0
 SUMMARY=()
 
 # run NAME ALGO ARGS...: one bench under `commhal launch` with the plan forced.
+START=$(date +%s)
+BUDGET=${GPU_PLANS_BUDGET:-400}
 run() {
   local name=$1 algo=$2
   shift 2
   local t0=$(date +%s)
+  if ((t0 - START + LIMIT > BUDGET)); then
+    SUMMARY+=("$(printf '%-34s SKIPPED (out of the %ss budget)' "$name" "$BUDGET")")
+    return 0
+  fi
   echo "################ $name: COMMHAL_GPU_ALGO=$algo commhal-gpu-bench $*" >>"$LOG"
   COMMHAL_GPU_ALGO=$algo timeout --kill-after=5 "$LIMIT" "$G/commhal" launch -n "$N" -- \
     "$G/commhal-gpu-bench" "$@" >>"$LOG" 2>&1
