@@ -2,17 +2,25 @@
 //! comparing), out-of-place then in-place: one checked run on poisoned outputs,
 //! warm-up, then timed iterations (CUDA events between launches, or graph replays),
 //! median per rank, mean over ranks. Rank 0 prints and writes JSON.
+//!
+//! Entry points shared by `commhal-gpu-bench` and `commhal bench --backend
+//! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune`]
+//! (`commhal tune`: every candidate kernel per size, thresholds derived by
+//! [`crate::tuning`]).
+
+use std::time::Duration;
 
 use commhal_cuda_rt::Event;
-use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
 use serde::Serialize;
 
 use crate::check;
 use crate::cli::{self, Args, Collective};
-use crate::comm::Comm;
+use crate::comm::{Comm, Kernel, Tuning, kernel_name};
 use crate::driver::{self, Gate, Graph};
 use crate::error::{CollError, Result};
 use crate::nccl::Nccl;
+use crate::tuning::{self, Derived, Forced};
 
 /// One direction (out-of-place or in-place) of one row.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -355,8 +363,10 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         match Nccl::init(boot) {
             Ok(x) => Some(x),
             Err(e) => {
-                if rank0 {
+                if rank0 && args.print_tables {
                     println!("# NCCL comparison skipped: {e}");
+                } else if rank0 {
+                    eprintln!("# NCCL comparison skipped: {e}");
                 }
                 None
             }
@@ -364,12 +374,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     } else {
         None
     };
-    // Input pattern once, for the largest size (every size uses a prefix).
-    let cap_elems = comm.capacity() / args.dtype.size();
-    let input = check::input_bytes(args.dtype, comm.rank(), cap_elems);
-    comm.input().write(0, &input)?;
-    drop(input);
-    boot.barrier()?;
+    write_inputs(args, boot, comm)?;
+    let print = rank0 && args.print_tables;
     let b = Bench {
         gate: std::cell::RefCell::new(Gate::new(comm.context())?),
         args,
@@ -380,11 +386,18 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     let mut any_wrong = false;
-    if rank0 {
+    if print {
         let t = comm.tuning();
         println!(
             "# commhal-gpu-bench: {} ranks, ll_max {} B, {} threads, <= {} blocks, device wait bound {:?}",
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
+        );
+        println!(
+            "# thresholds: push_min {} B, ll_chunk_max {} B, bcast_sf_min {} B; from {}",
+            t.push_min,
+            t.ll_chunk_max,
+            t.bcast_sf_min,
+            provenance(comm, args)
         );
         header(args, n, "commhal");
     }
@@ -428,7 +441,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
                 ip,
                 kernel,
             };
-            if rank0 {
+            if print {
                 let tag = if which == Impl::Commhal {
                     ""
                 } else {
@@ -444,7 +457,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         }
     }
     comm.sync("the end of the benchmark")?;
-    if rank0 && !theirs.is_empty() {
+    if print && !theirs.is_empty() {
         header(args, n, "NCCL");
         for r in &theirs {
             println!("{}", fmt_row(args, r));
@@ -470,4 +483,585 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     }
     drop(nccl);
     Ok((ours, theirs, any_wrong))
+}
+
+/// Write the input pattern once, for the largest size (every size uses a prefix).
+fn write_inputs(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<()> {
+    let cap_elems = comm.capacity() / args.dtype.size();
+    let input = check::input_bytes(args.dtype, comm.rank(), cap_elems);
+    comm.input().write(0, &input)?;
+    drop(input);
+    boot.barrier()?;
+    Ok(())
+}
+
+/// Where `comm`'s thresholds come from (the same resolution `Comm::new` made).
+fn provenance(comm: &Comm, args: &Args) -> String {
+    let gpu = comm.context().name().unwrap_or_default();
+    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    match tuning::resolve(&gpu, comm.size(), 1, args.ll_max, timeout) {
+        Ok((_, p)) => p.to_string(),
+        Err(e) => format!("? ({e})"),
+    }
+}
+
+/// What one rank's benchmark produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// commhal's rows.
+    pub ours: Vec<Row>,
+    /// NCCL's rows (empty without `--compare nccl` or when NCCL is missing).
+    pub theirs: Vec<Row>,
+    /// Whether any result was wrong.
+    pub wrong: bool,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub nranks: u32,
+    /// The driver's device name.
+    pub device: String,
+    /// Tuning in effect.
+    pub tuning: Tuning,
+}
+
+/// The bootstrap of this process: the launcher's (`commhal launch`, or `commhal bench
+/// --ranks N` which starts one), else a one-rank world.
+pub fn bootstrap_from_env() -> Result<Box<dyn Bootstrap>> {
+    Ok(match LaunchEnv::detect()? {
+        Some(_) => Box::new(TcpBootstrap::from_env()?),
+        None => Box::new(
+            InProcBootstrap::create(1)
+                .pop()
+                .ok_or_else(|| CollError::invalid("no in-process bootstrap"))?,
+        ),
+    })
+}
+
+/// This rank's GPU: `COMMHAL_LOCAL_RANK` (else the rank) modulo the device count.
+pub fn local_device(boot: &dyn Bootstrap) -> Result<u32> {
+    let ndev = commhal_cuda_rt::driver::device_count()?;
+    if ndev == 0 {
+        return Err(commhal_cuda_rt::CudaError::NoDevice(
+            "the driver reports 0 CUDA devices (check CUDA_VISIBLE_DEVICES and nvidia-smi)".into(),
+        )
+        .into());
+    }
+    let local = std::env::var("COMMHAL_LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .unwrap_or(boot.rank());
+    Ok(local % ndev)
+}
+
+/// Bytes of input and of output the benchmark registers: the largest size's buffers
+/// (`count` is the whole buffer for every collective: all-gather's output,
+/// reduce-scatter's and all-to-all's input).
+pub fn capacity_for(args: &Args, n: u32) -> u64 {
+    let (count, _) = cli::counts(args.collective, args.max_bytes, args.dtype, n);
+    count * args.dtype.size()
+}
+
+/// The whole benchmark on this rank: pick the GPU, set up the [`Comm`], [`run`],
+/// write `--json` (rank 0), then a barrier so no rank leaves early.
+pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
+    let device = local_device(boot)?;
+    let n = boot.size();
+    let comm = Comm::new(
+        boot,
+        device,
+        capacity_for(args, n),
+        args.ll_max,
+        Duration::from_millis(args.timeout_ms.max(1)),
+    )?;
+    let (ours, theirs, wrong) = run(args, boot, &comm)?;
+    let out = Outcome {
+        ours,
+        theirs,
+        wrong,
+        rank: comm.rank(),
+        nranks: n,
+        device: comm.context().name().unwrap_or_default(),
+        tuning: comm.tuning(),
+    };
+    if out.rank == 0
+        && let Some(path) = &args.json
+    {
+        let text = serde_json::to_string_pretty(&json_doc(args, &out))
+            .map_err(|e| CollError::invalid(format!("JSON: {e}")))?;
+        if let Err(e) = std::fs::write(path, text) {
+            eprintln!("commhal-gpu-bench: writing {}: {e}", path.display());
+        }
+    }
+    boot.barrier()?;
+    Ok(out)
+}
+
+/// The JSON document of a run (what `--json` writes).
+pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
+    serde_json::json!({
+        "collective": args.collective,
+        "dtype": args.dtype,
+        "nranks": out.nranks,
+        "graph": args.graph,
+        "device": out.device,
+        "tuning": format!("{:?}", out.tuning),
+        "commhal": out.ours,
+        "nccl": out.theirs,
+    })
+}
+
+/// Largest all-reduce the tuner times with the LL kernel.
+pub const TUNE_LL_MAX: u64 = 4 << 20;
+/// Largest per-rank chunk the tuner times with the LL all-gather / reduce-scatter.
+pub const TUNE_LL_CHUNK_MAX: u64 = 1 << 20;
+/// Smallest all-reduce the tuner times with the push kernel.
+pub const TUNE_PUSH_MIN: u64 = 1 << 20;
+
+/// One kernel choice the tuner times.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    name: &'static str,
+    kernel: Kernel,
+    forced: Forced,
+    /// Whether it runs at (total bytes, per-rank chunk bytes).
+    applies: fn(u64, u64) -> bool,
+}
+
+/// The collectives `commhal tune` sweeps by default (the ones with a choice).
+pub const TUNED: [Collective; 4] = [
+    Collective::Allreduce,
+    Collective::Allgather,
+    Collective::Reducescatter,
+    Collective::Broadcast,
+];
+
+/// The candidates of `coll` on `n` ranks, from the small-message kernel to the large
+/// one (empty: nothing to choose).
+fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
+    let f = Forced::default();
+    match coll {
+        Collective::Allreduce => vec![
+            Candidate {
+                name: "ll",
+                kernel: Kernel::AllreduceLl,
+                forced: Forced {
+                    ll_max: Some(TUNE_LL_MAX),
+                    push_min: Some(0),
+                    ..f
+                },
+                applies: |b, _| b <= TUNE_LL_MAX && b.is_multiple_of(8),
+            },
+            Candidate {
+                name: "two-shot",
+                kernel: Kernel::Allreduce2Shot,
+                forced: Forced {
+                    ll_max: Some(0),
+                    push_min: Some(0),
+                    ..f
+                },
+                applies: |_, _| true,
+            },
+            Candidate {
+                name: "push",
+                kernel: Kernel::AllreducePush,
+                forced: Forced {
+                    ll_max: Some(0),
+                    push_min: Some(1),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_PUSH_MIN,
+            },
+        ],
+        Collective::Allgather | Collective::Reducescatter => {
+            let (ll, direct) = if coll == Collective::Allgather {
+                (Kernel::AllgatherLl, Kernel::Allgather)
+            } else {
+                (Kernel::ReducescatterLl, Kernel::Reducescatter)
+            };
+            vec![
+                Candidate {
+                    name: "ll",
+                    kernel: ll,
+                    forced: Forced {
+                        ll_max: Some(TUNE_LL_CHUNK_MAX),
+                        ll_chunk_max: Some(TUNE_LL_CHUNK_MAX),
+                        ..f
+                    },
+                    applies: |_, c| c > 0 && c <= TUNE_LL_CHUNK_MAX && c.is_multiple_of(8),
+                },
+                Candidate {
+                    name: "direct",
+                    kernel: direct,
+                    forced: Forced {
+                        ll_chunk_max: Some(0),
+                        ..f
+                    },
+                    applies: |_, c| c > 0,
+                },
+            ]
+        }
+        Collective::Broadcast if n >= 3 => vec![
+            Candidate {
+                name: "direct",
+                kernel: Kernel::Broadcast,
+                forced: Forced {
+                    bcast_sf_min: Some(u64::MAX),
+                    ..f
+                },
+                applies: |_, _| true,
+            },
+            Candidate {
+                name: "scatter-forward",
+                kernel: Kernel::BroadcastSf,
+                forced: Forced {
+                    bcast_sf_min: Some(0),
+                    ..f
+                },
+                applies: |b, _| b >= 16,
+            },
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// One collective's tuner sweep (µs: mean over ranks of each rank's median,
+/// out-of-place; `None`: the candidate does not run at that size, or its result was
+/// wrong).
+#[derive(Debug, Clone, Serialize)]
+pub struct Sweep {
+    /// The collective.
+    pub collective: Collective,
+    /// Candidate names, small-message kernel first.
+    pub candidates: Vec<&'static str>,
+    /// Total bytes per size.
+    pub sizes: Vec<u64>,
+    /// Per-rank chunk bytes per size (= `sizes` for whole-buffer collectives).
+    pub chunks: Vec<u64>,
+    /// `times[size][candidate]`.
+    pub times: Vec<Vec<Option<f64>>>,
+    /// The kernel chosen per size ([`tuning::assign`]; all-gather and reduce-scatter
+    /// alone — their shared threshold weighs both).
+    pub choice: Vec<Option<usize>>,
+}
+
+/// What the tuner produced (the same on every rank).
+#[derive(Debug)]
+pub struct TuneOutcome {
+    /// One sweep per collective that has a choice at this rank count.
+    pub sweeps: Vec<Sweep>,
+    /// Thresholds derived from them.
+    pub derived: Derived,
+    /// Whether any candidate's result was wrong (do not write the file then).
+    pub wrong: bool,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub nranks: u32,
+    /// The driver's device name.
+    pub device: String,
+}
+
+/// The tuner on this rank: for each of `colls` (every rank passes the same), one
+/// [`Comm`] per candidate kernel (forced through [`tuning::with_forced`]), then per
+/// size every candidate that applies, alternating, with the benchmark's checked run
+/// and timing (`args`' sizes, iterations, `-G`, `-c`; out-of-place). Rank 0 prints a
+/// table per collective. Needs ≥ 2 ranks.
+pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<TuneOutcome> {
+    let n = boot.size();
+    if n < 2 {
+        return Err(CollError::invalid(
+            "the tuner needs at least 2 ranks (one process per GPU): pass --ranks 2 or more, or run under `commhal launch -n N`",
+        ));
+    }
+    let device = local_device(boot)?;
+    let rank0 = boot.rank() == 0;
+    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let es = args.dtype.size();
+    let mut sweeps = Vec::new();
+    let mut wrong = false;
+    let mut gpu = String::new();
+    for &coll in colls {
+        let cands = candidates(coll, n);
+        if cands.len() < 2 {
+            if rank0 {
+                println!(
+                    "# tune {}: one kernel at {n} ranks, nothing to choose",
+                    coll.name()
+                );
+            }
+            continue;
+        }
+        let a = Args {
+            collective: coll,
+            root: 0,
+            ..args.clone()
+        };
+        let cap = capacity_for(&a, n);
+        let mut comms = Vec::new();
+        for c in &cands {
+            comms.push(tuning::with_forced(c.forced, || {
+                Comm::new(boot, device, cap, None, timeout)
+            })?);
+        }
+        for comm in &comms {
+            write_inputs(&a, boot, comm)?;
+        }
+        gpu = comms[0].context().name().unwrap_or_default();
+        let mut benches = Vec::new();
+        for comm in &comms {
+            benches.push(Bench {
+                gate: std::cell::RefCell::new(Gate::new(comm.context())?),
+                args: &a,
+                boot,
+                comm,
+                nccl: None,
+            });
+        }
+        if rank0 {
+            println!("#");
+            println!(
+                "# tune {}: {} {n} ranks, {gpu}, graph={}: µs per launch (out-of-place, mean of the ranks' medians)",
+                coll.name(),
+                a.dtype.name(),
+                a.graph
+            );
+            let names: Vec<String> = cands.iter().map(|c| format!("{:>16}", c.name)).collect();
+            println!("# {:>10} {:>10} {}", "size", "chunk", names.join(" "));
+        }
+        let mut sweep = Sweep {
+            collective: coll,
+            candidates: cands.iter().map(|c| c.name).collect(),
+            sizes: Vec::new(),
+            chunks: Vec::new(),
+            times: Vec::new(),
+            choice: Vec::new(),
+        };
+        for bytes in cli::sizes(a.min_bytes, a.max_bytes, a.step_factor) {
+            let (count, per) = cli::counts(coll, bytes, a.dtype, n);
+            if count == 0 {
+                continue;
+            }
+            let (size_bytes, chunk) = (count * es, per * es);
+            let iters = cli::iters_for(size_bytes, a.iters, a.max_bytes_per_size);
+            let launch_count = if coll.count_is_per_rank() { per } else { count };
+            let mut row = Vec::new();
+            for (c, b) in cands.iter().zip(&benches) {
+                if !(c.applies)(size_bytes, chunk) {
+                    row.push(None);
+                    continue;
+                }
+                let (k, _, _) = b.comm.plan(coll, a.dtype, launch_count);
+                if k != kernel_name(c.kernel, a.dtype) {
+                    return Err(CollError::invalid(format!(
+                        "tuner: candidate {} of {} planned {k} at {size_bytes} B (a tuner bug: the forced thresholds do not select {})",
+                        c.name,
+                        coll.name(),
+                        kernel_name(c.kernel, a.dtype)
+                    )));
+                }
+                let cell = b.cell(Impl::Commhal, size_bytes, count, per, false, iters)?;
+                if cell.wrong > 0 {
+                    wrong = true;
+                    if rank0 {
+                        println!(
+                            "# WRONG: {} {} at {size_bytes} B: {} wrong elements",
+                            coll.name(),
+                            c.name,
+                            cell.wrong
+                        );
+                    }
+                    row.push(None);
+                } else {
+                    row.push(Some(cell.time_us));
+                }
+            }
+            if rank0 {
+                let cells: Vec<String> = row
+                    .iter()
+                    .map(|t| match t {
+                        Some(t) => format!("{t:>16.2}"),
+                        None => format!("{:>16}", "-"),
+                    })
+                    .collect();
+                println!("{size_bytes:12} {chunk:10} {}", cells.join(" "));
+            }
+            sweep.sizes.push(size_bytes);
+            sweep.chunks.push(chunk);
+            sweep.times.push(row);
+        }
+        for comm in &comms {
+            comm.sync("the end of the tuner sweep")?;
+        }
+        sweep.choice = tuning::assign(&sweep.times);
+        if rank0 {
+            println!("# {}: {}", coll.name(), describe_choice(&sweep));
+        }
+        sweeps.push(sweep);
+        drop(benches);
+        drop(comms);
+        boot.barrier()?;
+    }
+    let derived = derive(&sweeps);
+    if rank0 {
+        println!("#");
+        println!("# derived (bytes; None: not measured, the old value stays): {derived:?}");
+    }
+    Ok(TuneOutcome {
+        sweeps,
+        derived,
+        wrong,
+        rank: boot.rank(),
+        nranks: n,
+        device: gpu,
+    })
+}
+
+/// Thresholds from the sweeps (all-gather and reduce-scatter share one).
+pub fn derive(sweeps: &[Sweep]) -> Derived {
+    let mut d = Derived::default();
+    let find = |c: Collective| sweeps.iter().find(|s| s.collective == c);
+    if let Some(s) = find(Collective::Allreduce) {
+        d.allreduce(&s.sizes, &s.times);
+    }
+    if let Some(s) = find(Collective::Broadcast) {
+        d.broadcast(&s.sizes, &s.times);
+    }
+    let (ag, rs) = (find(Collective::Allgather), find(Collective::Reducescatter));
+    match (ag, rs) {
+        (Some(a), Some(r)) if a.chunks == r.chunks => {
+            d.gather_scatter(&a.chunks, Some(&a.times), Some(&r.times))
+        }
+        // different sweeps (not with one tuner run): all-gather alone decides
+        (Some(a), _) => d.gather_scatter(&a.chunks, Some(&a.times), None),
+        (None, Some(r)) => d.gather_scatter(&r.chunks, None, Some(&r.times)),
+        (None, None) => {}
+    }
+    d
+}
+
+/// `ll up to 131072 B, two-shot up to 16777216 B, push from 33554432 B`.
+pub fn describe_choice(s: &Sweep) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut runs: Vec<(usize, u64, u64)> = Vec::new();
+    for (size, ch) in s.sizes.iter().zip(&s.choice) {
+        let Some(c) = ch else { continue };
+        match runs.last_mut() {
+            Some((k, _, hi)) if k == c => *hi = *size,
+            _ => runs.push((*c, *size, *size)),
+        }
+    }
+    for (c, lo, hi) in runs {
+        let name = s.candidates.get(c).copied().unwrap_or("?");
+        parts.push(format!("{name} {lo}..{hi} B"));
+    }
+    if parts.is_empty() {
+        "nothing measured".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_run_from_small_to_large_kernels() {
+        let names = |c, n| candidates(c, n).iter().map(|c| c.name).collect::<Vec<_>>();
+        assert_eq!(names(Collective::Allreduce, 4), ["ll", "two-shot", "push"]);
+        assert_eq!(names(Collective::Allgather, 2), ["ll", "direct"]);
+        assert_eq!(names(Collective::Reducescatter, 8), ["ll", "direct"]);
+        assert_eq!(
+            names(Collective::Broadcast, 3),
+            ["direct", "scatter-forward"]
+        );
+        assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
+        for c in [
+            Collective::Reduce,
+            Collective::Alltoall,
+            Collective::Sendrecv,
+        ] {
+            assert!(names(c, 4).is_empty());
+        }
+        let ar = candidates(Collective::Allreduce, 4);
+        assert!((ar[0].applies)(TUNE_LL_MAX, 0) && !(ar[0].applies)(TUNE_LL_MAX + 8, 0));
+        assert!(!(ar[0].applies)(1028, 0), "LL needs 8-byte multiples");
+        assert!(!(ar[2].applies)(TUNE_PUSH_MIN - 1, 0) && (ar[2].applies)(TUNE_PUSH_MIN, 0));
+        assert_eq!(ar[1].forced.ll_max, Some(0), "two-shot: never LL");
+        assert_eq!(ar[1].forced.push_min, Some(0), "two-shot: never push");
+        let ag = candidates(Collective::Allgather, 4);
+        assert!(
+            (ag[0].applies)(0, TUNE_LL_CHUNK_MAX) && !(ag[0].applies)(0, 2 * TUNE_LL_CHUNK_MAX)
+        );
+        assert!(
+            ag[0].forced.ll_max >= ag[0].forced.ll_chunk_max,
+            "the LL chunk is capped at ll_max"
+        );
+    }
+
+    fn sweep(c: Collective, sizes: &[u64], chunks: &[u64], times: &[&[f64]]) -> Sweep {
+        let times: Vec<Vec<Option<f64>>> = times
+            .iter()
+            .map(|r| r.iter().map(|&t| (t > 0.0).then_some(t)).collect())
+            .collect();
+        Sweep {
+            collective: c,
+            candidates: candidates(c, 4).iter().map(|c| c.name).collect(),
+            sizes: sizes.to_vec(),
+            chunks: chunks.to_vec(),
+            choice: tuning::assign(&times),
+            times,
+        }
+    }
+
+    #[test]
+    fn thresholds_from_synthetic_sweeps() {
+        let k = 1024u64;
+        let ar = sweep(
+            Collective::Allreduce,
+            &[64 * k, 256 * k, 1024 * k, 32 * k * k],
+            &[64 * k, 256 * k, 1024 * k, 32 * k * k],
+            &[
+                &[8.0, 10.0, 0.0],
+                &[12.0, 12.5, 0.0],
+                &[30.0, 16.0, 18.0],
+                &[0.0, 100.0, 92.0],
+            ],
+        );
+        assert_eq!(
+            describe_choice(&ar),
+            "ll 65536..262144 B, two-shot 1048576..1048576 B, push 33554432..33554432 B"
+        );
+        // chunks are a quarter of the size on 4 ranks
+        let ag = sweep(
+            Collective::Allgather,
+            &[4 * k, 64 * k, 1024 * k],
+            &[k, 16 * k, 256 * k],
+            &[&[5.0, 8.0], &[6.0, 8.0], &[30.0, 14.0]],
+        );
+        let rs = sweep(
+            Collective::Reducescatter,
+            &[4 * k, 64 * k, 1024 * k],
+            &[k, 16 * k, 256 * k],
+            &[&[5.0, 8.0], &[9.0, 8.0], &[30.0, 14.0]],
+        );
+        let bc = sweep(
+            Collective::Broadcast,
+            &[64 * k, 1024 * k],
+            &[64 * k, 1024 * k],
+            &[&[10.0, 12.0], &[40.0, 30.0]],
+        );
+        let d = derive(&[ar.clone(), ag.clone(), rs.clone(), bc]);
+        assert_eq!(d.allreduce_ll_max, Some(256 * k));
+        assert_eq!(d.allreduce_push_min, Some(32 * k * k));
+        // all-gather alone: LL to 16K; with reduce-scatter (loses at 16K by 12.5%,
+        // all-gather wins by 25%): the sum still keeps LL to 16K
+        assert_eq!(d.ll_chunk_max, Some(16 * k));
+        assert_eq!(d.broadcast_sf_min, Some(1024 * k));
+        let d = derive(&[rs]);
+        assert_eq!(d.ll_chunk_max, Some(k), "reduce-scatter alone: LL to 1K");
+        let d = derive(&[ar]);
+        assert_eq!((d.ll_chunk_max, d.broadcast_sf_min), (None, None));
+        assert_eq!(derive(&[]), Derived::default());
+    }
 }

@@ -195,6 +195,9 @@ pub struct Args {
     /// Device wait bound in milliseconds (a peer that never arrives → error, not a hang).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
+    #[arg(skip = true)]
+    pub print_tables: bool,
 }
 
 /// `"1K"` → 1024, `"64M"`, `"1G"`, plain bytes; case-insensitive, optional `B`/`iB`.

@@ -726,6 +726,57 @@ impl Derived {
     }
 }
 
+/// The file the tuner writes: `existing` (the `--out` file's text and name, when it
+/// exists; it must name this GPU) or else the embedded file for `gpu` (a new file
+/// naming only `gpu` when none does), with `[ranks.n]` replaced by `derived` applied
+/// to its current (or nearest) section. Other sections are kept as they are.
+pub fn merged(
+    existing: Option<(&str, &str)>,
+    gpu: &str,
+    n: u32,
+    derived: &Derived,
+    meta: &Meta,
+) -> Result<TuningFile> {
+    if gpu.trim().is_empty() {
+        return Err(CollError::invalid(
+            "the driver gave no GPU name: cannot say which GPUs the tuning applies to",
+        ));
+    }
+    if !(1..=layout::MAX_RANKS as u32).contains(&n) {
+        return Err(CollError::invalid(format!(
+            "{n} ranks: a tuning section covers 1..={} ranks",
+            layout::MAX_RANKS
+        )));
+    }
+    let mut file = match existing {
+        Some((text, origin)) => {
+            let f = TuningFile::parse(text, origin)?;
+            if f.matches(gpu).is_none() {
+                return Err(CollError::invalid(format!(
+                    "{origin} is for GPUs {:?}, this GPU is `{gpu}`: write to another --out (a new file for this GPU), or add a prefix of its name to `gpu` there",
+                    f.gpu
+                )));
+            }
+            f
+        }
+        None => {
+            let (_, f, matched) = embedded_for(gpu)?;
+            if matched {
+                f
+            } else {
+                let base = f.section(n).1.clone();
+                TuningFile {
+                    gpu: vec![gpu.trim().to_string()],
+                    ranks: [(n, base)].into(),
+                }
+            }
+        }
+    };
+    let base = file.section(n).1.clone();
+    file.ranks.insert(n, derived.apply(&base, meta));
+    Ok(file)
+}
+
 /// What the tuner records about its run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Meta {
@@ -1128,6 +1179,53 @@ mod tests {
         let back = TuningFile::parse(&text, "r").unwrap();
         assert_eq!(back.ranks[&4], s, "quotes in the command survive");
         assert_eq!(back.ranks[&2], f.ranks[&2]);
+    }
+
+    #[test]
+    fn merging_keeps_other_sections_and_checks_the_gpu() {
+        let d = Derived {
+            allreduce_ll_max: Some(65536),
+            ..Derived::default()
+        };
+        let meta = Meta {
+            gpu_name: "NVIDIA H200".into(),
+            date: "2026-12-01".into(),
+            command: "commhal tune --backend cuda-nvlink --ranks 2 --out x.toml".into(),
+            sweep: "1K..256M x2".into(),
+        };
+        // no --out file yet: the embedded file, one section replaced
+        let f = merged(None, "NVIDIA H200", 2, &d, &meta).unwrap();
+        let e = TuningFile::parse(EMBEDDED[0].1, "e").unwrap();
+        assert_eq!(f.gpu, e.gpu);
+        assert!(f.ranks[&2].tuned && f.ranks[&2].allreduce_ll_max == 65536);
+        assert_eq!(f.ranks[&4], e.ranks[&4]);
+        assert_eq!(f.ranks[&8], e.ranks[&8]);
+        // a second run for 4 ranks on top of the first run's file keeps [ranks.2]
+        let text = f.render();
+        let g = merged(Some((&text, "x.toml")), "NVIDIA H200", 4, &d, &meta).unwrap();
+        assert_eq!(g.ranks[&2], f.ranks[&2]);
+        assert!(g.ranks[&4].tuned);
+        // a rank count without a section gets one, seeded from the nearest
+        let h = merged(Some((&text, "x.toml")), "NVIDIA H200", 3, &d, &meta).unwrap();
+        assert_eq!(h.ranks.len(), 4);
+        assert_eq!(
+            h.ranks[&3].allgather_reducescatter_ll_chunk_max,
+            e.ranks[&4].allgather_reducescatter_ll_chunk_max
+        );
+        // another GPU's file is refused; an unknown GPU without a file gets a new one
+        let err = merged(Some((&text, "x.toml")), "NVIDIA A100", 2, &d, &meta)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("x.toml is for GPUs") && err.contains("another --out"),
+            "{err}"
+        );
+        let k = merged(None, "NVIDIA A100-SXM4-80GB", 2, &d, &meta).unwrap();
+        assert_eq!(k.gpu, vec!["NVIDIA A100-SXM4-80GB".to_string()]);
+        assert_eq!(k.ranks.keys().copied().collect::<Vec<_>>(), vec![2]);
+        assert!(TuningFile::parse(&k.render(), "k").is_ok());
+        assert!(merged(None, " ", 2, &d, &meta).is_err());
+        assert!(merged(None, "NVIDIA H200", 9, &d, &meta).is_err());
     }
 
     #[test]
