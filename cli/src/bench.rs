@@ -8,6 +8,9 @@
 //! Rank 0 prints the nccl-tests table (or `--json` / `--csv`) and can draw `--plot`.
 //! busbw factors (PERFORMANCE.md): allreduce 2(n−1)/n; allgather, reducescatter,
 //! alltoall (n−1)/n; broadcast, reduce, sendrecv 1.
+//!
+//! `--backend cuda-nvlink` runs the GPU collectives' benchmark instead (one process
+//! per GPU, `--compare nccl`, `-G`): see [`crate::gpu`].
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,9 +44,10 @@ pub struct BenchArgs {
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: u32,
-    /// Data type (f32, f16, bf16, f64, i32, ...).
-    #[arg(short = 'd', long = "datatype", default_value = "f32")]
-    pub dtype: String,
+    /// Data type (f32, f16, bf16, f64, i32, ...) [default: f32; half with --backend
+    /// cuda-nvlink].
+    #[arg(short = 'd', long = "datatype")]
+    pub dtype: Option<String>,
     /// Reduction op (sum, prod, min, max, avg).
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: String,
@@ -68,9 +72,61 @@ pub struct BenchArgs {
     /// Split the ranks into K virtual nodes (cross-node traffic on port channels).
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
-    /// Start N ranks (as `commhal launch -n N`) when not already under a launcher.
+    /// Start N ranks (as `commhal launch -n N`) when not already under a launcher
+    /// (with --backend cuda-nvlink: one per GPU, default every visible GPU).
     #[arg(long)]
     pub ranks: Option<u32>,
+    /// `cuda-nvlink`: benchmark the GPU collectives (one process per GPU) instead of
+    /// the host Communicator; another name is the same as `--backends NAME`.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// (cuda-nvlink) Also run NCCL on the same buffers in the same processes,
+    /// alternating with commhal per size; prints both tables and the time ratio.
+    #[arg(long, value_enum)]
+    pub compare: Option<commhal_cuda_coll::cli::Compare>,
+    /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one graph).
+    #[arg(short = 'G', long = "graph")]
+    pub graph: bool,
+    /// (cuda-nvlink) Queue timed launches behind a host-released stream wait (1) or
+    /// launch as the host goes (0) [default: 1].
+    #[arg(long)]
+    pub gate: Option<u32>,
+    /// (cuda-nvlink) Largest all-reduce done with the one-shot LL kernel (overrides
+    /// the tuning file).
+    #[arg(long)]
+    pub ll_max: Option<String>,
+    /// (cuda-nvlink) Device wait bound in milliseconds [default: 10000].
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// (cuda-nvlink) Cap on bytes moved per size (iterations shrink) [default: 16G].
+    #[arg(long)]
+    pub max_bytes_per_size: Option<String>,
+}
+
+impl BenchArgs {
+    /// GPU-only flags given (named), for the error on host backends.
+    pub(crate) fn gpu_flags(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.compare.is_some() {
+            v.push("--compare");
+        }
+        if self.graph {
+            v.push("-G");
+        }
+        if self.gate.is_some() {
+            v.push("--gate");
+        }
+        if self.ll_max.is_some() {
+            v.push("--ll-max");
+        }
+        if self.timeout_ms.is_some() {
+            v.push("--timeout-ms");
+        }
+        if self.max_bytes_per_size.is_some() {
+            v.push("--max-bytes-per-size");
+        }
+        v
+    }
 }
 
 /// One measured row.
@@ -110,8 +166,31 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Entry point.
 pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
+    let named;
+    let cli_backends = match args.backend.as_deref() {
+        Some(b) if crate::gpu::is_gpu_backend(b) => return crate::gpu::bench(args, cli_backends),
+        Some(b) => {
+            crate::gpu::refuse_other_cuda(b)?;
+            if cli_backends.is_some() {
+                return Err(format!(
+                    "bench: --backend {b} and --backends both given: use one of them"
+                ));
+            }
+            named = [b.to_string()];
+            Some(&named[..])
+        }
+        None => cli_backends,
+    };
+    let gpu_only = args.gpu_flags();
+    if !gpu_only.is_empty() {
+        return Err(format!(
+            "bench: {}: for the GPU collectives only; add --backend cuda-nvlink",
+            gpu_only.join(", ")
+        ));
+    }
     let coll = Collective::from_name(&args.collective).map_err(|e| e.to_string())?;
-    let dtype = DataType::from_name(&args.dtype).map_err(|e| e.to_string())?;
+    let dtype =
+        DataType::from_name(args.dtype.as_deref().unwrap_or("f32")).map_err(|e| e.to_string())?;
     let op = RedOp::from_name(&args.op).map_err(|e| e.to_string())?;
     let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
     if lo > hi || args.factor < 2 || args.iters == 0 {
@@ -639,28 +718,86 @@ fn print_table(comm: &Communicator, coll: Collective, args: &BenchArgs, rows: &[
 
 /// A two-panel SVG: busbw and time against size (log x), one line per placement.
 fn svg(coll: Collective, n: u32, rows: &[Row]) -> String {
+    let pts = |f: fn(&Row) -> (f64, f64)| -> Vec<Point> {
+        rows.iter()
+            .map(|r| {
+                let (busbw, us) = f(r);
+                Point {
+                    size: r.size,
+                    busbw,
+                    us,
+                }
+            })
+            .collect()
+    };
+    let series = [
+        Series {
+            name: "out-of-place".into(),
+            color: "#1f77b4",
+            points: pts(|r| (r.oop_busbw, r.oop_us)),
+        },
+        Series {
+            name: "in-place".into(),
+            color: "#d62728",
+            points: pts(|r| (r.ip_busbw, r.ip_us)),
+        },
+    ];
+    let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect();
+    svg_series(&format!("{} {} ranks", coll.name(), n), &sizes, &series)
+}
+
+/// One point of a plotted line (non-finite values are left out).
+#[derive(Debug, Clone, Copy)]
+pub struct Point {
+    /// Bytes.
+    pub size: u64,
+    /// GB/s.
+    pub busbw: f64,
+    /// µs.
+    pub us: f64,
+}
+
+/// One line of a plot.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend.
+    pub name: String,
+    /// SVG colour.
+    pub color: &'static str,
+    /// Points, by size.
+    pub points: Vec<Point>,
+}
+
+/// A two-panel SVG: busbw and time against size (log x), one line per series; the x
+/// labels are `sizes`.
+pub fn svg_series(title: &str, sizes: &[u64], series: &[Series]) -> String {
     let (w, h, pad) = (900.0, 360.0, 60.0);
-    let xs: Vec<f64> = rows.iter().map(|r| (r.size.max(1) as f64).log2()).collect();
+    let lx = |s: u64| (s.max(1) as f64).log2();
+    let xs: Vec<f64> = sizes.iter().map(|&s| lx(s)).collect();
     let (x0, x1) = (
         xs.iter().copied().fold(f64::INFINITY, f64::min),
         xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
     );
     let span = if x1 > x0 { x1 - x0 } else { 1.0 };
+    let legend_w = series
+        .iter()
+        .map(|s| 7.0 * s.name.len() as f64)
+        .fold(100.0, f64::max);
     let mut out = format!(
         "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
         2.0 * h
     );
-    type Pick = fn(&Row) -> f64;
-    let panels: [(&str, Pick, Pick, bool); 2] = [
-        ("busbw (GB/s)", |r| r.oop_busbw, |r| r.ip_busbw, false),
-        ("time (us, log)", |r| r.oop_us, |r| r.ip_us, true),
+    type Pick = fn(&Point) -> f64;
+    let panels: [(&str, Pick, bool); 2] = [
+        ("busbw (GB/s)", |p| p.busbw, false),
+        ("time (us, log)", |p| p.us, true),
     ];
-    for (p, (label, oop, ip, logy)) in panels.iter().enumerate() {
+    for (p, (label, pick, logy)) in panels.iter().enumerate() {
         let top = p as f64 * h;
         let tf = |v: f64| if *logy { v.max(1e-3).log10() } else { v };
-        let vals: Vec<f64> = rows
+        let vals: Vec<f64> = series
             .iter()
-            .flat_map(|r| [oop(r), ip(r)])
+            .flat_map(|s| s.points.iter().map(pick))
             .filter(|v| v.is_finite())
             .map(tf)
             .collect();
@@ -677,43 +814,38 @@ fn svg(coll: Collective, n: u32, rows: &[Row]) -> String {
         let px = |x: f64| pad + (x - x0) / span * (w - 2.0 * pad);
         let py = |y: f64| top + h - pad - (tf(y) - y0) / (y1 - y0) * (h - 2.0 * pad);
         out += &format!(
-            "<text x='{}' y='{}'>{} {} ranks: {label}</text>\n<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{pad}' y1='{}' x2='{pad}' y2='{}' stroke='black'/>\n",
+            "<text x='{}' y='{}'>{title}: {label}</text>\n<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{pad}' y1='{}' x2='{pad}' y2='{}' stroke='black'/>\n",
             pad,
             top + 20.0,
-            coll.name(),
-            n,
             top + h - pad,
             w - pad,
             top + h - pad,
             top + pad,
             top + h - pad
         );
-        for (r, x) in rows.iter().zip(&xs) {
+        for (&s, x) in sizes.iter().zip(&xs) {
             out += &format!(
                 "<text x='{}' y='{}' text-anchor='middle' font-size='9'>{}</text>\n",
                 px(*x),
                 top + h - pad + 14.0,
-                human(r.size)
+                human(s)
             );
         }
-        for (k, (pick, color, name)) in [
-            (oop, "#1f77b4", "out-of-place"),
-            (ip, "#d62728", "in-place"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let pts: Vec<String> = rows
+        for (k, s) in series.iter().enumerate() {
+            let pts: Vec<String> = s
+                .points
                 .iter()
-                .zip(&xs)
-                .filter(|(r, _)| pick(r).is_finite())
-                .map(|(r, x)| format!("{:.1},{:.1}", px(*x), py(pick(r))))
+                .filter(|q| pick(q).is_finite())
+                .map(|q| format!("{:.1},{:.1}", px(lx(q.size)), py(pick(q))))
                 .collect();
             out += &format!(
-                "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>\n<text x='{}' y='{}' fill='{color}'>{name}</text>\n",
+                "<polyline fill='none' stroke='{}' stroke-width='2' points='{}'/>\n<text x='{}' y='{}' fill='{}'>{}</text>\n",
+                s.color,
                 pts.join(" "),
-                w - pad - 100.0,
-                top + 20.0 + 14.0 * k as f64
+                w - pad - legend_w,
+                top + 20.0 + 14.0 * k as f64,
+                s.color,
+                s.name
             );
         }
         let ylab = if *logy {
@@ -730,7 +862,7 @@ fn svg(coll: Collective, n: u32, rows: &[Row]) -> String {
     out
 }
 
-fn human(b: u64) -> String {
+pub fn human(b: u64) -> String {
     match b {
         b if b >= 1 << 30 && b.is_multiple_of(1 << 30) => format!("{}G", b >> 30),
         b if b >= 1 << 20 && b.is_multiple_of(1 << 20) => format!("{}M", b >> 20),

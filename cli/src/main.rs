@@ -1,6 +1,7 @@
 //! `commhal`: inspect backends, launch ranks, run the conformance suite and benchmarks.
 
 mod bench;
+mod gpu;
 mod info;
 mod launch;
 
@@ -25,7 +26,12 @@ enum Cmd {
     /// Start N local ranks of a command, with rank variables set.
     Launch(launch::LaunchArgs),
     /// Benchmark a collective (nccl-tests table); run under `launch` or with --ranks.
+    /// `--backend cuda-nvlink`: the GPU collectives, one process per GPU, optionally
+    /// against NCCL (`--compare nccl`).
     Bench(bench::BenchArgs),
+    /// Time every candidate GPU kernel per size and write the kernel-choice
+    /// thresholds (algorithms/tuning/gpu-cuda-*.toml) for this rank count.
+    Tune(gpu::TuneArgs),
     /// Run the conformance suite against one backend (ranks as processes).
     Conformance(commhal_conformance::ConformanceArgs),
 }
@@ -48,6 +54,7 @@ fn main() {
         Cmd::Info(a) => info::run(a, cli_backends(&cli)),
         Cmd::Launch(a) => launch::run(a),
         Cmd::Bench(a) => bench::run(a, cli_backends(&cli)),
+        Cmd::Tune(a) => gpu::tune(a),
         Cmd::Conformance(a) => Ok(commhal_conformance::cli_main(a.clone())),
     };
     match result {

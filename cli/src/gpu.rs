@@ -1,0 +1,761 @@
+//! The GPU collectives (commhal-cuda-coll) behind `commhal bench --backend
+//! cuda-nvlink` and `commhal tune`.
+//!
+//! Both run one process per GPU: under `commhal launch -n N -- commhal ...`, or started
+//! by the command itself with `--ranks N` (default: every visible GPU) through the
+//! same launcher (`crate::launch`), which is also how `commhal conformance --backend
+//! cuda-nvlink --ranks N` gets its GPU ranks. Every rank runs
+//! [`commhal_cuda_coll::bench::run_rank`] / [`commhal_cuda_coll::bench::tune`], the
+//! loops `commhal-gpu-bench` runs too; rank 0 prints, plots and writes files.
+//!
+//! Without a usable CUDA driver or GPU the commands stop before starting any rank,
+//! with the driver probe's reason (exit status 2).
+
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+use commhal_cuda_coll::bench::{self, Row};
+use commhal_cuda_coll::cli::{self as ccli, Args, Collective, Dtype};
+use commhal_cuda_coll::tuning;
+use commhal_hal::bootstrap::LaunchEnv;
+use commhal_hal::registry::Availability;
+
+use crate::bench::{BenchArgs, Point, Series, human, svg_series};
+
+/// Backend names that select the GPU collectives.
+pub const GPU_BACKENDS: [&str; 1] = ["cuda-nvlink"];
+
+/// Does `--backend name` select the GPU collectives?
+pub fn is_gpu_backend(name: &str) -> bool {
+    GPU_BACKENDS.contains(&name)
+}
+
+/// `--backend` names the CUDA family but not one with collective kernels.
+pub fn refuse_other_cuda(name: &str) -> Result<(), String> {
+    if name.starts_with("cuda") || name.starts_with("hip") {
+        return Err(format!(
+            "bench: --backend {name}: the GPU collectives benchmark runs on cuda-nvlink (peer-mapped NVLink kernels); {name} has no collective kernels of its own. Use --backend cuda-nvlink, or `commhal conformance --backend {name}` to check the transport"
+        ));
+    }
+    Ok(())
+}
+
+/// The benchmark's arguments from `commhal bench`'s (checked here, before any GPU
+/// work, so mistakes are reported on any machine).
+pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args, String> {
+    let bad = |msg: String| Err(format!("bench --backend cuda-nvlink: {msg}"));
+    if cli_backends.is_some() {
+        return bad("--backends chooses the host Communicator's transports; the GPU collectives use their own kernels: drop --backends".into());
+    }
+    if a.op != "sum" {
+        return bad(format!("-o {}: the GPU kernels reduce with sum only", a.op));
+    }
+    if a.algo.is_some() {
+        return bad("--algo picks host Communicator algorithms; the GPU kernel choice comes from the tuning file (see `commhal tune`)".into());
+    }
+    if a.nodes != 1 {
+        return bad("--nodes applies to the host Communicator only".into());
+    }
+    if a.csv {
+        return bad("--csv is not available here: use the table or --json".into());
+    }
+    let collective = Collective::from_str(&a.collective, true).map_err(|_| {
+        format!(
+            "bench --backend cuda-nvlink: `{}` is not a GPU collective ({})",
+            a.collective,
+            names::<Collective>()
+        )
+    })?;
+    let dtype = parse_dtype(a.dtype.as_deref().unwrap_or("half"))
+        .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
+    let min_bytes = ccli::parse_size(&a.min_bytes).map_err(|e| format!("-b: {e}"))?;
+    let max_bytes = ccli::parse_size(&a.max_bytes).map_err(|e| format!("-e: {e}"))?;
+    if min_bytes > max_bytes || a.factor < 2 || a.iters == 0 {
+        return bad(format!(
+            "need -b <= -e ({min_bytes} > {max_bytes}?), -f >= 2 and -n >= 1"
+        ));
+    }
+    let ll_max = match &a.ll_max {
+        Some(s) => Some(ccli::parse_size(s).map_err(|e| format!("--ll-max: {e}"))?),
+        None => None,
+    };
+    let max_bytes_per_size = match &a.max_bytes_per_size {
+        Some(s) => ccli::parse_size(s).map_err(|e| format!("--max-bytes-per-size: {e}"))?,
+        None => 16 << 30,
+    };
+    Ok(Args {
+        collective,
+        min_bytes,
+        max_bytes,
+        step_factor: a.factor,
+        iters: a.iters,
+        warmup: a.warmup,
+        dtype,
+        root: a.root,
+        check: u32::from(a.check),
+        graph: a.graph,
+        gate: a.gate.unwrap_or(1),
+        compare: a.compare,
+        json: None,
+        max_bytes_per_size,
+        ll_max,
+        timeout_ms: a.timeout_ms.unwrap_or(10_000),
+        print_tables: !a.json,
+    })
+}
+
+fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    Dtype::from_str(s, true).map_err(|_| {
+        format!("-d {s}: the GPU collectives run half (f16), bfloat16 (bf16) and float (f32)")
+    })
+}
+
+fn names<T: ValueEnum>() -> String {
+    T::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Visible CUDA devices, or why CUDA cannot run here.
+pub fn probe_gpus(what: &str) -> Result<u32, String> {
+    let why = match commhal_cuda_rt::probe() {
+        Availability::Available => match commhal_cuda_rt::driver::device_count() {
+            Ok(n) if n > 0 => return Ok(n),
+            Ok(_) => "the driver reports 0 devices (check CUDA_VISIBLE_DEVICES)".to_string(),
+            Err(e) => e.to_string(),
+        },
+        Availability::Unavailable(why) => why,
+    };
+    Err(format!(
+        "{what}: CUDA is not usable on this machine: {why}. Run it on a host with NVIDIA GPUs (nvidia-smi must list them){}",
+        if what.starts_with("bench") {
+            "; without --backend, `commhal bench` measures the host Communicator"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// Where this process stands: `Some(n)` = start `n` rank processes of this command;
+/// `None` = run as a rank (under a launcher, or the only rank).
+fn plan_ranks(what: &str, ranks: Option<u32>, min: u32) -> Result<Option<u32>, String> {
+    let env = LaunchEnv::detect().map_err(|e| e.to_string())?;
+    if let Some(env) = env {
+        if let Some(n) = ranks
+            && n != env.world_size
+        {
+            return Err(format!(
+                "{what}: --ranks {n} but the launcher started {} ranks",
+                env.world_size
+            ));
+        }
+        // every rank fails here alike, before any of them waits for the others
+        probe_gpus(what)?;
+        return Ok(None);
+    }
+    let ndev = probe_gpus(what)?;
+    let n = ranks.unwrap_or(ndev);
+    if n == 0 || n > ndev {
+        return Err(format!(
+            "{what}: --ranks {n}, but {ndev} GPU(s) are visible here (one rank per GPU)"
+        ));
+    }
+    if n < min {
+        return Err(format!(
+            "{what}: needs at least {min} GPUs (one rank each), {ndev} visible"
+        ));
+    }
+    Ok((n > 1).then_some(n))
+}
+
+/// Start `n` ranks of this very command (with `--ranks n`, which the ranks check
+/// against the launcher's world size) under `commhal launch`.
+fn self_launch(n: u32) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    let mut command = vec![exe.to_string_lossy().to_string()];
+    command.extend(with_ranks(std::env::args().skip(1).collect(), n));
+    crate::launch::run(&crate::launch::LaunchArgs {
+        nranks: n,
+        grace: 5,
+        no_prefix: true,
+        command,
+    })
+}
+
+/// `args` with `--ranks n` (replacing any `--ranks`).
+fn with_ranks(args: Vec<String>, n: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if a == "--ranks" {
+            skip = true;
+            continue;
+        }
+        if a.starts_with("--ranks=") {
+            continue;
+        }
+        out.push(a);
+    }
+    out.push("--ranks".into());
+    out.push(n.to_string());
+    out
+}
+
+/// `commhal bench <collective> --backend cuda-nvlink ...`.
+pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
+    let args = coll_args(a, cli_backends)?;
+    if let Some(n) = plan_ranks("bench --backend cuda-nvlink", a.ranks, 1)? {
+        return self_launch(n);
+    }
+    let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
+    let out = bench::run_rank(&args, boot.as_ref()).map_err(|e| e.to_string())?;
+    if out.rank != 0 {
+        return Ok(i32::from(out.wrong));
+    }
+    if a.json {
+        let doc = bench::json_doc(&args, &out);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!(
+            "# {}",
+            if out.wrong {
+                "WRONG RESULTS"
+            } else {
+                "all results correct"
+            }
+        );
+    }
+    if let Some(path) = &a.plot {
+        let text = plot(args.collective, out.nranks, &out.ours, &out.theirs);
+        std::fs::write(path, text).map_err(|e| format!("--plot {path}: {e}"))?;
+        eprintln!("wrote {path}");
+    }
+    Ok(i32::from(out.wrong))
+}
+
+/// The SVG of a GPU run: busbw and time of commhal (and NCCL) out of place and in
+/// place against size.
+pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> String {
+    // a zero time is a cell that did not run (no in-place variant)
+    let pos = |v: f64, t: f64| if t > 0.0 { v } else { f64::NAN };
+    let line = |rows: &[Row], name: &str, color: &'static str, ip: bool| Series {
+        name: name.into(),
+        color,
+        points: rows
+            .iter()
+            .map(|r| {
+                let c = if ip { &r.ip } else { &r.oop };
+                Point {
+                    size: r.bytes,
+                    busbw: pos(c.busbw, c.time_us),
+                    us: pos(c.time_us, c.time_us),
+                }
+            })
+            .collect(),
+    };
+    let mut series = vec![
+        line(ours, "commhal out-of-place", "#1f77b4", false),
+        line(ours, "commhal in-place", "#d62728", true),
+    ];
+    if !theirs.is_empty() {
+        series.push(line(theirs, "nccl out-of-place", "#2ca02c", false));
+        series.push(line(theirs, "nccl in-place", "#ff7f0e", true));
+    }
+    if !coll.in_place_supported() {
+        series.retain(|s| !s.name.ends_with(" in-place"));
+    }
+    let mut sizes: Vec<u64> = ours.iter().chain(theirs).map(|r| r.bytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    svg_series(&format!("{} {n} GPUs", coll.name()), &sizes, &series)
+}
+
+/// Options of `commhal tune`.
+#[derive(Debug, clap::Args)]
+pub struct TuneArgs {
+    /// The backend whose kernel-choice thresholds to tune (only cuda-nvlink has any).
+    #[arg(long, default_value = "cuda-nvlink")]
+    pub backend: String,
+    /// Ranks, one process per GPU [default: every visible GPU]; the file gets (or
+    /// replaces) its `[ranks.N]` section.
+    #[arg(long)]
+    pub ranks: Option<u32>,
+    /// Tuning file to write: read first when it exists (other sections kept), else
+    /// started from the built-in file for this GPU, e.g.
+    /// algorithms/tuning/gpu-cuda-h200.toml.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast].
+    #[arg(long, value_delimiter = ',')]
+    pub collectives: Vec<String>,
+    /// Smallest size (bytes; K, M, G suffixes).
+    #[arg(short = 'b', long = "minbytes", default_value = "1K")]
+    pub min_bytes: String,
+    /// Largest size.
+    #[arg(short = 'e', long = "maxbytes", default_value = "256M")]
+    pub max_bytes: String,
+    /// Factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub factor: u64,
+    /// Timed iterations per size and kernel.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: u32,
+    /// Warm-up iterations per size and kernel.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u32,
+    /// Element type (thresholds are in bytes; half, bfloat16 or float).
+    #[arg(short = 'd', long = "datatype", default_value = "half")]
+    pub dtype: String,
+    /// Check every candidate's results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u8,
+    /// Time CUDA graph replays instead of stream launches.
+    #[arg(short = 'G', long = "graph")]
+    pub graph: bool,
+    /// Device wait bound in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// Write every sweep (sizes, candidates, µs) and the derived thresholds as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// The benchmark arguments and collectives of a `commhal tune` (checked before any
+/// GPU work).
+pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
+    if !is_gpu_backend(&t.backend) {
+        return Err(format!(
+            "tune --backend {}: only cuda-nvlink has kernel-choice thresholds to tune (host backends: algorithms/tuning/host-emu.toml)",
+            t.backend
+        ));
+    }
+    let mut colls = Vec::new();
+    for name in &t.collectives {
+        let c = Collective::from_str(name.trim(), true)
+            .ok()
+            .filter(|c| bench::TUNED.contains(c))
+            .ok_or_else(|| {
+                format!(
+                    "tune --collectives: `{name}` has no kernel choice to tune (choose from {})",
+                    bench::TUNED.map(Collective::name).join(", ")
+                )
+            })?;
+        if !colls.contains(&c) {
+            colls.push(c);
+        }
+    }
+    if colls.is_empty() {
+        colls = bench::TUNED.to_vec();
+    }
+    let min_bytes = ccli::parse_size(&t.min_bytes).map_err(|e| format!("-b: {e}"))?;
+    let max_bytes = ccli::parse_size(&t.max_bytes).map_err(|e| format!("-e: {e}"))?;
+    if min_bytes > max_bytes || t.factor < 2 || t.iters == 0 {
+        return Err(format!(
+            "tune: need -b <= -e ({min_bytes} > {max_bytes}?), -f >= 2 and -n >= 1"
+        ));
+    }
+    let args = Args {
+        collective: colls[0],
+        min_bytes,
+        max_bytes,
+        step_factor: t.factor,
+        iters: t.iters,
+        warmup: t.warmup,
+        dtype: parse_dtype(&t.dtype).map_err(|e| format!("tune: {e}"))?,
+        root: 0,
+        check: u32::from(t.check),
+        graph: t.graph,
+        gate: 1,
+        compare: None,
+        json: None,
+        max_bytes_per_size: 16 << 30,
+        ll_max: None,
+        timeout_ms: t.timeout_ms,
+        print_tables: true,
+    };
+    Ok((args, colls))
+}
+
+/// `commhal tune --backend cuda-nvlink [--ranks N] --out FILE ...`.
+pub fn tune(t: &TuneArgs) -> Result<i32, String> {
+    let (args, colls) = tune_args(t)?;
+    if let Some(n) = plan_ranks("tune", t.ranks, 2)? {
+        return self_launch(n);
+    }
+    let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
+    let out = bench::tune(&args, &colls, boot.as_ref()).map_err(|e| e.to_string())?;
+    let code = if out.rank == 0 {
+        write_tuning(t, &args, &out)?
+    } else {
+        0
+    };
+    boot.barrier().map_err(|e| e.to_string())?;
+    Ok(code)
+}
+
+/// Rank 0 of `commhal tune`: the JSON, then the merged tuning file.
+fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i32, String> {
+    if let Some(path) = &t.json {
+        let doc = serde_json::json!({
+            "gpu": out.device,
+            "nranks": out.nranks,
+            "dtype": args.dtype,
+            "graph": args.graph,
+            "sweeps": out.sweeps,
+            "derived": format!("{:?}", out.derived),
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    if out.wrong {
+        eprintln!(
+            "commhal tune: some kernel gave wrong results (the WRONG lines above): {} not written",
+            t.out.display()
+        );
+        return Ok(1);
+    }
+    let origin = t.out.display().to_string();
+    let existing = match std::fs::read_to_string(&t.out) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("tune: reading {origin}: {e}")),
+    };
+    let meta = tuning::Meta {
+        gpu_name: out.device.clone(),
+        date: tuning::today_utc(),
+        command: command_line(),
+        sweep: format!(
+            "{}..{} x{}, {}, {} iters, {} warm-up{}",
+            human(args.min_bytes),
+            human(args.max_bytes),
+            args.step_factor,
+            args.dtype.name(),
+            args.iters,
+            args.warmup,
+            if args.graph { ", graph replays" } else { "" }
+        ),
+    };
+    let file = tuning::merged(
+        existing.as_deref().map(|text| (text, origin.as_str())),
+        &out.device,
+        out.nranks,
+        &out.derived,
+        &meta,
+    )
+    .map_err(|e| e.to_string())?;
+    let text = file.render();
+    std::fs::write(&t.out, &text).map_err(|e| format!("tune: writing {origin}: {e}"))?;
+    println!("# wrote {origin} [ranks.{}]:", out.nranks);
+    if let Some(s) = file.ranks.get(&out.nranks) {
+        println!(
+            "#   allreduce_ll_max = {}, allreduce_push_min = {}, allgather_reducescatter_ll_chunk_max = {}, broadcast_sf_min = {}",
+            s.allreduce_ll_max,
+            s.allreduce_push_min,
+            s.allgather_reducescatter_ll_chunk_max,
+            s.broadcast_sf_min
+        );
+        println!("#   {}", s.note);
+    }
+    Ok(0)
+}
+
+/// This command as a shell line (`commhal` and the arguments, quoted where needed).
+fn command_line() -> String {
+    let mut parts = vec!["commhal".to_string()];
+    parts.extend(std::env::args().skip(1).map(|a| shell_quote(&a)));
+    parts.join(" ")
+}
+
+/// `a` quoted for a POSIX shell when it needs it.
+pub fn shell_quote(a: &str) -> String {
+    let plain = !a.is_empty()
+        && a.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        a.to_string()
+    } else {
+        format!("'{}'", a.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use commhal_cuda_coll::bench::Cell;
+    use commhal_cuda_coll::cli::Compare;
+
+    #[derive(Debug, Parser)]
+    struct B {
+        #[command(flatten)]
+        a: BenchArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        a: TuneArgs,
+    }
+
+    fn bench_args(v: &[&str]) -> Result<Args, String> {
+        let b = B::try_parse_from(std::iter::once("x").chain(v.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        coll_args(&b.a, None)
+    }
+
+    #[test]
+    fn bench_flags_become_the_gpu_benchmarks() {
+        let a = bench_args(&[
+            "allreduce",
+            "--backend",
+            "cuda-nvlink",
+            "-b",
+            "1K",
+            "-e",
+            "1G",
+            "-f",
+            "4",
+            "-n",
+            "50",
+            "-w",
+            "10",
+            "-G",
+            "--compare",
+            "nccl",
+            "--ll-max",
+            "64K",
+            "--gate",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(a.collective, Collective::Allreduce);
+        assert_eq!(
+            (a.min_bytes, a.max_bytes, a.step_factor),
+            (1024, 1 << 30, 4)
+        );
+        assert_eq!((a.iters, a.warmup), (50, 10));
+        assert_eq!(a.dtype, Dtype::Half, "GPU default: half");
+        assert!(a.graph && a.print_tables);
+        assert_eq!(a.compare, Some(Compare::Nccl));
+        assert_eq!((a.ll_max, a.gate), (Some(64 << 10), 0));
+        assert_eq!((a.timeout_ms, a.max_bytes_per_size), (10_000, 16 << 30));
+        let a = bench_args(&[
+            "broadcast",
+            "--backend",
+            "cuda-nvlink",
+            "-d",
+            "bf16",
+            "-r",
+            "2",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.collective, a.dtype, a.root),
+            (Collective::Broadcast, Dtype::Bfloat16, 2)
+        );
+        assert!(!a.print_tables, "--json prints JSON instead of the tables");
+        assert_eq!(a.compare, None);
+    }
+
+    #[test]
+    fn bench_mistakes_are_reported_before_any_gpu_work() {
+        for (v, want) in [
+            (&["allreduce", "-d", "f64"][..], "-d f64"),
+            (&["alltoallv"][..], "not a GPU collective"),
+            (&["allreduce", "-o", "max"][..], "sum only"),
+            (&["allreduce", "--algo", "ring"][..], "--algo"),
+            (&["allreduce", "--nodes", "2"][..], "--nodes"),
+            (&["allreduce", "--csv"][..], "--csv"),
+            (&["allreduce", "-b", "2M", "-e", "1M"][..], "-b <= -e"),
+            (&["allreduce", "--ll-max", "lots"][..], "--ll-max"),
+        ] {
+            let mut args = v.to_vec();
+            args.extend(["--backend", "cuda-nvlink"]);
+            let e = bench_args(&args).unwrap_err();
+            assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
+        }
+        let b = B::try_parse_from(["x", "allreduce", "--backend", "cuda-nvlink"]).unwrap();
+        let e = coll_args(&b.a, Some(&["host-emu".to_string()])).unwrap_err();
+        assert!(e.contains("drop --backends"), "{e}");
+        assert!(B::try_parse_from(["x", "allreduce", "--compare", "mpi"]).is_err());
+        assert!(
+            refuse_other_cuda("cuda-dma")
+                .unwrap_err()
+                .contains("cuda-nvlink")
+        );
+        assert!(refuse_other_cuda("host-emu").is_ok());
+        assert!(is_gpu_backend("cuda-nvlink") && !is_gpu_backend("host-emu"));
+    }
+
+    #[test]
+    fn host_runs_name_the_gpu_only_flags() {
+        let b = B::try_parse_from([
+            "x",
+            "allreduce",
+            "-G",
+            "--compare",
+            "nccl",
+            "--timeout-ms",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(b.a.gpu_flags(), ["--compare", "-G", "--timeout-ms"]);
+        let b = B::try_parse_from(["x", "allreduce"]).unwrap();
+        assert!(b.a.gpu_flags().is_empty());
+        assert_eq!(b.a.dtype, None, "host default (f32) applied later");
+    }
+
+    #[test]
+    fn ranks_are_forced_onto_self_launched_children() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            with_ranks(v(&["bench", "allreduce", "--ranks", "8", "-G"]), 4),
+            v(&["bench", "allreduce", "-G", "--ranks", "4"])
+        );
+        assert_eq!(
+            with_ranks(v(&["tune", "--ranks=2", "--out", "f"]), 2),
+            v(&["tune", "--out", "f", "--ranks", "2"])
+        );
+        assert_eq!(with_ranks(v(&["tune"]), 3), v(&["tune", "--ranks", "3"]));
+    }
+
+    #[test]
+    fn tune_flags() {
+        let t = T::try_parse_from(["x", "--out", "f.toml"]).unwrap();
+        let (a, colls) = tune_args(&t.a).unwrap();
+        assert_eq!(colls, bench::TUNED.to_vec());
+        assert_eq!(
+            (a.min_bytes, a.max_bytes, a.step_factor),
+            (1024, 256 << 20, 2)
+        );
+        assert_eq!((a.dtype, a.check, a.graph), (Dtype::Half, 1, false));
+        let t = T::try_parse_from([
+            "x",
+            "--out",
+            "f.toml",
+            "--collectives",
+            "allgather,reducescatter,allgather",
+            "-G",
+            "-d",
+            "float",
+        ])
+        .unwrap();
+        let (a, colls) = tune_args(&t.a).unwrap();
+        assert_eq!(colls, [Collective::Allgather, Collective::Reducescatter]);
+        assert!(a.graph && a.dtype == Dtype::Float);
+        for (v, want) in [
+            (&["--collectives", "alltoall"][..], "no kernel choice"),
+            (&["--backend", "host-emu"][..], "only cuda-nvlink"),
+            (&["-d", "int8"][..], "-d int8"),
+            (&["-f", "1"][..], "-f >= 2"),
+        ] {
+            let t = T::try_parse_from(["x", "--out", "f"].into_iter().chain(v.iter().copied()))
+                .unwrap();
+            let e = tune_args(&t.a).unwrap_err();
+            assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
+        }
+        assert!(T::try_parse_from(["x"]).is_err(), "--out is required");
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("--out"), "--out");
+        assert_eq!(shell_quote("a/b-c.toml"), "a/b-c.toml");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    fn row(bytes: u64, oop: f64, ip: f64) -> Row {
+        let cell = |t: f64| Cell {
+            time_us: t,
+            algbw: if t > 0.0 { bytes as f64 / t / 1e3 } else { 0.0 },
+            busbw: if t > 0.0 {
+                1.5 * bytes as f64 / t / 1e3
+            } else {
+                0.0
+            },
+            wrong: 0,
+        };
+        Row {
+            implementation: "commhal",
+            bytes,
+            count: bytes / 2,
+            iters: 20,
+            oop: cell(oop),
+            ip: cell(ip),
+            kernel: String::new(),
+        }
+    }
+
+    fn polylines(svg: &str) -> Vec<usize> {
+        svg.lines()
+            .filter(|l| l.starts_with("<polyline"))
+            .map(|l| {
+                let pts = l
+                    .split("points='")
+                    .nth(1)
+                    .unwrap_or("")
+                    .split('\'')
+                    .next()
+                    .unwrap_or("");
+                pts.split_whitespace().count()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plot_draws_both_libraries() {
+        let ours = vec![
+            row(1024, 7.0, 7.2),
+            row(1 << 20, 16.0, 16.5),
+            row(1 << 30, 4600.0, 4650.0),
+        ];
+        let theirs = vec![
+            row(1024, 11.0, 11.2),
+            row(1 << 20, 21.0, 21.5),
+            row(1 << 30, 4500.0, 4550.0),
+        ];
+        let svg = plot(Collective::Allreduce, 4, &ours, &theirs);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for name in [
+            "commhal out-of-place",
+            "commhal in-place",
+            "nccl out-of-place",
+            "nccl in-place",
+        ] {
+            assert_eq!(
+                svg.matches(&format!(">{name}<")).count(),
+                2,
+                "{name} in both panels"
+            );
+        }
+        assert!(svg.contains("allreduce 4 GPUs: busbw (GB/s)") && svg.contains("time (us, log)"));
+        assert!(svg.contains(">1K<") && svg.contains(">1M<") && svg.contains(">1G<"));
+        assert_eq!(
+            polylines(&svg),
+            vec![3; 8],
+            "4 lines × 2 panels, 3 sizes each"
+        );
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+        // commhal alone: two lines per panel
+        let svg = plot(Collective::Allreduce, 2, &ours, &[]);
+        assert_eq!(polylines(&svg), vec![3; 4]);
+        assert!(!svg.contains("nccl"));
+        // no in-place variant: those lines are left out, not drawn at zero
+        let a2a: Vec<Row> = [1024u64, 4096].iter().map(|&b| row(b, 9.0, 0.0)).collect();
+        let svg = plot(Collective::Alltoall, 4, &a2a, &a2a);
+        assert_eq!(polylines(&svg), vec![2; 4]);
+        assert!(!svg.contains(">commhal in-place<") && !svg.contains("NaN"));
+    }
+}
