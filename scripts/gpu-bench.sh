@@ -16,8 +16,20 @@
 # then broadcast and reduce once more with the last rank as root (1K..64M x256);
 # budget default 170 s. Every size is checked on every rank (#wrong, outputs poisoned).
 #
+# GPU_BENCH_SET=cli: the same benchmark through the user-facing command, `commhal bench
+# <coll> --backend cuda-nvlink --ranks N --compare nccl --plot ...` (it starts its own
+# ranks): all-reduce f16 1K..1G x4, the same with -G to 1 MiB, all-gather 1K..1G x16;
+# N = 2 and 4; plots come back as $OUT/<step>.svg; budget default 240 s.
+#
+# GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N --out
+# $OUT/gpu-cuda-h200.toml` for N = 2, then 4 (each run replaces its [ranks.N] section
+# and keeps the other; the file's header records the commands); sweeps as
+# $OUT/tune-<N>gpu.json; budget default 300 s. Copy the file to algorithms/tuning/
+# (and check `git diff`) to commit the tuned thresholds.
+#
 # Output ($OUT, default ./gpu-out; few files, so they all come back):
-#   bench-<N>gpu.log   every step's output, in order, with a header per step
+#   bench-<N>gpu.log   every step's output, in order, with a header per step (the tune
+#                      set: tune-<N>gpu.log)
 #   summary.log        one line per step (ok / FAIL / TIMEOUT, seconds)
 #   json.tar           the JSON of every step
 # Exit status: 0 when every step that ran passed (results correct).
@@ -28,7 +40,13 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 JSON=$(mktemp -d)
 SET=${GPU_BENCH_SET:-default}
-if [[ $SET == extra ]]; then BUDGET=${GPU_BENCH_BUDGET:-170}; else BUDGET=${GPU_BENCH_BUDGET:-330}; fi
+case $SET in
+  extra) BUDGET=${GPU_BENCH_BUDGET:-170} ;;
+  cli) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
+  tune) BUDGET=${GPU_BENCH_BUDGET:-300} ;;
+  default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, cli or tune" >&2; exit 2 ;;
+esac
 START=$(date +%s)
 SUMMARY=()
 FAILED=0
@@ -45,7 +63,9 @@ export COMMHAL_BOOTSTRAP_TIMEOUT_MS=${COMMHAL_BOOTSTRAP_TIMEOUT_MS:-60000}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
-for b in "$G/commhal" "$G/commhal-gpu-bench"; do
+NEED=("$G/commhal")
+[[ $SET == default || $SET == extra ]] && NEED+=("$G/commhal-gpu-bench")
+for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
 
@@ -73,6 +93,50 @@ step() {
   SUMMARY+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" "$dt")")
 }
 
+# cmd_step LOG NAME LIMIT CMD...: run CMD (a `commhal` command that starts its own
+# ranks), bounded like `step`; append to $OUT/LOG.
+cmd_step() {
+  local log=$1 name=$2 limit=$3
+  shift 3
+  local left=$((BUDGET - ($(date +%s) - START) - 5))
+  if ((left < 20)); then
+    SUMMARY+=("$(printf '%-28s SKIPPED (out of time budget)' "$name")")
+    return 0
+  fi
+  ((limit > left)) && limit=$left
+  local t0=$(date +%s)
+  {
+    echo
+    echo "################ $name (limit ${limit}s): $*"
+  } >>"$OUT/$log"
+  echo "gpu-bench: [$name] (limit ${limit}s)"
+  timeout --kill-after=10 "$limit" "$@" >>"$OUT/$log" 2>&1
+  local rc=$? dt=$(($(date +%s) - t0)) verdict=ok
+  if ((rc == 124 || rc == 137)); then verdict=TIMEOUT; FAILED=1
+  elif ((rc != 0)); then verdict="FAIL(rc=$rc)"; FAILED=1; fi
+  SUMMARY+=("$(printf '%-28s %-12s %4ss' "$name" "$verdict" "$dt")")
+}
+
+if [[ $SET == cli ]]; then
+  for N in 2 4; do
+    ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "cli-${N}gpu" "$N" "$NGPU")"); continue; }
+    L=bench-${N}gpu.log
+    S=allreduce-f16-cli-${N}gpu
+    cmd_step "$L" "$S" 100 "$G/commhal" bench allreduce --backend cuda-nvlink --ranks "$N" -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl --plot "$OUT/$S.svg"
+    S=allreduce-f16-graph-cli-${N}gpu
+    cmd_step "$L" "$S" 45 "$G/commhal" bench allreduce --backend cuda-nvlink --ranks "$N" -b 1K -e 1M -f 4 -n 50 -w 5 -d half -G --compare nccl --plot "$OUT/$S.svg"
+    S=allgather-f16-cli-${N}gpu
+    cmd_step "$L" "$S" 60 "$G/commhal" bench allgather --backend cuda-nvlink --ranks "$N" -b 1K -e 1G -f 16 -n 40 -w 5 -d half --compare nccl --plot "$OUT/$S.svg"
+  done
+fi
+
+if [[ $SET == tune ]]; then
+  for N in 2 4; do
+    ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "tune-${N}gpu" "$N" "$NGPU")"); continue; }
+    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 150 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
+  done
+fi
+
 if [[ $SET == extra ]]; then
   N=0
   ((NGPU >= 2)) && N=2
@@ -91,7 +155,7 @@ if [[ $SET == extra ]]; then
 fi
 
 for N in 2 4; do
-  [[ $SET == extra ]] && break
+  [[ $SET == default ]] || break
   ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "${N}gpu" "$N" "$NGPU")"); continue; }
   L=bench-${N}gpu.log
   step "$L" "allreduce-f16-${N}gpu" 100 "$N" allreduce -b 1K -e 1G -f 4 -n 40 -w 5 -d half --compare nccl
