@@ -897,9 +897,11 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             println!("# {}: {}", coll.name(), describe_choice(&sweep));
         }
         sweeps.push(sweep);
+        // every rank's kernels are done before any rank unmaps its buffers (peers
+        // store into them)
+        boot.barrier()?;
         drop(benches);
         drop(comms);
-        boot.barrier()?;
     }
     let derived = derive(&sweeps);
     if rank0 {
