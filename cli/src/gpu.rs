@@ -432,7 +432,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
     let meta = tuning::Meta {
         gpu_name: out.device.clone(),
         date: tuning::today_utc(),
-        command: command_line(),
+        command: command_line(std::env::args().skip(1).collect(), out.nranks),
         sweep: format!(
             "{}..{} x{}, {}, {} iters, {} warm-up{}",
             human(args.min_bytes),
@@ -468,10 +468,18 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
     Ok(0)
 }
 
-/// This command as a shell line (`commhal` and the arguments, quoted where needed).
-fn command_line() -> String {
+/// This command as a shell line: `commhal` and `args` quoted where needed, with
+/// `--ranks n` added when the ranks came from a launcher (so the line reproduces the
+/// run by itself).
+fn command_line(args: Vec<String>, n: u32) -> String {
+    let has_ranks = args
+        .iter()
+        .any(|a| a == "--ranks" || a.starts_with("--ranks="));
     let mut parts = vec!["commhal".to_string()];
-    parts.extend(std::env::args().skip(1).map(|a| shell_quote(&a)));
+    parts.extend(args.iter().map(|a| shell_quote(a)));
+    if !has_ranks {
+        parts.push(format!("--ranks {n}"));
+    }
     parts.join(" ")
 }
 
@@ -665,6 +673,20 @@ mod tests {
             assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
         }
         assert!(T::try_parse_from(["x"]).is_err(), "--out is required");
+    }
+
+    #[test]
+    fn recorded_command_reproduces_the_run() {
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            command_line(v(&["tune", "--out", "my file.toml", "--ranks", "2"]), 2),
+            "commhal tune --out 'my file.toml' --ranks 2"
+        );
+        assert_eq!(
+            command_line(v(&["tune", "--out", "f.toml"]), 4),
+            "commhal tune --out f.toml --ranks 4",
+            "under `commhal launch -n 4`"
+        );
     }
 
     #[test]

@@ -709,19 +709,26 @@ impl Derived {
             &mut s.broadcast_sf_min,
             "broadcast_sf_min",
         );
+        if s.allgather_reducescatter_ll_chunk_max > s.allreduce_ll_max {
+            kept.push(format!(
+                "(allgather_reducescatter_ll_chunk_max is capped at allreduce_ll_max = {} at run time: the LL slots hold that much)",
+                s.allreduce_ll_max
+            ));
+        }
         s.tuned = true;
         s.gpu_name = meta.gpu_name.clone();
         s.date = meta.date.clone();
         s.command = meta.command.clone();
-        s.note = if kept.is_empty() {
-            format!("tuner sweep {}", meta.sweep)
-        } else {
-            format!(
-                "tuner sweep {}; not measured, kept: {}",
-                meta.sweep,
-                kept.join(", ")
-            )
-        };
+        let (remarks, kept): (Vec<String>, Vec<String>) =
+            kept.into_iter().partition(|k| k.starts_with('('));
+        let mut note = format!("tuner sweep {}", meta.sweep);
+        if !kept.is_empty() {
+            note += &format!("; not measured, kept: {}", kept.join(", "));
+        }
+        for r in remarks {
+            note += &format!(" {r}");
+        }
+        s.note = note;
         s
     }
 }
@@ -1163,6 +1170,17 @@ mod tests {
         assert_eq!(s.allgather_reducescatter_ll_chunk_max, 32768);
         assert_eq!(s.broadcast_sf_min, base.broadcast_sf_min, "kept");
         assert!(s.note.contains("kept: broadcast_sf_min"), "{}", s.note);
+        assert!(!s.note.contains("capped"), "{}", s.note);
+        let big = Derived {
+            ll_chunk_max: Some(1 << 20),
+            ..d
+        };
+        let s2 = big.apply(base, &meta);
+        assert!(
+            s2.note.contains("capped at allreduce_ll_max = 196608"),
+            "{}",
+            s2.note
+        );
         let mut g = f.clone();
         g.ranks.insert(4, s.clone());
         let text = g.render();
