@@ -675,6 +675,75 @@ mod tests {
         assert!(T::try_parse_from(["x"]).is_err(), "--out is required");
     }
 
+    fn outcome(n: u32, wrong: bool) -> bench::TuneOutcome {
+        let k = 1024u64;
+        let sizes = vec![64 * k, 256 * k, 1024 * k];
+        let times = vec![
+            vec![Some(8.0), Some(10.0), None],
+            vec![Some(12.0), Some(12.5), None],
+            vec![Some(30.0), Some(16.0), Some(18.0)],
+        ];
+        let sweep = bench::Sweep {
+            collective: Collective::Allreduce,
+            candidates: vec!["ll", "two-shot", "push"],
+            sizes: sizes.clone(),
+            chunks: sizes,
+            choice: tuning::assign(&times),
+            times,
+        };
+        let derived = bench::derive(std::slice::from_ref(&sweep));
+        bench::TuneOutcome {
+            sweeps: vec![sweep],
+            derived,
+            wrong,
+            rank: 0,
+            nranks: n,
+            device: "NVIDIA H200".into(),
+        }
+    }
+
+    /// Rank 0's part of `commhal tune` from synthetic sweeps: the file is created from
+    /// the built-in one, a second rank count is merged in, wrong results write nothing.
+    #[test]
+    fn tune_writes_and_merges_the_file() {
+        let dir = std::env::temp_dir().join(format!("commhal-tune-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("gpu.toml");
+        let json = dir.join("sweeps.json");
+        let _ = std::fs::remove_file(&out);
+        let mut t = T::try_parse_from(["x", "--out", "f", "-e", "1M"])
+            .unwrap()
+            .a;
+        t.out = out.clone();
+        t.json = Some(json.clone());
+        let (args, _) = tune_args(&t).unwrap();
+        assert_eq!(write_tuning(&t, &args, &outcome(2, true)).unwrap(), 1);
+        assert!(!out.exists(), "wrong results: nothing written");
+        assert_eq!(write_tuning(&t, &args, &outcome(2, false)).unwrap(), 0);
+        let f = tuning::TuningFile::parse(&std::fs::read_to_string(&out).unwrap(), "o").unwrap();
+        let s2 = &f.ranks[&2];
+        assert!(s2.tuned && s2.gpu_name == "NVIDIA H200" && s2.date.len() == 10);
+        assert_eq!(s2.allreduce_ll_max, 256 * 1024);
+        assert_eq!(s2.allreduce_push_min, 0, "push ran and never won");
+        assert!(s2.command.starts_with("commhal ") && s2.command.ends_with("--ranks 2"));
+        assert!(s2.note.contains("1K..1M x2, half"), "{}", s2.note);
+        assert!(!f.ranks[&4].tuned);
+        assert_eq!(write_tuning(&t, &args, &outcome(4, false)).unwrap(), 0);
+        let text = std::fs::read_to_string(&out).unwrap();
+        let g = tuning::TuningFile::parse(&text, "o").unwrap();
+        assert_eq!(&g.ranks[&2], s2, "the 2-rank section is kept");
+        assert!(g.ranks[&4].tuned && !g.ranks[&8].tuned);
+        assert!(
+            text.contains("#   [ranks.4] tuned on NVIDIA H200 (4 ranks)"),
+            "{text}"
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["sweeps"][0]["candidates"][1], "two-shot");
+        assert_eq!(v["nranks"], 4);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn recorded_command_reproduces_the_run() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
