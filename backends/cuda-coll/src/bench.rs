@@ -774,6 +774,9 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
         ));
     }
     let device = local_device(boot)?;
+    // keeps the primary context alive between one collective's communicators and
+    // the next's
+    let _context = commhal_cuda_rt::Context::new(device)?;
     let rank0 = boot.rank() == 0;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let es = args.dtype.size();
