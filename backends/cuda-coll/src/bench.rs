@@ -776,13 +776,13 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let device = local_device(boot)?;
     // keeps the primary context alive between one collective's communicators and
     // the next's
-    let _context = commhal_cuda_rt::Context::new(device)?;
+    let context = commhal_cuda_rt::Context::new(device)?;
+    let gpu = context.name().unwrap_or_default();
     let rank0 = boot.rank() == 0;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let es = args.dtype.size();
     let mut sweeps = Vec::new();
     let mut wrong = false;
-    let mut gpu = String::new();
     for &coll in colls {
         let cands = candidates(coll, n);
         if cands.len() < 2 {
@@ -809,7 +809,6 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
         for comm in &comms {
             write_inputs(&a, boot, comm)?;
         }
-        gpu = comms[0].context().name().unwrap_or_default();
         let mut benches = Vec::new();
         for comm in &comms {
             benches.push(Bench {
@@ -906,6 +905,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
         drop(benches);
         drop(comms);
     }
+    drop(context);
     let derived = derive(&sweeps);
     if rank0 {
         println!("#");
