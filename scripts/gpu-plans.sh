@@ -49,7 +49,11 @@ run() {
 }
 
 S=(-b 1K -e 64M -f 8 -n 20 -w 3 --compare nccl)
-for a in 1pa 2pa-ll@2 2pa-hb@2 ring@2 rd; do
+# LL plans (packets, no barriers) are for small messages.
+for a in 1pa 2pa-ll@2; do
+  run "allreduce:$a" "allreduce:$a" allreduce -b 1K -e 1M -f 4 -n 20 -w 3 --compare nccl -d half
+done
+for a in 2pa-hb@2 ring@2 rd; do
   run "allreduce:$a" "allreduce:$a" allreduce "${S[@]}" -d half
 done
 run "allreduce:2pa-hb@2 bf16" "allreduce:2pa-hb@2" allreduce "${S[@]}" -d bfloat16

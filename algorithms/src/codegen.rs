@@ -25,14 +25,38 @@ use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
 
 /// Name of the generated kernel.
 pub const ENTRY: &str = "commhal_plan";
-/// Inbound semaphores per rank (`PLAN_MAX_SEMS` in plan.h).
-pub const MAX_SEMS: usize = 4096;
+/// Inbound semaphores per rank for plan signals (`PLAN_SEM_START` in plan.h: the last
+/// 16 of `PLAN_MAX_SEMS` = 4096 are the start/end handshakes).
+pub const MAX_SEMS: usize = 4096 - 2 * MAX_RANKS as usize;
 /// Plan blocks per rank (`PLAN_MAX_BLOCKS` in plan.h).
 pub const MAX_BLOCKS: usize = 508;
 /// Ranks (`PLAN_MAX_RANKS` in plan.h).
 pub const MAX_RANKS: u32 = 8;
 /// Distinct LL flag occurrences per packet slot and invocation.
 pub const MAX_PACKET_OCCURRENCES: u32 = 255;
+
+/// Whether some rank touches a peer's user buffers: (writes or reads them at all — a
+/// start handshake is needed, as the peer's stream may still be preparing them; reads
+/// them — an end handshake is needed, as the peer may not reuse its input before).
+fn peer_user_access(plan: &Plan) -> (bool, bool) {
+    let user = |c: ChunkRef| c.buf != BufferKind::Scratch;
+    let (mut any, mut reads) = (false, false);
+    for blocks in plan.flatten() {
+        for ops in blocks {
+            for (_, op) in ops {
+                match op {
+                    Op::Put { dst, .. } | Op::PutPackets { dst, .. } if user(dst) => any = true,
+                    Op::Get { src, .. } | Op::ReadReduce { src, .. } if user(src) => {
+                        any = true;
+                        reads = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    (any, reads)
+}
 
 /// A generated kernel for one rank.
 #[derive(Debug, Clone)]
@@ -537,6 +561,11 @@ pub fn generate_cuda(
     }
     let sems = sems(plan)?;
     let occ = packet_occurrences(plan)?;
+    let (start_sync, end_sync) = if plan.nranks > 1 {
+        peer_user_access(plan)
+    } else {
+        (false, false)
+    };
     let mut body = String::new();
     let mut uses_barrier = false;
     for (b, blk) in blocks.iter().enumerate() {
@@ -634,8 +663,19 @@ pub fn generate_cuda(
         src,
         "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
+    if start_sync {
+        let _ = writeln!(src, "  start_sync(c, {}u);", plan.nranks);
+    }
     src.push_str(&body);
-    let _ = writeln!(src, "  end(c, SEMS, PER, {}u);\n}}", waits.len());
+    if end_sync {
+        let _ = writeln!(src, "  end_sync(c, {}u);", plan.nranks);
+    }
+    let _ = writeln!(
+        src,
+        "  end(c, SEMS, PER, {}u, {}u, {start_sync}, {end_sync});\n}}",
+        waits.len(),
+        plan.nranks
+    );
     Ok(CudaKernel {
         unit: format!(
             "plan-{}-r{rank}-{dtype}-{}.cu",
@@ -644,7 +684,7 @@ pub fn generate_cuda(
         ),
         source: src,
         blocks: blocks.len() as u32,
-        uses_barrier,
+        uses_barrier: uses_barrier || start_sync || end_sync,
     })
 }
 
@@ -712,6 +752,32 @@ mod tests {
             idx.sort();
             assert_eq!(idx, (0..idx.len() as u32).collect::<Vec<_>>());
         }
+    }
+
+    #[test]
+    fn handshakes_only_where_peer_user_buffers_are_touched() {
+        let source = |a: Algorithm| {
+            let plan = build(a, &BuildParams::new(4)).unwrap();
+            generate_cuda(&plan, 1, DataType::F32, RedOp::Sum)
+                .unwrap()
+                .source
+        };
+        // All-gather puts into peers' outputs: start handshake.
+        let ag = source(Algorithm::AllGatherAllPairs);
+        assert!(ag.contains("start_sync(c, 4u);"), "{ag}");
+        // 2PA-LL only writes packets into peers' scratch: no handshake at all.
+        let ll = source(Algorithm::AllReduce2paLl);
+        assert!(
+            !ll.contains("start_sync(") && !ll.contains("end_sync("),
+            "{ll}"
+        );
+        assert!(ll.contains("false, false);"), "{ll}");
+        // One rank: nothing to sync with.
+        let plan = build(Algorithm::AllGatherAllPairs, &BuildParams::new(1)).unwrap();
+        let one = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum)
+            .unwrap()
+            .source;
+        assert!(!one.contains("start_sync("), "{one}");
     }
 
     #[test]

@@ -30,6 +30,9 @@
 #define PLAN_MAX_RANKS 8
 #define PLAN_MAX_SEMS 4096
 #define PLAN_MAX_BLOCKS 508
+// The last 2 × PLAN_MAX_RANKS inbound semaphores: start and end handshakes, by sender.
+#define PLAN_SEM_START (PLAN_MAX_SEMS - 2 * PLAN_MAX_RANKS)
+#define PLAN_SEM_END (PLAN_MAX_SEMS - PLAN_MAX_RANKS)
 #define PLAN_SEM_BYTES (PLAN_MAX_SEMS * 8)
 #define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)
 #define PLAN_DATA_OFF (PLAN_SEM_BYTES + PLAN_STATE_BYTES)
@@ -128,7 +131,8 @@ COMMHAL_DEVICE u64 consumed(const Ctx& c, u32 idx) {
 // Last CTA out: advance the epoch and the semaphore bases, reset the barrier.
 // `sems` / `per` list this rank's inbound semaphores and the waits one invocation makes
 // on each (times replicas is the signals consumed).
-COMMHAL_DEVICE void end(const Ctx& c, const unsigned short* sems, const u32* per, u32 nsems) {
+COMMHAL_DEVICE void end(const Ctx& c, const unsigned short* sems, const u32* per, u32 nsems,
+                        u32 nranks, bool start_sync, bool end_sync) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -138,6 +142,17 @@ COMMHAL_DEVICE void end(const Ctx& c, const unsigned short* sems, const u32* per
       for (u32 i = 0; i < nsems; ++i) {
         const u64 v = load_relaxed(&c.st->consumed[sems[i]]);
         store_relaxed(&c.st->consumed[sems[i]], v + (u64)per[i] * c.parts);
+      }
+      for (u32 p = 0; p < nranks; ++p) {
+        if (p == c.a->rank) continue;
+        if (start_sync) {
+          u64* s = &c.st->consumed[PLAN_SEM_START + p];
+          store_relaxed(s, load_relaxed(s) + 1);
+        }
+        if (end_sync) {
+          u64* s = &c.st->consumed[PLAN_SEM_END + p];
+          store_relaxed(s, load_relaxed(s) + 1);
+        }
       }
       for (u32 b = 0; b < gridDim.x / c.parts && b < PLAN_MAX_BLOCKS; ++b)
         store_relaxed(&c.st->group[b], 0);
@@ -250,6 +265,43 @@ COMMHAL_DEVICE void group_sync(Ctx& c) {
     }
   }
   __syncthreads();
+}
+
+// Handshake of CTA 0 with every peer's CTA 0 on semaphores [base + sender]: signal
+// every peer, wait for every peer (one thread per peer).
+COMMHAL_DEVICE void handshake(const Ctx& c, u32 base, u32 nranks) {
+  if (blockIdx.x != 0) return;
+  __syncthreads();
+  const u32 me = c.a->rank;
+  const u32 p = threadIdx.x;
+  if (p < nranks && p != me) {
+    fetch_add_release(reinterpret_cast<u64*>(c.a->area[p]) + base + me, 1);
+    const u64 target = load_relaxed(&c.st->consumed[base + p]) + 1;
+    const u64* s = reinterpret_cast<const u64*>(c.a->area[me]) + base + p;
+    u64 t0 = 0;
+    for (u32 i = 0;; ++i) {
+      if (reached(load_acquire(s), target)) break;
+      if (give_up(c, i, t0)) {
+        set_error_once(&c.st->error, PLAN_ERR_WAIT);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// Start: no CTA touches a peer's input or output before that peer's kernel runs (its
+// earlier stream work — writing the input, reading the last output — is done).
+COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks) {
+  handshake(c, PLAN_SEM_START, nranks);
+  barrier(c);
+}
+
+// End: the kernel completes only after every peer finished every op (nobody reads
+// this rank's input any more).
+COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks) {
+  barrier(c);
+  handshake(c, PLAN_SEM_END, nranks);
 }
 
 // ---- data types: storage S, arithmetic A ----
