@@ -258,13 +258,15 @@ impl PlanExec {
         Ok(l)
     }
 
-    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks.
+    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks: one per
+/// 32 KiB of message per block, at most the SM count in all (`COMMHAL_PLAN_REPLICAS`
+/// overrides).
     pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
         let blocks = blocks.max(1);
         let most = (self.sms / blocks).max(1);
         let want = env_u32("COMMHAL_PLAN_REPLICAS")
             .filter(|&r| r > 0)
-            .unwrap_or_else(|| bytes.div_ceil(u64::from(blocks) * (256 << 10)).max(1) as u32);
+            .unwrap_or_else(|| bytes.div_ceil(u64::from(blocks) * (32 << 10)).max(1) as u32);
         want.clamp(1, most)
     }
 
