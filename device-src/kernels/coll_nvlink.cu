@@ -19,6 +19,8 @@
 //   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; root scatters chunk k to
 //                                    the k-th non-root; barrier; every non-root forwards
 //                                    its chunk to the other non-roots; barrier.
+//   commhal_coll_broadcast_ll        small sizes: LL16 packets from the root, no barrier.
+//   commhal_coll_reduce_ll_*         small sizes: LL16 packets to the root, no barrier.
 //   commhal_coll_reduce_*            barrier; rank p reduces chunk p (reading n inputs)
 //                                    into the ROOT's output; barrier.
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
@@ -133,7 +135,9 @@ COMMHAL_DEVICE void coll_end(const CollArgs& a, u64 e) {
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(done) : "memory");
     if (prev == gridDim.x - 1) {
       *reinterpret_cast<volatile u32*>(done) = 0;
-      store_relaxed(reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_EPOCH), e);
+      // Release: peers read this word to learn that every access of launch e is over
+      // (the LL broadcast / reduce senders, see wait_peer_done).
+      store_release(reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_EPOCH), e);
     }
   }
 }
@@ -802,6 +806,101 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);
 }
+
+// ---------------------------------------------------------------------------------
+// Broadcast and reduce for small sizes, LL16, no barrier. One side only sends (the
+// broadcast root; the reduce non-roots), so nothing would stop it running two launches
+// ahead of a receiver and overwriting a parity slot not yet read: before sending in
+// launch e, a sender waits (thread p of every block, once) until the receiver p has
+// completed launch e-2 — the last launch that used this parity's slot — by reading p's
+// epoch word (coll_end publishes it with a release). Usually long true already.
+
+// Bounded wait until rank p has completed launch `e` or a later one.
+COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
+  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[p] + COLL_OFF_EPOCH), e);
+}
+
+// Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
+// The root stores its input as packets into slot(p, root) of every other rank (and its
+// own output unless in place); every other rank waits for them and stores its output.
+extern "C" __global__ void commhal_coll_broadcast_ll(CollArgs a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u32 root = coll_root(a);
+  const u64 npk = a.count / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (a.rank == root) {
+    if (e > 2) {
+      if (threadIdx.x < a.nranks && threadIdx.x != root) wait_peer_done(a, threadIdx.x, e - 2);
+      __syncthreads();
+    }
+    const uint2* src = reinterpret_cast<const uint2*>(a.in[root]);
+    uint2* own = reinterpret_cast<uint2*>(a.out[root]);
+    for (u64 i = tid0; i < npk; i += gthreads) {
+      const uint2 v = src[i];
+      for (u32 p = 0; p < a.nranks; ++p) {
+        if (p == root) continue;
+        store_volatile_v4u32(ll_slot(a, p, root, parity) + i * 16, v.x, flag, v.y, flag);
+      }
+      if (reinterpret_cast<const void*>(own) != reinterpret_cast<const void*>(src)) own[i] = v;
+    }
+  } else {
+    bool ok = true;
+    uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
+    for (u64 i = tid0; i < npk; i += gthreads)
+      out[i] = ll_wait(a, ll_slot(a, a.rank, root, parity) + i * 16, flag, ok);
+  }
+  coll_end(a, e);
+}
+
+// Reduce (sum), LL: a.count elements, count * elem a multiple of 8, at most the LL slot.
+// Every non-root sends its input as packets into slot(root, rank); the root reduces its
+// own input and the packets in rank order into its output.
+template <typename Op>
+COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u32 root = coll_root(a);
+  const u64 npk = a.count * Op::ELEM / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const uint2* in = reinterpret_cast<const uint2*>(a.in[a.rank]);
+  if (a.rank != root) {
+    if (e > 2) {
+      if (threadIdx.x == 0) wait_peer_done(a, root, e - 2);
+      __syncthreads();
+    }
+    for (u64 i = tid0; i < npk; i += gthreads) {
+      const uint2 v = in[i];
+      store_volatile_v4u32(ll_slot(a, root, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+    }
+  } else {
+    bool ok = true;
+    uint2* out = reinterpret_cast<uint2*>(a.out[root]);
+    for (u64 i = tid0; i < npk; i += gthreads) {
+      uint2 acc = make_uint2(0, 0);
+      for (u32 p = 0; p < a.nranks; ++p) {  // rank order
+        const uint2 v = (p == root) ? in[i]
+                                    : ll_wait(a, ll_slot(a, root, p, parity) + i * 16, flag, ok);
+        if (p == 0) {
+          acc = v;
+        } else {
+          acc.x = Op::add(acc.x, v.x);
+          acc.y = Op::add(acc.y, v.y);
+        }
+      }
+      out[i] = acc;
+    }
+  }
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reduce_ll_f16(CollArgs a) { reduce_ll<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll_bf16(CollArgs a) { reduce_ll<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll_f32(CollArgs a) { reduce_ll<OpF32>(a); }
 
 extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16>(a); }

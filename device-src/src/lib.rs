@@ -119,6 +119,10 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_reduce_f32",
         "commhal_coll_alltoall",
         "commhal_coll_sendrecv",
+        "commhal_coll_broadcast_ll",
+        "commhal_coll_reduce_ll_f16",
+        "commhal_coll_reduce_ll_bf16",
+        "commhal_coll_reduce_ll_f32",
     ],
 };
 

@@ -84,6 +84,10 @@ pub enum Kernel {
     Reduce,
     /// All-to-all (any dtype).
     Alltoall,
+    /// Broadcast, LL16 packets from the root (small sizes, any dtype).
+    BroadcastLl,
+    /// Reduce, LL16 packets to the root (small sizes).
+    ReduceLl,
     /// Send to the next rank, receive from the previous (any dtype).
     Sendrecv,
 }
@@ -116,6 +120,10 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (Reduce, Bfloat16) => "commhal_coll_reduce_bf16",
         (Reduce, Float) => "commhal_coll_reduce_f32",
         (Alltoall, _) => "commhal_coll_alltoall",
+        (BroadcastLl, _) => "commhal_coll_broadcast_ll",
+        (ReduceLl, Half) => "commhal_coll_reduce_ll_f16",
+        (ReduceLl, Bfloat16) => "commhal_coll_reduce_ll_bf16",
+        (ReduceLl, Float) => "commhal_coll_reduce_ll_f32",
         (Sendrecv, _) => "commhal_coll_sendrecv",
     }
 }
@@ -379,6 +387,13 @@ impl Comm {
         (blocks as u32, self.tuning.threads)
     }
 
+    /// Whether a broadcast / reduce of `bytes` goes through LL packets: up to the
+    /// all-gather / reduce-scatter LL chunk threshold (same per-peer traffic), within
+    /// the LL slot, whole 8-byte packets.
+    fn ll_rooted(&self, bytes: u64) -> bool {
+        bytes <= self.tuning.ll_chunk_max.min(self.tuning.ll_max) && bytes.is_multiple_of(8)
+    }
+
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
@@ -434,6 +449,17 @@ impl Comm {
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
                 (kernel_name(Kernel::Reducescatter, dtype), b, t)
+            }
+            Collective::Broadcast | Collective::Reduce
+                if self.n > 1 && self.ll_rooted(count * es) =>
+            {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Broadcast {
+                    Kernel::BroadcastLl
+                } else {
+                    Kernel::ReduceLl
+                };
+                (kernel_name(k, dtype), blocks, threads)
             }
             Collective::Broadcast => {
                 let bytes = count * es;
@@ -615,6 +641,8 @@ mod tests {
             Kernel::Reduce,
             Kernel::Alltoall,
             Kernel::Sendrecv,
+            Kernel::BroadcastLl,
+            Kernel::ReduceLl,
         ] {
             for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
                 let name = kernel_name(k, d);
@@ -627,6 +655,7 @@ mod tests {
                         | Kernel::BroadcastSf
                         | Kernel::Alltoall
                         | Kernel::Sendrecv
+                        | Kernel::BroadcastLl
                 ) {
                     assert!(name.ends_with(d.suffix()), "{name}");
                 }

@@ -259,8 +259,8 @@ impl PlanExec {
     }
 
     /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks: one per
-/// 32 KiB of message per block, at most the SM count in all (`COMMHAL_PLAN_REPLICAS`
-/// overrides).
+    /// 32 KiB of message per block, at most the SM count in all (`COMMHAL_PLAN_REPLICAS`
+    /// overrides).
     pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
         let blocks = blocks.max(1);
         let most = (self.sms / blocks).max(1);
@@ -452,7 +452,8 @@ mod tests {
         assert!(h.contains("#define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)"));
         assert!(h.contains("#define PLAN_ERR_WAIT 1") && h.contains("#define PLAN_ERR_PACKET 4"));
         assert!(h.contains("static_assert(sizeof(PlanArgs) == 232"));
-        assert_eq!(codegen::MAX_SEMS, 4096);
+        assert!(h.contains("#define PLAN_SEM_START (PLAN_MAX_SEMS - 2 * PLAN_MAX_RANKS)"));
+        assert_eq!(codegen::MAX_SEMS, 4096 - 2 * MAX_RANKS);
         assert_eq!(codegen::MAX_RANKS as usize, MAX_RANKS);
     }
 }

@@ -1198,10 +1198,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(
-            text.contains("#   [ranks.8] not tuned"),
-            "{text}"
-        );
+        assert!(text.contains("#   [ranks.8] not tuned"), "{text}");
         let back = TuningFile::parse(&text, "r").unwrap();
         assert_eq!(back.ranks[&4], s, "quotes in the command survive");
         assert_eq!(back.ranks[&2], f.ranks[&2]);
