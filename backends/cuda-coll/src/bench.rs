@@ -704,8 +704,10 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             Candidate {
                 name: "direct",
                 kernel: Kernel::Broadcast,
+                // ll_chunk_max 0: small broadcasts would otherwise take the LL kernel.
                 forced: Forced {
                     bcast_sf_min: Some(u64::MAX),
+                    ll_chunk_max: Some(0),
                     ..f
                 },
                 applies: |_, _| true,
@@ -715,6 +717,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 kernel: Kernel::BroadcastSf,
                 forced: Forced {
                     bcast_sf_min: Some(0),
+                    ll_chunk_max: Some(0),
                     ..f
                 },
                 applies: |b, _| b >= 16,
