@@ -727,7 +727,10 @@ mod tests {
         assert_eq!(s2.allreduce_push_min, 0, "push ran and never won");
         assert!(s2.command.starts_with("commhal ") && s2.command.ends_with("--ranks 2"));
         assert!(s2.note.contains("1K..1M x2, half"), "{}", s2.note);
-        assert!(!f.ranks[&4].tuned);
+        assert!(
+            !f.ranks[&8].tuned,
+            "the built-in 8-rank section was never tuned"
+        );
         assert_eq!(write_tuning(&t, &args, &outcome(4, false)).unwrap(), 0);
         let text = std::fs::read_to_string(&out).unwrap();
         let g = tuning::TuningFile::parse(&text, "o").unwrap();
