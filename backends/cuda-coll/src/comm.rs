@@ -268,13 +268,14 @@ impl Comm {
             peers.extend([a_in, a_out, a_scr, a_stg]);
         }
         boot.barrier()?;
-        // Plans (generated kernels): scratch for 2 × capacity (HB plans), and 8n × up to
+        // Plans (generated kernels): scratch for 4 × capacity (HB plans: 2PA-HB on 4 ranks
+        // keeps 2 × count, two copies), and 8n × up to
         // 4 MiB (LL plans: packets double the data, two scratch copies, 2PA-LL's scratch
         // holds 2n × count) unless told otherwise.
         let plan_scratch = std::env::var("COMMHAL_PLAN_SCRATCH")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or((2 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
+            .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
         let plans = PlanExec::new(boot, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
