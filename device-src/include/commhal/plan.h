@@ -204,6 +204,19 @@ COMMHAL_DEVICE bool give_up(const Ctx& c, u32 i, u64& t0) {
   return t - t0 > c.a->spin_ns || load_relaxed_u32(&c.st->error) != 0;
 }
 
+// Bounded wait (one thread) until the counter at p reaches target (acquire); on
+// timeout or an error already set, store PLAN_ERR_WAIT once and give up.
+COMMHAL_DEVICE void spin_until(const Ctx& c, const u64* p, u64 target) {
+  u64 t0 = 0;
+  for (u32 i = 0;; ++i) {
+    if (reached(load_acquire(p), target)) return;
+    if (give_up(c, i, t0)) {
+      set_error_once(&c.st->error, PLAN_ERR_WAIT);
+      return;
+    }
+  }
+}
+
 // The CTA's earlier writes become visible before the peer's matching wait returns.
 COMMHAL_DEVICE void signal(const Ctx& c, u32 peer, u32 idx) {
   __syncthreads();
@@ -215,14 +228,7 @@ COMMHAL_DEVICE void signal(const Ctx& c, u32 peer, u32 idx) {
 COMMHAL_DEVICE void wait(const Ctx& c, u32 idx, u64 target) {
   if (threadIdx.x == 0) {
     const u64* s = reinterpret_cast<const u64*>(c.a->area[c.a->rank]) + idx;
-    u64 t0 = 0;
-    for (u32 i = 0;; ++i) {
-      if (reached(load_acquire(s), target)) break;
-      if (give_up(c, i, t0)) {
-        set_error_once(&c.st->error, PLAN_ERR_WAIT);
-        break;
-      }
-    }
+    spin_until(c, s, target);
   }
   __syncthreads();
 }
@@ -235,14 +241,7 @@ COMMHAL_DEVICE void barrier(Ctx& c) {
   if (threadIdx.x == 0) {
     fetch_add_release(&c.st->barrier, 1);
     const u64 target = c.nbar * gridDim.x;
-    u64 t0 = 0;
-    for (u32 i = 0;; ++i) {
-      if (load_acquire(&c.st->barrier) >= target) break;
-      if (give_up(c, i, t0)) {
-        set_error_once(&c.st->error, PLAN_ERR_WAIT);
-        break;
-      }
-    }
+    spin_until(c, &c.st->barrier, target);
   }
   __syncthreads();
 }
@@ -255,14 +254,7 @@ COMMHAL_DEVICE void group_sync(Ctx& c) {
     u64* g = &c.st->group[blockIdx.x / c.parts];
     fetch_add_release(g, 1);
     const u64 target = c.ngrp * c.parts;
-    u64 t0 = 0;
-    for (u32 i = 0;; ++i) {
-      if (load_acquire(g) >= target) break;
-      if (give_up(c, i, t0)) {
-        set_error_once(&c.st->error, PLAN_ERR_WAIT);
-        break;
-      }
-    }
+    spin_until(c, g, target);
   }
   __syncthreads();
 }
@@ -278,14 +270,7 @@ COMMHAL_DEVICE void handshake(const Ctx& c, u32 base, u32 nranks) {
     fetch_add_release(reinterpret_cast<u64*>(c.a->area[p]) + base + me, 1);
     const u64 target = load_relaxed(&c.st->consumed[base + p]) + 1;
     const u64* s = reinterpret_cast<const u64*>(c.a->area[me]) + base + p;
-    u64 t0 = 0;
-    for (u32 i = 0;; ++i) {
-      if (reached(load_acquire(s), target)) break;
-      if (give_up(c, i, t0)) {
-        set_error_once(&c.st->error, PLAN_ERR_WAIT);
-        break;
-      }
-    }
+    spin_until(c, s, target);
   }
   __syncthreads();
 }
