@@ -691,11 +691,10 @@ pub fn generate_cuda(
 /// Bytes of one scratch copy on the GPU for `count` elements of `dtype`: the data, or
 /// for packet plans the LL8 area (each chunk on its own words; as the host executor).
 pub fn gpu_scratch_copy_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
-    let data = plan.scratch.elems(count) * dtype.size() as u64;
     let bytes = if plan.uses_packets() {
-        8 * (data.div_ceil(4) + plan.scratch.chunks as u64 + 1)
+        crate::exec::packet_area_bytes(plan, count, dtype)
     } else {
-        data
+        plan.scratch.elems(count) * dtype.size() as u64
     };
     bytes.next_multiple_of(256)
 }

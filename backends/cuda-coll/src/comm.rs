@@ -150,12 +150,16 @@ pub struct Comm {
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
 }
 
-fn coll_slot(coll: Collective) -> usize {
-    let c = crate::plan_exec::collective_of(coll);
+/// Index of a collective in the algorithm table (`Collective::ALL` order).
+fn algo_slot(c: commhal_algorithms::Collective) -> usize {
     commhal_algorithms::Collective::ALL
         .iter()
         .position(|&x| x == c)
         .unwrap_or(0)
+}
+
+fn coll_slot(coll: Collective) -> usize {
+    algo_slot(crate::plan_exec::collective_of(coll))
 }
 
 impl Comm {
@@ -280,11 +284,7 @@ impl Comm {
         let mut algos = [None; 7];
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
             for (algo, blocks) in crate::plan_exec::parse_overrides(&v)? {
-                let slot = commhal_algorithms::Collective::ALL
-                    .iter()
-                    .position(|&x| x == algo.collective())
-                    .unwrap_or(0);
-                algos[slot] = Some((algo, blocks));
+                algos[algo_slot(algo.collective())] = Some((algo, blocks));
             }
         }
         Ok(Comm {
