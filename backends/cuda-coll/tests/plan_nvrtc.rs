@@ -2,36 +2,11 @@
 //! every data type and every op. With `COMMHAL_REQUIRE_NVRTC=1` (CI) a missing NVRTC
 //! fails; otherwise the test prints SKIPPED and checks nothing.
 
-use std::path::PathBuf;
-
 use commhal_algorithms::builders::{Algorithm, BuildParams, build};
 use commhal_algorithms::codegen::generate_cuda;
 use commhal_algorithms::{DataType, RedOp};
 use commhal_cuda_coll::plan_exec::compile;
-use commhal_cuda_rt::nvrtc::loader::preload_nvrtc_from;
-use commhal_cuda_rt::nvrtc_available;
-
-fn nvrtc_or_skip(test: &str) -> bool {
-    let local =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nvrtc/nvidia/cu13/lib");
-    if !nvrtc_available() && local.join("libnvrtc.so.13").exists() {
-        preload_nvrtc_from(&local).expect("preload NVRTC from .cache/nvrtc");
-    }
-    if nvrtc_available() {
-        return true;
-    }
-    if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
-        panic!(
-            "{test}: COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found: run scripts/install-nvrtc.sh"
-        );
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: NVRTC not found (run scripts/install-nvrtc.sh)"
-    );
-    false
-}
+use commhal_cuda_rt::nvrtc::loader::nvrtc_or_skip;
 
 fn params(algo: Algorithm, n: u32, in_place: bool) -> BuildParams {
     let mut p = BuildParams::new(n);

@@ -8,38 +8,13 @@
 
 use std::path::PathBuf;
 
-use commhal_cuda_rt::nvrtc::loader::preload_nvrtc_from;
+use commhal_cuda_rt::nvrtc::loader::nvrtc_or_skip;
 use commhal_cuda_rt::nvrtc::{self, CompileRequest, ImageKind};
-use commhal_cuda_rt::{CacheOutcome, CudaError, KernelCache, jit, nvrtc_available};
+use commhal_cuda_rt::{CacheOutcome, CudaError, KernelCache, jit};
 use commhal_device_src::{HEADERS, KERNEL_UNITS, Source};
 
 /// The architecture CI compiles for (H100/H200).
 const ARCH: &str = "sm_90";
-
-/// Make NVRTC loadable if it is installed anywhere we know; false = skip.
-fn nvrtc_or_skip(test: &str) -> bool {
-    let local =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nvrtc/nvidia/cu13/lib");
-    if !nvrtc_available() && local.join("libnvrtc.so.13").exists() {
-        preload_nvrtc_from(&local).expect("preload NVRTC from .cache/nvrtc");
-    }
-    if nvrtc_available() {
-        return true;
-    }
-    if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
-        panic!(
-            "{test}: COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found: run scripts/install-nvrtc.sh"
-        );
-    }
-    // Written to the real stderr (not eprintln!, which the test harness captures) so
-    // the skip is visible in every run's output.
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: NVRTC not found (run scripts/install-nvrtc.sh)"
-    );
-    false
-}
 
 #[test]
 fn every_kernel_unit_compiles_for_sm_90() {

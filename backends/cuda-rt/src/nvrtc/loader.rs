@@ -76,3 +76,31 @@ pub fn ensure_loaded() -> Result<()> {
         Err(CudaError::NvrtcMissing)
     }
 }
+
+/// For tests that compile device code: make NVRTC loadable from the repository's
+/// `scripts/install-nvrtc.sh` directory (`<repo>/.cache/nvrtc/nvidia/cu13/lib`) when it
+/// is not found otherwise, and say whether it is available. Without NVRTC it prints
+/// "SKIPPED <test>: NVRTC not found" to the real stderr and returns false, or panics
+/// when `COMMHAL_REQUIRE_NVRTC=1` (CI).
+pub fn nvrtc_or_skip(test: &str) -> bool {
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nvrtc/nvidia/cu13/lib");
+    if !crate::nvrtc_available() && local.join("libnvrtc.so.13").exists() {
+        preload_nvrtc_from(&local).expect("preload NVRTC from .cache/nvrtc");
+    }
+    if crate::nvrtc_available() {
+        return true;
+    }
+    if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
+        panic!(
+            "{test}: COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found: run scripts/install-nvrtc.sh"
+        );
+    }
+    // Written to the real stderr (not eprintln!, which the test harness captures) so
+    // the skip is visible in every run's output.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: NVRTC not found (run scripts/install-nvrtc.sh)"
+    );
+    false
+}
