@@ -16,13 +16,14 @@
 //   *_ll variants of all-gather / reduce-scatter for small chunks.
 //   commhal_coll_broadcast           barrier; root stores its input into every output;
 //                                    barrier.
-//   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; root scatters chunk k to
-//                                    the k-th non-root; barrier; every non-root forwards
-//                                    its chunk to the other non-roots; barrier.
+//   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; non-root k loads chunk k
+//                                    from the root's input and stores it into every
+//                                    non-root's output; barrier.
 //   commhal_coll_broadcast_ll        small sizes: LL16 packets from the root, no barrier.
 //   commhal_coll_reduce_ll_*         small sizes: LL16 packets to the root, no barrier.
-//   commhal_coll_reduce_*            barrier; rank p reduces chunk p (reading n inputs)
-//                                    into the ROOT's output; barrier.
+//   commhal_coll_reduce_*            barrier; worker k (the non-roots; both ranks when
+//                                    n = 2) reduces chunk k (reading n inputs) into the
+//                                    ROOT's output; barrier.
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
 //                                    [rank]; barrier.
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
@@ -679,28 +680,30 @@ extern "C" __global__ void commhal_coll_broadcast(CollArgs a) {
   coll_end(a, e);
 }
 
-// Broadcast, scatter + forward (host: nranks >= 3, every buffer 16-byte aligned — the
+// Broadcast, pull + forward (host: nranks >= 3, every buffer 16-byte aligned — the
 // VMM bases are): a.count = bytes, nvec = bytes / 16 whole vectors split over the
 // m = n-1 non-roots; the k-th non-root is rank (root + 1 + k) % n, so rank r's chunk
-// index is k = (r + n - root - 1) % n (mirrored by layout::bcast_chunk_owner).
-//   phase 1 (root): chunk k -> out[(root+1+k)%n] at the same offsets; its own output
-//     (local copy) unless in place; the tail bytes (bytes % 16) into every output.
-//   MID barrier.
-//   phase 2 (non-root with chunk k): read chunk k from its own output and store it into
-//     every other non-root's output.
-//   END barrier.
-// Root egress = bytes, non-root egress (m-1)/m x bytes, ingress of every non-root =
-// bytes (the direct kernel's root egress is m x bytes).
-// Ordering: in both phases thread t of the grid handles chunk-relative vector indices
-// j = t, t + G, ... (G = grid threads), so block b of a non-root reads in phase 2
-// exactly what block b of the root wrote in phase 1, ordered by their MID barrier; the
-// END barrier orders every phase-2 store into rank q's output (made by block b of some
-// rank) before block b of q passes it.
+// index is k = (r + n - root - 1) % n (mirrored by layout::bcast_chunk_index).
+//   root: copies its input into its own output (local) unless in place, and the tail
+//     bytes (bytes % 16) into every output. It sends nothing: the others read.
+//   non-root with chunk k: loads chunk k from the ROOT's input (remote loads, two
+//     vectors in flight per thread) and stores it into its own output and into every
+//     other non-root's output.
+// One phase between the START and END barriers (the earlier version pushed chunks from
+// the root, then forwarded them after a MID barrier: two serial phases, 0.54 of NCCL at
+// 1 GiB on 4 GPUs). Traffic: root egress = bytes (its input read once in total);
+// non-root ingress = bytes / m (from the root) + (m-1)/m x bytes (from the others),
+// egress (m-1)/m x bytes; every link carries at most `bytes`, all at the same time.
+// Ordering: START — the root's input is written and every output is free. END — block
+// b of rank q waits for block b of every peer, which made its slice of the stores into
+// q's output (and of the loads from the root's input) before it signalled; all blocks
+// together cover every byte, so when q's kernel completes its output is final and the
+// root's input is no longer read.
 //   4 ranks, root 2: m = 3; k = 0 -> rank 3, k = 1 -> rank 0, k = 2 -> rank 1;
 //     rank 3: k = (3 + 4 - 2 - 1) % 4 = 0, rank 0: (0 + 1) % 4 = 1, rank 1: 2.
-//     Phase 2, rank 3 stores to (3+q)%4 for q = 1..3 = 0, 1, (2 = root: skipped).
-//   3 ranks, root 0: m = 2; rank 1 gets chunk 0, rank 2 chunk 1; each forwards to the
-//     other.
+//     Rank 3 stores chunk 0 into out[3], out[0], out[1] (2 = root: skipped).
+//   3 ranks, root 0: m = 2; rank 1 gets chunk 0, rank 2 chunk 1; each stores its chunk
+//     into both non-root outputs.
 extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
@@ -713,28 +716,8 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
   const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const u64 src = a.in[root];
   if (a.rank == root) {
-    const v16* s = reinterpret_cast<const v16*>(src);
-    u64 cb[COLL_MAX_RANKS], clen[COLL_MAX_RANKS];
-    v16* dst[COLL_MAX_RANKS];
-    u64 maxlen = 0;
-#pragma unroll
-    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-      if (k < m) {
-        u64 b, x;
-        partition(nvec, m, k, b, x);
-        cb[k] = b;
-        clen[k] = x - b;
-        maxlen = clen[k] > maxlen ? clen[k] : maxlen;
-        dst[k] = reinterpret_cast<v16*>(a.out[(root + 1 + k) % n]);
-      }
-    }
-    for (u64 j = tid0; j < maxlen; j += gthreads) {
-#pragma unroll
-      for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-        if (k < m && j < clen[k]) dst[k][cb[k] + j] = s[cb[k] + j];
-      }
-    }
     if (a.out[root] != src) {
+      const v16* s = reinterpret_cast<const v16*>(src);
       v16* own = reinterpret_cast<v16*>(a.out[root]);
       for (u64 v = tid0; v < nvec; v += gthreads) own[v] = s[v];
     }
@@ -744,19 +727,36 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
         if (a.out[p] != src) reinterpret_cast<u8*>(a.out[p])[i] = c;
       }
     }
-  }
-  block_barrier(a, COLL_OFF_MID_FLAGS, e);
-  if (a.rank != root) {
+  } else {
     const u32 k = (a.rank + n - root - 1) % n;
     u64 b, x;
     partition(nvec, m, k, b, x);
-    const v16* mine = reinterpret_cast<const v16*>(a.out[a.rank]);
-    for (u64 j = tid0; b + j < x; j += gthreads) {
-      const v16 v = mine[b + j];
-      for (u32 q = 1; q < n; ++q) {
-        const u32 p = (a.rank + q) % n;
-        if (p == root) continue;
-        reinterpret_cast<v16*>(a.out[p])[b + j] = v;
+    const v16* s = reinterpret_cast<const v16*>(src) + b;
+    // destination q = the non-root with chunk (k + q) % m: q = 0 is this rank's own
+    // output, then the other non-roots in rotation (constant indices: registers)
+    v16* dst[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+      if (q < m) dst[q] = reinterpret_cast<v16*>(a.out[(root + 1 + (k + q) % m) % n]) + b;
+    }
+    const u64 len = x - b;
+    u64 j = tid0;
+    for (; j + gthreads < len; j += 2 * gthreads) {
+      const v16 v0 = s[j];
+      const v16 v1 = s[j + gthreads];
+#pragma unroll
+      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+        if (q < m) {
+          dst[q][j] = v0;
+          dst[q][j + gthreads] = v1;
+        }
+      }
+    }
+    if (j < len) {
+      const v16 v0 = s[j];
+#pragma unroll
+      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+        if (q < m) dst[q][j] = v0;
       }
     }
   }
@@ -764,18 +764,26 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
   coll_end(a, e);
 }
 
-// Reduce (sum) to the root: a.count elements. Like the first half of the two-shot
-// all-reduce: rank p reduces its 1/n chunk of whole vectors (reading every input) and
-// stores it into the ROOT's output only (a remote store unless p is the root); the
-// tail (bytes % 16) belongs to the last rank. Root ingress: (n-1)/n x bytes of loads
-// plus (n-1)/n x bytes of stores, instead of (n-1) x bytes if the root read everything.
+// Reduce (sum) to the root: a.count elements. The workers (layout::reduce_worker)
+// split the whole 16-byte vectors: worker k reduces chunk k (reading that range of
+// every input, in rank order) and stores it into the ROOT's output only; the tail
+// (bytes % 16) belongs to the last worker.
+//   >= 3 ranks: the workers are the m = n-1 non-roots (worker k = rank (root+1+k) % n,
+//     as for the broadcast) and the root only takes part in the barriers. Every link
+//     then carries at most `bytes`: root ingress = the workers' stores (bytes), root
+//     egress = its input read once in total (bytes), worker ingress = (n-1) x bytes/m
+//     = bytes. (With the root as a worker too, its ingress would be (n-1)/n x bytes of
+//     loads plus (n-1)/n x bytes of stores = 1.5 x bytes on 4 ranks: 0.64 of NCCL's
+//     speed at 1 GiB.)
+//   2 ranks: both ranks are workers (m = 2; worker k = rank k): the root's ingress is
+//     then half its input in loads plus half in stores, = bytes either way.
 // The reduction helpers store to `out[rank]` when not storing to all, so they get a
 // copy of the arguments whose out[rank] is the root's output (inputs unchanged).
-// In place (inputs = outputs): rank p reads and writes the root's buffer only inside
-// chunk p, each element read and then written by the same thread.
-//   4 ranks, root 1, nvec = 10: partition(10, 4, p) = [0,3) [3,6) [6,8) [8,10): rank 0
-//   stores vectors 0..3 into out[1], rank 1 (root) 3..6 locally, rank 2 6..8, rank 3
-//   8..10 and, when bytes % 16 != 0, the tail elements.
+// In place (inputs = outputs): a worker reads and writes the root's buffer only inside
+// its own chunk, each element read and then written by the same thread.
+//   4 ranks, root 1, nvec = 10: workers rank 2 (k 0), 3 (k 1), 0 (k 2);
+//   partition(10, 3, k) = [0,4) [4,7) [7,10): rank 2 stores vectors 0..4 into out[1],
+//   rank 3 4..7, rank 0 7..10 and, when bytes % 16 != 0, the tail elements.
 //   2 ranks, root 0: rank 0 reduces the first half locally, rank 1 the second half
 //   into out[0].
 // END barrier: the root's block b waits for block b of every rank (their stores into
@@ -784,24 +792,30 @@ template <typename Op>
 COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
   const u32 root = coll_root(a);
-  const u64 bytes = a.count * Op::ELEM;
-  const u64 nvec = bytes / 16;
-  CollArgs b = a;
-  b.out[b.rank] = a.out[root];
-  bool aligned = (a.out[root] % 16) == 0;
-  for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.in[p] % 16) == 0;
-  if (aligned) {
-    u64 vb, ve;
-    partition(nvec, a.nranks, a.rank, vb, ve);
-    reduce_vectors<Op>(b, 0, vb, ve, 0, false);
-    if (a.rank == a.nranks - 1 && nvec * 16 < bytes) {
-      reduce_elems<Op>(b, 0, nvec * 16 / Op::ELEM, a.count, 0, false);
+  const bool root_works = n < 3;
+  if (root_works || a.rank != root) {
+    const u32 m = root_works ? n : n - 1;
+    const u32 k = root_works ? a.rank : (a.rank + n - root - 1) % n;
+    const u64 bytes = a.count * Op::ELEM;
+    const u64 nvec = bytes / 16;
+    CollArgs b = a;
+    b.out[b.rank] = a.out[root];
+    bool aligned = (a.out[root] % 16) == 0;
+    for (u32 p = 0; p < n; ++p) aligned = aligned && (a.in[p] % 16) == 0;
+    if (aligned) {
+      u64 vb, ve;
+      partition(nvec, m, k, vb, ve);
+      reduce_vectors<Op>(b, 0, vb, ve, 0, false);
+      if (k == m - 1 && nvec * 16 < bytes) {
+        reduce_elems<Op>(b, 0, nvec * 16 / Op::ELEM, a.count, 0, false);
+      }
+    } else {
+      u64 eb, ee;
+      partition(a.count, m, k, eb, ee);
+      reduce_elems<Op>(b, 0, eb, ee, 0, false);
     }
-  } else {
-    u64 eb, ee;
-    partition(a.count, a.nranks, a.rank, eb, ee);
-    reduce_elems<Op>(b, 0, eb, ee, 0, false);
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);

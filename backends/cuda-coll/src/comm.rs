@@ -78,7 +78,8 @@ pub enum Kernel {
     AllreducePush,
     /// Broadcast: the root stores into every output (any dtype).
     Broadcast,
-    /// Broadcast: scatter to the non-roots, which forward (any dtype, ≥ 3 ranks).
+    /// Broadcast: every non-root pulls its chunk from the root and forwards it to the
+    /// other non-roots (any dtype, ≥ 3 ranks).
     BroadcastSf,
     /// Reduce to the root.
     Reduce,
@@ -473,7 +474,8 @@ impl Comm {
                 }
             }
             Collective::Reduce => {
-                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(self.n)));
+                let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
+                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
                 (kernel_name(Kernel::Reduce, dtype), b, t)
             }
             Collective::Alltoall => {

@@ -79,7 +79,7 @@ pub struct CollArgs {
     pub pad: u32,
 }
 
-/// Scatter + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
+/// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
 /// (`None` for the root). The k-th non-root is rank `(root + 1 + k) % n`. Same formula
 /// as `commhal_coll_broadcast_sf` in the unit.
 pub fn bcast_chunk_index(n: u32, root: u32, rank: u32) -> Option<u32> {
@@ -87,6 +87,19 @@ pub fn bcast_chunk_index(n: u32, root: u32, rank: u32) -> Option<u32> {
         return None;
     }
     Some((rank + n - root - 1) % n)
+}
+
+/// Reduce to the root: `(workers, k)` — how many ranks split the vectors and `rank`'s
+/// chunk index among them (`None`: the root, which only takes part in the barriers).
+/// From 3 ranks the workers are the non-roots (numbered as [`bcast_chunk_index`]);
+/// with 2 both ranks work. Same rule as `reduce_root` in the unit; the host sizes the
+/// grid with `workers`.
+pub fn reduce_worker(n: u32, root: u32, rank: u32) -> (u32, Option<u32>) {
+    if n < 3 {
+        (n, Some(rank))
+    } else {
+        (n - 1, bcast_chunk_index(n, root, rank))
+    }
 }
 
 /// Bytes of one sender's staging slot for all-reduces up to `capacity` bytes over `n`
@@ -263,15 +276,14 @@ mod tests {
                     assert!(owners.iter().all(Option::is_some));
                     let mut got = vec![vec![0u8; nvec as usize]; n as usize];
                     for (k, owner) in owners.iter().enumerate() {
-                        let owner = owner.unwrap();
+                        assert!(owner.is_some());
                         let (b, e) = partition(nvec, m, k as u32);
                         for v in b..e {
-                            got[owner as usize][v as usize] += 1; // phase 1
-                            for q in 1..n {
-                                let p = (owner + q) % n; // phase 2
-                                if p != root {
-                                    got[p as usize][v as usize] += 1;
-                                }
+                            // the unit's destinations: q = 0 own output, then the
+                            // non-root with chunk (k + q) % m
+                            for q in 0..m {
+                                let p = (root + 1 + (k as u32 + q) % m) % n;
+                                got[p as usize][v as usize] += 1;
                             }
                         }
                     }
@@ -289,6 +301,36 @@ mod tests {
         assert_eq!(bcast_chunk_index(4, 2, 3), Some(0));
         assert_eq!(bcast_chunk_index(4, 2, 0), Some(1));
         assert_eq!(bcast_chunk_index(4, 2, 1), Some(2));
+    }
+
+    /// Every vector of a reduce is reduced by exactly one worker, for every root; the
+    /// root works only on 2 ranks.
+    #[test]
+    fn reduce_workers_cover_every_vector_once() {
+        for nvec in [0u64, 1, 3, 16, 1001] {
+            for n in 1..=8u32 {
+                for root in 0..n {
+                    let mut got = vec![0u8; nvec as usize];
+                    for r in 0..n {
+                        let (m, k) = reduce_worker(n, root, r);
+                        assert_eq!(m, if n >= 3 { n - 1 } else { n });
+                        let Some(k) = k else {
+                            assert!(n >= 3 && r == root);
+                            continue;
+                        };
+                        assert!(k < m);
+                        let (b, e) = partition(nvec, m, k);
+                        for v in b..e {
+                            got[v as usize] += 1;
+                        }
+                    }
+                    assert!(got.iter().all(|&c| c == 1), "n {n} root {root}");
+                }
+            }
+        }
+        assert_eq!(reduce_worker(4, 1, 1), (3, None));
+        assert_eq!(reduce_worker(4, 1, 2), (3, Some(0)));
+        assert_eq!(reduce_worker(2, 0, 1), (2, Some(1)));
     }
 
     #[test]
