@@ -87,6 +87,12 @@ pub struct BenchArgs {
     /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one graph).
     #[arg(short = 'G', long = "graph")]
     pub graph: bool,
+    /// (cuda-nvlink) Launches per timing group: CUDA events around every K
+    /// back-to-back launches, time = elapsed / launches, median over the groups
+    /// (nccl-tests style; 1 = an event between every launch; not used with -G)
+    /// [default: 10].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: Option<u32>,
     /// (cuda-nvlink) Queue timed launches behind a host-released stream wait (1) or
     /// launch as the host goes (0) [default: 1].
     #[arg(long)]
@@ -112,6 +118,9 @@ impl BenchArgs {
         }
         if self.graph {
             v.push("-G");
+        }
+        if self.batch.is_some() {
+            v.push("--batch");
         }
         if self.gate.is_some() {
             v.push("--gate");

@@ -94,6 +94,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         root: a.root,
         check: u32::from(a.check),
         graph: a.graph,
+        batch: a.batch.unwrap_or(ccli::DEFAULT_BATCH),
         gate: a.gate.unwrap_or(1),
         compare: a.compare,
         json: None,
@@ -321,6 +322,11 @@ pub struct TuneArgs {
     /// Time CUDA graph replays instead of stream launches.
     #[arg(short = 'G', long = "graph")]
     pub graph: bool,
+    /// Launches per timing group, as `commhal bench --batch`: CUDA events around
+    /// every K back-to-back launches, median over the groups of elapsed / launches
+    /// (1 = an event between every launch; not used with -G).
+    #[arg(long, value_name = "K", default_value_t = ccli::DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
     /// Device wait bound in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
@@ -374,6 +380,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         root: 0,
         check: u32::from(t.check),
         graph: t.graph,
+        batch: t.batch,
         gate: 1,
         compare: None,
         json: None,
@@ -410,6 +417,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             "nranks": out.nranks,
             "dtype": args.dtype,
             "graph": args.graph,
+            "batch": args.batch,
             "sweeps": out.sweeps,
             "derived": format!("{:?}", out.derived),
         });
@@ -434,14 +442,18 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
         date: tuning::today_utc(),
         command: command_line(std::env::args().skip(1).collect(), out.nranks),
         sweep: format!(
-            "{}..{} x{}, {}, {} iters, {} warm-up{}",
+            "{}..{} x{}, {}, {} iters, {} warm-up, {}",
             human(args.min_bytes),
             human(args.max_bytes),
             args.step_factor,
             args.dtype.name(),
             args.iters,
             args.warmup,
-            if args.graph { ", graph replays" } else { "" }
+            if args.graph {
+                "graph replays".to_string()
+            } else {
+                format!("events every {} launches", args.batch)
+            }
         ),
     };
     let file = tuning::merged(
@@ -543,6 +555,8 @@ mod tests {
             "64K",
             "--gate",
             "0",
+            "--batch",
+            "1",
         ])
         .unwrap();
         assert_eq!(a.collective, Collective::Allreduce);
@@ -554,7 +568,7 @@ mod tests {
         assert_eq!(a.dtype, Dtype::Half, "GPU default: half");
         assert!(a.graph && a.print_tables);
         assert_eq!(a.compare, Some(Compare::Nccl));
-        assert_eq!((a.ll_max, a.gate), (Some(64 << 10), 0));
+        assert_eq!((a.ll_max, a.gate, a.batch), (Some(64 << 10), 0, 1));
         assert_eq!((a.timeout_ms, a.max_bytes_per_size), (10_000, 16 << 30));
         let a = bench_args(&[
             "broadcast",
@@ -573,6 +587,10 @@ mod tests {
         );
         assert!(!a.print_tables, "--json prints JSON instead of the tables");
         assert_eq!(a.compare, None);
+        assert_eq!(a.batch, 10, "default: events every 10 launches");
+        let a = bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch=64"]).unwrap();
+        assert_eq!(a.batch, 64);
+        assert!(bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch", "0"]).is_err());
     }
 
     #[test]
@@ -615,9 +633,14 @@ mod tests {
             "nccl",
             "--timeout-ms",
             "5",
+            "--batch",
+            "4",
         ])
         .unwrap();
-        assert_eq!(b.a.gpu_flags(), ["--compare", "-G", "--timeout-ms"]);
+        assert_eq!(
+            b.a.gpu_flags(),
+            ["--compare", "-G", "--batch", "--timeout-ms"]
+        );
         let b = B::try_parse_from(["x", "allreduce"]).unwrap();
         assert!(b.a.gpu_flags().is_empty());
         assert_eq!(b.a.dtype, None, "host default (f32) applied later");
@@ -647,6 +670,8 @@ mod tests {
             (1024, 256 << 20, 2)
         );
         assert_eq!((a.dtype, a.check, a.graph), (Dtype::Half, 1, false));
+        assert_eq!(a.batch, 10, "the benchmark's default batch");
+        assert!(T::try_parse_from(["x", "--out", "f", "--batch", "0"]).is_err());
         let t = T::try_parse_from([
             "x",
             "--out",
@@ -656,11 +681,13 @@ mod tests {
             "-G",
             "-d",
             "float",
+            "--batch",
+            "1",
         ])
         .unwrap();
         let (a, colls) = tune_args(&t.a).unwrap();
         assert_eq!(colls, [Collective::Allgather, Collective::Reducescatter]);
-        assert!(a.graph && a.dtype == Dtype::Float);
+        assert!(a.graph && a.dtype == Dtype::Float && a.batch == 1);
         for (v, want) in [
             (&["--collectives", "alltoall"][..], "no kernel choice"),
             (&["--backend", "host-emu"][..], "only cuda-nvlink"),
@@ -727,6 +754,7 @@ mod tests {
         assert_eq!(s2.allreduce_push_min, 0, "push ran and never won");
         assert!(s2.command.starts_with("commhal ") && s2.command.ends_with("--ranks 2"));
         assert!(s2.note.contains("1K..1M x2, half"), "{}", s2.note);
+        assert!(s2.note.contains("events every 10 launches"), "{}", s2.note);
         assert!(
             !f.ranks[&8].tuned,
             "the built-in 8-rank section was never tuned"
@@ -743,7 +771,7 @@ mod tests {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         assert_eq!(v["sweeps"][0]["candidates"][1], "two-shot");
-        assert_eq!(v["nranks"], 4);
+        assert_eq!((&v["nranks"], &v["batch"]), (&4.into(), &10.into()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,7 +1,13 @@
 //! The benchmark loop: per size, per implementation (commhal, then NCCL when
 //! comparing), out-of-place then in-place: one checked run on poisoned outputs,
-//! warm-up, then timed iterations (CUDA events between launches, or graph replays),
-//! median per rank, mean over ranks. Rank 0 prints and writes JSON.
+//! warm-up, then timed iterations, median per rank, mean over ranks. Rank 0 prints and
+//! writes JSON.
+//!
+//! Timing, nccl-tests style: CUDA events around groups of `--batch K` back-to-back
+//! launches (default 10; the last group may be shorter, `iters <= K` is one group);
+//! a group's time per launch = its elapsed time / its launches; a rank's time is the
+//! median over its groups. `--batch 1` records an event between every launch. With
+//! `-G` the iterations are captured into one graph and each replay is a group.
 //!
 //! Entry points shared by `commhal-gpu-bench` and `commhal bench --backend
 //! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune`]
@@ -191,7 +197,8 @@ impl Bench<'_> {
         ))
     }
 
-    /// Median µs of one launch on this rank.
+    /// µs per launch on this rank: the median over groups of [`cli::groups`]
+    /// (`--batch`) of each group's elapsed time / its launches (graph: over replays).
     fn timed(&self, which: Impl, count: u64, per: u64, in_place: bool, iters: u32) -> Result<f64> {
         let ctx = self.comm.context();
         let s = self.comm.stream();
@@ -226,7 +233,9 @@ impl Bench<'_> {
                 times.push(f64::from(w[1].elapsed_ms_since(&w[0])?) * 1000.0 / f64::from(iters));
             }
         } else {
-            let ev: Vec<Event> = (0..=iters)
+            // one event before the first group and one after each group
+            let groups = cli::groups(iters, self.args.batch);
+            let ev: Vec<Event> = (0..=groups.len())
                 .map(|_| Event::new(ctx))
                 .collect::<std::result::Result<_, _>>()?;
             let mut gate = self.gate.borrow_mut();
@@ -236,8 +245,10 @@ impl Bench<'_> {
             }
             let queued = (|| -> Result<()> {
                 ev[0].record(s)?;
-                for e in &ev[1..] {
-                    self.launch(which, count, per, in_place)?;
+                for (e, &k) in ev[1..].iter().zip(&groups) {
+                    for _ in 0..k {
+                        self.launch(which, count, per, in_place)?;
+                    }
                     e.record(s)?;
                 }
                 Ok(())
@@ -247,8 +258,8 @@ impl Bench<'_> {
             }
             queued?;
             self.comm.sync("timed iterations")?;
-            for w in ev.windows(2) {
-                times.push(f64::from(w[1].elapsed_ms_since(&w[0])?) * 1000.0);
+            for (w, &k) in ev.windows(2).zip(&groups) {
+                times.push(f64::from(w[1].elapsed_ms_since(&w[0])?) * 1000.0 / f64::from(k));
             }
         }
         Ok(median(&mut times))
@@ -308,10 +319,11 @@ impl Bench<'_> {
 fn header(args: &Args, n: u32, what: &str) {
     println!("#");
     println!(
-        "# {what}: {} {} ranks={n} graph={}",
+        "# {what}: {} {} ranks={n} graph={} batch={}",
         args.collective.name(),
         args.dtype.name(),
-        args.graph
+        args.graph,
+        args.batch
     );
     println!(
         "#                                                              out-of-place                       in-place"
@@ -603,6 +615,7 @@ pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
         "dtype": args.dtype,
         "nranks": out.nranks,
         "graph": args.graph,
+        "batch": args.batch,
         "device": out.device,
         "tuning": format!("{:?}", out.tuning),
         "commhal": out.ours,
@@ -767,8 +780,8 @@ pub struct TuneOutcome {
 /// The tuner on this rank: for each of `colls` (every rank passes the same), one
 /// [`Comm`] per candidate kernel (forced through [`tuning::with_forced`]), then per
 /// size every candidate that applies, alternating, with the benchmark's checked run
-/// and timing (`args`' sizes, iterations, `-G`, `-c`; out-of-place). Rank 0 prints a
-/// table per collective. Needs ≥ 2 ranks.
+/// and timing (`args`' sizes, iterations, `--batch`, `-G`, `-c`; out-of-place). Rank 0
+/// prints a table per collective. Needs ≥ 2 ranks.
 pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<TuneOutcome> {
     let n = boot.size();
     if n < 2 {
@@ -825,10 +838,11 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
         if rank0 {
             println!("#");
             println!(
-                "# tune {}: {} {n} ranks, {gpu}, graph={}: µs per launch (out-of-place, mean of the ranks' medians)",
+                "# tune {}: {} {n} ranks, {gpu}, graph={} batch={}: µs per launch (out-of-place, mean of the ranks' medians)",
                 coll.name(),
                 a.dtype.name(),
-                a.graph
+                a.graph,
+                a.batch
             );
             let names: Vec<String> = cands.iter().map(|c| format!("{:>16}", c.name)).collect();
             println!("# {:>10} {:>10} {}", "size", "chunk", names.join(" "));

@@ -175,6 +175,13 @@ pub struct Args {
     /// Time through CUDA graph replay (iters launches captured into one graph).
     #[arg(short = 'G', long = "graph", default_value_t = false)]
     pub graph: bool,
+    /// Launches per timed group: CUDA events are recorded around every group of this
+    /// many back-to-back launches (nccl-tests style: elapsed / launches); the time is
+    /// the median over the groups (the last may be shorter). 1 = an event between
+    /// every launch; >= the iterations = one group. Not used with -G (each graph
+    /// replay of the iterations is one group).
+    #[arg(long, value_name = "K", default_value_t = DEFAULT_BATCH, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch: u32,
     /// Queue the timed launches behind a host-released stream wait (1) so events time
     /// the GPU, not the host's submission rate; 0 = launch as the host goes.
     #[arg(long, default_value_t = 1)]
@@ -198,6 +205,22 @@ pub struct Args {
     /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
     #[arg(skip = true)]
     pub print_tables: bool,
+}
+
+/// Default `--batch`: launches between two timing events.
+pub const DEFAULT_BATCH: u32 = 10;
+
+/// Launches per timed group for `iters` timed launches with events every `batch`
+/// launches: full groups of `batch`, the last one shorter when `batch` does not divide
+/// `iters`; one group when `iters <= batch`; none for 0 iterations. `batch` 0 counts
+/// as 1.
+pub fn groups(iters: u32, batch: u32) -> Vec<u32> {
+    let batch = batch.max(1);
+    let mut v = vec![batch; (iters / batch) as usize];
+    if !iters.is_multiple_of(batch) {
+        v.push(iters % batch);
+    }
+    v
 }
 
 /// `"1K"` → 1024, `"64M"`, `"1G"`, plain bytes; case-insensitive, optional `B`/`iB`.
@@ -360,6 +383,24 @@ mod tests {
     }
 
     #[test]
+    fn timing_groups() {
+        assert_eq!(groups(20, 10), [10, 10]);
+        assert_eq!(groups(16, 10), [10, 6], "the last group is shorter");
+        assert_eq!(groups(3, 10), [3], "iters <= batch: one group");
+        assert_eq!(groups(10, 10), [10]);
+        assert_eq!(groups(5, 1), [1; 5], "batch 1: one launch per group");
+        assert_eq!(groups(7, 3), [3, 3, 1]);
+        assert_eq!(groups(4, 0), [1; 4], "batch 0 counts as 1");
+        assert!(groups(0, 10).is_empty());
+        for (iters, batch) in [(1, 1), (20, 10), (17, 4), (200, 7), (3, 100)] {
+            let g = groups(iters, batch);
+            assert_eq!(g.iter().sum::<u32>(), iters, "{iters} / {batch}");
+            assert!(g.iter().all(|&k| k >= 1 && k <= batch));
+            assert_eq!(g.len() as u32, iters.div_ceil(batch));
+        }
+    }
+
+    #[test]
     fn int_encodings_are_exact() {
         assert_eq!(Dtype::Half.encode_int(1), 0x3c00);
         assert_eq!(Dtype::Half.encode_int(2), 0x4000);
@@ -407,6 +448,14 @@ mod tests {
         let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
         assert_eq!(b.dtype, Dtype::Bfloat16);
         assert!(!b.graph && b.compare.is_none());
+        assert_eq!(b.batch, DEFAULT_BATCH);
+        assert_eq!(DEFAULT_BATCH, 10);
+        let one = Args::try_parse_from(["x", "allreduce", "--batch", "1"]).unwrap();
+        assert_eq!(one.batch, 1, "an event between every launch");
+        let big = Args::try_parse_from(["x", "allreduce", "-n", "40", "--batch=64"]).unwrap();
+        assert_eq!((big.iters, big.batch), (40, 64));
+        assert!(Args::try_parse_from(["x", "allreduce", "--batch", "0"]).is_err());
+        assert!(Args::try_parse_from(["x", "allreduce", "--batch", "-1"]).is_err());
         assert!(Args::try_parse_from(["x", "alltoallv"]).is_err());
         let c = Args::try_parse_from(["x", "broadcast", "-r", "3"]).unwrap();
         assert_eq!((c.collective, c.root), (Collective::Broadcast, 3));
