@@ -117,8 +117,19 @@ COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
 }
 
 // Start of every kernel: this launch's epoch (same in every block).
+// Programmatic dependent launch (sm_90+; the host sets the launch attribute when
+// COMMHAL_COLL_PDL allows it): `griddepcontrol.wait` first — nothing of this kernel
+// runs before the previous kernel on the stream completed and its memory is flushed,
+// exactly as without the attribute — then `launch_dependents`, so the next collective's
+// blocks may already be scheduled (and wait in their own griddepcontrol.wait) while this
+// one runs: the launch latency overlaps this kernel instead of following it. Both are
+// no-ops for a launch without the attribute.
 COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   __shared__ u64 s_epoch;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   if (threadIdx.x == 0) {
     s_epoch = load_relaxed(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_EPOCH)) + 1;
   }

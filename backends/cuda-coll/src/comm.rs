@@ -146,9 +146,33 @@ pub struct Comm {
     tuning: Tuning,
     capacity: u64,
     plans: PlanExec,
+    /// Launch the hand-written kernels with programmatic dependent launch (see
+    /// [`pdl_wanted`]).
+    pdl: bool,
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
+}
+
+/// Whether to launch the hand-written kernels with programmatic dependent launch
+/// (the next collective is scheduled while the previous one runs and waits in
+/// `griddepcontrol.wait`, hiding the launch latency between back-to-back
+/// collectives). `COMMHAL_COLL_PDL`: `1` on, `0` off, unset: on where the GPU can
+/// (compute capability 9.0 or newer, driver with `cuLaunchKernelEx`).
+fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool> {
+    let can = cc_major >= 9 && launch_ex;
+    match env.map(str::trim) {
+        None | Some("") => Ok(can),
+        Some("0") => Ok(false),
+        Some("1") if can => Ok(true),
+        Some("1") => Err(CollError::invalid(format!(
+            "COMMHAL_COLL_PDL=1, but programmatic dependent launch needs compute capability 9.0+ and cuLaunchKernelEx (this GPU: {cc_major}.x, cuLaunchKernelEx {}): unset it",
+            if launch_ex { "present" } else { "missing" }
+        ))),
+        Some(v) => Err(CollError::invalid(format!(
+            "COMMHAL_COLL_PDL={v}: expected 0 or 1"
+        ))),
+    }
 }
 
 /// Index of a collective in the algorithm table (`Collective::ALL` order).
@@ -288,7 +312,13 @@ impl Comm {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
             }
         }
+        let pdl = pdl_wanted(
+            std::env::var("COMMHAL_COLL_PDL").ok().as_deref(),
+            ctx.compute_capability()?.0,
+            commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
+        )?;
         Ok(Comm {
+            pdl,
             rank,
             n,
             ctx,
@@ -600,7 +630,10 @@ impl Comm {
         // staging area was sized for the capacity (stage_slot_bytes > 0); the
         // scatter + forward broadcast only with >= 3 ranks and 16-aligned bases (VMM
         // allocations); roots checked < n above.
-        unsafe { self.module.launch(name, &self.stream, grid, block, &a) }
+        unsafe {
+            self.module
+                .launch(name, &self.stream, grid, block, &a, self.pdl)
+        }
     }
 
     /// Wait (bounded) for the stream, then read the device error word.
@@ -628,6 +661,17 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pdl_follows_the_gpu_and_the_environment() {
+        assert!(pdl_wanted(None, 9, true).unwrap());
+        assert!(!pdl_wanted(None, 8, true).unwrap());
+        assert!(!pdl_wanted(None, 9, false).unwrap());
+        assert!(!pdl_wanted(Some("0"), 9, true).unwrap());
+        assert!(pdl_wanted(Some("1"), 10, true).unwrap());
+        assert!(pdl_wanted(Some("1"), 8, true).is_err());
+        assert!(pdl_wanted(Some("yes"), 9, true).is_err());
+    }
 
     #[test]
     fn every_kernel_name_is_in_the_unit() {

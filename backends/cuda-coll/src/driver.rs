@@ -69,7 +69,10 @@ impl CollModule {
     }
 
     /// Queue kernel `name` with `args` by value (`CollArgs` for the hand-written
-    /// kernels, `PlanArgs` for generated ones).
+    /// kernels, `PlanArgs` for generated ones). `pdl`: launch with programmatic stream
+    /// serialization allowed (programmatic dependent launch): the kernel may be
+    /// scheduled before the previous kernel on the stream finished, so it must begin
+    /// with `griddepcontrol.wait` (the hand-written kernels do, in `coll_begin`).
     ///
     /// # Safety
     /// Every address in `args` is device memory mapped for this context that stays
@@ -83,6 +86,7 @@ impl CollModule {
         grid: u32,
         block: u32,
         args: &A,
+        pdl: bool,
     ) -> Result<()> {
         let f = *self
             .funcs
@@ -96,6 +100,35 @@ impl CollModule {
         }
         let mut copy = *args;
         let mut params = [&mut copy as *mut A as *mut c_void];
+        if pdl {
+            // SAFETY: an all-zero launch attribute is a valid (empty) value; the id and
+            // the one union member the driver reads for it are set below.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let cfg = sys::CUlaunchConfig {
+                gridDimX: grid,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: block,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                hStream: stream.raw(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel below; `cfg` and `attr` outlive the call.
+            let r = unsafe {
+                sys::cuLaunchKernelEx(&cfg, f, params.as_mut_ptr(), std::ptr::null_mut())
+            };
+            return check(r, "cuLaunchKernelEx", || {
+                format!(
+                    "launching `{name}` ({grid}x{block}, programmatic dependent launch; COMMHAL_COLL_PDL=0 turns it off)"
+                )
+            });
+        }
         // SAFETY: function and stream alive (same context, bound by the caller's
         // stream use below); one parameter of the kernel's exact type and size; the
         // driver copies it before returning. Pointer validity: see # Safety.

@@ -364,7 +364,7 @@ impl PlanExec {
         // every CTA is resident while others spin.
         unsafe {
             l.module
-                .launch(codegen::ENTRY, stream, grid, self.threads, &args)?;
+                .launch(codegen::ENTRY, stream, grid, self.threads, &args, false)?;
         }
         Ok(plan.name.clone())
     }

@@ -260,27 +260,8 @@ pub fn fill_bytes(backend: &str, ctx: &Context, base: u64, size: u64, value: u8)
     })
 }
 
-/// Does the loaded driver export `name`? cudarc panics when asked for a missing
-/// symbol, so optional entry points are checked here first. False without a driver.
-pub fn symbol_present(name: &str) -> bool {
-    static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
-    let lib = LIB.get_or_init(|| {
-        ["libcuda.so.1", "libcuda.so"].iter().find_map(|n| {
-            // SAFETY: loading the NVIDIA driver library runs its initialisers, which
-            // are designed to be loaded by any process (cudarc loads the same file).
-            unsafe { libloading::Library::new(*n) }.ok()
-        })
-    });
-    let Some(lib) = lib else {
-        return false;
-    };
-    let Ok(cname) = std::ffi::CString::new(name) else {
-        return false;
-    };
-    // SAFETY: we only test for presence; the symbol is never called through this
-    // pointer type.
-    unsafe { lib.get::<*const c_void>(cname.as_c_str()) }.is_ok()
-}
+/// Does the loaded driver export `name`? (cuda-rt's check, re-exported.)
+pub use commhal_cuda_rt::driver::symbol_present;
 
 #[cfg(test)]
 mod tests {

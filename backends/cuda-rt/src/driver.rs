@@ -20,6 +20,28 @@ pub fn driver_present() -> bool {
     })
 }
 
+/// Does the loaded driver export `name`? cudarc panics when asked for a missing
+/// symbol, so optional entry points are checked here first. False without a driver.
+pub fn symbol_present(name: &str) -> bool {
+    static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    let lib = LIB.get_or_init(|| {
+        ["libcuda.so.1", "libcuda.so"].iter().find_map(|n| {
+            // SAFETY: loading the NVIDIA driver library runs its initialisers, which
+            // are designed to be loaded by any process (cudarc loads the same file).
+            unsafe { libloading::Library::new(*n) }.ok()
+        })
+    });
+    let Some(lib) = lib else {
+        return false;
+    };
+    let Ok(cname) = std::ffi::CString::new(name) else {
+        return false;
+    };
+    // SAFETY: we only test for presence; the symbol is never called through this
+    // pointer type.
+    unsafe { lib.get::<*const std::ffi::c_void>(cname.as_c_str()) }.is_ok()
+}
+
 /// Load the driver and run `cuInit(0)` once; the outcome is cached.
 pub fn ensure_init() -> Result<()> {
     static INIT: OnceLock<std::result::Result<(), (u32, String)>> = OnceLock::new();
