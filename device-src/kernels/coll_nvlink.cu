@@ -27,6 +27,8 @@
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
 //                                    [rank]; barrier.
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
+//   commhal_coll_alltoall_ll,
+//   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
 // Epochs. Every launch on a rank gets epoch e = scratch.epoch + 1 (read by every block at
 // its start; the last block to finish stores e back, see coll_end). Launches are matched
@@ -930,6 +932,71 @@ extern "C" __global__ void commhal_coll_reduce_ll_f32(CollArgs a) { reduce_ll<Op
 extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF32>(a); }
+
+// All-to-all, LL (small chunks): a.count = bytes per chunk, a multiple of 8, at most the
+// LL slot (host checks). Chunk p of this rank's input goes as packets into slot(p, rank)
+// (own chunk: a local copy); every rank then waits for the packets of every peer and
+// stores them as chunk p of its output. Every rank waits on every other in every
+// launch, so the parity argument of the LL all-gather holds (no barrier).
+extern "C" __global__ void commhal_coll_alltoall_ll(CollArgs a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u64 cb = a.count;
+  const u64 npk = cb / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u8* in = reinterpret_cast<const u8*>(a.in[a.rank]);
+  u8* out = reinterpret_cast<u8*>(a.out[a.rank]);
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    for (u32 k = 1; k < a.nranks; ++k) {
+      const u32 p = (a.rank + k) % a.nranks;
+      const uint2 v = *reinterpret_cast<const uint2*>(in + p * cb + i * 8);
+      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+    }
+    reinterpret_cast<uint2*>(out + (u64)a.rank * cb)[i] =
+        reinterpret_cast<const uint2*>(in + (u64)a.rank * cb)[i];
+  }
+  bool ok = true;
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    for (u32 k = 1; k < a.nranks; ++k) {
+      const u32 p = (a.rank + k) % a.nranks;
+      reinterpret_cast<uint2*>(out + (u64)p * cb)[i] =
+          ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+    }
+  }
+  coll_end(a, e);
+}
+
+// Send/recv, LL (small sizes): a.count = bytes, a multiple of 8, at most the LL slot.
+// Rank r sends its input as packets into slot(next, r) and receives the previous rank's
+// packets from slot(r, prev). The sender never waits on its receiver otherwise, so before
+// reusing a parity slot in launch e it waits until the receiver completed launch e-2
+// (as the LL broadcast does).
+extern "C" __global__ void commhal_coll_sendrecv_ll(CollArgs a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u32 n = a.nranks;
+  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
+  const u64 npk = a.count / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e > 2) {
+    if (threadIdx.x == 0) wait_peer_done(a, next, e - 2);
+    __syncthreads();
+  }
+  const uint2* src = reinterpret_cast<const uint2*>(a.in[a.rank]);
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    const uint2 v = src[i];
+    store_volatile_v4u32(ll_slot(a, next, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+  }
+  bool ok = true;
+  uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
+  for (u64 i = tid0; i < npk; i += gthreads)
+    out[i] = ll_wait(a, ll_slot(a, a.rank, prev, parity) + i * 16, flag, ok);
+  coll_end(a, e);
+}
 
 // All-to-all: a.count = bytes per chunk (cb); every input and output holds n chunks.
 // Chunk p of this rank's input goes to chunk `rank` of rank p's output (NCCL's

@@ -121,6 +121,8 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_reduce_f16",
         "commhal_coll_reduce_bf16",
         "commhal_coll_reduce_f32",
+        "commhal_coll_alltoall_ll",
+        "commhal_coll_sendrecv_ll",
         "commhal_coll_alltoall",
         "commhal_coll_sendrecv",
     ],

@@ -91,6 +91,10 @@ pub enum Kernel {
     ReduceLl,
     /// Send to the next rank, receive from the previous (any dtype).
     Sendrecv,
+    /// All-to-all, LL16 packets (small chunks, any dtype).
+    AlltoallLl,
+    /// Send/recv, LL16 packets (small sizes, any dtype).
+    SendrecvLl,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -126,6 +130,8 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (ReduceLl, Bfloat16) => "commhal_coll_reduce_ll_bf16",
         (ReduceLl, Float) => "commhal_coll_reduce_ll_f32",
         (Sendrecv, _) => "commhal_coll_sendrecv",
+        (AlltoallLl, _) => "commhal_coll_alltoall_ll",
+        (SendrecvLl, _) => "commhal_coll_sendrecv_ll",
     }
 }
 
@@ -419,10 +425,11 @@ impl Comm {
         (blocks as u32, self.tuning.threads)
     }
 
-    /// Whether a broadcast / reduce of `bytes` goes through LL packets: up to the
-    /// all-gather / reduce-scatter LL chunk threshold (same per-peer traffic), within
-    /// the LL slot, whole 8-byte packets.
-    fn ll_rooted(&self, bytes: u64) -> bool {
+    /// Whether a broadcast / reduce / send-recv of `bytes`, or an all-to-all with chunks
+    /// of `bytes`, goes through LL packets: up to the all-gather / reduce-scatter LL
+    /// chunk threshold (same per-peer traffic), within the LL slot, whole 8-byte
+    /// packets.
+    fn ll_per_peer(&self, bytes: u64) -> bool {
         bytes <= self.tuning.ll_chunk_max.min(self.tuning.ll_max) && bytes.is_multiple_of(8)
     }
 
@@ -483,7 +490,7 @@ impl Comm {
                 (kernel_name(Kernel::Reducescatter, dtype), b, t)
             }
             Collective::Broadcast | Collective::Reduce
-                if self.n > 1 && self.ll_rooted(count * es) =>
+                if self.n > 1 && self.ll_per_peer(count * es) =>
             {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
                 let k = if coll == Collective::Broadcast {
@@ -507,6 +514,17 @@ impl Comm {
                 let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
                 let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
                 (kernel_name(Kernel::Reduce, dtype), b, t)
+            }
+            Collective::Alltoall | Collective::Sendrecv
+                if self.n > 1 && self.ll_per_peer(count * es) =>
+            {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Alltoall {
+                    Kernel::AlltoallLl
+                } else {
+                    Kernel::SendrecvLl
+                };
+                (kernel_name(k, dtype), blocks, threads)
             }
             Collective::Alltoall => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
@@ -690,6 +708,8 @@ mod tests {
             Kernel::Sendrecv,
             Kernel::BroadcastLl,
             Kernel::ReduceLl,
+            Kernel::AlltoallLl,
+            Kernel::SendrecvLl,
         ] {
             for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
                 let name = kernel_name(k, d);
@@ -703,6 +723,8 @@ mod tests {
                         | Kernel::Alltoall
                         | Kernel::Sendrecv
                         | Kernel::BroadcastLl
+                        | Kernel::AlltoallLl
+                        | Kernel::SendrecvLl
                 ) {
                     assert!(name.ends_with(d.suffix()), "{name}");
                 }
