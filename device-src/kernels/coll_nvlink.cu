@@ -13,6 +13,9 @@
 //                                    chunk p into rank p's staging slot; barrier; reduce
 //                                    own chunk from local input + staging; store it to
 //                                    every output; barrier.
+//   commhal_coll_reducescatter_push_* large sizes, remote stores only: barrier; store input
+//                                    chunk p into rank p's staging slot; barrier; reduce
+//                                    own chunk from local input + staging.
 //   *_ll variants of all-gather / reduce-scatter for small chunks.
 //   commhal_coll_broadcast           barrier; root stores its input into every output;
 //                                    barrier.
@@ -635,6 +638,70 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);
 }
+
+// Push reduce-scatter (large sizes): a.count elements per rank, count * elem % 16 == 0
+// and a staging area (host checks). Every remote access is a store, as in the push
+// all-reduce's first phase: chunk p of this rank's input -> rank p's staging slot
+// [rank]; MID barrier (block b of the sender and block b of the owner handle the same
+// chunk-relative vector indices, so it orders exactly what block b then reads); then
+// reduce the own chunk from the local input and the local staging, in rank order, into
+// the own output. No END barrier: after the MID barrier nothing here is read or written
+// remotely — a rank's output is written by itself only, its input read by itself only,
+// and a peer writes this rank's staging again only after passing the next launch's
+// START barrier, i.e. after this kernel completed on this rank.
+//   In place (input = output, output = output + rank * chunk): the own chunk is read
+//   and then written by the same thread.
+template <typename Op>
+COMMHAL_DEVICE void reducescatter_push(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u64 nvec = a.count * Op::ELEM / 16;  // vectors per chunk
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  const v16* psrc[COLL_MAX_RANKS];
+  v16* pdst[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+    if (k < n) {
+      const u32 p = (a.rank + k) % n;
+      psrc[k] = in + (u64)p * nvec;
+      pdst[k] = reinterpret_cast<v16*>(a.stage[p] + (u64)a.rank * a.stage_slot_bytes);
+    }
+  }
+  for (u64 j = tid0; j < nvec; j += gthreads) {
+#pragma unroll
+    for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+      if (k < n) pdst[k][j] = psrc[k][j];
+    }
+  }
+  block_barrier(a, COLL_OFF_MID_FLAGS, e);
+  const v16* own = in + (u64)a.rank * nvec;
+  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
+  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
+  for (u64 j = tid0; j < nvec; j += gthreads) {
+    v16 x[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+      if (p < n) {
+        x[p] = (p == a.rank) ? own[j]
+                             : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
+      }
+    }
+    v16 acc = x[0];
+#pragma unroll
+    for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
+      if (p < n) acc = add16<Op>(acc, x[p]);
+    }
+    out[j] = acc;
+  }
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reducescatter_push_f16(CollArgs a) { reducescatter_push<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_push_bf16(CollArgs a) { reducescatter_push<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_push_f32(CollArgs a) { reducescatter_push<OpF32>(a); }
 
 extern "C" __global__ void commhal_coll_allreduce_push_f16(CollArgs a) { allreduce_push<OpF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_push_bf16(CollArgs a) { allreduce_push<OpBF16>(a); }

@@ -48,6 +48,9 @@ pub struct Tuning {
     /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
     /// staging area as large as the capacity, allocated only when it can be used).
     pub push_min: u64,
+    /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
+    /// never; same staging area).
+    pub rs_push_min: u64,
     /// Smallest broadcast (bytes) done with scatter + forward instead of the root
     /// storing into every output (only with 3 or more ranks).
     pub bcast_sf_min: u64,
@@ -76,6 +79,8 @@ pub enum Kernel {
     ReducescatterLl,
     /// Push all-reduce (remote stores only, staging area).
     AllreducePush,
+    /// Push reduce-scatter (remote stores only, staging area).
+    ReducescatterPush,
     /// Broadcast: the root stores into every output (any dtype).
     Broadcast,
     /// Broadcast: every non-root pulls its chunk from the root and forwards it to the
@@ -119,6 +124,9 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (AllreducePush, Half) => "commhal_coll_allreduce_push_f16",
         (AllreducePush, Bfloat16) => "commhal_coll_allreduce_push_bf16",
         (AllreducePush, Float) => "commhal_coll_allreduce_push_f32",
+        (ReducescatterPush, Half) => "commhal_coll_reducescatter_push_f16",
+        (ReducescatterPush, Bfloat16) => "commhal_coll_reducescatter_push_bf16",
+        (ReducescatterPush, Float) => "commhal_coll_reducescatter_push_f32",
         (Broadcast, _) => "commhal_coll_broadcast",
         (BroadcastSf, _) => "commhal_coll_broadcast_sf",
         (Reduce, Half) => "commhal_coll_reduce_f16",
@@ -228,12 +236,14 @@ impl Comm {
         let (tuning, provenance) = crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
+        let rs_push_min = tuning.rs_push_min;
         let capacity = capacity.max(4096);
         let input = VmmAllocation::new(&ctx, capacity)?;
         let output = VmmAllocation::new(&ctx, capacity)?;
         let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(tuning.ll_max.max(4096)))?;
         scratch.fill(0)?;
-        let capacity_for_push = n > 1 && push_min > 0 && capacity.max(4096) >= push_min;
+        let stage_used = |min: u64| min > 0 && capacity >= min;
+        let capacity_for_push = n > 1 && (stage_used(push_min) || stage_used(rs_push_min));
         let stage_slot = if capacity_for_push {
             layout::stage_slot_bytes(capacity.max(4096), n)
         } else {
@@ -487,7 +497,16 @@ impl Comm {
             }
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                (kernel_name(Kernel::Reducescatter, dtype), b, t)
+                let push = self.base.stage_slot_bytes > 0
+                    && self.tuning.rs_push_min > 0
+                    && count * es * u64::from(self.n) >= self.tuning.rs_push_min
+                    && (count * es).is_multiple_of(16);
+                let k = if push {
+                    Kernel::ReducescatterPush
+                } else {
+                    Kernel::Reducescatter
+                };
+                (kernel_name(k, dtype), b, t)
             }
             Collective::Broadcast | Collective::Reduce
                 if self.n > 1 && self.ll_per_peer(count * es) =>
@@ -701,6 +720,7 @@ mod tests {
             Kernel::AllgatherLl,
             Kernel::ReducescatterLl,
             Kernel::AllreducePush,
+            Kernel::ReducescatterPush,
             Kernel::Broadcast,
             Kernel::BroadcastSf,
             Kernel::Reduce,
