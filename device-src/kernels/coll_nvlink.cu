@@ -27,9 +27,6 @@
 //   commhal_coll_reduce_*            barrier; worker k (the non-roots; both ranks when
 //                                    n = 2) reduces chunk k (reading n inputs) into the
 //                                    ROOT's output; barrier.
-//   commhal_coll_reduce_push_*       (>= 3 ranks, large) barrier; every rank stores chunk k
-//                                    into worker k's staging; barrier; worker k reduces
-//                                    locally into the ROOT's output; barrier.
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
 //                                    [rank]; barrier.
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
@@ -903,88 +900,6 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);
 }
-
-// Reduce (sum) to the root by push (>= 3 ranks, large sizes; host: bytes % 16 == 0 and a
-// staging area with slots >= nvec / (n-1) vectors). Workers as in reduce_root (the
-// non-roots; worker k = rank (root+1+k) % n reduces chunk k = partition(nvec, n-1, k)).
-//   phase 1 (every rank, the root too): chunk k of its input -> worker k's staging slot
-//     [rank] (skipping its own chunk when it is a worker).
-//   MID barrier (same per-block index argument as the push all-reduce).
-//   phase 2 (workers): reduce chunk k in rank order from the own input and the local
-//     staging, store it into the ROOT's output.
-//   END barrier: the root's block b waits for block b of every worker (their stores
-//     into its output).
-// Every remote access is a store; every link carries at most `bytes` (root egress:
-// (n-1) chunks = bytes; worker egress: n-2 chunks + the result = bytes; ingress alike).
-// In place: worker k writes the root's buffer only inside chunk k, which only worker k
-// reads (phase 1 of the root read its chunk k before the MID barrier).
-//   4 ranks, root 1, nvec = 10: workers rank 2 (k 0: [0,4)), rank 3 (k 1: [4,7)),
-//   rank 0 (k 2: [7,10)); rank 1 stores [0,4) into stage[2] slot 1, [4,7) into
-//   stage[3] slot 1, [7,10) into stage[0] slot 1; rank 2 reduces [0,4) from its input
-//   and stage[2] slots 0, 1, 3 and stores it into out[1].
-template <typename Op>
-COMMHAL_DEVICE void reduce_push(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
-  const u32 n = a.nranks;
-  const u32 m = n - 1;  // >= 2 (host)
-  const u32 root = coll_root(a);
-  const u64 nvec = a.count * Op::ELEM / 16;
-  const u64 gthreads = (u64)gridDim.x * blockDim.x;
-  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  const u32 mine = (a.rank + n - root - 1) % n;  // own chunk index (the root: m, none)
-  u64 cb[COLL_MAX_RANKS], clen[COLL_MAX_RANKS];
-  v16* dst[COLL_MAX_RANKS];
-  u64 maxlen = 0;
-#pragma unroll
-  for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-    if (k < m) {
-      u64 b, x;
-      partition(nvec, m, k, b, x);
-      cb[k] = b;
-      clen[k] = (k == mine) ? 0 : x - b;
-      maxlen = clen[k] > maxlen ? clen[k] : maxlen;
-      dst[k] = reinterpret_cast<v16*>(a.stage[(root + 1 + k) % n] +
-                                      (u64)a.rank * a.stage_slot_bytes);
-    }
-  }
-  for (u64 j = tid0; j < maxlen; j += gthreads) {
-#pragma unroll
-    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-      if (k < m && j < clen[k]) dst[k][j] = in[cb[k] + j];
-    }
-  }
-  block_barrier(a, COLL_OFF_MID_FLAGS, e);
-  if (a.rank != root) {
-    u64 b, x;
-    partition(nvec, m, mine, b, x);
-    const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
-    v16* out = reinterpret_cast<v16*>(a.out[root]) + b;
-    for (u64 j = tid0; b + j < x; j += gthreads) {
-      v16 xs[COLL_MAX_RANKS];
-#pragma unroll
-      for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
-        if (p < n) {
-          xs[p] = (p == a.rank) ? in[b + j]
-                                : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
-        }
-      }
-      v16 acc = xs[0];
-#pragma unroll
-      for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
-        if (p < n) acc = add16<Op>(acc, xs[p]);
-      }
-      out[j] = acc;
-    }
-  }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
-}
-
-extern "C" __global__ void commhal_coll_reduce_push_f16(CollArgs a) { reduce_push<OpF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_push_bf16(CollArgs a) { reduce_push<OpBF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_push_f32(CollArgs a) { reduce_push<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
 // Broadcast and reduce for small sizes, LL16, no barrier. One side only sends (the

@@ -48,9 +48,9 @@ pub struct Tuning {
     /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
     /// staging area as large as the capacity, allocated only when it can be used).
     pub push_min: u64,
-    /// Smallest reduce-scatter (total input bytes) and reduce (>= 3 ranks) done with
-    /// the push kernels (0: never; same staging area).
-    pub reduce_push_min: u64,
+    /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
+    /// never; same staging area).
+    pub rs_push_min: u64,
     /// Smallest broadcast (bytes) done with scatter + forward instead of the root
     /// storing into every output (only with 3 or more ranks).
     pub bcast_sf_min: u64,
@@ -88,8 +88,6 @@ pub enum Kernel {
     BroadcastSf,
     /// Reduce to the root.
     Reduce,
-    /// Reduce to the root by push into the workers' staging (≥ 3 ranks).
-    ReducePush,
     /// All-to-all (any dtype).
     Alltoall,
     /// Broadcast, LL16 packets from the root (small sizes, any dtype).
@@ -134,9 +132,6 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (Reduce, Half) => "commhal_coll_reduce_f16",
         (Reduce, Bfloat16) => "commhal_coll_reduce_bf16",
         (Reduce, Float) => "commhal_coll_reduce_f32",
-        (ReducePush, Half) => "commhal_coll_reduce_push_f16",
-        (ReducePush, Bfloat16) => "commhal_coll_reduce_push_bf16",
-        (ReducePush, Float) => "commhal_coll_reduce_push_f32",
         (Alltoall, _) => "commhal_coll_alltoall",
         (BroadcastLl, _) => "commhal_coll_broadcast_ll",
         (ReduceLl, Half) => "commhal_coll_reduce_ll_f16",
@@ -241,14 +236,14 @@ impl Comm {
         let (tuning, provenance) = crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
-        let reduce_push_min = tuning.reduce_push_min;
+        let rs_push_min = tuning.rs_push_min;
         let capacity = capacity.max(4096);
         let input = VmmAllocation::new(&ctx, capacity)?;
         let output = VmmAllocation::new(&ctx, capacity)?;
         let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(tuning.ll_max.max(4096)))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
-        let capacity_for_push = n > 1 && (stage_used(push_min) || stage_used(reduce_push_min));
+        let capacity_for_push = n > 1 && (stage_used(push_min) || stage_used(rs_push_min));
         let stage_slot = if capacity_for_push {
             layout::stage_slot_bytes(capacity.max(4096), n)
         } else {
@@ -503,8 +498,8 @@ impl Comm {
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
                 let push = self.base.stage_slot_bytes > 0
-                    && self.tuning.reduce_push_min > 0
-                    && count * es * u64::from(self.n) >= self.tuning.reduce_push_min
+                    && self.tuning.rs_push_min > 0
+                    && count * es * u64::from(self.n) >= self.tuning.rs_push_min
                     && (count * es).is_multiple_of(16);
                 let k = if push {
                     Kernel::ReducescatterPush
@@ -536,16 +531,7 @@ impl Comm {
             }
             Collective::Reduce => {
                 let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
-                let bytes = count * es;
-                let (b, t) = self.grid_for(bytes.div_ceil(16).div_ceil(u64::from(workers)));
-                let push = self.n >= 3
-                    && self.base.stage_slot_bytes > 0
-                    && self.tuning.reduce_push_min > 0
-                    && bytes >= self.tuning.reduce_push_min
-                    && bytes.is_multiple_of(16);
-                if push {
-                    return (kernel_name(Kernel::ReducePush, dtype), b, t);
-                }
+                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
                 (kernel_name(Kernel::Reduce, dtype), b, t)
             }
             Collective::Alltoall | Collective::Sendrecv
@@ -738,7 +724,6 @@ mod tests {
             Kernel::Broadcast,
             Kernel::BroadcastSf,
             Kernel::Reduce,
-            Kernel::ReducePush,
             Kernel::Alltoall,
             Kernel::Sendrecv,
             Kernel::BroadcastLl,

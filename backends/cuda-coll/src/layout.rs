@@ -102,13 +102,10 @@ pub fn reduce_worker(n: u32, root: u32, rank: u32) -> (u32, Option<u32>) {
     }
 }
 
-/// Bytes of one sender's staging slot for the push kernels up to `capacity` bytes over
-/// `n` ranks: the largest chunk of whole 16-byte vectors (all-reduce: 1/n of the
-/// buffer; reduce-scatter: one rank's chunk; reduce: 1/(n-1), its workers).
+/// Bytes of one sender's staging slot for all-reduces up to `capacity` bytes over `n`
+/// ranks: the largest chunk of whole 16-byte vectors.
 pub fn stage_slot_bytes(capacity: u64, n: u32) -> u64 {
-    // n - 1 parts from 3 ranks: the push reduce splits over the non-roots only
-    let parts = if n >= 3 { n - 1 } else { n.max(1) };
-    (capacity / 16).div_ceil(u64::from(parts)) * 16
+    (capacity / 16).div_ceil(u64::from(n.max(1))) * 16
 }
 
 /// `[begin, end)` of part `i` when `units` are split over `n` parts: the first
@@ -253,11 +250,6 @@ mod tests {
                 for i in 0..n {
                     let (b, e) = partition(cap / 16, n, i);
                     assert!((e - b) * 16 <= slot, "cap {cap} n {n} part {i}");
-                }
-                let (m, _) = reduce_worker(n, 0, 0);
-                for k in 0..m {
-                    let (b, e) = partition(cap / 16, m, k);
-                    assert!((e - b) * 16 <= slot, "reduce: cap {cap} n {n} worker {k}");
                 }
             }
         }

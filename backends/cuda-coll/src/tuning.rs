@@ -11,7 +11,7 @@
 //!    of the embedded ones (its `gpu` prefixes are not checked);
 //! 2. `COMMHAL_COLL_LL_MAX`, `COMMHAL_COLL_PUSH_MIN`, `COMMHAL_COLL_LL_CHUNK_MAX`,
 //!    `COMMHAL_COLL_BCAST_SF_MIN`, `COMMHAL_COLL_THREADS`, `COMMHAL_COLL_MAX_BLOCKS`,
-//!    `COMMHAL_COLL_REDUCE_PUSH_MIN` (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `COMMHAL_COLL_RS_PUSH_MIN` (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
 //!    scatters + forwards);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
@@ -64,9 +64,9 @@ pub const HEADER: &str = "\
 #     allgather_reducescatter_ll_chunk_max
 #                          largest per-rank chunk of an all-gather / reduce-scatter done
 #                          with the LL kernels (capped at allreduce_ll_max)
-#     reduce_push_min      (optional) smallest reduce-scatter (total input bytes) and
-#                          reduce (>= 3 ranks) done with the push kernels (0: never;
-#                          absent: allreduce_push_min); not swept by the tuner
+#     reducescatter_push_min  (optional) smallest reduce-scatter (total input bytes)
+#                          done with the push kernel (0: never; absent: allreduce_push_min);
+#                          not swept by the tuner
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     threads              threads per block of the bulk kernels (32..512)
@@ -75,7 +75,7 @@ pub const HEADER: &str = "\
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
 # instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
-# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_REDUCE_PUSH_MIN, then --ll-max of the benchmark.
+# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, then --ll-max of the benchmark.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -108,11 +108,11 @@ pub struct Section {
     pub allgather_reducescatter_ll_chunk_max: u64,
     /// Smallest broadcast (bytes) done with scatter + forward (0: never).
     pub broadcast_sf_min: u64,
-    /// Smallest reduce-scatter (total input bytes) and reduce (>= 3 ranks) done with
-    /// the push kernels (0: never; absent: `allreduce_push_min`). Not swept by the tuner: set from a
+    /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
+    /// never; absent: `allreduce_push_min`). Not swept by the tuner: set from a
     /// measured A/B (see the note).
     #[serde(default)]
-    pub reduce_push_min: Option<u64>,
+    pub reducescatter_push_min: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
     pub threads: u32,
     /// Most blocks of the bulk kernels (0: the SM count).
@@ -262,8 +262,8 @@ impl TuningFile {
                 s.threads,
                 s.max_blocks
             );
-            if let Some(v) = s.reduce_push_min {
-                out += &format!("reduce_push_min = {v}\n");
+            if let Some(v) = s.reducescatter_push_min {
+                out += &format!("reducescatter_push_min = {v}\n");
             }
         }
         out
@@ -285,7 +285,7 @@ static FALLBACK: Section = Section {
     allreduce_push_min: 32 << 20,
     allgather_reducescatter_ll_chunk_max: 64 << 10,
     broadcast_sf_min: 1 << 20,
-    reduce_push_min: None,
+    reducescatter_push_min: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -466,12 +466,12 @@ pub fn resolve_with(
         false,
         s.allreduce_push_min,
     );
-    let reduce_push_min = pick(
+    let rs_push_min = pick(
         None,
         None,
-        "COMMHAL_COLL_REDUCE_PUSH_MIN",
+        "COMMHAL_COLL_RS_PUSH_MIN",
         false,
-        s.reduce_push_min.unwrap_or(s.allreduce_push_min),
+        s.reducescatter_push_min.unwrap_or(s.allreduce_push_min),
     );
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
@@ -514,7 +514,7 @@ pub fn resolve_with(
             ll_max,
             ll_chunk_max,
             push_min,
-            reduce_push_min,
+            rs_push_min,
             bcast_sf_min,
             threads,
             max_blocks,
@@ -1051,21 +1051,21 @@ mod tests {
         assert_eq!(t.ll_max, 4096);
         assert_eq!(t.ll_chunk_max, 4096, "capped at ll_max");
         assert_eq!(t.push_min, 0);
-        assert_eq!(t.reduce_push_min, 0, "absent: the all-reduce push minimum");
+        assert_eq!(t.rs_push_min, 0, "absent: the all-reduce push minimum");
         assert_eq!(t.bcast_sf_min, u64::MAX, "file 0: never");
         assert_eq!((t.threads, t.max_blocks), (256, 16));
         assert!(prov.tuned && prov.file == p && prov.ranks == 4, "{prov}");
         // the optional reduce-scatter key, and its variable
-        std::fs::write(&path, format!("{text}reduce_push_min = 4096\n")).unwrap();
+        std::fs::write(&path, format!("{text}reducescatter_push_min = 4096\n")).unwrap();
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
-        assert_eq!((t.push_min, t.reduce_push_min), (0, 4096));
+        assert_eq!((t.push_min, t.rs_push_min), (0, 4096));
         let (t, _) = resolve_env(
             "NVIDIA H200",
             2,
             None,
-            &[(TUNING_ENV, &p), ("COMMHAL_COLL_REDUCE_PUSH_MIN", "0")],
+            &[(TUNING_ENV, &p), ("COMMHAL_COLL_RS_PUSH_MIN", "0")],
         );
-        assert_eq!(t.reduce_push_min, 0);
+        assert_eq!(t.rs_push_min, 0);
         // a variable still beats the file
         let (t, _) = resolve_env(
             "NVIDIA H200",
