@@ -405,9 +405,10 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push_min {} B, ll_chunk_max {} B, bcast_sf_min {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B; from {}",
             t.push_min,
             t.rs_push_min,
+            t.rs_push_max,
             t.ll_chunk_max,
             t.bcast_sf_min,
             provenance(comm, args)

@@ -51,6 +51,8 @@ pub struct Tuning {
     /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
     /// never; same staging area).
     pub rs_push_min: u64,
+    /// Largest reduce-scatter (total input bytes) done with the push kernel.
+    pub rs_push_max: u64,
     /// Smallest broadcast (bytes) done with scatter + forward instead of the root
     /// storing into every output (only with 3 or more ranks).
     pub bcast_sf_min: u64,
@@ -499,7 +501,8 @@ impl Comm {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
                 let push = self.base.stage_slot_bytes > 0
                     && self.tuning.rs_push_min > 0
-                    && count * es * u64::from(self.n) >= self.tuning.rs_push_min
+                    && (self.tuning.rs_push_min..=self.tuning.rs_push_max)
+                        .contains(&(count * es * u64::from(self.n)))
                     && (count * es).is_multiple_of(16);
                 let k = if push {
                     Kernel::ReducescatterPush

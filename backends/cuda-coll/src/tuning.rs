@@ -11,7 +11,7 @@
 //!    of the embedded ones (its `gpu` prefixes are not checked);
 //! 2. `COMMHAL_COLL_LL_MAX`, `COMMHAL_COLL_PUSH_MIN`, `COMMHAL_COLL_LL_CHUNK_MAX`,
 //!    `COMMHAL_COLL_BCAST_SF_MIN`, `COMMHAL_COLL_THREADS`, `COMMHAL_COLL_MAX_BLOCKS`,
-//!    `COMMHAL_COLL_RS_PUSH_MIN` (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `COMMHAL_COLL_RS_PUSH_MIN`, `COMMHAL_COLL_RS_PUSH_MAX` (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
 //!    scatters + forwards);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
@@ -64,9 +64,11 @@ pub const HEADER: &str = "\
 #     allgather_reducescatter_ll_chunk_max
 #                          largest per-rank chunk of an all-gather / reduce-scatter done
 #                          with the LL kernels (capped at allreduce_ll_max)
-#     reducescatter_push_min  (optional) smallest reduce-scatter (total input bytes)
-#                          done with the push kernel (0: never; absent: allreduce_push_min);
-#                          not swept by the tuner
+#     reducescatter_push_min, reducescatter_push_max
+#                          (optional) reduce-scatters of min..=max total input bytes are
+#                          done with the push kernel (min 0: never; absent: min =
+#                          allreduce_push_min, max = no limit); not swept by the tuner:
+#                          set from a measured A/B (the section's note says which)
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     threads              threads per block of the bulk kernels (32..512)
@@ -75,7 +77,8 @@ pub const HEADER: &str = "\
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
 # instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
-# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, then --ll-max of the benchmark.
+# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX, then
+# --ll-max of the benchmark.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -113,6 +116,11 @@ pub struct Section {
     /// measured A/B (see the note).
     #[serde(default)]
     pub reducescatter_push_min: Option<u64>,
+    /// Largest reduce-scatter (total input bytes) done with the push kernel (absent:
+    /// no limit). Above it the one-phase pull kernel wins again (the push kernel's
+    /// local reduce runs after its remote phase).
+    #[serde(default)]
+    pub reducescatter_push_max: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
     pub threads: u32,
     /// Most blocks of the bulk kernels (0: the SM count).
@@ -265,6 +273,9 @@ impl TuningFile {
             if let Some(v) = s.reducescatter_push_min {
                 out += &format!("reducescatter_push_min = {v}\n");
             }
+            if let Some(v) = s.reducescatter_push_max {
+                out += &format!("reducescatter_push_max = {v}\n");
+            }
         }
         out
     }
@@ -286,6 +297,7 @@ static FALLBACK: Section = Section {
     allgather_reducescatter_ll_chunk_max: 64 << 10,
     broadcast_sf_min: 1 << 20,
     reducescatter_push_min: None,
+    reducescatter_push_max: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -473,6 +485,13 @@ pub fn resolve_with(
         false,
         s.reducescatter_push_min.unwrap_or(s.allreduce_push_min),
     );
+    let rs_push_max = pick(
+        None,
+        None,
+        "COMMHAL_COLL_RS_PUSH_MAX",
+        true,
+        s.reducescatter_push_max.unwrap_or(u64::MAX),
+    );
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
@@ -515,6 +534,7 @@ pub fn resolve_with(
             ll_chunk_max,
             push_min,
             rs_push_min,
+            rs_push_max,
             bcast_sf_min,
             threads,
             max_blocks,
@@ -1059,6 +1079,14 @@ mod tests {
         std::fs::write(&path, format!("{text}reducescatter_push_min = 4096\n")).unwrap();
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
         assert_eq!((t.push_min, t.rs_push_min), (0, 4096));
+        assert_eq!(t.rs_push_max, u64::MAX, "absent: no limit");
+        std::fs::write(
+            &path,
+            format!("{text}reducescatter_push_min = 4096\nreducescatter_push_max = 8192\n"),
+        )
+        .unwrap();
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        assert_eq!((t.rs_push_min, t.rs_push_max), (4096, 8192));
         let (t, _) = resolve_env(
             "NVIDIA H200",
             2,
