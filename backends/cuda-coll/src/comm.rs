@@ -40,10 +40,12 @@ const TAG_FDS: u64 = 0x434f_4c4c_0000;
 /// environment overrides).
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
-    /// Largest all-reduce (bytes) done with the one-shot LL kernel; also the LL slot
-    /// capacity.
+    /// Largest all-reduce (bytes) done with the one-shot LL kernel (0: no LL kernel
+    /// at all).
     pub ll_max: u64,
-    /// Largest per-rank chunk (bytes) of an all-gather / reduce-scatter done with LL.
+    /// Largest per-peer chunk (bytes) done with LL: all-gather / reduce-scatter chunks,
+    /// broadcast / reduce / send-recv buffers, all-to-all chunks. The LL slots hold
+    /// max(ll_max, ll_chunk_max).
     pub ll_chunk_max: u64,
     /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
     /// staging area as large as the capacity, allocated only when it can be used).
@@ -242,7 +244,9 @@ impl Comm {
         let capacity = capacity.max(4096);
         let input = VmmAllocation::new(&ctx, capacity)?;
         let output = VmmAllocation::new(&ctx, capacity)?;
-        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(tuning.ll_max.max(4096)))?;
+        // LL slots: the largest LL all-reduce or per-peer LL chunk
+        let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let capacity_for_push = n > 1 && (stage_used(push_min) || stage_used(rs_push_min));
@@ -275,7 +279,7 @@ impl Comm {
             rank,
             nranks: n,
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-            ll_slot_bytes: layout::ll_slot_bytes(tuning.ll_max.max(4096)),
+            ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
             ..CollArgs::default()
         };
@@ -442,7 +446,7 @@ impl Comm {
     /// chunk threshold (same per-peer traffic), within the LL slot, whole 8-byte
     /// packets.
     fn ll_per_peer(&self, bytes: u64) -> bool {
-        bytes <= self.tuning.ll_chunk_max.min(self.tuning.ll_max) && bytes.is_multiple_of(8)
+        bytes <= self.tuning.ll_chunk_max && bytes.is_multiple_of(8)
     }
 
     /// Which kernel and grid a collective uses (for the table's notes and tests).
@@ -666,7 +670,8 @@ impl Comm {
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
-        // `ll_slot_bytes`; LL is only chosen for bytes <= ll_max; push only when the
+        // `ll_slot_bytes`; LL is only chosen for all-reduces <= ll_max and per-peer
+        // chunks <= ll_chunk_max (the slots hold the larger); push only when the
         // staging area was sized for the capacity (stage_slot_bytes > 0); the
         // scatter + forward broadcast only with >= 3 ranks and 16-aligned bases (VMM
         // allocations); roots checked < n above.

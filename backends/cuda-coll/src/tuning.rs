@@ -63,7 +63,9 @@ pub const HEADER: &str = "\
 #                          in between: two-shot
 #     allgather_reducescatter_ll_chunk_max
 #                          largest per-rank chunk of an all-gather / reduce-scatter done
-#                          with the LL kernels (capped at allreduce_ll_max)
+#                          with the LL kernels (also broadcast, reduce, send/recv
+#                          and all-to-all chunks; the LL slots hold the larger of
+#                          this and allreduce_ll_max)
 #     reducescatter_push_min, reducescatter_push_max
 #                          (optional) reduce-scatters of min..=max total input bytes are
 #                          done with the push kernel (min 0: never; absent: min =
@@ -302,6 +304,9 @@ static FALLBACK: Section = Section {
     max_blocks: 0,
 };
 
+/// Largest per-peer LL chunk any setting can ask for (bytes).
+pub const LL_CHUNK_CAP: u64 = 4 << 20;
+
 /// Where the thresholds in effect come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provenance {
@@ -510,7 +515,9 @@ pub fn resolve_with(
         true,
         s.allgather_reducescatter_ll_chunk_max,
     )
-    .min(ll_max); // the LL slots hold ll_max bytes per sender
+    // the LL slots are sized for max(ll_max, ll_chunk_max) (Comm::new); beyond 4 MiB
+    // per peer LL never pays (twice the bytes on the wire) and the slots would be large
+    .min(if ll_max == 0 { 0 } else { LL_CHUNK_CAP }); // ll_max 0: no LL at all
     let threads = pick(
         None,
         None,
@@ -749,12 +756,6 @@ impl Derived {
             &mut s.broadcast_sf_min,
             "broadcast_sf_min",
         );
-        if s.allgather_reducescatter_ll_chunk_max > s.allreduce_ll_max {
-            kept.push(format!(
-                "(allgather_reducescatter_ll_chunk_max is capped at allreduce_ll_max = {} at run time: the LL slots hold that much)",
-                s.allreduce_ll_max
-            ));
-        }
         s.tuned = true;
         s.gpu_name = meta.gpu_name.clone();
         s.date = meta.date.clone();
@@ -1013,7 +1014,11 @@ mod tests {
         );
         assert_eq!(t.ll_max, 65536);
         assert_eq!(t.push_min, 0, "0: never push");
-        assert_eq!(t.ll_chunk_max, 65536, "capped at ll_max");
+        assert_eq!(
+            t.ll_chunk_max,
+            1 << 20,
+            "not capped: the slots are sized for both"
+        );
         assert_eq!(t.bcast_sf_min, 0, "env 0: always scatter + forward");
         assert_eq!(t.threads, 512, "clamped");
         assert_eq!(t.max_blocks, 64);
@@ -1069,7 +1074,7 @@ mod tests {
         let p = path.to_string_lossy().to_string();
         let (t, prov) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
         assert_eq!(t.ll_max, 4096);
-        assert_eq!(t.ll_chunk_max, 4096, "capped at ll_max");
+        assert_eq!(t.ll_chunk_max, 8192, "not capped at ll_max");
         assert_eq!(t.push_min, 0);
         assert_eq!(t.rs_push_min, 0, "absent: the all-reduce push minimum");
         assert_eq!(t.bcast_sf_min, u64::MAX, "file 0: never");
@@ -1244,11 +1249,8 @@ mod tests {
             ..d
         };
         let s2 = big.apply(base, &meta);
-        assert!(
-            s2.note.contains("capped at allreduce_ll_max = 196608"),
-            "{}",
-            s2.note
-        );
+        assert_eq!(s2.allgather_reducescatter_ll_chunk_max, 1 << 20);
+        assert!(!s2.note.contains("capped"), "{}", s2.note);
         let mut g = f.clone();
         g.ranks.insert(4, s.clone());
         let text = g.render();
