@@ -64,6 +64,10 @@ using namespace commhal;
 #define COLL_OFF_EPOCH 0
 #define COLL_OFF_DONE 8
 #define COLL_OFF_ERROR 12
+// Host copy-engine path (backends/cuda-coll/src/dma.rs): u32 flags [kind][sender], 8 bytes
+// apart, written by peers' cuStreamWriteValue32 and waited on with cuStreamWaitValue32.
+// No kernel touches them.
+#define COLL_OFF_DMA_FLAGS 1024
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
@@ -449,7 +453,48 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
   coll_end(a, e);
 }
 
+// Local reduction for the copy-engine path (dma.rs): no barrier, no epoch, nothing
+// remote. a.count elements; out[rank] = in[rank] + stage slot p for every p != rank, in
+// rank order (identical result on every rank), where the copy engines put each peer's
+// contribution into slot p of this rank's staging area (a.stage[rank] + p * slot).
+// The host offsets a.in[rank] / a.out[rank] to the chunk; vectors when every base and
+// the length are 16-byte multiples, elements otherwise.
+template <typename Op>
+COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
+  const u32 n = a.nranks, r = a.rank;
+  const u64 bytes = a.count * Op::ELEM;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 stage = a.stage[r];
+  bool aligned = bytes % 16 == 0 && a.in[r] % 16 == 0 && a.out[r] % 16 == 0 &&
+                 stage % 16 == 0 && a.stage_slot_bytes % 16 == 0;
+  if (aligned) {
+    for (u64 v = tid0; v < bytes / 16; v += gthreads) {
+      v16 acc = make_uint4(0, 0, 0, 0);
+      for (u32 p = 0; p < n; ++p) {
+        const v16 x = (p == r) ? reinterpret_cast<const v16*>(a.in[r])[v]
+                               : reinterpret_cast<const v16*>(stage + p * a.stage_slot_bytes)[v];
+        acc = (p == 0) ? x : add16<Op>(acc, x);
+      }
+      reinterpret_cast<v16*>(a.out[r])[v] = acc;
+    }
+  } else {
+    for (u64 i = tid0; i < a.count; i += gthreads) {
+      u32 acc = 0;
+      for (u32 p = 0; p < n; ++p) {
+        const u32 x = (p == r) ? load_elem<Op>(a.in[r], i * Op::ELEM)
+                               : load_elem<Op>(stage + p * a.stage_slot_bytes, i * Op::ELEM);
+        acc = (p == 0) ? x : Op::add(acc, x);
+      }
+      store_elem<Op>(a.out[r], i * Op::ELEM, acc);
+    }
+  }
+}
+
 // Entry points, spelled out (device-src lists and checks every extern "C" kernel).
+extern "C" __global__ void commhal_coll_reduce_local_f16(CollArgs a) { reduce_local<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_local_bf16(CollArgs a) { reduce_local<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_local_f32(CollArgs a) { reduce_local<OpF32>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ll_f16(CollArgs a) { allreduce_ll<OpF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_2shot_f16(CollArgs a) { allreduce_2shot<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_f16(CollArgs a) { reducescatter<OpF16>(a); }

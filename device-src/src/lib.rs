@@ -95,6 +95,9 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         contents: include_str!("../kernels/coll_nvlink.cu"),
     },
     kernels: &[
+        "commhal_coll_reduce_local_f16",
+        "commhal_coll_reduce_local_bf16",
+        "commhal_coll_reduce_local_f32",
         "commhal_coll_allreduce_ll_f16",
         "commhal_coll_allreduce_2shot_f16",
         "commhal_coll_reducescatter_f16",

@@ -167,9 +167,23 @@ pub struct Comm {
     /// Launch the hand-written kernels with programmatic dependent launch (see
     /// [`pdl_wanted`]).
     pdl: bool,
+    /// The copy-engine path, when `COMMHAL_GPU_PATH=dma` chose it.
+    dma: Option<crate::dma::DmaPath>,
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
+}
+
+/// `COMMHAL_GPU_PATH`: unset / `kernels` — the NVLink kernels (SM loads and stores);
+/// `dma` — the copy-engine path ([`crate::dma`]). True for `dma`.
+fn gpu_path(env: Option<&str>) -> Result<bool> {
+    match env.map(str::trim) {
+        None | Some("") | Some("kernels") => Ok(false),
+        Some("dma") => Ok(true),
+        Some(v) => Err(CollError::invalid(format!(
+            "COMMHAL_GPU_PATH={v}: expected `kernels` (default) or `dma`"
+        ))),
+    }
 }
 
 /// Whether to launch the hand-written kernels with programmatic dependent launch
@@ -249,7 +263,9 @@ impl Comm {
         let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
-        let capacity_for_push = n > 1 && (stage_used(push_min) || stage_used(rs_push_min));
+        let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
+        let capacity_for_push =
+            n > 1 && (use_dma || stage_used(push_min) || stage_used(rs_push_min));
         let stage_slot = if capacity_for_push {
             layout::stage_slot_bytes(capacity.max(4096), n)
         } else {
@@ -339,7 +355,13 @@ impl Comm {
             ctx.compute_capability()?.0,
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
+        let dma = if use_dma {
+            Some(crate::dma::DmaPath::new(&ctx, n)?)
+        } else {
+            None
+        };
         Ok(Comm {
+            dma,
             pdl,
             rank,
             n,
@@ -452,6 +474,9 @@ impl Comm {
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
+        if self.dma.is_some() && self.algorithm(coll).is_none() {
+            return ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0);
+        }
         if let Some((algo, blocks)) = self.algorithm(coll) {
             let bytes = count
                 * es
@@ -666,6 +691,16 @@ impl Comm {
             )?;
             return Ok(());
         }
+        if let Some(dma) = &self.dma {
+            let c = crate::dma::Ctx {
+                main: &self.stream,
+                module: &self.module,
+                args: &a,
+                threads: self.tuning.threads,
+                max_blocks: self.tuning.max_blocks,
+            };
+            return dma.launch(&c, coll, dtype, count);
+        }
         let (name, grid, block) = self.plan(coll, dtype, count);
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
@@ -706,6 +741,14 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_path_parses() {
+        assert!(!gpu_path(None).unwrap());
+        assert!(!gpu_path(Some("kernels")).unwrap());
+        assert!(gpu_path(Some(" dma ")).unwrap());
+        assert!(gpu_path(Some("ce")).is_err());
+    }
 
     #[test]
     fn pdl_follows_the_gpu_and_the_environment() {

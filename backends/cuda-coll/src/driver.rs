@@ -268,3 +268,47 @@ impl Gate {
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Queue "store `value` at `addr`" on `stream` (32-bit stream memory operation, with
+/// the default memory barrier: the stream's earlier work, e.g. a copy, is visible
+/// before the value). The copy-engine path's signal.
+///
+/// # Safety
+/// `addr` is 4-byte aligned device memory (own or a mapped peer's) alive until the
+/// stream executed the write.
+pub unsafe fn write_value32(stream: &Stream, addr: u64, value: u32) -> Result<()> {
+    stream.context().bind()?;
+    // SAFETY: forwarded contract; stream alive and its context bound.
+    let r = unsafe {
+        sys::cuStreamWriteValue32_v2(
+            stream.raw(),
+            addr,
+            value,
+            sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+        )
+    };
+    check(r, "cuStreamWriteValue32", || {
+        format!("queueing the flag write {value} -> {addr:#x} (stream memory operations)")
+    })
+}
+
+/// Queue "wait until the u32 at `addr` is >= `value`" on `stream` (the copy-engine
+/// path's wait; the host does not block).
+///
+/// # Safety
+/// `addr` is 4-byte aligned device memory of this context alive until the wait passed.
+pub unsafe fn wait_value32(stream: &Stream, addr: u64, value: u32) -> Result<()> {
+    stream.context().bind()?;
+    // SAFETY: forwarded contract; stream alive and its context bound.
+    let r = unsafe {
+        sys::cuStreamWaitValue32_v2(
+            stream.raw(),
+            addr,
+            value,
+            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+        )
+    };
+    check(r, "cuStreamWaitValue32", || {
+        format!("queueing the wait for {value} at {addr:#x} (stream memory operations)")
+    })
+}

@@ -14,6 +14,20 @@ pub const OFF_DONE: u64 = 8;
 pub const OFF_ERROR: u64 = 12;
 /// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
 pub const OFF_START_FLAGS: u64 = 4096;
+/// Copy-engine path flags: u32 at `OFF_DMA_FLAGS + (kind * MAX_RANKS + sender) * 8`
+/// ([`dma_flag`]); kinds [`DMA_START`], [`DMA_MID`], [`DMA_END`].
+pub const OFF_DMA_FLAGS: u64 = 1024;
+/// Copy-engine path flag kinds.
+pub const DMA_START: u64 = 0;
+/// See [`DMA_START`].
+pub const DMA_MID: u64 = 1;
+/// See [`DMA_START`].
+pub const DMA_END: u64 = 2;
+
+/// Byte offset in a rank's scratch of the copy-engine flag `kind` written by `sender`.
+pub fn dma_flag(kind: u64, sender: u32) -> u64 {
+    OFF_DMA_FLAGS + (kind * MAX_RANKS as u64 + u64::from(sender)) * 8
+}
 /// End-barrier flags, same shape.
 pub const OFF_END_FLAGS: u64 = OFF_START_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// Mid-barrier flags (push all-reduce), same shape.
@@ -155,6 +169,10 @@ mod tests {
         assert_eq!(define("COLL_OFF_DONE"), OFF_DONE.to_string());
         assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
         assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
+        assert_eq!(define("COLL_OFF_DMA_FLAGS"), OFF_DMA_FLAGS.to_string());
+        // the copy-engine flags fit between the header words and the START flags
+        assert!(dma_flag(DMA_START, 0) >= OFF_ERROR + 4);
+        assert!(dma_flag(DMA_END, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
         assert_eq!(
             define("COLL_OFF_END_FLAGS"),
             "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"

@@ -27,6 +27,7 @@ pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod comm;
+pub mod dma;
 pub mod driver;
 pub mod error;
 pub mod layout;

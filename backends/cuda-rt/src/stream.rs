@@ -47,6 +47,18 @@ impl Stream {
         &self.ctx
     }
 
+    /// Is a graph capture under way on this stream?
+    pub fn is_capturing(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: stream alive; out-pointer valid.
+        let r = unsafe { sys::cuStreamIsCapturing(self.raw, &mut st) };
+        check(r, "cuStreamIsCapturing", || {
+            "asking for the capture status".into()
+        })?;
+        Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
     /// Block until all work queued on the stream finished; reports kernel faults.
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
@@ -127,6 +139,17 @@ impl Event {
         // SAFETY: both handles alive.
         let r = unsafe { sys::cuEventRecord(self.raw, stream.raw()) };
         check(r, "cuEventRecord", || "recording an event".into())
+    }
+
+    /// Make `stream` wait (on the device) until the work recorded before this event's
+    /// last [`Event::record`] has completed; the host does not block.
+    pub fn wait_on(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: both handles alive and of the same context.
+        let r = unsafe { sys::cuStreamWaitEvent(stream.raw(), self.raw, 0) };
+        check(r, "cuStreamWaitEvent", || {
+            "making a stream wait on an event".into()
+        })
     }
 
     /// Wait for the event.

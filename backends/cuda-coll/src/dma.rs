@@ -1,0 +1,384 @@
+//! The copy-engine path (`COMMHAL_GPU_PATH=dma`): every collective as copies made by
+//! the GPU's copy engines — `cuMemcpyAsync` between this rank's buffers and the peers'
+//! mapped ones, the mechanism of the cuda-dma backend — one side stream per peer so the
+//! engines run in parallel, ordered across ranks by 32-bit stream memory operations on
+//! flags in every rank's scratch ([`layout::dma_flag`]), plus one local reduction kernel
+//! (`commhal_coll_reduce_local_*`, no remote access) for the reducing collectives. No
+//! SM touches a peer's memory.
+//!
+//! **Protocol of launch `e`** (a host counter; launches are matched across ranks, so it
+//! agrees everywhere):
+//! - START: every rank writes `e` into `flag[START][me]` of every peer and waits until
+//!   its own `flag[START][p] >= e` for every peer: every peer's stream reached this
+//!   collective, so its inputs are written and its outputs / staging no longer in use.
+//! - Copies on side stream `k` (peer `p = (me + k) % n`), each followed *on the same
+//!   stream* by the write of `e` into `p`'s `flag[MID or END][me]` (default stream
+//!   memory barrier: the copy is visible before the flag — the cuda-dma port's
+//!   signal, checked by its conformance cases).
+//! - The main stream waits for the flags the peers write here, then joins the side
+//!   streams (an event each), so later work on the main stream sees every copy of this
+//!   rank done and its inputs no longer read.
+//!
+//! Per collective (S bytes, n ranks, `chunk p` = elements `partition(count, n, p)`):
+//! - all-reduce: START; chunk p of the input → p's staging slot [me], MID; reduce the
+//!   own chunk locally (input + staging) into the output; own result chunk → every
+//!   peer's output, END.
+//! - reduce-scatter: START; input chunk p → p's staging slot [me], MID; local reduce
+//!   into the output. (No END: nothing remote is touched after MID.)
+//! - reduce: the all-reduce's first half; a non-root reduces its chunk into its own
+//!   staging slot [me] (never written by a peer) and copies it to the root's output,
+//!   END to the root.
+//! - all-gather / all-to-all / send-recv / broadcast: START; the copies, END.
+//!
+//! Not capturable into CUDA graphs (the flag values are baked in at capture): a capture
+//! gets a clear error. A dead peer leaves the stream waiting: [`crate::Comm::sync`]
+//! returns its bounded timeout error.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use commhal_cuda_rt::{Context, Event, Stream};
+
+use crate::cli::{Collective, Dtype};
+use crate::driver::{self, CollModule};
+use crate::error::{CollError, Result};
+use crate::layout::{self, CollArgs, DMA_END, DMA_MID, DMA_START, partition};
+
+/// Stream memory operations this path needs from the driver.
+pub const SYMBOLS: [&str; 2] = ["cuStreamWriteValue32_v2", "cuStreamWaitValue32_v2"];
+
+/// Side streams, fork/join events and the launch counter of one communicator.
+#[derive(Debug)]
+pub struct DmaPath {
+    side: Vec<Stream>,
+    fork: Event,
+    joins: Vec<Event>,
+    seq: AtomicU32,
+}
+
+/// What a launch needs from its communicator.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// The communicator's stream (the caller's order).
+    pub main: &'a Stream,
+    /// The loaded collectives module (for the local reduction).
+    pub module: &'a CollModule,
+    /// Every address of this launch (in place already applied).
+    pub args: &'a CollArgs,
+    /// Threads per block and most blocks of the local reduction.
+    pub threads: u32,
+    /// See `threads`.
+    pub max_blocks: u32,
+}
+
+impl DmaPath {
+    /// Side streams for `n - 1` peers on `ctx`. Fails when the driver lacks stream
+    /// memory operations.
+    pub fn new(ctx: &Arc<Context>, n: u32) -> Result<DmaPath> {
+        for s in SYMBOLS {
+            if !commhal_cuda_rt::driver::symbol_present(s) {
+                return Err(CollError::invalid(format!(
+                    "COMMHAL_GPU_PATH=dma needs stream memory operations ({s}), which this driver lacks: update the driver or unset COMMHAL_GPU_PATH"
+                )));
+            }
+        }
+        let peers = n.saturating_sub(1) as usize;
+        Ok(DmaPath {
+            side: (0..peers)
+                .map(|_| Stream::new(ctx))
+                .collect::<std::result::Result<_, _>>()?,
+            fork: Event::new(ctx)?,
+            joins: (0..peers)
+                .map(|_| Event::new(ctx))
+                .collect::<std::result::Result<_, _>>()?,
+            seq: AtomicU32::new(0),
+        })
+    }
+
+    /// Queue one collective (`count` and the addresses as [`crate::Comm::launch_rooted`]
+    /// prepared them in `c.args`).
+    pub fn launch(&self, c: &Ctx<'_>, coll: Collective, dtype: Dtype, count: u64) -> Result<()> {
+        if c.main.is_capturing()? {
+            return Err(CollError::invalid(
+                "the copy-engine path (COMMHAL_GPU_PATH=dma) cannot be captured into a CUDA graph: its flags are numbered by the host; capture with the default path",
+            ));
+        }
+        let a = c.args;
+        let n = a.nranks;
+        let me = a.rank;
+        let es = dtype.size();
+        if matches!(coll, Collective::Allreduce | Collective::Reduce) {
+            let biggest = count.div_ceil(u64::from(n)) * es;
+            if biggest > a.stage_slot_bytes {
+                return Err(CollError::invalid(format!(
+                    "copy-engine path: a {biggest}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
+                    a.stage_slot_bytes
+                )));
+            }
+        }
+        let e = self
+            .seq
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1)
+            .max(1);
+        let peer = |k: u32| (me + k) % n;
+        self.handshake(c, DMA_START, e)?;
+        match coll {
+            Collective::Allreduce | Collective::Reduce => {
+                let root = if coll == Collective::Reduce {
+                    Some(a.root)
+                } else {
+                    None
+                };
+                let (b, x) = partition(count, n, me);
+                self.fork(c.main)?;
+                for k in 1..n {
+                    let p = peer(k);
+                    let (pb, px) = partition(count, n, p);
+                    self.stage_copy(a, k, p, a.input[me as usize] + pb * es, (px - pb) * es)?;
+                    self.signal(k, a, p, DMA_MID, e)?;
+                }
+                self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
+                let mine_in = a.input[me as usize] + b * es;
+                let len = (x - b) * es;
+                match root {
+                    None => {
+                        let out = a.output[me as usize] + b * es;
+                        self.reduce_local(c, dtype, x - b, mine_in, out)?;
+                        self.fork(c.main)?;
+                        for k in 1..n {
+                            let p = peer(k);
+                            self.copy(k, a.output[p as usize] + b * es, out, len)?;
+                            self.signal(k, a, p, DMA_END, e)?;
+                        }
+                        self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
+                    }
+                    Some(r) if r == me => {
+                        let out = a.output[me as usize] + b * es;
+                        self.reduce_local(c, dtype, x - b, mine_in, out)?;
+                        self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
+                    }
+                    Some(r) => {
+                        // the own slot of the own staging: never written by a peer
+                        let tmp = a.stage[me as usize] + u64::from(me) * a.stage_slot_bytes;
+                        self.reduce_local(c, dtype, x - b, mine_in, tmp)?;
+                        // SAFETY: both ranges are live allocations of this Comm (own
+                        // staging, the root's mapped output; chunk within capacity).
+                        unsafe {
+                            driver::copy_async(c.main, a.output[r as usize] + b * es, tmp, len)?
+                        };
+                        // SAFETY: the root's scratch is mapped; the flag is 4-aligned.
+                        unsafe {
+                            driver::write_value32(
+                                c.main,
+                                a.scratch[r as usize] + layout::dma_flag(DMA_END, me),
+                                e,
+                            )?
+                        };
+                    }
+                }
+                self.join(c.main)
+            }
+            Collective::Reducescatter => {
+                let cb = count * es;
+                self.fork(c.main)?;
+                for k in 1..n {
+                    let p = peer(k);
+                    self.stage_copy(a, k, p, a.input[me as usize] + u64::from(p) * cb, cb)?;
+                    self.signal(k, a, p, DMA_MID, e)?;
+                }
+                self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
+                let own = a.input[me as usize] + u64::from(me) * cb;
+                self.reduce_local(c, dtype, count, own, a.output[me as usize])?;
+                self.join(c.main)
+            }
+            Collective::Allgather | Collective::Alltoall => {
+                // a.count is bytes per rank / per chunk here (launch_rooted)
+                let cb = a.count;
+                let src = |p: u32| {
+                    if coll == Collective::Allgather {
+                        a.input[me as usize]
+                    } else {
+                        a.input[me as usize] + u64::from(p) * cb
+                    }
+                };
+                self.fork(c.main)?;
+                for k in 1..n {
+                    let p = peer(k);
+                    self.copy(k, a.output[p as usize] + u64::from(me) * cb, src(p), cb)?;
+                    self.signal(k, a, p, DMA_END, e)?;
+                }
+                let own_dst = a.output[me as usize] + u64::from(me) * cb;
+                if own_dst != src(me) {
+                    // SAFETY: own input and output, within capacity (checked by the Comm).
+                    unsafe { driver::copy_async(c.main, own_dst, src(me), cb)? };
+                }
+                self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
+                self.join(c.main)
+            }
+            Collective::Broadcast => {
+                let bytes = a.count;
+                let root = a.root;
+                let src = a.input[root as usize];
+                if me == root {
+                    self.fork(c.main)?;
+                    for k in 1..n {
+                        let p = peer(k);
+                        self.copy(k, a.output[p as usize], src, bytes)?;
+                        self.signal(k, a, p, DMA_END, e)?;
+                    }
+                    if a.output[me as usize] != src {
+                        // SAFETY: own input and output, within capacity.
+                        unsafe { driver::copy_async(c.main, a.output[me as usize], src, bytes)? };
+                    }
+                    self.join(c.main)
+                } else {
+                    self.wait_all(c, DMA_END, e, std::iter::once(root))
+                }
+            }
+            Collective::Sendrecv => {
+                let bytes = a.count;
+                let next = peer(1);
+                let prev = (me + n - 1) % n;
+                self.fork(c.main)?;
+                self.copy(1, a.output[next as usize], a.input[me as usize], bytes)?;
+                self.signal(1, a, next, DMA_END, e)?;
+                self.wait_all(c, DMA_END, e, std::iter::once(prev))?;
+                self.join(c.main)
+            }
+        }
+    }
+
+    /// START: tell every peer this rank reached launch `e`, wait until all did.
+    fn handshake(&self, c: &Ctx<'_>, kind: u64, e: u32) -> Result<()> {
+        let a = c.args;
+        for p in (0..a.nranks).filter(|&p| p != a.rank) {
+            // SAFETY: the peer's scratch is mapped for the Comm's lifetime; 4-aligned.
+            unsafe {
+                driver::write_value32(
+                    c.main,
+                    a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
+                    e,
+                )?
+            };
+        }
+        self.wait_all(c, kind, e, (0..a.nranks).filter(|&p| p != a.rank))
+    }
+
+    /// The main stream waits until every `from` rank wrote `e` into its flag here.
+    fn wait_all(
+        &self,
+        c: &Ctx<'_>,
+        kind: u64,
+        e: u32,
+        from: impl Iterator<Item = u32>,
+    ) -> Result<()> {
+        let a = c.args;
+        for p in from {
+            // SAFETY: own scratch, alive for the Comm's lifetime; 4-aligned.
+            unsafe {
+                driver::wait_value32(
+                    c.main,
+                    a.scratch[a.rank as usize] + layout::dma_flag(kind, p),
+                    e,
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    /// The side streams wait for everything queued so far on `main`.
+    fn fork(&self, main: &Stream) -> Result<()> {
+        self.fork.record(main)?;
+        for s in &self.side {
+            self.fork.wait_on(s)?;
+        }
+        Ok(())
+    }
+
+    /// `main` waits for everything queued so far on the side streams.
+    fn join(&self, main: &Stream) -> Result<()> {
+        for (s, ev) in self.side.iter().zip(&self.joins) {
+            ev.record(s)?;
+            ev.wait_on(main)?;
+        }
+        Ok(())
+    }
+
+    fn side(&self, k: u32) -> Result<&Stream> {
+        self.side
+            .get(k as usize - 1)
+            .ok_or_else(|| CollError::invalid(format!("no side stream for peer offset {k}")))
+    }
+
+    /// Copy `len` bytes on side stream `k` (a no-op for 0 bytes).
+    fn copy(&self, k: u32, dst: u64, src: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: callers pass ranges inside this Comm's own or mapped peer
+        // allocations (sizes checked against the capacity / staging slot).
+        unsafe { driver::copy_async(self.side(k)?, dst, src, len) }
+    }
+
+    /// Copy into peer `p`'s staging slot [me], checking the slot is large enough.
+    fn stage_copy(&self, a: &CollArgs, k: u32, p: u32, src: u64, len: u64) -> Result<()> {
+        if len > a.stage_slot_bytes {
+            return Err(CollError::invalid(format!(
+                "copy-engine path: a {len}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
+                a.stage_slot_bytes
+            )));
+        }
+        let dst = a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes;
+        self.copy(k, dst, src, len)
+    }
+
+    /// On side stream `k`: write `e` into peer `p`'s flag `kind` from this rank.
+    fn signal(&self, k: u32, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
+        // SAFETY: the peer's scratch is mapped for the Comm's lifetime; 4-aligned.
+        unsafe {
+            driver::write_value32(
+                self.side(k)?,
+                a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
+                e,
+            )
+        }
+    }
+
+    /// Queue `commhal_coll_reduce_local_*` on the main stream: `count` elements at
+    /// `input` plus every peer's staging slot here, into `output`.
+    fn reduce_local(
+        &self,
+        c: &Ctx<'_>,
+        dtype: Dtype,
+        count: u64,
+        input: u64,
+        output: u64,
+    ) -> Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let mut args = *c.args;
+        let me = args.rank as usize;
+        args.input[me] = input;
+        args.output[me] = output;
+        args.count = count;
+        let units = (count * dtype.size()).div_ceil(16);
+        let blocks = units
+            .div_ceil(u64::from(c.threads))
+            .clamp(1, u64::from(c.max_blocks)) as u32;
+        let name = match dtype {
+            Dtype::Half => "commhal_coll_reduce_local_f16",
+            Dtype::Bfloat16 => "commhal_coll_reduce_local_bf16",
+            Dtype::Float => "commhal_coll_reduce_local_f32",
+        };
+        // SAFETY: `input` / `output` are chunks of this rank's own allocations (or its
+        // own staging slot) of `count` elements; the staging slots of the peers here
+        // hold `count` elements each (checked in stage_copy); the kernel touches
+        // nothing else.
+        unsafe {
+            c.module
+                .launch(name, c.main, blocks, c.threads, &args, false)
+        }
+    }
+}
