@@ -21,6 +21,10 @@
 # ranks): all-reduce f16 1K..1G x4, the same with -G to 1 MiB, all-gather 1K..1G x16;
 # N = 2 and 4; plots come back as $OUT/<step>.svg; budget default 240 s.
 #
+# GPU_BENCH_SET=dma: every collective through the copy-engine path
+# (COMMHAL_GPU_PATH=dma), f16, 1K..1G x32 with --compare nccl and --gate 0, on 4 GPUs
+# when there are 4, else 2; budget default 150 s.
+#
 # GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N --out
 # $OUT/gpu-cuda-h200.toml` for N = 2, then 4 (each run replaces its [ranks.N] section
 # and keeps the other; the file's header records the commands); sweeps as
@@ -44,8 +48,9 @@ case $SET in
   extra) BUDGET=${GPU_BENCH_BUDGET:-170} ;;
   cli) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   tune) BUDGET=${GPU_BENCH_BUDGET:-300} ;;
+  dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
-  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, cli or tune" >&2; exit 2 ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, cli, tune or dma" >&2; exit 2 ;;
 esac
 START=$(date +%s)
 SUMMARY=()
@@ -64,7 +69,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
 NEED=("$G/commhal")
-[[ $SET == default || $SET == extra ]] && NEED+=("$G/commhal-gpu-bench")
+[[ $SET == default || $SET == extra || $SET == dma ]] && NEED+=("$G/commhal-gpu-bench")
 for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
@@ -151,6 +156,21 @@ if [[ $SET == extra ]]; then
     for C in broadcast reduce; do
       step "$L" "$C-f16-root$((N - 1))-${N}gpu" 60 "$N" "$C" -b 1K -e 64M -f 256 -n 20 -w 3 -d half -r $((N - 1)) --compare nccl
     done
+  fi
+fi
+
+if [[ $SET == dma ]]; then
+  N=0
+  ((NGPU >= 2)) && N=2
+  ((NGPU >= 4)) && N=4
+  if ((N == 0)); then
+    SUMMARY+=("$(printf '%-28s SKIPPED (needs 2 GPUs, found %s)' dma "$NGPU")")
+  else
+    export COMMHAL_GPU_PATH=dma
+    for C in allreduce allgather reducescatter broadcast reduce alltoall sendrecv; do
+      step "bench-${N}gpu.log" "$C-dma-${N}gpu" 40 "$N" "$C" -b 1K -e 1G -f 32 -n 20 -w 3 -d half --gate 0 --compare nccl
+    done
+    unset COMMHAL_GPU_PATH
   fi
 fi
 
