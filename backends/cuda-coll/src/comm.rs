@@ -167,44 +167,11 @@ pub struct Comm {
     /// Launch the hand-written kernels with programmatic dependent launch (see
     /// [`pdl_wanted`]).
     pdl: bool,
-    /// The copy-engine path: every collective when `COMMHAL_GPU_PATH=dma` chose it
-    /// (`dma_all`), else only the hybrid all-reduce's share (`ar_dma`).
+    /// The copy-engine path, when `COMMHAL_GPU_PATH=dma` chose it.
     dma: Option<crate::dma::DmaPath>,
-    dma_all: bool,
-    /// Hybrid all-reduce: from `min` bytes, the last `share` of the elements go
-    /// through the copy engines beside the kernel (`COMMHAL_COLL_AR_DMA=share@min`).
-    ar_dma: Option<(f64, u64)>,
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
-}
-
-/// `COMMHAL_COLL_AR_DMA=share@min` (e.g. `0.25@64M`): all-reduces of at least `min`
-/// bytes send the last `share` (0 < share < 1) of their elements through the copy
-/// engines, concurrently with the kernel on the rest. Unset: off.
-fn ar_dma_split(env: Option<&str>) -> Result<Option<(f64, u64)>> {
-    let Some(v) = env.map(str::trim).filter(|v| !v.is_empty()) else {
-        return Ok(None);
-    };
-    let bad = || {
-        CollError::invalid(format!(
-            "COMMHAL_COLL_AR_DMA={v}: expected share@min_bytes with 0 < share < 1, e.g. 0.25@67108864 or 0.25@64M"
-        ))
-    };
-    let (share, min) = v.split_once('@').ok_or_else(bad)?;
-    let share: f64 = share.trim().parse().map_err(|_| bad())?;
-    if !(share > 0.0 && share < 1.0) {
-        return Err(bad());
-    }
-    let min = min.trim();
-    let (digits, mult) = match min.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&min[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&min[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&min[..i], 1 << 30),
-        _ => (min, 1),
-    };
-    let min = digits.parse::<u64>().map_err(|_| bad())? * mult;
-    Ok(Some((share, min)))
 }
 
 /// `COMMHAL_GPU_PATH`: unset / `kernels` — the NVLink kernels (SM loads and stores);
@@ -297,11 +264,8 @@ impl Comm {
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
-        let capacity_for_push = n > 1
-            && (use_dma
-                || std::env::var_os("COMMHAL_COLL_AR_DMA").is_some()
-                || stage_used(push_min)
-                || stage_used(rs_push_min));
+        let capacity_for_push =
+            n > 1 && (use_dma || stage_used(push_min) || stage_used(rs_push_min));
         let stage_slot = if capacity_for_push {
             layout::stage_slot_bytes(capacity.max(4096), n)
         } else {
@@ -391,20 +355,13 @@ impl Comm {
             ctx.compute_capability()?.0,
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
-        let ar_dma = if n > 1 {
-            ar_dma_split(std::env::var("COMMHAL_COLL_AR_DMA").ok().as_deref())?
-        } else {
-            None
-        };
-        let dma = if use_dma || ar_dma.is_some() {
+        let dma = if use_dma {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
             None
         };
         Ok(Comm {
             dma,
-            dma_all: use_dma,
-            ar_dma,
             pdl,
             rank,
             n,
@@ -517,7 +474,7 @@ impl Comm {
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
-        if self.dma_all && self.algorithm(coll).is_none() {
+        if self.dma.is_some() && self.algorithm(coll).is_none() {
             return ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0);
         }
         if let Some((algo, blocks)) = self.algorithm(coll) {
@@ -734,27 +691,15 @@ impl Comm {
             )?;
             return Ok(());
         }
-        if let Some(dma) = self.dma.as_ref().filter(|_| self.dma_all) {
+        if let Some(dma) = &self.dma {
             let c = crate::dma::Ctx {
                 main: &self.stream,
                 module: &self.module,
                 args: &a,
                 threads: self.tuning.threads,
                 max_blocks: self.tuning.max_blocks,
-                stage_off: 0,
             };
             return dma.launch(&c, coll, dtype, count);
-        }
-        if let (Some(dma), Some((share, min)), Collective::Allreduce) =
-            (self.dma.as_ref(), self.ar_dma, coll)
-        {
-            let bytes = count * es;
-            // the kernel keeps whole 16-byte vectors; the copy engines take the rest
-            let per_vec = 16 / es;
-            let kept = ((count as f64 * (1.0 - share)) as u64) / per_vec * per_vec;
-            if bytes >= min && kept > 0 && kept < count {
-                return self.launch_hybrid_allreduce(dma, a, dtype, count, kept);
-            }
         }
         let (name, grid, block) = self.plan(coll, dtype, count);
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
@@ -769,49 +714,6 @@ impl Comm {
             self.module
                 .launch(name, &self.stream, grid, block, &a, self.pdl)
         }
-    }
-
-    /// All-reduce split in two concurrent parts: elements `[0, kept)` by the NVLink
-    /// kernel on the Comm's stream, the rest by the copy-engine path on its own stream
-    /// (forked from and joined back into the Comm's stream). The two use disjoint
-    /// flags; the copy-engine part's staging starts after the kernel's largest chunk.
-    fn launch_hybrid_allreduce(
-        &self,
-        dma: &crate::dma::DmaPath,
-        a: CollArgs,
-        dtype: Dtype,
-        count: u64,
-        kept: u64,
-    ) -> Result<()> {
-        let es = dtype.size();
-        let mut b = a;
-        for p in 0..self.n as usize {
-            b.input[p] += kept * es;
-            b.output[p] += kept * es;
-        }
-        b.count = count - kept;
-        let kernel_chunk = (kept * es / 16).div_ceil(u64::from(self.n)) * 16;
-        let stage_off = (kernel_chunk + 16).next_multiple_of(256);
-        dma.fork_aux(&self.stream)?;
-        let c = crate::dma::Ctx {
-            main: dma.aux(),
-            module: &self.module,
-            args: &b,
-            threads: self.tuning.threads,
-            max_blocks: self.tuning.max_blocks,
-            stage_off,
-        };
-        dma.launch(&c, Collective::Allreduce, dtype, count - kept)?;
-        let mut k = a;
-        k.count = kept;
-        let (name, grid, block) = self.plan(Collective::Allreduce, dtype, kept);
-        // SAFETY: as in launch_rooted: `k` is this Comm's argument block with a smaller
-        // count (the first `kept` elements of the same buffers).
-        unsafe {
-            self.module
-                .launch(name, &self.stream, grid, block, &k, self.pdl)?
-        };
-        dma.join_aux(&self.stream)
     }
 
     /// Wait (bounded) for the stream, then read the device error word.
@@ -839,19 +741,6 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ar_dma_split_parses() {
-        assert_eq!(ar_dma_split(None).unwrap(), None);
-        assert_eq!(
-            ar_dma_split(Some("0.25@64M")).unwrap(),
-            Some((0.25, 64 << 20))
-        );
-        assert_eq!(ar_dma_split(Some("0.5@4096")).unwrap(), Some((0.5, 4096)));
-        for bad in ["0.25", "1.5@1M", "0@1M", "x@1M", "0.2@lots"] {
-            assert!(ar_dma_split(Some(bad)).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn gpu_path_parses() {

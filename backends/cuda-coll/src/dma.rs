@@ -50,10 +50,6 @@ pub const SYMBOLS: [&str; 2] = ["cuStreamWriteValue32_v2", "cuStreamWaitValue32_
 /// Side streams, fork/join events and the launch counter of one communicator.
 #[derive(Debug)]
 pub struct DmaPath {
-    /// The hybrid all-reduce's orchestration stream (its part runs beside the kernel).
-    aux: Stream,
-    aux_fork: Event,
-    aux_join: Event,
     side: Vec<Stream>,
     fork: Event,
     joins: Vec<Event>,
@@ -73,10 +69,6 @@ pub struct Ctx<'a> {
     pub threads: u32,
     /// See `threads`.
     pub max_blocks: u32,
-    /// Byte offset inside every staging slot where this launch's chunks go (non-zero
-    /// when a kernel uses the start of the slots at the same time: the hybrid
-    /// all-reduce).
-    pub stage_off: u64,
 }
 
 impl DmaPath {
@@ -92,9 +84,6 @@ impl DmaPath {
         }
         let peers = n.saturating_sub(1) as usize;
         Ok(DmaPath {
-            aux: Stream::new(ctx)?,
-            aux_fork: Event::new(ctx)?,
-            aux_join: Event::new(ctx)?,
             side: (0..peers)
                 .map(|_| Stream::new(ctx))
                 .collect::<std::result::Result<_, _>>()?,
@@ -119,7 +108,7 @@ impl DmaPath {
         let me = a.rank;
         let es = dtype.size();
         if matches!(coll, Collective::Allreduce | Collective::Reduce) {
-            let biggest = count.div_ceil(u64::from(n)) * es + c.stage_off;
+            let biggest = count.div_ceil(u64::from(n)) * es;
             if biggest > a.stage_slot_bytes {
                 return Err(CollError::invalid(format!(
                     "copy-engine path: a {biggest}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
@@ -146,7 +135,7 @@ impl DmaPath {
                 for k in 1..n {
                     let p = peer(k);
                     let (pb, px) = partition(count, n, p);
-                    self.stage_copy(c, k, p, a.input[me as usize] + pb * es, (px - pb) * es)?;
+                    self.stage_copy(a, k, p, a.input[me as usize] + pb * es, (px - pb) * es)?;
                     self.signal(k, a, p, DMA_MID, e)?;
                 }
                 self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
@@ -171,8 +160,7 @@ impl DmaPath {
                     }
                     Some(r) => {
                         // the own slot of the own staging: never written by a peer
-                        let tmp =
-                            a.stage[me as usize] + u64::from(me) * a.stage_slot_bytes + c.stage_off;
+                        let tmp = a.stage[me as usize] + u64::from(me) * a.stage_slot_bytes;
                         self.reduce_local(c, dtype, x - b, mine_in, tmp)?;
                         // SAFETY: both ranges are live allocations of this Comm (own
                         // staging, the root's mapped output; chunk within capacity).
@@ -196,7 +184,7 @@ impl DmaPath {
                 self.fork(c.main)?;
                 for k in 1..n {
                     let p = peer(k);
-                    self.stage_copy(c, k, p, a.input[me as usize] + u64::from(p) * cb, cb)?;
+                    self.stage_copy(a, k, p, a.input[me as usize] + u64::from(p) * cb, cb)?;
                     self.signal(k, a, p, DMA_MID, e)?;
                 }
                 self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
@@ -259,24 +247,6 @@ impl DmaPath {
                 self.join(c.main)
             }
         }
-    }
-
-    /// The stream a concurrent part runs on ([`DmaPath::fork_aux`] /
-    /// [`DmaPath::join_aux`] order it against the caller's stream).
-    pub fn aux(&self) -> &Stream {
-        &self.aux
-    }
-
-    /// The aux stream waits for everything queued so far on `main`.
-    pub fn fork_aux(&self, main: &Stream) -> Result<()> {
-        self.aux_fork.record(main)?;
-        Ok(self.aux_fork.wait_on(&self.aux)?)
-    }
-
-    /// `main` waits for everything queued so far on the aux stream.
-    pub fn join_aux(&self, main: &Stream) -> Result<()> {
-        self.aux_join.record(&self.aux)?;
-        Ok(self.aux_join.wait_on(main)?)
     }
 
     /// START: tell every peer this rank reached launch `e`, wait until all did.
@@ -352,15 +322,14 @@ impl DmaPath {
     }
 
     /// Copy into peer `p`'s staging slot [me], checking the slot is large enough.
-    fn stage_copy(&self, c: &Ctx<'_>, k: u32, p: u32, src: u64, len: u64) -> Result<()> {
-        let a = c.args;
-        if len + c.stage_off > a.stage_slot_bytes {
+    fn stage_copy(&self, a: &CollArgs, k: u32, p: u32, src: u64, len: u64) -> Result<()> {
+        if len > a.stage_slot_bytes {
             return Err(CollError::invalid(format!(
                 "copy-engine path: a {len}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
                 a.stage_slot_bytes
             )));
         }
-        let dst = a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes + c.stage_off;
+        let dst = a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes;
         self.copy(k, dst, src, len)
     }
 
@@ -394,7 +363,6 @@ impl DmaPath {
         args.input[me] = input;
         args.output[me] = output;
         args.count = count;
-        args.stage[me] += c.stage_off;
         let units = (count * dtype.size()).div_ceil(16);
         let blocks = units
             .div_ceil(u64::from(c.threads))

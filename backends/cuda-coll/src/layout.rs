@@ -119,12 +119,8 @@ pub fn reduce_worker(n: u32, root: u32, rank: u32) -> (u32, Option<u32>) {
 /// Bytes of one sender's staging slot for all-reduces up to `capacity` bytes over `n`
 /// ranks: the largest chunk of whole 16-byte vectors.
 pub fn stage_slot_bytes(capacity: u64, n: u32) -> u64 {
-    (capacity / 16).div_ceil(u64::from(n.max(1))) * 16 + STAGE_SLOT_SLACK
+    (capacity / 16).div_ceil(u64::from(n.max(1))) * 16
 }
-
-/// Extra bytes per staging slot: room for the hybrid all-reduce, whose copy-engine
-/// part starts a little after the kernel's largest chunk (rounded to 256 bytes).
-pub const STAGE_SLOT_SLACK: u64 = 4096;
 
 /// `[begin, end)` of part `i` when `units` are split over `n` parts: the first
 /// `units % n` parts get one more unit. Same formula as `partition` in the unit.
