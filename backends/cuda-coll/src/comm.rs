@@ -5,8 +5,9 @@
 //! bootstrap and mapped there, so every rank addresses every peer's buffers directly.
 //! The benchmark's buffers *are* these registered allocations (zero-copy).
 //!
-//! Contract of every collective call: it queues one kernel on [`Comm::stream`] and
-//! returns; every rank must make the same calls (collective, dtype, count, in-place)
+//! Contract of every collective call: it queues one kernel (with
+//! `COMMHAL_GPU_PATH=dma`: copies, stream memory operations and a local kernel, see
+//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls (collective, dtype, count, in-place)
 //! in the same order. Completion: synchronise the stream ([`Comm::sync`], which also
 //! reports a device-side timeout). Buffers: the input region is
 //! [`Comm::input_addr`], the output region [`Comm::output_addr`]; in-place variants

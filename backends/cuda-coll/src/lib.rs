@@ -8,13 +8,23 @@
 //!   no barrier, double-buffered slots);
 //! * all-reduce above: two-shot (reduce own 1/n chunk reading every input, store it to
 //!   every output) between two per-block flag barriers;
-//! * all-gather: direct stores into every output; reduce-scatter: direct loads.
+//! * all-reduce from `push_min`: push (stores into the owners' staging, local reduce,
+//!   stores of the result);
+//! * all-gather: LL or direct stores into every output; reduce-scatter: LL, direct
+//!   loads, or push in a tuned size window; broadcast: LL, direct, or (≥ 3 ranks) pull
+//!   and forward; reduce: LL or the non-roots pulling; all-to-all, send/recv: LL or
+//!   direct stores.
+//!
+//! Kernels launch with programmatic dependent launch on sm_90+ (`COMMHAL_COLL_PDL`).
+//! `COMMHAL_GPU_PATH=dma` moves every collective onto the copy engines instead
+//! ([`dma`]).
 //!
 //! | module | holds |
 //! |---|---|
 //! | [`layout`] | scratch layout and the kernel argument block shared with the unit |
 //! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync |
-//! | [`driver`] | raw driver calls: module, by-value launch, copies, graphs |
+//! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
+//! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
