@@ -20,13 +20,13 @@
 //!   rank done and its inputs no longer read.
 //!
 //! Per collective (S bytes, n ranks, `chunk p` = elements `partition(count, n, p)`):
-//! - all-reduce: START; chunk p of the input → p's staging slot [me], MID; reduce the
+//! - all-reduce: START; chunk p of the input → p's staging slot `[me]`, MID; reduce the
 //!   own chunk locally (input + staging) into the output; own result chunk → every
 //!   peer's output, END.
-//! - reduce-scatter: START; input chunk p → p's staging slot [me], MID; local reduce
+//! - reduce-scatter: START; input chunk p → p's staging slot `[me]`, MID; local reduce
 //!   into the output. (No END: nothing remote is touched after MID.)
 //! - reduce: the all-reduce's first half; a non-root reduces its chunk into its own
-//!   staging slot [me] (never written by a peer) and copies it to the root's output,
+//!   staging slot `[me]` (never written by a peer) and copies it to the root's output,
 //!   END to the root.
 //! - all-gather / all-to-all / send-recv / broadcast: START; the copies, END.
 //!
