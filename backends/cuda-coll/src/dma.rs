@@ -47,6 +47,42 @@ use crate::layout::{self, CollArgs, DMA_END, DMA_MID, DMA_START, partition};
 /// Stream memory operations this path needs from the driver.
 pub const SYMBOLS: [&str; 2] = ["cuStreamWriteValue32_v2", "cuStreamWaitValue32_v2"];
 
+/// Where this rank's contribution lands in peer `p`'s staging: slot `[me]`.
+fn stage_slot(a: &CollArgs, p: u32) -> u64 {
+    a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes
+}
+
+/// On `stream`: copy (dst, src, bytes) (nothing for 0 bytes), then write `e` into peer
+/// `p`'s flag `kind` from this rank (the default stream memory barrier makes the copy
+/// visible first).
+fn copy_then_signal(
+    stream: &Stream,
+    a: &CollArgs,
+    p: u32,
+    kind: u64,
+    e: u32,
+    (dst, src, len): (u64, u64, u64),
+) -> Result<()> {
+    if len > 0 {
+        // SAFETY: callers pass ranges inside this Comm's own or mapped peer allocations
+        // (sizes checked against the capacity / staging slot).
+        unsafe { driver::copy_async(stream, dst, src, len)? };
+    }
+    signal(stream, a, p, kind, e)
+}
+
+/// On `stream`: write `e` into peer `p`'s flag `kind` from this rank.
+fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
+    // SAFETY: the peer's scratch is mapped for the Comm's lifetime; the flag is 4-aligned.
+    unsafe {
+        driver::write_value32(
+            stream,
+            a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
+            e,
+        )
+    }
+}
+
 /// Side streams, fork/join events and the launch counter of one communicator.
 #[derive(Debug)]
 pub struct DmaPath {
@@ -107,14 +143,17 @@ impl DmaPath {
         let n = a.nranks;
         let me = a.rank;
         let es = dtype.size();
-        if matches!(coll, Collective::Allreduce | Collective::Reduce) {
-            let biggest = count.div_ceil(u64::from(n)) * es;
-            if biggest > a.stage_slot_bytes {
-                return Err(CollError::invalid(format!(
-                    "copy-engine path: a {biggest}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
-                    a.stage_slot_bytes
-                )));
-            }
+        // the largest chunk a rank puts into a peer's staging slot
+        let biggest = match coll {
+            Collective::Allreduce | Collective::Reduce => count.div_ceil(u64::from(n)) * es,
+            Collective::Reducescatter => count * es,
+            _ => 0,
+        };
+        if biggest > a.stage_slot_bytes {
+            return Err(CollError::invalid(format!(
+                "copy-engine path: a {biggest}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
+                a.stage_slot_bytes
+            )));
         }
         let e = self
             .seq
@@ -131,13 +170,14 @@ impl DmaPath {
                     None
                 };
                 let (b, x) = partition(count, n, me);
-                self.fork(c.main)?;
-                for k in 1..n {
-                    let p = peer(k);
+                self.send(c.main, a, 1..n, DMA_MID, e, |p| {
                     let (pb, px) = partition(count, n, p);
-                    self.stage_copy(a, k, p, a.input[me as usize] + pb * es, (px - pb) * es)?;
-                    self.signal(k, a, p, DMA_MID, e)?;
-                }
+                    (
+                        stage_slot(a, p),
+                        a.input[me as usize] + pb * es,
+                        (px - pb) * es,
+                    )
+                })?;
                 self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
                 let mine_in = a.input[me as usize] + b * es;
                 let len = (x - b) * es;
@@ -145,12 +185,9 @@ impl DmaPath {
                     None => {
                         let out = a.output[me as usize] + b * es;
                         self.reduce_local(c, dtype, x - b, mine_in, out)?;
-                        self.fork(c.main)?;
-                        for k in 1..n {
-                            let p = peer(k);
-                            self.copy(k, a.output[p as usize] + b * es, out, len)?;
-                            self.signal(k, a, p, DMA_END, e)?;
-                        }
+                        self.send(c.main, a, 1..n, DMA_END, e, |p| {
+                            (a.output[p as usize] + b * es, out, len)
+                        })?;
                         self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
                     }
                     Some(r) if r == me => {
@@ -160,33 +197,23 @@ impl DmaPath {
                     }
                     Some(r) => {
                         // the own slot of the own staging: never written by a peer
-                        let tmp = a.stage[me as usize] + u64::from(me) * a.stage_slot_bytes;
+                        let tmp = stage_slot(a, me);
                         self.reduce_local(c, dtype, x - b, mine_in, tmp)?;
-                        // SAFETY: both ranges are live allocations of this Comm (own
-                        // staging, the root's mapped output; chunk within capacity).
-                        unsafe {
-                            driver::copy_async(c.main, a.output[r as usize] + b * es, tmp, len)?
-                        };
-                        // SAFETY: the root's scratch is mapped; the flag is 4-aligned.
-                        unsafe {
-                            driver::write_value32(
-                                c.main,
-                                a.scratch[r as usize] + layout::dma_flag(DMA_END, me),
-                                e,
-                            )?
-                        };
+                        let to_root = (a.output[r as usize] + b * es, tmp, len);
+                        copy_then_signal(c.main, a, r, DMA_END, e, to_root)?;
                     }
                 }
                 self.join(c.main)
             }
             Collective::Reducescatter => {
                 let cb = count * es;
-                self.fork(c.main)?;
-                for k in 1..n {
-                    let p = peer(k);
-                    self.stage_copy(a, k, p, a.input[me as usize] + u64::from(p) * cb, cb)?;
-                    self.signal(k, a, p, DMA_MID, e)?;
-                }
+                self.send(c.main, a, 1..n, DMA_MID, e, |p| {
+                    (
+                        stage_slot(a, p),
+                        a.input[me as usize] + u64::from(p) * cb,
+                        cb,
+                    )
+                })?;
                 self.wait_all(c, DMA_MID, e, (1..n).map(peer))?;
                 let own = a.input[me as usize] + u64::from(me) * cb;
                 self.reduce_local(c, dtype, count, own, a.output[me as usize])?;
@@ -202,12 +229,9 @@ impl DmaPath {
                         a.input[me as usize] + u64::from(p) * cb
                     }
                 };
-                self.fork(c.main)?;
-                for k in 1..n {
-                    let p = peer(k);
-                    self.copy(k, a.output[p as usize] + u64::from(me) * cb, src(p), cb)?;
-                    self.signal(k, a, p, DMA_END, e)?;
-                }
+                self.send(c.main, a, 1..n, DMA_END, e, |p| {
+                    (a.output[p as usize] + u64::from(me) * cb, src(p), cb)
+                })?;
                 let own_dst = a.output[me as usize] + u64::from(me) * cb;
                 if own_dst != src(me) {
                     // SAFETY: own input and output, within capacity (checked by the Comm).
@@ -221,12 +245,9 @@ impl DmaPath {
                 let root = a.root;
                 let src = a.input[root as usize];
                 if me == root {
-                    self.fork(c.main)?;
-                    for k in 1..n {
-                        let p = peer(k);
-                        self.copy(k, a.output[p as usize], src, bytes)?;
-                        self.signal(k, a, p, DMA_END, e)?;
-                    }
+                    self.send(c.main, a, 1..n, DMA_END, e, |p| {
+                        (a.output[p as usize], src, bytes)
+                    })?;
                     if a.output[me as usize] != src {
                         // SAFETY: own input and output, within capacity.
                         unsafe { driver::copy_async(c.main, a.output[me as usize], src, bytes)? };
@@ -238,11 +259,10 @@ impl DmaPath {
             }
             Collective::Sendrecv => {
                 let bytes = a.count;
-                let next = peer(1);
                 let prev = (me + n - 1) % n;
-                self.fork(c.main)?;
-                self.copy(1, a.output[next as usize], a.input[me as usize], bytes)?;
-                self.signal(1, a, next, DMA_END, e)?;
+                self.send(c.main, a, 1..2, DMA_END, e, |next| {
+                    (a.output[next as usize], a.input[me as usize], bytes)
+                })?;
                 self.wait_all(c, DMA_END, e, std::iter::once(prev))?;
                 self.join(c.main)
             }
@@ -253,14 +273,7 @@ impl DmaPath {
     fn handshake(&self, c: &Ctx<'_>, kind: u64, e: u32) -> Result<()> {
         let a = c.args;
         for p in (0..a.nranks).filter(|&p| p != a.rank) {
-            // SAFETY: the peer's scratch is mapped for the Comm's lifetime; 4-aligned.
-            unsafe {
-                driver::write_value32(
-                    c.main,
-                    a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
-                    e,
-                )?
-            };
+            signal(c.main, a, p, kind, e)?;
         }
         self.wait_all(c, kind, e, (0..a.nranks).filter(|&p| p != a.rank))
     }
@@ -311,38 +324,24 @@ impl DmaPath {
             .ok_or_else(|| CollError::invalid(format!("no side stream for peer offset {k}")))
     }
 
-    /// Copy `len` bytes on side stream `k` (a no-op for 0 bytes).
-    fn copy(&self, k: u32, dst: u64, src: u64, len: u64) -> Result<()> {
-        if len == 0 {
-            return Ok(());
+    /// Fork the side streams off `main`; then on side stream `k` for every `k` in
+    /// `ks` (peer `p = (me + k) % n`): copy `what(p)` = (dst, src, bytes) (nothing for 0
+    /// bytes) and write `e` into `p`'s flag `kind` from this rank.
+    fn send(
+        &self,
+        main: &Stream,
+        a: &CollArgs,
+        ks: std::ops::Range<u32>,
+        kind: u64,
+        e: u32,
+        what: impl Fn(u32) -> (u64, u64, u64),
+    ) -> Result<()> {
+        self.fork(main)?;
+        for k in ks {
+            let p = (a.rank + k) % a.nranks;
+            copy_then_signal(self.side(k)?, a, p, kind, e, what(p))?;
         }
-        // SAFETY: callers pass ranges inside this Comm's own or mapped peer
-        // allocations (sizes checked against the capacity / staging slot).
-        unsafe { driver::copy_async(self.side(k)?, dst, src, len) }
-    }
-
-    /// Copy into peer `p`'s staging slot [me], checking the slot is large enough.
-    fn stage_copy(&self, a: &CollArgs, k: u32, p: u32, src: u64, len: u64) -> Result<()> {
-        if len > a.stage_slot_bytes {
-            return Err(CollError::invalid(format!(
-                "copy-engine path: a {len}-byte chunk does not fit the {}-byte staging slot; create the Comm with a larger capacity",
-                a.stage_slot_bytes
-            )));
-        }
-        let dst = a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes;
-        self.copy(k, dst, src, len)
-    }
-
-    /// On side stream `k`: write `e` into peer `p`'s flag `kind` from this rank.
-    fn signal(&self, k: u32, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
-        // SAFETY: the peer's scratch is mapped for the Comm's lifetime; 4-aligned.
-        unsafe {
-            driver::write_value32(
-                self.side(k)?,
-                a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
-                e,
-            )
-        }
+        Ok(())
     }
 
     /// Queue `commhal_coll_reduce_local_*` on the main stream: `count` elements at
@@ -374,7 +373,7 @@ impl DmaPath {
         };
         // SAFETY: `input` / `output` are chunks of this rank's own allocations (or its
         // own staging slot) of `count` elements; the staging slots of the peers here
-        // hold `count` elements each (checked in stage_copy); the kernel touches
+        // hold `count` elements each (checked at the top of `launch`); the kernel touches
         // nothing else.
         unsafe {
             c.module
