@@ -453,6 +453,29 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
   coll_end(a, e);
 }
 
+// Vector j of this rank's chunk summed in rank order: `own[j]` for this rank, vector j of
+// staging slot p (a.stage[rank] + p * a.stage_slot_bytes, where rank p's contribution
+// landed) for every other p. All n loads are issued before the adds. Shared by the push
+// all-reduce, the push reduce-scatter and the copy-engine path's local reduction.
+template <typename Op>
+COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
+  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
+  v16 x[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+    if (p < a.nranks) {
+      x[p] = (p == a.rank) ? own[j]
+                           : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
+    }
+  }
+  v16 acc = x[0];
+#pragma unroll
+  for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
+    if (p < a.nranks) acc = add16<Op>(acc, x[p]);
+  }
+  return acc;
+}
+
 // Local reduction for the copy-engine path (dma.rs): no barrier, no epoch, nothing
 // remote. a.count elements; out[rank] = in[rank] + stage slot p for every p != rank, in
 // rank order (identical result on every rank), where the copy engines put each peer's
@@ -469,15 +492,9 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
   bool aligned = bytes % 16 == 0 && a.in[r] % 16 == 0 && a.out[r] % 16 == 0 &&
                  stage % 16 == 0 && a.stage_slot_bytes % 16 == 0;
   if (aligned) {
-    for (u64 v = tid0; v < bytes / 16; v += gthreads) {
-      v16 acc = make_uint4(0, 0, 0, 0);
-      for (u32 p = 0; p < n; ++p) {
-        const v16 x = (p == r) ? reinterpret_cast<const v16*>(a.in[r])[v]
-                               : reinterpret_cast<const v16*>(stage + p * a.stage_slot_bytes)[v];
-        acc = (p == 0) ? x : add16<Op>(acc, x);
-      }
-      reinterpret_cast<v16*>(a.out[r])[v] = acc;
-    }
+    const v16* own = reinterpret_cast<const v16*>(a.in[r]);
+    for (u64 v = tid0; v < bytes / 16; v += gthreads)
+      reinterpret_cast<v16*>(a.out[r])[v] = sum_staged<Op>(a, own, v);
   } else {
     for (u64 i = tid0; i < a.count; i += gthreads) {
       u32 acc = 0;
@@ -657,21 +674,8 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
   // phase 2: reduce my chunk (local reads), store to every output
   u64 vb, ve;
   partition(nvec, n, a.rank, vb, ve);
-  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
   for (u64 j = tid0; vb + j < ve; j += gthreads) {
-    v16 x[COLL_MAX_RANKS];
-#pragma unroll
-    for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
-      if (p < n) {
-        x[p] = (p == a.rank) ? in[vb + j]
-                             : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
-      }
-    }
-    v16 acc = x[0];
-#pragma unroll
-    for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
-      if (p < n) acc = add16<Op>(acc, x[p]);
-    }
+    const v16 acc = sum_staged<Op>(a, in + vb, j);
 #pragma unroll
     for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
       if (k < n) reinterpret_cast<v16*>(a.out[(a.rank + k) % n])[vb + j] = acc;
@@ -723,22 +727,9 @@ COMMHAL_DEVICE void reducescatter_push(const CollArgs& a) {
   }
   block_barrier(a, COLL_OFF_MID_FLAGS, e);
   const v16* own = in + (u64)a.rank * nvec;
-  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
   for (u64 j = tid0; j < nvec; j += gthreads) {
-    v16 x[COLL_MAX_RANKS];
-#pragma unroll
-    for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
-      if (p < n) {
-        x[p] = (p == a.rank) ? own[j]
-                             : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
-      }
-    }
-    v16 acc = x[0];
-#pragma unroll
-    for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
-      if (p < n) acc = add16<Op>(acc, x[p]);
-    }
+    const v16 acc = sum_staged<Op>(a, own, j);
     out[j] = acc;
   }
   coll_end(a, e);
