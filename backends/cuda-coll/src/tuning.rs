@@ -643,6 +643,23 @@ pub fn assign_costs(costs: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
     out
 }
 
+/// The sizes assigned candidate `c`, or `None` when `c` never ran (nothing to derive).
+fn chosen_sizes<'a>(
+    sizes: &'a [u64],
+    times: &[Vec<Option<f64>>],
+    choice: &'a [Option<usize>],
+    c: usize,
+) -> Option<impl Iterator<Item = u64> + 'a> {
+    let ran = times.iter().any(|r| r.get(c).copied().flatten().is_some());
+    ran.then(|| {
+        sizes
+            .iter()
+            .zip(choice)
+            .filter(move |(_, ch)| **ch == Some(c))
+            .map(|(s, _)| *s)
+    })
+}
+
 /// Largest size assigned candidate `c`: `Some(0)` when `c` ran somewhere but was
 /// never chosen, `None` when it never ran (nothing to derive).
 pub fn last_size_of(
@@ -651,16 +668,7 @@ pub fn last_size_of(
     choice: &[Option<usize>],
     c: usize,
 ) -> Option<u64> {
-    let ran = times.iter().any(|r| r.get(c).copied().flatten().is_some());
-    ran.then(|| {
-        sizes
-            .iter()
-            .zip(choice)
-            .filter(|(_, ch)| **ch == Some(c))
-            .map(|(s, _)| *s)
-            .max()
-            .unwrap_or(0)
-    })
+    chosen_sizes(sizes, times, choice, c).map(|s| s.max().unwrap_or(0))
 }
 
 /// Smallest size assigned candidate `c`: `Some(0)` ("never") when it ran but was
@@ -671,16 +679,7 @@ pub fn first_size_of(
     choice: &[Option<usize>],
     c: usize,
 ) -> Option<u64> {
-    let ran = times.iter().any(|r| r.get(c).copied().flatten().is_some());
-    ran.then(|| {
-        sizes
-            .iter()
-            .zip(choice)
-            .filter(|(_, ch)| **ch == Some(c))
-            .map(|(s, _)| *s)
-            .min()
-            .unwrap_or(0)
-    })
+    chosen_sizes(sizes, times, choice, c).map(|s| s.min().unwrap_or(0))
 }
 
 /// Thresholds the tuner derived (file meaning; `None`: not measured, keep the old one).
