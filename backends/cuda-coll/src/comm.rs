@@ -7,10 +7,11 @@
 //!
 //! Contract of every collective call: it queues one kernel (with
 //! `COMMHAL_GPU_PATH=dma`: copies, stream memory operations and a local kernel, see
-//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls (collective, dtype, count, in-place)
-//! in the same order. Completion: synchronise the stream ([`Comm::sync`], which also
-//! reports a device-side timeout). Buffers: the input region is
-//! [`Comm::input_addr`], the output region [`Comm::output_addr`]; in-place variants
+//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same
+//! calls (collective, dtype, count, in-place) in the same order. Completion:
+//! synchronise the stream ([`Comm::sync`], which also reports a device-side timeout).
+//! Buffers: the input region is [`Comm::input_addr`], the output region
+//! [`Comm::output_addr`]; in-place variants
 //! follow NCCL (all-reduce: the output is the input; all-gather: this rank's input is
 //! `output + rank × bytes`; reduce-scatter: input is the output buffer, this rank's
 //! result lands at `output + rank × chunk`; broadcast: the root's data is in its output;
@@ -464,9 +465,9 @@ impl Comm {
         (blocks as u32, self.tuning.threads)
     }
 
-    /// Whether a broadcast / reduce / send-recv of `bytes`, or an all-to-all with chunks
-    /// of `bytes`, goes through LL packets: up to the all-gather / reduce-scatter LL
-    /// chunk threshold (same per-peer traffic), within the LL slot, whole 8-byte
+    /// Whether a per-peer transfer of `bytes` goes through LL packets (all-gather and
+    /// reduce-scatter chunks, broadcast / reduce / send-recv buffers, all-to-all
+    /// chunks): up to the tuned LL chunk threshold, within the LL slot, whole 8-byte
     /// packets.
     fn ll_per_peer(&self, bytes: u64) -> bool {
         bytes <= self.tuning.ll_chunk_max && bytes.is_multiple_of(8)
@@ -512,9 +513,7 @@ impl Comm {
                     (kernel_name(k, dtype), b, t)
                 }
             }
-            Collective::Allgather | Collective::Reducescatter
-                if count * es <= self.tuning.ll_chunk_max && (count * es).is_multiple_of(8) =>
-            {
+            Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
                 let k = if coll == Collective::Allgather {
                     Kernel::AllgatherLl
