@@ -243,20 +243,9 @@ impl Gate {
     /// Queue "wait until the word reaches the next value" on `stream`.
     pub fn close(&mut self, stream: &Stream) -> Result<()> {
         self.value = self.value.wrapping_add(1).max(1);
-        stream.context().bind()?;
         // SAFETY: the word is pinned, device-mapped host memory owned by `self`, which
         // outlives the wait (the owner opens the gate and synchronises before drop).
-        let r = unsafe {
-            sys::cuStreamWaitValue32_v2(
-                stream.raw(),
-                self.word.device_addr(),
-                self.value,
-                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
-            )
-        };
-        check(r, "cuStreamWaitValue32", || {
-            "closing the timing gate".into()
-        })
+        unsafe { wait_value32(stream, self.word.device_addr(), self.value) }
     }
 
     /// Release everything queued behind the last [`Gate::close`].
@@ -293,10 +282,11 @@ pub unsafe fn write_value32(stream: &Stream, addr: u64, value: u32) -> Result<()
 }
 
 /// Queue "wait until the u32 at `addr` is >= `value`" on `stream` (the copy-engine
-/// path's wait; the host does not block).
+/// path's wait and the timing gate's; the host does not block).
 ///
 /// # Safety
-/// `addr` is 4-byte aligned device memory of this context alive until the wait passed.
+/// `addr` is 4-byte aligned device memory of this context (or pinned host memory
+/// mapped for it) alive until the wait passed.
 pub unsafe fn wait_value32(stream: &Stream, addr: u64, value: u32) -> Result<()> {
     stream.context().bind()?;
     // SAFETY: forwarded contract; stream alive and its context bound.
