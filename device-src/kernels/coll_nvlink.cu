@@ -30,6 +30,16 @@
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
 //                                    [rank]; barrier.
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
+//   commhal_coll_broadcast_chain     (large, bytes % 16 == 0) barrier; pipelined chain
+//                                    root -> root+1 -> ... : every rank stores each chunk
+//                                    into the next rank's output and raises its flag.
+//   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
+//                                    pipelined chain root+1 -> ... -> root: partial sums
+//                                    stored into the next rank's staging, chunk by chunk.
+//   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
+//   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
+//                                    n-1 reduce-scatter steps into the next rank's
+//                                    staging and/or n-1 all-gather steps into its output.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
@@ -45,6 +55,17 @@
 // output and reading this rank's input; all blocks together cover everything. START
 // barrier: the peer's kernel is running, so the stream work before it (the input being
 // written, the output no longer read) is complete.
+//
+// Chains (broadcast_chain, reduce_chain): ranks in the ring r -> r+1; chunk c (cv =
+// blockDim.x * a.chain_unroll vectors, 1..COLL_CHAIN_UNROLL_MAX) belongs to block
+// c % gridDim.x on every rank.
+// After its round k a block raises chain flag [rank][block] of the next rank to
+// (e << 32) | (k + 1) (st.release.sys after __syncthreads); the next rank's same block
+// waits for it (ld.acquire.sys, then __syncthreads) before it reads the chunk. Values
+// grow across launches (e grows), so a flag never has to be reset. Only the START
+// barrier: the chain's own flags order everything a rank reads in this launch, and a
+// rank writes into a peer (output or staging) again only after the next launch's START
+// barrier, i.e. after that peer completed this launch.
 //
 // LL slots are double-buffered by epoch parity: the slot a rank writes in launch e was
 // last written in launch e-2 or earlier, and the owner finished reading it before it
@@ -71,7 +92,9 @@ using namespace commhal;
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
-#define COLL_OFF_LL (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_FLAGS (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_LL (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_CHAIN_UNROLL_MAX 4
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -89,7 +112,7 @@ struct CollArgs {
   u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
   u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
   u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
-  u32 pad;
+  u32 chain_unroll;             // chain kernels: vectors per thread per chunk (1..4)
 };
 static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8, "CollArgs layout");
 
@@ -1035,6 +1058,254 @@ extern "C" __global__ void commhal_coll_reduce_ll_f32(CollArgs a) { reduce_ll<Op
 extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF32>(a); }
+
+// ---------------------------------------------------------------------------------
+// Pipelined chains for large broadcasts and reduces (see "Chains" in the header): every
+// rank sends to the next rank only and receives from the previous one only, all remote
+// accesses are stores, and chunk c moves down the chain while chunk c + gridDim.x is
+// still leaving the first rank. Host: bytes % 16 == 0 (every base is 16-byte aligned),
+// grid <= COLL_MAX_BLOCKS.
+
+// Chain flag that `from` raises in rank `owner`'s scratch for this block.
+COMMHAL_DEVICE u64* chain_flag(const CollArgs& a, u32 owner, u32 from) {
+  return reinterpret_cast<u64*>(a.scratch[owner] + COLL_OFF_CHAIN_FLAGS) +
+         (u64)from * COLL_MAX_BLOCKS + blockIdx.x;
+}
+
+// Round k's flag value in launch e.
+COMMHAL_DEVICE u64 chain_tag(u64 e, u32 k) { return (e << 32) | (u64)(k + 1); }
+
+// Before round k: wait (thread 0, bounded) for the previous rank's flag, then let the
+// whole block read. `ok` turns false after a timeout (the error is stored; later rounds
+// stop waiting so the kernel ends and the host reports it).
+COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u64 tag, bool& ok) {
+  if (threadIdx.x == 0 && ok) ok = wait_flag(a, chain_flag(a, a.rank, prev), tag);
+  __syncthreads();
+}
+
+// After round k: publish the block's stores into the next rank, then raise its flag.
+COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag) {
+  __syncthreads();
+  if (threadIdx.x == 0) store_release(chain_flag(a, next, a.rank), tag);
+}
+
+// Broadcast, chain: a.count = bytes. Position of rank r: (r - root) mod n; the root is
+// position 0 and reads its input, every other rank reads its own output (where the
+// previous rank stored the chunk); every rank but the last stores the chunk into the
+// next rank's output. The root also fills its own output (unless in place).
+//   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
+extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root) % n;
+  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
+  const u64 nvec = a.count / 16;
+  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * un;
+  const v16* src = reinterpret_cast<const v16*>(pos == 0 ? a.in[root] : a.out[a.rank]);
+  v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
+  v16* dst = reinterpret_cast<v16*>(a.out[next]);
+  const bool copy_own = pos == 0 && a.in[root] != a.out[root];
+  const bool last = pos == n - 1;
+  bool ok = true;
+  u32 k = 0;
+  for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
+    const u64 tag = chain_tag(e, k);
+    if (pos > 0) chain_wait(a, prev, tag, ok);
+    if (last) continue;
+    const u64 v0 = c * cv + threadIdx.x;
+    v16 x[COLL_CHAIN_UNROLL_MAX];
+#pragma unroll
+    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+      const u64 v = v0 + (u64)u * blockDim.x;
+      if (u < un && v < nvec) x[u] = src[v];
+    }
+#pragma unroll
+    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+      const u64 v = v0 + (u64)u * blockDim.x;
+      if (u < un && v < nvec) {
+        dst[v] = x[u];
+        if (copy_own) own[v] = x[u];
+      }
+    }
+    chain_signal(a, next, tag);
+  }
+  coll_end(a, e);
+}
+
+// Reduce (sum), chain: a.count elements, bytes % 16 == 0, staging area of at least
+// `bytes` on every rank (host: stage_slot_bytes * nranks >= capacity). Position of rank
+// r: (r - root - 1) mod n; the root is last. Position 0 stores its input into the next
+// rank's staging; a middle rank adds its input to the partial sum in its own staging and
+// stores that into the next rank's staging; the root adds its input to its staging into
+// its output. Sum order: position 0 first (exact for the checker's data; a reduce has
+// one result, so no cross-rank agreement is needed).
+//   4 ranks, root 1: 2 -> 3 -> 0 -> 1. 2 ranks, root 0: 1 -> 0.
+// In place (inputs = outputs): the root reads and then writes each of its vectors in the
+// same thread; the other ranks only read theirs.
+template <typename Op>
+COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root - 1) % n;
+  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * un;
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
+  v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);
+  bool ok = true;
+  u32 k = 0;
+  for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
+    const u64 tag = chain_tag(e, k);
+    if (pos > 0) chain_wait(a, prev, tag, ok);
+    const u64 v0 = c * cv + threadIdx.x;
+    v16 x[COLL_CHAIN_UNROLL_MAX], y[COLL_CHAIN_UNROLL_MAX];
+#pragma unroll
+    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+      const u64 v = v0 + (u64)u * blockDim.x;
+      if (u < un && v < nvec) {
+        x[u] = in[v];
+        if (pos > 0) y[u] = partial[v];
+      }
+    }
+#pragma unroll
+    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+      const u64 v = v0 + (u64)u * blockDim.x;
+      if (u < un && v < nvec) dst[v] = pos > 0 ? add16<Op>(y[u], x[u]) : x[u];
+    }
+    if (pos < n - 1) chain_signal(a, next, tag);
+  }
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reduce_chain_f16(CollArgs a) { reduce_chain<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_chain<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
+
+// ---------------------------------------------------------------------------------
+// Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
+// flags, with the data split into n segments. Reduce-scatter steps s = 0..n-2: rank r
+// sends segment (r - s - 1) mod n — its input for s = 0, else the partial sum that
+// arrived in its staging plus its input — into the next rank's staging; after the last
+// step, segment r is complete on rank r (input + staging). All-gather steps t =
+// 0..n-2: rank r sends segment (r - t) mod n — its own (reduced) segment for t = 0,
+// else the one that arrived in its output in step t-1 — into the next rank's output.
+// Step-major order: a block runs all its chunks of step s before step s+1, so while
+// rank r works on chunk c of step s the previous rank is one chunk ahead in step s and
+// the flag r waits for is usually raised already (with chunk-major order every step
+// would wait a full hop). Every block has the same number R of rounds per step on
+// every rank (chunks of cv vectors over the longest segment), so round k of this rank
+// needs round k - R of the previous rank, and the flag value (e << 32) | (k + 1)
+// orders it as in the chains. The last R rounds only wait (the last arrival).
+//   Segment geometry (16-byte vectors): all-reduce: partition(bytes / 16, n, q) of the
+//   buffer, the same offsets in input, staging and output; reduce-scatter: segment q =
+//   [q, q+1) x chunk of the input and staging, the result at output offset 0;
+//   all-gather: the input is segment r's data, segment q sits at q x chunk of the output.
+//   4 ranks, all-reduce: rank 1 sends segments 0, 3, 2 (reduce-scatter), owns 1, then
+//   sends 1, 0, 3 (all-gather) and receives 0, 3, 2.
+// In place (all-reduce: input = output; reduce-scatter: output = input + r x chunk;
+// all-gather: input = output + r x chunk): every input vector is read before the ring
+// delivers the finished segment over it (the flags chain the read to the write), and a
+// rank reads and then writes its own segment in the same thread.
+// Host: n >= 2, whole 16-byte vectors, staging of >= the input bytes (all-reduce and
+// reduce-scatter).
+#define COLL_RING_AR 0
+#define COLL_RING_RS 1
+#define COLL_RING_AG 2
+template <typename Op, int MODE>
+COMMHAL_DEVICE void ring(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks, r = a.rank;
+  const u32 next = (r + 1) % n, prev = (r + n - 1) % n;
+  // AR: count elements; RS: count elements per rank; AG: count bytes per rank
+  const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
+  const u64 maxlen = (MODE == COLL_RING_AR) ? (units + n - 1) / n : units;
+  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * un;
+  u32 rounds = 0;  // R
+  for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
+  const v16* in = reinterpret_cast<const v16*>(a.in[r]);
+  v16* out = reinterpret_cast<v16*>(a.out[r]);
+  v16* out_next = reinterpret_cast<v16*>(a.out[next]);
+  const v16* stage = reinterpret_cast<const v16*>(a.stage[r]);
+  v16* stage_next = reinterpret_cast<v16*>(a.stage[next]);
+  bool ok = true;
+  u32 k = 0;
+  const u32 rs_steps = (MODE == COLL_RING_AG) ? 0 : n - 1;
+  const u32 ag_steps = (MODE == COLL_RING_RS) ? 0 : n - 1;
+  for (u32 s = 0; s < rs_steps + ag_steps + 1; ++s) {
+    const bool rs = MODE != COLL_RING_AG && s < rs_steps;
+    const bool last = s == rs_steps + ag_steps;  // wait-only rounds
+    const u32 t = s - rs_steps;                  // all-gather step (when !rs)
+    // the last rounds: reduce-scatter finishes segment r; the others only wait
+    const u32 seg = rs ? (r + 2 * n - s - 1) % n : (last ? r : (r + n - t) % n);
+    u64 sb, se;  // segment [sb, se) in vectors
+    if (MODE == COLL_RING_AR) {
+      partition(units, n, seg, sb, se);
+    } else {
+      sb = (u64)seg * units;
+      se = sb + units;
+    }
+    const u64 sl = se - sb;
+    for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
+      if (k >= rounds) chain_wait(a, prev, chain_tag(e, k - rounds), ok);
+      if (MODE == COLL_RING_RS && last) {
+        // own segment complete: staging + input -> output offset 0
+#pragma unroll
+        for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+          const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
+          if (u < un && v < sl) out[v] = add16<Op>(stage[sb + v], in[sb + v]);
+        }
+        continue;
+      }
+      if (last) continue;
+      v16 x[COLL_CHAIN_UNROLL_MAX];
+#pragma unroll
+      for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+        const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
+        if (u < un && v < sl) {
+          if (rs) {
+            x[u] = s == 0 ? in[sb + v] : add16<Op>(stage[sb + v], in[sb + v]);
+          } else if (t == 0) {
+            x[u] = (MODE == COLL_RING_AG) ? in[v] : add16<Op>(stage[sb + v], in[sb + v]);
+          } else {
+            x[u] = out[sb + v];
+          }
+        }
+      }
+#pragma unroll
+      for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
+        const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
+        if (u < un && v < sl) {
+          if (rs) {
+            stage_next[sb + v] = x[u];
+          } else {
+            out_next[sb + v] = x[u];
+            if (t == 0 && (MODE == COLL_RING_AR || in + v != out + sb + v)) out[sb + v] = x[u];
+          }
+        }
+      }
+      chain_signal(a, next, chain_tag(e, k));
+    }
+  }
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_allreduce_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_AR>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ring_bf16(CollArgs a) { ring<OpBF16, COLL_RING_AR>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ring_f32(CollArgs a) { ring<OpF32, COLL_RING_AR>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_RS>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_ring_bf16(CollArgs a) { ring<OpBF16, COLL_RING_RS>(a); }
+extern "C" __global__ void commhal_coll_reducescatter_ring_f32(CollArgs a) { ring<OpF32, COLL_RING_RS>(a); }
+// all-gather moves bytes: the Op is never used
+extern "C" __global__ void commhal_coll_allgather_ring(CollArgs a) { ring<OpF32, COLL_RING_AG>(a); }
 
 // All-to-all, LL (small chunks): a.count = bytes per chunk, a multiple of 8, at most the
 // LL slot (host checks). Chunk p of this rank's input goes as packets into slot(p, rank)

@@ -405,12 +405,18 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), chain_unroll {}; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
             t.ll_chunk_max,
             t.bcast_sf_min,
+            t.bcast_chain_min,
+            t.reduce_chain_min,
+            t.ar_ring_min,
+            t.ag_ring_min,
+            t.rs_ring_min,
+            t.chain_unroll,
             provenance(comm, args)
         );
         header(args, n, "commhal");
@@ -653,7 +659,15 @@ pub const TUNED: [Collective; 4] = [
 /// The candidates of `coll` on `n` ranks, from the small-message kernel to the large
 /// one (empty: nothing to choose).
 fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
-    let f = Forced::default();
+    // the chains and rings are chosen from measured A/Bs, not swept: off here, so
+    // every candidate runs the kernel it names
+    let f = Forced {
+        bcast_chain_min: Some(0),
+        ar_ring_min: Some(0),
+        ag_ring_min: Some(0),
+        rs_ring_min: Some(0),
+        ..Forced::default()
+    };
     match coll {
         Collective::Allreduce => vec![
             Candidate {

@@ -60,6 +60,20 @@ pub struct Tuning {
     /// Smallest broadcast (bytes) done with scatter + forward instead of the root
     /// storing into every output (only with 3 or more ranks).
     pub bcast_sf_min: u64,
+    /// Smallest broadcast (bytes) done with the pipelined chain (`u64::MAX`: never).
+    pub bcast_chain_min: u64,
+    /// Smallest reduce (bytes) done with the pipelined chain (`u64::MAX`: never; needs
+    /// the staging area, allocated when the capacity reaches it).
+    pub reduce_chain_min: u64,
+    /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
+    pub ar_ring_min: u64,
+    /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
+    pub ag_ring_min: u64,
+    /// Smallest reduce-scatter (input bytes) done with the ring kernel (`u64::MAX`:
+    /// never).
+    pub rs_ring_min: u64,
+    /// Vectors per thread in one chunk of the chain and ring kernels (1..=4).
+    pub chain_unroll: u32,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -106,6 +120,16 @@ pub enum Kernel {
     AlltoallLl,
     /// Send/recv, LL16 packets (small sizes, any dtype).
     SendrecvLl,
+    /// Broadcast, pipelined chain root -> root+1 -> ... (large, 16-byte multiples).
+    BroadcastChain,
+    /// Reduce, pipelined chain root+1 -> ... -> root through the staging areas.
+    ReduceChain,
+    /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
+    AllreduceRing,
+    /// Ring reduce-scatter.
+    ReducescatterRing,
+    /// Ring all-gather (any dtype).
+    AllgatherRing,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -146,6 +170,17 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (Sendrecv, _) => "commhal_coll_sendrecv",
         (AlltoallLl, _) => "commhal_coll_alltoall_ll",
         (SendrecvLl, _) => "commhal_coll_sendrecv_ll",
+        (BroadcastChain, _) => "commhal_coll_broadcast_chain",
+        (ReduceChain, Half) => "commhal_coll_reduce_chain_f16",
+        (ReduceChain, Bfloat16) => "commhal_coll_reduce_chain_bf16",
+        (ReduceChain, Float) => "commhal_coll_reduce_chain_f32",
+        (AllreduceRing, Half) => "commhal_coll_allreduce_ring_f16",
+        (AllreduceRing, Bfloat16) => "commhal_coll_allreduce_ring_bf16",
+        (AllreduceRing, Float) => "commhal_coll_allreduce_ring_f32",
+        (ReducescatterRing, Half) => "commhal_coll_reducescatter_ring_f16",
+        (ReducescatterRing, Bfloat16) => "commhal_coll_reducescatter_ring_bf16",
+        (ReducescatterRing, Float) => "commhal_coll_reducescatter_ring_f32",
+        (AllgatherRing, _) => "commhal_coll_allgather_ring",
     }
 }
 
@@ -257,6 +292,14 @@ impl Comm {
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
         let rs_push_min = tuning.rs_push_min;
+        let staged_min = [
+            tuning.reduce_chain_min,
+            tuning.ar_ring_min,
+            tuning.rs_ring_min,
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(u64::MAX);
         let capacity = capacity.max(4096);
         let input = VmmAllocation::new(&ctx, capacity)?;
         let output = VmmAllocation::new(&ctx, capacity)?;
@@ -266,8 +309,11 @@ impl Comm {
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
-        let capacity_for_push =
-            n > 1 && (use_dma || stage_used(push_min) || stage_used(rs_push_min));
+        let capacity_for_push = n > 1
+            && (use_dma
+                || stage_used(push_min)
+                || stage_used(rs_push_min)
+                || (staged_min != u64::MAX && stage_used(staged_min)));
         let stage_slot = if capacity_for_push {
             layout::stage_slot_bytes(capacity.max(4096), n)
         } else {
@@ -299,6 +345,7 @@ impl Comm {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
+            chain_unroll: tuning.chain_unroll,
             ..CollArgs::default()
         };
         let mut peers = Vec::new();
@@ -473,6 +520,54 @@ impl Comm {
         bytes <= self.tuning.ll_chunk_max && bytes.is_multiple_of(8)
     }
 
+    /// Whether a broadcast / reduce of `bytes` runs as the pipelined chain: from the
+    /// tuned size, whole 16-byte vectors, 3 or more ranks for a broadcast (with 2 the
+    /// direct kernel is the same single transfer), the staging area for a reduce.
+    fn chain(&self, coll: Collective, bytes: u64) -> bool {
+        let aligned = bytes.is_multiple_of(16) && self.n > 1;
+        match coll {
+            Collective::Broadcast => aligned && self.n >= 3 && bytes >= self.tuning.bcast_chain_min,
+            Collective::Reduce => {
+                aligned
+                    && bytes >= self.tuning.reduce_chain_min
+                    && self.base.stage_slot_bytes * u64::from(self.n) >= bytes
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether an all-reduce (`bytes` = the buffer), all-gather (the output) or
+    /// reduce-scatter (the input) runs on the ring kernels: from the tuned size, 2 or
+    /// more ranks, whole 16-byte vectors per rank's segment (all-reduce: of the
+    /// buffer), and the staging area for the reducing ones.
+    fn ring(&self, coll: Collective, bytes: u64) -> bool {
+        let n = u64::from(self.n);
+        let staged = self.base.stage_slot_bytes * n >= bytes;
+        self.n > 1
+            && match coll {
+                Collective::Allreduce => {
+                    bytes >= self.tuning.ar_ring_min && bytes.is_multiple_of(16) && staged
+                }
+                Collective::Allgather => {
+                    bytes >= self.tuning.ag_ring_min && (bytes / n).is_multiple_of(16)
+                }
+                Collective::Reducescatter => {
+                    bytes >= self.tuning.rs_ring_min && (bytes / n).is_multiple_of(16) && staged
+                }
+                _ => false,
+            }
+    }
+
+    /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
+    /// threads x chain_unroll vectors), at most `max_blocks`.
+    fn chain_grid(&self, bytes: u64) -> (u32, u32) {
+        let chunk = u64::from(self.tuning.threads) * u64::from(self.tuning.chain_unroll) * 16;
+        let blocks = bytes
+            .div_ceil(chunk)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, self.tuning.threads)
+    }
+
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
@@ -501,6 +596,10 @@ impl Comm {
                     let (blocks, threads) = self.ll_grid(bytes / 8);
                     (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
                 } else {
+                    if self.ring(coll, bytes) {
+                        let (b, t) = self.chain_grid(bytes.div_ceil(u64::from(self.n)));
+                        return (kernel_name(Kernel::AllreduceRing, dtype), b, t);
+                    }
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
                     let push = self.base.stage_slot_bytes > 0
                         && self.tuning.push_min > 0
@@ -521,6 +620,17 @@ impl Comm {
                     Kernel::ReducescatterLl
                 };
                 (kernel_name(k, dtype), blocks, threads)
+            }
+            Collective::Allgather | Collective::Reducescatter
+                if self.ring(coll, count * es * u64::from(self.n)) =>
+            {
+                let (b, t) = self.chain_grid(count * es);
+                let k = if coll == Collective::Allgather {
+                    Kernel::AllgatherRing
+                } else {
+                    Kernel::ReducescatterRing
+                };
+                (kernel_name(k, dtype), b, t)
             }
             Collective::Allgather => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
@@ -553,13 +663,20 @@ impl Comm {
             }
             Collective::Broadcast => {
                 let bytes = count * es;
-                if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
+                if self.chain(coll, bytes) {
+                    let (b, t) = self.chain_grid(bytes);
+                    (kernel_name(Kernel::BroadcastChain, dtype), b, t)
+                } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
                     (kernel_name(Kernel::BroadcastSf, dtype), b, t)
                 } else {
                     let (b, t) = self.grid_for(bytes.div_ceil(16));
                     (kernel_name(Kernel::Broadcast, dtype), b, t)
                 }
+            }
+            Collective::Reduce if self.chain(coll, count * es) => {
+                let (b, t) = self.chain_grid(count * es);
+                (kernel_name(Kernel::ReduceChain, dtype), b, t)
             }
             Collective::Reduce => {
                 let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
@@ -709,7 +826,9 @@ impl Comm {
         // chunks <= ll_chunk_max (the slots hold the larger); push only when the
         // staging area was sized for the capacity (stage_slot_bytes > 0); the
         // scatter + forward broadcast only with >= 3 ranks and 16-aligned bases (VMM
-        // allocations); roots checked < n above.
+        // allocations); the chains only for whole 16-byte vectors, the reduce chain
+        // only when the staging area (n x stage_slot_bytes) holds the whole buffer;
+        // roots checked < n above.
         unsafe {
             self.module
                 .launch(name, &self.stream, grid, block, &a, self.pdl)
@@ -781,6 +900,11 @@ mod tests {
             Kernel::ReduceLl,
             Kernel::AlltoallLl,
             Kernel::SendrecvLl,
+            Kernel::BroadcastChain,
+            Kernel::ReduceChain,
+            Kernel::AllreduceRing,
+            Kernel::ReducescatterRing,
+            Kernel::AllgatherRing,
         ] {
             for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
                 let name = kernel_name(k, d);
@@ -794,6 +918,8 @@ mod tests {
                         | Kernel::Alltoall
                         | Kernel::Sendrecv
                         | Kernel::BroadcastLl
+                        | Kernel::BroadcastChain
+                        | Kernel::AllgatherRing
                         | Kernel::AlltoallLl
                         | Kernel::SendrecvLl
                 ) {

@@ -32,8 +32,13 @@ pub fn dma_flag(kind: u64, sender: u32) -> u64 {
 pub const OFF_END_FLAGS: u64 = OFF_START_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// Mid-barrier flags (push all-reduce), same shape.
 pub const OFF_MID_FLAGS: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Chain flags (pipelined broadcast / reduce), same shape: `[sender][block]`, value
+/// `(epoch << 32) | (round + 1)`.
+pub const OFF_CHAIN_FLAGS: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
-pub const OFF_LL: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+pub const OFF_LL: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Most vectors per thread in one chunk of the chain kernels (`CollArgs::chain_unroll`).
+pub const CHAIN_UNROLL_MAX: u32 = 4;
 /// Device error: a barrier wait timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -89,8 +94,8 @@ pub struct CollArgs {
     pub stage_slot_bytes: u64,
     /// Broadcast / reduce: the root rank (< nranks).
     pub root: u32,
-    /// Unused (keeps the struct a multiple of 8 bytes, like the unit's).
-    pub pad: u32,
+    /// Chain kernels: vectors per thread in one chunk (1..=`CHAIN_UNROLL_MAX`).
+    pub chain_unroll: u32,
 }
 
 /// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
@@ -182,8 +187,16 @@ mod tests {
             "(COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
-            define("COLL_OFF_LL"),
+            define("COLL_OFF_CHAIN_FLAGS"),
             "(COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_OFF_LL"),
+            "(COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_CHAIN_UNROLL_MAX"),
+            CHAIN_UNROLL_MAX.to_string()
         );
         assert_eq!(
             define("COLL_ERR_WAIT_TIMEOUT"),
@@ -210,8 +223,10 @@ mod tests {
         let root_at = after
             .find("  u32 root;")
             .expect("u32 root after stage_slot_bytes");
-        let pad_at = after.find("  u32 pad;").expect("u32 pad after root");
-        assert!(root_at < pad_at && pad_at < after.find("};").unwrap());
+        let unroll_at = after
+            .find("  u32 chain_unroll;")
+            .expect("u32 chain_unroll after root");
+        assert!(root_at < unroll_at && unroll_at < after.find("};").unwrap());
         assert_eq!(std::mem::offset_of!(CollArgs, stage), 224);
         assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
         assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);

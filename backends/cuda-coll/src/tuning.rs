@@ -11,7 +11,11 @@
 //!    of the embedded ones (its `gpu` prefixes are not checked);
 //! 2. `COMMHAL_COLL_LL_MAX`, `COMMHAL_COLL_PUSH_MIN`, `COMMHAL_COLL_LL_CHUNK_MAX`,
 //!    `COMMHAL_COLL_BCAST_SF_MIN`, `COMMHAL_COLL_THREADS`, `COMMHAL_COLL_MAX_BLOCKS`,
-//!    `COMMHAL_COLL_RS_PUSH_MIN`, `COMMHAL_COLL_RS_PUSH_MAX` (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `COMMHAL_COLL_RS_PUSH_MIN`, `COMMHAL_COLL_RS_PUSH_MAX`,
+//!    `COMMHAL_COLL_BCAST_CHAIN_MIN`, `COMMHAL_COLL_REDUCE_CHAIN_MIN`,
+//!    `COMMHAL_COLL_AR_RING_MIN`, `COMMHAL_COLL_AG_RING_MIN`,
+//!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
+//!    `COMMHAL_COLL_CHAIN_UNROLL` (1..4) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
 //!    scatters + forwards);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
@@ -73,14 +77,28 @@ pub const HEADER: &str = "\
 #                          set from a measured A/B (the section's note says which)
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
+#     broadcast_chain_min, reduce_chain_min
+#                          (optional; absent or 0: never) broadcasts / reduces from this
+#                          size on run as a pipelined chain r -> r+1 (16-byte multiples
+#                          only; broadcast: >= 3 ranks)
+#     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
+#                          (optional; absent or 0: never) from this size (all-reduce
+#                          buffer, all-gather output, reduce-scatter input) the ring
+#                          kernels run (16-byte multiples only). These five are not
+#                          swept by the tuner: set from a measured A/B (the section's
+#                          note says which)
+#     chain_unroll         (optional, 1..4, absent: 4) vectors per thread in one chunk
+#                          of the chains (a chunk is threads x chain_unroll x 16 bytes)
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
 # instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
-# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX, then
-# --ll-max of the benchmark.
+# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
+# COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
+# COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
+# COMMHAL_COLL_CHAIN_UNROLL, then --ll-max of the benchmark.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -123,6 +141,27 @@ pub struct Section {
     /// local reduce runs after its remote phase).
     #[serde(default)]
     pub reducescatter_push_max: Option<u64>,
+    /// Smallest broadcast (bytes) done with the pipelined chain (absent or 0: never).
+    /// Not swept by the tuner: set from a measured A/B.
+    #[serde(default)]
+    pub broadcast_chain_min: Option<u64>,
+    /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
+    /// Not swept by the tuner: set from a measured A/B.
+    #[serde(default)]
+    pub reduce_chain_min: Option<u64>,
+    /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
+    #[serde(default)]
+    pub allreduce_ring_min: Option<u64>,
+    /// Smallest all-gather (output bytes) done with the ring kernel (absent or 0: never).
+    #[serde(default)]
+    pub allgather_ring_min: Option<u64>,
+    /// Smallest reduce-scatter (input bytes) done with the ring kernel (absent or 0:
+    /// never).
+    #[serde(default)]
+    pub reducescatter_ring_min: Option<u64>,
+    /// Vectors per thread in one chain / ring chunk (1..=4; absent: 4).
+    #[serde(default)]
+    pub chain_unroll: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
     pub threads: u32,
     /// Most blocks of the bulk kernels (0: the SM count).
@@ -275,8 +314,18 @@ impl TuningFile {
             if let Some(v) = s.reducescatter_push_min {
                 out += &format!("reducescatter_push_min = {v}\n");
             }
-            if let Some(v) = s.reducescatter_push_max {
-                out += &format!("reducescatter_push_max = {v}\n");
+            for (k, v) in [
+                ("reducescatter_push_max", s.reducescatter_push_max),
+                ("broadcast_chain_min", s.broadcast_chain_min),
+                ("reduce_chain_min", s.reduce_chain_min),
+                ("allreduce_ring_min", s.allreduce_ring_min),
+                ("allgather_ring_min", s.allgather_ring_min),
+                ("reducescatter_ring_min", s.reducescatter_ring_min),
+                ("chain_unroll", s.chain_unroll),
+            ] {
+                if let Some(v) = v {
+                    out += &format!("{k} = {v}\n");
+                }
             }
         }
         out
@@ -300,6 +349,12 @@ static FALLBACK: Section = Section {
     broadcast_sf_min: 1 << 20,
     reducescatter_push_min: None,
     reducescatter_push_max: None,
+    broadcast_chain_min: None,
+    reduce_chain_min: None,
+    allreduce_ring_min: None,
+    allgather_ring_min: None,
+    reducescatter_ring_min: None,
+    chain_unroll: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -353,6 +408,14 @@ pub struct Forced {
     pub ll_chunk_max: Option<u64>,
     /// Broadcast scatter + forward minimum.
     pub bcast_sf_min: Option<u64>,
+    /// Broadcast chain minimum (0: never).
+    pub bcast_chain_min: Option<u64>,
+    /// All-reduce ring minimum (0: never).
+    pub ar_ring_min: Option<u64>,
+    /// All-gather ring minimum (0: never).
+    pub ag_ring_min: Option<u64>,
+    /// Reduce-scatter ring minimum (0: never).
+    pub rs_ring_min: Option<u64>,
 }
 
 thread_local! {
@@ -497,6 +560,51 @@ pub fn resolve_with(
         true,
         s.reducescatter_push_max.unwrap_or(u64::MAX),
     );
+    // 0 (or absent) = never, stored as u64::MAX so `bytes >= min` is the whole test
+    let never_if_zero = |v: u64| if v == 0 { u64::MAX } else { v };
+    let bcast_chain_min = never_if_zero(pick(
+        forced.bcast_chain_min,
+        None,
+        "COMMHAL_COLL_BCAST_CHAIN_MIN",
+        false,
+        s.broadcast_chain_min.unwrap_or(0),
+    ));
+    let reduce_chain_min = never_if_zero(pick(
+        None,
+        None,
+        "COMMHAL_COLL_REDUCE_CHAIN_MIN",
+        false,
+        s.reduce_chain_min.unwrap_or(0),
+    ));
+    let ar_ring_min = never_if_zero(pick(
+        forced.ar_ring_min,
+        None,
+        "COMMHAL_COLL_AR_RING_MIN",
+        false,
+        s.allreduce_ring_min.unwrap_or(0),
+    ));
+    let ag_ring_min = never_if_zero(pick(
+        forced.ag_ring_min,
+        None,
+        "COMMHAL_COLL_AG_RING_MIN",
+        false,
+        s.allgather_ring_min.unwrap_or(0),
+    ));
+    let rs_ring_min = never_if_zero(pick(
+        forced.rs_ring_min,
+        None,
+        "COMMHAL_COLL_RS_RING_MIN",
+        false,
+        s.reducescatter_ring_min.unwrap_or(0),
+    ));
+    let chain_unroll = pick(
+        None,
+        None,
+        "COMMHAL_COLL_CHAIN_UNROLL",
+        true,
+        s.chain_unroll.unwrap_or(u64::from(layout::CHAIN_UNROLL_MAX)),
+    )
+    .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32;
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
@@ -543,6 +651,12 @@ pub fn resolve_with(
             rs_push_min,
             rs_push_max,
             bcast_sf_min,
+            bcast_chain_min,
+            reduce_chain_min,
+            ar_ring_min,
+            ag_ring_min,
+            rs_ring_min,
+            chain_unroll,
             threads,
             max_blocks,
             device_timeout,
