@@ -94,7 +94,7 @@ using namespace commhal;
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_CHAIN_FLAGS (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_LL (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
-#define COLL_CHAIN_UNROLL_MAX 4
+#define COLL_CHAIN_UNROLL_MAX 32
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -112,7 +112,7 @@ struct CollArgs {
   u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
   u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
   u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
-  u32 chain_unroll;             // chain kernels: vectors per thread per chunk (1..4)
+  u32 chain_unroll;             // chain / ring kernels: vectors per thread per chunk (1..32)
 };
 static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8, "CollArgs layout");
 
@@ -1089,6 +1089,28 @@ COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag) {
   if (threadIdx.x == 0) store_release(chain_flag(a, next, a.rank), tag);
 }
 
+// One round's data: the vectors v < len of chunk c (a.chain_unroll vectors per thread,
+// thread t takes c * cv + t + u * blockDim.x), four loads in flight per thread: x =
+// load(v) for up to four vectors, then store(v, x) for them.
+template <typename Load, typename Store>
+COMMHAL_DEVICE void chunk_for(const CollArgs& a, u64 c, u64 len, Load load, Store store) {
+  const u32 un = a.chain_unroll;
+  const u64 base = c * blockDim.x * un + threadIdx.x;
+  for (u32 u0 = 0; u0 < un; u0 += 4) {
+    v16 x[4];
+#pragma unroll
+    for (u32 u = 0; u < 4; ++u) {
+      const u64 v = base + (u64)(u0 + u) * blockDim.x;
+      if (u0 + u < un && v < len) x[u] = load(v);
+    }
+#pragma unroll
+    for (u32 u = 0; u < 4; ++u) {
+      const u64 v = base + (u64)(u0 + u) * blockDim.x;
+      if (u0 + u < un && v < len) store(v, x[u]);
+    }
+  }
+}
+
 // Broadcast, chain: a.count = bytes. Position of rank r: (r - root) mod n; the root is
 // position 0 and reads its input, every other rank reads its own output (where the
 // previous rank stored the chunk); every rank but the last stores the chunk into the
@@ -1102,8 +1124,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u32 pos = (a.rank + n - root) % n;
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
-  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
-  const u64 cv = (u64)blockDim.x * un;
+  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
   const v16* src = reinterpret_cast<const v16*>(pos == 0 ? a.in[root] : a.out[a.rank]);
   v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
   v16* dst = reinterpret_cast<v16*>(a.out[next]);
@@ -1115,21 +1136,12 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
     const u64 tag = chain_tag(e, k);
     if (pos > 0) chain_wait(a, prev, tag, ok);
     if (last) continue;
-    const u64 v0 = c * cv + threadIdx.x;
-    v16 x[COLL_CHAIN_UNROLL_MAX];
-#pragma unroll
-    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-      const u64 v = v0 + (u64)u * blockDim.x;
-      if (u < un && v < nvec) x[u] = src[v];
-    }
-#pragma unroll
-    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-      const u64 v = v0 + (u64)u * blockDim.x;
-      if (u < un && v < nvec) {
-        dst[v] = x[u];
-        if (copy_own) own[v] = x[u];
-      }
-    }
+    chunk_for(
+        a, c, nvec, [&](u64 v) { return src[v]; },
+        [&](u64 v, v16 x) {
+          dst[v] = x;
+          if (copy_own) own[v] = x;
+        });
     chain_signal(a, next, tag);
   }
   coll_end(a, e);
@@ -1154,8 +1166,7 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   const u32 pos = (a.rank + n - root - 1) % n;
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
-  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
-  const u64 cv = (u64)blockDim.x * un;
+  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
   v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);
@@ -1164,21 +1175,9 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
     const u64 tag = chain_tag(e, k);
     if (pos > 0) chain_wait(a, prev, tag, ok);
-    const u64 v0 = c * cv + threadIdx.x;
-    v16 x[COLL_CHAIN_UNROLL_MAX], y[COLL_CHAIN_UNROLL_MAX];
-#pragma unroll
-    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-      const u64 v = v0 + (u64)u * blockDim.x;
-      if (u < un && v < nvec) {
-        x[u] = in[v];
-        if (pos > 0) y[u] = partial[v];
-      }
-    }
-#pragma unroll
-    for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-      const u64 v = v0 + (u64)u * blockDim.x;
-      if (u < un && v < nvec) dst[v] = pos > 0 ? add16<Op>(y[u], x[u]) : x[u];
-    }
+    chunk_for(
+        a, c, nvec, [&](u64 v) { return pos > 0 ? add16<Op>(partial[v], in[v]) : in[v]; },
+        [&](u64 v, v16 x) { dst[v] = x; });
     if (pos < n - 1) chain_signal(a, next, tag);
   }
   coll_end(a, e);
@@ -1227,8 +1226,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
   const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
   const u64 maxlen = (MODE == COLL_RING_AR) ? (units + n - 1) / n : units;
-  const u32 un = a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
-  const u64 cv = (u64)blockDim.x * un;
+  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
   u32 rounds = 0;  // R
   for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
@@ -1258,39 +1256,31 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
       if (k >= rounds) chain_wait(a, prev, chain_tag(e, k - rounds), ok);
       if (MODE == COLL_RING_RS && last) {
         // own segment complete: staging + input -> output offset 0
-#pragma unroll
-        for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-          const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
-          if (u < un && v < sl) out[v] = add16<Op>(stage[sb + v], in[sb + v]);
-        }
+        chunk_for(
+            a, c, sl, [&](u64 v) { return add16<Op>(stage[sb + v], in[sb + v]); },
+            [&](u64 v, v16 x) { out[v] = x; });
         continue;
       }
       if (last) continue;
-      v16 x[COLL_CHAIN_UNROLL_MAX];
-#pragma unroll
-      for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-        const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
-        if (u < un && v < sl) {
-          if (rs) {
-            x[u] = s == 0 ? in[sb + v] : add16<Op>(stage[sb + v], in[sb + v]);
-          } else if (t == 0) {
-            x[u] = (MODE == COLL_RING_AG) ? in[v] : add16<Op>(stage[sb + v], in[sb + v]);
-          } else {
-            x[u] = out[sb + v];
-          }
-        }
-      }
-#pragma unroll
-      for (u32 u = 0; u < COLL_CHAIN_UNROLL_MAX; ++u) {
-        const u64 v = c * cv + threadIdx.x + (u64)u * blockDim.x;
-        if (u < un && v < sl) {
-          if (rs) {
-            stage_next[sb + v] = x[u];
-          } else {
-            out_next[sb + v] = x[u];
-            if (t == 0 && (MODE == COLL_RING_AR || in + v != out + sb + v)) out[sb + v] = x[u];
-          }
-        }
+      if (rs) {
+        chunk_for(
+            a, c, sl,
+            [&](u64 v) { return s == 0 ? in[sb + v] : add16<Op>(stage[sb + v], in[sb + v]); },
+            [&](u64 v, v16 x) { stage_next[sb + v] = x; });
+      } else if (t == 0) {
+        chunk_for(
+            a, c, sl,
+            [&](u64 v) {
+              return (MODE == COLL_RING_AG) ? in[v] : add16<Op>(stage[sb + v], in[sb + v]);
+            },
+            [&](u64 v, v16 x) {
+              out_next[sb + v] = x;
+              if (MODE == COLL_RING_AR || in + v != out + sb + v) out[sb + v] = x;
+            });
+      } else {
+        chunk_for(
+            a, c, sl, [&](u64 v) { return out[sb + v]; },
+            [&](u64 v, v16 x) { out_next[sb + v] = x; });
       }
       chain_signal(a, next, chain_tag(e, k));
     }

@@ -72,7 +72,7 @@ pub struct Tuning {
     /// Smallest reduce-scatter (input bytes) done with the ring kernel (`u64::MAX`:
     /// never).
     pub rs_ring_min: u64,
-    /// Vectors per thread in one chunk of the chain and ring kernels (1..=4).
+    /// Vectors per thread in one chunk of the chain and ring kernels (1..=32).
     pub chain_unroll: u32,
     /// Threads per block of the bulk kernels.
     pub threads: u32,

@@ -37,8 +37,8 @@ pub const OFF_MID_FLAGS: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS 
 pub const OFF_CHAIN_FLAGS: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
 pub const OFF_LL: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
-/// Most vectors per thread in one chunk of the chain kernels (`CollArgs::chain_unroll`).
-pub const CHAIN_UNROLL_MAX: u32 = 4;
+/// Most vectors per thread in one chunk of the chain and ring kernels (`CollArgs::chain_unroll`).
+pub const CHAIN_UNROLL_MAX: u32 = 32;
 /// Device error: a barrier wait timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.

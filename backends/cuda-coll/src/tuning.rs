@@ -15,7 +15,7 @@
 //!    `COMMHAL_COLL_BCAST_CHAIN_MIN`, `COMMHAL_COLL_REDUCE_CHAIN_MIN`,
 //!    `COMMHAL_COLL_AR_RING_MIN`, `COMMHAL_COLL_AG_RING_MIN`,
 //!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
-//!    `COMMHAL_COLL_CHAIN_UNROLL` (1..4) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `COMMHAL_COLL_CHAIN_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
 //!    scatters + forwards);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
@@ -87,8 +87,8 @@ pub const HEADER: &str = "\
 #                          kernels run (16-byte multiples only). These five are not
 #                          swept by the tuner: set from a measured A/B (the section's
 #                          note says which)
-#     chain_unroll         (optional, 1..4, absent: 4) vectors per thread in one chunk
-#                          of the chains (a chunk is threads x chain_unroll x 16 bytes)
+#     chain_unroll         (optional, 1..32, absent: 4) vectors per thread in one chunk
+#                          of the chains and rings (threads x chain_unroll x 16 bytes)
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
@@ -159,7 +159,7 @@ pub struct Section {
     /// never).
     #[serde(default)]
     pub reducescatter_ring_min: Option<u64>,
-    /// Vectors per thread in one chain / ring chunk (1..=4; absent: 4).
+    /// Vectors per thread in one chain / ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
     #[serde(default)]
     pub chain_unroll: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
@@ -358,6 +358,9 @@ static FALLBACK: Section = Section {
     threads: 512,
     max_blocks: 0,
 };
+
+/// Vectors per thread in a chain / ring chunk when the section does not say.
+pub const DEFAULT_CHAIN_UNROLL: u64 = 4;
 
 /// Largest per-peer LL chunk any setting can ask for (bytes).
 pub const LL_CHUNK_CAP: u64 = 4 << 20;
@@ -602,7 +605,7 @@ pub fn resolve_with(
         None,
         "COMMHAL_COLL_CHAIN_UNROLL",
         true,
-        s.chain_unroll.unwrap_or(u64::from(layout::CHAIN_UNROLL_MAX)),
+        s.chain_unroll.unwrap_or(DEFAULT_CHAIN_UNROLL),
     )
     .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32;
     let bcast_sf_min = pick(
