@@ -405,7 +405,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), chain_unroll {}; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -417,6 +417,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.ag_ring_min,
             t.rs_ring_min,
             t.chain_unroll,
+            t.ring_unroll,
             provenance(comm, args)
         );
         header(args, n, "commhal");

@@ -72,8 +72,10 @@ pub struct Tuning {
     /// Smallest reduce-scatter (input bytes) done with the ring kernel (`u64::MAX`:
     /// never).
     pub rs_ring_min: u64,
-    /// Vectors per thread in one chunk of the chain and ring kernels (1..=32).
+    /// Vectors per thread in one chunk of the chain kernels (1..=32).
     pub chain_unroll: u32,
+    /// Vectors per thread in one chunk of the ring kernels (1..=32).
+    pub ring_unroll: u32,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -345,7 +347,6 @@ impl Comm {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
-            chain_unroll: tuning.chain_unroll,
             ..CollArgs::default()
         };
         let mut peers = Vec::new();
@@ -559,9 +560,9 @@ impl Comm {
     }
 
     /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
-    /// threads x chain_unroll vectors), at most `max_blocks`.
-    fn chain_grid(&self, bytes: u64) -> (u32, u32) {
-        let chunk = u64::from(self.tuning.threads) * u64::from(self.tuning.chain_unroll) * 16;
+    /// threads x `unroll` vectors), at most `max_blocks`.
+    fn chain_grid(&self, bytes: u64, unroll: u32) -> (u32, u32) {
+        let chunk = u64::from(self.tuning.threads) * u64::from(unroll) * 16;
         let blocks = bytes
             .div_ceil(chunk)
             .clamp(1, u64::from(self.tuning.max_blocks));
@@ -597,7 +598,10 @@ impl Comm {
                     (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
                 } else {
                     if self.ring(coll, bytes) {
-                        let (b, t) = self.chain_grid(bytes.div_ceil(u64::from(self.n)));
+                        let (b, t) = self.chain_grid(
+                            bytes.div_ceil(u64::from(self.n)),
+                            self.tuning.ring_unroll,
+                        );
                         return (kernel_name(Kernel::AllreduceRing, dtype), b, t);
                     }
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
@@ -624,7 +628,7 @@ impl Comm {
             Collective::Allgather | Collective::Reducescatter
                 if self.ring(coll, count * es * u64::from(self.n)) =>
             {
-                let (b, t) = self.chain_grid(count * es);
+                let (b, t) = self.chain_grid(count * es, self.tuning.ring_unroll);
                 let k = if coll == Collective::Allgather {
                     Kernel::AllgatherRing
                 } else {
@@ -664,7 +668,7 @@ impl Comm {
             Collective::Broadcast => {
                 let bytes = count * es;
                 if self.chain(coll, bytes) {
-                    let (b, t) = self.chain_grid(bytes);
+                    let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
                     (kernel_name(Kernel::BroadcastChain, dtype), b, t)
                 } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
@@ -675,7 +679,7 @@ impl Comm {
                 }
             }
             Collective::Reduce if self.chain(coll, count * es) => {
-                let (b, t) = self.chain_grid(count * es);
+                let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
                 (kernel_name(Kernel::ReduceChain, dtype), b, t)
             }
             Collective::Reduce => {
@@ -819,6 +823,12 @@ impl Comm {
             return dma.launch(&c, coll, dtype, count);
         }
         let (name, grid, block) = self.plan(coll, dtype, count);
+        // the chunk size the grid was computed with (plan): rings and chains differ
+        a.chain_unroll = if name.contains("_ring") {
+            self.tuning.ring_unroll
+        } else {
+            self.tuning.chain_unroll
+        };
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for

@@ -15,7 +15,7 @@
 //!    `COMMHAL_COLL_BCAST_CHAIN_MIN`, `COMMHAL_COLL_REDUCE_CHAIN_MIN`,
 //!    `COMMHAL_COLL_AR_RING_MIN`, `COMMHAL_COLL_AG_RING_MIN`,
 //!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
-//!    `COMMHAL_COLL_CHAIN_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
+//!    `COMMHAL_COLL_CHAIN_UNROLL`, `COMMHAL_COLL_RING_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
 //!    scatters + forwards);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
@@ -87,8 +87,9 @@ pub const HEADER: &str = "\
 #                          kernels run (16-byte multiples only). These five are not
 #                          swept by the tuner: set from a measured A/B (the section's
 #                          note says which)
-#     chain_unroll         (optional, 1..32, absent: 4) vectors per thread in one chunk
-#                          of the chains and rings (threads x chain_unroll x 16 bytes)
+#     chain_unroll, ring_unroll
+#                          (optional, 1..32, absent: 4) vectors per thread in one chunk
+#                          of the chains / the rings (threads x unroll x 16 bytes)
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
@@ -98,7 +99,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
-# COMMHAL_COLL_CHAIN_UNROLL, then --ll-max of the benchmark.
+# COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -159,9 +160,12 @@ pub struct Section {
     /// never).
     #[serde(default)]
     pub reducescatter_ring_min: Option<u64>,
-    /// Vectors per thread in one chain / ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    /// Vectors per thread in one chain chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
     #[serde(default)]
     pub chain_unroll: Option<u64>,
+    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    #[serde(default)]
+    pub ring_unroll: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
     pub threads: u32,
     /// Most blocks of the bulk kernels (0: the SM count).
@@ -322,6 +326,7 @@ impl TuningFile {
                 ("allgather_ring_min", s.allgather_ring_min),
                 ("reducescatter_ring_min", s.reducescatter_ring_min),
                 ("chain_unroll", s.chain_unroll),
+                ("ring_unroll", s.ring_unroll),
             ] {
                 if let Some(v) = v {
                     out += &format!("{k} = {v}\n");
@@ -355,6 +360,7 @@ static FALLBACK: Section = Section {
     allgather_ring_min: None,
     reducescatter_ring_min: None,
     chain_unroll: None,
+    ring_unroll: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -600,14 +606,12 @@ pub fn resolve_with(
         false,
         s.reducescatter_ring_min.unwrap_or(0),
     ));
-    let chain_unroll = pick(
-        None,
-        None,
-        "COMMHAL_COLL_CHAIN_UNROLL",
-        true,
-        s.chain_unroll.unwrap_or(DEFAULT_CHAIN_UNROLL),
-    )
-    .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32;
+    let mut unroll = |var: &'static str, file: Option<u64>| {
+        pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
+            .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
+    };
+    let chain_unroll = unroll("COMMHAL_COLL_CHAIN_UNROLL", s.chain_unroll);
+    let ring_unroll = unroll("COMMHAL_COLL_RING_UNROLL", s.ring_unroll);
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
@@ -660,6 +664,7 @@ pub fn resolve_with(
             ag_ring_min,
             rs_ring_min,
             chain_unroll,
+            ring_unroll,
             threads,
             max_blocks,
             device_timeout,
