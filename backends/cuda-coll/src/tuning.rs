@@ -1213,6 +1213,40 @@ mod tests {
         .unwrap();
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
         assert_eq!((t.rs_push_min, t.rs_push_max), (4096, 8192));
+        // chains and rings: absent = never (u64::MAX), 0 = never, unroll default 4,
+        // clamped to 1..=32; variables beat the file
+        assert_eq!(
+            (t.bcast_chain_min, t.reduce_chain_min),
+            (u64::MAX, u64::MAX)
+        );
+        assert_eq!(
+            (t.ar_ring_min, t.ag_ring_min, t.rs_ring_min),
+            (u64::MAX, u64::MAX, u64::MAX)
+        );
+        assert_eq!((t.chain_unroll, t.ring_unroll), (4, 4));
+        std::fs::write(
+            &path,
+            format!(
+                "{text}broadcast_chain_min = 0\nreduce_chain_min = 64\nallreduce_ring_min = 128\nallgather_ring_min = 256\nreducescatter_ring_min = 512\nchain_unroll = 8\nring_unroll = 99\n"
+            ),
+        )
+        .unwrap();
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        assert_eq!((t.bcast_chain_min, t.reduce_chain_min), (u64::MAX, 64));
+        assert_eq!((t.ar_ring_min, t.ag_ring_min, t.rs_ring_min), (128, 256, 512));
+        assert_eq!((t.chain_unroll, t.ring_unroll), (8, 32));
+        let (t, prov) = resolve_env(
+            "NVIDIA H200",
+            2,
+            None,
+            &[
+                (TUNING_ENV, &p),
+                ("COMMHAL_COLL_AR_RING_MIN", "0"),
+                ("COMMHAL_COLL_RING_UNROLL", "2"),
+            ],
+        );
+        assert_eq!((t.ar_ring_min, t.ring_unroll), (u64::MAX, 2));
+        assert!(prov.overrides.contains(&"COMMHAL_COLL_AR_RING_MIN"), "{prov}");
         let (t, _) = resolve_env(
             "NVIDIA H200",
             2,
