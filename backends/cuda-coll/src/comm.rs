@@ -598,10 +598,8 @@ impl Comm {
                     (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
                 } else {
                     if self.ring(coll, bytes) {
-                        let (b, t) = self.chain_grid(
-                            bytes.div_ceil(u64::from(self.n)),
-                            self.tuning.ring_unroll,
-                        );
+                        let (b, t) = self
+                            .chain_grid(bytes.div_ceil(u64::from(self.n)), self.tuning.ring_unroll);
                         return (kernel_name(Kernel::AllreduceRing, dtype), b, t);
                     }
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));

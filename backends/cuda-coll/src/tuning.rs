@@ -1233,7 +1233,10 @@ mod tests {
         .unwrap();
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
         assert_eq!((t.bcast_chain_min, t.reduce_chain_min), (u64::MAX, 64));
-        assert_eq!((t.ar_ring_min, t.ag_ring_min, t.rs_ring_min), (128, 256, 512));
+        assert_eq!(
+            (t.ar_ring_min, t.ag_ring_min, t.rs_ring_min),
+            (128, 256, 512)
+        );
         assert_eq!((t.chain_unroll, t.ring_unroll), (8, 32));
         let (t, prov) = resolve_env(
             "NVIDIA H200",
@@ -1246,7 +1249,10 @@ mod tests {
             ],
         );
         assert_eq!((t.ar_ring_min, t.ring_unroll), (u64::MAX, 2));
-        assert!(prov.overrides.contains(&"COMMHAL_COLL_AR_RING_MIN"), "{prov}");
+        assert!(
+            prov.overrides.contains(&"COMMHAL_COLL_AR_RING_MIN"),
+            "{prov}"
+        );
         let (t, _) = resolve_env(
             "NVIDIA H200",
             2,
