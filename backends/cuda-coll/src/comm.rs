@@ -822,7 +822,14 @@ impl Comm {
         }
         let (name, grid, block) = self.plan(coll, dtype, count);
         // the chunk size the grid was computed with (plan): rings and chains differ
-        a.chain_unroll = if name.contains("_ring") {
+        let ring = [
+            Kernel::AllreduceRing,
+            Kernel::ReducescatterRing,
+            Kernel::AllgatherRing,
+        ]
+        .iter()
+        .any(|&k| kernel_name(k, dtype) == name);
+        a.chain_unroll = if ring {
             self.tuning.ring_unroll
         } else {
             self.tuning.chain_unroll
