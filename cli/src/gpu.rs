@@ -295,7 +295,7 @@ pub struct TuneArgs {
     /// algorithms/tuning/gpu-cuda-h200.toml.
     #[arg(long)]
     pub out: PathBuf,
-    /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast].
+    /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast,reduce].
     #[arg(long, value_delimiter = ',')]
     pub collectives: Vec<String>,
     /// Smallest size (bytes; K, M, G suffixes).
@@ -474,6 +474,15 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             s.allreduce_push_min,
             s.allgather_reducescatter_ll_chunk_max,
             s.broadcast_sf_min
+        );
+        let opt = |v: Option<u64>| v.map_or("-".to_string(), |x| x.to_string());
+        println!(
+            "#   allreduce_ring_min = {}, allgather_ring_min = {}, reducescatter_ring_min = {}, broadcast_chain_min = {}, reduce_chain_min = {} (-: absent = never)",
+            opt(s.allreduce_ring_min),
+            opt(s.allgather_ring_min),
+            opt(s.reducescatter_ring_min),
+            opt(s.broadcast_chain_min),
+            opt(s.reduce_chain_min)
         );
         println!("#   {}", s.note);
     }

@@ -638,6 +638,9 @@ pub const TUNE_LL_MAX: u64 = 4 << 20;
 pub const TUNE_LL_CHUNK_MAX: u64 = 1 << 20;
 /// Smallest all-reduce the tuner times with the push kernel.
 pub const TUNE_PUSH_MIN: u64 = 1 << 20;
+/// Smallest size the tuner times with the ring and chain kernels (below, their
+/// per-round flags cost more than they can win).
+pub const TUNE_RING_MIN: u64 = 1 << 20;
 
 /// One kernel choice the tuner times.
 #[derive(Debug, Clone, Copy)]
@@ -650,20 +653,22 @@ struct Candidate {
 }
 
 /// The collectives `commhal tune` sweeps by default (the ones with a choice).
-pub const TUNED: [Collective; 4] = [
+pub const TUNED: [Collective; 5] = [
     Collective::Allreduce,
     Collective::Allgather,
     Collective::Reducescatter,
     Collective::Broadcast,
+    Collective::Reduce,
 ];
 
 /// The candidates of `coll` on `n` ranks, from the small-message kernel to the large
 /// one (empty: nothing to choose).
 fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
-    // the chains and rings are chosen from measured A/Bs, not swept: off here, so
-    // every candidate runs the kernel it names
+    // rings and chains off unless the candidate is one, so every candidate runs the
+    // kernel it names whatever the file says
     let f = Forced {
         bcast_chain_min: Some(0),
+        reduce_chain_min: Some(0),
         ar_ring_min: Some(0),
         ag_ring_min: Some(0),
         rs_ring_min: Some(0),
@@ -701,12 +706,32 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_PUSH_MIN,
             },
+            Candidate {
+                name: "ring",
+                kernel: Kernel::AllreduceRing,
+                forced: Forced {
+                    ll_max: Some(0),
+                    push_min: Some(0),
+                    ar_ring_min: Some(1),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+            },
         ],
         Collective::Allgather | Collective::Reducescatter => {
-            let (ll, direct) = if coll == Collective::Allgather {
-                (Kernel::AllgatherLl, Kernel::Allgather)
+            let gather = coll == Collective::Allgather;
+            let (ll, direct, ring) = if gather {
+                (
+                    Kernel::AllgatherLl,
+                    Kernel::Allgather,
+                    Kernel::AllgatherRing,
+                )
             } else {
-                (Kernel::ReducescatterLl, Kernel::Reducescatter)
+                (
+                    Kernel::ReducescatterLl,
+                    Kernel::Reducescatter,
+                    Kernel::ReducescatterRing,
+                )
             };
             vec![
                 Candidate {
@@ -727,6 +752,17 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                         ..f
                     },
                     applies: |_, c| c > 0,
+                },
+                Candidate {
+                    name: "ring",
+                    kernel: ring,
+                    forced: Forced {
+                        ll_chunk_max: Some(0),
+                        ag_ring_min: if gather { Some(1) } else { Some(0) },
+                        rs_ring_min: if gather { Some(0) } else { Some(1) },
+                        ..f
+                    },
+                    applies: |b, c| b >= TUNE_RING_MIN && c.is_multiple_of(16),
                 },
             ]
         }
@@ -751,6 +787,38 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     ..f
                 },
                 applies: |b, _| b >= 16,
+            },
+            Candidate {
+                name: "chain",
+                kernel: Kernel::BroadcastChain,
+                forced: Forced {
+                    bcast_chain_min: Some(1),
+                    ll_chunk_max: Some(0),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+            },
+        ],
+        Collective::Reduce => vec![
+            Candidate {
+                name: "worker",
+                kernel: Kernel::Reduce,
+                // ll_chunk_max 0: small reduces would otherwise take the LL kernel.
+                forced: Forced {
+                    ll_chunk_max: Some(0),
+                    ..f
+                },
+                applies: |_, _| true,
+            },
+            Candidate {
+                name: "chain",
+                kernel: Kernel::ReduceChain,
+                forced: Forced {
+                    reduce_chain_min: Some(1),
+                    ll_chunk_max: Some(0),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
         ],
         _ => Vec::new(),
@@ -965,6 +1033,17 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     if let Some(s) = find(Collective::Broadcast) {
         d.broadcast(&s.sizes, &s.times);
     }
+    if let Some(s) = find(Collective::Reduce) {
+        d.reduce(&s.sizes, &s.times);
+    }
+    for (c, gather) in [
+        (Collective::Allgather, true),
+        (Collective::Reducescatter, false),
+    ] {
+        if let Some(s) = find(c) {
+            d.gather_scatter_ring(gather, &s.sizes, &s.times);
+        }
+    }
     let (ag, rs) = (find(Collective::Allgather), find(Collective::Reducescatter));
     match (ag, rs) {
         (Some(a), Some(r)) if a.chunks == r.chunks => {
@@ -1007,21 +1086,56 @@ mod tests {
     #[test]
     fn candidates_run_from_small_to_large_kernels() {
         let names = |c, n| candidates(c, n).iter().map(|c| c.name).collect::<Vec<_>>();
-        assert_eq!(names(Collective::Allreduce, 4), ["ll", "two-shot", "push"]);
-        assert_eq!(names(Collective::Allgather, 2), ["ll", "direct"]);
-        assert_eq!(names(Collective::Reducescatter, 8), ["ll", "direct"]);
+        assert_eq!(
+            names(Collective::Allreduce, 4),
+            ["ll", "two-shot", "push", "ring"]
+        );
+        assert_eq!(names(Collective::Allgather, 2), ["ll", "direct", "ring"]);
+        assert_eq!(
+            names(Collective::Reducescatter, 8),
+            ["ll", "direct", "ring"]
+        );
         assert_eq!(
             names(Collective::Broadcast, 3),
-            ["direct", "scatter-forward"]
+            ["direct", "scatter-forward", "chain"]
         );
         assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
-        for c in [
-            Collective::Reduce,
-            Collective::Alltoall,
-            Collective::Sendrecv,
-        ] {
+        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain"]);
+        for c in [Collective::Alltoall, Collective::Sendrecv] {
             assert!(names(c, 4).is_empty());
         }
+        // every candidate turns every ring and chain off but its own
+        for c in TUNED {
+            for cand in candidates(c, 4) {
+                let f = cand.forced;
+                let on = [
+                    f.ar_ring_min,
+                    f.ag_ring_min,
+                    f.rs_ring_min,
+                    f.bcast_chain_min,
+                    f.reduce_chain_min,
+                ]
+                .iter()
+                .filter(|v| **v != Some(0))
+                .count();
+                let own = matches!(
+                    cand.kernel,
+                    Kernel::AllreduceRing
+                        | Kernel::AllgatherRing
+                        | Kernel::ReducescatterRing
+                        | Kernel::BroadcastChain
+                        | Kernel::ReduceChain
+                );
+                assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
+            }
+        }
+        let ring = &candidates(Collective::Reducescatter, 4)[2];
+        assert!(!(ring.applies)(TUNE_RING_MIN / 2, TUNE_RING_MIN / 8));
+        assert!((ring.applies)(TUNE_RING_MIN, TUNE_RING_MIN / 4));
+        assert_eq!(
+            (ring.forced.rs_ring_min, ring.forced.ag_ring_min),
+            (Some(1), Some(0))
+        );
         let ar = candidates(Collective::Allreduce, 4);
         assert!((ar[0].applies)(TUNE_LL_MAX, 0) && !(ar[0].applies)(TUNE_LL_MAX + 8, 0));
         assert!(!(ar[0].applies)(1028, 0), "LL needs 8-byte multiples");
@@ -1051,6 +1165,78 @@ mod tests {
             choice: tuning::assign(&times),
             times,
         }
+    }
+
+    #[test]
+    fn ring_and_chain_thresholds_from_synthetic_sweeps() {
+        let m = 1u64 << 20;
+        let sizes = [m, 16 * m, 256 * m];
+        // all-reduce [ll, two-shot, push, ring]: ring wins from 256M
+        let ar = sweep(
+            Collective::Allreduce,
+            &sizes,
+            &sizes,
+            &[
+                &[30.0, 14.0, 15.0, 40.0],
+                &[0.0, 90.0, 86.0, 91.0],
+                &[0.0, 1200.0, 1170.0, 1110.0],
+            ],
+        );
+        // all-gather [ll, direct, ring]: ring from 16M; reduce-scatter: ring never
+        let chunks = [m / 4, 4 * m, 64 * m];
+        let ag = sweep(
+            Collective::Allgather,
+            &sizes,
+            &chunks,
+            &[
+                &[12.0, 11.0, 20.0],
+                &[0.0, 45.0, 44.0],
+                &[0.0, 600.0, 560.0],
+            ],
+        );
+        let rs = sweep(
+            Collective::Reducescatter,
+            &sizes,
+            &chunks,
+            &[
+                &[12.0, 11.0, 20.0],
+                &[0.0, 48.0, 52.0],
+                &[0.0, 620.0, 700.0],
+            ],
+        );
+        // broadcast [direct, scatter-forward, chain]: sf at 16M, chain at 256M
+        let bc = sweep(
+            Collective::Broadcast,
+            &sizes,
+            &sizes,
+            &[
+                &[12.0, 13.0, 30.0],
+                &[80.0, 66.0, 84.0],
+                &[900.0, 820.0, 785.0],
+            ],
+        );
+        // reduce [worker, chain]: chain from 16M
+        let rd = sweep(
+            Collective::Reduce,
+            &sizes,
+            &sizes,
+            &[&[14.0, 30.0], &[82.0, 76.0], &[960.0, 790.0]],
+        );
+        let d = derive(&[ar, ag, rs, bc, rd]);
+        assert_eq!(d.allreduce_ring_min, Some(256 * m));
+        assert_eq!(d.allreduce_push_min, Some(16 * m));
+        assert_eq!(d.allgather_ring_min, Some(16 * m));
+        assert_eq!(d.reducescatter_ring_min, Some(0), "never won: 0 = never");
+        assert_eq!(
+            d.ll_chunk_max,
+            Some(0),
+            "direct beat LL at the smallest chunk"
+        );
+        assert_eq!(
+            (d.broadcast_sf_min, d.broadcast_chain_min),
+            (Some(16 * m), Some(256 * m))
+        );
+        assert_eq!(d.reduce_chain_min, Some(16 * m));
     }
 
     #[test]
@@ -1097,6 +1283,16 @@ mod tests {
         // all-gather wins by 25%): the sum still keeps LL to 16K
         assert_eq!(d.ll_chunk_max, Some(16 * k));
         assert_eq!(d.broadcast_sf_min, Some(1024 * k));
+        // no ring / chain columns: those thresholds stay unmeasured (None) or, where the
+        // column exists but never won, 0 = never
+        assert_eq!(
+            (
+                d.allreduce_ring_min,
+                d.allgather_ring_min,
+                d.reduce_chain_min
+            ),
+            (None, None, None)
+        );
         let d = derive(&[rs]);
         assert_eq!(d.ll_chunk_max, Some(k), "reduce-scatter alone: LL to 1K");
         let d = derive(&[ar]);

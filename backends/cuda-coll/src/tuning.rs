@@ -84,12 +84,13 @@ pub const HEADER: &str = "\
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
-#                          kernels run (16-byte multiples only). These five are not
-#                          swept by the tuner: set from a measured A/B (the section's
-#                          note says which)
+#                          kernels run (16-byte multiples only). The tuner sweeps these
+#                          five (from 1 MiB) since session 4; the values below came
+#                          from hand A/Bs (the section's note says which)
 #     chain_unroll, ring_unroll
 #                          (optional, 1..32, absent: 4) vectors per thread in one chunk
-#                          of the chains / the rings (threads x unroll x 16 bytes)
+#                          of the chains / the rings (threads x unroll x 16 bytes); not
+#                          swept: set from a measured A/B
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
@@ -143,11 +144,9 @@ pub struct Section {
     #[serde(default)]
     pub reducescatter_push_max: Option<u64>,
     /// Smallest broadcast (bytes) done with the pipelined chain (absent or 0: never).
-    /// Not swept by the tuner: set from a measured A/B.
     #[serde(default)]
     pub broadcast_chain_min: Option<u64>,
     /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
-    /// Not swept by the tuner: set from a measured A/B.
     #[serde(default)]
     pub reduce_chain_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
@@ -425,6 +424,8 @@ pub struct Forced {
     pub ag_ring_min: Option<u64>,
     /// Reduce-scatter ring minimum (0: never).
     pub rs_ring_min: Option<u64>,
+    /// Reduce chain minimum (0: never).
+    pub reduce_chain_min: Option<u64>,
 }
 
 thread_local! {
@@ -579,7 +580,7 @@ pub fn resolve_with(
         s.broadcast_chain_min.unwrap_or(0),
     ));
     let reduce_chain_min = never_if_zero(pick(
-        None,
+        forced.reduce_chain_min,
         None,
         "COMMHAL_COLL_REDUCE_CHAIN_MIN",
         false,
@@ -815,17 +816,49 @@ pub struct Derived {
     pub ll_chunk_max: Option<u64>,
     /// `broadcast_sf_min` (0: never).
     pub broadcast_sf_min: Option<u64>,
+    /// `allreduce_ring_min` (0: never).
+    pub allreduce_ring_min: Option<u64>,
+    /// `allgather_ring_min` (0: never).
+    pub allgather_ring_min: Option<u64>,
+    /// `reducescatter_ring_min` (0: never).
+    pub reducescatter_ring_min: Option<u64>,
+    /// `broadcast_chain_min` (0: never).
+    pub broadcast_chain_min: Option<u64>,
+    /// `reduce_chain_min` (0: never).
+    pub reduce_chain_min: Option<u64>,
 }
 
 impl Derived {
-    /// All-reduce: candidates `[ll, two-shot, push]` over total bytes.
+    /// All-reduce: candidates `[ll, two-shot, push, ring]` over total bytes (a sweep
+    /// without the ring column leaves `allreduce_ring_min` unmeasured).
     pub fn allreduce(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
         let ch = assign(times);
         self.allreduce_ll_max = last_size_of(sizes, times, &ch, 0);
         self.allreduce_push_min = first_size_of(sizes, times, &ch, 2);
+        self.allreduce_ring_min = first_size_of(sizes, times, &ch, 3);
+    }
+
+    /// The ring threshold of an all-gather (`gather`) or reduce-scatter sweep:
+    /// candidates `[ll, direct, ring]` over total bytes, assigned on their own (the LL
+    /// threshold the two share comes from [`Derived::gather_scatter`]).
+    pub fn gather_scatter_ring(&mut self, gather: bool, sizes: &[u64], times: &[Vec<Option<f64>>]) {
+        let ch = assign(times);
+        let v = first_size_of(sizes, times, &ch, 2);
+        if gather {
+            self.allgather_ring_min = v;
+        } else {
+            self.reducescatter_ring_min = v;
+        }
+    }
+
+    /// Reduce: candidates `[worker, chain]` over bytes.
+    pub fn reduce(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
+        let ch = assign(times);
+        self.reduce_chain_min = first_size_of(sizes, times, &ch, 1);
     }
 
     /// All-gather and reduce-scatter share one threshold: candidates `[ll, direct]`
+    /// (the first two columns; a ring column is [`Derived::gather_scatter_ring`]'s)
     /// over per-rank chunk bytes, cost = the sum of both collectives' relative times
     /// (either alone when only one was measured).
     pub fn gather_scatter(
@@ -834,7 +867,13 @@ impl Derived {
         allgather: Option<&[Vec<Option<f64>>]>,
         reducescatter: Option<&[Vec<Option<f64>>]>,
     ) {
-        let (costs, times) = match (allgather, reducescatter) {
+        let two = |t: &[Vec<Option<f64>>]| -> Vec<Vec<Option<f64>>> {
+            t.iter()
+                .map(|r| r.iter().take(2).copied().collect())
+                .collect()
+        };
+        let (a, b) = (allgather.map(two), reducescatter.map(two));
+        let (costs, times) = match (&a, &b) {
             (Some(a), Some(b)) => (add_costs(&relative(a), &relative(b)), a),
             (Some(a), None) | (None, Some(a)) => (relative(a), a),
             (None, None) => return,
@@ -843,10 +882,11 @@ impl Derived {
         self.ll_chunk_max = last_size_of(chunks, times, &ch, 0);
     }
 
-    /// Broadcast: candidates `[direct, scatter-forward]` over bytes.
+    /// Broadcast: candidates `[direct, scatter-forward, chain]` over bytes.
     pub fn broadcast(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
         let ch = assign(times);
         self.broadcast_sf_min = first_size_of(sizes, times, &ch, 1);
+        self.broadcast_chain_min = first_size_of(sizes, times, &ch, 2);
     }
 
     /// `base` with the derived thresholds and the tuner's metadata.
@@ -877,6 +917,40 @@ impl Derived {
             &mut s.broadcast_sf_min,
             "broadcast_sf_min",
         );
+        // the optional keys: a measured value replaces the file's, else it is kept
+        for (v, field, name) in [
+            (
+                self.allreduce_ring_min,
+                &mut s.allreduce_ring_min,
+                "allreduce_ring_min",
+            ),
+            (
+                self.allgather_ring_min,
+                &mut s.allgather_ring_min,
+                "allgather_ring_min",
+            ),
+            (
+                self.reducescatter_ring_min,
+                &mut s.reducescatter_ring_min,
+                "reducescatter_ring_min",
+            ),
+            (
+                self.broadcast_chain_min,
+                &mut s.broadcast_chain_min,
+                "broadcast_chain_min",
+            ),
+            (
+                self.reduce_chain_min,
+                &mut s.reduce_chain_min,
+                "reduce_chain_min",
+            ),
+        ] {
+            match v {
+                Some(x) => *field = Some(x),
+                None if field.is_some() => kept.push(name.to_string()),
+                None => {}
+            }
+        }
         s.tuned = true;
         s.gpu_name = meta.gpu_name.clone();
         s.date = meta.date.clone();
@@ -1390,6 +1464,8 @@ mod tests {
             allreduce_push_min: Some(0),
             ll_chunk_max: Some(32768),
             broadcast_sf_min: None,
+            allreduce_ring_min: Some(1 << 30),
+            ..Derived::default()
         };
         let meta = Meta {
             gpu_name: "NVIDIA H200".into(),
@@ -1404,6 +1480,15 @@ mod tests {
         assert_eq!(s.allgather_reducescatter_ll_chunk_max, 32768);
         assert_eq!(s.broadcast_sf_min, base.broadcast_sf_min, "kept");
         assert!(s.note.contains("kept: broadcast_sf_min"), "{}", s.note);
+        // optional keys: measured -> replaced; not measured -> the file's value, named
+        // as kept when it had one
+        assert_eq!(s.allreduce_ring_min, Some(1 << 30));
+        assert_eq!(s.reduce_chain_min, base.reduce_chain_min);
+        assert!(
+            s.note.contains("reduce_chain_min") == base.reduce_chain_min.is_some(),
+            "{}",
+            s.note
+        );
         assert!(!s.note.contains("capped"), "{}", s.note);
         let big = Derived {
             ll_chunk_max: Some(1 << 20),
