@@ -1075,18 +1075,33 @@ COMMHAL_DEVICE u64* chain_flag(const CollArgs& a, u32 owner, u32 from) {
 // Round k's flag value in launch e.
 COMMHAL_DEVICE u64 chain_tag(u64 e, u32 k) { return (e << 32) | (u64)(k + 1); }
 
+// Vectors per thread in one chunk: the host's value, kept in 1..COLL_CHAIN_UNROLL_MAX here
+// too (0 would never advance a round loop).
+COMMHAL_DEVICE u32 chain_unroll(const CollArgs& a) {
+  return min(max(a.chain_unroll, 1u), (u32)COLL_CHAIN_UNROLL_MAX);
+}
+
 // Before round k: wait (thread 0, bounded) for the previous rank's flag, then let the
-// whole block read. `ok` turns false after a timeout (the error is stored; later rounds
-// stop waiting so the kernel ends and the host reports it).
-COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u64 tag, bool& ok) {
-  if (threadIdx.x == 0 && ok) ok = wait_flag(a, chain_flag(a, a.rank, prev), tag);
+// whole block read. On a timeout `ok` turns false (thread 0's copy) and the error goes to
+// this rank's error word AND the next rank's: in a chain or ring only the next rank
+// waits on this one, so marking it makes its waits give up too (and it marks its own
+// next), and every rank downstream reports the failure instead of finishing on data
+// that never arrived. A block whose wait failed stops waiting and stops signalling.
+COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, bool& ok) {
+  if (threadIdx.x == 0 && ok) {
+    ok = wait_flag(a, chain_flag(a, a.rank, prev), tag);
+    if (!ok && next != a.rank)
+      set_error_once(reinterpret_cast<u32*>(a.scratch[next] + COLL_OFF_ERROR),
+                     COLL_ERR_WAIT_TIMEOUT);
+  }
   __syncthreads();
 }
 
-// After round k: publish the block's stores into the next rank, then raise its flag.
-COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag) {
+// After round k: publish the block's stores into the next rank, then raise its flag
+// (not after a failed wait: see chain_wait).
+COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok) {
   __syncthreads();
-  if (threadIdx.x == 0) store_release(chain_flag(a, next, a.rank), tag);
+  if (threadIdx.x == 0 && ok) store_release(chain_flag(a, next, a.rank), tag);
 }
 
 // One round's data: the vectors v < len of chunk c (a.chain_unroll vectors per thread,
@@ -1094,7 +1109,7 @@ COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag) {
 // load(v) for up to four vectors, then store(v, x) for them.
 template <typename Load, typename Store>
 COMMHAL_DEVICE void chunk_for(const CollArgs& a, u64 c, u64 len, Load load, Store store) {
-  const u32 un = a.chain_unroll;
+  const u32 un = chain_unroll(a);
   const u64 base = c * blockDim.x * un + threadIdx.x;
   for (u32 u0 = 0; u0 < un; u0 += 4) {
     v16 x[4];
@@ -1124,7 +1139,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u32 pos = (a.rank + n - root) % n;
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
-  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
   const v16* src = reinterpret_cast<const v16*>(pos == 0 ? a.in[root] : a.out[a.rank]);
   v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
   v16* dst = reinterpret_cast<v16*>(a.out[next]);
@@ -1134,7 +1149,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   u32 k = 0;
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
     const u64 tag = chain_tag(e, k);
-    if (pos > 0) chain_wait(a, prev, tag, ok);
+    if (pos > 0) chain_wait(a, prev, next, tag, ok);
     if (last) continue;
     chunk_for(
         a, c, nvec, [&](u64 v) { return src[v]; },
@@ -1142,7 +1157,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
           dst[v] = x;
           if (copy_own) own[v] = x;
         });
-    chain_signal(a, next, tag);
+    chain_signal(a, next, tag, ok);
   }
   coll_end(a, e);
 }
@@ -1166,7 +1181,7 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   const u32 pos = (a.rank + n - root - 1) % n;
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
-  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
   v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);
@@ -1174,11 +1189,11 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   u32 k = 0;
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
     const u64 tag = chain_tag(e, k);
-    if (pos > 0) chain_wait(a, prev, tag, ok);
+    if (pos > 0) chain_wait(a, prev, next, tag, ok);
     chunk_for(
         a, c, nvec, [&](u64 v) { return pos > 0 ? add16<Op>(partial[v], in[v]) : in[v]; },
         [&](u64 v, v16 x) { dst[v] = x; });
-    if (pos < n - 1) chain_signal(a, next, tag);
+    if (pos < n - 1) chain_signal(a, next, tag, ok);
   }
   coll_end(a, e);
 }
@@ -1226,7 +1241,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
   const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
   const u64 maxlen = (MODE == COLL_RING_AR) ? (units + n - 1) / n : units;
-  const u64 cv = (u64)blockDim.x * a.chain_unroll;  // 1..COLL_CHAIN_UNROLL_MAX (host)
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
   u32 rounds = 0;  // R
   for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
@@ -1253,7 +1268,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
     }
     const u64 sl = se - sb;
     for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
-      if (k >= rounds) chain_wait(a, prev, chain_tag(e, k - rounds), ok);
+      if (k >= rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
       if (MODE == COLL_RING_RS && last) {
         // own segment complete: staging + input -> output offset 0
         chunk_for(
@@ -1282,7 +1297,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
             a, c, sl, [&](u64 v) { return out[sb + v]; },
             [&](u64 v, v16 x) { out_next[sb + v] = x; });
       }
-      chain_signal(a, next, chain_tag(e, k));
+      chain_signal(a, next, chain_tag(e, k), ok);
     }
   }
   coll_end(a, e);

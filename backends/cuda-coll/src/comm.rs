@@ -246,6 +246,63 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
     }
 }
 
+/// The settings every rank must share, by name: the chain and ring kernels pair rounds
+/// across ranks by number (same grid, block size and chunk on every rank), the kernel
+/// choice must agree for matched calls, and the staging areas peers write into are
+/// sized from the capacity.
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 16] {
+    [
+        ("capacity", capacity),
+        ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
+        (
+            "max_blocks (COMMHAL_COLL_MAX_BLOCKS)",
+            u64::from(t.max_blocks),
+        ),
+        (
+            "chain_unroll (COMMHAL_COLL_CHAIN_UNROLL)",
+            u64::from(t.chain_unroll),
+        ),
+        (
+            "ring_unroll (COMMHAL_COLL_RING_UNROLL)",
+            u64::from(t.ring_unroll),
+        ),
+        ("ll_max (COMMHAL_COLL_LL_MAX)", t.ll_max),
+        ("ll_chunk_max (COMMHAL_COLL_LL_CHUNK_MAX)", t.ll_chunk_max),
+        ("push_min (COMMHAL_COLL_PUSH_MIN)", t.push_min),
+        ("rs_push_min (COMMHAL_COLL_RS_PUSH_MIN)", t.rs_push_min),
+        ("rs_push_max (COMMHAL_COLL_RS_PUSH_MAX)", t.rs_push_max),
+        ("bcast_sf_min (COMMHAL_COLL_BCAST_SF_MIN)", t.bcast_sf_min),
+        (
+            "bcast_chain_min (COMMHAL_COLL_BCAST_CHAIN_MIN)",
+            t.bcast_chain_min,
+        ),
+        (
+            "reduce_chain_min (COMMHAL_COLL_REDUCE_CHAIN_MIN)",
+            t.reduce_chain_min,
+        ),
+        ("ar_ring_min (COMMHAL_COLL_AR_RING_MIN)", t.ar_ring_min),
+        ("ag_ring_min (COMMHAL_COLL_AG_RING_MIN)", t.ag_ring_min),
+        ("rs_ring_min (COMMHAL_COLL_RS_RING_MIN)", t.rs_ring_min),
+    ]
+}
+
+/// `Ok` when rank `p`'s settings (`theirs`: the little-endian words after its four
+/// sizes) equal this rank's; else an error naming the first that differs.
+fn check_setup(p: u32, mine: &[(&'static str, u64)], theirs: &[u8]) -> Result<()> {
+    for (k, (name, v)) in mine.iter().enumerate() {
+        let w = theirs
+            .get(8 * k..8 * k + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
+        if w != Some(*v) {
+            return Err(CollError::invalid(format!(
+                "rank {p} has {name} = {}, this rank {v}: every rank must create its Comm with the same capacity and resolve the same tuning (same COMMHAL_GPU_TUNING file, same COMMHAL_COLL_* variables, same GPU model)",
+                w.map_or("?".to_string(), |w| w.to_string())
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Index of a collective in the algorithm table (`Collective::ALL` order).
 fn algo_slot(c: commhal_algorithms::Collective) -> usize {
     commhal_algorithms::Collective::ALL
@@ -324,9 +381,12 @@ impl Comm {
         let stage = VmmAllocation::new(&ctx, (stage_slot * u64::from(n)).max(4096))?;
         output.fill(0)?;
 
-        // Exchange: sizes through all_gather, fds point to point.
+        // Exchange: sizes and the kernel-geometry settings through all_gather (every rank
+        // must have resolved the same ones, see `check_setup`), fds point to point.
+        let setup = setup_words(&tuning, capacity);
         let mine = [input.size(), output.size(), scratch.size(), stage.size()]
             .iter()
+            .chain(setup.iter().map(|(_, v)| v))
             .flat_map(|s| s.to_le_bytes())
             .collect::<Vec<u8>>();
         let sizes = boot.all_gather(&mine)?;
@@ -359,9 +419,15 @@ impl Comm {
                 base.stage[i] = stage.addr();
                 continue;
             }
-            let theirs = sizes.get(i).filter(|b| b.len() == 32).ok_or_else(|| {
-                CollError::invalid(format!("rank {p} sent a malformed size table"))
-            })?;
+            let theirs = sizes
+                .get(i)
+                .filter(|b| b.len() == mine.len())
+                .ok_or_else(|| {
+                    CollError::invalid(format!(
+                        "rank {p} sent a malformed size table (a different commhal build?)"
+                    ))
+                })?;
+            check_setup(p, &setup, &theirs[32..])?;
             let size = |k: usize| {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&theirs[8 * k..8 * k + 8]);
@@ -875,6 +941,52 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_must_agree_on_the_setup() {
+        let t = Tuning {
+            ll_max: 1,
+            ll_chunk_max: 2,
+            push_min: 3,
+            rs_push_min: 4,
+            rs_push_max: 5,
+            bcast_sf_min: 6,
+            bcast_chain_min: 7,
+            reduce_chain_min: 8,
+            ar_ring_min: 9,
+            ag_ring_min: 10,
+            rs_ring_min: 11,
+            chain_unroll: 8,
+            ring_unroll: 16,
+            threads: 512,
+            max_blocks: 132,
+            device_timeout: Duration::from_secs(1),
+        };
+        let words = |t: &Tuning, cap: u64| {
+            setup_words(t, cap)
+                .iter()
+                .flat_map(|(_, v)| v.to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let mine = setup_words(&t, 1 << 20);
+        assert!(check_setup(1, &mine, &words(&t, 1 << 20)).is_ok());
+        let other = Tuning {
+            ring_unroll: 4,
+            ..t
+        };
+        let e = check_setup(1, &mine, &words(&other, 1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("rank 1 has ring_unroll") && e.contains("= 4, this rank 16"),
+            "{e}"
+        );
+        let e = check_setup(2, &mine, &words(&t, 2 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("capacity"), "{e}");
+        assert!(check_setup(3, &mine, &[0u8; 5]).is_err(), "short table");
+    }
 
     #[test]
     fn gpu_path_parses() {
