@@ -424,32 +424,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
 
 /// Start `n` ranks of this very command (without `--ranks`) under `commhal launch`.
 fn self_launch(n: u32) -> Result<i32, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let exe = exe.to_string_lossy().to_string();
-    let mut rest: Vec<String> = Vec::new();
-    let mut skip = false;
-    for a in std::env::args().skip(1) {
-        if skip {
-            skip = false;
-            continue;
-        }
-        if a == "--ranks" {
-            skip = true;
-            continue;
-        }
-        if a.starts_with("--ranks=") {
-            continue;
-        }
-        rest.push(a);
-    }
-    let mut command = vec![exe];
-    command.extend(rest);
-    crate::launch::run(&crate::launch::LaunchArgs {
-        nranks: n,
-        grace: 5,
-        no_prefix: true,
-        command,
-    })
+    crate::launch::self_launch(n, crate::launch::without_ranks(std::env::args().skip(1)))
 }
 
 /// Per-iteration max over ranks, then the median over iterations.

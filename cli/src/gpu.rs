@@ -174,35 +174,12 @@ fn plan_ranks(what: &str, ranks: Option<u32>, min: u32) -> Result<Option<u32>, S
 /// Start `n` ranks of this very command (with `--ranks n`, which the ranks check
 /// against the launcher's world size) under `commhal launch`.
 fn self_launch(n: u32) -> Result<i32, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let mut command = vec![exe.to_string_lossy().to_string()];
-    command.extend(with_ranks(std::env::args().skip(1).collect(), n));
-    crate::launch::run(&crate::launch::LaunchArgs {
-        nranks: n,
-        grace: 5,
-        no_prefix: true,
-        command,
-    })
+    crate::launch::self_launch(n, with_ranks(std::env::args().skip(1).collect(), n))
 }
 
 /// `args` with `--ranks n` (replacing any `--ranks`).
 fn with_ranks(args: Vec<String>, n: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut skip = false;
-    for a in args {
-        if skip {
-            skip = false;
-            continue;
-        }
-        if a == "--ranks" {
-            skip = true;
-            continue;
-        }
-        if a.starts_with("--ranks=") {
-            continue;
-        }
-        out.push(a);
-    }
+    let mut out = crate::launch::without_ranks(args);
     out.push("--ranks".into());
     out.push(n.to_string());
     out

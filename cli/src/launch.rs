@@ -41,6 +41,41 @@ pub struct LaunchArgs {
     pub command: Vec<String>,
 }
 
+/// Start `n` ranks of this very executable, each with `args`, under [`run`] (no rank
+/// prefix on their output: the benchmarks print one table from rank 0).
+pub fn self_launch(n: u32, args: Vec<String>) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    let mut command = vec![exe.to_string_lossy().to_string()];
+    command.extend(args);
+    run(&LaunchArgs {
+        nranks: n,
+        grace: 5,
+        no_prefix: true,
+        command,
+    })
+}
+
+/// `args` without any `--ranks N` or `--ranks=N`.
+pub fn without_ranks(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in args {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if a == "--ranks" {
+            skip = true;
+            continue;
+        }
+        if a.starts_with("--ranks=") {
+            continue;
+        }
+        out.push(a);
+    }
+    out
+}
+
 /// Run the ranks; returns the exit code for the launcher.
 pub fn run(args: &LaunchArgs) -> Result<i32, String> {
     let (program, rest) = args
