@@ -570,43 +570,43 @@ pub fn resolve_with(
         true,
         s.reducescatter_push_max.unwrap_or(u64::MAX),
     );
-    // 0 (or absent) = never, stored as u64::MAX so `bytes >= min` is the whole test
-    let never_if_zero = |v: u64| if v == 0 { u64::MAX } else { v };
-    let bcast_chain_min = never_if_zero(pick(
+    // optional minimums: 0 (or absent) = never, stored as u64::MAX so `bytes >= min` is
+    // the whole test
+    let mut min_or_never = |forced: Option<u64>, var: &'static str, file: Option<u64>| match pick(
+        forced,
+        None,
+        var,
+        false,
+        file.unwrap_or(0),
+    ) {
+        0 => u64::MAX,
+        v => v,
+    };
+    let bcast_chain_min = min_or_never(
         forced.bcast_chain_min,
-        None,
         "COMMHAL_COLL_BCAST_CHAIN_MIN",
-        false,
-        s.broadcast_chain_min.unwrap_or(0),
-    ));
-    let reduce_chain_min = never_if_zero(pick(
+        s.broadcast_chain_min,
+    );
+    let reduce_chain_min = min_or_never(
         forced.reduce_chain_min,
-        None,
         "COMMHAL_COLL_REDUCE_CHAIN_MIN",
-        false,
-        s.reduce_chain_min.unwrap_or(0),
-    ));
-    let ar_ring_min = never_if_zero(pick(
+        s.reduce_chain_min,
+    );
+    let ar_ring_min = min_or_never(
         forced.ar_ring_min,
-        None,
         "COMMHAL_COLL_AR_RING_MIN",
-        false,
-        s.allreduce_ring_min.unwrap_or(0),
-    ));
-    let ag_ring_min = never_if_zero(pick(
+        s.allreduce_ring_min,
+    );
+    let ag_ring_min = min_or_never(
         forced.ag_ring_min,
-        None,
         "COMMHAL_COLL_AG_RING_MIN",
-        false,
-        s.allgather_ring_min.unwrap_or(0),
-    ));
-    let rs_ring_min = never_if_zero(pick(
+        s.allgather_ring_min,
+    );
+    let rs_ring_min = min_or_never(
         forced.rs_ring_min,
-        None,
         "COMMHAL_COLL_RS_RING_MIN",
-        false,
-        s.reducescatter_ring_min.unwrap_or(0),
-    ));
+        s.reducescatter_ring_min,
+    );
     let mut unroll = |var: &'static str, file: Option<u64>| {
         pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
