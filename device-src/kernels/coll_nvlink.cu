@@ -1267,26 +1267,28 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
       se = sb + units;
     }
     const u64 sl = se - sb;
+    // vector v of this segment reduced so far: the partial sum that arrived in the
+    // staging plus this rank's input
+    const auto reduced = [&](u64 v) { return add16<Op>(stage[sb + v], in[sb + v]); };
     for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
       if (k >= rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
       if (MODE == COLL_RING_RS && last) {
         // own segment complete: staging + input -> output offset 0
         chunk_for(
-            a, c, sl, [&](u64 v) { return add16<Op>(stage[sb + v], in[sb + v]); },
-            [&](u64 v, v16 x) { out[v] = x; });
+            a, c, sl, reduced, [&](u64 v, v16 x) { out[v] = x; });
         continue;
       }
       if (last) continue;
       if (rs) {
         chunk_for(
             a, c, sl,
-            [&](u64 v) { return s == 0 ? in[sb + v] : add16<Op>(stage[sb + v], in[sb + v]); },
+            [&](u64 v) { return s == 0 ? in[sb + v] : reduced(v); },
             [&](u64 v, v16 x) { stage_next[sb + v] = x; });
       } else if (t == 0) {
         chunk_for(
             a, c, sl,
             [&](u64 v) {
-              return (MODE == COLL_RING_AG) ? in[v] : add16<Op>(stage[sb + v], in[sb + v]);
+              return (MODE == COLL_RING_AG) ? in[v] : reduced(v);
             },
             [&](u64 v, v16 x) {
               out_next[sb + v] = x;
