@@ -1203,6 +1203,212 @@ extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_c
 extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
+// Scatter pipelines for mid-size broadcasts and reduces (>= 3 ranks; reduce: also 2).
+// The data is split into m parts, part k worked by rank pipe_worker(k) (the m = n-1
+// non-roots, as layout::reduce_worker; with 2 ranks both ranks, part k = rank k), and
+// every part into rounds of cv = threads x chain_unroll vectors per block, as the
+// chains. Every remote access is a store, and the two hops of the data (to the worker,
+// from the worker) overlap: a block sends round i, raises one flag per receiver
+// (chain flags, value (e << 32) | (i + 1)), then handles round i - 1, whose flags
+// were normally raised while it sent round i; the last round only handles. The pull
+// kernels below them (broadcast_sf, reduce_root) load from peers instead, and the
+// chains need n-1 hops to fill; the earlier push reduce (session 3) ran its two hops
+// one after the other. Host: bytes % 16 == 0, grid <= COLL_MAX_BLOCKS, every block has
+// the same rounds on every rank (the grid is the same everywhere).
+//
+// A worker whose wait times out marks every rank's error word: the other ranks' waits
+// then give up too and every rank reports the failure (nothing else would tell the
+// root that a part of its output never came).
+
+// Parts of a scatter pipeline and the rank that works part k.
+COMMHAL_DEVICE u32 pipe_parts(u32 n) { return n < 3 ? n : n - 1; }
+COMMHAL_DEVICE u32 pipe_worker(u32 n, u32 root, u32 k) { return n < 3 ? k : (root + 1 + k) % n; }
+// Part of rank r, or m (none: the root of 3 or more ranks).
+COMMHAL_DEVICE u32 pipe_part(u32 n, u32 root, u32 r) {
+  if (n < 3) return r;
+  return r == root ? n - 1 : (r + n - root - 1) % n;
+}
+
+// Rounds of every block: chunks c = blockIdx.x + i * gridDim.x of cv vectors over the
+// longest part.
+COMMHAL_DEVICE u32 pipe_rounds(const CollArgs& a, u64 maxlen) {
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
+  u32 rounds = 0;
+  for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
+  return rounds;
+}
+
+// After sending a round: publish the block's stores, then thread q raises the flag of
+// receiver to[q] (q < count).
+COMMHAL_DEVICE void pipe_signal(const CollArgs& a, const u32* to, u32 count, u64 tag) {
+  __syncthreads();
+  if (threadIdx.x < count) store_release(chain_flag(a, to[threadIdx.x], a.rank), tag);
+}
+
+// Before handling a round: thread p waits for sender p's flag (every p < n but this
+// rank when `all`, else only p == from); a timeout marks every rank's error word.
+COMMHAL_DEVICE void pipe_wait(const CollArgs& a, bool all, u32 from, u64 tag) {
+  const u32 p = threadIdx.x;
+  if (p < a.nranks && p != a.rank && (all || p == from)) {
+    if (!wait_flag(a, chain_flag(a, a.rank, p), tag)) {
+      for (u32 q = 0; q < a.nranks; ++q)
+        set_error_once(reinterpret_cast<u32*>(a.scratch[q] + COLL_OFF_ERROR),
+                       COLL_ERR_WAIT_TIMEOUT);
+    }
+  }
+  __syncthreads();
+}
+
+// Broadcast, scatter pipeline (>= 3 ranks): a.count = bytes. The root stores part k of
+// its input into worker k's output (and fills its own output unless in place); worker
+// k forwards part k from its own output into the other workers' outputs. Root egress
+// = bytes, worker ingress = bytes, worker egress = (m-1)/m x bytes.
+// END barrier: the stores into a rank's output all happen before their block's END
+// signal, so when a rank's kernel completes its output is final.
+//   4 ranks, root 2: workers 3 (part 0), 0 (part 1), 1 (part 2); rank 0 receives part 1
+//   from rank 2 and stores it into out[3] and out[1].
+extern "C" __global__ void commhal_coll_broadcast_pipe(CollArgs a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks, root = coll_root(a);
+  const u32 m = n - 1;
+  const u32 me = pipe_part(n, root, a.rank);
+  const u64 nvec = a.count / 16;
+  const u64 maxlen = (nvec + m - 1) / m;
+  const u32 rounds = pipe_rounds(a, maxlen);
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
+  const v16* src = reinterpret_cast<const v16*>(a.in[root]);
+  u64 pb[COLL_MAX_RANKS], pl[COLL_MAX_RANKS];
+  u32 to[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+    if (k < m) {
+      u64 b, x;
+      partition(nvec, m, k, b, x);
+      pb[k] = b;
+      pl[k] = x - b;
+      to[k] = pipe_worker(n, root, k);
+    }
+  }
+  if (a.rank == root) {
+    v16* own = reinterpret_cast<v16*>(a.out[root]);
+    const bool copy_own = a.out[root] != a.in[root];
+    for (u32 i = 0; i < rounds; ++i) {
+      const u64 c = blockIdx.x + (u64)i * gridDim.x;
+#pragma unroll
+      for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+        if (k < m) {
+          const v16* s = src + pb[k];
+          v16* d = reinterpret_cast<v16*>(a.out[to[k]]) + pb[k];
+          v16* o = own + pb[k];
+          chunk_for(
+              a, c, pl[k], [&](u64 v) { return s[v]; },
+              [&](u64 v, v16 x) {
+                d[v] = x;
+                if (copy_own) o[v] = x;
+              });
+        }
+      }
+      pipe_signal(a, to, m, chain_tag(e, i));
+    }
+  } else {
+    const v16* mine = reinterpret_cast<const v16*>(a.out[a.rank]) + pb[me];
+    v16* dst[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+      if (q + 1 < m) dst[q] = reinterpret_cast<v16*>(a.out[to[(me + 1 + q) % m]]) + pb[me];
+    }
+    for (u32 i = 0; i < rounds; ++i) {
+      const u64 c = blockIdx.x + (u64)i * gridDim.x;
+      pipe_wait(a, false, root, chain_tag(e, i));
+      chunk_for(
+          a, c, pl[me], [&](u64 v) { return mine[v]; },
+          [&](u64 v, v16 x) {
+#pragma unroll
+            for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+              if (q + 1 < m) dst[q][v] = x;
+            }
+          });
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+// Reduce (sum), scatter pipeline: a.count elements, bytes % 16 == 0, a staging slot of
+// at least ceil(nvec / m) vectors (host). Every rank stores part k of its input into
+// worker k's staging slot [rank] (its own part stays where it is); worker k adds its own
+// part and the n-1 staged copies in rank order (sum_staged, as the push all-reduce) and
+// stores the sum into the root's output. Root (>= 3 ranks) egress = ingress = bytes;
+// worker ingress = bytes, egress = bytes.
+// END barrier: the root's block b waits for block b of every worker, whose stores into
+// its output came first; the staging is written again only after the next START.
+// In place: the root's input is read (sent) before the workers' sums land on it (its
+// flags come first); with 2 ranks the root reads and writes its own part in one thread.
+//   4 ranks, root 1: workers 2 (part 0), 3 (part 1), 0 (part 2); rank 1 only sends.
+template <typename Op>
+COMMHAL_DEVICE void reduce_pipe(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks, root = coll_root(a);
+  const u32 m = pipe_parts(n);
+  const u32 me = pipe_part(n, root, a.rank);
+  const bool worker = me < m;
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u64 maxlen = (nvec + m - 1) / m;
+  const u32 rounds = pipe_rounds(a, maxlen);
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  // the other parts in rotation, starting after this rank's own
+  u64 pb[COLL_MAX_RANKS], pl[COLL_MAX_RANKS];
+  u32 to[COLL_MAX_RANKS];
+  v16* pdst[COLL_MAX_RANKS];
+  const u32 sends = worker ? m - 1 : m;
+#pragma unroll
+  for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+    if (q < sends) {
+      const u32 k = worker ? (me + 1 + q) % m : q;
+      u64 b, x;
+      partition(nvec, m, k, b, x);
+      pb[q] = b;
+      pl[q] = x - b;
+      to[q] = pipe_worker(n, root, k);
+      pdst[q] = reinterpret_cast<v16*>(a.stage[to[q]] + (u64)a.rank * a.stage_slot_bytes);
+    }
+  }
+  u64 mb = 0, mx = 0;
+  if (worker) partition(nvec, m, me, mb, mx);
+  v16* out = reinterpret_cast<v16*>(a.out[root]) + mb;
+  for (u32 i = 0; i <= rounds; ++i) {
+    if (i < rounds) {
+      const u64 c = blockIdx.x + (u64)i * gridDim.x;
+#pragma unroll
+      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+        if (q < sends) {
+          const v16* s = in + pb[q];
+          v16* d = pdst[q];
+          chunk_for(
+              a, c, pl[q], [&](u64 v) { return s[v]; }, [&](u64 v, v16 x) { d[v] = x; });
+        }
+      }
+      pipe_signal(a, to, sends, chain_tag(e, i));
+    }
+    if (worker && i > 0) {
+      const u64 c = blockIdx.x + (u64)(i - 1) * gridDim.x;
+      pipe_wait(a, true, 0, chain_tag(e, i - 1));
+      chunk_for(
+          a, c, mx - mb, [&](u64 v) { return sum_staged<Op>(a, in + mb, v); },
+          [&](u64 v, v16 x) { out[v] = x; });
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  coll_end(a, e);
+}
+
+extern "C" __global__ void commhal_coll_reduce_pipe_f16(CollArgs a) { reduce_pipe<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_pipe_bf16(CollArgs a) { reduce_pipe<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_pipe_f32(CollArgs a) { reduce_pipe<OpF32>(a); }
+
+// ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
 // flags, with the data split into n segments. Reduce-scatter steps s = 0..n-2: rank r
 // sends segment (r - s - 1) mod n — its input for s = 0, else the partial sum that
