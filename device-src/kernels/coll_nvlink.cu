@@ -1238,11 +1238,12 @@ COMMHAL_DEVICE u32 pipe_rounds(const CollArgs& a, u64 maxlen) {
   return rounds;
 }
 
-// After sending a round: publish the block's stores, then thread q raises the flag of
-// receiver to[q] (q < count).
-COMMHAL_DEVICE void pipe_signal(const CollArgs& a, const u32* to, u32 count, u64 tag) {
+// After sending a round: publish the block's stores, then thread q < count raises the
+// flag of receiver to(q).
+template <typename To>
+COMMHAL_DEVICE void pipe_signal(const CollArgs& a, u32 count, To to, u64 tag) {
   __syncthreads();
-  if (threadIdx.x < count) store_release(chain_flag(a, to[threadIdx.x], a.rank), tag);
+  if (threadIdx.x < count) store_release(chain_flag(a, to(threadIdx.x), a.rank), tag);
 }
 
 // Before handling a round: thread p waits for sender p's flag (every p < n but this
@@ -1267,68 +1268,51 @@ COMMHAL_DEVICE void pipe_wait(const CollArgs& a, bool all, u32 from, u64 tag) {
 // signal, so when a rank's kernel completes its output is final.
 //   4 ranks, root 2: workers 3 (part 0), 0 (part 1), 1 (part 2); rank 0 receives part 1
 //   from rank 2 and stores it into out[3] and out[1].
-extern "C" __global__ void commhal_coll_broadcast_pipe(CollArgs a) {
+// Parts are recomputed where used (partition per part and round) instead of held in
+// per-part arrays: with the arrays the kernel needed more than 128 registers and did
+// not launch with 512 threads.
+extern "C" __global__ void __launch_bounds__(512) commhal_coll_broadcast_pipe(CollArgs a) {
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
   const u32 n = a.nranks, root = coll_root(a);
   const u32 m = n - 1;
   const u32 me = pipe_part(n, root, a.rank);
   const u64 nvec = a.count / 16;
-  const u64 maxlen = (nvec + m - 1) / m;
-  const u32 rounds = pipe_rounds(a, maxlen);
-  const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  const v16* src = reinterpret_cast<const v16*>(a.in[root]);
-  u64 pb[COLL_MAX_RANKS], pl[COLL_MAX_RANKS];
-  u32 to[COLL_MAX_RANKS];
-#pragma unroll
-  for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-    if (k < m) {
-      u64 b, x;
-      partition(nvec, m, k, b, x);
-      pb[k] = b;
-      pl[k] = x - b;
-      to[k] = pipe_worker(n, root, k);
-    }
-  }
+  const u32 rounds = pipe_rounds(a, (nvec + m - 1) / m);
+  const auto to = [&](u32 k) { return pipe_worker(n, root, k); };
   if (a.rank == root) {
-    v16* own = reinterpret_cast<v16*>(a.out[root]);
     const bool copy_own = a.out[root] != a.in[root];
     for (u32 i = 0; i < rounds; ++i) {
       const u64 c = blockIdx.x + (u64)i * gridDim.x;
-#pragma unroll
-      for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-        if (k < m) {
-          const v16* s = src + pb[k];
-          v16* d = reinterpret_cast<v16*>(a.out[to[k]]) + pb[k];
-          v16* o = own + pb[k];
-          chunk_for(
-              a, c, pl[k], [&](u64 v) { return s[v]; },
-              [&](u64 v, v16 x) {
-                d[v] = x;
-                if (copy_own) o[v] = x;
-              });
-        }
+#pragma unroll 1
+      for (u32 k = 0; k < m; ++k) {
+        u64 b, x;
+        partition(nvec, m, k, b, x);
+        const v16* s = reinterpret_cast<const v16*>(a.in[root]) + b;
+        v16* d = reinterpret_cast<v16*>(a.out[to(k)]) + b;
+        v16* o = reinterpret_cast<v16*>(a.out[root]) + b;
+        chunk_for(
+            a, c, x - b, [&](u64 v) { return s[v]; },
+            [&](u64 v, v16 y) {
+              d[v] = y;
+              if (copy_own) o[v] = y;
+            });
       }
-      pipe_signal(a, to, m, chain_tag(e, i));
+      pipe_signal(a, m, to, chain_tag(e, i));
     }
   } else {
-    const v16* mine = reinterpret_cast<const v16*>(a.out[a.rank]) + pb[me];
-    v16* dst[COLL_MAX_RANKS];
-#pragma unroll
-    for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
-      if (q + 1 < m) dst[q] = reinterpret_cast<v16*>(a.out[to[(me + 1 + q) % m]]) + pb[me];
-    }
+    u64 b, x;
+    partition(nvec, m, me, b, x);
+    const v16* mine = reinterpret_cast<const v16*>(a.out[a.rank]) + b;
     for (u32 i = 0; i < rounds; ++i) {
       const u64 c = blockIdx.x + (u64)i * gridDim.x;
       pipe_wait(a, false, root, chain_tag(e, i));
-      chunk_for(
-          a, c, pl[me], [&](u64 v) { return mine[v]; },
-          [&](u64 v, v16 x) {
-#pragma unroll
-            for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
-              if (q + 1 < m) dst[q][v] = x;
-            }
-          });
+#pragma unroll 1
+      for (u32 q = 1; q < m; ++q) {
+        v16* d = reinterpret_cast<v16*>(a.out[to((me + q) % m)]) + b;
+        chunk_for(
+            a, c, x - b, [&](u64 v) { return mine[v]; }, [&](u64 v, v16 y) { d[v] = y; });
+      }
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
@@ -1355,58 +1339,44 @@ COMMHAL_DEVICE void reduce_pipe(const CollArgs& a) {
   const u32 me = pipe_part(n, root, a.rank);
   const bool worker = me < m;
   const u64 nvec = a.count * Op::ELEM / 16;
-  const u64 maxlen = (nvec + m - 1) / m;
-  const u32 rounds = pipe_rounds(a, maxlen);
+  const u32 rounds = pipe_rounds(a, (nvec + m - 1) / m);
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  // the other parts in rotation, starting after this rank's own
-  u64 pb[COLL_MAX_RANKS], pl[COLL_MAX_RANKS];
-  u32 to[COLL_MAX_RANKS];
-  v16* pdst[COLL_MAX_RANKS];
+  // the parts this rank sends, in rotation starting after its own
   const u32 sends = worker ? m - 1 : m;
-#pragma unroll
-  for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
-    if (q < sends) {
-      const u32 k = worker ? (me + 1 + q) % m : q;
-      u64 b, x;
-      partition(nvec, m, k, b, x);
-      pb[q] = b;
-      pl[q] = x - b;
-      to[q] = pipe_worker(n, root, k);
-      pdst[q] = reinterpret_cast<v16*>(a.stage[to[q]] + (u64)a.rank * a.stage_slot_bytes);
-    }
-  }
+  const auto part = [&](u32 q) { return worker ? (me + 1 + q) % m : q; };
+  const auto to = [&](u32 q) { return pipe_worker(n, root, part(q)); };
   u64 mb = 0, mx = 0;
   if (worker) partition(nvec, m, me, mb, mx);
   v16* out = reinterpret_cast<v16*>(a.out[root]) + mb;
   for (u32 i = 0; i <= rounds; ++i) {
     if (i < rounds) {
       const u64 c = blockIdx.x + (u64)i * gridDim.x;
-#pragma unroll
-      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
-        if (q < sends) {
-          const v16* s = in + pb[q];
-          v16* d = pdst[q];
-          chunk_for(
-              a, c, pl[q], [&](u64 v) { return s[v]; }, [&](u64 v, v16 x) { d[v] = x; });
-        }
+#pragma unroll 1
+      for (u32 q = 0; q < sends; ++q) {
+        u64 b, x;
+        partition(nvec, m, part(q), b, x);
+        const v16* s = in + b;
+        v16* d = reinterpret_cast<v16*>(a.stage[to(q)] + (u64)a.rank * a.stage_slot_bytes);
+        chunk_for(
+            a, c, x - b, [&](u64 v) { return s[v]; }, [&](u64 v, v16 y) { d[v] = y; });
       }
-      pipe_signal(a, to, sends, chain_tag(e, i));
+      pipe_signal(a, sends, to, chain_tag(e, i));
     }
     if (worker && i > 0) {
       const u64 c = blockIdx.x + (u64)(i - 1) * gridDim.x;
       pipe_wait(a, true, 0, chain_tag(e, i - 1));
       chunk_for(
           a, c, mx - mb, [&](u64 v) { return sum_staged<Op>(a, in + mb, v); },
-          [&](u64 v, v16 x) { out[v] = x; });
+          [&](u64 v, v16 y) { out[v] = y; });
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
   coll_end(a, e);
 }
 
-extern "C" __global__ void commhal_coll_reduce_pipe_f16(CollArgs a) { reduce_pipe<OpF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_pipe_bf16(CollArgs a) { reduce_pipe<OpBF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_pipe_f32(CollArgs a) { reduce_pipe<OpF32>(a); }
+extern "C" __global__ void __launch_bounds__(512) commhal_coll_reduce_pipe_f16(CollArgs a) { reduce_pipe<OpF16>(a); }
+extern "C" __global__ void __launch_bounds__(512) commhal_coll_reduce_pipe_bf16(CollArgs a) { reduce_pipe<OpBF16>(a); }
+extern "C" __global__ void __launch_bounds__(512) commhal_coll_reduce_pipe_f32(CollArgs a) { reduce_pipe<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and

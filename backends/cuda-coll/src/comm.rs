@@ -783,7 +783,8 @@ impl Comm {
                     let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
                     (kernel_name(Kernel::BroadcastChain, dtype), b, t)
                 } else if self.pipe(coll, bytes) {
-                    let (b, t) = self.chain_grid(self.pipe_part_bytes(bytes), self.tuning.chain_unroll);
+                    let (b, t) =
+                        self.chain_grid(self.pipe_part_bytes(bytes), self.tuning.chain_unroll);
                     (kernel_name(Kernel::BroadcastPipe, dtype), b, t)
                 } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));

@@ -211,3 +211,68 @@ fn cache_hits_and_keys_separate_arch_and_options() {
     assert_eq!(o3, CacheOutcome::Miss);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every kernel launches with the largest block the hosts use (512 threads: the
+/// cuda-coll `threads` tuning key is clamped to 32..=512): at most 65536 / 512 = 128
+/// registers per thread, and no register spills. A kernel over that fails its launch
+/// with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (the first scatter-pipeline reduce did, at
+/// 6 x 512, on the GPUs); this catches it without one.
+#[test]
+fn every_kernel_fits_512_threads_without_spills() {
+    if !nvrtc_or_skip("every_kernel_fits_512_threads_without_spills") {
+        return;
+    }
+    for unit in KERNEL_UNITS {
+        let mut options = jit::default_options();
+        options.push("--ptxas-options=--verbose".to_string());
+        let req = CompileRequest {
+            unit: unit.source.name,
+            source: unit.source.contents,
+            headers: HEADERS,
+            arch: ARCH,
+            options: &options,
+        };
+        let img = nvrtc::compile(&req).unwrap_or_else(|e| panic!("{e}"));
+        let mut entry = String::new();
+        let mut seen = 0;
+        for line in img.log.lines() {
+            if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+                entry = rest.split('\'').next().unwrap_or_default().to_string();
+            }
+            if let Some(rest) = line.split("Used ").nth(1)
+                && let Some(n) = rest.strip_suffix_registers()
+            {
+                seen += 1;
+                assert!(
+                    n <= 128,
+                    "{entry}: {n} registers (> 128: no 512-thread launch)"
+                );
+            }
+            if line.contains("bytes spill") {
+                assert!(
+                    line.contains(" 0 bytes spill stores, 0 bytes spill loads"),
+                    "{entry}: {line}"
+                );
+            }
+        }
+        assert!(
+            seen >= unit.kernels.len(),
+            "{}: ptxas reported {seen} register counts for {} kernels:\n{}",
+            unit.source.name,
+            unit.kernels.len(),
+            img.log
+        );
+    }
+}
+
+/// "N registers, ..." -> N.
+trait RegisterCount {
+    fn strip_suffix_registers(&self) -> Option<u32>;
+}
+
+impl RegisterCount for str {
+    fn strip_suffix_registers(&self) -> Option<u32> {
+        let (n, rest) = self.split_once(' ')?;
+        rest.starts_with("registers").then(|| n.parse().ok())?
+    }
+}
