@@ -405,7 +405,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, pipe_min bcast {} / reduce {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -413,8 +413,6 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.bcast_sf_min,
             t.bcast_chain_min,
             t.reduce_chain_min,
-            t.bcast_pipe_min,
-            t.reduce_pipe_min,
             t.ar_ring_min,
             t.ag_ring_min,
             t.rs_ring_min,
@@ -644,10 +642,6 @@ pub const TUNE_PUSH_MIN: u64 = 1 << 20;
 /// per-round flags cost more than they can win).
 pub const TUNE_RING_MIN: u64 = 1 << 20;
 
-/// Smallest size the tuner tries the scatter pipelines at (one round per block and
-/// part below it; the pull kernels and LL cover the small sizes).
-pub const TUNE_PIPE_MIN: u64 = 256 << 10;
-
 /// One kernel choice the tuner times.
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
@@ -675,8 +669,6 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
     let f = Forced {
         bcast_chain_min: Some(0),
         reduce_chain_min: Some(0),
-        bcast_pipe_min: Some(0),
-        reduce_pipe_min: Some(0),
         ar_ring_min: Some(0),
         ag_ring_min: Some(0),
         rs_ring_min: Some(0),
@@ -806,16 +798,6 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
-            Candidate {
-                name: "pipe",
-                kernel: Kernel::BroadcastPipe,
-                forced: Forced {
-                    bcast_pipe_min: Some(1),
-                    ll_chunk_max: Some(0),
-                    ..f
-                },
-                applies: |b, _| b >= TUNE_PIPE_MIN && b.is_multiple_of(16),
-            },
         ],
         Collective::Reduce => vec![
             Candidate {
@@ -837,16 +819,6 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     ..f
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-            },
-            Candidate {
-                name: "pipe",
-                kernel: Kernel::ReducePipe,
-                forced: Forced {
-                    reduce_pipe_min: Some(1),
-                    ll_chunk_max: Some(0),
-                    ..f
-                },
-                applies: |b, _| b >= TUNE_PIPE_MIN && b.is_multiple_of(16),
             },
         ],
         _ => Vec::new(),
@@ -1125,10 +1097,10 @@ mod tests {
         );
         assert_eq!(
             names(Collective::Broadcast, 3),
-            ["direct", "scatter-forward", "chain", "pipe"]
+            ["direct", "scatter-forward", "chain"]
         );
         assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
-        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "pipe"]);
+        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain"]);
         for c in [Collective::Alltoall, Collective::Sendrecv] {
             assert!(names(c, 4).is_empty());
         }
@@ -1142,8 +1114,6 @@ mod tests {
                     f.rs_ring_min,
                     f.bcast_chain_min,
                     f.reduce_chain_min,
-                    f.bcast_pipe_min,
-                    f.reduce_pipe_min,
                 ]
                 .iter()
                 .filter(|v| **v != Some(0))
@@ -1155,8 +1125,6 @@ mod tests {
                         | Kernel::ReducescatterRing
                         | Kernel::BroadcastChain
                         | Kernel::ReduceChain
-                        | Kernel::BroadcastPipe
-                        | Kernel::ReducePipe
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }

@@ -65,12 +65,6 @@ pub struct Tuning {
     /// Smallest reduce (bytes) done with the pipelined chain (`u64::MAX`: never; needs
     /// the staging area, allocated when the capacity reaches it).
     pub reduce_chain_min: u64,
-    /// Smallest broadcast (bytes) done with the scatter pipeline (`u64::MAX`: never;
-    /// 3 or more ranks; the chain wins from `bcast_chain_min`).
-    pub bcast_pipe_min: u64,
-    /// Smallest reduce (bytes) done with the scatter pipeline (`u64::MAX`: never; needs
-    /// the staging area; the chain wins from `reduce_chain_min`).
-    pub reduce_pipe_min: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -138,12 +132,6 @@ pub enum Kernel {
     ReducescatterRing,
     /// Ring all-gather (any dtype).
     AllgatherRing,
-    /// Broadcast, scatter pipeline: the root stores part k into worker k, which
-    /// forwards it to the other workers, round by round (≥ 3 ranks, 16-byte multiples).
-    BroadcastPipe,
-    /// Reduce, scatter pipeline: every rank stores part k into worker k's staging,
-    /// worker k sums it into the root's output, round by round (16-byte multiples).
-    ReducePipe,
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -195,10 +183,6 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (ReducescatterRing, Bfloat16) => "commhal_coll_reducescatter_ring_bf16",
         (ReducescatterRing, Float) => "commhal_coll_reducescatter_ring_f32",
         (AllgatherRing, _) => "commhal_coll_allgather_ring",
-        (BroadcastPipe, _) => "commhal_coll_broadcast_pipe",
-        (ReducePipe, Half) => "commhal_coll_reduce_pipe_f16",
-        (ReducePipe, Bfloat16) => "commhal_coll_reduce_pipe_bf16",
-        (ReducePipe, Float) => "commhal_coll_reduce_pipe_f32",
     }
 }
 
@@ -266,7 +250,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 18] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 16] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -295,14 +279,6 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 18] {
         (
             "reduce_chain_min (COMMHAL_COLL_REDUCE_CHAIN_MIN)",
             t.reduce_chain_min,
-        ),
-        (
-            "bcast_pipe_min (COMMHAL_COLL_BCAST_PIPE_MIN)",
-            t.bcast_pipe_min,
-        ),
-        (
-            "reduce_pipe_min (COMMHAL_COLL_REDUCE_PIPE_MIN)",
-            t.reduce_pipe_min,
         ),
         ("ar_ring_min (COMMHAL_COLL_AR_RING_MIN)", t.ar_ring_min),
         ("ag_ring_min (COMMHAL_COLL_AG_RING_MIN)", t.ag_ring_min),
@@ -377,7 +353,6 @@ impl Comm {
         let rs_push_min = tuning.rs_push_min;
         let staged_min = [
             tuning.reduce_chain_min,
-            tuning.reduce_pipe_min,
             tuning.ar_ring_min,
             tuning.rs_ring_min,
         ]
@@ -628,29 +603,6 @@ impl Comm {
         }
     }
 
-    /// Whether a broadcast / reduce of `bytes` runs as the scatter pipeline: from the
-    /// tuned size (below the chain's), whole 16-byte vectors, 3 or more ranks for a
-    /// broadcast, and for a reduce a staging slot that holds one worker's part.
-    fn pipe(&self, coll: Collective, bytes: u64) -> bool {
-        let aligned = bytes.is_multiple_of(16) && self.n > 1;
-        match coll {
-            Collective::Broadcast => aligned && self.n >= 3 && bytes >= self.tuning.bcast_pipe_min,
-            Collective::Reduce => {
-                aligned
-                    && bytes >= self.tuning.reduce_pipe_min
-                    && self.base.stage_slot_bytes >= self.pipe_part_bytes(bytes)
-            }
-            _ => false,
-        }
-    }
-
-    /// Bytes of the largest part of a scatter pipeline over `bytes` (whole vectors; the
-    /// parts are the workers of layout::reduce_worker).
-    fn pipe_part_bytes(&self, bytes: u64) -> u64 {
-        let (parts, _) = crate::layout::reduce_worker(self.n, 0, 0);
-        (bytes / 16).div_ceil(u64::from(parts)) * 16
-    }
-
     /// Whether an all-reduce (`bytes` = the buffer), all-gather (the output) or
     /// reduce-scatter (the input) runs on the ring kernels: from the tuned size, 2 or
     /// more ranks, whole 16-byte vectors per rank's segment (all-reduce: of the
@@ -782,10 +734,6 @@ impl Comm {
                 if self.chain(coll, bytes) {
                     let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
                     (kernel_name(Kernel::BroadcastChain, dtype), b, t)
-                } else if self.pipe(coll, bytes) {
-                    let (b, t) =
-                        self.chain_grid(self.pipe_part_bytes(bytes), self.tuning.chain_unroll);
-                    (kernel_name(Kernel::BroadcastPipe, dtype), b, t)
                 } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
                     (kernel_name(Kernel::BroadcastSf, dtype), b, t)
@@ -797,11 +745,6 @@ impl Comm {
             Collective::Reduce if self.chain(coll, count * es) => {
                 let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
                 (kernel_name(Kernel::ReduceChain, dtype), b, t)
-            }
-            Collective::Reduce if self.pipe(coll, count * es) => {
-                let bytes = self.pipe_part_bytes(count * es);
-                let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
-                (kernel_name(Kernel::ReducePipe, dtype), b, t)
             }
             Collective::Reduce => {
                 let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
@@ -1010,8 +953,6 @@ mod tests {
             bcast_sf_min: 6,
             bcast_chain_min: 7,
             reduce_chain_min: 8,
-            bcast_pipe_min: 12,
-            reduce_pipe_min: 13,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,
@@ -1088,8 +1029,6 @@ mod tests {
             Kernel::SendrecvLl,
             Kernel::BroadcastChain,
             Kernel::ReduceChain,
-            Kernel::BroadcastPipe,
-            Kernel::ReducePipe,
             Kernel::AllreduceRing,
             Kernel::ReducescatterRing,
             Kernel::AllgatherRing,
@@ -1107,7 +1046,6 @@ mod tests {
                         | Kernel::Sendrecv
                         | Kernel::BroadcastLl
                         | Kernel::BroadcastChain
-                        | Kernel::BroadcastPipe
                         | Kernel::AllgatherRing
                         | Kernel::AlltoallLl
                         | Kernel::SendrecvLl

@@ -81,16 +81,11 @@ pub const HEADER: &str = "\
 #                          (optional; absent or 0: never) broadcasts / reduces from this
 #                          size on run as a pipelined chain r -> r+1 (16-byte multiples
 #                          only; broadcast: >= 3 ranks)
-#     broadcast_pipe_min, reduce_pipe_min
-#                          (optional; absent or 0: never) from this size up to the
-#                          chain's, broadcasts / reduces run as a scatter pipeline
-#                          (part k stored into worker k, which forwards / sums it,
-#                          round by round; 16-byte multiples; broadcast: >= 3 ranks)
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
 #                          kernels run (16-byte multiples only). The tuner sweeps these
-#                          five (from 1 MiB) since session 4, the pipes from 256 KiB; the values below came
+#                          five (from 1 MiB) since session 4; the values below came
 #                          from hand A/Bs (the section's note says which)
 #     chain_unroll, ring_unroll
 #                          (optional, 1..32, absent: 4) vectors per thread in one chunk
@@ -104,7 +99,6 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
-# COMMHAL_COLL_BCAST_PIPE_MIN, COMMHAL_COLL_REDUCE_PIPE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -155,14 +149,6 @@ pub struct Section {
     /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
     #[serde(default)]
     pub reduce_chain_min: Option<u64>,
-    /// Smallest broadcast (bytes) done with the scatter pipeline, below the chain
-    /// (absent or 0: never).
-    #[serde(default)]
-    pub broadcast_pipe_min: Option<u64>,
-    /// Smallest reduce (bytes) done with the scatter pipeline, below the chain (absent
-    /// or 0: never).
-    #[serde(default)]
-    pub reduce_pipe_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default)]
     pub allreduce_ring_min: Option<u64>,
@@ -335,8 +321,6 @@ impl TuningFile {
                 ("reducescatter_push_max", s.reducescatter_push_max),
                 ("broadcast_chain_min", s.broadcast_chain_min),
                 ("reduce_chain_min", s.reduce_chain_min),
-                ("broadcast_pipe_min", s.broadcast_pipe_min),
-                ("reduce_pipe_min", s.reduce_pipe_min),
                 ("allreduce_ring_min", s.allreduce_ring_min),
                 ("allgather_ring_min", s.allgather_ring_min),
                 ("reducescatter_ring_min", s.reducescatter_ring_min),
@@ -371,8 +355,6 @@ static FALLBACK: Section = Section {
     reducescatter_push_max: None,
     broadcast_chain_min: None,
     reduce_chain_min: None,
-    broadcast_pipe_min: None,
-    reduce_pipe_min: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -444,10 +426,6 @@ pub struct Forced {
     pub rs_ring_min: Option<u64>,
     /// Reduce chain minimum (0: never).
     pub reduce_chain_min: Option<u64>,
-    /// Broadcast scatter-pipeline minimum (0: never).
-    pub bcast_pipe_min: Option<u64>,
-    /// Reduce scatter-pipeline minimum (0: never).
-    pub reduce_pipe_min: Option<u64>,
 }
 
 thread_local! {
@@ -614,16 +592,6 @@ pub fn resolve_with(
         "COMMHAL_COLL_REDUCE_CHAIN_MIN",
         s.reduce_chain_min,
     );
-    let bcast_pipe_min = min_or_never(
-        forced.bcast_pipe_min,
-        "COMMHAL_COLL_BCAST_PIPE_MIN",
-        s.broadcast_pipe_min,
-    );
-    let reduce_pipe_min = min_or_never(
-        forced.reduce_pipe_min,
-        "COMMHAL_COLL_REDUCE_PIPE_MIN",
-        s.reduce_pipe_min,
-    );
     let ar_ring_min = min_or_never(
         forced.ar_ring_min,
         "COMMHAL_COLL_AR_RING_MIN",
@@ -693,8 +661,6 @@ pub fn resolve_with(
             bcast_sf_min,
             bcast_chain_min,
             reduce_chain_min,
-            bcast_pipe_min,
-            reduce_pipe_min,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -860,10 +826,6 @@ pub struct Derived {
     pub broadcast_chain_min: Option<u64>,
     /// `reduce_chain_min` (0: never).
     pub reduce_chain_min: Option<u64>,
-    /// `broadcast_pipe_min` (0: never).
-    pub broadcast_pipe_min: Option<u64>,
-    /// `reduce_pipe_min` (0: never).
-    pub reduce_pipe_min: Option<u64>,
 }
 
 impl Derived {
@@ -889,11 +851,10 @@ impl Derived {
         }
     }
 
-    /// Reduce: candidates `[worker, chain, pipe]` over bytes.
+    /// Reduce: candidates `[worker, chain]` over bytes.
     pub fn reduce(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
         let ch = assign(times);
         self.reduce_chain_min = first_size_of(sizes, times, &ch, 1);
-        self.reduce_pipe_min = first_size_of(sizes, times, &ch, 2);
     }
 
     /// All-gather and reduce-scatter share one threshold: candidates `[ll, direct]`
@@ -921,12 +882,11 @@ impl Derived {
         self.ll_chunk_max = last_size_of(chunks, times, &ch, 0);
     }
 
-    /// Broadcast: candidates `[direct, scatter-forward, chain, pipe]` over bytes.
+    /// Broadcast: candidates `[direct, scatter-forward, chain]` over bytes.
     pub fn broadcast(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
         let ch = assign(times);
         self.broadcast_sf_min = first_size_of(sizes, times, &ch, 1);
         self.broadcast_chain_min = first_size_of(sizes, times, &ch, 2);
-        self.broadcast_pipe_min = first_size_of(sizes, times, &ch, 3);
     }
 
     /// `base` with the derived thresholds and the tuner's metadata.
@@ -983,16 +943,6 @@ impl Derived {
                 self.reduce_chain_min,
                 &mut s.reduce_chain_min,
                 "reduce_chain_min",
-            ),
-            (
-                self.broadcast_pipe_min,
-                &mut s.broadcast_pipe_min,
-                "broadcast_pipe_min",
-            ),
-            (
-                self.reduce_pipe_min,
-                &mut s.reduce_pipe_min,
-                "reduce_pipe_min",
             ),
         ] {
             match v {
