@@ -285,7 +285,7 @@ pub struct TuneArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub factor: u64,
     /// Timed iterations per size and kernel.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    #[arg(short = 'n', long = "iters", default_value_t = 50)]
     pub iters: u32,
     /// Warm-up iterations per size and kernel.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]

@@ -927,13 +927,17 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
 //   into out[0].
 // END barrier: the root's block b waits for block b of every rank (their stores into
 // its output); every rank's inputs stay unchanged until every rank passed it.
-template <typename Op>
+//   ALL (the `_all` kernels, mid sizes): every rank is a worker (m = n, worker k = rank
+//     k, as with 2 ranks) — the root's ingress is then ~1.5 x bytes, but the work is
+//     split n ways instead of n-1, which wins while latency, not the root's links,
+//     bounds the time.
+template <typename Op, bool ALL>
 COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
-  const bool root_works = n < 3;
+  const bool root_works = ALL || n < 3;
   if (root_works || a.rank != root) {
     const u32 m = root_works ? n : n - 1;
     const u32 k = root_works ? a.rank : (a.rank + n - root - 1) % n;
@@ -1055,9 +1059,12 @@ extern "C" __global__ void commhal_coll_reduce_ll_f16(CollArgs a) { reduce_ll<Op
 extern "C" __global__ void commhal_coll_reduce_ll_bf16(CollArgs a) { reduce_ll<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll_f32(CollArgs a) { reduce_ll<OpF32>(a); }
 
-extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF32>(a); }
+extern "C" __global__ void commhal_coll_reduce_f16(CollArgs a) { reduce_root<OpF16, false>(a); }
+extern "C" __global__ void commhal_coll_reduce_bf16(CollArgs a) { reduce_root<OpBF16, false>(a); }
+extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF32, false>(a); }
+extern "C" __global__ void commhal_coll_reduce_all_f16(CollArgs a) { reduce_root<OpF16, true>(a); }
+extern "C" __global__ void commhal_coll_reduce_all_bf16(CollArgs a) { reduce_root<OpBF16, true>(a); }
+extern "C" __global__ void commhal_coll_reduce_all_f32(CollArgs a) { reduce_root<OpF32, true>(a); }
 
 // ---------------------------------------------------------------------------------
 // Pipelined chains for large broadcasts and reduces (see "Chains" in the header): every

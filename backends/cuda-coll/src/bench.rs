@@ -672,6 +672,8 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         ar_ring_min: Some(0),
         ag_ring_min: Some(0),
         rs_ring_min: Some(0),
+        rs_push_min: Some(0),
+        reduce_all_max: Some(0),
         ..Forced::default()
     };
     match coll {
@@ -733,7 +735,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     Kernel::ReducescatterRing,
                 )
             };
-            vec![
+            let mut cands = vec![
                 Candidate {
                     name: "ll",
                     kernel: ll,
@@ -764,7 +766,21 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     },
                     applies: |b, c| b >= TUNE_RING_MIN && c.is_multiple_of(16),
                 },
-            ]
+            ];
+            if !gather {
+                cands.push(Candidate {
+                    name: "push",
+                    kernel: Kernel::ReducescatterPush,
+                    forced: Forced {
+                        ll_chunk_max: Some(0),
+                        rs_push_min: Some(1),
+                        rs_push_max: Some(u64::MAX),
+                        ..f
+                    },
+                    applies: |b, c| b >= TUNE_PUSH_MIN && c.is_multiple_of(16),
+                });
+            }
+            cands
         }
         Collective::Broadcast if n >= 3 => vec![
             Candidate {
@@ -799,8 +815,21 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
         ],
-        Collective::Reduce => vec![
-            Candidate {
+        Collective::Reduce => {
+            let mut cands = Vec::new();
+            if n >= 3 {
+                cands.push(Candidate {
+                    name: "all",
+                    kernel: Kernel::ReduceAll,
+                    forced: Forced {
+                        ll_chunk_max: Some(0),
+                        reduce_all_max: Some(u64::MAX),
+                        ..f
+                    },
+                    applies: |_, _| true,
+                });
+            }
+            cands.push(Candidate {
                 name: "worker",
                 kernel: Kernel::Reduce,
                 // ll_chunk_max 0: small reduces would otherwise take the LL kernel.
@@ -809,8 +838,8 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     ..f
                 },
                 applies: |_, _| true,
-            },
-            Candidate {
+            });
+            cands.push(Candidate {
                 name: "chain",
                 kernel: Kernel::ReduceChain,
                 forced: Forced {
@@ -819,8 +848,9 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     ..f
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-            },
-        ],
+            });
+            cands
+        }
         _ => Vec::new(),
     }
 }
@@ -1093,7 +1123,7 @@ mod tests {
         assert_eq!(names(Collective::Allgather, 2), ["ll", "direct", "ring"]);
         assert_eq!(
             names(Collective::Reducescatter, 8),
-            ["ll", "direct", "ring"]
+            ["ll", "direct", "ring", "push"]
         );
         assert_eq!(
             names(Collective::Broadcast, 3),
@@ -1101,6 +1131,7 @@ mod tests {
         );
         assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
         assert_eq!(names(Collective::Reduce, 2), ["worker", "chain"]);
+        assert_eq!(names(Collective::Reduce, 4), ["all", "worker", "chain"]);
         for c in [Collective::Alltoall, Collective::Sendrecv] {
             assert!(names(c, 4).is_empty());
         }
@@ -1182,7 +1213,8 @@ mod tests {
                 &[0.0, 1200.0, 1170.0, 1110.0],
             ],
         );
-        // all-gather [ll, direct, ring]: ring from 16M; reduce-scatter: ring never
+        // all-gather [ll, direct, ring]: ring from 16M; reduce-scatter [ll, direct,
+        // ring, push]: ring never, push at 16M only
         let chunks = [m / 4, 4 * m, 64 * m];
         let ag = sweep(
             Collective::Allgather,
@@ -1199,9 +1231,9 @@ mod tests {
             &sizes,
             &chunks,
             &[
-                &[12.0, 11.0, 20.0],
-                &[0.0, 48.0, 52.0],
-                &[0.0, 620.0, 700.0],
+                &[12.0, 11.0, 20.0, 13.0],
+                &[0.0, 48.0, 52.0, 40.0],
+                &[0.0, 620.0, 700.0, 640.0],
             ],
         );
         // broadcast [direct, scatter-forward, chain]: sf at 16M, chain at 256M
@@ -1228,6 +1260,10 @@ mod tests {
         assert_eq!(d.allgather_ring_min, Some(16 * m));
         assert_eq!(d.reducescatter_ring_min, Some(0), "never won: 0 = never");
         assert_eq!(
+            (d.reducescatter_push_min, d.reducescatter_push_max),
+            (Some(16 * m), Some(16 * m))
+        );
+        assert_eq!(
             d.ll_chunk_max,
             Some(0),
             "direct beat LL at the smallest chunk"
@@ -1237,6 +1273,24 @@ mod tests {
             (Some(16 * m), Some(256 * m))
         );
         assert_eq!(d.reduce_chain_min, Some(16 * m));
+        assert_eq!(
+            d.reduce_all_max, None,
+            "two columns: 2 ranks, nothing to derive"
+        );
+        // reduce on 4 ranks [all, worker, chain]: all to 1M, worker at 16M, chain at 256M
+        let rd4 = sweep(
+            Collective::Reduce,
+            &sizes,
+            &sizes,
+            &[
+                &[11.0, 14.0, 30.0],
+                &[90.0, 82.0, 86.0],
+                &[1100.0, 960.0, 790.0],
+            ],
+        );
+        let d = derive(&[rd4]);
+        assert_eq!(d.reduce_all_max, Some(m));
+        assert_eq!(d.reduce_chain_min, Some(256 * m));
     }
 
     #[test]

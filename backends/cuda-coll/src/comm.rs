@@ -65,6 +65,9 @@ pub struct Tuning {
     /// Smallest reduce (bytes) done with the pipelined chain (`u64::MAX`: never; needs
     /// the staging area, allocated when the capacity reaches it).
     pub reduce_chain_min: u64,
+    /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
+    /// (0: never).
+    pub reduce_all_max: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -108,8 +111,10 @@ pub enum Kernel {
     /// Broadcast: every non-root pulls its chunk from the root and forwards it to the
     /// other non-roots (any dtype, ≥ 3 ranks).
     BroadcastSf,
-    /// Reduce to the root.
+    /// Reduce to the root: the non-roots reduce (≥ 3 ranks; both ranks with 2).
     Reduce,
+    /// Reduce to the root: every rank reduces a share (mid sizes, ≥ 3 ranks).
+    ReduceAll,
     /// All-to-all (any dtype).
     Alltoall,
     /// Broadcast, LL16 packets from the root (small sizes, any dtype).
@@ -164,6 +169,9 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (Reduce, Half) => "commhal_coll_reduce_f16",
         (Reduce, Bfloat16) => "commhal_coll_reduce_bf16",
         (Reduce, Float) => "commhal_coll_reduce_f32",
+        (ReduceAll, Half) => "commhal_coll_reduce_all_f16",
+        (ReduceAll, Bfloat16) => "commhal_coll_reduce_all_bf16",
+        (ReduceAll, Float) => "commhal_coll_reduce_all_f32",
         (Alltoall, _) => "commhal_coll_alltoall",
         (BroadcastLl, _) => "commhal_coll_broadcast_ll",
         (ReduceLl, Half) => "commhal_coll_reduce_ll_f16",
@@ -250,7 +258,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 16] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 17] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -283,6 +291,10 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 16] {
         ("ar_ring_min (COMMHAL_COLL_AR_RING_MIN)", t.ar_ring_min),
         ("ag_ring_min (COMMHAL_COLL_AG_RING_MIN)", t.ag_ring_min),
         ("rs_ring_min (COMMHAL_COLL_RS_RING_MIN)", t.rs_ring_min),
+        (
+            "reduce_all_max (COMMHAL_COLL_REDUCE_ALL_MAX)",
+            t.reduce_all_max,
+        ),
     ]
 }
 
@@ -746,6 +758,10 @@ impl Comm {
                 let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
                 (kernel_name(Kernel::ReduceChain, dtype), b, t)
             }
+            Collective::Reduce if self.n >= 3 && count * es <= self.tuning.reduce_all_max => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(self.n)));
+                (kernel_name(Kernel::ReduceAll, dtype), b, t)
+            }
             Collective::Reduce => {
                 let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
                 let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
@@ -953,6 +969,7 @@ mod tests {
             bcast_sf_min: 6,
             bcast_chain_min: 7,
             reduce_chain_min: 8,
+            reduce_all_max: 12,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,
@@ -1021,6 +1038,7 @@ mod tests {
             Kernel::Broadcast,
             Kernel::BroadcastSf,
             Kernel::Reduce,
+            Kernel::ReduceAll,
             Kernel::Alltoall,
             Kernel::Sendrecv,
             Kernel::BroadcastLl,

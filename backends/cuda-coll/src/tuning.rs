@@ -73,14 +73,19 @@ pub const HEADER: &str = "\
 #     reducescatter_push_min, reducescatter_push_max
 #                          (optional) reduce-scatters of min..=max total input bytes are
 #                          done with the push kernel (min 0: never; absent: min =
-#                          allreduce_push_min, max = no limit); not swept by the tuner:
-#                          set from a measured A/B (the section's note says which)
+#                          allreduce_push_min, max = no limit); the tuner (since
+#                          session 5) sets the window to the sizes where push was the
+#                          fastest of all reduce-scatter kernels
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     broadcast_chain_min, reduce_chain_min
 #                          (optional; absent or 0: never) broadcasts / reduces from this
 #                          size on run as a pipelined chain r -> r+1 (16-byte multiples
 #                          only; broadcast: >= 3 ranks)
+#     reduce_all_max       (optional; absent or 0: never) reduces up to this size on 3
+#                          or more ranks are split over every rank, the root too
+#                          (above: over the non-roots only, whose links the root's
+#                          output then shares less)
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -98,7 +103,7 @@ pub const HEADER: &str = "\
 # instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
-# COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
+# COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -149,6 +154,10 @@ pub struct Section {
     /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
     #[serde(default)]
     pub reduce_chain_min: Option<u64>,
+    /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
+    /// (absent or 0: never; above it, or absent, only the non-roots do).
+    #[serde(default)]
+    pub reduce_all_max: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default)]
     pub allreduce_ring_min: Option<u64>,
@@ -321,6 +330,7 @@ impl TuningFile {
                 ("reducescatter_push_max", s.reducescatter_push_max),
                 ("broadcast_chain_min", s.broadcast_chain_min),
                 ("reduce_chain_min", s.reduce_chain_min),
+                ("reduce_all_max", s.reduce_all_max),
                 ("allreduce_ring_min", s.allreduce_ring_min),
                 ("allgather_ring_min", s.allgather_ring_min),
                 ("reducescatter_ring_min", s.reducescatter_ring_min),
@@ -355,6 +365,7 @@ static FALLBACK: Section = Section {
     reducescatter_push_max: None,
     broadcast_chain_min: None,
     reduce_chain_min: None,
+    reduce_all_max: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -426,6 +437,12 @@ pub struct Forced {
     pub rs_ring_min: Option<u64>,
     /// Reduce chain minimum (0: never).
     pub reduce_chain_min: Option<u64>,
+    /// Reduce-scatter push minimum (0: never).
+    pub rs_push_min: Option<u64>,
+    /// Reduce-scatter push maximum.
+    pub rs_push_max: Option<u64>,
+    /// Largest reduce where the root works too (0: never).
+    pub reduce_all_max: Option<u64>,
 }
 
 thread_local! {
@@ -557,14 +574,14 @@ pub fn resolve_with(
         s.allreduce_push_min,
     );
     let rs_push_min = pick(
-        None,
+        forced.rs_push_min,
         None,
         "COMMHAL_COLL_RS_PUSH_MIN",
         false,
         s.reducescatter_push_min.unwrap_or(s.allreduce_push_min),
     );
     let rs_push_max = pick(
-        None,
+        forced.rs_push_max,
         None,
         "COMMHAL_COLL_RS_PUSH_MAX",
         true,
@@ -606,6 +623,13 @@ pub fn resolve_with(
         forced.rs_ring_min,
         "COMMHAL_COLL_RS_RING_MIN",
         s.reducescatter_ring_min,
+    );
+    let reduce_all_max = pick(
+        forced.reduce_all_max,
+        None,
+        "COMMHAL_COLL_REDUCE_ALL_MAX",
+        false,
+        s.reduce_all_max.unwrap_or(0),
     );
     let mut unroll = |var: &'static str, file: Option<u64>| {
         pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
@@ -661,6 +685,7 @@ pub fn resolve_with(
             bcast_sf_min,
             bcast_chain_min,
             reduce_chain_min,
+            reduce_all_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -826,6 +851,12 @@ pub struct Derived {
     pub broadcast_chain_min: Option<u64>,
     /// `reduce_chain_min` (0: never).
     pub reduce_chain_min: Option<u64>,
+    /// `reducescatter_push_min` (0: never).
+    pub reducescatter_push_min: Option<u64>,
+    /// `reducescatter_push_max`.
+    pub reducescatter_push_max: Option<u64>,
+    /// `reduce_all_max` (0: never).
+    pub reduce_all_max: Option<u64>,
 }
 
 impl Derived {
@@ -840,21 +871,47 @@ impl Derived {
 
     /// The ring threshold of an all-gather (`gather`) or reduce-scatter sweep:
     /// candidates `[ll, direct, ring]` over total bytes, assigned on their own (the LL
-    /// threshold the two share comes from [`Derived::gather_scatter`]).
+    /// threshold the two share comes from [`Derived::gather_scatter`]). A
+    /// reduce-scatter sweep has a fourth column, `push`, which is a window, not a step
+    /// (push beats the pull kernel at mid sizes only, and the selector runs it between
+    /// `reducescatter_push_min` and `_max` whatever the others say): the window spans
+    /// the sizes where push was the fastest of all columns (both 0: never).
     pub fn gather_scatter_ring(&mut self, gather: bool, sizes: &[u64], times: &[Vec<Option<f64>>]) {
-        let ch = assign(times);
-        let v = first_size_of(sizes, times, &ch, 2);
+        let three: Vec<Vec<Option<f64>>> = times
+            .iter()
+            .map(|r| r.iter().take(3).copied().collect())
+            .collect();
+        let ch = assign(&three);
+        let v = first_size_of(sizes, &three, &ch, 2);
         if gather {
             self.allgather_ring_min = v;
-        } else {
-            self.reducescatter_ring_min = v;
+            return;
         }
+        self.reducescatter_ring_min = v;
+        if !times.iter().any(|r| r.get(3).copied().flatten().is_some()) {
+            return; // no push column: not measured
+        }
+        let wins: Vec<u64> = sizes
+            .iter()
+            .zip(&relative(times))
+            .filter(|(_, r)| r.get(3).copied().flatten() == Some(1.0))
+            .map(|(s, _)| *s)
+            .collect();
+        self.reducescatter_push_min = Some(wins.first().copied().unwrap_or(0));
+        self.reducescatter_push_max = Some(wins.last().copied().unwrap_or(0));
     }
 
-    /// Reduce: candidates `[worker, chain]` over bytes.
+    /// Reduce: candidates `[all, worker, chain]` over bytes (3 or more ranks;
+    /// `[worker, chain]` with 2, where the root always works).
     pub fn reduce(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>]) {
         let ch = assign(times);
-        self.reduce_chain_min = first_size_of(sizes, times, &ch, 1);
+        let cols = times.iter().map(Vec::len).max().unwrap_or(0);
+        if cols >= 3 {
+            self.reduce_all_max = last_size_of(sizes, times, &ch, 0);
+            self.reduce_chain_min = first_size_of(sizes, times, &ch, 2);
+        } else {
+            self.reduce_chain_min = first_size_of(sizes, times, &ch, 1);
+        }
     }
 
     /// All-gather and reduce-scatter share one threshold: candidates `[ll, direct]`
@@ -943,6 +1000,17 @@ impl Derived {
                 self.reduce_chain_min,
                 &mut s.reduce_chain_min,
                 "reduce_chain_min",
+            ),
+            (
+                self.reducescatter_push_min,
+                &mut s.reducescatter_push_min,
+                "reducescatter_push_min",
+            ),
+            (self.reduce_all_max, &mut s.reduce_all_max, "reduce_all_max"),
+            (
+                self.reducescatter_push_max,
+                &mut s.reducescatter_push_max,
+                "reducescatter_push_max",
             ),
         ] {
             match v {
