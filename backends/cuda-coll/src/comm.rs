@@ -631,10 +631,24 @@ impl Comm {
                     bytes >= self.tuning.ag_ring_min && (bytes / n).is_multiple_of(16)
                 }
                 Collective::Reducescatter => {
-                    bytes >= self.tuning.rs_ring_min && (bytes / n).is_multiple_of(16) && staged
+                    bytes >= self.tuning.rs_ring_min
+                        && (bytes / n).is_multiple_of(16)
+                        && staged
+                        && !self.rs_push(bytes)
                 }
                 _ => false,
             }
+    }
+
+    /// Whether a reduce-scatter of `bytes` (total input) runs on the push kernel: inside
+    /// the tuned window (which wins over the ring's threshold: the tuner sets the window
+    /// to the sizes where push was the fastest kernel), whole 16-byte vectors per rank,
+    /// the staging area.
+    fn rs_push(&self, bytes: u64) -> bool {
+        self.base.stage_slot_bytes > 0
+            && self.tuning.rs_push_min > 0
+            && (self.tuning.rs_push_min..=self.tuning.rs_push_max).contains(&bytes)
+            && (bytes / u64::from(self.n)).is_multiple_of(16)
     }
 
     /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
@@ -718,12 +732,7 @@ impl Comm {
             }
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                let push = self.base.stage_slot_bytes > 0
-                    && self.tuning.rs_push_min > 0
-                    && (self.tuning.rs_push_min..=self.tuning.rs_push_max)
-                        .contains(&(count * es * u64::from(self.n)))
-                    && (count * es).is_multiple_of(16);
-                let k = if push {
+                let k = if self.rs_push(count * es * u64::from(self.n)) {
                     Kernel::ReducescatterPush
                 } else {
                     Kernel::Reducescatter
