@@ -767,14 +767,16 @@ impl Comm {
                 let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
                 (kernel_name(Kernel::ReduceChain, dtype), b, t)
             }
-            Collective::Reduce if self.n >= 3 && count * es <= self.tuning.reduce_all_max => {
-                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(self.n)));
-                (kernel_name(Kernel::ReduceAll, dtype), b, t)
-            }
             Collective::Reduce => {
-                let (workers, _) = crate::layout::reduce_worker(self.n, 0, 0);
+                // up to reduce_all_max (3+ ranks) the root works too: n shares, else
+                // the workers of layout::reduce_worker
+                let (k, workers) = if self.n >= 3 && count * es <= self.tuning.reduce_all_max {
+                    (Kernel::ReduceAll, self.n)
+                } else {
+                    (Kernel::Reduce, crate::layout::reduce_worker(self.n, 0, 0).0)
+                };
                 let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
-                (kernel_name(Kernel::Reduce, dtype), b, t)
+                (kernel_name(k, dtype), b, t)
             }
             Collective::Alltoall | Collective::Sendrecv
                 if self.n > 1 && self.ll_per_peer(count * es) =>

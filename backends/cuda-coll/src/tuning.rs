@@ -714,6 +714,14 @@ pub fn assign(times: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
     assign_costs(&relative(times))
 }
 
+/// The first `k` candidates' columns of a sweep (the later ones are derived apart).
+fn first_columns(times: &[Vec<Option<f64>>], k: usize) -> Vec<Vec<Option<f64>>> {
+    times
+        .iter()
+        .map(|r| r.iter().take(k).copied().collect())
+        .collect()
+}
+
 /// `time / best time` per size (`None` where not run or not positive).
 pub fn relative(times: &[Vec<Option<f64>>]) -> Vec<Vec<Option<f64>>> {
     times
@@ -877,10 +885,7 @@ impl Derived {
     /// `reducescatter_push_min` and `_max` whatever the others say): the window spans
     /// the sizes where push was the fastest of all columns (both 0: never).
     pub fn gather_scatter_ring(&mut self, gather: bool, sizes: &[u64], times: &[Vec<Option<f64>>]) {
-        let three: Vec<Vec<Option<f64>>> = times
-            .iter()
-            .map(|r| r.iter().take(3).copied().collect())
-            .collect();
+        let three = first_columns(times, 3);
         let ch = assign(&three);
         let v = first_size_of(sizes, &three, &ch, 2);
         if gather {
@@ -924,11 +929,7 @@ impl Derived {
         allgather: Option<&[Vec<Option<f64>>]>,
         reducescatter: Option<&[Vec<Option<f64>>]>,
     ) {
-        let two = |t: &[Vec<Option<f64>>]| -> Vec<Vec<Option<f64>>> {
-            t.iter()
-                .map(|r| r.iter().take(2).copied().collect())
-                .collect()
-        };
+        let two = |t| first_columns(t, 2);
         let (a, b) = (allgather.map(two), reducescatter.map(two));
         let (costs, times) = match (&a, &b) {
             (Some(a), Some(b)) => (add_costs(&relative(a), &relative(b)), a),
@@ -1006,12 +1007,12 @@ impl Derived {
                 &mut s.reducescatter_push_min,
                 "reducescatter_push_min",
             ),
-            (self.reduce_all_max, &mut s.reduce_all_max, "reduce_all_max"),
             (
                 self.reducescatter_push_max,
                 &mut s.reducescatter_push_max,
                 "reducescatter_push_max",
             ),
+            (self.reduce_all_max, &mut s.reduce_all_max, "reduce_all_max"),
         ] {
             match v {
                 Some(x) => *field = Some(x),
