@@ -43,9 +43,18 @@
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
-// Epochs. Every launch on a rank gets epoch e = scratch.epoch + 1 (read by every block at
-// its start; the last block to finish stores e back, see coll_end). Launches are matched
-// across ranks (same collective, same size, same order), so e agrees on every rank.
+// Epochs. Every launch on a rank gets epoch e = 1 + the number of launches before it.
+// Launches are matched across ranks (same collective, same size, same order), so e
+// agrees on every rank. It lives in one u64 word per block slot (block_epochs[b]), all
+// equal between launches: block b of a launch reads word b, and stores e into words b,
+// b + grid, b + 2 grid, ... (no other block of the launch reads those), so after the
+// launch every word holds e whatever the grid. The next launch reads them after the
+// kernel boundary (stream order; with PDL after griddepcontrol.wait). No counter, no
+// fence: the end of a kernel publishes nothing (a system-scope release there cost
+// 1.3 µs of every launch, bench/micro/ll_latency.cu).
+// Peers learn a rank's progress from its done_epoch word: block 0 of launch e stores
+// e - 1 there at its start (every access of launch e - 1 is over: the kernel boundary
+// is the fence; see wait_peer_done).
 //
 // Barriers (per block). Block b of rank r stores e into flag[r][b] of every peer
 // (st.release.sys, after __syncthreads, so it publishes the whole block's earlier
@@ -82,8 +91,7 @@ using namespace commhal;
 // ---- layout shared with backends/cuda-coll/src/layout.rs (checked by a test) ----
 #define COLL_MAX_RANKS 8
 #define COLL_MAX_BLOCKS 1024
-#define COLL_OFF_EPOCH 0
-#define COLL_OFF_DONE 8
+#define COLL_OFF_DONE_EPOCH 0
 #define COLL_OFF_ERROR 12
 // Host copy-engine path (backends/cuda-coll/src/dma.rs): u32 flags [kind][sender], 8 bytes
 // apart, written by peers' cuStreamWriteValue32 and waited on with cuStreamWaitValue32.
@@ -93,7 +101,8 @@ using namespace commhal;
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_CHAIN_FLAGS (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
-#define COLL_OFF_LL (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_BLOCK_EPOCHS (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_LL (COLL_OFF_BLOCK_EPOCHS + COLL_MAX_BLOCKS * 8)
 #define COLL_CHAIN_UNROLL_MAX 32
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
@@ -148,7 +157,7 @@ COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
   }
 }
 
-// Start of every kernel: this launch's epoch (same in every block).
+// Start of every kernel: this launch's epoch (same in every block; see Epochs above).
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute when
 // COMMHAL_COLL_PDL allows it): `griddepcontrol.wait` first — nothing of this kernel
 // runs before the previous kernel on the stream completed and its memory is flushed,
@@ -162,28 +171,20 @@ COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-  if (threadIdx.x == 0) {
-    s_epoch = load_relaxed(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_EPOCH)) + 1;
-  }
+  u64* words = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS);
+  if (threadIdx.x == 0) s_epoch = load_relaxed(words + blockIdx.x) + 1;
   __syncthreads();
-  return s_epoch;
-}
-
-// End of every kernel: the last block to finish publishes the epoch for the next launch.
-// Every block read the epoch before its add (program order + acq_rel RMW chain).
-COMMHAL_DEVICE void coll_end(const CollArgs& a, u64 e) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u32* done = reinterpret_cast<u32*>(a.scratch[a.rank] + COLL_OFF_DONE);
-    u32 prev;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(done) : "memory");
-    if (prev == gridDim.x - 1) {
-      *reinterpret_cast<volatile u32*>(done) = 0;
-      // Release: peers read this word to learn that every access of launch e is over
-      // (the LL broadcast / reduce senders, see wait_peer_done).
-      store_release(reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_EPOCH), e);
-    }
+  const u64 e = s_epoch;
+  // this block's words: b, b + grid, ... (word b only after every thread of the block
+  // has the value: the __syncthreads above)
+  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
+       w += (u64)blockDim.x * gridDim.x) {
+    store_relaxed(words + w, e);
   }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    store_relaxed(reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCH), e - 1);
+  }
+  return e;
 }
 
 // Block-level barrier with the same block of every peer (see the header comment).
@@ -327,7 +328,6 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
     }
     out[i] = acc;
   }
-  coll_end(a, e);
 }
 
 // Reduce vector range [vb, ve) (16-byte units at byte offset `base_off` of every input)
@@ -447,7 +447,6 @@ COMMHAL_DEVICE void allreduce_2shot(const CollArgs& a) {
     reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Reduce-scatter: every input holds nranks * count elements; rank r reduces elements
@@ -473,7 +472,6 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Vector j of this rank's chunk summed in rank order: `own[j]` for this rank, vector j of
@@ -575,7 +573,6 @@ extern "C" __global__ void commhal_coll_allgather(CollArgs a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // ---------------------------------------------------------------------------------
@@ -617,7 +614,6 @@ COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
     }
     out[i] = acc;
   }
-  coll_end(a, e);
 }
 
 extern "C" __global__ void commhal_coll_reducescatter_ll_f16(CollArgs a) { reducescatter_ll<OpF16>(a); }
@@ -652,7 +648,6 @@ extern "C" __global__ void commhal_coll_allgather_ll(CollArgs a) {
           ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
     }
   }
-  coll_end(a, e);
 }
 
 // ---------------------------------------------------------------------------------
@@ -708,7 +703,6 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
     reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Push reduce-scatter (large sizes): a.count elements per rank, count * elem % 16 == 0
@@ -755,7 +749,6 @@ COMMHAL_DEVICE void reducescatter_push(const CollArgs& a) {
     const v16 acc = sum_staged<Op>(a, own, j);
     out[j] = acc;
   }
-  coll_end(a, e);
 }
 
 extern "C" __global__ void commhal_coll_reducescatter_push_f16(CollArgs a) { reducescatter_push<OpF16>(a); }
@@ -816,7 +809,6 @@ extern "C" __global__ void commhal_coll_broadcast(CollArgs a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Broadcast, pull + forward (host: nranks >= 3, every buffer 16-byte aligned — the
@@ -900,7 +892,6 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Reduce (sum) to the root: a.count elements. The workers (layout::reduce_worker)
@@ -961,7 +952,6 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // ---------------------------------------------------------------------------------
@@ -970,11 +960,15 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
 // ahead of a receiver and overwriting a parity slot not yet read: before sending in
 // launch e, a sender waits (thread p of every block, once) until the receiver p has
 // completed launch e-2 — the last launch that used this parity's slot — by reading p's
-// epoch word (coll_end publishes it with a release). Usually long true already.
+// done_epoch word, which p's launch e-1 sets at its start. Usually long true already.
+// (This never waits on a launch the sender's own progress holds back: p's launch e-1
+// needs only launches up to e-1 of its peers, and the sender is at e.)
 
-// Bounded wait until rank p has completed launch `e` or a later one.
+// Bounded wait until rank p has completed launch `e` or a later one. The word is stored
+// (relaxed) after a kernel boundary, which orders every access of the launches before
+// it; the acquire here orders this rank's later writes into p after them.
 COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
-  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[p] + COLL_OFF_EPOCH), e);
+  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[p] + COLL_OFF_DONE_EPOCH), e);
 }
 
 // Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
@@ -1009,7 +1003,6 @@ extern "C" __global__ void commhal_coll_broadcast_ll(CollArgs a) {
     for (u64 i = tid0; i < npk; i += gthreads)
       out[i] = ll_wait(a, ll_slot(a, a.rank, root, parity) + i * 16, flag, ok);
   }
-  coll_end(a, e);
 }
 
 // Reduce (sum), LL: a.count elements, count * elem a multiple of 8, at most the LL slot.
@@ -1052,7 +1045,6 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
       out[i] = acc;
     }
   }
-  coll_end(a, e);
 }
 
 extern "C" __global__ void commhal_coll_reduce_ll_f16(CollArgs a) { reduce_ll<OpF16>(a); }
@@ -1166,7 +1158,6 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
         });
     chain_signal(a, next, tag, ok);
   }
-  coll_end(a, e);
 }
 
 // Reduce (sum), chain: a.count elements, bytes % 16 == 0, staging area of at least
@@ -1202,7 +1193,6 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
         [&](u64 v, v16 x) { dst[v] = x; });
     if (pos < n - 1) chain_signal(a, next, tag, ok);
   }
-  coll_end(a, e);
 }
 
 extern "C" __global__ void commhal_coll_reduce_chain_f16(CollArgs a) { reduce_chain<OpF16>(a); }
@@ -1309,7 +1299,6 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
       chain_signal(a, next, chain_tag(e, k), ok);
     }
   }
-  coll_end(a, e);
 }
 
 extern "C" __global__ void commhal_coll_allreduce_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_AR>(a); }
@@ -1353,7 +1342,6 @@ extern "C" __global__ void commhal_coll_alltoall_ll(CollArgs a) {
           ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
     }
   }
-  coll_end(a, e);
 }
 
 // Send/recv, LL (small sizes): a.count = bytes, a multiple of 8, at most the LL slot.
@@ -1383,7 +1371,6 @@ extern "C" __global__ void commhal_coll_sendrecv_ll(CollArgs a) {
   uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
   for (u64 i = tid0; i < npk; i += gthreads)
     out[i] = ll_wait(a, ll_slot(a, a.rank, prev, parity) + i * 16, flag, ok);
-  coll_end(a, e);
 }
 
 // All-to-all: a.count = bytes per chunk (cb); every input and output holds n chunks.
@@ -1423,7 +1410,6 @@ extern "C" __global__ void commhal_coll_alltoall(CollArgs a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }
 
 // Send/recv (nccl-tests sendrecv_perf): a.count = bytes; rank r's input goes to the
@@ -1451,5 +1437,4 @@ extern "C" __global__ void commhal_coll_sendrecv(CollArgs a) {
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
-  coll_end(a, e);
 }

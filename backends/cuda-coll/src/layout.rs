@@ -6,10 +6,9 @@
 pub const MAX_RANKS: usize = 8;
 /// Flag slots per peer: the largest grid any kernel is launched with.
 pub const MAX_BLOCKS: u32 = 1024;
-/// `u64` launch epoch (local only).
-pub const OFF_EPOCH: u64 = 0;
-/// `u32` count of finished blocks of the current launch.
-pub const OFF_DONE: u64 = 8;
+/// `u64`: every launch up to this epoch has completed on this rank (stored at the start
+/// of the next launch; peers read it, see `wait_peer_done` in the unit).
+pub const OFF_DONE_EPOCH: u64 = 0;
 /// `u32` error word (device error codes; 0 = none).
 pub const OFF_ERROR: u64 = 12;
 /// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
@@ -35,8 +34,11 @@ pub const OFF_MID_FLAGS: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS 
 /// Chain flags (pipelined broadcast / reduce), same shape: `[sender][block]`, value
 /// `(epoch << 32) | (round + 1)`.
 pub const OFF_CHAIN_FLAGS: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Launch epochs: `u64 [MAX_BLOCKS]`, one word per block slot, all equal between
+/// launches (block b of a launch reads word b; see "Epochs" in the unit).
+pub const OFF_BLOCK_EPOCHS: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
-pub const OFF_LL: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+pub const OFF_LL: u64 = OFF_BLOCK_EPOCHS + (MAX_BLOCKS as u64) * 8;
 /// Most vectors per thread in one chunk of the chain and ring kernels (`CollArgs::chain_unroll`).
 pub const CHAIN_UNROLL_MAX: u32 = 32;
 /// Device error: a barrier wait timed out.
@@ -170,8 +172,7 @@ mod tests {
     fn constants_match_the_unit() {
         assert_eq!(define("COLL_MAX_RANKS"), MAX_RANKS.to_string());
         assert_eq!(define("COLL_MAX_BLOCKS"), MAX_BLOCKS.to_string());
-        assert_eq!(define("COLL_OFF_EPOCH"), OFF_EPOCH.to_string());
-        assert_eq!(define("COLL_OFF_DONE"), OFF_DONE.to_string());
+        assert_eq!(define("COLL_OFF_DONE_EPOCH"), OFF_DONE_EPOCH.to_string());
         assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
         assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
         assert_eq!(define("COLL_OFF_DMA_FLAGS"), OFF_DMA_FLAGS.to_string());
@@ -191,8 +192,12 @@ mod tests {
             "(COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
-            define("COLL_OFF_LL"),
+            define("COLL_OFF_BLOCK_EPOCHS"),
             "(COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_OFF_LL"),
+            "(COLL_OFF_BLOCK_EPOCHS + COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
             define("COLL_CHAIN_UNROLL_MAX"),
