@@ -45,7 +45,7 @@
 //
 // Epochs. Every launch on a rank gets epoch e = 1 + the number of launches before it.
 // Launches are matched across ranks (same collective, same size, same order), so e
-// agrees on every rank. It lives in one u64 word per block slot (block_epochs[b]), all
+// agrees on every rank. It lives in one u64 word per block slot (COLL_OFF_BLOCK_EPOCHS), all
 // equal between launches: block b of a launch reads word b, and stores e into words b,
 // b + grid, b + 2 grid, ... (no other block of the launch reads those), so after the
 // launch every word holds e whatever the grid. The next launch reads them after the
