@@ -13,6 +13,9 @@
 //            peer into shared memory, 4 stages per block, mbarrier completion; the
 //            block XORs each chunk out of shared memory
 //   store    16-byte stores into the peers (the push kernels' direction)
+//   lsu+st, tma 4K+st   as lsu / tma 4K, and every byte read is also stored into the
+//            next peer (reads and stores on the links at once, as in the pull kernels;
+//            GB/s counts the bytes read)
 //
 // Grid: one block per SM (x2 where named), 512 threads (tma: 256). Timed with events
 // around R back-to-back launches per GPU (all GPUs queued together); GB/s per GPU =
@@ -52,7 +55,7 @@ __device__ __forceinline__ uint4 ld_nc(const uint4* p) {
   return v;
 }
 
-template <bool NC>
+template <bool NC, bool WRITE>
 __global__ void lsu_read(Peers p, u64 nvec, uint4* sink) {
   const u64 g = (u64)gridDim.x * blockDim.x;
   uint4 acc = make_uint4(0, 0, 0, 0);
@@ -64,6 +67,15 @@ __global__ void lsu_read(Peers p, u64 nvec, uint4* sink) {
       if (k < p.np) {
         x0[k] = NC ? ld_nc(p.src[k] + v) : p.src[k][v];
         x1[k] = NC ? ld_nc(p.src[k] + v + g) : p.src[k][v + g];
+      }
+    }
+    if (WRITE) {
+#pragma unroll
+      for (int k = 0; k < MAXR; ++k) {
+        if (k < p.np) {
+          p.dst[(k + 1) % p.np][v] = x0[k];
+          p.dst[(k + 1) % p.np][v + g] = x1[k];
+        }
       }
     }
 #pragma unroll
@@ -122,6 +134,7 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes,
 }
 
 // Chunk c (of `chunk` bytes) of the whole read: peer c % np, offset (c / np) * chunk.
+template <bool WRITE>
 __global__ void tma_read(Peers p, u64 bytes_per_peer, u32 chunk, uint4* sink) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ u64 bars[STAGES];
@@ -151,8 +164,10 @@ __global__ void tma_read(Peers p, u64 bytes_per_peer, u32 chunk, uint4* sink) {
     const int s = i % STAGES;
     mbar_wait(&bars[s], (i / STAGES) & 1);
     const uint4* b = reinterpret_cast<const uint4*>(smem + (u64)s * chunk);
+    const u64 k = c % p.np, off = (c / p.np) * chunk / 16;
     for (u32 j = threadIdx.x; j < chunk / 16; j += blockDim.x) {
       const uint4 x = b[j];
+      if (WRITE) p.dst[(k + 1) % p.np][off + j] = x;
       acc.x ^= x.x;
       acc.y ^= x.y;
       acc.z ^= x.z;
@@ -178,7 +193,7 @@ struct Gpu {
   int sms;
 };
 
-enum Kind { LSU, LSU_NC, TMA, STORE };
+enum Kind { LSU, LSU_NC, TMA, STORE, LSU_RW, TMA_RW };
 struct Variant {
   const char* name;
   Kind kind;
@@ -207,13 +222,17 @@ int main(int argc, char** argv) {
     CK(cudaEventCreate(&g[d].e0));
     CK(cudaEventCreate(&g[d].e1));
     CK(cudaDeviceGetAttribute(&g[d].sms, cudaDevAttrMultiProcessorCount, d));
-    CK(cudaFuncSetAttribute(tma_read, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CK(cudaFuncSetAttribute(tma_read<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            STAGES * 32 * 1024));
+    CK(cudaFuncSetAttribute(tma_read<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             STAGES * 32 * 1024));
   }
   const Variant vars[] = {
       {"lsu", LSU, 1, 0},          {"lsu x2", LSU, 2, 0},        {"lsu_nc", LSU_NC, 1, 0},
       {"tma 4K", TMA, 1, 4096},    {"tma 16K", TMA, 1, 16384},   {"tma 32K", TMA, 1, 32768},
       {"tma 16K x2", TMA, 2, 16384}, {"store", STORE, 1, 0},
+      // read and store the same bytes into another peer (the pull kernels' mix)
+      {"lsu+st", LSU_RW, 1, 0},    {"tma 4K+st", TMA_RW, 1, 4096},
   };
   const u64 sizes[] = {4ull << 20, 16ull << 20, 64ull << 20, 256ull << 20};
   printf("# peer_read: %d GPUs, every GPU reads B bytes (B/%d from each peer) at once; "
@@ -246,10 +265,14 @@ int main(int argc, char** argv) {
           CK(cudaEventRecord(g[d].e0, g[d].s));
           for (int r = 0; r < reps; ++r) {
             switch (v.kind) {
-              case LSU: lsu_read<false><<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16, g[d].sink); break;
-              case LSU_NC: lsu_read<true><<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16, g[d].sink); break;
+              case LSU: lsu_read<false, false><<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16, g[d].sink); break;
+              case LSU_NC: lsu_read<true, false><<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16, g[d].sink); break;
+              case LSU_RW: lsu_read<false, true><<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16, g[d].sink); break;
               case TMA:
-                tma_read<<<blocks, 256, STAGES * v.chunk, g[d].s>>>(p, per_peer, v.chunk, g[d].sink);
+                tma_read<false><<<blocks, 256, STAGES * v.chunk, g[d].s>>>(p, per_peer, v.chunk, g[d].sink);
+                break;
+              case TMA_RW:
+                tma_read<true><<<blocks, 256, STAGES * v.chunk, g[d].s>>>(p, per_peer, v.chunk, g[d].sink);
                 break;
               case STORE: lsu_store<<<blocks, 512, 0, g[d].s>>>(p, per_peer / 16); break;
             }
