@@ -25,19 +25,8 @@
 #include <cstring>
 #include <vector>
 
-typedef unsigned long long u64;
-typedef unsigned int u32;
+#include "micro_common.h"
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
-
-constexpr int MAXR = 8;
 constexpr u64 BYTES = 1024;
 constexpr u64 NPK = BYTES / 8;
 constexpr u64 SLOT = NPK * 16;

@@ -21,26 +21,15 @@
 // around R back-to-back launches per GPU (all GPUs queued together); GB/s per GPU =
 // B / (time per launch), the slowest GPU, median of 5 repetitions.
 //
-// Build: nvcc -O3 -arch=sm_90a -o peer_read peer_read.cu ; run: ./peer_read [N]
+// Build: nvcc -O3 -arch=sm_90 -o peer_read peer_read.cu ; run: ./peer_read [N]
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-typedef unsigned long long u64;
-typedef unsigned int u32;
+#include "micro_common.h"
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      exit(1);                                                                            \
-    }                                                                                     \
-  } while (0)
-
-constexpr int MAXR = 8;
 struct Peers {
   const uint4* src[MAXR];  // the peers' buffers (this GPU's own excluded)
   uint4* dst[MAXR];        // store variant: where this GPU writes in each peer
