@@ -25,6 +25,13 @@
 # (COMMHAL_GPU_PATH=dma), f16, 1K..1G x32 with --compare nccl and --gate 0, on 4 GPUs
 # when there are 4, else 2; budget default 150 s.
 #
+# GPU_BENCH_SET=dense: the closing tables — every collective at every power-of-2 size,
+# 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
+# and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
+# budget default 570 s (about 490 s on 4 x H200, session 8). Then
+# `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
+# line per run with every size where commhal is slower than NCCL).
+#
 # GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N --out
 # $OUT/gpu-cuda-h200.toml` for N = 2, then 4 (each run replaces its [ranks.N] section
 # and keeps the other; the file's header records the commands); sweeps as
@@ -49,8 +56,9 @@ case $SET in
   cli) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   tune) BUDGET=${GPU_BENCH_BUDGET:-300} ;;
   dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
+  dense) BUDGET=${GPU_BENCH_BUDGET:-570} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
-  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, cli, tune or dma" >&2; exit 2 ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, cli, tune or dma" >&2; exit 2 ;;
 esac
 START=$(date +%s)
 SUMMARY=()
@@ -69,7 +77,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
 NEED=("$G/commhal")
-[[ $SET == default || $SET == extra || $SET == dma ]] && NEED+=("$G/commhal-gpu-bench")
+[[ $SET == default || $SET == extra || $SET == dense || $SET == dma ]] && NEED+=("$G/commhal-gpu-bench")
 for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
@@ -172,6 +180,29 @@ if [[ $SET == dma ]]; then
     done
     unset COMMHAL_GPU_PATH
   fi
+fi
+
+if [[ $SET == dense ]]; then
+  NS=()
+  ((NGPU >= 4)) && NS+=(4)
+  ((NGPU >= 2)) && NS+=(2)
+  ((${#NS[@]})) || SUMMARY+=("$(printf '%-28s SKIPPED (needs 2 GPUs, found %s)' dense "$NGPU")")
+  D=(-b 1K -e 1G -f 2 -n 40 -w 5 --compare nccl)
+  for N in "${NS[@]}"; do
+    for C in allreduce allgather reducescatter; do
+      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 60 "$N" "$C" "${D[@]}" -d half
+    done
+    for C in broadcast reduce alltoall sendrecv; do
+      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 60 "$N" "$C" -r 1 "${D[@]}" -d half
+    done
+  done
+  for N in "${NS[@]}"; do
+    for T in bfloat16 float; do
+      for C in allreduce allgather reducescatter; do
+        step "bench-${N}gpu.log" "$C-$T-${N}gpu" 50 "$N" "$C" "${D[@]}" -d "$T"
+      done
+    done
+  done
 fi
 
 for N in 2 4; do

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""bench-tables.py — commhal-gpu-bench logs (with --compare nccl) to markdown tables.
+
+    scripts/bench-tables.py LOG...            one table per run: size, commhal µs, NCCL µs,
+                                              ratio, in-place ratio
+    scripts/bench-tables.py --summary LOG...  one line per run: the lowest ratio, every
+                                              size where commhal is slower than NCCL,
+                                              and any cell with wrong elements
+
+A run starts at a line with `####` (the session scripts' and scripts/gpu-bench.sh's step
+headers) that names commhal-gpu-bench; its rows are rank 0's table lines. The ratio is
+NCCL's time / commhal's (> 1: commhal faster), out of place; "ip" is the same in place
+(all-to-all and send/recv have no in-place variant: "-"). The bench prints NCCL's rows
+twice (interleaved, then as their own table); the first of each size is used.
+Python 3 standard library only.
+"""
+import re
+import signal
+import sys
+
+ROW = re.compile(r"^\[rank 0\]\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+"
+                 r"([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)"
+                 r"(\s+\[nccl\])?\s*$")
+
+
+def human(b):
+    for unit, s in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if b >= unit and b % unit == 0:
+            return f"{b // unit}{s}"
+    return str(b)
+
+
+class Run:
+    def __init__(self, header):
+        self.header = header
+        m = re.search(r"commhal-gpu-bench\s+(\S.*?)(\s+\(env:.*)?$", header)
+        self.args = m.group(1).strip() if m else header
+        n = re.search(r"launch -n (\d+)", header)
+        self.ranks = n.group(1) if n else "?"
+        e = re.search(r"\(env: (.*)\)$", header)
+        self.env = e.group(1).strip() if e else ""
+        self.ours, self.nccl = {}, {}
+
+    def add(self, m):
+        size = int(m.group(1))
+        cell = (float(m.group(6)), float(m.group(8)), int(m.group(7)), int(m.group(9)))
+        (self.nccl if m.group(10) else self.ours).setdefault(size, cell)
+
+    def rows(self):
+        for size in sorted(self.ours):
+            if size not in self.nccl:
+                continue
+            a, b = self.ours[size], self.nccl[size]
+            ratio = b[0] / a[0] if a[0] > 0 else float("nan")
+            ip = b[1] / a[1] if a[1] > 0 and b[1] > 0 else None
+            yield size, a, b, ratio, ip
+
+
+def runs(paths):
+    out = []
+    for path in paths:
+        cur = None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("####") and "commhal-gpu-bench" in line and "SKIPPED" not in line:
+                    cur = Run(line.strip("# \n"))
+                    out.append(cur)
+                elif cur is not None:
+                    m = ROW.match(line.rstrip("\n"))
+                    if m:
+                        cur.add(m)
+    return [r for r in out if r.ours]
+
+
+def table(r):
+    print(f"\n### {r.ranks} ranks: `{r.args}`" + (f" (env: {r.env})" if r.env else ""))
+    print("\n| size | commhal µs | NCCL µs | ratio | ip |\n|---|---|---|---|---|")
+    for size, a, b, ratio, ip in r.rows():
+        wrong = " (WRONG)" if a[2] > 0 or a[3] > 0 else ""
+        print(f"| {human(size)} | {a[0]:.2f}{wrong} | {b[0]:.2f} | {ratio:.2f} | "
+              + (f"{ip:.2f}" if ip is not None else "-") + " |")
+
+
+def summary(r):
+    rows = list(r.rows())
+    if not rows:
+        print(f"{r.ranks} ranks {r.args}: no NCCL rows (run with --compare nccl)")
+        return
+    low = min(min(x[3], x[4] if x[4] is not None else x[3]) for x in rows)
+    below = [f"{human(s)} {ro:.2f}" + (f"/{ip:.2f}" if ip is not None else "")
+             for s, _, _, ro, ip in rows if ro < 1.0 or (ip is not None and ip < 1.0)]
+    wrong = [human(s) for s, a, _, _, _ in rows if a[2] > 0 or a[3] > 0]
+    line = f"{r.ranks} ranks {r.args}: {len(rows)} sizes, lowest ratio {low:.2f}"
+    line += "; below NCCL (out/in place): " + (", ".join(below) if below else "none")
+    if wrong:
+        line += "; WRONG at " + ", ".join(wrong)
+    print(line)
+
+
+def main(argv):
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` is fine
+    want_summary = "--summary" in argv
+    paths = [a for a in argv if a != "--summary"]
+    if not paths:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    found = runs(paths)
+    if not found:
+        print("bench-tables: no commhal-gpu-bench run with rank-0 rows in " + ", ".join(paths),
+              file=sys.stderr)
+        return 1
+    for r in found:
+        (summary if want_summary else table)(r)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
