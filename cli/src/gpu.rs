@@ -441,7 +441,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
         &meta,
     )
     .map_err(|e| e.to_string())?;
-    let text = file.render();
+    let text = file.render().map_err(|e| e.to_string())?;
     std::fs::write(&t.out, &text).map_err(|e| format!("tune: writing {origin}: {e}"))?;
     println!("# wrote {origin} [ranks.{}]:", out.nranks);
     if let Some(s) = file.ranks.get(&out.nranks) {

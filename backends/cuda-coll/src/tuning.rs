@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::comm::Tuning;
 use crate::error::{CollError, Result};
@@ -112,23 +112,25 @@ pub const HEADER: &str = "\
 #   commhal tune --backend cuda-nvlink --ranks N --out algorithms/tuning/<this file>
 ";
 
-/// One `[ranks.N]` section.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// One `[ranks.N]` section. The file lists its keys in this order (the renderer
+/// serialises the struct: a new key needs its field here, its line in [`HEADER`], a
+/// value in [`FALLBACK`] and its use in [`resolve_with`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Section {
     /// Written by the tuner on the device (false: hand-picked).
     pub tuned: bool,
     /// Where the numbers come from.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub note: String,
     /// GPU the tuner ran on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub gpu_name: String,
     /// UTC date of the tuner run (YYYY-MM-DD).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub date: String,
     /// The exact command that produced this section.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub command: String,
     /// Largest all-reduce (bytes) done with one-shot LL (0: never).
     pub allreduce_ll_max: u64,
@@ -138,46 +140,46 @@ pub struct Section {
     pub allgather_reducescatter_ll_chunk_max: u64,
     /// Smallest broadcast (bytes) done with scatter + forward (0: never).
     pub broadcast_sf_min: u64,
-    /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
-    /// never; absent: `allreduce_push_min`). Not swept by the tuner: set from a
-    /// measured A/B (see the note).
-    #[serde(default)]
-    pub reducescatter_push_min: Option<u64>,
-    /// Largest reduce-scatter (total input bytes) done with the push kernel (absent:
-    /// no limit). Above it the one-phase pull kernel wins again (the push kernel's
-    /// local reduce runs after its remote phase).
-    #[serde(default)]
-    pub reducescatter_push_max: Option<u64>,
-    /// Smallest broadcast (bytes) done with the pipelined chain (absent or 0: never).
-    #[serde(default)]
-    pub broadcast_chain_min: Option<u64>,
-    /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
-    #[serde(default)]
-    pub reduce_chain_min: Option<u64>,
-    /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
-    /// (absent or 0: never; above it, or absent, only the non-roots do).
-    #[serde(default)]
-    pub reduce_all_max: Option<u64>,
-    /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
-    #[serde(default)]
-    pub allreduce_ring_min: Option<u64>,
-    /// Smallest all-gather (output bytes) done with the ring kernel (absent or 0: never).
-    #[serde(default)]
-    pub allgather_ring_min: Option<u64>,
-    /// Smallest reduce-scatter (input bytes) done with the ring kernel (absent or 0:
-    /// never).
-    #[serde(default)]
-    pub reducescatter_ring_min: Option<u64>,
-    /// Vectors per thread in one chain chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
-    #[serde(default)]
-    pub chain_unroll: Option<u64>,
-    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
-    #[serde(default)]
-    pub ring_unroll: Option<u64>,
     /// Threads per block of the bulk kernels (32..=512).
     pub threads: u32,
     /// Most blocks of the bulk kernels (0: the SM count).
     pub max_blocks: u32,
+    /// Smallest reduce-scatter (total input bytes) done with the push kernel (0:
+    /// never; absent: `allreduce_push_min`). Not swept by the tuner: set from a
+    /// measured A/B (see the note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reducescatter_push_min: Option<u64>,
+    /// Largest reduce-scatter (total input bytes) done with the push kernel (absent:
+    /// no limit). Above it the one-phase pull kernel wins again (the push kernel's
+    /// local reduce runs after its remote phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reducescatter_push_max: Option<u64>,
+    /// Smallest broadcast (bytes) done with the pipelined chain (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_chain_min: Option<u64>,
+    /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_chain_min: Option<u64>,
+    /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
+    /// (absent or 0: never; above it, or absent, only the non-roots do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_all_max: Option<u64>,
+    /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_ring_min: Option<u64>,
+    /// Smallest all-gather (output bytes) done with the ring kernel (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allgather_ring_min: Option<u64>,
+    /// Smallest reduce-scatter (input bytes) done with the ring kernel (absent or 0:
+    /// never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reducescatter_ring_min: Option<u64>,
+    /// Vectors per thread in one chain chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_unroll: Option<u64>,
+    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ring_unroll: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -279,8 +281,9 @@ impl TuningFile {
     }
 
     /// The file as TOML: [`HEADER`], a status line per section (tuned: GPU, date,
-    /// command), then the data.
-    pub fn render(&self) -> String {
+    /// command), then the data (each section's keys in [`Section`]'s order, absent
+    /// optional keys left out).
+    pub fn render(&self) -> Result<String> {
         let q = |s: &str| toml::Value::String(s.to_string()).to_string();
         let mut out = String::from(HEADER);
         out += "#\n# Status:\n";
@@ -303,46 +306,12 @@ impl TuningFile {
             self.gpu.iter().map(|g| q(g)).collect::<Vec<_>>().join(", ")
         );
         for (n, s) in &self.ranks {
-            out += &format!("\n[ranks.{n}]\ntuned = {}\n", s.tuned);
-            for (k, v) in [
-                ("note", &s.note),
-                ("gpu_name", &s.gpu_name),
-                ("date", &s.date),
-                ("command", &s.command),
-            ] {
-                if !v.is_empty() {
-                    out += &format!("{k} = {}\n", q(v));
-                }
-            }
-            out += &format!(
-                "allreduce_ll_max = {}\nallreduce_push_min = {}\nallgather_reducescatter_ll_chunk_max = {}\nbroadcast_sf_min = {}\nthreads = {}\nmax_blocks = {}\n",
-                s.allreduce_ll_max,
-                s.allreduce_push_min,
-                s.allgather_reducescatter_ll_chunk_max,
-                s.broadcast_sf_min,
-                s.threads,
-                s.max_blocks
-            );
-            if let Some(v) = s.reducescatter_push_min {
-                out += &format!("reducescatter_push_min = {v}\n");
-            }
-            for (k, v) in [
-                ("reducescatter_push_max", s.reducescatter_push_max),
-                ("broadcast_chain_min", s.broadcast_chain_min),
-                ("reduce_chain_min", s.reduce_chain_min),
-                ("reduce_all_max", s.reduce_all_max),
-                ("allreduce_ring_min", s.allreduce_ring_min),
-                ("allgather_ring_min", s.allgather_ring_min),
-                ("reducescatter_ring_min", s.reducescatter_ring_min),
-                ("chain_unroll", s.chain_unroll),
-                ("ring_unroll", s.ring_unroll),
-            ] {
-                if let Some(v) = v {
-                    out += &format!("{k} = {v}\n");
-                }
-            }
+            out += &format!("\n[ranks.{n}]\n");
+            out += &toml::to_string(s).map_err(|e| {
+                CollError::invalid(format!("[ranks.{n}]: cannot write it as TOML: {e}"))
+            })?;
         }
-        out
+        Ok(out)
     }
 }
 
@@ -1154,10 +1123,47 @@ mod tests {
             assert!(
                 f.ranks.contains_key(&2) && f.ranks.contains_key(&4) && f.ranks.contains_key(&8)
             );
-            let again = TuningFile::parse(&f.render(), name).unwrap();
+            let again = TuningFile::parse(&f.render().unwrap(), name).unwrap();
             assert_eq!(f, again, "{name}");
-            assert!(f.render().starts_with(HEADER));
+            assert!(f.render().unwrap().starts_with(HEADER));
         }
+    }
+
+    /// A section with every optional key set comes back from render + parse unchanged
+    /// (a key the renderer left out would fail here, not in a tuner run on the GPUs).
+    #[test]
+    fn every_key_survives_a_render() {
+        let mut full = FALLBACK.clone();
+        full.tuned = true;
+        full.note = "n \"quoted\"".into();
+        full.gpu_name = "G".into();
+        full.date = "2026-11-21".into();
+        full.command = "commhal tune".into();
+        full.reducescatter_push_min = Some(1);
+        full.reducescatter_push_max = Some(2);
+        full.broadcast_chain_min = Some(3);
+        full.reduce_chain_min = Some(4);
+        full.reduce_all_max = Some(5);
+        full.allreduce_ring_min = Some(6);
+        full.allgather_ring_min = Some(7);
+        full.reducescatter_ring_min = Some(8);
+        full.chain_unroll = Some(9);
+        full.ring_unroll = Some(10);
+        let f = TuningFile {
+            gpu: vec!["G".into()],
+            ranks: [(4, full)].into(),
+        };
+        let text = f.render().unwrap();
+        assert_eq!(TuningFile::parse(&text, "full").unwrap(), f, "{text}");
+        // and the fallback (every optional key absent) too
+        let g = TuningFile {
+            gpu: vec!["G".into()],
+            ranks: [(2, FALLBACK.clone())].into(),
+        };
+        assert_eq!(
+            TuningFile::parse(&g.render().unwrap(), "fallback").unwrap(),
+            g
+        );
     }
 
     /// The committed file is exactly what the renderer writes, so a tuner run changes
@@ -1166,11 +1172,17 @@ mod tests {
     fn committed_file_is_canonical() {
         let (name, text) = EMBEDDED[0];
         let f = TuningFile::parse(text, name).unwrap();
-        assert_eq!(
-            f.render(),
-            text,
-            "{name} differs from its rendering: re-render it (TuningFile::render)"
-        );
+        let rendered = f.render().unwrap();
+        if rendered != text {
+            // COMMHAL_RERENDER=1: write the rendering over the file (then check the diff)
+            if std::env::var_os("COMMHAL_RERENDER").is_some() {
+                let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../algorithms/tuning/");
+                std::fs::write(format!("{path}{name}"), &rendered).unwrap();
+            }
+            panic!(
+                "{name} differs from its rendering: re-render it (COMMHAL_RERENDER=1 cargo test -p commhal-cuda-coll committed_file_is_canonical, then check git diff)"
+            );
+        }
     }
 
     /// The file reproduces the defaults `Comm::new` had hard-coded.
@@ -1568,7 +1580,7 @@ mod tests {
         assert!(!s2.note.contains("capped"), "{}", s2.note);
         let mut g = f.clone();
         g.ranks.insert(4, s.clone());
-        let text = g.render();
+        let text = g.render().unwrap();
         assert!(
             text.contains(
                 "#   [ranks.4] tuned on NVIDIA H200 (4 ranks), 2026-12-01, by: commhal tune"
@@ -1601,7 +1613,7 @@ mod tests {
         assert_eq!(f.ranks[&4], e.ranks[&4]);
         assert_eq!(f.ranks[&8], e.ranks[&8]);
         // a second run for 4 ranks on top of the first run's file keeps [ranks.2]
-        let text = f.render();
+        let text = f.render().unwrap();
         let g = merged(Some((&text, "x.toml")), "NVIDIA H200", 4, &d, &meta).unwrap();
         assert_eq!(g.ranks[&2], f.ranks[&2]);
         assert!(g.ranks[&4].tuned);
@@ -1623,7 +1635,7 @@ mod tests {
         let k = merged(None, "NVIDIA A100-SXM4-80GB", 2, &d, &meta).unwrap();
         assert_eq!(k.gpu, vec!["NVIDIA A100-SXM4-80GB".to_string()]);
         assert_eq!(k.ranks.keys().copied().collect::<Vec<_>>(), vec![2]);
-        assert!(TuningFile::parse(&k.render(), "k").is_ok());
+        assert!(TuningFile::parse(&k.render().unwrap(), "k").is_ok());
         assert!(merged(None, " ", 2, &d, &meta).is_err());
         assert!(merged(None, "NVIDIA H200", 9, &d, &meta).is_err());
     }
