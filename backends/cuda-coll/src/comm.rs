@@ -682,17 +682,25 @@ impl Comm {
                 0,
             );
         }
+        let (k, grid, block) = self.kernel_plan(coll, dtype, count);
+        (kernel_name(k, dtype), grid, block)
+    }
+
+    /// The hand-written kernel and its grid for a collective (no plan algorithm, no
+    /// copy-engine path): the selector, from the tuned thresholds.
+    fn kernel_plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (Kernel, u32, u32) {
+        let es = dtype.size();
         match coll {
             Collective::Allreduce => {
                 let bytes = count * es;
                 if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
                     let (blocks, threads) = self.ll_grid(bytes / 8);
-                    (kernel_name(Kernel::AllreduceLl, dtype), blocks, threads)
+                    (Kernel::AllreduceLl, blocks, threads)
                 } else {
                     if self.ring(coll, bytes) {
                         let (b, t) = self
                             .chain_grid(bytes.div_ceil(u64::from(self.n)), self.tuning.ring_unroll);
-                        return (kernel_name(Kernel::AllreduceRing, dtype), b, t);
+                        return (Kernel::AllreduceRing, b, t);
                     }
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
                     let push = self.base.stage_slot_bytes > 0
@@ -703,7 +711,7 @@ impl Comm {
                     } else {
                         Kernel::Allreduce2Shot
                     };
-                    (kernel_name(k, dtype), b, t)
+                    (k, b, t)
                 }
             }
             Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
@@ -713,7 +721,7 @@ impl Comm {
                 } else {
                     Kernel::ReducescatterLl
                 };
-                (kernel_name(k, dtype), blocks, threads)
+                (k, blocks, threads)
             }
             Collective::Allgather | Collective::Reducescatter
                 if self.ring(coll, count * es * u64::from(self.n)) =>
@@ -724,11 +732,11 @@ impl Comm {
                 } else {
                     Kernel::ReducescatterRing
                 };
-                (kernel_name(k, dtype), b, t)
+                (k, b, t)
             }
             Collective::Allgather => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                (kernel_name(Kernel::Allgather, dtype), b, t)
+                (Kernel::Allgather, b, t)
             }
             Collective::Reducescatter => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
@@ -737,7 +745,7 @@ impl Comm {
                 } else {
                     Kernel::Reducescatter
                 };
-                (kernel_name(k, dtype), b, t)
+                (k, b, t)
             }
             Collective::Broadcast | Collective::Reduce
                 if self.n > 1 && self.ll_per_peer(count * es) =>
@@ -748,24 +756,24 @@ impl Comm {
                 } else {
                     Kernel::ReduceLl
                 };
-                (kernel_name(k, dtype), blocks, threads)
+                (k, blocks, threads)
             }
             Collective::Broadcast => {
                 let bytes = count * es;
                 if self.chain(coll, bytes) {
                     let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
-                    (kernel_name(Kernel::BroadcastChain, dtype), b, t)
+                    (Kernel::BroadcastChain, b, t)
                 } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
-                    (kernel_name(Kernel::BroadcastSf, dtype), b, t)
+                    (Kernel::BroadcastSf, b, t)
                 } else {
                     let (b, t) = self.grid_for(bytes.div_ceil(16));
-                    (kernel_name(Kernel::Broadcast, dtype), b, t)
+                    (Kernel::Broadcast, b, t)
                 }
             }
             Collective::Reduce if self.chain(coll, count * es) => {
                 let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
-                (kernel_name(Kernel::ReduceChain, dtype), b, t)
+                (Kernel::ReduceChain, b, t)
             }
             Collective::Reduce => {
                 // up to reduce_all_max (3+ ranks) the root works too: n shares, else
@@ -776,7 +784,7 @@ impl Comm {
                     (Kernel::Reduce, crate::layout::reduce_worker(self.n, 0, 0).0)
                 };
                 let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
-                (kernel_name(k, dtype), b, t)
+                (k, b, t)
             }
             Collective::Alltoall | Collective::Sendrecv
                 if self.n > 1 && self.ll_per_peer(count * es) =>
@@ -787,15 +795,15 @@ impl Comm {
                 } else {
                     Kernel::SendrecvLl
                 };
-                (kernel_name(k, dtype), blocks, threads)
+                (k, blocks, threads)
             }
             Collective::Alltoall => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                (kernel_name(Kernel::Alltoall, dtype), b, t)
+                (Kernel::Alltoall, b, t)
             }
             Collective::Sendrecv => {
                 let (b, t) = self.grid_for((count * es).div_ceil(16));
-                (kernel_name(Kernel::Sendrecv, dtype), b, t)
+                (Kernel::Sendrecv, b, t)
             }
         }
     }
@@ -913,15 +921,13 @@ impl Comm {
             };
             return dma.launch(&c, coll, dtype, count);
         }
-        let (name, grid, block) = self.plan(coll, dtype, count);
-        // the chunk size the grid was computed with (plan): rings and chains differ
-        let ring = [
-            Kernel::AllreduceRing,
-            Kernel::ReducescatterRing,
-            Kernel::AllgatherRing,
-        ]
-        .iter()
-        .any(|&k| kernel_name(k, dtype) == name);
+        let (kernel, grid, block) = self.kernel_plan(coll, dtype, count);
+        let name = kernel_name(kernel, dtype);
+        // the chunk size the grid was computed with (kernel_plan): rings and chains differ
+        let ring = matches!(
+            kernel,
+            Kernel::AllreduceRing | Kernel::ReducescatterRing | Kernel::AllgatherRing
+        );
         a.chain_unroll = if ring {
             self.tuning.ring_unroll
         } else {
