@@ -76,9 +76,6 @@ __device__ __forceinline__ u64 ld_acq_sys(const u64* p) {
   asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_rel_sys(u64* p, u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ u32 ld_acq_cta(const u32* p) {
   u32 v;
   asm volatile("ld.acquire.cta.shared.u32 %0, [%1];"
@@ -97,10 +94,13 @@ __device__ __forceinline__ u64 now_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ bool wait_ge(const Args& a, const u64* p, u64 v) {
+// Spin until ready(); false (and this GPU's error word set) after SPIN_NS, or at once
+// when another thread gave up first.
+template <typename Ready>
+__device__ bool spin_until(const Args& a, Ready ready) {
   u64 t0 = 0;
   for (u32 i = 0;; ++i) {
-    if (ld_acq_sys(p) >= v) return true;
+    if (ready()) return true;
     if ((i & 1023) == 0) {
       const u64 t = now_ns();
       if (i == 0) t0 = t;
@@ -111,26 +111,20 @@ __device__ bool wait_ge(const Args& a, const u64* p, u64 v) {
     }
   }
 }
+// a flag in global memory (another GPU's release)
+__device__ bool wait_ge(const Args& a, const u64* p, u64 v) {
+  return spin_until(a, [&] { return ld_acq_sys(p) >= v; });
+}
+// a counter in shared memory (another warp of this block)
 __device__ bool wait_smem_ge(const Args& a, const u32* p, u32 v) {
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    if (ld_acq_cta(p) >= v) return true;
-    if ((i & 1023) == 0) {
-      const u64 t = now_ns();
-      if (i == 0) t0 = t;
-      else if (t - t0 > SPIN_NS || *(volatile u32*)a.err) {
-        atomicExch(a.err, 1u);
-        return false;
-      }
-    }
-  }
+  return spin_until(a, [&] { return ld_acq_cta(p) >= v; });
 }
 
 __device__ void start_barrier(const Args& a, u64 e) {
   __syncthreads();
   const int t = threadIdx.x;
   if (t < a.n && t != a.rank) {
-    st_rel_sys(a.bar[t] + (u64)a.rank * gridDim.x + blockIdx.x, e);
+    st_release_sys(a.bar[t] + (u64)a.rank * gridDim.x + blockIdx.x, e);
     wait_ge(a, a.bar[a.rank] + (u64)t * gridDim.x + blockIdx.x, e);
   }
   __syncthreads();
@@ -186,7 +180,7 @@ __global__ void __launch_bounds__(THREADS) chain(Args a) {
         if (last) continue;
         copy_chunk(src, dst, c, a.cv, a.nvec, threadIdx.x, THREADS);
         __syncthreads();
-        if (threadIdx.x == 0) st_rel_sys(out_flag, tag);
+        if (threadIdx.x == 0) st_release_sys(out_flag, tag);
       }
       continue;
     }
@@ -205,7 +199,7 @@ __global__ void __launch_bounds__(THREADS) chain(Args a) {
       if (lane == 0 && !last) {
         for (k = 0; k < rounds; ++k) {
           if (!wait_smem_ge(a, &s_copied, k + 1)) break;
-          st_rel_sys(out_flag, (e << 32) | (k + 1));
+          st_release_sys(out_flag, (e << 32) | (k + 1));
         }
       }
     } else if (!last) {
@@ -244,12 +238,8 @@ struct Gpu {
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 4;
   const bool per_launch = argc > 2 && strcmp(argv[2], "launch") == 0;
-  int ndev = 0;
-  CK(cudaGetDeviceCount(&ndev));
-  if (n < 2 || n > ndev || n > MAXR) {
-    fprintf(stderr, "need 2..%d GPUs, have %d\n", MAXR, ndev);
-    return 1;
-  }
+  require_gpus(n);
+  enable_peers(n);
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const int G = sms;
@@ -257,8 +247,6 @@ int main(int argc, char** argv) {
   std::vector<Gpu> g(n);
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
-    for (int q = 0; q < n; ++q)
-      if (q != d) CK(cudaDeviceEnablePeerAccess(q, 0));
     CK(cudaStreamCreateWithFlags(&g[d].s, cudaStreamNonBlocking));
     CK(cudaEventCreate(&g[d].e0));
     CK(cudaEventCreate(&g[d].e1));

@@ -49,9 +49,6 @@ __device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
   asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ void st_relaxed_gpu(u64* p, u64 v) {
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
@@ -178,17 +175,13 @@ int main(int argc, char** argv) {
   int have = 0;
   CK(cudaGetDeviceCount(&have));
   if (have < n) n = have;
+  enable_peers(n);
   const int iters = 40, reps = 7;
   std::vector<Gpu> g(n);
   u32* hflag;
   CK(cudaHostAlloc(&hflag, 4, cudaHostAllocMapped | cudaHostAllocPortable));
   for (int r = 0; r < n; ++r) {
     CK(cudaSetDevice(r));
-    for (int p = 0; p < n; ++p)
-      if (p != r) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(p, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CK(e);
-      }
     CK(cudaStreamCreateWithFlags(&g[r].s, cudaStreamNonBlocking));
     CK(cudaMalloc(&g[r].scratch, 1 << 20));
     CK(cudaMemset(g[r].scratch, 0, 1 << 20));

@@ -1,6 +1,8 @@
 // micro_common.h — what the single-file micro-benchmarks here share: short integer
-// names, CK (abort with file, line, call and the CUDA error on any failure) and the
-// most GPUs a run drives. Each .cu still builds alone: nvcc finds this header beside it.
+// names, CK (abort with file, line, call and the CUDA error on any failure), the most
+// GPUs a run drives, the GPU checks and peer access every run starts with, and the
+// system-scope release store. Each .cu still builds alone: nvcc finds this header
+// beside it.
 #pragma once
 #include <cuda_runtime.h>
 #include <cstdio>
@@ -19,3 +21,35 @@ typedef unsigned int u32;
   } while (0)
 
 constexpr int MAXR = 8;
+
+// Exit with a message unless 2..MAXR GPUs are asked for and present.
+inline void require_gpus(int n) {
+  int have = 0;
+  CK(cudaGetDeviceCount(&have));
+  if (n < 2 || n > have || n > MAXR) {
+    fprintf(stderr, "need 2..%d GPUs, have %d\n", MAXR, have);
+    exit(1);
+  }
+}
+
+// Let each of GPUs 0..n-1 access every other one's memory (already enabled is fine).
+inline void enable_peers(int n) {
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    for (int q = 0; q < n; ++q) {
+      if (q == d) continue;
+      cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();  // not sticky: clear it so a later check does not see it
+      } else {
+        CK(e);
+      }
+    }
+  }
+}
+
+// st.release.sys: this thread's earlier writes are visible, system-wide, to whoever
+// acquires the value.
+__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}

@@ -192,18 +192,12 @@ struct Variant {
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
-  int have = 0;
-  CK(cudaGetDeviceCount(&have));
-  if (n < 2 || n > have || n > MAXR) {
-    fprintf(stderr, "need 2..%d GPUs (have %d)\n", MAXR, have);
-    return 1;
-  }
+  require_gpus(n);
+  enable_peers(n);
   const u64 cap = 256ull << 20;
   std::vector<Gpu> g(n);
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
-    for (int q = 0; q < n; ++q)
-      if (q != d) CK(cudaDeviceEnablePeerAccess(q, 0));
     CK(cudaStreamCreateWithFlags(&g[d].s, cudaStreamNonBlocking));
     CK(cudaMalloc(&g[d].buf, cap + (1 << 20)));
     CK(cudaMemset(g[d].buf, d + 1, cap + (1 << 20)));
