@@ -269,6 +269,34 @@ int main(int argc, char** argv) {
   // chunk bytes per block round: sync / plain use 512 threads x u vectors, async 448 x u
   const int unrolls[] = {1, 2, 4, 8};
   u64 epoch = 1;
+  // Queue `iters` iterations of `mode` on every GPU: one launch, or (`one_per_iter`)
+  // one launch per iteration, GPU after GPU for every launch so no GPU's queue runs
+  // far ahead. Every iteration gets the next epoch.
+  auto queue = [&](int mode, u64 nvec, u64 cv, int iters, bool one_per_iter) {
+    Args a{};
+    for (int d = 0; d < n; ++d) {
+      a.buf[d] = g[d].buf;
+      a.flags[d] = g[d].flags;
+      a.bar[d] = g[d].bar;
+    }
+    a.n = n;
+    a.mode = mode;
+    a.nvec = nvec;
+    a.cv = cv;
+    const int launches = one_per_iter ? iters : 1;
+    for (int l = 0; l < launches; ++l) {
+      for (int d = 0; d < n; ++d) {
+        CK(cudaSetDevice(d));
+        a.rank = d;
+        CK(cudaHostGetDevicePointer((void**)&a.err, g[d].err, 0));
+        a.iters = iters / launches;
+        a.epoch0 = epoch + (u64)l * a.iters;
+        chain<<<G, THREADS, 0, g[d].s>>>(a);
+        CK(cudaGetLastError());
+      }
+    }
+    epoch += iters;
+  };
   printf("%-6s %6s %5s %10s %8s\n", "mode", "size", "unrl", "us", "GB/s");
   for (u64 S : sizes) {
     const int iters = S <= (16ull << 20) ? 20 : (S <= (64ull << 20) ? 8 : 3);
@@ -278,43 +306,15 @@ int main(int argc, char** argv) {
         const u64 cv = (u64)(mode == 1 ? COPIERS : THREADS) * u;
         std::vector<double> t;
         for (int rep = 0; rep < 6; ++rep) {
-          Args a{};
-          for (int d = 0; d < n; ++d) {
-            a.buf[d] = g[d].buf;
-            a.flags[d] = g[d].flags;
-            a.bar[d] = g[d].bar;
-          }
-          a.n = n;
-          a.iters = iters;
-          a.mode = mode;
-          a.nvec = S / 16;
-          a.cv = cv;
-          a.epoch0 = epoch;
-          // one launch of `iters` iterations, or (per_launch) `iters` launches of one
-          // (GPU after GPU for every launch, so no GPU's queue runs far ahead)
           for (int d = 0; d < n; ++d) {
             CK(cudaSetDevice(d));
             CK(cudaEventRecord(g[d].e0, g[d].s));
           }
-          for (int l = 0; l < (per_launch ? iters : 1); ++l) {
-            for (int d = 0; d < n; ++d) {
-              CK(cudaSetDevice(d));
-              Args b = a;
-              b.rank = d;
-              CK(cudaHostGetDevicePointer((void**)&b.err, g[d].err, 0));
-              if (per_launch) {
-                b.iters = 1;
-                b.epoch0 = epoch + l;
-              }
-              chain<<<G, THREADS, 0, g[d].s>>>(b);
-              CK(cudaGetLastError());
-            }
-          }
+          queue(mode, S / 16, cv, iters, per_launch);
           for (int d = 0; d < n; ++d) {
             CK(cudaSetDevice(d));
             CK(cudaEventRecord(g[d].e1, g[d].s));
           }
-          epoch += iters;
           double worst = 0;
           for (int d = 0; d < n; ++d) {
             CK(cudaSetDevice(d));
@@ -337,26 +337,7 @@ int main(int argc, char** argv) {
             CK(cudaMemset(g[d].buf, 0, S));
             CK(cudaDeviceSynchronize());
           }
-          Args a{};
-          for (int d = 0; d < n; ++d) {
-            a.buf[d] = g[d].buf;
-            a.flags[d] = g[d].flags;
-            a.bar[d] = g[d].bar;
-          }
-          a.n = n;
-          a.iters = 1;
-          a.mode = mode;
-          a.nvec = S / 16;
-          a.cv = cv;
-          a.epoch0 = epoch;
-          for (int d = 0; d < n; ++d) {
-            CK(cudaSetDevice(d));
-            a.rank = d;
-            CK(cudaHostGetDevicePointer((void**)&a.err, g[d].err, 0));
-            chain<<<G, THREADS, 0, g[d].s>>>(a);
-            CK(cudaGetLastError());
-          }
-          epoch += 1;
+          queue(mode, S / 16, cv, 1, false);
           for (int d = 0; d < n; ++d) {
             CK(cudaSetDevice(d));
             CK(cudaStreamSynchronize(g[d].s));
