@@ -52,9 +52,11 @@
 // kernel boundary (stream order; with PDL after griddepcontrol.wait). No counter, no
 // fence: the end of a kernel publishes nothing (a system-scope release there cost
 // 1.3 µs of every launch, bench/micro/ll_latency.cu).
-// Peers learn a rank's progress from its done_epoch word: block 0 of launch e stores
-// e - 1 there at its start (every access of launch e - 1 is over: the kernel boundary
-// is the fence; see wait_peer_done).
+// Peers learn a rank's progress from its done-epoch words: block 0 of launch e stores
+// e - 1 at its start (every access of launch e - 1 is over: the kernel boundary is the
+// fence) into word [rank] of COLL_OFF_DONE_EPOCHS in every rank's scratch, its own too,
+// so a rank that needs a peer's progress reads its own memory (see wait_peer_done): a
+// store into a peer costs the storing kernel nothing, a load from one a round trip.
 //
 // Barriers (per block). Block b of rank r stores e into flag[r][b] of every peer
 // (st.release.sys, after __syncthreads, so it publishes the whole block's earlier
@@ -91,12 +93,12 @@ using namespace commhal;
 // ---- layout shared with backends/cuda-coll/src/layout.rs (checked by a test) ----
 #define COLL_MAX_RANKS 8
 #define COLL_MAX_BLOCKS 1024
-#define COLL_OFF_DONE_EPOCH 0
 #define COLL_OFF_ERROR 12
 // Host copy-engine path (backends/cuda-coll/src/dma.rs): u32 flags [kind][sender], 8 bytes
 // apart, written by peers' cuStreamWriteValue32 and waited on with cuStreamWaitValue32.
 // No kernel touches them.
 #define COLL_OFF_DMA_FLAGS 1024
+#define COLL_OFF_DONE_EPOCHS 2048
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
@@ -181,8 +183,9 @@ COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
        w += (u64)blockDim.x * gridDim.x) {
     store_relaxed(words + w, e);
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    store_relaxed(reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCH), e - 1);
+  if (blockIdx.x == 0 && threadIdx.x < a.nranks) {
+    store_relaxed(reinterpret_cast<u64*>(a.scratch[threadIdx.x] + COLL_OFF_DONE_EPOCHS) + a.rank,
+                  e - 1);
   }
   return e;
 }
@@ -960,15 +963,16 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
 // ahead of a receiver and overwriting a parity slot not yet read: before sending in
 // launch e, a sender waits (thread p of every block, once) until the receiver p has
 // completed launch e-2 — the last launch that used this parity's slot — by reading p's
-// done_epoch word, which p's launch e-1 sets at its start. Usually long true already.
+// done-epoch word, which p's launch e-1 sets at its start. Usually long true already.
 // (This never waits on a launch the sender's own progress holds back: p's launch e-1
 // needs only launches up to e-1 of its peers, and the sender is at e.)
 
-// Bounded wait until rank p has completed launch `e` or a later one. The word is stored
-// (relaxed) after a kernel boundary, which orders every access of the launches before
-// it; the acquire here orders this rank's later writes into p after them.
+// Bounded wait until rank p has completed launch `e` or a later one: p's word in this
+// rank's scratch (p stores it there, relaxed, after a kernel boundary, which orders
+// every access of the launches before it; the acquire here orders this rank's later
+// writes into p after them). A local load: no round trip to p.
 COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
-  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[p] + COLL_OFF_DONE_EPOCH), e);
+  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e);
 }
 
 // Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
@@ -1198,6 +1202,243 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
 extern "C" __global__ void commhal_coll_reduce_chain_f16(CollArgs a) { reduce_chain<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_chain<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
+
+// ---------------------------------------------------------------------------------
+// LL56 chains for mid-size broadcasts and reduces: the chains' ranks (r -> r+1) with
+// the data in packets instead of behind round flags, so no rank ever waits on a fence
+// and no barrier runs. A packet word is 64 bits: 7 data bytes (the low 56 bits) and a
+// flag byte (the top 8), stored and loaded as one 64-bit element (st/ld .v2.u64: PTX
+// makes 64-bit scalar accesses single-copy atomic), so a receiver that sees the flag of
+// this launch in a word sees that word's data. 7/8 of the bytes on the wire are data
+// (LL16: 1/2; NCCL's LL128 gets 15/16 from a 128-byte store atomicity that PTX does not
+// promise).
+//   Geometry. Data in 16-byte vectors, packets 16 bytes (two words). Warp tile t (of
+//   32 lanes) covers data vectors [224 t, 224 t + 224) and packets [256 t, 256 t + 256);
+//   lane l holds data vectors 224 t + 32 i + l (i < 7: 112 bytes = 14 words) and
+//   packets 256 t + 32 i + l (i < 8: 16 words), so every warp access is 512
+//   consecutive bytes. Word j of the lane's packets carries data bits [56 j, 56 j + 56)
+//   of its 14 data words. A lane whose first vector is past the end has no packets in
+//   that tile; past-the-end vectors of a lane that has some are sent as zeros and never
+//   stored. Tile t belongs to warp t mod W (W warps in the grid) on every rank.
+//   Region: one per rank after the LL slots (layout::off_ll56), written by the previous
+//   rank of the chain only, ceil(vectors / 224) x 4 KiB for the largest LL56 transfer.
+//   Reuse. The receiver clears every packet it read (local stores of zeros), so at the
+//   end of a launch its region is all zeros again, and a sender writes into the next
+//   rank's region in launch e only after that rank completed launch e - 1 (its
+//   done-epoch word, read once per block; usually long true): a sender never overwrites a
+//   packet not yet read, and no packet of an earlier launch is ever left to be mistaken
+//   for this one's. The flag byte (e mod 255) + 1 is never 0, the cleared value.
+//   Inputs and outputs are only touched by their own rank (the chain moves packets),
+//   so nothing else needs ordering; stream order covers the local buffers.
+//   A failed wait (timeout, or this rank's error word set) marks the next rank's error
+//   word too, so every rank downstream gives up instead of waiting out its own bound.
+#define COLL_LL56_TILE_VECS 224
+#define COLL_LL56_TILE_PKTS 256
+
+// The LL56 region of rank `owner`.
+COMMHAL_DEVICE u8* ll56_region(const CollArgs& a, u32 owner) {
+  return reinterpret_cast<u8*>(a.scratch[owner] + COLL_OFF_LL +
+                               2 * COLL_MAX_RANKS * a.ll_slot_bytes);
+}
+
+// Launch e's flag byte, in place (bits 56..63).
+COMMHAL_DEVICE u64 ll56_flag(u64 e) { return ((e % 255) + 1) << 56; }
+
+#define COLL_LL56_DATA 0x00FFFFFFFFFFFFFFull
+
+// 14 data words -> 16 packet words (word j: data bits [56 j, 56 j + 56), flag on top).
+COMMHAL_DEVICE void ll56_pack(const u64 (&d)[14], u64 flag, u64 (&w)[16]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const int bit = 56 * j, k = bit / 64, s = bit % 64;
+    u64 c = d[k] >> s;
+    if (s > 8) c |= d[k + 1] << (64 - s);  // fewer than 56 bits left in d[k]
+    w[j] = (c & COLL_LL56_DATA) | flag;
+  }
+}
+
+// 16 packet words -> 14 data words (the inverse of ll56_pack).
+COMMHAL_DEVICE void ll56_unpack(const u64 (&w)[16], u64 (&d)[14]) {
+#pragma unroll
+  for (int k = 0; k < 14; ++k) {
+    const int bit = 64 * k, j = bit / 56, t = bit % 56;  // t <= 48: two words suffice
+    d[k] = ((w[j] & COLL_LL56_DATA) >> t) | ((w[j + 1] & COLL_LL56_DATA) << (56 - t));
+  }
+}
+
+// Bounded wait for this lane's 8 packets at `p` (512 bytes apart) carrying `flag`;
+// each is loaded again only until it has arrived. false = gave up (error stored here,
+// and in the next rank's error word when `next` is another rank).
+COMMHAL_DEVICE bool ll56_recv(const CollArgs& a, const u8* p, u64 flag, u32 next, u64 (&w)[16]) {
+  u32 missing = 0xFF;
+  u64 t0 = 0;
+  for (u32 s = 0;; ++s) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (missing & (1u << i)) {
+        load_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
+        if ((w[2 * i] & ~COLL_LL56_DATA) == flag && (w[2 * i + 1] & ~COLL_LL56_DATA) == flag)
+          missing &= ~(1u << i);
+      }
+    }
+    if (missing == 0) return true;
+    if ((s & 1023) == 0) {
+      const u64 t = now_ns();
+      if (s == 0) t0 = t;
+      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
+        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
+        if (next != a.rank)
+          set_error_once(reinterpret_cast<u32*>(a.scratch[next] + COLL_OFF_ERROR),
+                         COLL_ERR_PACKET_TIMEOUT);
+        return false;
+      }
+    }
+  }
+}
+
+COMMHAL_DEVICE void ll56_send(u8* p, const u64 (&w)[16]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) store_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
+}
+
+COMMHAL_DEVICE void ll56_clear(u8* p) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) *reinterpret_cast<v16*>(p + i * 512) = make_uint4(0, 0, 0, 0);
+}
+
+// A lane's 7 data vectors (zeros past `nvec`) as 14 words, and back.
+COMMHAL_DEVICE void ll56_load(const v16* src, u64 v0, u64 nvec, u64 (&d)[14]) {
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    const u64 v = v0 + 32 * i;
+    const v16 x = v < nvec ? src[v] : make_uint4(0, 0, 0, 0);
+    d[2 * i] = (u64)x.x | ((u64)x.y << 32);
+    d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
+  }
+}
+COMMHAL_DEVICE v16 ll56_vec(const u64 (&d)[14], int i) {
+  return make_uint4((u32)d[2 * i], (u32)(d[2 * i] >> 32), (u32)d[2 * i + 1],
+                    (u32)(d[2 * i + 1] >> 32));
+}
+
+// Before the first send of launch e: the next rank completed launch e - 1 (it read and
+// cleared everything this rank sent it then). Thread 0 of each block, once.
+COMMHAL_DEVICE void ll56_next_free(const CollArgs& a, u32 next, u64 e) {
+  if (e > 1 && threadIdx.x == 0) wait_peer_done(a, next, e - 1);
+  __syncthreads();
+}
+
+// Warp tiles of this launch: for (t = ll56_first(); t < tiles; t += ll56_stride()).
+COMMHAL_DEVICE u64 ll56_first() { return ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; }
+COMMHAL_DEVICE u64 ll56_stride() { return (u64)gridDim.x * blockDim.x / 32; }
+
+// Broadcast, LL56 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
+// 32. Position (r - root) mod n as in broadcast_chain: the root packs its input and
+// sends; a middle rank forwards the packets unchanged, then unpacks them into its
+// output; the last rank only unpacks. The root copies its input into its own output
+// unless in place.
+//   4 ranks, root 2: 2 -> 3 -> 0 -> 1.
+extern "C" __global__ void commhal_coll_broadcast_ll56(CollArgs a) {
+  const u64 e = coll_begin(a);
+  const u64 flag = ll56_flag(e);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root) % n;
+  const u32 next = (a.rank + 1) % n;
+  const bool last = pos == n - 1;
+  if (!last) ll56_next_free(a, next, e);
+  const u64 nvec = a.count / 16;
+  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
+  const u32 lane = threadIdx.x % 32;
+  const v16* src = reinterpret_cast<const v16*>(a.in[root]);
+  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
+  const bool copy_own = pos == 0 && a.in[root] != a.out[root];
+  u8* mine = ll56_region(a, a.rank);
+  u8* theirs = ll56_region(a, next);
+  for (u64 t = ll56_first(); t < tiles; t += ll56_stride()) {
+    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
+    if (v0 >= nvec) continue;  // no data for this lane in this tile (same on every rank)
+    const u64 pk = (t * COLL_LL56_TILE_PKTS + lane) * 16;
+    u64 w[16];
+    u64 d[14];
+    if (pos == 0) {
+      ll56_load(src, v0, nvec, d);
+      ll56_pack(d, flag, w);
+      ll56_send(theirs + pk, w);
+      if (!copy_own) continue;
+    } else {
+      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) break;
+      if (!last) ll56_send(theirs + pk, w);
+      ll56_clear(mine + pk);
+      ll56_unpack(w, d);
+    }
+#pragma unroll
+    for (int i = 0; i < 7; ++i) {
+      const u64 v = v0 + 32 * i;
+      if (v < nvec) out[v] = ll56_vec(d, i);
+    }
+  }
+}
+
+// Reduce (sum), LL56 chain: a.count elements, bytes % 16 == 0 (host). Position
+// (r - root - 1) mod n as in reduce_chain (the root is last, the sum starts at position
+// 0): position 0 packs its input and sends; a middle rank adds its input to the partial
+// sum it unpacked and sends that; the root adds its input and stores its output.
+//   4 ranks, root 1: 2 -> 3 -> 0 -> 1. 2 ranks, root 0: 1 -> 0.
+// In place (inputs = outputs): the root reads and then writes each of its vectors in the
+// same thread; the other ranks only read theirs.
+template <typename Op>
+COMMHAL_DEVICE void reduce_ll56(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u64 flag = ll56_flag(e);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root - 1) % n;
+  const u32 next = (a.rank + 1) % n;
+  const bool last = pos == n - 1;
+  if (!last) ll56_next_free(a, next, e);
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
+  const u32 lane = threadIdx.x % 32;
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
+  u8* mine = ll56_region(a, a.rank);
+  u8* theirs = ll56_region(a, next);
+  for (u64 t = ll56_first(); t < tiles; t += ll56_stride()) {
+    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
+    if (v0 >= nvec) continue;
+    const u64 pk = (t * COLL_LL56_TILE_PKTS + lane) * 16;
+    u64 w[16];
+    u64 d[14];
+    ll56_load(in, v0, nvec, d);  // before the wait: its latency overlaps the packets'
+    if (pos > 0) {
+      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) break;
+      ll56_clear(mine + pk);
+      u64 s[14];
+      ll56_unpack(w, s);
+#pragma unroll
+      for (int i = 0; i < 7; ++i) {
+        const v16 x = add16<Op>(ll56_vec(s, i), ll56_vec(d, i));
+        d[2 * i] = (u64)x.x | ((u64)x.y << 32);
+        d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
+      }
+    }
+    if (!last) {
+      ll56_pack(d, flag, w);
+      ll56_send(theirs + pk, w);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 7; ++i) {
+        const u64 v = v0 + 32 * i;
+        if (v < nvec) out[v] = ll56_vec(d, i);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void commhal_coll_reduce_ll56_f16(CollArgs a) { reduce_ll56<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll56_bf16(CollArgs a) { reduce_ll56<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll56_f32(CollArgs a) { reduce_ll56<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and

@@ -405,7 +405,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL56 max bcast {} / reduce {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -418,6 +418,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.rs_ring_min,
             t.chain_unroll,
             t.ring_unroll,
+            t.bcast_ll56_max,
+            t.reduce_ll56_max,
             provenance(comm, args)
         );
         header(args, n, "commhal");
@@ -674,6 +676,8 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         rs_ring_min: Some(0),
         rs_push_min: Some(0),
         reduce_all_max: Some(0),
+        bcast_ll56_max: Some(0),
+        reduce_ll56_max: Some(0),
         ..Forced::default()
     };
     match coll {

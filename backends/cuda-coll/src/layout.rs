@@ -6,9 +6,10 @@
 pub const MAX_RANKS: usize = 8;
 /// Flag slots per peer: the largest grid any kernel is launched with.
 pub const MAX_BLOCKS: u32 = 1024;
-/// `u64`: every launch up to this epoch has completed on this rank (stored at the start
-/// of the next launch; peers read it, see `wait_peer_done` in the unit).
-pub const OFF_DONE_EPOCH: u64 = 0;
+/// `u64 [MAX_RANKS]`: word p = every launch up to this epoch has completed on rank p
+/// (p stores it into every rank's scratch at the start of its next launch; see
+/// `wait_peer_done` in the unit).
+pub const OFF_DONE_EPOCHS: u64 = 2048;
 /// `u32` error word (device error codes; 0 = none).
 pub const OFF_ERROR: u64 = 12;
 /// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
@@ -46,9 +47,47 @@ pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
 
-/// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender.
-pub fn scratch_bytes(ll_max_bytes: u64) -> u64 {
-    OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes(ll_max_bytes)
+/// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, and
+/// an LL56 region for chains of up to `ll56_max_bytes`.
+pub fn scratch_bytes(ll_max_bytes: u64, ll56_max_bytes: u64) -> u64 {
+    off_ll56(ll_slot_bytes(ll_max_bytes)) + ll56_region_bytes(ll56_max_bytes)
+}
+
+/// 16-byte data vectors in one LL56 warp tile (32 lanes x 7).
+pub const LL56_TILE_VECS: u64 = 224;
+/// 16-byte packets in one LL56 warp tile (32 lanes x 8).
+pub const LL56_TILE_PKTS: u64 = 256;
+
+/// Offset of the LL56 region in a rank's scratch: right after the LL slots
+/// (`ll56_region` in the unit).
+pub fn off_ll56(ll_slot_bytes: u64) -> u64 {
+    OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes
+}
+
+/// Bytes of the LL56 region for transfers of up to `bytes`: 4 KiB of packets per warp
+/// tile of 3.5 KiB of data (0 for none).
+pub fn ll56_region_bytes(bytes: u64) -> u64 {
+    bytes.div_ceil(16).div_ceil(LL56_TILE_VECS) * LL56_TILE_PKTS * 16
+}
+
+/// Grid `(blocks, threads)` of an LL56 chain over `bytes`: one warp per tile of 224
+/// vectors (with fewer warps than tiles each takes every W-th), whole warps per block
+/// (at most `threads / 32`), the tiles spread over as many blocks as `max_blocks`
+/// allows: an SM's share of the link traffic is what limits these kernels (on 4 x
+/// H200, 16 blocks of 16 warps moved 64 MiB at 0.7 x the speed of 132 blocks, 8 blocks
+/// at 0.36 x).
+pub fn ll56_grid(bytes: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
+    let max_warps = u64::from((threads / 32).max(1));
+    let max_blocks = u64::from(max_blocks.max(1));
+    let tiles = (bytes / 16).div_ceil(LL56_TILE_VECS).max(1);
+    let warps = tiles.div_ceil(tiles.min(max_blocks)).min(max_warps);
+    let blocks = tiles.div_ceil(warps).min(max_blocks);
+    (blocks as u32, (warps * 32) as u32)
+}
+
+/// Largest transfer (bytes, whole 16-byte vectors) an LL56 region of `region` bytes holds.
+pub fn ll56_capacity(region: u64) -> u64 {
+    region / (LL56_TILE_PKTS * 16) * LL56_TILE_VECS * 16
 }
 
 /// One LL16 slot (8 data bytes per 16-byte packet) for `ll_max_bytes` of data.
@@ -172,7 +211,10 @@ mod tests {
     fn constants_match_the_unit() {
         assert_eq!(define("COLL_MAX_RANKS"), MAX_RANKS.to_string());
         assert_eq!(define("COLL_MAX_BLOCKS"), MAX_BLOCKS.to_string());
-        assert_eq!(define("COLL_OFF_DONE_EPOCH"), OFF_DONE_EPOCH.to_string());
+        assert_eq!(define("COLL_OFF_DONE_EPOCHS"), OFF_DONE_EPOCHS.to_string());
+        // the done words sit between the copy-engine flags and the start flags
+        assert!(dma_flag(DMA_END, MAX_RANKS as u32) <= OFF_DONE_EPOCHS);
+        assert!(OFF_DONE_EPOCHS + 8 * MAX_RANKS as u64 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
         assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
         assert_eq!(define("COLL_OFF_DMA_FLAGS"), OFF_DMA_FLAGS.to_string());
@@ -202,6 +244,13 @@ mod tests {
         assert_eq!(
             define("COLL_CHAIN_UNROLL_MAX"),
             CHAIN_UNROLL_MAX.to_string()
+        );
+        assert_eq!(define("COLL_LL56_TILE_VECS"), LL56_TILE_VECS.to_string());
+        assert_eq!(define("COLL_LL56_TILE_PKTS"), LL56_TILE_PKTS.to_string());
+        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        assert!(
+            src.contains("a.scratch[owner] + COLL_OFF_LL +\n                               2 * COLL_MAX_RANKS * a.ll_slot_bytes"),
+            "ll56_region in the unit must sit where off_ll56 says"
         );
         assert_eq!(
             define("COLL_ERR_WAIT_TIMEOUT"),
@@ -373,8 +422,44 @@ mod tests {
 
     #[test]
     fn scratch_holds_the_ll_slots() {
-        let s = scratch_bytes(64 << 10);
+        let s = scratch_bytes(64 << 10, 0);
         assert!(s >= OFF_LL + 2 * 8 * (128 << 10));
         assert_eq!(ll_slot_bytes(1000) % 4096, 0);
+    }
+
+    #[test]
+    fn ll56_region_holds_every_tile() {
+        assert_eq!(ll56_region_bytes(0), 0);
+        // one vector still needs its lane's whole tile
+        assert_eq!(ll56_region_bytes(16), 4096);
+        assert_eq!(ll56_region_bytes(3584), 4096);
+        assert_eq!(ll56_region_bytes(3584 + 16), 8192);
+        for bytes in [16u64, 3584, 4096, 1 << 20, (16 << 20) + 48, 64 << 20] {
+            let r = ll56_region_bytes(bytes);
+            // the last tile's last packet ends inside the region
+            let last_tile = (bytes / 16 - 1) / LL56_TILE_VECS;
+            assert!((last_tile + 1) * LL56_TILE_PKTS * 16 <= r, "{bytes}");
+            assert!(ll56_capacity(r) >= bytes, "{bytes}");
+            assert!(ll56_capacity(r) < bytes + LL56_TILE_VECS * 16, "{bytes}");
+        }
+        // grids: whole warps, within the limits, every tile a warp (or all warps busy)
+        for bytes in [16u64, 512 << 10, 1 << 20, 2 << 20, 16 << 20, 1 << 30] {
+            for (threads, max_blocks) in [(512, 132), (256, 132), (100, 7), (512, 1)] {
+                let (b, t) = ll56_grid(bytes, threads, max_blocks);
+                let tiles = (bytes / 16).div_ceil(LL56_TILE_VECS);
+                assert!(
+                    b >= 1 && b <= max_blocks && t % 32 == 0 && t >= 32 && t <= threads.max(32)
+                );
+                let warps = u64::from(b) * u64::from(t / 32);
+                assert!(warps >= tiles || (b == max_blocks && t == threads / 32 * 32));
+            }
+        }
+        // 512 KiB on 132 SMs: 147 tiles over 74 blocks of 2 warps, not 10 of 16
+        assert_eq!(ll56_grid(512 << 10, 512, 132), (74, 64));
+        let s = scratch_bytes(64 << 10, 1 << 20);
+        assert_eq!(
+            s,
+            off_ll56(ll_slot_bytes(64 << 10)) + ll56_region_bytes(1 << 20)
+        );
     }
 }

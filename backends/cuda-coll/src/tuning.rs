@@ -86,6 +86,13 @@ pub const HEADER: &str = "\
 #                          or more ranks are split over every rank, the root too
 #                          (above: over the non-roots only, whose links the root's
 #                          output then shares less)
+#     broadcast_ll56_max, reduce_ll56_max
+#                          (optional; absent or 0: never) broadcasts / reduces above the
+#                          LL chunk size and up to this size run as an LL56 chain (packets
+#                          of 7 data bytes and a flag byte per 64-bit word, no barrier;
+#                          16-byte multiples only); the larger of the two sizes the
+#                          LL56 region.
+#                          Not swept by the tuner: set from a measured A/B (see the note)
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -104,6 +111,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
+# COMMHAL_COLL_BCAST_LL56_MAX, COMMHAL_COLL_REDUCE_LL56_MAX,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -164,6 +172,12 @@ pub struct Section {
     /// (absent or 0: never; above it, or absent, only the non-roots do).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_all_max: Option<u64>,
+    /// Largest broadcast (bytes) done with the LL56 chain (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_ll56_max: Option<u64>,
+    /// Largest reduce (bytes) done with the LL56 chain (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_ll56_max: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ring_min: Option<u64>,
@@ -335,6 +349,8 @@ static FALLBACK: Section = Section {
     broadcast_chain_min: None,
     reduce_chain_min: None,
     reduce_all_max: None,
+    broadcast_ll56_max: None,
+    reduce_ll56_max: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -412,6 +428,10 @@ pub struct Forced {
     pub rs_push_max: Option<u64>,
     /// Largest reduce where the root works too (0: never).
     pub reduce_all_max: Option<u64>,
+    /// Largest LL56 broadcast (0: never).
+    pub bcast_ll56_max: Option<u64>,
+    /// Largest LL56 reduce (0: never).
+    pub reduce_ll56_max: Option<u64>,
 }
 
 thread_local! {
@@ -600,6 +620,20 @@ pub fn resolve_with(
         false,
         s.reduce_all_max.unwrap_or(0),
     );
+    let bcast_ll56_max = pick(
+        forced.bcast_ll56_max,
+        None,
+        "COMMHAL_COLL_BCAST_LL56_MAX",
+        false,
+        s.broadcast_ll56_max.unwrap_or(0),
+    );
+    let reduce_ll56_max = pick(
+        forced.reduce_ll56_max,
+        None,
+        "COMMHAL_COLL_REDUCE_LL56_MAX",
+        false,
+        s.reduce_ll56_max.unwrap_or(0),
+    );
     let mut unroll = |var: &'static str, file: Option<u64>| {
         pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
@@ -655,6 +689,8 @@ pub fn resolve_with(
             bcast_chain_min,
             reduce_chain_min,
             reduce_all_max,
+            bcast_ll56_max,
+            reduce_ll56_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -1144,6 +1180,8 @@ mod tests {
         full.broadcast_chain_min = Some(3);
         full.reduce_chain_min = Some(4);
         full.reduce_all_max = Some(5);
+        full.broadcast_ll56_max = Some(11);
+        full.reduce_ll56_max = Some(12);
         full.allreduce_ring_min = Some(6);
         full.allgather_ring_min = Some(7);
         full.reducescatter_ring_min = Some(8);

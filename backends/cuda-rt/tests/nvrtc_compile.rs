@@ -243,6 +243,9 @@ fn every_kernel_fits_512_threads_without_spills() {
                 && let Some(n) = rest.strip_suffix_registers()
             {
                 seen += 1;
+                if std::env::var_os("COMMHAL_PRINT_REGISTERS").is_some() {
+                    eprintln!("{entry}: {n} registers");
+                }
                 assert!(
                     n <= 128,
                     "{entry}: {n} registers (> 128: no 512-thread launch)"

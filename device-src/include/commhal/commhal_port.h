@@ -103,27 +103,42 @@ COMMHAL_DEVICE u32 set_error_once(u32* p, u32 v) {
 }
 COMMHAL_DEVICE void fence_acq_rel() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
-// One 8-byte store of two 32-bit words (LL8 packets).
+// Packets (data and flag in one word). PTX's memory model makes only scalar accesses
+// of up to 64 bits single-copy atomic; a vector access is a set of accesses to its
+// elements in no set order. So every packet word that holds data AND its flag is one
+// 64-bit element: `.u64` / `.v2.u64`, never `.v2.u32` / `.v4.u32` (whose 32-bit halves
+// could become visible apart). The byte layout is the same (little-endian: a | b << 32).
+//
+// One 8-byte store of two 32-bit words (LL8 packets: data word a, flag word b).
 COMMHAL_DEVICE void store_volatile_v2u32(void* p, u32 a, u32 b) {
-  asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
+  const u64 v = (u64)a | ((u64)b << 32);
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 COMMHAL_DEVICE void load_volatile_v2u32(const void* p, u32& a, u32& b) {
-  asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
-               : "=r"(a), "=r"(b)
-               : "l"(p)
-               : "memory");
+  u64 v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  a = (u32)v;
+  b = (u32)(v >> 32);
 }
-// One 16-byte store of four 32-bit words (LL16 packets).
+// One 16-byte store of two 64-bit words (LL56 packets; each word atomic on its own).
+COMMHAL_DEVICE void store_volatile_v2u64(void* p, u64 a, u64 b) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+COMMHAL_DEVICE void load_volatile_v2u64(const void* p, u64& a, u64& b) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// One 16-byte store of four 32-bit words (LL16 packets: a, c data; b, d their flags):
+// the words (a, b) and (c, d), each one 64-bit element (see above).
 COMMHAL_DEVICE void store_volatile_v4u32(void* p, u32 a, u32 b, u32 c, u32 d) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b),
-               "r"(c), "r"(d)
-               : "memory");
+  store_volatile_v2u64(p, (u64)a | ((u64)b << 32), (u64)c | ((u64)d << 32));
 }
 COMMHAL_DEVICE void load_volatile_v4u32(const void* p, u32& a, u32& b, u32& c, u32& d) {
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
-               : "l"(p)
-               : "memory");
+  u64 lo, hi;
+  load_volatile_v2u64(p, lo, hi);
+  a = (u32)lo;
+  b = (u32)(lo >> 32);
+  c = (u32)hi;
+  d = (u32)(hi >> 32);
 }
 
 #elif defined(COMMHAL_HIP)
@@ -161,6 +176,17 @@ COMMHAL_DEVICE void load_volatile_v2u32(const void* p, u32& a, u32& b) {
   u64 v = *reinterpret_cast<const volatile u64*>(p);
   a = (u32)v;
   b = (u32)(v >> 32);
+}
+COMMHAL_DEVICE void store_volatile_v2u64(void* p, u64 a, u64 b) {
+  typedef u64 v2 __attribute__((ext_vector_type(2)));
+  v2 x = {a, b};
+  __builtin_nontemporal_store(x, reinterpret_cast<v2*>(p));
+}
+COMMHAL_DEVICE void load_volatile_v2u64(const void* p, u64& a, u64& b) {
+  typedef u64 v2 __attribute__((ext_vector_type(2)));
+  v2 x = __builtin_nontemporal_load(reinterpret_cast<const v2*>(p));
+  a = x.x;
+  b = x.y;
 }
 COMMHAL_DEVICE void store_volatile_v4u32(void* p, u32 a, u32 b, u32 c, u32 d) {
   typedef u32 v4 __attribute__((ext_vector_type(4)));
