@@ -36,6 +36,9 @@
 //   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
 //                                    pipelined chain root+1 -> ... -> root: partial sums
 //                                    stored into the next rank's staging, chunk by chunk.
+//   commhal_coll_broadcast_ll56,     (mid sizes, bytes % 16 == 0) the chains' ranks with
+//   commhal_coll_reduce_ll56_*       LL56 packets (7 data bytes + a flag byte per 64-bit
+//                                    word) instead of round flags: no barrier, no fence.
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
 //                                    n-1 reduce-scatter steps into the next rank's
