@@ -818,6 +818,17 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
+            // last: a window above the LL16 sizes, derived apart (Derived::ll56_window)
+            Candidate {
+                name: "ll56",
+                kernel: Kernel::BroadcastLl56,
+                forced: Forced {
+                    bcast_ll56_max: Some(u64::MAX),
+                    ll_chunk_max: Some(0),
+                    ..f
+                },
+                applies: |b, _| b >= 16 && b.is_multiple_of(16),
+            },
         ],
         Collective::Reduce => {
             let mut cands = Vec::new();
@@ -853,6 +864,16 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             });
+            cands.push(Candidate {
+                name: "ll56",
+                kernel: Kernel::ReduceLl56,
+                forced: Forced {
+                    reduce_ll56_max: Some(u64::MAX),
+                    ll_chunk_max: Some(0),
+                    ..f
+                },
+                applies: |b, _| b >= 16 && b.is_multiple_of(16),
+            });
             cands
         }
         _ => Vec::new(),
@@ -877,6 +898,9 @@ pub struct Sweep {
     /// The kernel chosen per size ([`tuning::assign`]; all-gather and reduce-scatter
     /// alone — their shared threshold weighs both).
     pub choice: Vec<Option<usize>>,
+    /// The per-peer LL16 threshold in effect (the file's): broadcast / reduce windows
+    /// (LL56) start above it.
+    pub ll_chunk_max: u64,
 }
 
 /// What the tuner produced (the same on every rank).
@@ -916,6 +940,10 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let rank0 = boot.rank() == 0;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let es = args.dtype.size();
+    // the LL16 sizes the selector keeps whatever the sweep says (the file's value)
+    let ll_chunk_max = crate::tuning::resolve(&gpu, n, 1, None, timeout)
+        .map(|(t, _)| t.ll_chunk_max)
+        .unwrap_or(0);
     let mut sweeps = Vec::new();
     let mut wrong = false;
     for &coll in colls {
@@ -973,6 +1001,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             chunks: Vec::new(),
             times: Vec::new(),
             choice: Vec::new(),
+            ll_chunk_max,
         };
         for bytes in cli::sizes(a.min_bytes, a.max_bytes, a.step_factor) {
             let (count, per) = cli::counts(coll, bytes, a.dtype, n);
@@ -1064,12 +1093,6 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     if let Some(s) = find(Collective::Allreduce) {
         d.allreduce(&s.sizes, &s.times);
     }
-    if let Some(s) = find(Collective::Broadcast) {
-        d.broadcast(&s.sizes, &s.times);
-    }
-    if let Some(s) = find(Collective::Reduce) {
-        d.reduce(&s.sizes, &s.times);
-    }
     for (c, gather) in [
         (Collective::Allgather, true),
         (Collective::Reducescatter, false),
@@ -1087,6 +1110,32 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         (Some(a), _) => d.gather_scatter(&a.chunks, Some(&a.times), None),
         (None, Some(r)) => d.gather_scatter(&r.chunks, None, Some(&r.times)),
         (None, None) => {}
+    }
+    // broadcast / reduce: the kernels' thresholds from every column but LL56 (last),
+    // then LL56's window above the LL16 sizes in effect (this run's, else the file's)
+    let ll56_col = |s: &Sweep| {
+        s.candidates
+            .iter()
+            .position(|c| *c == "ll56")
+            .filter(|&c| s.times.iter().any(|r| r.len() > c))
+    };
+    if let Some(s) = find(Collective::Broadcast) {
+        let col = ll56_col(s);
+        let rest = col.map_or(s.times.clone(), |c| tuning::first_columns(&s.times, c));
+        d.broadcast(&s.sizes, &rest);
+        if let Some(c) = col {
+            let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
+            d.broadcast_ll56_max = tuning::ll56_window(&s.sizes, &s.times, c, floor);
+        }
+    }
+    if let Some(s) = find(Collective::Reduce) {
+        let col = ll56_col(s);
+        let rest = col.map_or(s.times.clone(), |c| tuning::first_columns(&s.times, c));
+        d.reduce(&s.sizes, &rest);
+        if let Some(c) = col {
+            let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
+            d.reduce_ll56_max = tuning::ll56_window(&s.sizes, &s.times, c, floor);
+        }
     }
     d
 }
@@ -1129,17 +1178,21 @@ mod tests {
             names(Collective::Reducescatter, 8),
             ["ll", "direct", "ring", "push"]
         );
+        // LL56 last: a window above the LL16 sizes, derived apart
         assert_eq!(
             names(Collective::Broadcast, 3),
-            ["direct", "scatter-forward", "chain"]
+            ["direct", "scatter-forward", "chain", "ll56"]
         );
         assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
-        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain"]);
-        assert_eq!(names(Collective::Reduce, 4), ["all", "worker", "chain"]);
+        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll56"]);
+        assert_eq!(
+            names(Collective::Reduce, 4),
+            ["all", "worker", "chain", "ll56"]
+        );
         for c in [Collective::Alltoall, Collective::Sendrecv] {
             assert!(names(c, 4).is_empty());
         }
-        // every candidate turns every ring and chain off but its own
+        // every candidate turns every ring, chain and LL56 window off but its own
         for c in TUNED {
             for cand in candidates(c, 4) {
                 let f = cand.forced;
@@ -1149,6 +1202,8 @@ mod tests {
                     f.rs_ring_min,
                     f.bcast_chain_min,
                     f.reduce_chain_min,
+                    f.bcast_ll56_max,
+                    f.reduce_ll56_max,
                 ]
                 .iter()
                 .filter(|v| **v != Some(0))
@@ -1160,6 +1215,8 @@ mod tests {
                         | Kernel::ReducescatterRing
                         | Kernel::BroadcastChain
                         | Kernel::ReduceChain
+                        | Kernel::BroadcastLl56
+                        | Kernel::ReduceLl56
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
@@ -1199,6 +1256,7 @@ mod tests {
             chunks: chunks.to_vec(),
             choice: tuning::assign(&times),
             times,
+            ll_chunk_max: 0,
         }
     }
 
@@ -1295,6 +1353,64 @@ mod tests {
         let d = derive(&[rd4]);
         assert_eq!(d.reduce_all_max, Some(m));
         assert_eq!(d.reduce_chain_min, Some(256 * m));
+    }
+
+    #[test]
+    fn ll56_window_from_synthetic_sweeps() {
+        let k = 1u64 << 10;
+        let m = 1u64 << 20;
+        let sizes = [256 * k, m, 16 * m, 256 * m];
+        // reduce on 4 ranks [all, worker, chain, ll56]: LL56 fastest at 1M and 16M, slower
+        // at 256M; at 256K too, but that size is the LL16 kernel's (floor)
+        let times: &[&[f64]] = &[
+            &[7.0, 9.0, 30.0, 6.0],
+            &[12.0, 13.0, 30.0, 11.0],
+            &[90.0, 82.0, 86.0, 65.0],
+            &[1100.0, 960.0, 790.0, 850.0],
+        ];
+        let rd = Sweep {
+            ll_chunk_max: 256 * k,
+            ..sweep(Collective::Reduce, &sizes, &sizes, times)
+        };
+        let d = derive(std::slice::from_ref(&rd));
+        assert_eq!(d.reduce_ll56_max, Some(16 * m));
+        // the other thresholds come from the first three columns only
+        assert_eq!(d.reduce_all_max, Some(m));
+        assert_eq!(d.reduce_chain_min, Some(256 * m));
+        // every size at or under the floor: never
+        let high = Sweep {
+            ll_chunk_max: 256 * m,
+            ..rd.clone()
+        };
+        assert_eq!(derive(&[high]).reduce_ll56_max, Some(0));
+        // LL56 slower everywhere above the floor: never; and a lone win between two
+        // losses does not open a window worth its neighbours' cost
+        let slow: &[&[f64]] = &[
+            &[7.0, 9.0, 30.0, 6.0],
+            &[12.0, 13.0, 30.0, 14.0],
+            &[90.0, 82.0, 86.0, 81.0],
+            &[1100.0, 960.0, 790.0, 900.0],
+        ];
+        let rd = Sweep {
+            ll_chunk_max: 256 * k,
+            ..sweep(Collective::Reduce, &sizes, &sizes, slow)
+        };
+        assert_eq!(derive(&[rd]).reduce_ll56_max, Some(0));
+        // broadcast [direct, scatter-forward, chain, ll56]
+        let bc: &[&[f64]] = &[
+            &[8.0, 9.0, 30.0, 7.0],
+            &[13.0, 11.0, 30.0, 10.0],
+            &[80.0, 66.0, 84.0, 70.0],
+            &[900.0, 820.0, 785.0, 850.0],
+        ];
+        let bc = sweep(Collective::Broadcast, &sizes, &sizes, bc);
+        let d = derive(&[bc]);
+        assert_eq!(
+            d.broadcast_ll56_max,
+            Some(m),
+            "floor 0: from the smallest size"
+        );
+        assert_eq!(d.broadcast_sf_min, Some(m));
     }
 
     #[test]

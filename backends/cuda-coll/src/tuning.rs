@@ -92,7 +92,8 @@ pub const HEADER: &str = "\
 #                          of 7 data bytes and a flag byte per 64-bit word, no barrier;
 #                          16-byte multiples only); the larger of the two sizes the
 #                          LL56 region.
-#                          Not swept by the tuner: set from a measured A/B (see the note)
+#                          The tuner (since session 9) times LL56 as a last candidate and
+#                          ends the window where the summed time / best time is least
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -720,7 +721,7 @@ pub fn assign(times: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
 }
 
 /// The first `k` candidates' columns of a sweep (the later ones are derived apart).
-fn first_columns(times: &[Vec<Option<f64>>], k: usize) -> Vec<Vec<Option<f64>>> {
+pub fn first_columns(times: &[Vec<Option<f64>>], k: usize) -> Vec<Vec<Option<f64>>> {
     times
         .iter()
         .map(|r| r.iter().take(k).copied().collect())
@@ -821,6 +822,54 @@ fn chosen_sizes<'a>(
     })
 }
 
+/// The upper end of a window that starts above `floor` (the LL16 sizes, which keep
+/// their kernel) and runs column `col` (LL56) up to the returned size, the other
+/// columns' own assignment ([`assign`] over columns `0..col`) above it: the cut with the
+/// least summed `time / best time` over the sizes above `floor` (ties: the smaller
+/// window). `Some(0)`: never (no size above `floor`, or LL56 nowhere worth it); `None`:
+/// the column never ran.
+pub fn ll56_window(
+    sizes: &[u64],
+    times: &[Vec<Option<f64>>],
+    col: usize,
+    floor: u64,
+) -> Option<u64> {
+    if !times
+        .iter()
+        .any(|r| r.get(col).copied().flatten().is_some())
+    {
+        return None;
+    }
+    let rel = relative(times);
+    let others = assign(&first_columns(times, col));
+    let rows: Vec<usize> = (0..sizes.len().min(times.len()))
+        .filter(|&i| sizes[i] > floor)
+        .collect();
+    let cost = |i: usize, c: Option<usize>| {
+        c.and_then(|c| rel[i].get(c).copied().flatten())
+            .unwrap_or(f64::INFINITY)
+    };
+    let mut best = (f64::INFINITY, 0usize);
+    for cut in 0..=rows.len() {
+        let total: f64 = rows[..cut].iter().map(|&i| cost(i, Some(col))).sum::<f64>()
+            + rows[cut..]
+                .iter()
+                .map(|&i| match others[i] {
+                    Some(c) => cost(i, Some(c)),
+                    None => 0.0, // nothing else ran there: no preference
+                })
+                .sum::<f64>();
+        if total < best.0 - 1e-9 {
+            best = (total, cut);
+        }
+    }
+    Some(if best.1 == 0 {
+        0
+    } else {
+        sizes[rows[best.1 - 1]]
+    })
+}
+
 /// Largest size assigned candidate `c`: `Some(0)` when `c` ran somewhere but was
 /// never chosen, `None` when it never ran (nothing to derive).
 pub fn last_size_of(
@@ -870,6 +919,10 @@ pub struct Derived {
     pub reducescatter_push_max: Option<u64>,
     /// `reduce_all_max` (0: never).
     pub reduce_all_max: Option<u64>,
+    /// `broadcast_ll56_max` (0: never).
+    pub broadcast_ll56_max: Option<u64>,
+    /// `reduce_ll56_max` (0: never).
+    pub reduce_ll56_max: Option<u64>,
 }
 
 impl Derived {
@@ -1018,6 +1071,16 @@ impl Derived {
                 "reducescatter_push_max",
             ),
             (self.reduce_all_max, &mut s.reduce_all_max, "reduce_all_max"),
+            (
+                self.broadcast_ll56_max,
+                &mut s.broadcast_ll56_max,
+                "broadcast_ll56_max",
+            ),
+            (
+                self.reduce_ll56_max,
+                &mut s.reduce_ll56_max,
+                "reduce_ll56_max",
+            ),
         ] {
             match v {
                 Some(x) => *field = Some(x),
