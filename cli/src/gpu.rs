@@ -703,6 +703,7 @@ mod tests {
             chunks: sizes,
             choice: tuning::assign(&times),
             times,
+            ll_chunk_max: 0,
         };
         let derived = bench::derive(std::slice::from_ref(&sweep));
         bench::TuneOutcome {
