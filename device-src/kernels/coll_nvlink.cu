@@ -146,19 +146,32 @@ COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
   return v;
 }
 
+// Marks rank p's error word with `code` (first error wins there too).
+COMMHAL_DEVICE void set_peer_error(const CollArgs& a, u32 p, u32 code) {
+  set_error_once(reinterpret_cast<u32*>(a.scratch[p] + COLL_OFF_ERROR), code);
+}
+
+// The bound of every wait, checked at spin s (0, 1, ...; the clock is read every 1024th):
+// true once spin_ns have passed since spin 0 or this rank's error word is set, and then
+// `code` is stored there (first error wins). t0: the caller's, set at spin 0.
+COMMHAL_DEVICE bool spin_expired(const CollArgs& a, u32 s, u64& t0, u32 code) {
+  if ((s & 1023) != 0) return false;
+  const u64 t = now_ns();
+  if (s == 0) {
+    t0 = t;
+    return false;
+  }
+  if (t - t0 <= a.spin_ns && load_relaxed_u32(error_word(a)) == 0) return false;
+  set_error_once(error_word(a), code);
+  return true;
+}
+
 // Bounded wait for *flag >= e. false = gave up (error stored).
 COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
   u64 t0 = 0;
   for (u32 i = 0;; ++i) {
     if (load_acquire(flag) >= e) return true;
-    if ((i & 1023) == 0) {
-      const u64 t = now_ns();
-      if (i == 0) t0 = t;
-      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
-        set_error_once(error_word(a), COLL_ERR_WAIT_TIMEOUT);
-        return false;
-      }
-    }
+    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
   }
 }
 
@@ -279,14 +292,7 @@ COMMHAL_DEVICE uint2 ll_wait(const CollArgs& a, const u8* pk, u32 flag, bool& ok
   for (u32 s = 0; ok; ++s) {
     load_volatile_v4u32(pk, d0, f0, d1, f1);
     if (f0 == flag && f1 == flag) break;
-    if ((s & 1023) == 0) {
-      const u64 t = now_ns();
-      if (s == 0) t0 = t;
-      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
-        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
-        ok = false;
-      }
-    }
+    if (spin_expired(a, s, t0, COLL_ERR_PACKET_TIMEOUT)) ok = false;
   }
   return make_uint2(d0, d1);
 }
@@ -1096,9 +1102,7 @@ COMMHAL_DEVICE u32 chain_unroll(const CollArgs& a) {
 COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, bool& ok) {
   if (threadIdx.x == 0 && ok) {
     ok = wait_flag(a, chain_flag(a, a.rank, prev), tag);
-    if (!ok && next != a.rank)
-      set_error_once(reinterpret_cast<u32*>(a.scratch[next] + COLL_OFF_ERROR),
-                     COLL_ERR_WAIT_TIMEOUT);
+    if (!ok && next != a.rank) set_peer_error(a, next, COLL_ERR_WAIT_TIMEOUT);
   }
   __syncthreads();
 }
@@ -1285,16 +1289,9 @@ COMMHAL_DEVICE bool ll56_recv(const CollArgs& a, const u8* p, u64 flag, u32 next
       }
     }
     if (missing == 0) return true;
-    if ((s & 1023) == 0) {
-      const u64 t = now_ns();
-      if (s == 0) t0 = t;
-      else if (t - t0 > a.spin_ns || load_relaxed_u32(error_word(a)) != 0) {
-        set_error_once(error_word(a), COLL_ERR_PACKET_TIMEOUT);
-        if (next != a.rank)
-          set_error_once(reinterpret_cast<u32*>(a.scratch[next] + COLL_OFF_ERROR),
-                         COLL_ERR_PACKET_TIMEOUT);
-        return false;
-      }
+    if (spin_expired(a, s, t0, COLL_ERR_PACKET_TIMEOUT)) {
+      if (next != a.rank) set_peer_error(a, next, COLL_ERR_PACKET_TIMEOUT);
+      return false;
     }
   }
 }
@@ -1309,19 +1306,30 @@ COMMHAL_DEVICE void ll56_clear(u8* p) {
   for (int i = 0; i < 8; ++i) *reinterpret_cast<v16*>(p + i * 512) = make_uint4(0, 0, 0, 0);
 }
 
-// A lane's 7 data vectors (zeros past `nvec`) as 14 words, and back.
+// Vector i of a lane's 14 data words, and back.
+COMMHAL_DEVICE v16 ll56_vec(const u64 (&d)[14], int i) {
+  return make_uint4((u32)d[2 * i], (u32)(d[2 * i] >> 32), (u32)d[2 * i + 1],
+                    (u32)(d[2 * i + 1] >> 32));
+}
+COMMHAL_DEVICE void ll56_set(u64 (&d)[14], int i, v16 x) {
+  d[2 * i] = (u64)x.x | ((u64)x.y << 32);
+  d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
+}
+
+// A lane's 7 data vectors (zeros past `nvec`) as 14 words; stored back where in range.
 COMMHAL_DEVICE void ll56_load(const v16* src, u64 v0, u64 nvec, u64 (&d)[14]) {
 #pragma unroll
   for (int i = 0; i < 7; ++i) {
     const u64 v = v0 + 32 * i;
-    const v16 x = v < nvec ? src[v] : make_uint4(0, 0, 0, 0);
-    d[2 * i] = (u64)x.x | ((u64)x.y << 32);
-    d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
+    ll56_set(d, i, v < nvec ? src[v] : make_uint4(0, 0, 0, 0));
   }
 }
-COMMHAL_DEVICE v16 ll56_vec(const u64 (&d)[14], int i) {
-  return make_uint4((u32)d[2 * i], (u32)(d[2 * i] >> 32), (u32)d[2 * i + 1],
-                    (u32)(d[2 * i + 1] >> 32));
+COMMHAL_DEVICE void ll56_store(v16* dst, u64 v0, u64 nvec, const u64 (&d)[14]) {
+#pragma unroll
+  for (int i = 0; i < 7; ++i) {
+    const u64 v = v0 + 32 * i;
+    if (v < nvec) dst[v] = ll56_vec(d, i);
+  }
 }
 
 // Before the first send of launch e: the next rank completed launch e - 1 (it read and
@@ -1331,9 +1339,20 @@ COMMHAL_DEVICE void ll56_next_free(const CollArgs& a, u32 next, u64 e) {
   __syncthreads();
 }
 
-// Warp tiles of this launch: for (t = ll56_first(); t < tiles; t += ll56_stride()).
-COMMHAL_DEVICE u64 ll56_first() { return ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; }
-COMMHAL_DEVICE u64 ll56_stride() { return (u64)gridDim.x * blockDim.x / 32; }
+// This lane's part of every warp tile of `nvec` vectors that has data for it:
+// body(v0, pk) with its first data vector v0 and its first packet's byte offset pk in a
+// region; body returns false to stop (a failed wait).
+template <typename Body>
+COMMHAL_DEVICE void ll56_tiles(u64 nvec, Body body) {
+  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
+  const u32 lane = threadIdx.x % 32;
+  for (u64 t = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; t < tiles;
+       t += (u64)gridDim.x * blockDim.x / 32) {
+    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
+    if (v0 >= nvec) continue;  // no data for this lane in this tile (same on every rank)
+    if (!body(v0, (t * COLL_LL56_TILE_PKTS + lane) * 16)) return;
+  }
+}
 
 // Broadcast, LL56 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
 // 32. Position (r - root) mod n as in broadcast_chain: the root packs its input and
@@ -1351,36 +1370,28 @@ extern "C" __global__ void commhal_coll_broadcast_ll56(CollArgs a) {
   const bool last = pos == n - 1;
   if (!last) ll56_next_free(a, next, e);
   const u64 nvec = a.count / 16;
-  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
-  const u32 lane = threadIdx.x % 32;
   const v16* src = reinterpret_cast<const v16*>(a.in[root]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
   const bool copy_own = pos == 0 && a.in[root] != a.out[root];
   u8* mine = ll56_region(a, a.rank);
   u8* theirs = ll56_region(a, next);
-  for (u64 t = ll56_first(); t < tiles; t += ll56_stride()) {
-    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
-    if (v0 >= nvec) continue;  // no data for this lane in this tile (same on every rank)
-    const u64 pk = (t * COLL_LL56_TILE_PKTS + lane) * 16;
+  ll56_tiles(nvec, [&](u64 v0, u64 pk) {
     u64 w[16];
     u64 d[14];
     if (pos == 0) {
       ll56_load(src, v0, nvec, d);
       ll56_pack(d, flag, w);
       ll56_send(theirs + pk, w);
-      if (!copy_own) continue;
+      if (!copy_own) return true;
     } else {
-      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) break;
+      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) return false;
       if (!last) ll56_send(theirs + pk, w);
       ll56_clear(mine + pk);
       ll56_unpack(w, d);
     }
-#pragma unroll
-    for (int i = 0; i < 7; ++i) {
-      const u64 v = v0 + 32 * i;
-      if (v < nvec) out[v] = ll56_vec(d, i);
-    }
-  }
+    ll56_store(out, v0, nvec, d);
+    return true;
+  });
 }
 
 // Reduce (sum), LL56 chain: a.count elements, bytes % 16 == 0 (host). Position
@@ -1401,42 +1412,30 @@ COMMHAL_DEVICE void reduce_ll56(const CollArgs& a) {
   const bool last = pos == n - 1;
   if (!last) ll56_next_free(a, next, e);
   const u64 nvec = a.count * Op::ELEM / 16;
-  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
-  const u32 lane = threadIdx.x % 32;
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
   u8* mine = ll56_region(a, a.rank);
   u8* theirs = ll56_region(a, next);
-  for (u64 t = ll56_first(); t < tiles; t += ll56_stride()) {
-    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
-    if (v0 >= nvec) continue;
-    const u64 pk = (t * COLL_LL56_TILE_PKTS + lane) * 16;
+  ll56_tiles(nvec, [&](u64 v0, u64 pk) {
     u64 w[16];
     u64 d[14];
     ll56_load(in, v0, nvec, d);  // before the wait: its latency overlaps the packets'
     if (pos > 0) {
-      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) break;
+      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) return false;
       ll56_clear(mine + pk);
       u64 s[14];
       ll56_unpack(w, s);
 #pragma unroll
-      for (int i = 0; i < 7; ++i) {
-        const v16 x = add16<Op>(ll56_vec(s, i), ll56_vec(d, i));
-        d[2 * i] = (u64)x.x | ((u64)x.y << 32);
-        d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
-      }
+      for (int i = 0; i < 7; ++i) ll56_set(d, i, add16<Op>(ll56_vec(s, i), ll56_vec(d, i)));
     }
     if (!last) {
       ll56_pack(d, flag, w);
       ll56_send(theirs + pk, w);
     } else {
-#pragma unroll
-      for (int i = 0; i < 7; ++i) {
-        const u64 v = v0 + 32 * i;
-        if (v < nvec) out[v] = ll56_vec(d, i);
-      }
+      ll56_store(out, v0, nvec, d);
     }
-  }
+    return true;
+  });
 }
 
 extern "C" __global__ void commhal_coll_reduce_ll56_f16(CollArgs a) { reduce_ll56<OpF16>(a); }

@@ -1119,22 +1119,22 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
             .position(|c| *c == "ll56")
             .filter(|&c| s.times.iter().any(|r| r.len() > c))
     };
-    if let Some(s) = find(Collective::Broadcast) {
+    type Rest = fn(&mut Derived, &[u64], &[Vec<Option<f64>>]);
+    for (c, rest_of) in [
+        (Collective::Broadcast, Derived::broadcast as Rest),
+        (Collective::Reduce, Derived::reduce),
+    ] {
+        let Some(s) = find(c) else { continue };
         let col = ll56_col(s);
-        let rest = col.map_or(s.times.clone(), |c| tuning::first_columns(&s.times, c));
-        d.broadcast(&s.sizes, &rest);
-        if let Some(c) = col {
+        let rest = col.map_or(s.times.clone(), |k| tuning::first_columns(&s.times, k));
+        rest_of(&mut d, &s.sizes, &rest);
+        if let Some(k) = col {
             let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
-            d.broadcast_ll56_max = tuning::ll56_window(&s.sizes, &s.times, c, floor);
-        }
-    }
-    if let Some(s) = find(Collective::Reduce) {
-        let col = ll56_col(s);
-        let rest = col.map_or(s.times.clone(), |c| tuning::first_columns(&s.times, c));
-        d.reduce(&s.sizes, &rest);
-        if let Some(c) = col {
-            let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
-            d.reduce_ll56_max = tuning::ll56_window(&s.sizes, &s.times, c, floor);
+            let window = tuning::ll56_window(&s.sizes, &s.times, k, floor);
+            match c {
+                Collective::Broadcast => d.broadcast_ll56_max = window,
+                _ => d.reduce_ll56_max = window,
+            }
         }
     }
     d

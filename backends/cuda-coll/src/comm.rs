@@ -400,7 +400,7 @@ impl Comm {
         // LL slots: the largest LL all-reduce or per-peer LL chunk
         let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
         // LL56 region: the largest LL56 broadcast / reduce the capacity allows
-        let ll56_cap = if n > 1 {
+        let ll56_bytes = if n > 1 {
             tuning
                 .bcast_ll56_max
                 .max(tuning.reduce_ll56_max)
@@ -408,7 +408,7 @@ impl Comm {
         } else {
             0
         };
-        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll56_cap))?;
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll56_bytes))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
@@ -453,7 +453,7 @@ impl Comm {
             stage_slot_bytes: stage_slot,
             ..CollArgs::default()
         };
-        let ll56_cap = layout::ll56_capacity(layout::ll56_region_bytes(ll56_cap));
+        let ll56_cap = layout::ll56_capacity(layout::ll56_region_bytes(ll56_bytes));
         let mut peers = Vec::new();
         for p in 0..n {
             let i = p as usize;
