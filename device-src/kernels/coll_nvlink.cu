@@ -36,8 +36,8 @@
 //   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
 //                                    pipelined chain root+1 -> ... -> root: partial sums
 //                                    stored into the next rank's staging, chunk by chunk.
-//   commhal_coll_broadcast_ll56,     (mid sizes, bytes % 16 == 0) the chains' ranks with
-//   commhal_coll_reduce_ll56_*       LL56 packets (7 data bytes + a flag byte per 64-bit
+//   commhal_coll_broadcast_ll63,     (mid sizes, bytes % 16 == 0) the chains' ranks with
+//   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
 //                                    word) instead of round flags: no barrier, no fence.
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
@@ -1211,190 +1211,216 @@ extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_c
 extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
-// LL56 chains for mid-size broadcasts and reduces: the chains' ranks (r -> r+1) with
+// LL63 chains for mid-size broadcasts and reduces: the chains' ranks (r -> r+1) with
 // the data in packets instead of behind round flags, so no rank ever waits on a fence
-// and no barrier runs. A packet word is 64 bits: 7 data bytes (the low 56 bits) and a
-// flag byte (the top 8), stored and loaded as one 64-bit element (st/ld .v2.u64: PTX
-// makes 64-bit scalar accesses single-copy atomic), so a receiver that sees the flag of
-// this launch in a word sees that word's data. 7/8 of the bytes on the wire are data
-// (LL16: 1/2; NCCL's LL128 gets 15/16 from a 128-byte store atomicity that PTX does not
-// promise).
-//   Geometry. Data in 16-byte vectors, packets 16 bytes (two words). Warp tile t (of
-//   32 lanes) covers data vectors [224 t, 224 t + 224) and packets [256 t, 256 t + 256);
-//   lane l holds data vectors 224 t + 32 i + l (i < 7: 112 bytes = 14 words) and
-//   packets 256 t + 32 i + l (i < 8: 16 words), so every warp access is 512
-//   consecutive bytes. Word j of the lane's packets carries data bits [56 j, 56 j + 56)
-//   of its 14 data words. A lane whose first vector is past the end has no packets in
-//   that tile; past-the-end vectors of a lane that has some are sent as zeros and never
-//   stored. Tile t belongs to warp t mod W (W warps in the grid) on every rank.
-//   Region: one per rank after the LL slots (layout::off_ll56), written by the previous
-//   rank of the chain only, ceil(vectors / 224) x 4 KiB for the largest LL56 transfer.
+// and no barrier runs. A packet word is 64 bits, stored and loaded as one 64-bit element
+// (st/ld .v2.u64: PTX makes 64-bit scalar accesses single-copy atomic): 63 data bits and
+// a valid bit (bit 63) that a receiver's cleared word never has, so a receiver that sees
+// the bit in a word sees that word's data. The data words' own top bits travel together
+// in the last two words of every second row, so 63/64 of the bytes on the wire are data
+// (LL16: 1/2; session 9's LL56, a flag byte per word: 7/8; NCCL's LL128 gets 15/16 from
+// a 128-byte store atomicity that PTX does not promise).
+//   Geometry. Data in 16-byte vectors, packets 16 bytes (two words), a row is one warp
+//   access: 32 lanes x 16 bytes = 512 consecutive bytes of packets. A row pair carries
+//   63 data vectors: row 0 has vectors 0..31 (lane l: vector l), row 1 vectors 32..62
+//   (lane l < 31: vector 32 + l), and lane 31 of row 1 holds the top bits: its word 0
+//   bit l = top bit of row 0 lane l's word 0, bit 32 + l = row 1 lane l's word 0; its
+//   word 1 the same for the lanes' word 1 (ballots). Warp tile t (of 32 lanes) is 4 row
+//   pairs: data vectors [252 t, 252 t + 252), packets [256 t, 256 t + 256), 4 KiB. A
+//   warp takes a tile whole (the ballots need every lane); vectors past the end are sent
+//   as zeros and never stored. Tile t belongs to warp t mod W (W warps in the grid) on
+//   every rank.
+//   Region: one per rank after the LL slots (layout::off_ll63), written by the previous
+//   rank of the chain only, ceil(vectors / 252) x 4 KiB for the largest LL63 transfer.
 //   Reuse. The receiver clears every packet it read (local stores of zeros), so at the
 //   end of a launch its region is all zeros again, and a sender writes into the next
 //   rank's region in launch e only after that rank completed launch e - 1 (its
 //   done-epoch word, read once per block; usually long true): a sender never overwrites a
 //   packet not yet read, and no packet of an earlier launch is ever left to be mistaken
-//   for this one's. The flag byte (e mod 255) + 1 is never 0, the cleared value.
+//   for this one's. After a failed wait the region may keep packets, but the error word
+//   is sticky: every later wait of the communicator gives up at once, so they are never
+//   read as data.
 //   Inputs and outputs are only touched by their own rank (the chain moves packets),
 //   so nothing else needs ordering; stream order covers the local buffers.
 //   A failed wait (timeout, or this rank's error word set) marks the next rank's error
 //   word too, so every rank downstream gives up instead of waiting out its own bound.
-#define COLL_LL56_TILE_VECS 224
-#define COLL_LL56_TILE_PKTS 256
+#define COLL_LL63_TILE_VECS 252
+#define COLL_LL63_TILE_PKTS 256
+#define COLL_LL63_VALID 0x8000000000000000ull
+#define COLL_FULL_WARP 0xFFFFFFFFu
 
-// The LL56 region of rank `owner`.
-COMMHAL_DEVICE u8* ll56_region(const CollArgs& a, u32 owner) {
+// The LL63 region of rank `owner`.
+COMMHAL_DEVICE u8* ll63_region(const CollArgs& a, u32 owner) {
   return reinterpret_cast<u8*>(a.scratch[owner] + COLL_OFF_LL +
                                2 * COLL_MAX_RANKS * a.ll_slot_bytes);
 }
 
-// Launch e's flag byte, in place (bits 56..63).
-COMMHAL_DEVICE u64 ll56_flag(u64 e) { return ((e % 255) + 1) << 56; }
+// A lane's share of a tile: slot s (0..7) is row s of the tile, words w[2 s], w[2 s + 1];
+// its data vector (if any) is tile vector ll63_slot_vec(s, lane).
+COMMHAL_DEVICE u32 ll63_slot_vec(int s, u32 lane) { return 63 * (s / 2) + 32 * (s % 2) + lane; }
+COMMHAL_DEVICE bool ll63_slot_has_vec(int s, u32 lane) { return s % 2 == 0 || lane < 31; }
 
-#define COLL_LL56_DATA 0x00FFFFFFFFFFFFFFull
-
-// 14 data words -> 16 packet words (word j: data bits [56 j, 56 j + 56), flag on top).
-COMMHAL_DEVICE void ll56_pack(const u64 (&d)[14], u64 flag, u64 (&w)[16]) {
+// 8 rows of data words -> packets, in place (the whole warp, converged).
+COMMHAL_DEVICE void ll63_pack(u64 (&w)[16], u32 lane) {
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const int bit = 56 * j, k = bit / 64, s = bit % 64;
-    u64 c = d[k] >> s;
-    if (s > 8) c |= d[k + 1] << (64 - s);  // fewer than 56 bits left in d[k]
-    w[j] = (c & COLL_LL56_DATA) | flag;
+  for (int q = 0; q < 4; ++q) {
+    u64* r0 = &w[4 * q];
+    u64* r1 = &w[4 * q + 2];
+    const u32 b00 = __ballot_sync(COLL_FULL_WARP, (r0[0] >> 63) != 0);
+    const u32 b01 = __ballot_sync(COLL_FULL_WARP, (r0[1] >> 63) != 0);
+    const u32 b10 = __ballot_sync(COLL_FULL_WARP, lane < 31 && (r1[0] >> 63) != 0);
+    const u32 b11 = __ballot_sync(COLL_FULL_WARP, lane < 31 && (r1[1] >> 63) != 0);
+    r0[0] |= COLL_LL63_VALID;
+    r0[1] |= COLL_LL63_VALID;
+    if (lane < 31) {
+      r1[0] |= COLL_LL63_VALID;
+      r1[1] |= COLL_LL63_VALID;
+    } else {  // b10, b11 have no bit 31 (lane 31 of row 1 has no data)
+      r1[0] = (u64)b00 | ((u64)b10 << 32) | COLL_LL63_VALID;
+      r1[1] = (u64)b01 | ((u64)b11 << 32) | COLL_LL63_VALID;
+    }
   }
 }
 
-// 16 packet words -> 14 data words (the inverse of ll56_pack).
-COMMHAL_DEVICE void ll56_unpack(const u64 (&w)[16], u64 (&d)[14]) {
+// Packets -> data words, in place (the inverse of ll63_pack; the whole warp, converged).
+COMMHAL_DEVICE void ll63_unpack(u64 (&w)[16], u32 lane) {
 #pragma unroll
-  for (int k = 0; k < 14; ++k) {
-    const int bit = 64 * k, j = bit / 56, t = bit % 56;  // t <= 48: two words suffice
-    d[k] = ((w[j] & COLL_LL56_DATA) >> t) | ((w[j + 1] & COLL_LL56_DATA) << (56 - t));
+  for (int q = 0; q < 4; ++q) {
+    u64* r0 = &w[4 * q];
+    u64* r1 = &w[4 * q + 2];
+    const u64 t0 = __shfl_sync(COLL_FULL_WARP, r1[0], 31);
+    const u64 t1 = __shfl_sync(COLL_FULL_WARP, r1[1], 31);
+    r0[0] = (r0[0] & ~COLL_LL63_VALID) | (((t0 >> lane) & 1) << 63);
+    r0[1] = (r0[1] & ~COLL_LL63_VALID) | (((t1 >> lane) & 1) << 63);
+    if (lane < 31) {
+      r1[0] = (r1[0] & ~COLL_LL63_VALID) | (((t0 >> (32 + lane)) & 1) << 63);
+      r1[1] = (r1[1] & ~COLL_LL63_VALID) | (((t1 >> (32 + lane)) & 1) << 63);
+    } else {
+      r1[0] = r1[1] = 0;
+    }
   }
 }
 
-// Bounded wait for this lane's 8 packets at `p` (512 bytes apart) carrying `flag`;
-// each is loaded again only until it has arrived. false = gave up (error stored here,
-// and in the next rank's error word when `next` is another rank).
-COMMHAL_DEVICE bool ll56_recv(const CollArgs& a, const u8* p, u64 flag, u32 next, u64 (&w)[16]) {
+// Bounded wait for this lane's 8 packets at `p` (512 bytes apart); each is loaded again
+// only until it has arrived. The warp's verdict: false = some lane gave up (error stored
+// here, and in the next rank's error word when `next` is another rank).
+COMMHAL_DEVICE bool ll63_recv(const CollArgs& a, const u8* p, u32 next, u64 (&w)[16]) {
   u32 missing = 0xFF;
   u64 t0 = 0;
-  for (u32 s = 0;; ++s) {
+  bool ok = true;
+  for (u32 s = 0; missing != 0; ++s) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       if (missing & (1u << i)) {
         load_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
-        if ((w[2 * i] & ~COLL_LL56_DATA) == flag && (w[2 * i + 1] & ~COLL_LL56_DATA) == flag)
-          missing &= ~(1u << i);
+        if ((w[2 * i] & w[2 * i + 1] & COLL_LL63_VALID) != 0) missing &= ~(1u << i);
       }
     }
-    if (missing == 0) return true;
-    if (spin_expired(a, s, t0, COLL_ERR_PACKET_TIMEOUT)) {
+    if (missing != 0 && spin_expired(a, s, t0, COLL_ERR_PACKET_TIMEOUT)) {
       if (next != a.rank) set_peer_error(a, next, COLL_ERR_PACKET_TIMEOUT);
-      return false;
+      ok = false;
+      break;
     }
   }
+  return __all_sync(COLL_FULL_WARP, ok);
 }
 
-COMMHAL_DEVICE void ll56_send(u8* p, const u64 (&w)[16]) {
+COMMHAL_DEVICE void ll63_send(u8* p, const u64 (&w)[16]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) store_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
 }
 
-COMMHAL_DEVICE void ll56_clear(u8* p) {
+COMMHAL_DEVICE void ll63_clear(u8* p) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) *reinterpret_cast<v16*>(p + i * 512) = make_uint4(0, 0, 0, 0);
 }
 
-// Vector i of a lane's 14 data words, and back.
-COMMHAL_DEVICE v16 ll56_vec(const u64 (&d)[14], int i) {
-  return make_uint4((u32)d[2 * i], (u32)(d[2 * i] >> 32), (u32)d[2 * i + 1],
-                    (u32)(d[2 * i + 1] >> 32));
+// Slot s of a lane's words as a data vector, and back.
+COMMHAL_DEVICE v16 ll63_vec(const u64 (&w)[16], int s) {
+  return make_uint4((u32)w[2 * s], (u32)(w[2 * s] >> 32), (u32)w[2 * s + 1],
+                    (u32)(w[2 * s + 1] >> 32));
 }
-COMMHAL_DEVICE void ll56_set(u64 (&d)[14], int i, v16 x) {
-  d[2 * i] = (u64)x.x | ((u64)x.y << 32);
-  d[2 * i + 1] = (u64)x.z | ((u64)x.w << 32);
+COMMHAL_DEVICE void ll63_set(u64 (&w)[16], int s, v16 x) {
+  w[2 * s] = (u64)x.x | ((u64)x.y << 32);
+  w[2 * s + 1] = (u64)x.z | ((u64)x.w << 32);
 }
 
-// A lane's 7 data vectors (zeros past `nvec`) as 14 words; stored back where in range.
-COMMHAL_DEVICE void ll56_load(const v16* src, u64 v0, u64 nvec, u64 (&d)[14]) {
+// A lane's data vectors of the tile starting at vector v0 (zeros past `nvec` and in the
+// top-bit slot) as words; stored back where in range.
+COMMHAL_DEVICE void ll63_load(const v16* src, u64 v0, u32 lane, u64 nvec, u64 (&w)[16]) {
 #pragma unroll
-  for (int i = 0; i < 7; ++i) {
-    const u64 v = v0 + 32 * i;
-    ll56_set(d, i, v < nvec ? src[v] : make_uint4(0, 0, 0, 0));
+  for (int s = 0; s < 8; ++s) {
+    const u64 v = v0 + ll63_slot_vec(s, lane);
+    ll63_set(w, s, ll63_slot_has_vec(s, lane) && v < nvec ? src[v] : make_uint4(0, 0, 0, 0));
   }
 }
-COMMHAL_DEVICE void ll56_store(v16* dst, u64 v0, u64 nvec, const u64 (&d)[14]) {
+COMMHAL_DEVICE void ll63_store(v16* dst, u64 v0, u32 lane, u64 nvec, const u64 (&w)[16]) {
 #pragma unroll
-  for (int i = 0; i < 7; ++i) {
-    const u64 v = v0 + 32 * i;
-    if (v < nvec) dst[v] = ll56_vec(d, i);
+  for (int s = 0; s < 8; ++s) {
+    const u64 v = v0 + ll63_slot_vec(s, lane);
+    if (ll63_slot_has_vec(s, lane) && v < nvec) dst[v] = ll63_vec(w, s);
   }
 }
 
 // Before the first send of launch e: the next rank completed launch e - 1 (it read and
 // cleared everything this rank sent it then). Thread 0 of each block, once.
-COMMHAL_DEVICE void ll56_next_free(const CollArgs& a, u32 next, u64 e) {
+COMMHAL_DEVICE void ll63_next_free(const CollArgs& a, u32 next, u64 e) {
   if (e > 1 && threadIdx.x == 0) wait_peer_done(a, next, e - 1);
   __syncthreads();
 }
 
-// This lane's part of every warp tile of `nvec` vectors that has data for it:
-// body(v0, pk) with its first data vector v0 and its first packet's byte offset pk in a
-// region; body returns false to stop (a failed wait).
+// Every warp tile of `nvec` vectors, whole warps: body(v0, pk, lane) with the tile's
+// first data vector v0 and this lane's first packet's byte offset pk in a region; body
+// returns false to stop (a failed wait: the warp's verdict, so the warp stays converged).
 template <typename Body>
-COMMHAL_DEVICE void ll56_tiles(u64 nvec, Body body) {
-  const u64 tiles = (nvec + COLL_LL56_TILE_VECS - 1) / COLL_LL56_TILE_VECS;
+COMMHAL_DEVICE void ll63_tiles(u64 nvec, Body body) {
+  const u64 tiles = (nvec + COLL_LL63_TILE_VECS - 1) / COLL_LL63_TILE_VECS;
   const u32 lane = threadIdx.x % 32;
   for (u64 t = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; t < tiles;
        t += (u64)gridDim.x * blockDim.x / 32) {
-    const u64 v0 = t * COLL_LL56_TILE_VECS + lane;
-    if (v0 >= nvec) continue;  // no data for this lane in this tile (same on every rank)
-    if (!body(v0, (t * COLL_LL56_TILE_PKTS + lane) * 16)) return;
+    if (!body(t * COLL_LL63_TILE_VECS, (t * COLL_LL63_TILE_PKTS + lane) * 16, lane)) return;
   }
 }
 
-// Broadcast, LL56 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
+// Broadcast, LL63 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
 // 32. Position (r - root) mod n as in broadcast_chain: the root packs its input and
 // sends; a middle rank forwards the packets unchanged, then unpacks them into its
 // output; the last rank only unpacks. The root copies its input into its own output
 // unless in place.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1.
-extern "C" __global__ void commhal_coll_broadcast_ll56(CollArgs a) {
+extern "C" __global__ void commhal_coll_broadcast_ll63(CollArgs a) {
   const u64 e = coll_begin(a);
-  const u64 flag = ll56_flag(e);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root) % n;
   const u32 next = (a.rank + 1) % n;
   const bool last = pos == n - 1;
-  if (!last) ll56_next_free(a, next, e);
+  if (!last) ll63_next_free(a, next, e);
   const u64 nvec = a.count / 16;
   const v16* src = reinterpret_cast<const v16*>(a.in[root]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
   const bool copy_own = pos == 0 && a.in[root] != a.out[root];
-  u8* mine = ll56_region(a, a.rank);
-  u8* theirs = ll56_region(a, next);
-  ll56_tiles(nvec, [&](u64 v0, u64 pk) {
+  u8* mine = ll63_region(a, a.rank);
+  u8* theirs = ll63_region(a, next);
+  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
     u64 w[16];
-    u64 d[14];
     if (pos == 0) {
-      ll56_load(src, v0, nvec, d);
-      ll56_pack(d, flag, w);
-      ll56_send(theirs + pk, w);
-      if (!copy_own) return true;
-    } else {
-      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) return false;
-      if (!last) ll56_send(theirs + pk, w);
-      ll56_clear(mine + pk);
-      ll56_unpack(w, d);
+      ll63_load(src, v0, lane, nvec, w);
+      if (copy_own) ll63_store(out, v0, lane, nvec, w);
+      ll63_pack(w, lane);
+      ll63_send(theirs + pk, w);
+      return true;
     }
-    ll56_store(out, v0, nvec, d);
+    if (!ll63_recv(a, mine + pk, last ? a.rank : next, w)) return false;
+    if (!last) ll63_send(theirs + pk, w);
+    ll63_clear(mine + pk);
+    ll63_unpack(w, lane);
+    ll63_store(out, v0, lane, nvec, w);
     return true;
   });
 }
 
-// Reduce (sum), LL56 chain: a.count elements, bytes % 16 == 0 (host). Position
+// Reduce (sum), LL63 chain: a.count elements, bytes % 16 == 0 (host). Position
 // (r - root - 1) mod n as in reduce_chain (the root is last, the sum starts at position
 // 0): position 0 packs its input and sends; a middle rank adds its input to the partial
 // sum it unpacked and sends that; the root adds its input and stores its output.
@@ -1402,45 +1428,43 @@ extern "C" __global__ void commhal_coll_broadcast_ll56(CollArgs a) {
 // In place (inputs = outputs): the root reads and then writes each of its vectors in the
 // same thread; the other ranks only read theirs.
 template <typename Op>
-COMMHAL_DEVICE void reduce_ll56(const CollArgs& a) {
+COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
   const u64 e = coll_begin(a);
-  const u64 flag = ll56_flag(e);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root - 1) % n;
   const u32 next = (a.rank + 1) % n;
   const bool last = pos == n - 1;
-  if (!last) ll56_next_free(a, next, e);
+  if (!last) ll63_next_free(a, next, e);
   const u64 nvec = a.count * Op::ELEM / 16;
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
-  u8* mine = ll56_region(a, a.rank);
-  u8* theirs = ll56_region(a, next);
-  ll56_tiles(nvec, [&](u64 v0, u64 pk) {
-    u64 w[16];
-    u64 d[14];
-    ll56_load(in, v0, nvec, d);  // before the wait: its latency overlaps the packets'
+  u8* mine = ll63_region(a, a.rank);
+  u8* theirs = ll63_region(a, next);
+  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+    u64 d[16];
+    ll63_load(in, v0, lane, nvec, d);  // before the wait: its latency overlaps the packets'
     if (pos > 0) {
-      if (!ll56_recv(a, mine + pk, flag, last ? a.rank : next, w)) return false;
-      ll56_clear(mine + pk);
-      u64 s[14];
-      ll56_unpack(w, s);
+      u64 w[16];
+      if (!ll63_recv(a, mine + pk, last ? a.rank : next, w)) return false;
+      ll63_clear(mine + pk);
+      ll63_unpack(w, lane);
 #pragma unroll
-      for (int i = 0; i < 7; ++i) ll56_set(d, i, add16<Op>(ll56_vec(s, i), ll56_vec(d, i)));
+      for (int s = 0; s < 8; ++s) ll63_set(d, s, add16<Op>(ll63_vec(w, s), ll63_vec(d, s)));
     }
     if (!last) {
-      ll56_pack(d, flag, w);
-      ll56_send(theirs + pk, w);
+      ll63_pack(d, lane);
+      ll63_send(theirs + pk, d);
     } else {
-      ll56_store(out, v0, nvec, d);
+      ll63_store(out, v0, lane, nvec, d);
     }
     return true;
   });
 }
 
-extern "C" __global__ void commhal_coll_reduce_ll56_f16(CollArgs a) { reduce_ll56<OpF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_ll56_bf16(CollArgs a) { reduce_ll56<OpBF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_ll56_f32(CollArgs a) { reduce_ll56<OpF32>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll63_f16(CollArgs a) { reduce_ll63<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll63_bf16(CollArgs a) { reduce_ll63<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll63<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and

@@ -405,7 +405,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL56 max bcast {} / reduce {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -418,8 +418,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.rs_ring_min,
             t.chain_unroll,
             t.ring_unroll,
-            t.bcast_ll56_max,
-            t.reduce_ll56_max,
+            t.bcast_ll63_max,
+            t.reduce_ll63_max,
             provenance(comm, args)
         );
         header(args, n, "commhal");
@@ -676,8 +676,8 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         rs_ring_min: Some(0),
         rs_push_min: Some(0),
         reduce_all_max: Some(0),
-        bcast_ll56_max: Some(0),
-        reduce_ll56_max: Some(0),
+        bcast_ll63_max: Some(0),
+        reduce_ll63_max: Some(0),
         ..Forced::default()
     };
     match coll {
@@ -818,12 +818,12 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
-            // last: a window above the LL16 sizes, derived apart (Derived::ll56_window)
+            // last: a window above the LL16 sizes, derived apart (Derived::ll63_window)
             Candidate {
-                name: "ll56",
-                kernel: Kernel::BroadcastLl56,
+                name: "ll63",
+                kernel: Kernel::BroadcastLl63,
                 forced: Forced {
-                    bcast_ll56_max: Some(u64::MAX),
+                    bcast_ll63_max: Some(u64::MAX),
                     ll_chunk_max: Some(0),
                     ..f
                 },
@@ -865,10 +865,10 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             });
             cands.push(Candidate {
-                name: "ll56",
-                kernel: Kernel::ReduceLl56,
+                name: "ll63",
+                kernel: Kernel::ReduceLl63,
                 forced: Forced {
-                    reduce_ll56_max: Some(u64::MAX),
+                    reduce_ll63_max: Some(u64::MAX),
                     ll_chunk_max: Some(0),
                     ..f
                 },
@@ -899,7 +899,7 @@ pub struct Sweep {
     /// alone — their shared threshold weighs both).
     pub choice: Vec<Option<usize>>,
     /// The per-peer LL16 threshold in effect (the file's): broadcast / reduce windows
-    /// (LL56) start above it.
+    /// (LL63) start above it.
     pub ll_chunk_max: u64,
 }
 
@@ -1111,12 +1111,12 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         (None, Some(r)) => d.gather_scatter(&r.chunks, None, Some(&r.times)),
         (None, None) => {}
     }
-    // broadcast / reduce: the kernels' thresholds from every column but LL56 (last),
-    // then LL56's window above the LL16 sizes in effect (this run's, else the file's)
-    let ll56_col = |s: &Sweep| {
+    // broadcast / reduce: the kernels' thresholds from every column but LL63 (last),
+    // then LL63's window above the LL16 sizes in effect (this run's, else the file's)
+    let ll63_col = |s: &Sweep| {
         s.candidates
             .iter()
-            .position(|c| *c == "ll56")
+            .position(|c| *c == "ll63")
             .filter(|&c| s.times.iter().any(|r| r.len() > c))
     };
     type Rest = fn(&mut Derived, &[u64], &[Vec<Option<f64>>]);
@@ -1125,15 +1125,15 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         (Collective::Reduce, Derived::reduce),
     ] {
         let Some(s) = find(c) else { continue };
-        let col = ll56_col(s);
+        let col = ll63_col(s);
         let rest = col.map_or(s.times.clone(), |k| tuning::first_columns(&s.times, k));
         rest_of(&mut d, &s.sizes, &rest);
         if let Some(k) = col {
             let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
-            let window = tuning::ll56_window(&s.sizes, &s.times, k, floor);
+            let window = tuning::ll63_window(&s.sizes, &s.times, k, floor);
             match c {
-                Collective::Broadcast => d.broadcast_ll56_max = window,
-                _ => d.reduce_ll56_max = window,
+                Collective::Broadcast => d.broadcast_ll63_max = window,
+                _ => d.reduce_ll63_max = window,
             }
         }
     }
@@ -1178,21 +1178,21 @@ mod tests {
             names(Collective::Reducescatter, 8),
             ["ll", "direct", "ring", "push"]
         );
-        // LL56 last: a window above the LL16 sizes, derived apart
+        // LL63 last: a window above the LL16 sizes, derived apart
         assert_eq!(
             names(Collective::Broadcast, 3),
-            ["direct", "scatter-forward", "chain", "ll56"]
+            ["direct", "scatter-forward", "chain", "ll63"]
         );
         assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
-        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll56"]);
+        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll63"]);
         assert_eq!(
             names(Collective::Reduce, 4),
-            ["all", "worker", "chain", "ll56"]
+            ["all", "worker", "chain", "ll63"]
         );
         for c in [Collective::Alltoall, Collective::Sendrecv] {
             assert!(names(c, 4).is_empty());
         }
-        // every candidate turns every ring, chain and LL56 window off but its own
+        // every candidate turns every ring, chain and LL63 window off but its own
         for c in TUNED {
             for cand in candidates(c, 4) {
                 let f = cand.forced;
@@ -1202,8 +1202,8 @@ mod tests {
                     f.rs_ring_min,
                     f.bcast_chain_min,
                     f.reduce_chain_min,
-                    f.bcast_ll56_max,
-                    f.reduce_ll56_max,
+                    f.bcast_ll63_max,
+                    f.reduce_ll63_max,
                 ]
                 .iter()
                 .filter(|v| **v != Some(0))
@@ -1215,8 +1215,8 @@ mod tests {
                         | Kernel::ReducescatterRing
                         | Kernel::BroadcastChain
                         | Kernel::ReduceChain
-                        | Kernel::BroadcastLl56
-                        | Kernel::ReduceLl56
+                        | Kernel::BroadcastLl63
+                        | Kernel::ReduceLl63
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
@@ -1356,11 +1356,11 @@ mod tests {
     }
 
     #[test]
-    fn ll56_window_from_synthetic_sweeps() {
+    fn ll63_window_from_synthetic_sweeps() {
         let k = 1u64 << 10;
         let m = 1u64 << 20;
         let sizes = [256 * k, m, 16 * m, 256 * m];
-        // reduce on 4 ranks [all, worker, chain, ll56]: LL56 fastest at 1M and 16M, slower
+        // reduce on 4 ranks [all, worker, chain, ll63]: LL63 fastest at 1M and 16M, slower
         // at 256M; at 256K too, but that size is the LL16 kernel's (floor)
         let times: &[&[f64]] = &[
             &[7.0, 9.0, 30.0, 6.0],
@@ -1373,7 +1373,7 @@ mod tests {
             ..sweep(Collective::Reduce, &sizes, &sizes, times)
         };
         let d = derive(std::slice::from_ref(&rd));
-        assert_eq!(d.reduce_ll56_max, Some(16 * m));
+        assert_eq!(d.reduce_ll63_max, Some(16 * m));
         // the other thresholds come from the first three columns only
         assert_eq!(d.reduce_all_max, Some(m));
         assert_eq!(d.reduce_chain_min, Some(256 * m));
@@ -1382,8 +1382,8 @@ mod tests {
             ll_chunk_max: 256 * m,
             ..rd.clone()
         };
-        assert_eq!(derive(&[high]).reduce_ll56_max, Some(0));
-        // LL56 slower everywhere above the floor: never; and a lone win between two
+        assert_eq!(derive(&[high]).reduce_ll63_max, Some(0));
+        // LL63 slower everywhere above the floor: never; and a lone win between two
         // losses does not open a window worth its neighbours' cost
         let slow: &[&[f64]] = &[
             &[7.0, 9.0, 30.0, 6.0],
@@ -1395,8 +1395,8 @@ mod tests {
             ll_chunk_max: 256 * k,
             ..sweep(Collective::Reduce, &sizes, &sizes, slow)
         };
-        assert_eq!(derive(&[rd]).reduce_ll56_max, Some(0));
-        // broadcast [direct, scatter-forward, chain, ll56]
+        assert_eq!(derive(&[rd]).reduce_ll63_max, Some(0));
+        // broadcast [direct, scatter-forward, chain, ll63]
         let bc: &[&[f64]] = &[
             &[8.0, 9.0, 30.0, 7.0],
             &[13.0, 11.0, 30.0, 10.0],
@@ -1406,7 +1406,7 @@ mod tests {
         let bc = sweep(Collective::Broadcast, &sizes, &sizes, bc);
         let d = derive(&[bc]);
         assert_eq!(
-            d.broadcast_ll56_max,
+            d.broadcast_ll63_max,
             Some(m),
             "floor 0: from the smallest size"
         );

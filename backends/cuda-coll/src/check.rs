@@ -1,7 +1,10 @@
 //! Inputs whose sums are exact in every type and order, and the output checks.
 //!
-//! Rank p's input element i is the integer `(i % 17 + 3p) % 16`: sums over at most 8
-//! ranks stay ≤ 120, exact in half, bfloat16 and float, whatever the reduction order.
+//! Rank p's input element i is the integer `(i % 17 + 3p) % 16 - 7` (-7..=8): sums over
+//! at most 8 ranks stay within -56..=64, exact in half, bfloat16 and float, whatever the
+//! reduction order. About half the elements are negative, so sign bits (the top bit of
+//! many 16-, 32- and 64-bit words) are set as often as not: packet formats that move a
+//! word's top bit apart from the rest (LL63) are checked on both values of it.
 //! Ranks differ at every element (3p mod 16 is distinct for p < 16), and the period
 //! (17 elements) is prime to every power of two, so data taken from the wrong chunk of
 //! a power-of-two buffer (all-to-all, reduce-scatter offsets) is caught too. The
@@ -14,8 +17,8 @@ use crate::cli::{Collective, Dtype};
 pub const PERIOD: u64 = 17;
 
 /// Integer value of rank `p`'s input element `i`.
-pub fn input_value(p: u32, i: u64) -> u32 {
-    ((i % PERIOD + 3 * u64::from(p)) % 16) as u32
+pub fn input_value(p: u32, i: u64) -> i32 {
+    ((i % PERIOD + 3 * u64::from(p)) % 16) as i32 - 7
 }
 
 /// Rank `p`'s input, `count` elements of `dtype`, as bytes.
@@ -91,9 +94,9 @@ pub fn count_wrong(
     if (out.len() as u64) < want {
         return want / dtype.size();
     }
-    let sum_at = |i: u64| -> u32 { (0..n).map(|p| input_value(p, i)).sum() };
+    let sum_at = |i: u64| -> i32 { (0..n).map(|p| input_value(p, i)).sum() };
     // Expected bits per residue mod PERIOD (every pattern has that period).
-    let table = |f: &dyn Fn(u64) -> u32| -> Vec<u32> {
+    let table = |f: &dyn Fn(u64) -> i32| -> Vec<u32> {
         (0..PERIOD).map(|k| dtype.encode_int(f(k))).collect()
     };
     const P: usize = PERIOD as usize;
@@ -174,16 +177,16 @@ mod tests {
     ) -> Vec<u8> {
         let ins: Vec<Vec<u8>> = (0..n).map(|p| input_bytes(dtype, p, count)).collect();
         let es = dtype.size() as usize;
-        let val = |bytes: &[u8], i: usize| -> u32 {
+        let val = |bytes: &[u8], i: usize| -> i32 {
             // decode the exact integer back from its bits
-            (0..=128)
+            (-128..=128)
                 .find(|&v| dtype.encode_int(v) == elem(bytes, dtype, i))
                 .unwrap()
         };
         let sum = |range: std::ops::Range<usize>| -> Vec<u8> {
             let mut out = Vec::new();
             for i in range {
-                let s: u32 = ins.iter().map(|b| val(b, i)).sum();
+                let s: i32 = ins.iter().map(|b| val(b, i)).sum();
                 push_elem(&mut out, dtype, dtype.encode_int(s));
             }
             out

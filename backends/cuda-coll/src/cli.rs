@@ -114,18 +114,18 @@ impl Dtype {
         }
     }
     /// Bit pattern of the integer `v` (0 ≤ v ≤ 256: exact in every type).
-    pub fn encode_int(self, v: u32) -> u32 {
+    pub fn encode_int(self, v: i32) -> u32 {
         let f = v as f32;
         match self {
             Dtype::Float => f.to_bits(),
             Dtype::Bfloat16 => f.to_bits() >> 16, // exact for small integers
-            Dtype::Half => f32_to_f16_exact_int(v),
+            Dtype::Half => u32::from(v < 0) << 15 | f16_exact_int(v.unsigned_abs()),
         }
     }
 }
 
 /// IEEE half bits of a small non-negative integer (≤ 2048: exact).
-fn f32_to_f16_exact_int(v: u32) -> u32 {
+fn f16_exact_int(v: u32) -> u32 {
     if v == 0 {
         return 0;
     }
@@ -410,6 +410,9 @@ mod tests {
         assert_eq!(Dtype::Bfloat16.encode_int(1), 0x3f80);
         assert_eq!(Dtype::Bfloat16.encode_int(3), 0x4040);
         assert_eq!(Dtype::Float.encode_int(5), 5.0f32.to_bits());
+        assert_eq!(Dtype::Half.encode_int(-3), 0xc200);
+        assert_eq!(Dtype::Bfloat16.encode_int(-3), 0xc040);
+        assert_eq!(Dtype::Float.encode_int(-56), (-56.0f32).to_bits());
     }
 
     #[test]

@@ -68,11 +68,11 @@ pub struct Tuning {
     /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
     /// (0: never).
     pub reduce_all_max: u64,
-    /// Largest broadcast (bytes) done with the LL56 chain, above the LL16 sizes (0:
-    /// never; sizes the LL56 region with `reduce_ll56_max`).
-    pub bcast_ll56_max: u64,
-    /// Largest reduce (bytes) done with the LL56 chain, above the LL16 sizes (0: never).
-    pub reduce_ll56_max: u64,
+    /// Largest broadcast (bytes) done with the LL63 chain, above the LL16 sizes (0:
+    /// never; sizes the LL63 region with `reduce_ll63_max`).
+    pub bcast_ll63_max: u64,
+    /// Largest reduce (bytes) done with the LL63 chain, above the LL16 sizes (0: never).
+    pub reduce_ll63_max: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -136,10 +136,10 @@ pub enum Kernel {
     BroadcastChain,
     /// Reduce, pipelined chain root+1 -> ... -> root through the staging areas.
     ReduceChain,
-    /// Broadcast, LL56 chain root -> root+1 -> ... (mid sizes, 16-byte multiples).
-    BroadcastLl56,
-    /// Reduce, LL56 chain root+1 -> ... -> root (mid sizes, 16-byte multiples).
-    ReduceLl56,
+    /// Broadcast, LL63 chain root -> root+1 -> ... (mid sizes, 16-byte multiples).
+    BroadcastLl63,
+    /// Reduce, LL63 chain root+1 -> ... -> root (mid sizes, 16-byte multiples).
+    ReduceLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
     /// Ring reduce-scatter.
@@ -190,10 +190,10 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (AlltoallLl, _) => "commhal_coll_alltoall_ll",
         (SendrecvLl, _) => "commhal_coll_sendrecv_ll",
         (BroadcastChain, _) => "commhal_coll_broadcast_chain",
-        (BroadcastLl56, _) => "commhal_coll_broadcast_ll56",
-        (ReduceLl56, Half) => "commhal_coll_reduce_ll56_f16",
-        (ReduceLl56, Bfloat16) => "commhal_coll_reduce_ll56_bf16",
-        (ReduceLl56, Float) => "commhal_coll_reduce_ll56_f32",
+        (BroadcastLl63, _) => "commhal_coll_broadcast_ll63",
+        (ReduceLl63, Half) => "commhal_coll_reduce_ll63_f16",
+        (ReduceLl63, Bfloat16) => "commhal_coll_reduce_ll63_bf16",
+        (ReduceLl63, Float) => "commhal_coll_reduce_ll63_f32",
         (ReduceChain, Half) => "commhal_coll_reduce_chain_f16",
         (ReduceChain, Bfloat16) => "commhal_coll_reduce_chain_bf16",
         (ReduceChain, Float) => "commhal_coll_reduce_chain_f32",
@@ -220,8 +220,8 @@ pub struct Comm {
     scratch: VmmAllocation,
     _peers: Vec<VmmAllocation>,
     _stage: VmmAllocation,
-    /// Largest broadcast / reduce (bytes) the LL56 region holds (0: none).
-    ll56_cap: u64,
+    /// Largest broadcast / reduce (bytes) the LL63 region holds (0: none).
+    ll63_cap: u64,
     base: CollArgs,
     tuning: Tuning,
     capacity: u64,
@@ -311,12 +311,12 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 19] {
             t.reduce_all_max,
         ),
         (
-            "bcast_ll56_max (COMMHAL_COLL_BCAST_LL56_MAX)",
-            t.bcast_ll56_max,
+            "bcast_ll63_max (COMMHAL_COLL_BCAST_LL63_MAX)",
+            t.bcast_ll63_max,
         ),
         (
-            "reduce_ll56_max (COMMHAL_COLL_REDUCE_LL56_MAX)",
-            t.reduce_ll56_max,
+            "reduce_ll63_max (COMMHAL_COLL_REDUCE_LL63_MAX)",
+            t.reduce_ll63_max,
         ),
     ]
 }
@@ -399,16 +399,16 @@ impl Comm {
         let output = VmmAllocation::new(&ctx, capacity)?;
         // LL slots: the largest LL all-reduce or per-peer LL chunk
         let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
-        // LL56 region: the largest LL56 broadcast / reduce the capacity allows
-        let ll56_bytes = if n > 1 {
+        // LL63 region: the largest LL63 broadcast / reduce the capacity allows
+        let ll63_bytes = if n > 1 {
             tuning
-                .bcast_ll56_max
-                .max(tuning.reduce_ll56_max)
+                .bcast_ll63_max
+                .max(tuning.reduce_ll63_max)
                 .min(capacity.max(4096))
         } else {
             0
         };
-        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll56_bytes))?;
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
@@ -453,7 +453,7 @@ impl Comm {
             stage_slot_bytes: stage_slot,
             ..CollArgs::default()
         };
-        let ll56_cap = layout::ll56_capacity(layout::ll56_region_bytes(ll56_bytes));
+        let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));
         let mut peers = Vec::new();
         for p in 0..n {
             let i = p as usize;
@@ -534,7 +534,7 @@ impl Comm {
             scratch,
             _peers: peers,
             _stage: stage,
-            ll56_cap,
+            ll63_cap,
             base,
             tuning,
             capacity,
@@ -649,21 +649,21 @@ impl Comm {
         }
     }
 
-    /// Whether a broadcast / reduce of `bytes` runs as the LL56 chain: 2 or more ranks,
-    /// whole 16-byte vectors, up to the tuned size and within the LL56 region (the
+    /// Whether a broadcast / reduce of `bytes` runs as the LL63 chain: 2 or more ranks,
+    /// whole 16-byte vectors, up to the tuned size and within the LL63 region (the
     /// selector asks after the LL16 sizes).
-    fn ll56(&self, coll: Collective, bytes: u64) -> bool {
+    fn ll63(&self, coll: Collective, bytes: u64) -> bool {
         let max = match coll {
-            Collective::Broadcast => self.tuning.bcast_ll56_max,
-            Collective::Reduce => self.tuning.reduce_ll56_max,
+            Collective::Broadcast => self.tuning.bcast_ll63_max,
+            Collective::Reduce => self.tuning.reduce_ll63_max,
             _ => 0,
         };
-        self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll56_cap
+        self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll63_cap
     }
 
-    /// Grid of an LL56 chain ([`layout::ll56_grid`]).
-    fn ll56_grid(&self, bytes: u64) -> (u32, u32) {
-        layout::ll56_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
+    /// Grid of an LL63 chain ([`layout::ll63_grid`]).
+    fn ll63_grid(&self, bytes: u64) -> (u32, u32) {
+        layout::ll63_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
     }
 
     /// Whether an all-reduce (`bytes` = the buffer), all-gather (the output) or
@@ -809,12 +809,12 @@ impl Comm {
                 };
                 (k, blocks, threads)
             }
-            Collective::Broadcast | Collective::Reduce if self.ll56(coll, count * es) => {
-                let (b, t) = self.ll56_grid(count * es);
+            Collective::Broadcast | Collective::Reduce if self.ll63(coll, count * es) => {
+                let (b, t) = self.ll63_grid(count * es);
                 let k = if coll == Collective::Broadcast {
-                    Kernel::BroadcastLl56
+                    Kernel::BroadcastLl63
                 } else {
-                    Kernel::ReduceLl56
+                    Kernel::ReduceLl63
                 };
                 (k, b, t)
             }
@@ -1002,9 +1002,9 @@ impl Comm {
         // scatter + forward broadcast only with >= 3 ranks and 16-aligned bases (VMM
         // allocations); the chains only for whole 16-byte vectors, the reduce chain
         // only when the staging area (n x stage_slot_bytes) holds the whole buffer;
-        // roots checked < n above; LL56 only for whole 16-byte vectors within the LL56
-        // region (ll56_cap, what the scratch was sized for, the same on every rank) and
-        // with blocks of whole warps (ll56_grid).
+        // roots checked < n above; LL63 only for whole 16-byte vectors within the LL63
+        // region (ll63_cap, what the scratch was sized for, the same on every rank) and
+        // with blocks of whole warps (ll63_grid).
         unsafe {
             self.module
                 .launch(name, &self.stream, grid, block, &a, self.pdl)
@@ -1049,8 +1049,8 @@ mod tests {
             bcast_chain_min: 7,
             reduce_chain_min: 8,
             reduce_all_max: 12,
-            bcast_ll56_max: 13,
-            reduce_ll56_max: 14,
+            bcast_ll63_max: 13,
+            reduce_ll63_max: 14,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,
@@ -1128,8 +1128,8 @@ mod tests {
             Kernel::SendrecvLl,
             Kernel::BroadcastChain,
             Kernel::ReduceChain,
-            Kernel::BroadcastLl56,
-            Kernel::ReduceLl56,
+            Kernel::BroadcastLl63,
+            Kernel::ReduceLl63,
             Kernel::AllreduceRing,
             Kernel::ReducescatterRing,
             Kernel::AllgatherRing,
@@ -1147,7 +1147,7 @@ mod tests {
                         | Kernel::Sendrecv
                         | Kernel::BroadcastLl
                         | Kernel::BroadcastChain
-                        | Kernel::BroadcastLl56
+                        | Kernel::BroadcastLl63
                         | Kernel::AllgatherRing
                         | Kernel::AlltoallLl
                         | Kernel::SendrecvLl

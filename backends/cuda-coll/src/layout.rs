@@ -48,46 +48,46 @@ pub const ERR_WAIT_TIMEOUT: u32 = 1;
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
 
 /// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, and
-/// an LL56 region for chains of up to `ll56_max_bytes`.
-pub fn scratch_bytes(ll_max_bytes: u64, ll56_max_bytes: u64) -> u64 {
-    off_ll56(ll_slot_bytes(ll_max_bytes)) + ll56_region_bytes(ll56_max_bytes)
+/// an LL63 region for chains of up to `ll63_max_bytes`.
+pub fn scratch_bytes(ll_max_bytes: u64, ll63_max_bytes: u64) -> u64 {
+    off_ll63(ll_slot_bytes(ll_max_bytes)) + ll63_region_bytes(ll63_max_bytes)
 }
 
-/// 16-byte data vectors in one LL56 warp tile (32 lanes x 7).
-pub const LL56_TILE_VECS: u64 = 224;
-/// 16-byte packets in one LL56 warp tile (32 lanes x 8).
-pub const LL56_TILE_PKTS: u64 = 256;
+/// 16-byte data vectors in one LL63 warp tile (4 row pairs x 63).
+pub const LL63_TILE_VECS: u64 = 252;
+/// 16-byte packets in one LL63 warp tile (8 rows x 32 lanes).
+pub const LL63_TILE_PKTS: u64 = 256;
 
-/// Offset of the LL56 region in a rank's scratch: right after the LL slots
-/// (`ll56_region` in the unit).
-pub fn off_ll56(ll_slot_bytes: u64) -> u64 {
+/// Offset of the LL63 region in a rank's scratch: right after the LL slots
+/// (`ll63_region` in the unit).
+pub fn off_ll63(ll_slot_bytes: u64) -> u64 {
     OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes
 }
 
-/// Bytes of the LL56 region for transfers of up to `bytes`: 4 KiB of packets per warp
-/// tile of 3.5 KiB of data (0 for none).
-pub fn ll56_region_bytes(bytes: u64) -> u64 {
-    bytes.div_ceil(16).div_ceil(LL56_TILE_VECS) * LL56_TILE_PKTS * 16
+/// Bytes of the LL63 region for transfers of up to `bytes`: 4 KiB of packets per warp
+/// tile of 3.94 KiB of data (0 for none).
+pub fn ll63_region_bytes(bytes: u64) -> u64 {
+    bytes.div_ceil(16).div_ceil(LL63_TILE_VECS) * LL63_TILE_PKTS * 16
 }
 
-/// Grid `(blocks, threads)` of an LL56 chain over `bytes`: one warp per tile of 224
+/// Grid `(blocks, threads)` of an LL63 chain over `bytes`: one warp per tile of 252
 /// vectors (with fewer warps than tiles each takes every W-th), whole warps per block
 /// (at most `threads / 32`), the tiles spread over as many blocks as `max_blocks`
 /// allows: an SM's share of the link traffic is what limits these kernels (on 4 x
 /// H200, 16 blocks of 16 warps moved 64 MiB at 0.7 x the speed of 132 blocks, 8 blocks
 /// at 0.36 x).
-pub fn ll56_grid(bytes: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
+pub fn ll63_grid(bytes: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
     let max_warps = u64::from((threads / 32).max(1));
     let max_blocks = u64::from(max_blocks.max(1));
-    let tiles = (bytes / 16).div_ceil(LL56_TILE_VECS).max(1);
+    let tiles = (bytes / 16).div_ceil(LL63_TILE_VECS).max(1);
     let warps = tiles.div_ceil(tiles.min(max_blocks)).min(max_warps);
     let blocks = tiles.div_ceil(warps).min(max_blocks);
     (blocks as u32, (warps * 32) as u32)
 }
 
-/// Largest transfer (bytes, whole 16-byte vectors) an LL56 region of `region` bytes holds.
-pub fn ll56_capacity(region: u64) -> u64 {
-    region / (LL56_TILE_PKTS * 16) * LL56_TILE_VECS * 16
+/// Largest transfer (bytes, whole 16-byte vectors) an LL63 region of `region` bytes holds.
+pub fn ll63_capacity(region: u64) -> u64 {
+    region / (LL63_TILE_PKTS * 16) * LL63_TILE_VECS * 16
 }
 
 /// One LL16 slot (8 data bytes per 16-byte packet) for `ll_max_bytes` of data.
@@ -245,12 +245,12 @@ mod tests {
             define("COLL_CHAIN_UNROLL_MAX"),
             CHAIN_UNROLL_MAX.to_string()
         );
-        assert_eq!(define("COLL_LL56_TILE_VECS"), LL56_TILE_VECS.to_string());
-        assert_eq!(define("COLL_LL56_TILE_PKTS"), LL56_TILE_PKTS.to_string());
+        assert_eq!(define("COLL_LL63_TILE_VECS"), LL63_TILE_VECS.to_string());
+        assert_eq!(define("COLL_LL63_TILE_PKTS"), LL63_TILE_PKTS.to_string());
         let src = commhal_device_src::COLL_NVLINK.source.contents;
         assert!(
             src.contains("a.scratch[owner] + COLL_OFF_LL +\n                               2 * COLL_MAX_RANKS * a.ll_slot_bytes"),
-            "ll56_region in the unit must sit where off_ll56 says"
+            "ll63_region in the unit must sit where off_ll63 says"
         );
         assert_eq!(
             define("COLL_ERR_WAIT_TIMEOUT"),
@@ -428,25 +428,25 @@ mod tests {
     }
 
     #[test]
-    fn ll56_region_holds_every_tile() {
-        assert_eq!(ll56_region_bytes(0), 0);
+    fn ll63_region_holds_every_tile() {
+        assert_eq!(ll63_region_bytes(0), 0);
         // one vector still needs its lane's whole tile
-        assert_eq!(ll56_region_bytes(16), 4096);
-        assert_eq!(ll56_region_bytes(3584), 4096);
-        assert_eq!(ll56_region_bytes(3584 + 16), 8192);
-        for bytes in [16u64, 3584, 4096, 1 << 20, (16 << 20) + 48, 64 << 20] {
-            let r = ll56_region_bytes(bytes);
+        assert_eq!(ll63_region_bytes(16), 4096);
+        assert_eq!(ll63_region_bytes(4032), 4096);
+        assert_eq!(ll63_region_bytes(4032 + 16), 8192);
+        for bytes in [16u64, 4032, 4096, 1 << 20, (16 << 20) + 48, 64 << 20] {
+            let r = ll63_region_bytes(bytes);
             // the last tile's last packet ends inside the region
-            let last_tile = (bytes / 16 - 1) / LL56_TILE_VECS;
-            assert!((last_tile + 1) * LL56_TILE_PKTS * 16 <= r, "{bytes}");
-            assert!(ll56_capacity(r) >= bytes, "{bytes}");
-            assert!(ll56_capacity(r) < bytes + LL56_TILE_VECS * 16, "{bytes}");
+            let last_tile = (bytes / 16 - 1) / LL63_TILE_VECS;
+            assert!((last_tile + 1) * LL63_TILE_PKTS * 16 <= r, "{bytes}");
+            assert!(ll63_capacity(r) >= bytes, "{bytes}");
+            assert!(ll63_capacity(r) < bytes + LL63_TILE_VECS * 16, "{bytes}");
         }
         // grids: whole warps, within the limits, every tile a warp (or all warps busy)
         for bytes in [16u64, 512 << 10, 1 << 20, 2 << 20, 16 << 20, 1 << 30] {
             for (threads, max_blocks) in [(512, 132), (256, 132), (100, 7), (512, 1)] {
-                let (b, t) = ll56_grid(bytes, threads, max_blocks);
-                let tiles = (bytes / 16).div_ceil(LL56_TILE_VECS);
+                let (b, t) = ll63_grid(bytes, threads, max_blocks);
+                let tiles = (bytes / 16).div_ceil(LL63_TILE_VECS);
                 assert!(
                     b >= 1 && b <= max_blocks && t % 32 == 0 && t >= 32 && t <= threads.max(32)
                 );
@@ -454,12 +454,14 @@ mod tests {
                 assert!(warps >= tiles || (b == max_blocks && t == threads / 32 * 32));
             }
         }
-        // 512 KiB on 132 SMs: 147 tiles over 74 blocks of 2 warps, not 10 of 16
-        assert_eq!(ll56_grid(512 << 10, 512, 132), (74, 64));
+        // 512 KiB on 132 SMs: 131 tiles over 131 blocks of 1 warp, not 9 of 16
+        assert_eq!(ll63_grid(512 << 10, 512, 132), (131, 32));
+        // 1 MiB: 261 tiles over 131 blocks of 2 warps
+        assert_eq!(ll63_grid(1 << 20, 512, 132), (131, 64));
         let s = scratch_bytes(64 << 10, 1 << 20);
         assert_eq!(
             s,
-            off_ll56(ll_slot_bytes(64 << 10)) + ll56_region_bytes(1 << 20)
+            off_ll63(ll_slot_bytes(64 << 10)) + ll63_region_bytes(1 << 20)
         );
     }
 }

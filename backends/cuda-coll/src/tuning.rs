@@ -86,13 +86,13 @@ pub const HEADER: &str = "\
 #                          or more ranks are split over every rank, the root too
 #                          (above: over the non-roots only, whose links the root's
 #                          output then shares less)
-#     broadcast_ll56_max, reduce_ll56_max
+#     broadcast_ll63_max, reduce_ll63_max
 #                          (optional; absent or 0: never) broadcasts / reduces above the
-#                          LL chunk size and up to this size run as an LL56 chain (packets
-#                          of 7 data bytes and a flag byte per 64-bit word, no barrier;
+#                          LL chunk size and up to this size run as an LL63 chain (packets
+#                          of 63 data bits and a valid bit per 64-bit word, no barrier;
 #                          16-byte multiples only); the larger of the two sizes the
-#                          LL56 region.
-#                          The tuner (since session 9) times LL56 as a last candidate and
+#                          LL63 region (about that many bytes of scratch per rank).
+#                          The tuner (since session 9) times LL63 as a last candidate and
 #                          ends the window where the summed time / best time is least
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
@@ -112,7 +112,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
-# COMMHAL_COLL_BCAST_LL56_MAX, COMMHAL_COLL_REDUCE_LL56_MAX,
+# COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -173,12 +173,12 @@ pub struct Section {
     /// (absent or 0: never; above it, or absent, only the non-roots do).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_all_max: Option<u64>,
-    /// Largest broadcast (bytes) done with the LL56 chain (absent or 0: never).
+    /// Largest broadcast (bytes) done with the LL63 chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub broadcast_ll56_max: Option<u64>,
-    /// Largest reduce (bytes) done with the LL56 chain (absent or 0: never).
+    pub broadcast_ll63_max: Option<u64>,
+    /// Largest reduce (bytes) done with the LL63 chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reduce_ll56_max: Option<u64>,
+    pub reduce_ll63_max: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ring_min: Option<u64>,
@@ -350,8 +350,8 @@ static FALLBACK: Section = Section {
     broadcast_chain_min: None,
     reduce_chain_min: None,
     reduce_all_max: None,
-    broadcast_ll56_max: None,
-    reduce_ll56_max: None,
+    broadcast_ll63_max: None,
+    reduce_ll63_max: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -429,10 +429,10 @@ pub struct Forced {
     pub rs_push_max: Option<u64>,
     /// Largest reduce where the root works too (0: never).
     pub reduce_all_max: Option<u64>,
-    /// Largest LL56 broadcast (0: never).
-    pub bcast_ll56_max: Option<u64>,
-    /// Largest LL56 reduce (0: never).
-    pub reduce_ll56_max: Option<u64>,
+    /// Largest LL63 broadcast (0: never).
+    pub bcast_ll63_max: Option<u64>,
+    /// Largest LL63 reduce (0: never).
+    pub reduce_ll63_max: Option<u64>,
 }
 
 thread_local! {
@@ -621,19 +621,19 @@ pub fn resolve_with(
         false,
         s.reduce_all_max.unwrap_or(0),
     );
-    let bcast_ll56_max = pick(
-        forced.bcast_ll56_max,
+    let bcast_ll63_max = pick(
+        forced.bcast_ll63_max,
         None,
-        "COMMHAL_COLL_BCAST_LL56_MAX",
+        "COMMHAL_COLL_BCAST_LL63_MAX",
         false,
-        s.broadcast_ll56_max.unwrap_or(0),
+        s.broadcast_ll63_max.unwrap_or(0),
     );
-    let reduce_ll56_max = pick(
-        forced.reduce_ll56_max,
+    let reduce_ll63_max = pick(
+        forced.reduce_ll63_max,
         None,
-        "COMMHAL_COLL_REDUCE_LL56_MAX",
+        "COMMHAL_COLL_REDUCE_LL63_MAX",
         false,
-        s.reduce_ll56_max.unwrap_or(0),
+        s.reduce_ll63_max.unwrap_or(0),
     );
     let mut unroll = |var: &'static str, file: Option<u64>| {
         pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
@@ -690,8 +690,8 @@ pub fn resolve_with(
             bcast_chain_min,
             reduce_chain_min,
             reduce_all_max,
-            bcast_ll56_max,
-            reduce_ll56_max,
+            bcast_ll63_max,
+            reduce_ll63_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -823,12 +823,12 @@ fn chosen_sizes<'a>(
 }
 
 /// The upper end of a window that starts above `floor` (the LL16 sizes, which keep
-/// their kernel) and runs column `col` (LL56) up to the returned size, the other
+/// their kernel) and runs column `col` (LL63) up to the returned size, the other
 /// columns' own assignment ([`assign`] over columns `0..col`) above it: the cut with the
 /// least summed `time / best time` over the sizes above `floor` (ties: the smaller
-/// window). `Some(0)`: never (no size above `floor`, or LL56 nowhere worth it); `None`:
+/// window). `Some(0)`: never (no size above `floor`, or LL63 nowhere worth it); `None`:
 /// the column never ran.
-pub fn ll56_window(
+pub fn ll63_window(
     sizes: &[u64],
     times: &[Vec<Option<f64>>],
     col: usize,
@@ -919,10 +919,10 @@ pub struct Derived {
     pub reducescatter_push_max: Option<u64>,
     /// `reduce_all_max` (0: never).
     pub reduce_all_max: Option<u64>,
-    /// `broadcast_ll56_max` (0: never).
-    pub broadcast_ll56_max: Option<u64>,
-    /// `reduce_ll56_max` (0: never).
-    pub reduce_ll56_max: Option<u64>,
+    /// `broadcast_ll63_max` (0: never).
+    pub broadcast_ll63_max: Option<u64>,
+    /// `reduce_ll63_max` (0: never).
+    pub reduce_ll63_max: Option<u64>,
 }
 
 impl Derived {
@@ -1072,14 +1072,14 @@ impl Derived {
             ),
             (self.reduce_all_max, &mut s.reduce_all_max, "reduce_all_max"),
             (
-                self.broadcast_ll56_max,
-                &mut s.broadcast_ll56_max,
-                "broadcast_ll56_max",
+                self.broadcast_ll63_max,
+                &mut s.broadcast_ll63_max,
+                "broadcast_ll63_max",
             ),
             (
-                self.reduce_ll56_max,
-                &mut s.reduce_ll56_max,
-                "reduce_ll56_max",
+                self.reduce_ll63_max,
+                &mut s.reduce_ll63_max,
+                "reduce_ll63_max",
             ),
         ] {
             match v {
@@ -1243,8 +1243,8 @@ mod tests {
         full.broadcast_chain_min = Some(3);
         full.reduce_chain_min = Some(4);
         full.reduce_all_max = Some(5);
-        full.broadcast_ll56_max = Some(11);
-        full.reduce_ll56_max = Some(12);
+        full.broadcast_ll63_max = Some(11);
+        full.reduce_ll63_max = Some(12);
         full.allreduce_ring_min = Some(6);
         full.allgather_ring_min = Some(7);
         full.reducescatter_ring_min = Some(8);

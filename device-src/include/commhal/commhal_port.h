@@ -120,7 +120,7 @@ COMMHAL_DEVICE void load_volatile_v2u32(const void* p, u32& a, u32& b) {
   a = (u32)v;
   b = (u32)(v >> 32);
 }
-// One 16-byte store of two 64-bit words (LL56 packets; each word atomic on its own).
+// One 16-byte store of two 64-bit words (LL63 packets; each word atomic on its own).
 COMMHAL_DEVICE void store_volatile_v2u64(void* p, u64 a, u64 b) {
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
