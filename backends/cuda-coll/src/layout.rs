@@ -42,7 +42,7 @@ pub const OFF_BLOCK_EPOCHS: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BL
 pub const OFF_LL: u64 = OFF_BLOCK_EPOCHS + (MAX_BLOCKS as u64) * 8;
 /// Most vectors per thread in one chunk of the chain and ring kernels (`CollArgs::chain_unroll`).
 pub const CHAIN_UNROLL_MAX: u32 = 32;
-/// Device error: a barrier wait timed out.
+/// Device error: a wait on a peer (barrier, chain / ring flag, previous launch) timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
@@ -100,10 +100,13 @@ pub fn describe_error(code: u32) -> &'static str {
     match code {
         0 => "no error",
         ERR_WAIT_TIMEOUT => {
-            "a device barrier wait timed out (a peer never launched the same collective, or died)"
+            "a device wait on a peer (a barrier, a chain or ring flag, or the peer finishing \
+             its previous launch) timed out (a peer never launched the same collective, died, \
+             or the device wait bound is shorter than the collective takes)"
         }
         ERR_PACKET_TIMEOUT => {
-            "an LL packet never arrived (a peer never launched the same collective)"
+            "an LL packet never arrived (a peer never launched the same collective, died, or \
+             the device wait bound is shorter than the collective takes)"
         }
         _ => "unknown device error code",
     }
