@@ -36,7 +36,7 @@
 //   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
 //                                    pipelined chain root+1 -> ... -> root: partial sums
 //                                    stored into the next rank's staging, chunk by chunk.
-//   commhal_coll_broadcast_ll63,     (mid sizes, bytes % 16 == 0) the chains' ranks with
+//   commhal_coll_broadcast_ll63,     (above the LL16 sizes, bytes % 16 == 0) the chains' ranks with
 //   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
 //                                    word) instead of round flags: no barrier, no fence.
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
@@ -1211,7 +1211,8 @@ extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_c
 extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
-// LL63 chains for mid-size broadcasts and reduces: the chains' ranks (r -> r+1) with
+// LL63 chains for broadcasts and reduces above the LL16 sizes (up to the tuned LL63
+// maximum, 1 GiB for reduce on 4 x H200): the chains' ranks (r -> r+1) with
 // the data in packets instead of behind round flags, so no rank ever waits on a fence
 // and no barrier runs. A packet word is 64 bits, stored and loaded as one 64-bit element
 // (st/ld .v2.u64: PTX makes 64-bit scalar accesses single-copy atomic): 63 data bits and

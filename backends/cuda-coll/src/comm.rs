@@ -136,9 +136,9 @@ pub enum Kernel {
     BroadcastChain,
     /// Reduce, pipelined chain root+1 -> ... -> root through the staging areas.
     ReduceChain,
-    /// Broadcast, LL63 chain root -> root+1 -> ... (mid sizes, 16-byte multiples).
+    /// Broadcast, LL63 chain root -> root+1 -> ... (above the LL16 sizes, 16-byte multiples).
     BroadcastLl63,
-    /// Reduce, LL63 chain root+1 -> ... -> root (mid sizes, 16-byte multiples).
+    /// Reduce, LL63 chain root+1 -> ... -> root (above the LL16 sizes, 16-byte multiples).
     ReduceLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,

@@ -73,9 +73,9 @@ pub fn ll63_region_bytes(bytes: u64) -> u64 {
 /// Grid `(blocks, threads)` of an LL63 chain over `bytes`: one warp per tile of 252
 /// vectors (with fewer warps than tiles each takes every W-th), whole warps per block
 /// (at most `threads / 32`), the tiles spread over as many blocks as `max_blocks`
-/// allows: an SM's share of the link traffic is what limits these kernels (on 4 x
-/// H200, 16 blocks of 16 warps moved 64 MiB at 0.7 x the speed of 132 blocks, 8 blocks
-/// at 0.36 x).
+/// allows: an SM's share of the link traffic is what limits these kernels (measured
+/// with session 9's LL56 on 4 x H200: 16 blocks of 16 warps moved 64 MiB at 0.7 x the
+/// speed of 132 blocks, 8 blocks at 0.36 x).
 pub fn ll63_grid(bytes: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
     let max_warps = u64::from((threads / 32).max(1));
     let max_blocks = u64::from(max_blocks.max(1));

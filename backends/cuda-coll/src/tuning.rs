@@ -92,8 +92,9 @@ pub const HEADER: &str = "\
 #                          of 63 data bits and a valid bit per 64-bit word, no barrier;
 #                          16-byte multiples only); the larger of the two sizes the
 #                          LL63 region (about that many bytes of scratch per rank).
-#                          The tuner (since session 9) times LL63 as a last candidate and
-#                          ends the window where the summed time / best time is least
+#                          The tuner (since session 9; LL56 then) times LL63 as a last
+#                          candidate and ends the window where the summed time / best
+#                          time is least
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
