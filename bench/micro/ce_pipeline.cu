@@ -1,0 +1,533 @@
+// ce_pipeline.cu — can the copy engines carry commhal's large transfers faster than SM
+// stores (session 11)?
+//
+// Session 3 measured one copy-engine (CE) copy per peer at 388 GB/s (send/recv, 1 GiB,
+// 4 GPUs) against 361 for the store kernels, but the CE path then ran every collective
+// all-pairs (three peers at once: 204 GB/s) and unpipelined. The chains (broadcast,
+// reduce) and the ring all-reduce only ever send to one peer at a time, so they could
+// ride the CE rate if a pipeline of chunk copies, ordered across GPUs by 32-bit stream
+// memory operations (cuStreamWaitValue32 / cuStreamWriteValue32), costs little. Parts:
+//
+//   1. ring permutation (GPU d -> d+1), every GPU at once, GB/s per GPU (slowest GPU):
+//      sm_st (16-byte SM stores, as the ring/chain kernels), tma_st K (Hopper bulk copies:
+//      TMA load into shared memory, TMA store into the peer), ce push / pull (one
+//      cudaMemcpyAsync on the sender's / receiver's stream), ce push K+ops (chunks of K,
+//      each followed by a write of the peer's flag and preceded by a satisfied wait).
+//   2. broadcast chain 0 -> 1 -> ... -> N-1 by CE chunks (each hop forwards chunk k once
+//      it arrived), µs per call.
+//   3. reduce chain 0 -> ... -> N-1 (root N-1), f32: every middle GPU adds its input to
+//      the arrived chunk with a small kernel on a compute stream, its copy stream sends
+//      the sum on; µs per call.
+//   4. ring all-reduce (reduce-scatter then all-gather, N-1 steps each) by CE chunks and
+//      per-chunk reduce kernels, f32; µs per call and busbw.
+// Parts 2-4 run one host thread per GPU (as commhal's one process per GPU), each call with
+// a start handshake (the receiver tells its sender its buffers are free), R calls back to
+// back after one warm-up; time = wall clock / R, so the host's enqueue cost is included.
+// Results of 3 and 4 are checked (0 wrong expected).
+//
+// Build: nvcc -O3 -std=c++20 -arch=sm_90 -o ce_pipeline ce_pipeline.cu -lcuda ; run: ./ce_pipeline [N]
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "micro_common.h"
+
+#define CU(x)                                                                    \
+  do {                                                                           \
+    CUresult r_ = (x);                                                           \
+    if (r_ != CUDA_SUCCESS) {                                                    \
+      const char* s_ = nullptr;                                                  \
+      cuGetErrorString(r_, &s_);                                                 \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
+      exit(1);                                                                   \
+    }                                                                            \
+  } while (0)
+
+static void wait32(cudaStream_t s, const u32* flag, u32 v) {
+  CU(cuStreamWaitValue32((CUstream)s, (CUdeviceptr)flag, v, CU_STREAM_WAIT_VALUE_GEQ));
+}
+static void write32(cudaStream_t s, u32* flag, u32 v) {
+  CU(cuStreamWriteValue32((CUstream)s, (CUdeviceptr)flag, v, CU_STREAM_WRITE_VALUE_DEFAULT));
+}
+
+// ---------------- kernels ----------------
+__global__ void fill_f32(float* p, u64 n, float v) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = v;
+}
+__global__ void count_wrong(const float* p, u64 n, float v, unsigned long long* wrong) {
+  u64 bad = 0;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    bad += p[i] != v;
+  if (bad) atomicAdd(wrong, bad);
+}
+__global__ void add_f32(const float4* a, const float4* b, float4* out, u64 nvec) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nvec; i += (u64)gridDim.x * blockDim.x) {
+    const float4 x = a[i], y = b[i];
+    out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
+  }
+}
+__global__ void sm_copy(const uint4* src, uint4* dst, u64 nvec) {
+  const u64 g = (u64)gridDim.x * blockDim.x;
+  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; v + 3 * g < nvec; v += 4 * g) {
+    const uint4 a = src[v], b = src[v + g], c = src[v + 2 * g], d = src[v + 3 * g];
+    dst[v] = a;
+    dst[v + g] = b;
+    dst[v + 2 * g] = c;
+    dst[v + 3 * g] = d;
+  }
+  for (; v < nvec; v += g) dst[v] = src[v];
+}
+
+constexpr int STAGES = 4;
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra W;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void bulk_store(void* dst, const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(src)),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Thread 0 of each block moves chunks blockIdx.x + i * gridDim.x: TMA load into stage
+// i % STAGES, TMA store from it; a stage is reloaded once its store has read it.
+__global__ void tma_copy(const unsigned char* src, unsigned char* dst, u64 bytes, u32 chunk) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ u64 bars[STAGES];
+  if (threadIdx.x != 0) return;
+  const u64 nchunks = bytes / chunk;
+  for (int s = 0; s < STAGES; ++s) mbar_init(&bars[s], 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  auto load = [&](u64 i) {
+    const u64 c = blockIdx.x + i * gridDim.x;
+    if (c >= nchunks) return;
+    const int s = i % STAGES;
+    mbar_expect_tx(&bars[s], chunk);
+    bulk_load(smem + (u64)s * chunk, src + c * chunk, chunk, &bars[s]);
+  };
+  for (int i = 0; i < STAGES; ++i) load(i);
+  for (u64 i = 0;; ++i) {
+    const u64 c = blockIdx.x + i * gridDim.x;
+    if (c >= nchunks) break;
+    const int s = i % STAGES;
+    mbar_wait(&bars[s], (i / STAGES) & 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    bulk_store(dst + c * chunk, smem + (u64)s * chunk, chunk);
+    if (i >= 1) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // store i-1 read its stage
+      load(i - 1 + STAGES);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// ---------------- per-GPU state ----------------
+struct Gpu {
+  cudaStream_t cp, cmp;  // copy stream, compute stream
+  cudaEvent_t e0, e1, cp_done;
+  float* in;      // input (f32)
+  float* out;     // output / broadcast buffer
+  float* land;    // landing area written by the upstream GPU
+  float* send;    // partial sums to send on
+  u32* flags;     // [0] arrive (data), [1] arrive (all-gather), [2] reduced, [3] ready
+  int sms;
+  unsigned long long* wrong;
+};
+enum { F_ARR = 0, F_ARR_AG = 1, F_RED = 2, F_READY = 3, F_N = 8 };
+
+static u64 CAP = 1ull << 30;
+
+static void add_launch(cudaStream_t s, const float* a, const float* b, float* o, u64 bytes) {
+  const u64 nvec = bytes / 16;
+  const u64 blocks = std::min<u64>(std::max<u64>(nvec / 512, 1), 528);
+  add_f32<<<(u32)blocks, 512, 0, s>>>((const float4*)a, (const float4*)b, (float4*)o, nvec);
+  CK(cudaGetLastError());
+}
+
+struct Shape {
+  int n;
+  u64 bytes;
+  u64 chunk;
+};
+
+// One call of the broadcast chain (root 0) on GPU d, iteration it (flags grow forever).
+static void bcast_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) {
+  const int n = sh.n;
+  const u32 m = (u32)(sh.bytes / sh.chunk);
+  Gpu& me = g[d];
+  // my buffer is free: tell the upstream GPU (after my previous forwards finished)
+  if (d > 0) write32(me.cp, &g[d - 1].flags[F_READY], it + 1);
+  if (d < n - 1) {
+    wait32(me.cp, &me.flags[F_READY], it + 1);
+    for (u32 k = 0; k < m; ++k) {
+      if (d > 0) wait32(me.cp, &me.flags[F_ARR], it * m + k + 1);
+      const u64 off = (u64)k * sh.chunk;
+      CK(cudaMemcpyAsync((char*)g[d + 1].out + off, (char*)me.out + off, sh.chunk, cudaMemcpyDeviceToDevice,
+                         me.cp));
+      write32(me.cp, &g[d + 1].flags[F_ARR], it * m + k + 1);
+    }
+  } else {
+    wait32(me.cp, &me.flags[F_ARR], it * m + m);
+  }
+}
+
+// Reduce chain 0 -> 1 -> ... -> n-1 (root n-1), f32.
+static void reduce_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) {
+  const int n = sh.n;
+  const u32 m = (u32)(sh.bytes / sh.chunk);
+  Gpu& me = g[d];
+  // landing and send buffers free once my previous call's copies are done
+  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  if (d > 0) write32(me.cmp, &g[d - 1].flags[F_READY], it + 1);
+  if (d < n - 1) wait32(me.cp, &me.flags[F_READY], it + 1);
+  for (u32 k = 0; k < m; ++k) {
+    const u64 off = (u64)k * sh.chunk;
+    const char* src = (const char*)me.in + off;
+    if (d > 0) {
+      wait32(me.cmp, &me.flags[F_ARR], it * m + k + 1);
+      float* o = (float*)((char*)(d == n - 1 ? me.out : me.send) + off);
+      add_launch(me.cmp, (const float*)((char*)me.land + off), (const float*)src, o, sh.chunk);
+      write32(me.cmp, &me.flags[F_RED], it * m + k + 1);
+      src = (const char*)o;
+    }
+    if (d < n - 1) {
+      if (d > 0) wait32(me.cp, &me.flags[F_RED], it * m + k + 1);
+      CK(cudaMemcpyAsync((char*)g[d + 1].land + off, src, sh.chunk, cudaMemcpyDeviceToDevice, me.cp));
+      write32(me.cp, &g[d + 1].flags[F_ARR], it * m + k + 1);
+    }
+  }
+  CK(cudaEventRecord(me.cp_done, me.cp));
+  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+}
+
+// Ring all-reduce: reduce-scatter then all-gather, segments of bytes/n, chunks within.
+static void allreduce_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) {
+  const int n = sh.n;
+  const u64 seg = sh.bytes / n;
+  const u32 m = (u32)(seg / sh.chunk);
+  const u32 per = (u32)(n - 1) * m;  // chunks per phase per call
+  Gpu& me = g[d];
+  Gpu& nx = g[(d + 1) % n];
+  Gpu& pv = g[(d + n - 1) % n];
+  auto segof = [&](int s) { return (u64)(((s % n) + n) % n) * seg; };
+  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  write32(me.cmp, &pv.flags[F_READY], it + 1);
+  wait32(me.cp, &me.flags[F_READY], it + 1);
+  // compute stream: reduce-scatter steps 1..n-1 (n-1: the final sum into the output)
+  // copy stream: rs step 0..n-2, then all-gather steps 0..n-2; interleaved by chunk so
+  // each stream's order matches what it waits for.
+  for (int j = 0; j < n - 1; ++j) {
+    const u64 sseg = segof(d - j);  // segment sent at step j
+    for (u32 k = 0; k < m; ++k) {
+      const u64 off = (u64)k * sh.chunk;
+      const u32 idx = it * per + (u32)j * m + k + 1;
+      const char* src;
+      if (j == 0) {
+        src = (const char*)me.in + sseg + off;
+      } else {
+        wait32(me.cp, &me.flags[F_RED], idx - m);
+        src = (const char*)me.send + (u64)(j - 1) * seg + off;
+      }
+      CK(cudaMemcpyAsync((char*)nx.land + (u64)j * seg + off, src, sh.chunk, cudaMemcpyDeviceToDevice, me.cp));
+      write32(me.cp, &nx.flags[F_ARR], idx);
+      // the chunk that arrives from the upstream GPU at this step: segment d-j-1
+      wait32(me.cmp, &me.flags[F_ARR], idx);
+      const u64 rseg = segof(d - j - 1);
+      float* o = j == n - 2 ? (float*)((char*)me.out + rseg + off) : (float*)((char*)me.send + (u64)j * seg + off);
+      add_launch(me.cmp, (const float*)((char*)me.land + (u64)j * seg + off), (const float*)((char*)me.in + rseg + off),
+                 o, sh.chunk);
+      write32(me.cmp, &me.flags[F_RED], idx);
+    }
+  }
+  for (int j = 0; j < n - 1; ++j) {
+    const u64 sseg = segof(d + 1 - j);
+    for (u32 k = 0; k < m; ++k) {
+      const u64 off = (u64)k * sh.chunk;
+      const u32 idx = it * per + (u32)j * m + k + 1;
+      if (j == 0)
+        wait32(me.cp, &me.flags[F_RED], it * per + (u32)(n - 2) * m + k + 1);
+      else
+        wait32(me.cp, &me.flags[F_ARR_AG], idx - m);
+      CK(cudaMemcpyAsync((char*)nx.out + sseg + off, (char*)me.out + sseg + off, sh.chunk, cudaMemcpyDeviceToDevice,
+                         me.cp));
+      write32(me.cp, &nx.flags[F_ARR_AG], idx);
+    }
+  }
+  wait32(me.cmp, &me.flags[F_ARR_AG], it * per + per);
+  CK(cudaEventRecord(me.cp_done, me.cp));
+  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+}
+
+typedef void (*CallFn)(std::vector<Gpu>&, const Shape&, int, u32);
+
+// R calls after one warm-up, one host thread per GPU; µs per call (median of 3 runs).
+static double time_calls(std::vector<Gpu>& g, const Shape& sh, CallFn f, int R, u32& it) {
+  const int n = sh.n;
+  std::vector<double> runs;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::barrier<> bar(n + 1);
+    const u32 base = it;
+    std::vector<std::thread> ts;
+    for (int d = 0; d < n; ++d) {
+      ts.emplace_back([&, d] {
+        CK(cudaSetDevice(d));
+        f(g, sh, d, base);  // warm-up
+        CK(cudaStreamSynchronize(g[d].cp));
+        CK(cudaStreamSynchronize(g[d].cmp));
+        bar.arrive_and_wait();
+        for (int r = 1; r <= R; ++r) f(g, sh, d, base + r);
+        CK(cudaStreamSynchronize(g[d].cp));
+        CK(cudaStreamSynchronize(g[d].cmp));
+        bar.arrive_and_wait();
+      });
+    }
+    bar.arrive_and_wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    bar.arrive_and_wait();
+    const auto t1 = std::chrono::steady_clock::now();
+    for (auto& t : ts) t.join();
+    it = base + R + 1;
+    runs.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / R);
+  }
+  std::sort(runs.begin(), runs.end());
+  return runs[1];
+}
+
+static u64 check(std::vector<Gpu>& g, int n, int only, u64 bytes, float v) {
+  u64 total = 0;
+  for (int d = 0; d < n; ++d) {
+    if (only >= 0 && d != only) continue;
+    CK(cudaSetDevice(d));
+    CK(cudaMemset(g[d].wrong, 0, 8));
+    count_wrong<<<264, 512>>>(g[d].out, bytes / 4, v, g[d].wrong);
+    unsigned long long w = 0;
+    CK(cudaMemcpy(&w, g[d].wrong, 8, cudaMemcpyDeviceToHost));
+    total += w;
+  }
+  return total;
+}
+
+static void reset_out(std::vector<Gpu>& g, int n) {
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaMemset(g[d].out, 0xff, CAP));
+    CK(cudaDeviceSynchronize());
+  }
+}
+
+int main(int argc, char** argv) {
+  const int n = argc > 1 ? atoi(argv[1]) : 4;
+  require_gpus(n);
+  enable_peers(n);
+  CU(cuInit(0));
+  std::vector<Gpu> g(n);
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    Gpu& x = g[d];
+    CK(cudaStreamCreateWithFlags(&x.cp, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&x.cmp, cudaStreamNonBlocking));
+    CK(cudaEventCreate(&x.e0));
+    CK(cudaEventCreate(&x.e1));
+    CK(cudaEventCreateWithFlags(&x.cp_done, cudaEventDisableTiming));
+    CK(cudaMalloc(&x.in, CAP));
+    CK(cudaMalloc(&x.out, CAP));
+    CK(cudaMalloc(&x.land, CAP));
+    CK(cudaMalloc(&x.send, CAP));
+    CK(cudaMalloc(&x.flags, F_N * 4));
+    CK(cudaMemset(x.flags, 0, F_N * 4));
+    CK(cudaMalloc(&x.wrong, 8));
+    CK(cudaDeviceGetAttribute(&x.sms, cudaDevAttrMultiProcessorCount, d));
+    fill_f32<<<264, 512>>>(x.in, CAP / 4, (float)(d + 1));
+    CK(cudaFuncSetAttribute(tma_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGES * 32 * 1024));
+    CK(cudaDeviceSynchronize());
+  }
+
+  // ---- part 1: ring permutation ----
+  printf("# ce_pipeline: %d GPUs\n# part 1: ring permutation d -> d+1, every GPU at once; GB/s per GPU (slowest), median of 5\n", n);
+  const u64 sizes1[] = {64ull << 20, 256ull << 20, 1ull << 30};
+  printf("%-16s", "variant");
+  for (u64 b : sizes1) printf(" %9lluM", b >> 20);
+  printf("\n");
+  struct V1 {
+    const char* name;
+    int kind;  // 0 sm, 1 tma, 2 ce push, 3 ce pull, 4 ce push chunked + ops
+    u64 k;
+  };
+  const V1 v1[] = {{"sm_st", 0, 0},           {"tma_st 16K", 1, 16384},     {"tma_st 32K", 1, 32768},
+                   {"ce push", 2, 0},         {"ce pull", 3, 0},            {"ce push 2M+ops", 4, 2 << 20},
+                   {"ce push 8M+ops", 4, 8 << 20}, {"ce push 32M+ops", 4, 32 << 20}};
+  u32 seq = 0;
+  for (const V1& v : v1) {
+    printf("%-16s", v.name);
+    for (u64 B : sizes1) {
+      std::vector<double> runs;
+      const int reps = B <= (64ull << 20) ? 20 : 5;
+      for (int rep = 0; rep < 5; ++rep) {
+        for (int d = 0; d < n; ++d) {
+          CK(cudaSetDevice(d));
+          Gpu& me = g[d];
+          const int nxd = (d + 1) % n, pvd = (d + n - 1) % n;
+          CK(cudaEventRecord(me.e0, me.cp));
+          for (int r = 0; r < reps; ++r) {
+            switch (v.kind) {
+              case 0:
+                sm_copy<<<me.sms, 512, 0, me.cp>>>((const uint4*)me.in, (uint4*)g[nxd].land, B / 16);
+                break;
+              case 1:
+                tma_copy<<<me.sms, 32, STAGES * v.k, me.cp>>>((const unsigned char*)me.in, (unsigned char*)g[nxd].land,
+                                                               B, (u32)v.k);
+                break;
+              case 2:
+                CK(cudaMemcpyAsync(g[nxd].land, me.in, B, cudaMemcpyDeviceToDevice, me.cp));
+                break;
+              case 3:
+                CK(cudaMemcpyAsync(me.land, g[pvd].in, B, cudaMemcpyDeviceToDevice, me.cp));
+                break;
+              case 4:
+                for (u64 off = 0; off < B; off += v.k) {
+                  wait32(me.cp, &me.flags[F_N - 1], 0);
+                  CK(cudaMemcpyAsync((char*)g[nxd].land + off, (char*)me.in + off, v.k, cudaMemcpyDeviceToDevice,
+                                     me.cp));
+                  write32(me.cp, &g[nxd].flags[F_N - 2], ++seq);
+                }
+                break;
+            }
+            CK(cudaGetLastError());
+          }
+          CK(cudaEventRecord(me.e1, me.cp));
+        }
+        double worst = 0;
+        for (int d = 0; d < n; ++d) {
+          CK(cudaSetDevice(d));
+          CK(cudaEventSynchronize(g[d].e1));
+          float ms = 0;
+          CK(cudaEventElapsedTime(&ms, g[d].e0, g[d].e1));
+          worst = std::max(worst, (double)ms / reps);
+        }
+        runs.push_back(B / (worst * 1e-3) / 1e9);
+      }
+      std::sort(runs.begin(), runs.end());
+      printf(" %10.1f", runs[2]);
+      fflush(stdout);
+    }
+    printf("\n");
+  }
+  // the permutation check: GPU d+1's landing holds GPU d's input (d+1 as f32)
+  {
+    u64 bad = 0;
+    for (int d = 0; d < n; ++d) {
+      CK(cudaSetDevice(d));
+      CK(cudaMemset(g[d].wrong, 0, 8));
+      count_wrong<<<264, 512>>>(g[d].land, CAP / 4, (float)(((d + n - 1) % n) + 1), g[d].wrong);
+      unsigned long long w = 0;
+      CK(cudaMemcpy(&w, g[d].wrong, 8, cudaMemcpyDeviceToHost));
+      bad += w;
+    }
+    printf("# part 1 check: %llu wrong\n", (unsigned long long)bad);
+  }
+
+  // ---- parts 2-4 ----
+  u32 it = 1;
+  const u64 sizes[] = {64ull << 20, 256ull << 20, 1ull << 30};
+  const u64 chunks[] = {2ull << 20, 4ull << 20, 8ull << 20, 16ull << 20};
+  struct P {
+    const char* name;
+    CallFn f;
+    int part;
+  };
+  const P parts[] = {{"bcast chain", bcast_call, 2}, {"reduce chain", reduce_call, 3}, {"ring allreduce", allreduce_call, 4}};
+  for (const P& p : parts) {
+    printf("# part %d: %s by CE chunks, %d GPUs; µs per call (wall clock / R, median of 3)%s\n", p.part, p.name, n,
+           p.part == 4 ? "; busbw GB/s in ()" : "");
+    printf("%-10s", "chunk");
+    for (u64 b : sizes) printf(" %14lluM", b >> 20);
+    printf("\n");
+    for (u64 C : chunks) {
+      printf("%-9lluM", C >> 20);
+      for (u64 B : sizes) {
+        Shape sh{n, B, C};
+        if ((p.part == 4 && (B / n) % C) || B % C) {
+          printf(" %15s", "-");
+          continue;
+        }
+        // flags restart from 0 per shape (counters are per call index)
+        for (int d = 0; d < n; ++d) {
+          CK(cudaSetDevice(d));
+          CK(cudaMemset(g[d].flags, 0, F_N * 4));
+          CK(cudaDeviceSynchronize());
+        }
+        if (p.part == 2) {
+          CK(cudaSetDevice(0));
+          CK(cudaMemcpy(g[0].out, g[0].in, B, cudaMemcpyDeviceToDevice));
+        }
+        it = 0;
+        const int R = B >= (1ull << 30) ? 5 : B >= (256ull << 20) ? 10 : 30;
+        const double us = time_calls(g, sh, p.f, R, it);
+        if (p.part == 4)
+          printf(" %7.1f (%5.1f)", us, 2.0 * (n - 1) / n * B / (us * 1e-6) / 1e9);
+        else
+          printf(" %15.1f", us);
+        fflush(stdout);
+      }
+      printf("\n");
+    }
+    // correctness at the last shape run with chunk 8M, 256M
+    Shape sh{n, 256ull << 20, 8ull << 20};
+    reset_out(g, n);
+    if (p.part == 2) {
+      CK(cudaSetDevice(0));
+      CK(cudaMemcpy(g[0].out, g[0].in, sh.bytes, cudaMemcpyDeviceToDevice));
+    }
+    for (int d = 0; d < n; ++d) {
+      CK(cudaSetDevice(d));
+      CK(cudaMemset(g[d].flags, 0, F_N * 4));
+      CK(cudaDeviceSynchronize());
+    }
+    {
+      std::vector<std::thread> ts;
+      for (int d = 0; d < n; ++d)
+        ts.emplace_back([&, d] {
+          CK(cudaSetDevice(d));
+          p.f(g, sh, d, 0);
+          CK(cudaStreamSynchronize(g[d].cp));
+          CK(cudaStreamSynchronize(g[d].cmp));
+        });
+      for (auto& t : ts) t.join();
+    }
+    const float want = p.part == 2 ? 1.0f : (float)(n * (n + 1) / 2);
+    const u64 bad = check(g, n, p.part == 3 ? n - 1 : -1, sh.bytes, want);
+    printf("# part %d check (256M, 8M chunks): %llu wrong\n", p.part, (unsigned long long)bad);
+  }
+  return 0;
+}
