@@ -9,21 +9,34 @@
 // memory operations (cuStreamWaitValue32 / cuStreamWriteValue32), costs little. Parts:
 //
 //   1. ring permutation (GPU d -> d+1), every GPU at once, GB/s per GPU (slowest GPU):
-//      sm_st (16-byte SM stores, as the ring/chain kernels), tma_st K (Hopper bulk copies:
-//      TMA load into shared memory, TMA store into the peer), ce push / pull (one
-//      cudaMemcpyAsync on the sender's / receiver's stream), ce push K+ops (chunks of K,
-//      each followed by a write of the peer's flag and preceded by a satisfied wait).
+//      sm_st (16-byte SM stores, as the ring/chain kernels), ce push (one cudaMemcpyAsync
+//      on the sender's stream), ce K (chunks of K back to back), ce K+write (each chunk
+//      followed by a write of the peer's flag), ce K+ops (and preceded by a satisfied
+//      wait), "x S": chunk i on copy stream i % S.
 //   2. broadcast chain 0 -> 1 -> ... -> N-1 by CE chunks (each hop forwards chunk k once
 //      it arrived), µs per call.
 //   3. reduce chain 0 -> ... -> N-1 (root N-1), f32: every middle GPU adds its input to
-//      the arrived chunk with a small kernel on a compute stream, its copy stream sends
+//      the arrived chunk with a small kernel on a compute stream, its copy streams send
 //      the sum on; µs per call.
 //   4. ring all-reduce (reduce-scatter then all-gather, N-1 steps each) by CE chunks and
 //      per-chunk reduce kernels, f32; µs per call and busbw.
-// Parts 2-4 run one host thread per GPU (as commhal's one process per GPU), each call with
-// a start handshake (the receiver tells its sender its buffers are free), R calls back to
-// back after one warm-up; time = wall clock / R, so the host's enqueue cost is included.
-// Results of 3 and 4 are checked (0 wrong expected).
+// Parts 2-4 put chunk k on copy stream k % S (S = 2, 4), each stream with its own
+// arrival counters (a counter is written by one stream, in order), and run one host
+// thread per GPU (as commhal's one process per GPU), each call with a start handshake
+// (the receiver tells its sender its buffers are free), R calls back to back after one
+// warm-up; time = wall clock / R, so the host's enqueue cost is included. Results are
+// checked (0 wrong expected).
+//
+// Call 1 (one copy stream; bench/results/h200-2026-11-22-session11/ce-*-call1.log): the CE
+// push copy runs at 392 GB/s per GPU on 4 GPUs (1 GiB) against 365.5 for SM stores and
+// 367.6 for TMA bulk stores (shared memory -> peer, 32 KiB stages), but every chunk
+// fenced by stream memory operations cost ~7-8 µs of idle engine (2 MiB chunks: 166
+// GB/s), so the one-stream chains and ring lost to the SM kernels.
+// Call 2 (ce-*-call2.log): chunking alone costs ~3 µs per copy (8 MiB chunks back to
+// back, no memory operations: 341 GB/s), a flag write after each ~4 more (307), the wait
+// before it ~1.5 more (288); spreading the chunks over 2 copy streams recovers little
+// (303). So the copy engines pay only as one large copy per peer: commhal routes 2-rank
+// broadcast and send/recv to them from a tuned size (128 MiB on these machines).
 //
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 -o ce_pipeline ce_pipeline.cu -lcuda ; run: ./ce_pipeline [N]
 #include <cuda.h>
@@ -88,83 +101,21 @@ __global__ void sm_copy(const uint4* src, uint4* dst, u64 nvec) {
   for (; v < nvec; v += g) dst[v] = src[v];
 }
 
-constexpr int STAGES = 4;
-__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(u64* bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra W;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void bulk_store(void* dst, const void* src, u32 bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(smem_addr(src)),
-               "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Thread 0 of each block moves chunks blockIdx.x + i * gridDim.x: TMA load into stage
-// i % STAGES, TMA store from it; a stage is reloaded once its store has read it.
-__global__ void tma_copy(const unsigned char* src, unsigned char* dst, u64 bytes, u32 chunk) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  __shared__ u64 bars[STAGES];
-  if (threadIdx.x != 0) return;
-  const u64 nchunks = bytes / chunk;
-  for (int s = 0; s < STAGES; ++s) mbar_init(&bars[s], 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  auto load = [&](u64 i) {
-    const u64 c = blockIdx.x + i * gridDim.x;
-    if (c >= nchunks) return;
-    const int s = i % STAGES;
-    mbar_expect_tx(&bars[s], chunk);
-    bulk_load(smem + (u64)s * chunk, src + c * chunk, chunk, &bars[s]);
-  };
-  for (int i = 0; i < STAGES; ++i) load(i);
-  for (u64 i = 0;; ++i) {
-    const u64 c = blockIdx.x + i * gridDim.x;
-    if (c >= nchunks) break;
-    const int s = i % STAGES;
-    mbar_wait(&bars[s], (i / STAGES) & 1);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    bulk_store(dst + c * chunk, smem + (u64)s * chunk, chunk);
-    if (i >= 1) {
-      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");  // store i-1 read its stage
-      load(i - 1 + STAGES);
-    }
-  }
-  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-}
-
 // ---------------- per-GPU state ----------------
+constexpr int MAXS = 4;  // copy streams per GPU
+static int NS = 1;       // copy streams in use: chunk k goes on stream k % NS
 struct Gpu {
-  cudaStream_t cp, cmp;  // copy stream, compute stream
-  cudaEvent_t e0, e1, cp_done;
+  cudaStream_t cp[MAXS], cmp;  // copy streams, compute (and join) stream
+  cudaEvent_t e0, e1, fork, cp_done[MAXS];
   float* in;      // input (f32)
   float* out;     // output / broadcast buffer
   float* land;    // landing area written by the upstream GPU
   float* send;    // partial sums to send on
-  u32* flags;     // [0] arrive (data), [1] arrive (all-gather), [2] reduced, [3] ready
+  u32* flags;     // see F_*: one arrival counter per copy stream (each written in order)
   int sms;
   unsigned long long* wrong;
 };
-enum { F_ARR = 0, F_ARR_AG = 1, F_RED = 2, F_READY = 3, F_N = 8 };
+enum { F_ARR = 0, F_ARR_AG = 4, F_RED = 8, F_READY = 9, F_SCRATCH = 12, F_N = 20 };
 
 static u64 CAP = 1ull << 30;
 
@@ -181,25 +132,40 @@ struct Shape {
   u64 chunk;
 };
 
+// The compute stream waits for the copy streams' previous call (its buffers are free).
+static void join_prev(Gpu& me) {
+  for (int s = 0; s < NS; ++s) CK(cudaStreamWaitEvent(me.cmp, me.cp_done[s], 0));
+}
+static void mark_end(Gpu& me) {
+  for (int s = 0; s < NS; ++s) {
+    CK(cudaEventRecord(me.cp_done[s], me.cp[s]));
+    CK(cudaStreamWaitEvent(me.cmp, me.cp_done[s], 0));
+  }
+}
+// value of the arrival counter of stream k % NS after chunk k (of m per call) of call it
+static u32 arr(u32 it, u32 m, u32 k) { return it * (m / NS) + k / NS + 1; }
+
 // One call of the broadcast chain (root 0) on GPU d, iteration it (flags grow forever).
 static void bcast_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) {
   const int n = sh.n;
   const u32 m = (u32)(sh.bytes / sh.chunk);
   Gpu& me = g[d];
+  join_prev(me);
   // my buffer is free: tell the upstream GPU (after my previous forwards finished)
-  if (d > 0) write32(me.cp, &g[d - 1].flags[F_READY], it + 1);
+  if (d > 0) write32(me.cmp, &g[d - 1].flags[F_READY], it + 1);
   if (d < n - 1) {
-    wait32(me.cp, &me.flags[F_READY], it + 1);
+    for (int s = 0; s < NS; ++s) wait32(me.cp[s], &me.flags[F_READY], it + 1);
     for (u32 k = 0; k < m; ++k) {
-      if (d > 0) wait32(me.cp, &me.flags[F_ARR], it * m + k + 1);
+      cudaStream_t st = me.cp[k % NS];
+      if (d > 0) wait32(st, &me.flags[F_ARR + k % NS], arr(it, m, k));
       const u64 off = (u64)k * sh.chunk;
-      CK(cudaMemcpyAsync((char*)g[d + 1].out + off, (char*)me.out + off, sh.chunk, cudaMemcpyDeviceToDevice,
-                         me.cp));
-      write32(me.cp, &g[d + 1].flags[F_ARR], it * m + k + 1);
+      CK(cudaMemcpyAsync((char*)g[d + 1].out + off, (char*)me.out + off, sh.chunk, cudaMemcpyDeviceToDevice, st));
+      write32(st, &g[d + 1].flags[F_ARR + k % NS], arr(it, m, k));
     }
   } else {
-    wait32(me.cp, &me.flags[F_ARR], it * m + m);
+    for (int s = 0; s < NS; ++s) wait32(me.cmp, &me.flags[F_ARR + s], arr(it, m, m - NS + s));
   }
+  mark_end(me);
 }
 
 // Reduce chain 0 -> 1 -> ... -> n-1 (root n-1), f32.
@@ -207,28 +173,28 @@ static void reduce_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) {
   const int n = sh.n;
   const u32 m = (u32)(sh.bytes / sh.chunk);
   Gpu& me = g[d];
-  // landing and send buffers free once my previous call's copies are done
-  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  join_prev(me);
   if (d > 0) write32(me.cmp, &g[d - 1].flags[F_READY], it + 1);
-  if (d < n - 1) wait32(me.cp, &me.flags[F_READY], it + 1);
+  if (d < n - 1)
+    for (int s = 0; s < NS; ++s) wait32(me.cp[s], &me.flags[F_READY], it + 1);
   for (u32 k = 0; k < m; ++k) {
     const u64 off = (u64)k * sh.chunk;
+    cudaStream_t st = me.cp[k % NS];
     const char* src = (const char*)me.in + off;
     if (d > 0) {
-      wait32(me.cmp, &me.flags[F_ARR], it * m + k + 1);
+      wait32(me.cmp, &me.flags[F_ARR + k % NS], arr(it, m, k));
       float* o = (float*)((char*)(d == n - 1 ? me.out : me.send) + off);
       add_launch(me.cmp, (const float*)((char*)me.land + off), (const float*)src, o, sh.chunk);
       write32(me.cmp, &me.flags[F_RED], it * m + k + 1);
       src = (const char*)o;
     }
     if (d < n - 1) {
-      if (d > 0) wait32(me.cp, &me.flags[F_RED], it * m + k + 1);
-      CK(cudaMemcpyAsync((char*)g[d + 1].land + off, src, sh.chunk, cudaMemcpyDeviceToDevice, me.cp));
-      write32(me.cp, &g[d + 1].flags[F_ARR], it * m + k + 1);
+      if (d > 0) wait32(st, &me.flags[F_RED], it * m + k + 1);
+      CK(cudaMemcpyAsync((char*)g[d + 1].land + off, src, sh.chunk, cudaMemcpyDeviceToDevice, st));
+      write32(st, &g[d + 1].flags[F_ARR + k % NS], arr(it, m, k));
     }
   }
-  CK(cudaEventRecord(me.cp_done, me.cp));
-  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  mark_end(me);
 }
 
 // Ring all-reduce: reduce-scatter then all-gather, segments of bytes/n, chunks within.
@@ -241,52 +207,53 @@ static void allreduce_call(std::vector<Gpu>& g, const Shape& sh, int d, u32 it) 
   Gpu& nx = g[(d + 1) % n];
   Gpu& pv = g[(d + n - 1) % n];
   auto segof = [&](int s) { return (u64)(((s % n) + n) % n) * seg; };
-  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  join_prev(me);
   write32(me.cmp, &pv.flags[F_READY], it + 1);
-  wait32(me.cp, &me.flags[F_READY], it + 1);
-  // compute stream: reduce-scatter steps 1..n-1 (n-1: the final sum into the output)
-  // copy stream: rs step 0..n-2, then all-gather steps 0..n-2; interleaved by chunk so
-  // each stream's order matches what it waits for.
+  for (int s = 0; s < NS; ++s) wait32(me.cp[s], &me.flags[F_READY], it + 1);
+  // compute stream: reduce-scatter steps 1..n-1 (n-1: the final sum into the output);
+  // copy streams: rs steps 0..n-2, then all-gather steps 0..n-2. Chunk (j, k) of a phase
+  // is number q = j*m + k; it goes on stream k % NS (m is a multiple of NS).
   for (int j = 0; j < n - 1; ++j) {
     const u64 sseg = segof(d - j);  // segment sent at step j
     for (u32 k = 0; k < m; ++k) {
       const u64 off = (u64)k * sh.chunk;
-      const u32 idx = it * per + (u32)j * m + k + 1;
+      const u32 q = (u32)j * m + k;
+      cudaStream_t st = me.cp[k % NS];
       const char* src;
       if (j == 0) {
         src = (const char*)me.in + sseg + off;
       } else {
-        wait32(me.cp, &me.flags[F_RED], idx - m);
+        wait32(st, &me.flags[F_RED], it * per + q - m + 1);
         src = (const char*)me.send + (u64)(j - 1) * seg + off;
       }
-      CK(cudaMemcpyAsync((char*)nx.land + (u64)j * seg + off, src, sh.chunk, cudaMemcpyDeviceToDevice, me.cp));
-      write32(me.cp, &nx.flags[F_ARR], idx);
+      CK(cudaMemcpyAsync((char*)nx.land + (u64)j * seg + off, src, sh.chunk, cudaMemcpyDeviceToDevice, st));
+      write32(st, &nx.flags[F_ARR + k % NS], arr(it, per, q));
       // the chunk that arrives from the upstream GPU at this step: segment d-j-1
-      wait32(me.cmp, &me.flags[F_ARR], idx);
+      wait32(me.cmp, &me.flags[F_ARR + k % NS], arr(it, per, q));
       const u64 rseg = segof(d - j - 1);
       float* o = j == n - 2 ? (float*)((char*)me.out + rseg + off) : (float*)((char*)me.send + (u64)j * seg + off);
       add_launch(me.cmp, (const float*)((char*)me.land + (u64)j * seg + off), (const float*)((char*)me.in + rseg + off),
                  o, sh.chunk);
-      write32(me.cmp, &me.flags[F_RED], idx);
+      write32(me.cmp, &me.flags[F_RED], it * per + q + 1);
     }
   }
   for (int j = 0; j < n - 1; ++j) {
     const u64 sseg = segof(d + 1 - j);
     for (u32 k = 0; k < m; ++k) {
       const u64 off = (u64)k * sh.chunk;
-      const u32 idx = it * per + (u32)j * m + k + 1;
+      const u32 q = (u32)j * m + k;
+      cudaStream_t st = me.cp[k % NS];
       if (j == 0)
-        wait32(me.cp, &me.flags[F_RED], it * per + (u32)(n - 2) * m + k + 1);
+        wait32(st, &me.flags[F_RED], it * per + (u32)(n - 2) * m + k + 1);
       else
-        wait32(me.cp, &me.flags[F_ARR_AG], idx - m);
+        wait32(st, &me.flags[F_ARR_AG + k % NS], arr(it, per, q - m));
       CK(cudaMemcpyAsync((char*)nx.out + sseg + off, (char*)me.out + sseg + off, sh.chunk, cudaMemcpyDeviceToDevice,
-                         me.cp));
-      write32(me.cp, &nx.flags[F_ARR_AG], idx);
+                         st));
+      write32(st, &nx.flags[F_ARR_AG + k % NS], arr(it, per, q));
     }
   }
-  wait32(me.cmp, &me.flags[F_ARR_AG], it * per + per);
-  CK(cudaEventRecord(me.cp_done, me.cp));
-  CK(cudaStreamWaitEvent(me.cmp, me.cp_done, 0));
+  for (int s = 0; s < NS; ++s) wait32(me.cmp, &me.flags[F_ARR_AG + s], arr(it, per, per - NS + s));
+  mark_end(me);
 }
 
 typedef void (*CallFn)(std::vector<Gpu>&, const Shape&, int, u32);
@@ -303,11 +270,9 @@ static double time_calls(std::vector<Gpu>& g, const Shape& sh, CallFn f, int R, 
       ts.emplace_back([&, d] {
         CK(cudaSetDevice(d));
         f(g, sh, d, base);  // warm-up
-        CK(cudaStreamSynchronize(g[d].cp));
         CK(cudaStreamSynchronize(g[d].cmp));
         bar.arrive_and_wait();
         for (int r = 1; r <= R; ++r) f(g, sh, d, base + r);
-        CK(cudaStreamSynchronize(g[d].cp));
         CK(cudaStreamSynchronize(g[d].cmp));
         bar.arrive_and_wait();
       });
@@ -355,11 +320,14 @@ int main(int argc, char** argv) {
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
     Gpu& x = g[d];
-    CK(cudaStreamCreateWithFlags(&x.cp, cudaStreamNonBlocking));
+    for (int s = 0; s < MAXS; ++s) {
+      CK(cudaStreamCreateWithFlags(&x.cp[s], cudaStreamNonBlocking));
+      CK(cudaEventCreateWithFlags(&x.cp_done[s], cudaEventDisableTiming));
+    }
     CK(cudaStreamCreateWithFlags(&x.cmp, cudaStreamNonBlocking));
     CK(cudaEventCreate(&x.e0));
     CK(cudaEventCreate(&x.e1));
-    CK(cudaEventCreateWithFlags(&x.cp_done, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&x.fork, cudaEventDisableTiming));
     CK(cudaMalloc(&x.in, CAP));
     CK(cudaMalloc(&x.out, CAP));
     CK(cudaMalloc(&x.land, CAP));
@@ -369,7 +337,6 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&x.wrong, 8));
     CK(cudaDeviceGetAttribute(&x.sms, cudaDevAttrMultiProcessorCount, d));
     fill_f32<<<264, 512>>>(x.in, CAP / 4, (float)(d + 1));
-    CK(cudaFuncSetAttribute(tma_copy, cudaFuncAttributeMaxDynamicSharedMemorySize, STAGES * 32 * 1024));
     CK(cudaDeviceSynchronize());
   }
 
@@ -381,12 +348,13 @@ int main(int argc, char** argv) {
   printf("\n");
   struct V1 {
     const char* name;
-    int kind;  // 0 sm, 1 tma, 2 ce push, 3 ce pull, 4 ce push chunked + ops
+    int kind;  // 0 sm, 2 ce push, 4 ce push chunked + ops, 5 chunked plain, 6 chunked + write only
     u64 k;
+    int ns;    // copy streams (chunk i on stream i % ns)
   };
-  const V1 v1[] = {{"sm_st", 0, 0},           {"tma_st 16K", 1, 16384},     {"tma_st 32K", 1, 32768},
-                   {"ce push", 2, 0},         {"ce pull", 3, 0},            {"ce push 2M+ops", 4, 2 << 20},
-                   {"ce push 8M+ops", 4, 8 << 20}, {"ce push 32M+ops", 4, 32 << 20}};
+  const V1 v1[] = {{"sm_st", 0, 0, 1},          {"ce push", 2, 0, 1},         {"ce 8M", 5, 8 << 20, 1},
+                   {"ce 8M+write", 6, 8 << 20, 1}, {"ce 8M+ops", 4, 8 << 20, 1}, {"ce 2M+ops x2", 4, 2 << 20, 2},
+                   {"ce 8M+ops x2", 4, 8 << 20, 2}, {"ce 2M+ops x4", 4, 2 << 20, 4}, {"ce 8M+ops x4", 4, 8 << 20, 4}};
   u32 seq = 0;
   for (const V1& v : v1) {
     printf("%-16s", v.name);
@@ -397,35 +365,36 @@ int main(int argc, char** argv) {
         for (int d = 0; d < n; ++d) {
           CK(cudaSetDevice(d));
           Gpu& me = g[d];
-          const int nxd = (d + 1) % n, pvd = (d + n - 1) % n;
-          CK(cudaEventRecord(me.e0, me.cp));
+          const int nxd = (d + 1) % n;
+          CK(cudaEventRecord(me.e0, me.cp[0]));
+          CK(cudaEventRecord(me.fork, me.cp[0]));
+          for (int q = 1; q < v.ns; ++q) CK(cudaStreamWaitEvent(me.cp[q], me.fork, 0));
           for (int r = 0; r < reps; ++r) {
             switch (v.kind) {
               case 0:
-                sm_copy<<<me.sms, 512, 0, me.cp>>>((const uint4*)me.in, (uint4*)g[nxd].land, B / 16);
-                break;
-              case 1:
-                tma_copy<<<me.sms, 32, STAGES * v.k, me.cp>>>((const unsigned char*)me.in, (unsigned char*)g[nxd].land,
-                                                               B, (u32)v.k);
+                sm_copy<<<me.sms, 512, 0, me.cp[0]>>>((const uint4*)me.in, (uint4*)g[nxd].land, B / 16);
                 break;
               case 2:
-                CK(cudaMemcpyAsync(g[nxd].land, me.in, B, cudaMemcpyDeviceToDevice, me.cp));
+                CK(cudaMemcpyAsync(g[nxd].land, me.in, B, cudaMemcpyDeviceToDevice, me.cp[0]));
                 break;
-              case 3:
-                CK(cudaMemcpyAsync(me.land, g[pvd].in, B, cudaMemcpyDeviceToDevice, me.cp));
-                break;
-              case 4:
-                for (u64 off = 0; off < B; off += v.k) {
-                  wait32(me.cp, &me.flags[F_N - 1], 0);
-                  CK(cudaMemcpyAsync((char*)g[nxd].land + off, (char*)me.in + off, v.k, cudaMemcpyDeviceToDevice,
-                                     me.cp));
-                  write32(me.cp, &g[nxd].flags[F_N - 2], ++seq);
+              default: {
+                u64 i = 0;
+                for (u64 off = 0; off < B; off += v.k, ++i) {
+                  cudaStream_t st = me.cp[i % v.ns];
+                  if (v.kind == 4) wait32(st, &me.flags[F_SCRATCH], 0);
+                  CK(cudaMemcpyAsync((char*)g[nxd].land + off, (char*)me.in + off, v.k, cudaMemcpyDeviceToDevice, st));
+                  if (v.kind != 5) write32(st, &g[nxd].flags[F_SCRATCH + 1 + i % v.ns], ++seq);
                 }
                 break;
+              }
             }
             CK(cudaGetLastError());
           }
-          CK(cudaEventRecord(me.e1, me.cp));
+          for (int q = 1; q < v.ns; ++q) {
+            CK(cudaEventRecord(me.cp_done[q], me.cp[q]));
+            CK(cudaStreamWaitEvent(me.cp[0], me.cp_done[q], 0));
+          }
+          CK(cudaEventRecord(me.e1, me.cp[0]));
         }
         double worst = 0;
         for (int d = 0; d < n; ++d) {
@@ -461,6 +430,7 @@ int main(int argc, char** argv) {
   u32 it = 1;
   const u64 sizes[] = {64ull << 20, 256ull << 20, 1ull << 30};
   const u64 chunks[] = {2ull << 20, 4ull << 20, 8ull << 20, 16ull << 20};
+  const int streams[] = {2, 4};
   struct P {
     const char* name;
     CallFn f;
@@ -470,14 +440,17 @@ int main(int argc, char** argv) {
   for (const P& p : parts) {
     printf("# part %d: %s by CE chunks, %d GPUs; µs per call (wall clock / R, median of 3)%s\n", p.part, p.name, n,
            p.part == 4 ? "; busbw GB/s in ()" : "");
-    printf("%-10s", "chunk");
+    printf("%-14s", "chunk x streams");
     for (u64 b : sizes) printf(" %14lluM", b >> 20);
     printf("\n");
+    for (int ns : streams)
     for (u64 C : chunks) {
-      printf("%-9lluM", C >> 20);
+      NS = ns;
+      printf("%5lluM x %d      ", C >> 20, ns);
       for (u64 B : sizes) {
         Shape sh{n, B, C};
-        if ((p.part == 4 && (B / n) % C) || B % C) {
+        const u64 whole = p.part == 4 ? B / n : B;  // what is cut into chunks
+        if (whole % C || (whole / C) % NS) {
           printf(" %15s", "-");
           continue;
         }
@@ -502,7 +475,8 @@ int main(int argc, char** argv) {
       }
       printf("\n");
     }
-    // correctness at the last shape run with chunk 8M, 256M
+    // correctness at 256M, 8M chunks, 4 streams
+    NS = 4;
     Shape sh{n, 256ull << 20, 8ull << 20};
     reset_out(g, n);
     if (p.part == 2) {
@@ -520,14 +494,13 @@ int main(int argc, char** argv) {
         ts.emplace_back([&, d] {
           CK(cudaSetDevice(d));
           p.f(g, sh, d, 0);
-          CK(cudaStreamSynchronize(g[d].cp));
           CK(cudaStreamSynchronize(g[d].cmp));
         });
       for (auto& t : ts) t.join();
     }
     const float want = p.part == 2 ? 1.0f : (float)(n * (n + 1) / 2);
     const u64 bad = check(g, n, p.part == 3 ? n - 1 : -1, sh.bytes, want);
-    printf("# part %d check (256M, 8M chunks): %llu wrong\n", p.part, (unsigned long long)bad);
+    printf("# part %d check (256M, 8M chunks, 4 streams): %llu wrong\n", p.part, (unsigned long long)bad);
   }
   return 0;
 }

@@ -272,7 +272,7 @@ pub struct TuneArgs {
     /// algorithms/tuning/gpu-cuda-h200.toml.
     #[arg(long)]
     pub out: PathBuf,
-    /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast,reduce].
+    /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast,reduce,sendrecv].
     #[arg(long, value_delimiter = ',')]
     pub collectives: Vec<String>,
     /// Smallest size (bytes; K, M, G suffixes).

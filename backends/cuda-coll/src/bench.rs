@@ -405,7 +405,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / sendrecv {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -420,6 +420,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.ring_unroll,
             t.bcast_ll63_max,
             t.reduce_ll63_max,
+            t.bcast_ce_min,
+            t.sendrecv_ce_min,
             provenance(comm, args)
         );
         header(args, n, "commhal");
@@ -648,19 +650,22 @@ pub const TUNE_RING_MIN: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
     name: &'static str,
-    kernel: Kernel,
+    /// The kernel it must plan (`None`: the selector's own choice — the copy engines
+    /// for the candidate named "ce", a kernel for any other).
+    kernel: Option<Kernel>,
     forced: Forced,
     /// Whether it runs at (total bytes, per-rank chunk bytes).
     applies: fn(u64, u64) -> bool,
 }
 
 /// The collectives `commhal tune` sweeps by default (the ones with a choice).
-pub const TUNED: [Collective; 5] = [
+pub const TUNED: [Collective; 6] = [
     Collective::Allreduce,
     Collective::Allgather,
     Collective::Reducescatter,
     Collective::Broadcast,
     Collective::Reduce,
+    Collective::Sendrecv,
 ];
 
 /// The candidates of `coll` on `n` ranks, from the small-message kernel to the large
@@ -678,13 +683,39 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         reduce_all_max: Some(0),
         bcast_ll63_max: Some(0),
         reduce_ll63_max: Some(0),
+        bcast_ce_min: Some(0),
+        sendrecv_ce_min: Some(0),
         ..Forced::default()
     };
+    // the copy engines against whatever kernel the file picks (the last candidate)
+    let ce_or_not = || {
+        let ce = |min| Forced {
+            bcast_ce_min: Some(min),
+            sendrecv_ce_min: Some(min),
+            ..Forced::default()
+        };
+        vec![
+            Candidate {
+                name: "kernels",
+                kernel: None,
+                forced: ce(0),
+                applies: |_, _| true,
+            },
+            Candidate {
+                name: "ce",
+                kernel: None,
+                forced: ce(1),
+                applies: |_, _| true,
+            },
+        ]
+    };
     match coll {
+        Collective::Broadcast if n == 2 => ce_or_not(),
+        Collective::Sendrecv => ce_or_not(),
         Collective::Allreduce => vec![
             Candidate {
                 name: "ll",
-                kernel: Kernel::AllreduceLl,
+                kernel: Some(Kernel::AllreduceLl),
                 forced: Forced {
                     ll_max: Some(TUNE_LL_MAX),
                     push_min: Some(0),
@@ -694,7 +725,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
             Candidate {
                 name: "two-shot",
-                kernel: Kernel::Allreduce2Shot,
+                kernel: Some(Kernel::Allreduce2Shot),
                 forced: Forced {
                     ll_max: Some(0),
                     push_min: Some(0),
@@ -704,7 +735,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
             Candidate {
                 name: "push",
-                kernel: Kernel::AllreducePush,
+                kernel: Some(Kernel::AllreducePush),
                 forced: Forced {
                     ll_max: Some(0),
                     push_min: Some(1),
@@ -714,7 +745,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
             Candidate {
                 name: "ring",
-                kernel: Kernel::AllreduceRing,
+                kernel: Some(Kernel::AllreduceRing),
                 forced: Forced {
                     ll_max: Some(0),
                     push_min: Some(0),
@@ -742,7 +773,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             let mut cands = vec![
                 Candidate {
                     name: "ll",
-                    kernel: ll,
+                    kernel: Some(ll),
                     forced: Forced {
                         ll_max: Some(TUNE_LL_CHUNK_MAX),
                         ll_chunk_max: Some(TUNE_LL_CHUNK_MAX),
@@ -752,7 +783,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 Candidate {
                     name: "direct",
-                    kernel: direct,
+                    kernel: Some(direct),
                     forced: Forced {
                         ll_chunk_max: Some(0),
                         ..f
@@ -761,7 +792,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 Candidate {
                     name: "ring",
-                    kernel: ring,
+                    kernel: Some(ring),
                     forced: Forced {
                         ll_chunk_max: Some(0),
                         ag_ring_min: if gather { Some(1) } else { Some(0) },
@@ -774,7 +805,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             if !gather {
                 cands.push(Candidate {
                     name: "push",
-                    kernel: Kernel::ReducescatterPush,
+                    kernel: Some(Kernel::ReducescatterPush),
                     forced: Forced {
                         ll_chunk_max: Some(0),
                         rs_push_min: Some(1),
@@ -789,7 +820,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         Collective::Broadcast if n >= 3 => vec![
             Candidate {
                 name: "direct",
-                kernel: Kernel::Broadcast,
+                kernel: Some(Kernel::Broadcast),
                 // ll_chunk_max 0: small broadcasts would otherwise take the LL kernel.
                 forced: Forced {
                     bcast_sf_min: Some(u64::MAX),
@@ -800,7 +831,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
             Candidate {
                 name: "scatter-forward",
-                kernel: Kernel::BroadcastSf,
+                kernel: Some(Kernel::BroadcastSf),
                 forced: Forced {
                     bcast_sf_min: Some(0),
                     ll_chunk_max: Some(0),
@@ -810,7 +841,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
             Candidate {
                 name: "chain",
-                kernel: Kernel::BroadcastChain,
+                kernel: Some(Kernel::BroadcastChain),
                 forced: Forced {
                     bcast_chain_min: Some(1),
                     ll_chunk_max: Some(0),
@@ -821,7 +852,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             // last: a window above the LL16 sizes, derived apart (Derived::ll63_window)
             Candidate {
                 name: "ll63",
-                kernel: Kernel::BroadcastLl63,
+                kernel: Some(Kernel::BroadcastLl63),
                 forced: Forced {
                     bcast_ll63_max: Some(u64::MAX),
                     ll_chunk_max: Some(0),
@@ -835,7 +866,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             if n >= 3 {
                 cands.push(Candidate {
                     name: "all",
-                    kernel: Kernel::ReduceAll,
+                    kernel: Some(Kernel::ReduceAll),
                     forced: Forced {
                         ll_chunk_max: Some(0),
                         reduce_all_max: Some(u64::MAX),
@@ -846,7 +877,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             }
             cands.push(Candidate {
                 name: "worker",
-                kernel: Kernel::Reduce,
+                kernel: Some(Kernel::Reduce),
                 // ll_chunk_max 0: small reduces would otherwise take the LL kernel.
                 forced: Forced {
                     ll_chunk_max: Some(0),
@@ -856,7 +887,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             });
             cands.push(Candidate {
                 name: "chain",
-                kernel: Kernel::ReduceChain,
+                kernel: Some(Kernel::ReduceChain),
                 forced: Forced {
                     reduce_chain_min: Some(1),
                     ll_chunk_max: Some(0),
@@ -866,7 +897,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             });
             cands.push(Candidate {
                 name: "ll63",
-                kernel: Kernel::ReduceLl63,
+                kernel: Some(Kernel::ReduceLl63),
                 forced: Forced {
                     reduce_ll63_max: Some(u64::MAX),
                     ll_chunk_max: Some(0),
@@ -1018,12 +1049,15 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
                     continue;
                 }
                 let (k, _, _) = b.comm.plan(coll, a.dtype, launch_count);
-                if k != kernel_name(c.kernel, a.dtype) {
+                let want = match c.kernel {
+                    Some(kernel) => k == kernel_name(kernel, a.dtype),
+                    None => (k == crate::comm::CE_LABEL) == (c.name == "ce"),
+                };
+                if !want {
                     return Err(CollError::invalid(format!(
-                        "tuner: candidate {} of {} planned {k} at {size_bytes} B (a tuner bug: the forced thresholds do not select {})",
+                        "tuner: candidate {} of {} planned {k} at {size_bytes} B (a tuner bug: the forced thresholds do not select it)",
                         c.name,
                         coll.name(),
-                        kernel_name(c.kernel, a.dtype)
                     )));
                 }
                 let cell = b.cell(Impl::Commhal, size_bytes, count, per, false, iters)?;
@@ -1119,12 +1153,24 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
             .position(|c| *c == "ll63")
             .filter(|&c| s.times.iter().any(|r| r.len() > c))
     };
+    // the copy engines: a last column "ce" (2-rank broadcast, send-recv)
+    let ce_col = |s: &Sweep| s.candidates.iter().position(|c| *c == "ce");
+    if let Some(s) = find(Collective::Sendrecv)
+        && let Some(k) = ce_col(s)
+    {
+        d.sendrecv_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
+    }
     type Rest = fn(&mut Derived, &[u64], &[Vec<Option<f64>>]);
     for (c, rest_of) in [
         (Collective::Broadcast, Derived::broadcast as Rest),
         (Collective::Reduce, Derived::reduce),
     ] {
         let Some(s) = find(c) else { continue };
+        if let Some(k) = ce_col(s) {
+            // 2 ranks: [kernels, ce], nothing else to derive
+            d.broadcast_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
+            continue;
+        }
         let col = ll63_col(s);
         let rest = col.map_or(s.times.clone(), |k| tuning::first_columns(&s.times, k));
         rest_of(&mut d, &s.sizes, &rest);
@@ -1183,15 +1229,15 @@ mod tests {
             names(Collective::Broadcast, 3),
             ["direct", "scatter-forward", "chain", "ll63"]
         );
-        assert!(names(Collective::Broadcast, 2).is_empty(), "needs 3 ranks");
+        // 2 ranks: the kernels the file picks against the copy engines
+        assert_eq!(names(Collective::Broadcast, 2), ["kernels", "ce"]);
         assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll63"]);
         assert_eq!(
             names(Collective::Reduce, 4),
             ["all", "worker", "chain", "ll63"]
         );
-        for c in [Collective::Alltoall, Collective::Sendrecv] {
-            assert!(names(c, 4).is_empty());
-        }
+        assert_eq!(names(Collective::Sendrecv, 4), ["kernels", "ce"]);
+        assert!(names(Collective::Alltoall, 4).is_empty());
         // every candidate turns every ring, chain and LL63 window off but its own
         for c in TUNED {
             for cand in candidates(c, 4) {
@@ -1208,15 +1254,25 @@ mod tests {
                 .iter()
                 .filter(|v| **v != Some(0))
                 .count();
+                if cand.kernel.is_none() {
+                    // the copy engines or not: only the CE thresholds are forced
+                    let ce = (f.bcast_ce_min, f.sendrecv_ce_min);
+                    let want = if cand.name == "ce" { 1 } else { 0 };
+                    assert_eq!(ce, (Some(want), Some(want)), "{}", cand.name);
+                    assert_eq!(on, 7, "the file's kernels: nothing else forced");
+                    continue;
+                }
                 let own = matches!(
                     cand.kernel,
-                    Kernel::AllreduceRing
-                        | Kernel::AllgatherRing
-                        | Kernel::ReducescatterRing
-                        | Kernel::BroadcastChain
-                        | Kernel::ReduceChain
-                        | Kernel::BroadcastLl63
-                        | Kernel::ReduceLl63
+                    Some(
+                        Kernel::AllreduceRing
+                            | Kernel::AllgatherRing
+                            | Kernel::ReducescatterRing
+                            | Kernel::BroadcastChain
+                            | Kernel::ReduceChain
+                            | Kernel::BroadcastLl63
+                            | Kernel::ReduceLl63
+                    )
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
@@ -1353,6 +1409,39 @@ mod tests {
         let d = derive(&[rd4]);
         assert_eq!(d.reduce_all_max, Some(m));
         assert_eq!(d.reduce_chain_min, Some(256 * m));
+    }
+
+    #[test]
+    fn ce_thresholds_from_synthetic_sweeps() {
+        let m = 1u64 << 20;
+        let sizes = [m, 16 * m, 64 * m, 256 * m, 1024 * m];
+        // [kernels, ce]: the copy engines lose small, win from 64M on
+        let times: &[&[f64]] = &[
+            &[10.0, 30.0],
+            &[60.0, 70.0],
+            &[200.0, 190.0],
+            &[760.0, 716.0],
+            &[2930.0, 2740.0],
+        ];
+        let sr = sweep(Collective::Sendrecv, &sizes, &sizes, times);
+        let bc = Sweep {
+            candidates: vec!["kernels", "ce"],
+            ..sweep(Collective::Broadcast, &sizes, &sizes, times)
+        };
+        let d = derive(&[sr.clone(), bc]);
+        assert_eq!(d.sendrecv_ce_min, Some(64 * m));
+        assert_eq!(d.broadcast_ce_min, Some(64 * m));
+        // a broadcast sweep with a "ce" column derives nothing else
+        assert_eq!(d.broadcast_sf_min, None);
+        assert_eq!(d.broadcast_chain_min, None);
+        // a loss at the largest size: never
+        let mut lose = times.iter().map(|r| r.to_vec()).collect::<Vec<_>>();
+        lose[4][1] = 2950.0;
+        let rows: Vec<&[f64]> = lose.iter().map(|r| r.as_slice()).collect();
+        let sr = sweep(Collective::Sendrecv, &sizes, &sizes, &rows);
+        assert_eq!(derive(&[sr]).sendrecv_ce_min, Some(0));
+        // no sweep: not measured (the file's value stays)
+        assert_eq!(derive(&[]).sendrecv_ce_min, None);
     }
 
     #[test]

@@ -73,6 +73,12 @@ pub struct Tuning {
     pub bcast_ll63_max: u64,
     /// Largest reduce (bytes) done with the LL63 chain, above the LL16 sizes (0: never).
     pub reduce_ll63_max: u64,
+    /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
+    /// never; also never inside a CUDA graph capture).
+    pub bcast_ce_min: u64,
+    /// Smallest send-recv (bytes) done by the copy engines (`u64::MAX`: never; also
+    /// never inside a CUDA graph capture).
+    pub sendrecv_ce_min: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -229,12 +235,20 @@ pub struct Comm {
     /// Launch the hand-written kernels with programmatic dependent launch (see
     /// [`pdl_wanted`]).
     pdl: bool,
-    /// The copy-engine path, when `COMMHAL_GPU_PATH=dma` chose it.
+    /// The copy-engine path: for every collective when `COMMHAL_GPU_PATH=dma` chose
+    /// it (`dma_all`), else for the sizes `bcast_ce_min` / `sendrecv_ce_min` route to
+    /// it (`None` when neither applies).
     dma: Option<crate::dma::DmaPath>,
+    /// `COMMHAL_GPU_PATH=dma`: every collective on the copy engines.
+    dma_all: bool,
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
 }
+
+/// What [`Comm::plan`] names for a broadcast / send-recv the tuned thresholds route to
+/// the copy engines.
+pub const CE_LABEL: &str = "copy engines";
 
 /// `COMMHAL_GPU_PATH`: unset / `kernels` — the NVLink kernels (SM loads and stores);
 /// `dma` — the copy-engine path ([`crate::dma`]). True for `dma`.
@@ -273,7 +287,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 19] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 21] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -317,6 +331,11 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 19] {
         (
             "reduce_ll63_max (COMMHAL_COLL_REDUCE_LL63_MAX)",
             t.reduce_ll63_max,
+        ),
+        ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
+        (
+            "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
+            t.sendrecv_ce_min,
         ),
     ]
 }
@@ -382,7 +401,14 @@ impl Comm {
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
         let gpu = ctx.name().unwrap_or_default();
-        let (tuning, provenance) = crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
+        let (mut tuning, provenance) =
+            crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
+        if !crate::dma::available() {
+            // no stream memory operations in this driver: the kernels do everything
+            // (and every rank says so in the setup check below)
+            tuning.bcast_ce_min = u64::MAX;
+            tuning.sendrecv_ce_min = u64::MAX;
+        }
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
         let rs_push_min = tuning.rs_push_min;
@@ -516,13 +542,16 @@ impl Comm {
             ctx.compute_capability()?.0,
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
-        let dma = if use_dma {
+        let ce_routes =
+            tuning.sendrecv_ce_min != u64::MAX || (n == 2 && tuning.bcast_ce_min != u64::MAX);
+        let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
             None
         };
         Ok(Comm {
             dma,
+            dma_all: use_dma,
             pdl,
             rank,
             n,
@@ -702,6 +731,17 @@ impl Comm {
             && (bytes / u64::from(self.n)).is_multiple_of(16)
     }
 
+    /// Whether a broadcast (2 ranks) / send-recv of `bytes` goes to the copy engines
+    /// by the tuned thresholds (outside a graph capture; `launch_rooted` checks that).
+    fn ce_route(&self, coll: Collective, bytes: u64) -> bool {
+        self.dma.is_some()
+            && match coll {
+                Collective::Sendrecv => bytes >= self.tuning.sendrecv_ce_min,
+                Collective::Broadcast => self.n == 2 && bytes >= self.tuning.bcast_ce_min,
+                _ => false,
+            }
+    }
+
     /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
     /// threads x `unroll` vectors), at most `max_blocks`.
     fn chain_grid(&self, bytes: u64, unroll: u32) -> (u32, u32) {
@@ -715,8 +755,11 @@ impl Comm {
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
         let es = dtype.size();
-        if self.dma.is_some() && self.algorithm(coll).is_none() {
+        if self.dma_all && self.algorithm(coll).is_none() {
             return ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0);
+        }
+        if self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
+            return (CE_LABEL, 0, 0);
         }
         if let Some((algo, blocks)) = self.algorithm(coll) {
             let bytes = count
@@ -971,7 +1014,10 @@ impl Comm {
             )?;
             return Ok(());
         }
-        if let Some(dma) = &self.dma {
+        let bytes = count * es;
+        if let Some(dma) = &self.dma
+            && (self.dma_all || (self.ce_route(coll, bytes) && !self.stream.is_capturing()?))
+        {
             let c = crate::dma::Ctx {
                 main: &self.stream,
                 module: &self.module,
@@ -1051,6 +1097,8 @@ mod tests {
             reduce_all_max: 12,
             bcast_ll63_max: 13,
             reduce_ll63_max: 14,
+            bcast_ce_min: 15,
+            sendrecv_ce_min: 16,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,

@@ -47,6 +47,13 @@ use crate::layout::{self, CollArgs, DMA_END, DMA_MID, DMA_START, partition};
 /// Stream memory operations this path needs from the driver.
 pub const SYMBOLS: [&str; 2] = ["cuStreamWriteValue32_v2", "cuStreamWaitValue32_v2"];
 
+/// Whether this driver has the stream memory operations the path needs.
+pub fn available() -> bool {
+    SYMBOLS
+        .iter()
+        .all(|s| commhal_cuda_rt::driver::symbol_present(s))
+}
+
 /// Where this rank's contribution lands in peer `p`'s staging: slot `[me]`.
 fn stage_slot(a: &CollArgs, p: u32) -> u64 {
     a.stage[p as usize] + u64::from(a.rank) * a.stage_slot_bytes

@@ -95,6 +95,17 @@ pub const HEADER: &str = "\
 #                          The tuner (since session 9; LL56 then) times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
+#     broadcast_ce_min, sendrecv_ce_min
+#                          (optional; absent or 0: never) from this size a broadcast on 2
+#                          ranks / a send-recv runs on the copy engines: one
+#                          cuMemcpyAsync into the peer, ordered by stream memory
+#                          operations (the COMMHAL_GPU_PATH=dma mechanism; ~392 GB/s
+#                          against ~365 for SM stores, plus ~20-30 µs of stream operations
+#                          per call). Not
+#                          inside a CUDA graph capture (the kernels run there). The
+#                          tuner (since session 11) times `ce` as a last candidate and
+#                          sets the smallest size from which it is the fastest at every
+#                          larger size
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -114,6 +125,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
 # COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
+# COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -180,6 +192,13 @@ pub struct Section {
     /// Largest reduce (bytes) done with the LL63 chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ll63_max: Option<u64>,
+    /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
+    /// never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_ce_min: Option<u64>,
+    /// Smallest send-recv (bytes) done by the copy engines (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sendrecv_ce_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ring_min: Option<u64>,
@@ -353,6 +372,8 @@ static FALLBACK: Section = Section {
     reduce_all_max: None,
     broadcast_ll63_max: None,
     reduce_ll63_max: None,
+    broadcast_ce_min: None,
+    sendrecv_ce_min: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -434,6 +455,10 @@ pub struct Forced {
     pub bcast_ll63_max: Option<u64>,
     /// Largest LL63 reduce (0: never).
     pub reduce_ll63_max: Option<u64>,
+    /// Smallest copy-engine broadcast, 2 ranks (0: never).
+    pub bcast_ce_min: Option<u64>,
+    /// Smallest copy-engine send-recv (0: never).
+    pub sendrecv_ce_min: Option<u64>,
 }
 
 thread_local! {
@@ -615,6 +640,16 @@ pub fn resolve_with(
         "COMMHAL_COLL_RS_RING_MIN",
         s.reducescatter_ring_min,
     );
+    let bcast_ce_min = min_or_never(
+        forced.bcast_ce_min,
+        "COMMHAL_COLL_BCAST_CE_MIN",
+        s.broadcast_ce_min,
+    );
+    let sendrecv_ce_min = min_or_never(
+        forced.sendrecv_ce_min,
+        "COMMHAL_COLL_SENDRECV_CE_MIN",
+        s.sendrecv_ce_min,
+    );
     let reduce_all_max = pick(
         forced.reduce_all_max,
         None,
@@ -696,6 +731,8 @@ pub fn resolve_with(
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
+            bcast_ce_min,
+            sendrecv_ce_min,
             chain_unroll,
             ring_unroll,
             threads,
@@ -823,6 +860,26 @@ fn chosen_sizes<'a>(
     })
 }
 
+/// A copy-engine threshold from a sweep whose column `col` is the copy-engine
+/// candidate (`None` when it never ran): the smallest size from which that column is
+/// the fastest (ties included) at that size and at every larger size it ran, else 0
+/// (never).
+pub fn ce_suffix(sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) -> Option<u64> {
+    let rel = relative(times);
+    let ran: Vec<usize> = (0..sizes.len().min(rel.len()))
+        .filter(|&i| rel[i].get(col).copied().flatten().is_some())
+        .collect();
+    if ran.is_empty() {
+        return None;
+    }
+    let wins = |i: usize| rel[i][col].is_some_and(|r| r <= 1.0 + 1e-12);
+    let from = ran
+        .iter()
+        .rposition(|&i| !wins(i))
+        .map_or(0, |last_loss| last_loss + 1);
+    Some(ran.get(from).map_or(0, |&i| sizes[i]))
+}
+
 /// The upper end of a window that starts above `floor` (the LL16 sizes, which keep
 /// their kernel) and runs column `col` (LL63) up to the returned size, the other
 /// columns' own assignment ([`assign`] over columns `0..col`) above it: the cut with the
@@ -924,6 +981,10 @@ pub struct Derived {
     pub broadcast_ll63_max: Option<u64>,
     /// `reduce_ll63_max` (0: never).
     pub reduce_ll63_max: Option<u64>,
+    /// `broadcast_ce_min` (0: never).
+    pub broadcast_ce_min: Option<u64>,
+    /// `sendrecv_ce_min` (0: never).
+    pub sendrecv_ce_min: Option<u64>,
 }
 
 impl Derived {
@@ -1081,6 +1142,16 @@ impl Derived {
                 self.reduce_ll63_max,
                 &mut s.reduce_ll63_max,
                 "reduce_ll63_max",
+            ),
+            (
+                self.broadcast_ce_min,
+                &mut s.broadcast_ce_min,
+                "broadcast_ce_min",
+            ),
+            (
+                self.sendrecv_ce_min,
+                &mut s.sendrecv_ce_min,
+                "sendrecv_ce_min",
             ),
         ] {
             match v {
@@ -1246,6 +1317,8 @@ mod tests {
         full.reduce_all_max = Some(5);
         full.broadcast_ll63_max = Some(11);
         full.reduce_ll63_max = Some(12);
+        full.broadcast_ce_min = Some(13);
+        full.sendrecv_ce_min = Some(14);
         full.allreduce_ring_min = Some(6);
         full.allgather_ring_min = Some(7);
         full.reducescatter_ring_min = Some(8);
