@@ -6,8 +6,9 @@
 //! The benchmark's buffers *are* these registered allocations (zero-copy).
 //!
 //! Contract of every collective call: it queues one kernel (with
-//! `COMMHAL_GPU_PATH=dma`: copies, stream memory operations and a local kernel, see
-//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same
+//! `COMMHAL_GPU_PATH=dma`, and for send/recv and 2-rank broadcasts from the tuned
+//! `sendrecv_ce_min` / `bcast_ce_min`: copies, stream memory operations and a local
+//! kernel, see [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same
 //! calls (collective, dtype, count, in-place) in the same order. Completion:
 //! synchronise the stream ([`Comm::sync`], which also reports a device-side timeout).
 //! Buffers: the input region is [`Comm::input_addr`], the output region
