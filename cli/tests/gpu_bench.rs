@@ -129,7 +129,7 @@ fn gpu_argument_mistakes_come_first() {
             "drop --backends",
         ),
         (
-            &["tune", "--out", "x.toml", "--collectives", "sendrecv"][..],
+            &["tune", "--out", "x.toml", "--collectives", "alltoall"][..],
             "no kernel choice",
         ),
         (
