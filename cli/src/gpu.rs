@@ -101,6 +101,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         max_bytes_per_size,
         ll_max,
         timeout_ms: a.timeout_ms.unwrap_or(10_000),
+        dead_rank: None,
         print_tables: !a.json,
     })
 }
@@ -364,6 +365,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         max_bytes_per_size: 16 << 30,
         ll_max: None,
         timeout_ms: t.timeout_ms,
+        dead_rank: None,
         print_tables: true,
     };
     Ok((args, colls))

@@ -541,6 +541,30 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
   }
 }
 
+// Bounded wait of the copy-engine path (dma.rs), in place of cuStreamWaitValue32 (which
+// has no bound: a dead peer would leave the stream, and the process's exit, blocked):
+// wait until the u32 flag that rank p writes into this rank's scratch holds >= e, for
+// every rank p whose bit is set. The peers write the flags with cuStreamWriteValue32
+// after their copies (its default memory barrier: the copy is visible first), so this
+// acquire orders the copied data before everything later on the stream. On a timeout
+// (or this rank's error word already set) it stores COLL_ERR_WAIT_TIMEOUT here and
+// returns, so the stream drains and Comm::sync reports the error. Arguments ride in
+// CollArgs: count = byte offset of the flag row (layout::dma_flag(kind, 0)), root = e,
+// chain_unroll = the mask of ranks. One warp; lane p waits for rank p. No epoch, no
+// barrier, nothing remote.
+extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
+  const u32 p = threadIdx.x;
+  if (blockIdx.x != 0 || p >= a.nranks || ((a.chain_unroll >> p) & 1u) == 0) return;
+  const u32* flag = reinterpret_cast<const u32*>(a.scratch[a.rank] + a.count + (u64)p * 8);
+  u64 t0 = 0;
+  for (u32 i = 0;; ++i) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v >= a.root) return;
+    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return;
+  }
+}
+
 // Entry points, spelled out (device-src lists and checks every extern "C" kernel).
 extern "C" __global__ void commhal_coll_reduce_local_f16(CollArgs a) { reduce_local<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_local_bf16(CollArgs a) { reduce_local<OpBF16>(a); }

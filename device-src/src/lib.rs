@@ -95,6 +95,7 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         contents: include_str!("../kernels/coll_nvlink.cu"),
     },
     kernels: &[
+        "commhal_coll_dma_wait",
         "commhal_coll_reduce_local_f16",
         "commhal_coll_reduce_local_bf16",
         "commhal_coll_reduce_local_f32",

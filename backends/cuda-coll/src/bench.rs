@@ -598,6 +598,9 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
         args.ll_max,
         Duration::from_millis(args.timeout_ms.max(1)),
     )?;
+    if let Some(dead) = args.dead_rank {
+        return dead_peer_check(args, &comm, n, dead);
+    }
     let (ours, theirs, wrong) = run(args, boot, &comm)?;
     let out = Outcome {
         ours,
@@ -618,6 +621,61 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
         }
     }
     boot.barrier()?;
+    Ok(out)
+}
+
+/// `--dead-rank`: rank `dead` leaves after the setup; every other rank queues one
+/// collective of `args.min_bytes` (whatever path the thresholds pick: kernels or copy
+/// engines) and syncs. `wrong` is set when the sync did *not* fail. No barrier at the
+/// end (the dead rank never reaches one).
+fn dead_peer_check(args: &Args, comm: &Comm, n: u32, dead: u32) -> Result<Outcome> {
+    if dead >= n {
+        return Err(CollError::invalid(format!(
+            "--dead-rank {dead} is not a rank of this {n}-rank run"
+        )));
+    }
+    let mut out = Outcome {
+        ours: Vec::new(),
+        theirs: Vec::new(),
+        wrong: false,
+        rank: comm.rank(),
+        nranks: n,
+        device: comm.context().name().unwrap_or_default(),
+        tuning: comm.tuning(),
+    };
+    if comm.rank() == dead {
+        println!("# rank {dead}: leaving without calling the collective (--dead-rank)");
+        return Ok(out);
+    }
+    let (count, per) = cli::counts(args.collective, args.min_bytes, args.dtype, n);
+    let launch_count = if args.collective.count_is_per_rank() {
+        per
+    } else {
+        count
+    };
+    let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
+    let t0 = std::time::Instant::now();
+    let res = comm
+        .launch_rooted(args.collective, args.dtype, launch_count, args.root, false)
+        .and_then(|()| comm.sync("the dead-peer check"));
+    let secs = t0.elapsed().as_secs_f64();
+    match res {
+        Err(e) => println!(
+            "# rank {}: {} of {} B ({path}) with rank {dead} gone: error after {secs:.1} s, as expected: {e}",
+            comm.rank(),
+            args.collective.name(),
+            count * args.dtype.size()
+        ),
+        Ok(()) => {
+            out.wrong = true;
+            println!(
+                "# rank {}: {} of {} B ({path}) with rank {dead} gone: NO ERROR after {secs:.1} s",
+                comm.rank(),
+                args.collective.name(),
+                count * args.dtype.size()
+            );
+        }
+    }
     Ok(out)
 }
 

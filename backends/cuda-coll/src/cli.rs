@@ -202,6 +202,12 @@ pub struct Args {
     /// Device wait bound in milliseconds (a peer that never arrives → error, not a hang).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
+    /// Robustness check instead of a benchmark: this rank leaves right after the setup
+    /// (a dead peer); every other rank queues one collective of `-b` bytes and reports
+    /// what its `sync` returns (expected: an error within the bound, on every rank).
+    /// Exit status 0 when every surviving rank got its error, 1 when one did not.
+    #[arg(long, value_name = "RANK")]
+    pub dead_rank: Option<u32>,
     /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
     #[arg(skip = true)]
     pub print_tables: bool,

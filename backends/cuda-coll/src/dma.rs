@@ -31,8 +31,11 @@
 //! - all-gather / all-to-all / send-recv / broadcast: START; the copies, END.
 //!
 //! Not capturable into CUDA graphs (the flag values are baked in at capture): a capture
-//! gets a clear error. A dead peer leaves the stream waiting: [`crate::Comm::sync`]
-//! returns its bounded timeout error.
+//! gets a clear error. The waits are a one-warp kernel bounded by the device wait bound
+//! (`commhal_coll_dma_wait`), not `cuStreamWaitValue32`: a dead peer gives every rank
+//! that waits for it the wait-timeout device error from [`crate::Comm::sync`], and the
+//! stream drains. As with the kernels, the copies queued after a failed wait still run
+//! (into a peer that is gone, or one that missed the bound: the error says so).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,8 +47,8 @@ use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
 use crate::layout::{self, CollArgs, DMA_END, DMA_MID, DMA_START, partition};
 
-/// Stream memory operations this path needs from the driver.
-pub const SYMBOLS: [&str; 2] = ["cuStreamWriteValue32_v2", "cuStreamWaitValue32_v2"];
+/// Stream memory operations this path needs from the driver (the waits are a kernel).
+pub const SYMBOLS: [&str; 1] = ["cuStreamWriteValue32_v2"];
 
 /// Whether this driver has the stream memory operations the path needs.
 pub fn available() -> bool {
@@ -285,7 +288,10 @@ impl DmaPath {
         self.wait_all(c, kind, e, (0..a.nranks).filter(|&p| p != a.rank))
     }
 
-    /// The main stream waits until every `from` rank wrote `e` into its flag here.
+    /// The main stream waits until every `from` rank wrote `e` into its flag here:
+    /// `commhal_coll_dma_wait`, a one-warp kernel bounded by the device wait bound (a
+    /// dead peer gives this rank the wait-timeout device error and the stream drains;
+    /// `cuStreamWaitValue32` would block it, and the process's exit, for good).
     fn wait_all(
         &self,
         c: &Ctx<'_>,
@@ -293,18 +299,21 @@ impl DmaPath {
         e: u32,
         from: impl Iterator<Item = u32>,
     ) -> Result<()> {
-        let a = c.args;
-        for p in from {
-            // SAFETY: own scratch, alive for the Comm's lifetime; 4-aligned.
-            unsafe {
-                driver::wait_value32(
-                    c.main,
-                    a.scratch[a.rank as usize] + layout::dma_flag(kind, p),
-                    e,
-                )?
-            };
+        let mut args = *c.args;
+        args.count = layout::dma_flag(kind, 0);
+        args.root = e;
+        args.chain_unroll = from.fold(0u32, |m, p| m | (1 << p));
+        if args.chain_unroll == 0 {
+            return Ok(());
         }
-        Ok(())
+        // SAFETY: the kernel reads u32 flags of this rank's own scratch (alive for the
+        // Comm's lifetime, the flag rows inside it: layout's tests) and writes only its
+        // error word; `args` is the Comm's own argument block with three fields reused
+        // as the kernel documents.
+        unsafe {
+            c.module
+                .launch("commhal_coll_dma_wait", c.main, 1, 32, &args, false)
+        }
     }
 
     /// The side streams wait for everything queued so far on `main`.
