@@ -27,7 +27,8 @@
 // warm-up; time = wall clock / R, so the host's enqueue cost is included. Results are
 // checked (0 wrong expected).
 //
-// Call 1 (one copy stream; bench/results/h200-2026-11-22-session11/ce-*-call1.log): the CE
+// Call 1 (one copy stream, the source of commit 461474c;
+// bench/results/h200-2026-11-22-session11/ce-*-call1.log): the CE
 // push copy runs at 392 GB/s per GPU on 4 GPUs (1 GiB) against 365.5 for SM stores and
 // 367.6 for TMA bulk stores (shared memory -> peer, 32 KiB stages), but every chunk
 // fenced by stream memory operations cost ~7-8 µs of idle engine (2 MiB chunks: 166
@@ -396,14 +397,7 @@ int main(int argc, char** argv) {
           }
           CK(cudaEventRecord(me.e1, me.cp[0]));
         }
-        double worst = 0;
-        for (int d = 0; d < n; ++d) {
-          CK(cudaSetDevice(d));
-          CK(cudaEventSynchronize(g[d].e1));
-          float ms = 0;
-          CK(cudaEventElapsedTime(&ms, g[d].e0, g[d].e1));
-          worst = std::max(worst, (double)ms / reps);
-        }
+        const double worst = slowest_ms(g) / reps;
         runs.push_back(B / (worst * 1e-3) / 1e9);
       }
       std::sort(runs.begin(), runs.end());

@@ -1,12 +1,15 @@
 // micro_common.h — what the single-file micro-benchmarks here share: short integer
 // names, CK (abort with file, line, call and the CUDA error on any failure), the most
 // GPUs a run drives, the GPU checks and peer access every run starts with, and the
-// system-scope release store. Each .cu still builds alone: nvcc finds this header
+// system-scope release store, and the slowest GPU's time between two events
+// (slowest_ms). Each .cu still builds alone: nvcc finds this header
 // beside it.
 #pragma once
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -52,4 +55,24 @@ inline void enable_peers(int n) {
 // acquires the value.
 __device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// The slowest GPU's milliseconds between its events e0 and e1 (waiting for e1), over the
+// GPUs d of `g` with use(d): every micro records g[d].e0 / g[d].e1 around its launches.
+template <typename G, typename Use>
+inline double slowest_ms(const std::vector<G>& g, Use use) {
+  double worst = 0;
+  for (int d = 0; d < (int)g.size(); ++d) {
+    if (!use(d)) continue;
+    CK(cudaSetDevice(d));
+    CK(cudaEventSynchronize(g[d].e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, g[d].e0, g[d].e1));
+    worst = std::max(worst, (double)ms);
+  }
+  return worst;
+}
+template <typename G>
+inline double slowest_ms(const std::vector<G>& g) {
+  return slowest_ms(g, [](int) { return true; });
 }

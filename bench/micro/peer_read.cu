@@ -232,7 +232,6 @@ int main(int argc, char** argv) {
       const int reps = B <= (16ull << 20) ? 40 : 10;
       std::vector<double> runs;
       for (int rep = 0; rep < 5; ++rep) {
-        double worst = 0;
         for (int d = 0; d < n; ++d) {
           CK(cudaSetDevice(d));
           Peers p{};
@@ -263,13 +262,7 @@ int main(int argc, char** argv) {
           }
           CK(cudaEventRecord(g[d].e1, g[d].s));
         }
-        for (int d = 0; d < n; ++d) {
-          CK(cudaSetDevice(d));
-          CK(cudaEventSynchronize(g[d].e1));
-          float ms = 0;
-          CK(cudaEventElapsedTime(&ms, g[d].e0, g[d].e1));
-          worst = std::max(worst, (double)ms / reps);
-        }
+        const double worst = slowest_ms(g) / reps;
         runs.push_back(total / (worst * 1e-3) / 1e9);
       }
       std::sort(runs.begin(), runs.end());

@@ -176,15 +176,7 @@ int main(int argc, char** argv) {
           }
           CK(cudaEventRecord(me.e1, me.s));
         }
-        double worst = 0;
-        for (int d = 0; d < n; ++d) {
-          if (v.uni && d % 2) continue;
-          CK(cudaSetDevice(d));
-          CK(cudaEventSynchronize(g[d].e1));
-          float ms = 0;
-          CK(cudaEventElapsedTime(&ms, g[d].e0, g[d].e1));
-          worst = std::max(worst, (double)ms / reps);
-        }
+        const double worst = slowest_ms(g, [&](int d) { return !(v.uni && d % 2); }) / reps;
         runs.push_back(B / (worst * 1e-3) / 1e9);
       }
       std::sort(runs.begin(), runs.end());
