@@ -98,8 +98,8 @@ using namespace commhal;
 #define COLL_MAX_BLOCKS 1024
 #define COLL_OFF_ERROR 12
 // Host copy-engine path (backends/cuda-coll/src/dma.rs): u32 flags [kind][sender], 8 bytes
-// apart, written by peers' cuStreamWriteValue32 and waited on with cuStreamWaitValue32.
-// No kernel touches them.
+// apart, written by peers' cuStreamWriteValue32 and waited on by commhal_coll_dma_wait
+// (no other kernel touches them).
 #define COLL_OFF_DMA_FLAGS 1024
 #define COLL_OFF_DONE_EPOCHS 2048
 #define COLL_OFF_START_FLAGS 4096
@@ -543,7 +543,8 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
 
 // Bounded wait of the copy-engine path (dma.rs), in place of cuStreamWaitValue32 (which
 // has no bound: a dead peer would leave the stream, and the process's exit, blocked):
-// wait until the u32 flag that rank p writes into this rank's scratch holds >= e, for
+// wait until the u32 flag that rank p writes into this rank's scratch reaches e (compared
+// cyclically, as cuStreamWaitValue32's GEQ: the launch counter wraps), for
 // every rank p whose bit is set. The peers write the flags with cuStreamWriteValue32
 // after their copies (its default memory barrier: the copy is visible first), so this
 // acquire orders the copied data before everything later on the stream. On a timeout
@@ -560,7 +561,7 @@ extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
   for (u32 i = 0;; ++i) {
     u32 v;
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if (v >= a.root) return;
+    if ((int)(v - a.root) >= 0) return;  // cyclic: the u32 counter wraps
     if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return;
   }
 }

@@ -5,11 +5,12 @@
 //! bootstrap and mapped there, so every rank addresses every peer's buffers directly.
 //! The benchmark's buffers *are* these registered allocations (zero-copy).
 //!
-//! Contract of every collective call: it queues one kernel (with
-//! `COMMHAL_GPU_PATH=dma`, and for send/recv and 2-rank broadcasts from the tuned
-//! `sendrecv_ce_min` / `bcast_ce_min`: copies, stream memory operations and a local
-//! kernel, see [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same
-//! calls (collective, dtype, count, in-place) in the same order. Completion:
+//! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`,
+//! and for send/recv and 2-rank broadcasts from the tuned `sendrecv_ce_min` /
+//! `bcast_ce_min`: copies, stream writes, a bounded wait kernel and a local kernel, see
+//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls
+//! (collective, dtype, count, in-place) in the same order, and, since those routes run
+//! the kernels inside a CUDA graph capture, capture them all or none. Completion:
 //! synchronise the stream ([`Comm::sync`], which also reports a device-side timeout).
 //! Buffers: the input region is [`Comm::input_addr`], the output region
 //! [`Comm::output_addr`]; in-place variants
@@ -755,11 +756,23 @@ impl Comm {
 
     /// Which kernel and grid a collective uses (for the table's notes and tests).
     pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
+        self.plan_for(coll, dtype, count, false)
+    }
+
+    /// [`Comm::plan`] for a launch inside a CUDA graph capture (`captured`), where the
+    /// copy-engine routes give way to the kernels.
+    pub fn plan_for(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        captured: bool,
+    ) -> (&'static str, u32, u32) {
         let es = dtype.size();
         if self.dma_all && self.algorithm(coll).is_none() {
             return ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0);
         }
-        if self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
+        if !captured && self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
             return (CE_LABEL, 0, 0);
         }
         if let Some((algo, blocks)) = self.algorithm(coll) {

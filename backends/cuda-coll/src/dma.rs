@@ -1,8 +1,9 @@
 //! The copy-engine path (`COMMHAL_GPU_PATH=dma`): every collective as copies made by
 //! the GPU's copy engines — `cuMemcpyAsync` between this rank's buffers and the peers'
 //! mapped ones, the mechanism of the cuda-dma backend — one side stream per peer so the
-//! engines run in parallel, ordered across ranks by 32-bit stream memory operations on
-//! flags in every rank's scratch ([`layout::dma_flag`]), plus one local reduction kernel
+//! engines run in parallel, ordered across ranks by flags in every rank's scratch
+//! ([`layout::dma_flag`]: peers write them with 32-bit stream writes, a one-warp bounded
+//! wait kernel reads them), plus one local reduction kernel
 //! (`commhal_coll_reduce_local_*`, no remote access) for the reducing collectives. No
 //! SM touches a peer's memory.
 //!
@@ -35,7 +36,9 @@
 //! (`commhal_coll_dma_wait`), not `cuStreamWaitValue32`: a dead peer gives every rank
 //! that waits for it the wait-timeout device error from [`crate::Comm::sync`], and the
 //! stream drains. As with the kernels, the copies queued after a failed wait still run
-//! (into a peer that is gone, or one that missed the bound: the error says so).
+//! (into a peer that is gone, or one that missed the bound: the error says so), and the
+//! error word is sticky: every later wait of this communicator gives up at once, so
+//! after a device error the communicator must not be used again.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -165,11 +168,7 @@ impl DmaPath {
                 a.stage_slot_bytes
             )));
         }
-        let e = self
-            .seq
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1)
-            .max(1);
+        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let peer = |k: u32| (me + k) % n;
         self.handshake(c, DMA_START, e)?;
         match coll {

@@ -229,6 +229,9 @@ pub use commhal_cuda_rt::Graph;
 pub struct Gate {
     word: commhal_cuda_rt::PinnedHostBuffer,
     value: u32,
+    /// False when the driver lacks `cuStreamWaitValue32`: no gate, the launches are
+    /// queued as the host submits them.
+    usable: bool,
 }
 
 impl Gate {
@@ -237,11 +240,16 @@ impl Gate {
         Ok(Gate {
             word: commhal_cuda_rt::PinnedHostBuffer::new(ctx, 64)?,
             value: 0,
+            usable: commhal_cuda_rt::driver::symbol_present("cuStreamWaitValue32_v2"),
         })
     }
 
-    /// Queue "wait until the word reaches the next value" on `stream`.
+    /// Queue "wait until the word reaches the next value" on `stream` (nothing when
+    /// the driver has no stream waits).
     pub fn close(&mut self, stream: &Stream) -> Result<()> {
+        if !self.usable {
+            return Ok(());
+        }
         self.value = self.value.wrapping_add(1).max(1);
         // SAFETY: the word is pinned, device-mapped host memory owned by `self`, which
         // outlives the wait (the owner opens the gate and synchronises before drop).
@@ -281,8 +289,9 @@ pub unsafe fn write_value32(stream: &Stream, addr: u64, value: u32) -> Result<()
     })
 }
 
-/// Queue "wait until the u32 at `addr` is >= `value`" on `stream` (the copy-engine
-/// path's wait and the timing gate's; the host does not block).
+/// Queue "wait until the u32 at `addr` is >= `value`" on `stream` (the timing gate's
+/// wait; the host does not block). The copy-engine path waits with a bounded kernel
+/// instead.
 ///
 /// # Safety
 /// `addr` is 4-byte aligned device memory of this context (or pinned host memory

@@ -98,11 +98,11 @@ pub const HEADER: &str = "\
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
-#                          cuMemcpyAsync into the peer, ordered by stream memory
-#                          operations (the COMMHAL_GPU_PATH=dma mechanism; ~392 GB/s
-#                          against ~365 for SM stores, plus ~20-30 µs of stream operations
-#                          per call). Not
-#                          inside a CUDA graph capture (the kernels run there). The
+#                          cuMemcpyAsync into the peer, ordered by stream writes and a
+#                          bounded wait kernel (the COMMHAL_GPU_PATH=dma mechanism;
+#                          ~392 GB/s against ~365 for SM stores, plus ~20-30 µs per
+#                          call). Not inside a CUDA graph capture (the kernels run
+#                          there). The
 #                          tuner (since session 11) times `ce` as a last candidate and
 #                          sets the smallest size from which it is the fastest at every
 #                          larger size
