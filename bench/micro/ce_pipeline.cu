@@ -294,12 +294,7 @@ static u64 check(std::vector<Gpu>& g, int n, int only, u64 bytes, float v) {
   u64 total = 0;
   for (int d = 0; d < n; ++d) {
     if (only >= 0 && d != only) continue;
-    CK(cudaSetDevice(d));
-    CK(cudaMemset(g[d].wrong, 0, 8));
-    count_wrong<<<264, 512>>>(g[d].out, bytes / 4, v, g[d].wrong);
-    unsigned long long w = 0;
-    CK(cudaMemcpy(&w, g[d].wrong, 8, cudaMemcpyDeviceToHost));
-    total += w;
+    total += count_on(d, g[d].wrong, [&] { count_wrong<<<264, 512>>>(g[d].out, bytes / 4, v, g[d].wrong); });
   }
   return total;
 }
@@ -413,12 +408,8 @@ int main(int argc, char** argv) {
     // holds GPU d's input (d+1 as f32)
     unsigned long long bad = 0;
     for (int d = 0; d < n; ++d) {
-      CK(cudaSetDevice(d));
-      CK(cudaMemset(g[d].wrong, 0, 8));
-      count_wrong<<<264, 512>>>(g[d].land, CAP / 4, (float)(((d + n - 1) % n) + 1), g[d].wrong);
-      unsigned long long w = 0;
-      CK(cudaMemcpy(&w, g[d].wrong, 8, cudaMemcpyDeviceToHost));
-      bad += w;
+      const float want = (float)(((d + n - 1) % n) + 1);
+      bad += count_on(d, g[d].wrong, [&] { count_wrong<<<264, 512>>>(g[d].land, CAP / 4, want, g[d].wrong); });
     }
     printf("   %llu wrong\n", bad);
   }

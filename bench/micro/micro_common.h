@@ -1,8 +1,8 @@
 // micro_common.h — what the single-file micro-benchmarks here share: short integer
 // names, CK (abort with file, line, call and the CUDA error on any failure), the most
 // GPUs a run drives, the GPU checks and peer access every run starts with, and the
-// system-scope release store, and the slowest GPU's time between two events
-// (slowest_ms). Each .cu still builds alone: nvcc finds this header
+// system-scope release store, the slowest GPU's time between two events (slowest_ms)
+// and a device-side count (count_on). Each .cu still builds alone: nvcc finds this header
 // beside it.
 #pragma once
 #include <cuda_runtime.h>
@@ -75,4 +75,17 @@ inline double slowest_ms(const std::vector<G>& g, Use use) {
 template <typename G>
 inline double slowest_ms(const std::vector<G>& g) {
   return slowest_ms(g, [](int) { return true; });
+}
+
+// On GPU d: zero the device counter, run `launch` (a kernel on the default stream that
+// atomically adds to the counter), return the count.
+template <typename Launch>
+inline unsigned long long count_on(int d, unsigned long long* counter, Launch launch) {
+  CK(cudaSetDevice(d));
+  CK(cudaMemset(counter, 0, 8));
+  launch();
+  CK(cudaGetLastError());
+  unsigned long long c = 0;
+  CK(cudaMemcpy(&c, counter, 8, cudaMemcpyDeviceToHost));
+  return c;
 }

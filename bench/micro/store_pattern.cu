@@ -206,12 +206,8 @@ int main(int argc, char** argv) {
     for (int d = 0; d < n; ++d) {
       const int up = (d + n - 1) % n;
       if (v.uni && up % 2) continue;  // not written in this variant
-      CK(cudaSetDevice(d));
-      CK(cudaMemset(g[d].bad, 0, 8));
-      count_wrong<<<264, 512>>>(g[d].dst, cap / 16, 0x01010101u * (u32)(up + 1), g[d].bad);
-      unsigned long long b = 0;
-      CK(cudaMemcpy(&b, g[d].bad, 8, cudaMemcpyDeviceToHost));
-      bad += b;
+      const u32 want = 0x01010101u * (u32)(up + 1);
+      bad += count_on(d, g[d].bad, [&] { count_wrong<<<264, 512>>>(g[d].dst, cap / 16, want, g[d].bad); });
     }
     printf("   %llu wrong\n", bad);
   }
