@@ -1173,9 +1173,27 @@ impl Derived {
         for r in remarks {
             note += &format!(" {r}");
         }
-        s.note = note;
+        // the kept keys' provenance is in the old note: carry it (the oldest part is cut
+        // once the chain of runs grows past NOTE_MAX)
+        if !kept.is_empty() && !base.note.is_empty() {
+            note += &format!(" | earlier note (for the kept keys): {}", base.note);
+        }
+        s.note = cut_note(note);
         s
     }
+}
+
+/// Longest note the tuner writes (characters).
+pub const NOTE_MAX: usize = 2000;
+
+/// `note` cut to [`NOTE_MAX`] characters, ending in "…" when cut.
+fn cut_note(note: String) -> String {
+    if note.chars().count() <= NOTE_MAX {
+        return note;
+    }
+    let mut cut: String = note.chars().take(NOTE_MAX - 1).collect();
+    cut.push('…');
+    cut
 }
 
 /// The file the tuner writes: `existing` (the `--out` file's text and name, when it
@@ -1736,6 +1754,16 @@ mod tests {
         assert_eq!(s.allgather_reducescatter_ll_chunk_max, 32768);
         assert_eq!(s.broadcast_sf_min, base.broadcast_sf_min, "kept");
         assert!(s.note.contains("kept: broadcast_sf_min"), "{}", s.note);
+        // the kept keys' provenance travels along, and a chain of runs stays bounded
+        assert!(!base.note.is_empty());
+        assert!(s.note.ends_with(&base.note), "{}", s.note);
+        let mut chained = s.clone();
+        for _ in 0..20 {
+            chained = d.apply(&chained, &meta);
+        }
+        assert_eq!(chained.note.chars().count(), NOTE_MAX, "{}", chained.note);
+        assert!(chained.note.ends_with('…'));
+        assert!(chained.note.starts_with(&format!("tuner sweep {}", meta.sweep)));
         // optional keys: measured -> replaced; not measured -> the file's value, named
         // as kept when it had one
         assert_eq!(s.allreduce_ring_min, Some(1 << 30));
