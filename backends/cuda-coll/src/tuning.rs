@@ -1763,7 +1763,11 @@ mod tests {
         }
         assert_eq!(chained.note.chars().count(), NOTE_MAX, "{}", chained.note);
         assert!(chained.note.ends_with('…'));
-        assert!(chained.note.starts_with(&format!("tuner sweep {}", meta.sweep)));
+        assert!(
+            chained
+                .note
+                .starts_with(&format!("tuner sweep {}", meta.sweep))
+        );
         // optional keys: measured -> replaced; not measured -> the file's value, named
         // as kept when it had one
         assert_eq!(s.allreduce_ring_min, Some(1 << 30));
