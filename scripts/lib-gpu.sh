@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# lib-gpu.sh — shared by scripts/gpu-check.sh and scripts/gpu-bench.sh (source it from
+# lib-gpu.sh — shared by scripts/gpu-check.sh, scripts/gpu-bench.sh and the one-off device scripts (source it from
 # the repo root; it defines functions and runs nothing by itself).
 #
 #   gpu_env WHO        source .gpu/env.sh (multicast off, NCCL, CUDA libs), or keep
@@ -7,6 +7,14 @@
 #   gpu_use_nvrtc WHO  find NVRTC 13 (find_nvrtc) and export COMMHAL_NVRTC_DIR and
 #                      LD_LIBRARY_PATH for the kernel JIT, or warn that the JIT will fail
 #   find_nvrtc         print the first directory holding libnvrtc.so.13
+#   gpu_session WHO BUDGET
+#                      the start of a one-off device script (.gpu/s<session>-<call>.sh,
+#                      archived under bench/results/): gpu_env, multicast off, NVRTC, the
+#                      kernel cache and bootstrap timeout, W=$OUT, the clock for gpu_step
+#   gpu_step LOG LIMIT "VAR=v ..." CMD...
+#                      run CMD with those variables under LIMIT seconds, appending a
+#                      header, its output and its exit status to $W/LOG; skipped (and
+#                      said so) when it could end past gpu_session's BUDGET seconds
 
 # shellcheck shell=bash
 
@@ -69,3 +77,31 @@ gpu_use_nvrtc() {
     echo "$who: libnvrtc.so.13 not found (CUDA 13 install or pip nvidia-cuda-nvrtc); the kernel JIT will fail" >&2
   fi
 }
+
+gpu_session() {
+  local who=$1
+  GPU_SESSION_BUDGET=$2
+  OUT=${OUT:-/tmp/out}
+  W=$OUT
+  gpu_env "$who"
+  export NCCL_NVLS_ENABLE=0
+  unset COMMHAL_ALLOW_MULTICAST
+  gpu_use_nvrtc "$who"
+  export COMMHAL_CACHE_DIR=/tmp/commhal-kernel-cache COMMHAL_BOOTSTRAP_TIMEOUT_MS=60000
+  GPU_SESSION_T0=$(date +%s)
+}
+
+gpu_step() {
+  local log=$1 limit=$2 envs=$3 rc
+  shift 3
+  if (($(date +%s) - GPU_SESSION_T0 > GPU_SESSION_BUDGET - limit)); then
+    echo "#### SKIPPED (time) $*" >>"$W/$log"
+    return
+  fi
+  echo "#### $* (env: $envs)" >>"$W/$log"
+  # shellcheck disable=SC2086 # envs is a list of VAR=value words
+  env $envs timeout --kill-after=5 "$limit" "$@" >>"$W/$log" 2>&1
+  rc=$?
+  echo "#### rc=$rc t=$(($(date +%s) - GPU_SESSION_T0))s" >>"$W/$log"
+}
+
