@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# lib-gpu.sh — shared by scripts/gpu-check.sh, scripts/gpu-bench.sh and the one-off device scripts (source it from
-# the repo root; it defines functions and runs nothing by itself).
+# lib-gpu.sh — shared by scripts/gpu-check.sh, scripts/gpu-bench.sh and the one-off
+# device scripts (source it from the repo root; it defines functions and runs nothing by
+# itself).
 #
 #   gpu_env WHO        source .gpu/env.sh (multicast off, NCCL, CUDA libs), or keep
 #                      NVLink multicast off by hand when it is missing
