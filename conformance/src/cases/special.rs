@@ -53,6 +53,9 @@ pub fn proxy_fifo(ctx: &Ctx, depth: u64) -> CaseResult {
         ch.put_with_signal(zero, 0, 0)?;
         ch.flush()?;
         ch.wait()?;
+        // the peer keeps its port until here: with host-tcp a flush still in flight
+        // when the peer closes its connection fails with "rank … is gone"
+        ctx.send(peer, 1, b"done")?;
     } else {
         for i in 0..=count {
             ch.wait().map_err(|e| {
@@ -79,6 +82,7 @@ pub fn proxy_fifo(ctx: &Ctx, depth: u64) -> CaseResult {
             "zero-size trigger target",
         )?;
         ch.signal()?;
+        ctx.recv(peer, 1)?;
     }
     Ok(Some(format!(
         "{count} triggers through a FIFO of depth {depth}"
