@@ -39,8 +39,6 @@
 //   commhal_coll_broadcast_ll63,     (above the LL16 sizes, bytes % 16 == 0) the chains' ranks with
 //   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
 //                                    word) instead of round flags: no barrier, no fence.
-//   commhal_coll_reduce_ll63_direct_* (>= 3 ranks, small LL63 sizes) LL63 packets from every
-//                                    non-root straight into the root's region.
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
 //                                    n-1 reduce-scatter steps into the next rank's
@@ -129,10 +127,8 @@ struct CollArgs {
   u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
   u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
   u32 chain_unroll;             // chain / ring kernels: vectors per thread per chunk (1..32)
-  u64 direct_off;               // direct LL63 reduce: its region's offset in every scratch
-  u64 direct_half;              // direct LL63 reduce: bytes of one parity half (0: none)
 };
-static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8, "CollArgs layout");
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8, "CollArgs layout");
 
 COMMHAL_DEVICE u64 now_ns() {
   u64 t;
@@ -1492,66 +1488,9 @@ COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
   });
 }
 
-// Reduce (sum), LL63 straight to the root (3 or more ranks, the small LL63 sizes: one
-// hop instead of the chain's n - 1, the root's incoming link carries n - 1 inputs):
-// non-root r packs its input into part (r - root - 1) mod n of half (e mod 2) of the
-// ROOT's direct region (parts of ceil(vectors / 252) tiles, the same on every rank); the
-// root loads its input, waits for the tile in every part in turn, clears it, adds it
-// and stores its output.
-//   Region: its own (a.direct_off, two halves of a.direct_half bytes, the host keeps
-// n - 1 parts within a half), only this kernel uses it. Reuse by parity, as the LL16
-// slots: a non-root sends in launch e only after the root completed launch e - 2, the
-// last one that could have used this half (the root read and cleared all of it then).
-// Waiting for e - 1 instead (the root's previous launch, usually the last to end, since
-// it waits for everyone) made every launch pay the root's start-up round trip: 1K took
-// 11.5 us against the chain's 9.0 (session 12, call 1). After a failed wait the half may
-// keep packets, but the root's error word is sticky, so they are never read as data.
-// A failed wait is the root's error; the non-roots only send.
-//   4 ranks, root 1: 2 -> 1 (part 0), 3 -> 1 (part 1), 0 -> 1 (part 2).
-template <typename Op>
-COMMHAL_DEVICE void reduce_ll63_direct(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 n = a.nranks;
-  const u32 root = coll_root(a);
-  const bool is_root = a.rank == root;
-  if (!is_root) {
-    if (e > 2 && threadIdx.x == 0) wait_peer_done(a, root, e - 2);
-    __syncthreads();
-  }
-  const u64 nvec = a.count * Op::ELEM / 16;
-  const u64 part = (nvec + COLL_LL63_TILE_VECS - 1) / COLL_LL63_TILE_VECS * COLL_LL63_TILE_PKTS * 16;
-  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
-  u8* region = reinterpret_cast<u8*>(a.scratch[root] + a.direct_off + (e & 1) * a.direct_half);
-  u8* own_part = region + (u64)((a.rank + n - root - 1) % n) * part;
-  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
-    u64 d[16];
-    ll63_load(in, v0, lane, nvec, d);  // before the waits: its latency overlaps the packets'
-    if (!is_root) {
-      ll63_pack(d, lane);
-      ll63_send(own_part + pk, d);
-      return true;
-    }
-    for (u32 q = 0; q + 1 < n; ++q) {
-      u8* p = region + q * part + pk;
-      u64 w[16];
-      if (!ll63_recv(a, p, a.rank, w)) return false;
-      ll63_clear(p);
-      ll63_unpack(w, lane);
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(d, s, add16<Op>(ll63_vec(w, s), ll63_vec(d, s)));
-    }
-    ll63_store(out, v0, lane, nvec, d);
-    return true;
-  });
-}
-
 extern "C" __global__ void commhal_coll_reduce_ll63_f16(CollArgs a) { reduce_ll63<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll63_bf16(CollArgs a) { reduce_ll63<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll63<OpF32>(a); }
-extern "C" __global__ void commhal_coll_reduce_ll63_direct_f16(CollArgs a) { reduce_ll63_direct<OpF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_ll63_direct_bf16(CollArgs a) { reduce_ll63_direct<OpBF16>(a); }
-extern "C" __global__ void commhal_coll_reduce_ll63_direct_f32(CollArgs a) { reduce_ll63_direct<OpF32>(a); }
 
 // ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and

@@ -716,9 +716,6 @@ pub const TUNE_PUSH_MIN: u64 = 1 << 20;
 /// Smallest size the tuner times with the ring and chain kernels (below, their
 /// per-round flags cost more than they can win).
 pub const TUNE_RING_MIN: u64 = 1 << 20;
-/// Largest reduce the tuner times with the direct LL63 kernel (the root's region holds
-/// n - 1 of them; it loses to the chain well below this on 4 x H200).
-pub const TUNE_DIRECT_MAX: u64 = 16 << 20;
 
 /// One kernel choice the tuner times.
 #[derive(Debug, Clone, Copy)]
@@ -757,7 +754,6 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         reduce_all_max: Some(0),
         bcast_ll63_max: Some(0),
         reduce_ll63_max: Some(0),
-        reduce_direct_max: Some(0),
         bcast_ce_min: Some(0),
         sendrecv_ce_min: Some(0),
         ..Forced::default()
@@ -975,27 +971,11 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 kernel: Some(Kernel::ReduceLl63),
                 forced: Forced {
                     reduce_ll63_max: Some(u64::MAX),
-                    reduce_direct_max: Some(0),
                     ll_chunk_max: Some(0),
                     ..f
                 },
                 applies: |b, _| b >= 16 && b.is_multiple_of(16),
             });
-            if n >= 3 {
-                // after LL63: a window at the start of LL63's (Derived::direct_window)
-                cands.push(Candidate {
-                    name: "ll63-direct",
-                    kernel: Some(Kernel::ReduceLl63Direct),
-                    forced: Forced {
-                        reduce_ll63_max: Some(u64::MAX),
-                        // sizes its region: 2 (n - 1) x this
-                        reduce_direct_max: Some(TUNE_DIRECT_MAX),
-                        ll_chunk_max: Some(0),
-                        ..f
-                    },
-                    applies: |b, _| b >= 16 && b.is_multiple_of(16) && b <= TUNE_DIRECT_MAX,
-                });
-            }
             cands
         }
         _ => Vec::new(),
@@ -1273,16 +1253,10 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         rest_of(&mut d, &s.sizes, &rest);
         if let Some(k) = col {
             let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
-            let upto_ll63 = tuning::first_columns(&s.times, k + 1);
-            let window = tuning::ll63_window(&s.sizes, &upto_ll63, k, floor);
+            let window = tuning::ll63_window(&s.sizes, &s.times, k, floor);
             match c {
                 Collective::Broadcast => d.broadcast_ll63_max = window,
                 _ => d.reduce_ll63_max = window,
-            }
-            // reduce, 3+ ranks: the direct kernel's window at the start of LL63's
-            if let Some(j) = s.candidates.iter().position(|c| *c == "ll63-direct") {
-                d.reduce_direct_max =
-                    tuning::direct_window(&s.sizes, &s.times, (k, j), floor, window.unwrap_or(0));
             }
         }
     }
@@ -1337,7 +1311,7 @@ mod tests {
         assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll63"]);
         assert_eq!(
             names(Collective::Reduce, 4),
-            ["all", "worker", "chain", "ll63", "ll63-direct"]
+            ["all", "worker", "chain", "ll63"]
         );
         assert_eq!(names(Collective::Sendrecv, 4), ["kernels", "ce"]);
         assert!(names(Collective::Alltoall, 4).is_empty());
@@ -1353,7 +1327,6 @@ mod tests {
                     f.reduce_chain_min,
                     f.bcast_ll63_max,
                     f.reduce_ll63_max,
-                    f.reduce_direct_max,
                 ]
                 .iter()
                 .filter(|v| **v != Some(0))
@@ -1363,24 +1336,22 @@ mod tests {
                     let ce = (f.bcast_ce_min, f.sendrecv_ce_min);
                     let want = if cand.name == "ce" { 1 } else { 0 };
                     assert_eq!(ce, (Some(want), Some(want)), "{}", cand.name);
-                    assert_eq!(on, 8, "the file's kernels: nothing else forced");
+                    assert_eq!(on, 7, "the file's kernels: nothing else forced");
                     continue;
                 }
-                let own = match cand.kernel {
+                let own = matches!(
+                    cand.kernel,
                     Some(
                         Kernel::AllreduceRing
-                        | Kernel::AllgatherRing
-                        | Kernel::ReducescatterRing
-                        | Kernel::BroadcastChain
-                        | Kernel::ReduceChain
-                        | Kernel::BroadcastLl63
-                        | Kernel::ReduceLl63,
-                    ) => 1,
-                    // inside the LL63 sizes
-                    Some(Kernel::ReduceLl63Direct) => 2,
-                    _ => 0,
-                };
-                assert_eq!(on, own, "{} {}", c.name(), cand.name);
+                            | Kernel::AllgatherRing
+                            | Kernel::ReducescatterRing
+                            | Kernel::BroadcastChain
+                            | Kernel::ReduceChain
+                            | Kernel::BroadcastLl63
+                            | Kernel::ReduceLl63
+                    )
+                );
+                assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
         }
         let ring = &candidates(Collective::Reducescatter, 4)[2];

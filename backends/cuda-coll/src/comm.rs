@@ -75,9 +75,6 @@ pub struct Tuning {
     pub bcast_ll63_max: u64,
     /// Largest reduce (bytes) done with the LL63 chain, above the LL16 sizes (0: never).
     pub reduce_ll63_max: u64,
-    /// Largest LL63 reduce (bytes) on 3 or more ranks sent straight to the root instead
-    /// of along the chain (0: never; only inside the LL63 sizes).
-    pub reduce_direct_max: u64,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub bcast_ce_min: u64,
@@ -151,9 +148,6 @@ pub enum Kernel {
     BroadcastLl63,
     /// Reduce, LL63 chain root+1 -> ... -> root (above the LL16 sizes, 16-byte multiples).
     ReduceLl63,
-    /// Reduce, LL63 packets from every non-root straight to the root (3+ ranks, the
-    /// smaller LL63 sizes).
-    ReduceLl63Direct,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
     /// Ring reduce-scatter.
@@ -208,9 +202,6 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (ReduceLl63, Half) => "commhal_coll_reduce_ll63_f16",
         (ReduceLl63, Bfloat16) => "commhal_coll_reduce_ll63_bf16",
         (ReduceLl63, Float) => "commhal_coll_reduce_ll63_f32",
-        (ReduceLl63Direct, Half) => "commhal_coll_reduce_ll63_direct_f16",
-        (ReduceLl63Direct, Bfloat16) => "commhal_coll_reduce_ll63_direct_bf16",
-        (ReduceLl63Direct, Float) => "commhal_coll_reduce_ll63_direct_f32",
         (ReduceChain, Half) => "commhal_coll_reduce_chain_f16",
         (ReduceChain, Bfloat16) => "commhal_coll_reduce_chain_bf16",
         (ReduceChain, Float) => "commhal_coll_reduce_chain_f32",
@@ -298,7 +289,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 22] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 21] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -342,10 +333,6 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 22] {
         (
             "reduce_ll63_max (COMMHAL_COLL_REDUCE_LL63_MAX)",
             t.reduce_ll63_max,
-        ),
-        (
-            "reduce_direct_max (COMMHAL_COLL_REDUCE_DIRECT_MAX)",
-            t.reduce_direct_max,
         ),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
@@ -449,14 +436,7 @@ impl Comm {
         } else {
             0
         };
-        // the direct LL63 reduce's region after it: two parity halves of n - 1 parts
-        let direct_bytes = tuning
-            .reduce_direct_max
-            .min(tuning.reduce_ll63_max)
-            .min(capacity.max(4096));
-        let direct_half = layout::direct_half_bytes(direct_bytes, n);
-        let direct_off = layout::scratch_bytes(ll_cap, ll63_bytes);
-        let scratch = VmmAllocation::new(&ctx, direct_off + 2 * direct_half)?;
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
@@ -499,8 +479,6 @@ impl Comm {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
-            direct_off,
-            direct_half,
             ..CollArgs::default()
         };
         let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));
@@ -714,15 +692,6 @@ impl Comm {
         self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll63_cap
     }
 
-    /// Whether an LL63 reduce of `bytes` goes straight to the root: 3 or more ranks, up
-    /// to the tuned size, and the n - 1 senders' parts fit a half of the direct region
-    /// (sized for the tuned size, capped by the capacity).
-    fn ll63_direct(&self, bytes: u64) -> bool {
-        self.n >= 3
-            && bytes <= self.tuning.reduce_direct_max
-            && layout::direct_half_bytes(bytes, self.n) <= self.base.direct_half
-    }
-
     /// Grid of an LL63 chain ([`layout::ll63_grid`]).
     fn ll63_grid(&self, bytes: u64) -> (u32, u32) {
         layout::ll63_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
@@ -899,10 +868,10 @@ impl Comm {
             }
             Collective::Broadcast | Collective::Reduce if self.ll63(coll, count * es) => {
                 let (b, t) = self.ll63_grid(count * es);
-                let k = match coll {
-                    Collective::Broadcast => Kernel::BroadcastLl63,
-                    _ if self.ll63_direct(count * es) => Kernel::ReduceLl63Direct,
-                    _ => Kernel::ReduceLl63,
+                let k = if coll == Collective::Broadcast {
+                    Kernel::BroadcastLl63
+                } else {
+                    Kernel::ReduceLl63
                 };
                 (k, b, t)
             }
@@ -1142,7 +1111,6 @@ mod tests {
             reduce_all_max: 12,
             bcast_ll63_max: 13,
             reduce_ll63_max: 14,
-            reduce_direct_max: 17,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             ar_ring_min: 9,
@@ -1224,7 +1192,6 @@ mod tests {
             Kernel::ReduceChain,
             Kernel::BroadcastLl63,
             Kernel::ReduceLl63,
-            Kernel::ReduceLl63Direct,
             Kernel::AllreduceRing,
             Kernel::ReducescatterRing,
             Kernel::AllgatherRing,

@@ -64,15 +64,6 @@ pub fn off_ll63(ll_slot_bytes: u64) -> u64 {
     OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes
 }
 
-/// Bytes of one parity half of the direct LL63 reduce's region on `n` ranks for reduces
-/// of up to `bytes` (n - 1 senders' parts; 0 below 3 ranks or for none).
-pub fn direct_half_bytes(bytes: u64, n: u32) -> u64 {
-    if n < 3 {
-        return 0;
-    }
-    u64::from(n - 1) * ll63_region_bytes(bytes)
-}
-
 /// Bytes of the LL63 region for transfers of up to `bytes`: 4 KiB of packets per warp
 /// tile of 3.94 KiB of data (0 for none).
 pub fn ll63_region_bytes(bytes: u64) -> u64 {
@@ -149,10 +140,6 @@ pub struct CollArgs {
     pub root: u32,
     /// Chain kernels: vectors per thread in one chunk (1..=`CHAIN_UNROLL_MAX`).
     pub chain_unroll: u32,
-    /// Direct LL63 reduce: its region's offset in every rank's scratch.
-    pub direct_off: u64,
-    /// Direct LL63 reduce: bytes of one parity half of that region (0: none).
-    pub direct_half: u64,
 }
 
 /// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
@@ -276,16 +263,16 @@ mod tests {
             define("COLL_ERR_PACKET_TIMEOUT"),
             ERR_PACKET_TIMEOUT.to_string()
         );
-        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64
-        // (the unit static_asserts the same sum)
+        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64 (the unit
+        // static_asserts the same sum)
         assert_eq!(
             std::mem::size_of::<CollArgs>(),
-            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
         assert!(
-            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8"),
+            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8"),
             "the unit's static_assert must match this struct"
         );
         assert!(src.contains("  u64 stage_slot_bytes;"));
@@ -300,10 +287,6 @@ mod tests {
         assert_eq!(std::mem::offset_of!(CollArgs, stage), 224);
         assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
         assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);
-        assert_eq!(std::mem::offset_of!(CollArgs, direct_off), 304);
-        let direct_at = after.find("  u64 direct_off;").expect("u64 direct_off");
-        let half_at = after.find("  u64 direct_half;").expect("u64 direct_half");
-        assert!(unroll_at < direct_at && direct_at < half_at && half_at < after.find("};").unwrap());
     }
 
     #[test]

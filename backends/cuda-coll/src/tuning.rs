@@ -95,14 +95,6 @@ pub const HEADER: &str = "\
 #                          The tuner (since session 9; LL56 then) times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
-#     reduce_direct_max    (optional; absent or 0: never) LL63 reduces (inside the
-#                          reduce_ll63_max sizes) up to this size on 3 or more ranks
-#                          go from every non-root straight to the root (one hop; the
-#                          root's link carries n - 1 inputs) instead of along the
-#                          chain; sizes a region of 2 (n - 1) times that (two parity
-#                          halves, so a sender never waits for the root's previous
-#                          launch). The tuner (since session 12) times `ll63-direct` as
-#                          a last candidate and cuts its window inside LL63's the same way
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
@@ -200,10 +192,6 @@ pub struct Section {
     /// Largest reduce (bytes) done with the LL63 chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ll63_max: Option<u64>,
-    /// Largest LL63 reduce (bytes) on 3 or more ranks sent straight to the root
-    /// instead of along the chain (absent or 0: never).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reduce_direct_max: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -384,7 +372,6 @@ static FALLBACK: Section = Section {
     reduce_all_max: None,
     broadcast_ll63_max: None,
     reduce_ll63_max: None,
-    reduce_direct_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     allreduce_ring_min: None,
@@ -468,8 +455,6 @@ pub struct Forced {
     pub bcast_ll63_max: Option<u64>,
     /// Largest LL63 reduce (0: never).
     pub reduce_ll63_max: Option<u64>,
-    /// Largest LL63 reduce straight to the root (0: never).
-    pub reduce_direct_max: Option<u64>,
     /// Smallest copy-engine broadcast, 2 ranks (0: never).
     pub bcast_ce_min: Option<u64>,
     /// Smallest copy-engine send-recv (0: never).
@@ -686,13 +671,6 @@ pub fn resolve_with(
         false,
         s.reduce_ll63_max.unwrap_or(0),
     );
-    let reduce_direct_max = pick(
-        forced.reduce_direct_max,
-        None,
-        "COMMHAL_COLL_REDUCE_DIRECT_MAX",
-        false,
-        s.reduce_direct_max.unwrap_or(0),
-    );
     let mut unroll = |var: &'static str, file: Option<u64>| {
         pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
@@ -750,7 +728,6 @@ pub fn resolve_with(
             reduce_all_max,
             bcast_ll63_max,
             reduce_ll63_max,
-            reduce_direct_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -951,31 +928,6 @@ pub fn ll63_window(
     })
 }
 
-/// The upper end of the direct LL63 reduce's window (columns `(ll63, direct)` of
-/// `times`): inside LL63's window (`floor` < size <= `ll63_max`) the two compete alone,
-/// and the cut is [`ll63_window`]'s over those sizes and columns: direct up to the
-/// returned size, the chain above it. `Some(0)`: never; `None`: direct never ran.
-pub fn direct_window(
-    sizes: &[u64],
-    times: &[Vec<Option<f64>>],
-    (ll63, direct): (usize, usize),
-    floor: u64,
-    ll63_max: u64,
-) -> Option<u64> {
-    let pick = |r: &Vec<Option<f64>>, c: usize| r.get(c).copied().flatten();
-    if !times.iter().any(|r| pick(r, direct).is_some()) {
-        return None;
-    }
-    let (mut s2, mut t2) = (Vec::new(), Vec::new());
-    for (&size, r) in sizes.iter().zip(times) {
-        if size > floor && size <= ll63_max {
-            s2.push(size);
-            t2.push(vec![pick(r, ll63), pick(r, direct)]);
-        }
-    }
-    Some(ll63_window(&s2, &t2, 1, floor).unwrap_or(0))
-}
-
 /// Largest size assigned candidate `c`: `Some(0)` when `c` ran somewhere but was
 /// never chosen, `None` when it never ran (nothing to derive).
 pub fn last_size_of(
@@ -1029,8 +981,6 @@ pub struct Derived {
     pub broadcast_ll63_max: Option<u64>,
     /// `reduce_ll63_max` (0: never).
     pub reduce_ll63_max: Option<u64>,
-    /// `reduce_direct_max` (0: never).
-    pub reduce_direct_max: Option<u64>,
     /// `broadcast_ce_min` (0: never).
     pub broadcast_ce_min: Option<u64>,
     /// `sendrecv_ce_min` (0: never).
@@ -1192,11 +1142,6 @@ impl Derived {
                 self.reduce_ll63_max,
                 &mut s.reduce_ll63_max,
                 "reduce_ll63_max",
-            ),
-            (
-                self.reduce_direct_max,
-                &mut s.reduce_direct_max,
-                "reduce_direct_max",
             ),
             (
                 self.broadcast_ce_min,
@@ -1390,7 +1335,6 @@ mod tests {
         full.reduce_all_max = Some(5);
         full.broadcast_ll63_max = Some(11);
         full.reduce_ll63_max = Some(12);
-        full.reduce_direct_max = Some(15);
         full.broadcast_ce_min = Some(13);
         full.sendrecv_ce_min = Some(14);
         full.allreduce_ring_min = Some(6);
@@ -1783,29 +1727,6 @@ mod tests {
         let bc = vec![t(&[10.0, 14.0]), t(&[30.0, 35.0])];
         d.broadcast(&sizes[..2], &bc);
         assert_eq!(d.broadcast_sf_min, Some(0), "never won: 0 = never");
-    }
-
-    #[test]
-    fn direct_window_is_cut_inside_the_ll63_window() {
-        let k = 256u64 << 10;
-        let sizes = [k, 2 * k, 4 * k, 8 * k, 16 * k, 32 * k];
-        // columns: other, ll63, direct (None: did not run)
-        let times = vec![
-            vec![Some(6.0), Some(8.0), Some(5.0)], // LL16 size: below the floor
-            vec![Some(12.0), Some(9.3), Some(7.5)], // direct wins
-            vec![Some(14.0), Some(10.7), Some(10.9)], // a near loss: the cut is before it
-            vec![Some(20.0), Some(14.0), Some(20.0)],
-            vec![Some(30.0), Some(20.0), Some(15.0)], // wins again, after a clear loss
-            vec![Some(40.0), Some(33.0), None],       // above the ll63 window
-        ];
-        let w = |max| direct_window(&sizes, &times, (1, 2), k, max);
-        assert_eq!(w(16 * k), Some(2 * k));
-        assert_eq!(w(2 * k), Some(2 * k), "clipped to LL63's window");
-        assert_eq!(w(k), Some(0), "no LL63 size above the floor");
-        let never = vec![vec![Some(1.0), Some(2.0), Some(3.0)]; 6];
-        assert_eq!(direct_window(&sizes, &never, (1, 2), k, 32 * k), Some(0));
-        let absent = vec![vec![Some(1.0), Some(2.0), None]; 6];
-        assert_eq!(direct_window(&sizes, &absent, (1, 2), k, 32 * k), None);
     }
 
     #[test]
