@@ -64,6 +64,10 @@ pub fn off_ll63(ll_slot_bytes: u64) -> u64 {
     OFF_LL + 2 * MAX_RANKS as u64 * ll_slot_bytes
 }
 
+/// Largest LL63 transfer (bytes) that goes through the small region's parity halves
+/// (`ll63_small` in the unit): 2 x ~2 MiB of scratch per rank that uses LL63 at all.
+pub const LL63_SMALL_MAX: u64 = 2 << 20;
+
 /// Bytes of the LL63 region for transfers of up to `bytes`: 4 KiB of packets per warp
 /// tile of 3.94 KiB of data (0 for none).
 pub fn ll63_region_bytes(bytes: u64) -> u64 {
@@ -140,6 +144,10 @@ pub struct CollArgs {
     pub root: u32,
     /// Chain kernels: vectors per thread in one chunk (1..=`CHAIN_UNROLL_MAX`).
     pub chain_unroll: u32,
+    /// LL63 chains: the small region's offset in every rank's scratch.
+    pub ll63_small_off: u64,
+    /// LL63 chains: bytes of one parity half of the small region (0: none).
+    pub ll63_small_half: u64,
 }
 
 /// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
@@ -263,16 +271,16 @@ mod tests {
             define("COLL_ERR_PACKET_TIMEOUT"),
             ERR_PACKET_TIMEOUT.to_string()
         );
-        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64 (the unit
-        // static_asserts the same sum)
+        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64
+        // (the unit static_asserts the same sum)
         assert_eq!(
             std::mem::size_of::<CollArgs>(),
-            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
         assert!(
-            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8"),
+            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8"),
             "the unit's static_assert must match this struct"
         );
         assert!(src.contains("  u64 stage_slot_bytes;"));
@@ -287,6 +295,14 @@ mod tests {
         assert_eq!(std::mem::offset_of!(CollArgs, stage), 224);
         assert_eq!(std::mem::offset_of!(CollArgs, count), 192);
         assert_eq!(std::mem::offset_of!(CollArgs, rank), 216);
+        assert_eq!(std::mem::offset_of!(CollArgs, ll63_small_off), 304);
+        let off_at = after
+            .find("  u64 ll63_small_off;")
+            .expect("u64 ll63_small_off");
+        let half_at = after
+            .find("  u64 ll63_small_half;")
+            .expect("u64 ll63_small_half");
+        assert!(unroll_at < off_at && off_at < half_at && half_at < after.find("};").unwrap());
     }
 
     #[test]
