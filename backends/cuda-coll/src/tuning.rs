@@ -17,7 +17,8 @@
 //!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
 //!    `COMMHAL_COLL_CHAIN_UNROLL`, `COMMHAL_COLL_RING_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
-//!    scatters + forwards);
+//!    scatters + forwards; `LL_CHUNK_MAX=0` never uses the LL16 chunk kernels — before
+//!    session 12 it had to be > 0 and 0 was ignored);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
 //! 4. [`with_forced`]: the tuner's per-candidate choice (this thread only).
 //!
@@ -692,7 +693,7 @@ pub fn resolve_with(
         forced.ll_chunk_max,
         None,
         "COMMHAL_COLL_LL_CHUNK_MAX",
-        true,
+        false, // 0: no LL16 chunks (every per-peer transfer on its bulk kernel)
         s.allgather_reducescatter_ll_chunk_max,
     )
     // the LL slots are sized for max(ll_max, ll_chunk_max) (Comm::new); beyond 4 MiB
@@ -1492,6 +1493,14 @@ mod tests {
         assert_eq!(t.threads, 512, "clamped");
         assert_eq!(t.max_blocks, 64);
         assert_eq!(p.overrides.len(), 6, "{p}");
+        // 0 chunks: no LL16 chunk kernels (not ignored, unlike LL_MAX=0 below)
+        let (t, _) = resolve_env(
+            "NVIDIA H200",
+            4,
+            None,
+            &[("COMMHAL_COLL_LL_CHUNK_MAX", "0")],
+        );
+        assert_eq!(t.ll_chunk_max, 0);
         // malformed or zero values of positive-only variables are ignored
         let (t, p) = resolve_env(
             "NVIDIA H200",
