@@ -6,6 +6,10 @@
     scripts/bench-tables.py --summary LOG...  one line per run: the lowest ratio, every
                                               size where commhal is slower than NCCL,
                                               and any cell with wrong elements
+    scripts/bench-tables.py --grid LOG...     the runs side by side, per rank count and
+                                              dtype, at most 4 collectives per table:
+                                              "commhal / NCCL = ratio" (out of place;
+                                              the closing notes' form)
 
 A run starts at a line with `####` (the session scripts' and scripts/gpu-bench.sh's step
 headers) that names commhal-gpu-bench; its rows are rank 0's table lines. The ratio is
@@ -40,6 +44,9 @@ class Run:
         e = re.search(r"\(env: (.*)\)$", header)
         self.env = e.group(1).strip() if e else ""
         self.ours, self.nccl = {}, {}
+        self.coll = self.args.split()[0] if self.args else "?"
+        d = re.search(r"-d\s+(\S+)", self.args)
+        self.dtype = d.group(1) if d else "?"
 
     def add(self, m):
         size = int(m.group(1))
@@ -97,10 +104,38 @@ def summary(r):
     print(line)
 
 
+def grid(found):
+    groups = {}
+    for r in found:
+        groups.setdefault((r.ranks, r.dtype), []).append(r)
+    for (ranks, dtype), rs in groups.items():
+        for i in range(0, len(rs), 4):
+            part = rs[i:i + 4]
+            names = ", ".join(r.coll for r in part)
+            print(f"\n**{ranks} GPUs, {dtype}: {names}** — µs (commhal / NCCL) = ratio "
+                  "NCCL/commhal, out of place\n")
+            print("| size | " + " | ".join(r.coll for r in part) + " |")
+            print("|---|" + "---|" * len(part))
+            cells = [{s: (a, b, ro) for s, a, b, ro, _ in r.rows()} for r in part]
+            for size in sorted(set().union(*cells)):
+                row = []
+                for c in cells:
+                    if size not in c:
+                        row.append("-")
+                        continue
+                    a, b, ro = c[size]
+                    wrong = " (WRONG)" if a[2] > 0 or a[3] > 0 else ""
+                    row.append(f"{a[0]:.2f}{wrong} / {b[0]:.2f} = **{ro:.2f}**")
+                print(f"| {human(size)} | " + " | ".join(row) + " |")
+
+
 def main(argv):
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` is fine
-    want_summary = "--summary" in argv
-    paths = [a for a in argv if a != "--summary"]
+    if "-h" in argv or "--help" in argv:
+        print(__doc__.strip())
+        return 0
+    modes = {"--summary", "--grid"}
+    paths = [a for a in argv if a not in modes]
     if not paths:
         print(__doc__.strip(), file=sys.stderr)
         return 2
@@ -109,8 +144,11 @@ def main(argv):
         print("bench-tables: no commhal-gpu-bench run with rank-0 rows in " + ", ".join(paths),
               file=sys.stderr)
         return 1
+    if "--grid" in argv:
+        grid(found)
+        return 0
     for r in found:
-        (summary if want_summary else table)(r)
+        (summary if "--summary" in argv else table)(r)
     return 0
 
 

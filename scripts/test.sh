@@ -31,5 +31,8 @@ out=$(python3 scripts/bench-tables.py --summary "$log")
 grep -q '^4 ranks reduce -r 1 .*: 21 sizes, lowest ratio 0.75; below NCCL .*: 256K 1.01/0.99, 512K 0.89/0.87' <<<"$out"
 grep -q '^4 ranks alltoall .*: 21 sizes, lowest ratio 1.03; below NCCL (out/in place): none$' <<<"$out"
 [[ $(python3 scripts/bench-tables.py "$log" | grep -c '^| ') -eq $((4 * 22)) ]]
+grid=$(python3 scripts/bench-tables.py --grid "$log")
+grep -q '^| size | broadcast | reduce | alltoall | sendrecv |$' <<<"$grid"
+[[ $(grep -c '^| [0-9]' <<<"$grid") -eq 21 ]]
 
 step "all tests passed"
