@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 12, 4-GPU check of the LL63 small region (call 6 ran on 2 GPUs only):
+# Session 12, 4-GPU check of the LL63 small region and the ll63_recv fix (calls 6-12
+# ran on 2 GPUs only):
 # correctness with LL63 from 16 bytes on 4 and 3 ranks (middle ranks forward through
 # the halves), sizes across the 2 MiB switch, 301 launches; then the 4-GPU reduce and
 # broadcast rows of the dense set against NCCL.
