@@ -92,7 +92,9 @@ pub const HEADER: &str = "\
 #                          LL chunk size and up to this size run as an LL63 chain (packets
 #                          of 63 data bits and a valid bit per 64-bit word, no barrier;
 #                          16-byte multiples only); the larger of the two sizes the
-#                          LL63 region (about that many bytes of scratch per rank).
+#                          LL63 region (about that many bytes of scratch per rank,
+#                          plus ~4 MiB: transfers up to 2 MiB use two parity halves of
+#                          their own, since session 12).
 #                          The tuner (since session 9; LL56 then) times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
