@@ -1409,11 +1409,15 @@ COMMHAL_DEVICE void ll63_store(v16* dst, u64 v0, u32 lane, u64 nvec, const u64 (
   }
 }
 
+// Warp tiles of a transfer of `nvec` vectors.
+COMMHAL_DEVICE u64 ll63_tile_count(u64 nvec) {
+  return (nvec + COLL_LL63_TILE_VECS - 1) / COLL_LL63_TILE_VECS;
+}
+
 // Whether a transfer of `nvec` vectors goes through the small region (one parity half
 // holds it), the same answer on every rank.
 COMMHAL_DEVICE bool ll63_small(const CollArgs& a, u64 nvec) {
-  const u64 tiles = (nvec + COLL_LL63_TILE_VECS - 1) / COLL_LL63_TILE_VECS;
-  return tiles * COLL_LL63_TILE_PKTS * 16 <= a.ll63_small_half;
+  return ll63_tile_count(nvec) * COLL_LL63_TILE_PKTS * 16 <= a.ll63_small_half;
 }
 
 // Where launch e's packets for rank `owner` go: half (e mod 2) of its small region for a
@@ -1438,7 +1442,7 @@ COMMHAL_DEVICE void ll63_next_free(const CollArgs& a, u32 next, u64 e, bool smal
 // returns false to stop (a failed wait: the warp's verdict, so the warp stays converged).
 template <typename Body>
 COMMHAL_DEVICE void ll63_tiles(u64 nvec, Body body) {
-  const u64 tiles = (nvec + COLL_LL63_TILE_VECS - 1) / COLL_LL63_TILE_VECS;
+  const u64 tiles = ll63_tile_count(nvec);
   const u32 lane = threadIdx.x % 32;
   for (u64 t = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; t < tiles;
        t += (u64)gridDim.x * blockDim.x / 32) {

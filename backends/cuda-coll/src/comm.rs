@@ -436,10 +436,7 @@ impl Comm {
         } else {
             0
         };
-        // the LL63 chains' small region after it: two parity halves
-        let ll63_small_half = layout::ll63_region_bytes(ll63_bytes.min(layout::LL63_SMALL_MAX));
-        let ll63_small_off = layout::scratch_bytes(ll_cap, ll63_bytes);
-        let scratch = VmmAllocation::new(&ctx, ll63_small_off + 2 * ll63_small_half)?;
+        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
@@ -482,8 +479,8 @@ impl Comm {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
-            ll63_small_off,
-            ll63_small_half,
+            ll63_small_off: layout::off_ll63_small(ll_cap, ll63_bytes),
+            ll63_small_half: layout::ll63_small_half_bytes(ll63_bytes),
             ..CollArgs::default()
         };
         let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));

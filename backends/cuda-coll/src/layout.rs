@@ -47,10 +47,11 @@ pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
 
-/// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, and
-/// an LL63 region for chains of up to `ll63_max_bytes`.
+/// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, an
+/// LL63 region for chains of up to `ll63_max_bytes`, and after it the LL63 small region
+/// (two parity halves, [`ll63_small_half_bytes`]).
 pub fn scratch_bytes(ll_max_bytes: u64, ll63_max_bytes: u64) -> u64 {
-    off_ll63(ll_slot_bytes(ll_max_bytes)) + ll63_region_bytes(ll63_max_bytes)
+    off_ll63_small(ll_max_bytes, ll63_max_bytes) + 2 * ll63_small_half_bytes(ll63_max_bytes)
 }
 
 /// 16-byte data vectors in one LL63 warp tile (4 row pairs x 63).
@@ -67,6 +68,18 @@ pub fn off_ll63(ll_slot_bytes: u64) -> u64 {
 /// Largest LL63 transfer (bytes) that goes through the small region's parity halves
 /// (`ll63_small` in the unit): 2 x ~2 MiB of scratch per rank that uses LL63 at all.
 pub const LL63_SMALL_MAX: u64 = 2 << 20;
+
+/// Offset of the LL63 small region in a rank's scratch (`CollArgs::ll63_small_off`):
+/// right after the large LL63 region.
+pub fn off_ll63_small(ll_max_bytes: u64, ll63_max_bytes: u64) -> u64 {
+    off_ll63(ll_slot_bytes(ll_max_bytes)) + ll63_region_bytes(ll63_max_bytes)
+}
+
+/// Bytes of one parity half of the LL63 small region (`CollArgs::ll63_small_half`) when
+/// LL63 transfers go up to `ll63_max_bytes` (0: no LL63, no small region).
+pub fn ll63_small_half_bytes(ll63_max_bytes: u64) -> u64 {
+    ll63_region_bytes(ll63_max_bytes.min(LL63_SMALL_MAX))
+}
 
 /// Bytes of the LL63 region for transfers of up to `bytes`: 4 KiB of packets per warp
 /// tile of 3.94 KiB of data (0 for none).
@@ -478,9 +491,17 @@ mod tests {
         // 1 MiB: 261 tiles over 131 blocks of 2 warps
         assert_eq!(ll63_grid(1 << 20, 512, 132), (131, 64));
         let s = scratch_bytes(64 << 10, 1 << 20);
+        let small_off = off_ll63_small(64 << 10, 1 << 20);
         assert_eq!(
-            s,
+            small_off,
             off_ll63(ll_slot_bytes(64 << 10)) + ll63_region_bytes(1 << 20)
         );
+        // the small region's two halves after it, each for the whole 1 MiB (< 2 MiB)
+        assert_eq!(s, small_off + 2 * ll63_region_bytes(1 << 20));
+        assert_eq!(
+            ll63_small_half_bytes(1 << 30),
+            ll63_region_bytes(LL63_SMALL_MAX)
+        );
+        assert_eq!(ll63_small_half_bytes(0), 0);
     }
 }
