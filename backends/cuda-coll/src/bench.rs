@@ -93,11 +93,7 @@ fn median(v: &mut [f64]) -> f64 {
 impl Bench<'_> {
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
         let a = self.args;
-        let c = if a.collective.count_is_per_rank() {
-            per
-        } else {
-            count
-        };
+        let c = cli::launch_count(a.collective, count, per);
         match which {
             Impl::Commhal => self
                 .comm
@@ -443,11 +439,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             // -1 = not checked (-c 0, or no in-place variant)
             any_wrong |= oop.wrong > 0 || ip.wrong > 0;
             let kernel = if which == Impl::Commhal {
-                let c = if args.collective.count_is_per_rank() {
-                    per
-                } else {
-                    count
-                };
+                let c = cli::launch_count(args.collective, count, per);
                 let (k, g, t) = comm.plan_for(args.collective, args.dtype, c, args.graph);
                 format!("{k} {g}x{t}")
             } else {
@@ -549,6 +541,21 @@ pub struct Outcome {
     pub tuning: Tuning,
 }
 
+impl Outcome {
+    /// This rank's outcome on `comm` with these rows.
+    fn of(comm: &Comm, ours: Vec<Row>, theirs: Vec<Row>, wrong: bool) -> Outcome {
+        Outcome {
+            ours,
+            theirs,
+            wrong,
+            rank: comm.rank(),
+            nranks: comm.size(),
+            device: comm.context().name().unwrap_or_default(),
+            tuning: comm.tuning(),
+        }
+    }
+}
+
 /// The bootstrap of this process: the launcher's (`commhal launch`, or `commhal bench
 /// --ranks N` which starts one), else a one-rank world.
 pub fn bootstrap_from_env() -> Result<Box<dyn Bootstrap>> {
@@ -602,15 +609,7 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
         return dead_peer_check(args, &comm, n, dead);
     }
     let (ours, theirs, wrong) = run(args, boot, &comm)?;
-    let out = Outcome {
-        ours,
-        theirs,
-        wrong,
-        rank: comm.rank(),
-        nranks: n,
-        device: comm.context().name().unwrap_or_default(),
-        tuning: comm.tuning(),
-    };
+    let out = Outcome::of(&comm, ours, theirs, wrong);
     if out.rank == 0
         && let Some(path) = &args.json
     {
@@ -636,25 +635,13 @@ fn dead_peer_check(args: &Args, comm: &Comm, n: u32, dead: u32) -> Result<Outcom
             "--dead-rank {dead} is not a rank of this {n}-rank run"
         )));
     }
-    let mut out = Outcome {
-        ours: Vec::new(),
-        theirs: Vec::new(),
-        wrong: false,
-        rank: comm.rank(),
-        nranks: n,
-        device: comm.context().name().unwrap_or_default(),
-        tuning: comm.tuning(),
-    };
+    let mut out = Outcome::of(comm, Vec::new(), Vec::new(), false);
     if comm.rank() == dead {
         println!("# rank {dead}: leaving without calling the collective (--dead-rank)");
         return Ok(out);
     }
     let (count, per) = cli::counts(args.collective, args.min_bytes, args.dtype, n);
-    let launch_count = if args.collective.count_is_per_rank() {
-        per
-    } else {
-        count
-    };
+    let launch_count = cli::launch_count(args.collective, count, per);
     let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
     let t0 = std::time::Instant::now();
     let res = comm
@@ -1118,7 +1105,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             }
             let (size_bytes, chunk) = (count * es, per * es);
             let iters = cli::iters_for(size_bytes, a.iters, a.max_bytes_per_size);
-            let launch_count = if coll.count_is_per_rank() { per } else { count };
+            let launch_count = cli::launch_count(coll, count, per);
             let mut row = Vec::new();
             for (c, b) in cands.iter().zip(&benches) {
                 if !(c.applies)(size_bytes, chunk) {

@@ -279,6 +279,17 @@ pub fn counts(coll: Collective, bytes: u64, dtype: Dtype, n: u32) -> (u64, u64) 
     }
 }
 
+/// The `count` argument of a launch for a size [`counts`] gave: the per-rank count for
+/// the collectives that take one (all-gather, reduce-scatter, all-to-all), else the
+/// buffer's.
+pub fn launch_count(coll: Collective, count: u64, per_rank: u64) -> u64 {
+    if coll.count_is_per_rank() {
+        per_rank
+    } else {
+        count
+    }
+}
+
 /// Timed iterations for `bytes`, capped so iters × bytes ≤ cap (at least 3).
 pub fn iters_for(bytes: u64, iters: u32, cap: u64) -> u32 {
     let by_cap = (cap / bytes.max(1)).min(u64::from(u32::MAX)) as u32;
