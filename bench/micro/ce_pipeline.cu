@@ -89,18 +89,6 @@ __global__ void add_f32(const float4* a, const float4* b, float4* out, u64 nvec)
     out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
   }
 }
-__global__ void sm_copy(const uint4* src, uint4* dst, u64 nvec) {
-  const u64 g = (u64)gridDim.x * blockDim.x;
-  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; v + 3 * g < nvec; v += 4 * g) {
-    const uint4 a = src[v], b = src[v + g], c = src[v + 2 * g], d = src[v + 3 * g];
-    dst[v] = a;
-    dst[v + g] = b;
-    dst[v + 2 * g] = c;
-    dst[v + 3 * g] = d;
-  }
-  for (; v < nvec; v += g) dst[v] = src[v];
-}
 
 // ---------------- per-GPU state ----------------
 constexpr int MAXS = 4;  // copy streams per GPU
@@ -373,7 +361,7 @@ int main(int argc, char** argv) {
           for (int r = 0; r < reps; ++r) {
             switch (v.kind) {
               case 0:
-                sm_copy<<<me.sms, 512, 0, me.cp[0]>>>((const uint4*)me.in, (uint4*)g[nxd].land, B / 16);
+                grid_copy<0><<<me.sms, 512, 0, me.cp[0]>>>((const uint4*)me.in, (uint4*)g[nxd].land, B / 16);
                 break;
               case 2:
                 CK(cudaMemcpyAsync(g[nxd].land, me.in, B, cudaMemcpyDeviceToDevice, me.cp[0]));

@@ -1,9 +1,10 @@
 // micro_common.h — what the single-file micro-benchmarks here share: short integer
 // names, CK (abort with file, line, call and the CUDA error on any failure), the most
 // GPUs a run drives, the GPU checks and peer access every run starts with, and the
-// system-scope release store, the slowest GPU's time between two events (slowest_ms)
-// and a device-side count (count_on). Each .cu still builds alone: nvcc finds this header
-// beside it.
+// system-scope release store, the slowest GPU's time between two events (slowest_ms),
+// a device-side count (count_on) and the grid-strided 16-byte copy every store
+// measurement starts from (grid_copy). Each .cu still builds alone: nvcc finds this
+// header beside it.
 #pragma once
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -88,4 +89,38 @@ inline unsigned long long count_on(int d, unsigned long long* counter, Launch la
   unsigned long long c = 0;
   CK(cudaMemcpy(&c, counter, 8, cudaMemcpyDeviceToHost));
   return c;
+}
+
+__device__ __forceinline__ void st_cs(uint4* p, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ uint4 ld_na(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// nvec 16-byte vectors src -> dst, grid-strided (v = tid + k * G), 4 vectors in flight per
+// thread: the store kernels' pattern (store_pattern's "grid" rows, ce_pipeline's sm_st,
+// mixed_push). MODE 0 plain, 1 .cs stores, 2 no_allocate loads.
+template <int MODE>
+__global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec) {
+  const u64 g = (u64)gridDim.x * blockDim.x;
+  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; v + 3 * g < nvec; v += 4 * g) {
+    uint4 x[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) x[k] = MODE == 2 ? ld_na(src + v + k * g) : src[v + k * g];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (MODE == 1)
+        st_cs(dst + v + k * g, x[k]);
+      else
+        dst[v + k * g] = x[k];
+    }
+  }
+  for (; v < nvec; v += g) dst[v] = src[v];
 }

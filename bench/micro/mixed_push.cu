@@ -27,19 +27,6 @@ __global__ void fill(uint4* p, u64 nvec, u32 salt) {
     p[v] = make_uint4((u32)v ^ salt, (u32)(v >> 32) + salt, salt, (u32)v * 3u + salt);
 }
 
-__global__ void store_copy(const uint4* src, uint4* dst, u64 nvec) {
-  const u64 g = (u64)gridDim.x * blockDim.x;
-  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; v + 3 * g < nvec; v += 4 * g) {
-    uint4 x[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) x[k] = src[v + k * g];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) dst[v + k * g] = x[k];
-  }
-  for (; v < nvec; v += g) dst[v] = src[v];
-}
-
 __global__ void count_wrong(const uint4* p, u64 nvec, u32 salt, unsigned long long* bad) {
   unsigned long long n = 0;
   for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (u64)gridDim.x * blockDim.x) {
@@ -101,7 +88,7 @@ int main() {
           CK(cudaStreamWaitEvent(g[d].ce, g[d].e0, 0));
           if (ce_vec > 0)
             CK(cudaMemcpyAsync(g[q].dst, g[d].src, ce_vec * 16, cudaMemcpyDeviceToDevice, g[d].ce));
-          if (ce_vec < nvec) store_copy<<<sms, 512, 0, g[d].sm>>>(g[d].src + ce_vec, g[q].dst + ce_vec, nvec - ce_vec);
+          if (ce_vec < nvec) grid_copy<0><<<sms, 512, 0, g[d].sm>>>(g[d].src + ce_vec, g[q].dst + ce_vec, nvec - ce_vec);
           CK(cudaGetLastError());
           CK(cudaEventRecord(g[d].ce_done, g[d].ce));
           CK(cudaStreamWaitEvent(g[d].sm, g[d].ce_done, 0));

@@ -37,37 +37,6 @@
 
 #include "micro_common.h"
 
-__device__ __forceinline__ void st_cs(uint4* p, uint4 v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-__device__ __forceinline__ uint4 ld_na(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <int MODE>  // 0 plain, 1 .cs stores, 2 no_allocate loads
-__global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec) {
-  const u64 g = (u64)gridDim.x * blockDim.x;
-  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; v + 3 * g < nvec; v += 4 * g) {
-    uint4 x[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) x[k] = MODE == 2 ? ld_na(src + v + k * g) : src[v + k * g];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (MODE == 1)
-        st_cs(dst + v + k * g, x[k]);
-      else
-        dst[v + k * g] = x[k];
-    }
-  }
-  for (; v < nvec; v += g) dst[v] = src[v];
-}
-
 // chunks of `cv` vectors; block b takes chunks b, b + B, ...; thread t vectors t + j*T
 __global__ void block_copy(const uint4* src, uint4* dst, u64 nvec, u64 cv) {
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x) {
