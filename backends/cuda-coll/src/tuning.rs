@@ -105,10 +105,9 @@ pub const HEADER: &str = "\
 #                          bounded wait kernel (the COMMHAL_GPU_PATH=dma mechanism;
 #                          ~392 GB/s against ~365 for SM stores, plus ~20-30 µs per
 #                          call). Not inside a CUDA graph capture (the kernels run
-#                          there). The
-#                          tuner (since session 11) times `ce` as a last candidate and
-#                          sets the smallest size from which it is the fastest at every
-#                          larger size
+#                          there). The tuner (since session 11) times `ce` as a last
+#                          candidate and sets the smallest size from which it is the
+#                          fastest at every larger size
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
