@@ -1011,6 +1011,16 @@ COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
   wait_flag(a, reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e);
 }
 
+// The whole block waits until rank p has completed launch e - back (thread 0 waits, the
+// others at the barrier); nothing when there is no such launch. A sender's check that
+// the packets it is about to overwrite in p were read: back = 2 for parity-halved
+// slots, 1 for a single region.
+COMMHAL_DEVICE void block_wait_peer_done(const CollArgs& a, u32 p, u64 e, u64 back) {
+  if (e <= back) return;
+  if (threadIdx.x == 0) wait_peer_done(a, p, e - back);
+  __syncthreads();
+}
+
 // Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
 // The root stores its input as packets into slot(p, root) of every other rank (and its
 // own output unless in place); every other rank waits for them and stores its output.
@@ -1059,10 +1069,7 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
   const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const uint2* in = reinterpret_cast<const uint2*>(a.in[a.rank]);
   if (a.rank != root) {
-    if (e > 2) {
-      if (threadIdx.x == 0) wait_peer_done(a, root, e - 2);
-      __syncthreads();
-    }
+    block_wait_peer_done(a, root, e, 2);
     for (u64 i = tid0; i < npk; i += gthreads) {
       const uint2 v = in[i];
       store_volatile_v4u32(ll_slot(a, root, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
@@ -1429,12 +1436,10 @@ COMMHAL_DEVICE u8* ll63_region_for(const CollArgs& a, u32 owner, bool small, u64
 
 // Before the first send of launch e: the next rank completed the last launch that could
 // have used the same packets (it read and cleared everything this rank sent it then):
-// e - 1 for the large region, e - 2 for a small half (e - 1 used the other one). Thread 0
-// of each block, once.
+// e - 1 for the large region, e - 2 for a small half (e - 1 used the other one). Once per
+// block.
 COMMHAL_DEVICE void ll63_next_free(const CollArgs& a, u32 next, u64 e, bool small) {
-  const u64 back = small ? 2 : 1;
-  if (e > back && threadIdx.x == 0) wait_peer_done(a, next, e - back);
-  __syncthreads();
+  block_wait_peer_done(a, next, e, small ? 2 : 1);
 }
 
 // Every warp tile of `nvec` vectors, whole warps: body(v0, pk, lane) with the tile's
@@ -1695,10 +1700,7 @@ extern "C" __global__ void commhal_coll_sendrecv_ll(CollArgs a) {
   const u64 npk = a.count / 8;
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
   const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e > 2) {
-    if (threadIdx.x == 0) wait_peer_done(a, next, e - 2);
-    __syncthreads();
-  }
+  block_wait_peer_done(a, next, e, 2);
   const uint2* src = reinterpret_cast<const uint2*>(a.in[a.rank]);
   for (u64 i = tid0; i < npk; i += gthreads) {
     const uint2 v = src[i];
