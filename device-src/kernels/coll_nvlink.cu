@@ -101,6 +101,10 @@ using namespace commhal;
 // apart, written by peers' cuStreamWriteValue32 and waited on by commhal_coll_dma_wait
 // (no other kernel touches them).
 #define COLL_OFF_DMA_FLAGS 1024
+// The 2-rank copy-engine reduce (dma.rs reduce_pair): the kind of its chunk flag, and its
+// smallest chunk in bytes (layout.rs DMA_CHUNK, PAIR_CE_FLOOR, pair_ce_chunks).
+#define COLL_DMA_CHUNK 3
+#define COLL_PAIR_CE_FLOOR 2097152
 #define COLL_OFF_DONE_EPOCHS 2048
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
@@ -568,10 +572,59 @@ extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
   }
 }
 
+// The root's half of a 2-rank reduce by the copy engine (dma.rs reduce_pair): the other
+// rank copies its input into this rank's staging area (a.stage[rank], from offset 0) in
+// chunks — halves of what is left while more than 2 * COLL_PAIR_CE_FLOOR is, then the
+// rest (layout.rs pair_ce_chunks: the same boundaries) — and after chunk k writes
+// (e << 5) | (k + 1) into this rank's COLL_DMA_CHUNK flag from it (cuStreamWriteValue32,
+// whose default memory barrier makes the copy visible first). Every block waits for
+// chunk k's flag (thread 0, ld.acquire.sys, bounded, compared cyclically), then the grid
+// adds the chunk: out = staging + in, while the copy engine moves the next chunks.
+// Arguments: count = elements (bytes % 16 == 0, host-checked), root = e (this rank is
+// the root; the other rank is 1 - rank). A block whose wait failed (the error word is
+// set, Comm::sync reports it) stops waiting; its sums are then garbage, as documented.
+template <typename Op>
+COMMHAL_DEVICE void reduce_pair_ce(const CollArgs& a) {
+  const u32 from = 1 - a.rank;
+  const u32 e = a.root;
+  const u32* flag = reinterpret_cast<const u32*>(
+      a.scratch[a.rank] + COLL_OFF_DMA_FLAGS + ((u64)COLL_DMA_CHUNK * COLL_MAX_RANKS + from) * 8);
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  const v16* staged = reinterpret_cast<const v16*>(a.stage[a.rank]);
+  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
+  const u64 total = a.count * Op::ELEM / 16, floor = COLL_PAIR_CE_FLOOR / 16;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  bool ok = true;  // thread 0's: its waits so far succeeded
+  u64 left = total;
+  for (u32 k = 0; left > 0; ++k) {
+    const u64 next = left > 2 * floor ? left / 2 : 0;
+    if (threadIdx.x == 0 && ok) {
+      const u32 want = (e << 5) | (k + 1);
+      u64 t0 = 0;
+      for (u32 i = 0;; ++i) {
+        u32 v;
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        if ((int)(v - want) >= 0) break;
+        if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) {
+          ok = false;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+    for (u64 v = total - left + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < total - next; v += gthreads)
+      out[v] = add16<Op>(staged[v], in[v]);
+    left = next;
+  }
+}
+
 // Entry points, spelled out (device-src lists and checks every extern "C" kernel).
 extern "C" __global__ void commhal_coll_reduce_local_f16(CollArgs a) { reduce_local<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_local_bf16(CollArgs a) { reduce_local<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_local_f32(CollArgs a) { reduce_local<OpF32>(a); }
+extern "C" __global__ void commhal_coll_reduce_pair_ce_f16(CollArgs a) { reduce_pair_ce<OpF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_pair_ce_bf16(CollArgs a) { reduce_pair_ce<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_reduce_pair_ce_f32(CollArgs a) { reduce_pair_ce<OpF32>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ll_f16(CollArgs a) { allreduce_ll<OpF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_2shot_f16(CollArgs a) { allreduce_2shot<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_f16(CollArgs a) { reducescatter<OpF16>(a); }

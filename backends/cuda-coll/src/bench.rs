@@ -401,7 +401,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / sendrecv {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -417,6 +417,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.bcast_ll63_max,
             t.reduce_ll63_max,
             t.bcast_ce_min,
+            t.reduce_ce_min,
             t.sendrecv_ce_min,
             provenance(comm, args)
         );
@@ -743,6 +744,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         reduce_ll63_max: Some(0),
         bcast_ce_min: Some(0),
         sendrecv_ce_min: Some(0),
+        reduce_ce_min: Some(0),
         ..Forced::default()
     };
     // the copy engines against whatever kernel the file picks (the last candidate)
@@ -963,6 +965,18 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= 16 && b.is_multiple_of(16),
             });
+            if n == 2 {
+                // after the kernels (and LL63's window): the copy engine from some size
+                cands.push(Candidate {
+                    name: "ce",
+                    kernel: None,
+                    forced: Forced {
+                        reduce_ce_min: Some(1),
+                        ..f
+                    },
+                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+                });
+            }
             cands
         }
         _ => Vec::new(),
@@ -1217,7 +1231,7 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
             .position(|c| *c == "ll63")
             .filter(|&c| s.times.iter().any(|r| r.len() > c))
     };
-    // the copy engines: a last column "ce" (2-rank broadcast, send-recv)
+    // the copy engines: a last column "ce" (2-rank broadcast and reduce, send-recv)
     let ce_col = |s: &Sweep| s.candidates.iter().position(|c| *c == "ce");
     if let Some(s) = find(Collective::Sendrecv)
         && let Some(k) = ce_col(s)
@@ -1230,17 +1244,24 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         (Collective::Reduce, Derived::reduce),
     ] {
         let Some(s) = find(c) else { continue };
+        let mut times = s.times.clone();
         if let Some(k) = ce_col(s) {
-            // 2 ranks: [kernels, ce], nothing else to derive
-            d.broadcast_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
-            continue;
+            let min = tuning::ce_suffix(&s.sizes, &s.times, k);
+            if c == Collective::Broadcast {
+                // 2 ranks: [kernels, ce], nothing else to derive
+                d.broadcast_ce_min = min;
+                continue;
+            }
+            // 2-rank reduce: [worker, chain, ll63, ce]; the kernels from the others
+            d.reduce_ce_min = min;
+            times = tuning::first_columns(&s.times, k);
         }
         let col = ll63_col(s);
-        let rest = col.map_or(s.times.clone(), |k| tuning::first_columns(&s.times, k));
+        let rest = col.map_or(times.clone(), |k| tuning::first_columns(&times, k));
         rest_of(&mut d, &s.sizes, &rest);
         if let Some(k) = col {
             let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
-            let window = tuning::ll63_window(&s.sizes, &s.times, k, floor);
+            let window = tuning::ll63_window(&s.sizes, &times, k, floor);
             match c {
                 Collective::Broadcast => d.broadcast_ll63_max = window,
                 _ => d.reduce_ll63_max = window,
@@ -1295,7 +1316,10 @@ mod tests {
         );
         // 2 ranks: the kernels the file picks against the copy engines
         assert_eq!(names(Collective::Broadcast, 2), ["kernels", "ce"]);
-        assert_eq!(names(Collective::Reduce, 2), ["worker", "chain", "ll63"]);
+        assert_eq!(
+            names(Collective::Reduce, 2),
+            ["worker", "chain", "ll63", "ce"]
+        );
         assert_eq!(
             names(Collective::Reduce, 4),
             ["all", "worker", "chain", "ll63"]
@@ -1341,6 +1365,19 @@ mod tests {
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
         }
+        // the 2-rank reduce's copy engine: its own threshold on, every kernel window off
+        let ce = candidates(Collective::Reduce, 2)[3];
+        assert!(ce.kernel.is_none() && ce.name == "ce");
+        assert_eq!(ce.forced.reduce_ce_min, Some(1));
+        assert_eq!(
+            (
+                ce.forced.reduce_chain_min,
+                ce.forced.reduce_ll63_max,
+                ce.forced.bcast_ce_min
+            ),
+            (Some(0), Some(0), Some(0))
+        );
+        assert!(!(ce.applies)(TUNE_RING_MIN - 16, 0) && (ce.applies)(TUNE_RING_MIN, 0));
         let ring = &candidates(Collective::Reducescatter, 4)[2];
         assert!(!(ring.applies)(TUNE_RING_MIN / 2, TUNE_RING_MIN / 8));
         assert!((ring.applies)(TUNE_RING_MIN, TUNE_RING_MIN / 4));
@@ -1506,6 +1543,32 @@ mod tests {
         assert_eq!(derive(&[sr]).sendrecv_ce_min, Some(0));
         // no sweep: not measured (the file's value stays)
         assert_eq!(derive(&[]).sendrecv_ce_min, None);
+        // 2-rank reduce [worker, chain, ll63, ce]: ce from 256M; the kernels' thresholds
+        // and LL63's window from the first three columns
+        let rd = Sweep {
+            candidates: vec!["worker", "chain", "ll63", "ce"],
+            ll_chunk_max: m,
+            ..sweep(
+                Collective::Reduce,
+                &sizes,
+                &sizes,
+                &[
+                    &[9.0, 30.0, 8.0, 40.0],
+                    &[60.0, 58.0, 50.0, 70.0],
+                    &[200.0, 192.0, 190.0, 195.0],
+                    &[760.0, 745.0, 750.0, 727.0],
+                    &[2930.0, 2940.0, 2950.0, 2767.0],
+                ],
+            )
+        };
+        let d = derive(&[rd]);
+        assert_eq!(d.reduce_ce_min, Some(256 * m));
+        assert_eq!(d.reduce_ll63_max, Some(64 * m));
+        assert_eq!(d.reduce_chain_min, Some(16 * m));
+        assert_eq!(
+            d.broadcast_ce_min, None,
+            "a reduce sweep sets the reduce's key only"
+        );
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub struct Tuning {
     /// Smallest send-recv (bytes) done by the copy engines (`u64::MAX`: never; also
     /// never inside a CUDA graph capture).
     pub sendrecv_ce_min: u64,
+    /// Smallest reduce (bytes) on 2 ranks done by the copy engine with the root
+    /// reducing chunk by chunk ([`crate::dma::DmaPath::reduce_pair`]; `u64::MAX`: never;
+    /// also never inside a CUDA graph capture).
+    pub reduce_ce_min: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -289,7 +293,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 21] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 22] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -338,6 +342,10 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 21] {
         (
             "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
             t.sendrecv_ce_min,
+        ),
+        (
+            "reduce_ce_min (COMMHAL_COLL_REDUCE_CE_MIN)",
+            t.reduce_ce_min,
         ),
     ]
 }
@@ -410,6 +418,7 @@ impl Comm {
             // (and every rank says so in the setup check below)
             tuning.bcast_ce_min = u64::MAX;
             tuning.sendrecv_ce_min = u64::MAX;
+            tuning.reduce_ce_min = u64::MAX;
         }
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
@@ -418,6 +427,11 @@ impl Comm {
             tuning.reduce_chain_min,
             tuning.ar_ring_min,
             tuning.rs_ring_min,
+            if n == 2 {
+                tuning.reduce_ce_min
+            } else {
+                u64::MAX
+            },
         ]
         .into_iter()
         .min()
@@ -546,8 +560,8 @@ impl Comm {
             ctx.compute_capability()?.0,
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
-        let ce_routes =
-            tuning.sendrecv_ce_min != u64::MAX || (n == 2 && tuning.bcast_ce_min != u64::MAX);
+        let ce_routes = tuning.sendrecv_ce_min != u64::MAX
+            || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX));
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
@@ -735,13 +749,20 @@ impl Comm {
             && (bytes / u64::from(self.n)).is_multiple_of(16)
     }
 
-    /// Whether a broadcast (2 ranks) / send-recv of `bytes` goes to the copy engines
+    /// Whether a broadcast / reduce (2 ranks) / send-recv of `bytes` goes to the copy engines
     /// by the tuned thresholds (outside a graph capture; `launch_rooted` checks that).
     fn ce_route(&self, coll: Collective, bytes: u64) -> bool {
         self.dma.is_some()
             && match coll {
                 Collective::Sendrecv => bytes >= self.tuning.sendrecv_ce_min,
                 Collective::Broadcast => self.n == 2 && bytes >= self.tuning.bcast_ce_min,
+                // the non-root copies into the root's whole staging area
+                Collective::Reduce => {
+                    self.n == 2
+                        && bytes >= self.tuning.reduce_ce_min
+                        && bytes.is_multiple_of(16)
+                        && self.base.stage_slot_bytes * 2 >= bytes
+                }
                 _ => false,
             }
     }
@@ -1041,6 +1062,9 @@ impl Comm {
                 threads: self.tuning.threads,
                 max_blocks: self.tuning.max_blocks,
             };
+            if !self.dma_all && coll == Collective::Reduce {
+                return dma.reduce_pair(&c, dtype, count);
+            }
             return dma.launch(&c, coll, dtype, count);
         }
         let (kernel, grid, block) = self.kernel_plan(coll, dtype, count);
@@ -1115,6 +1139,7 @@ mod tests {
             reduce_ll63_max: 14,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
+            reduce_ce_min: 17,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,

@@ -31,6 +31,16 @@
 //!   END to the root.
 //! - all-gather / all-to-all / send-recv / broadcast: START; the copies, END.
 //!
+//! **The 2-rank reduce route** ([`DmaPath::reduce_pair`], the tuned `reduce_ce_min`, not
+//! `COMMHAL_GPU_PATH=dma`): START, one way (the root's "staging free" to the non-root,
+//! which waits for it; the root goes on); the non-root copies its input into the root's
+//! staging area in chunks ([`layout::pair_ce_chunks`]: halves of what is left, down to
+//! 2..4 MiB), each followed on its stream by the write of [`layout::pair_ce_tag`] into
+//! the root's [`DMA_CHUNK`] flag; the root runs one kernel
+//! (`commhal_coll_reduce_pair_ce_*`) that reduces chunk k as soon as its flag is there,
+//! while the copy engine moves the next ones. No END: the root's kernel has waited for
+//! every chunk, and the non-root writes the staging again only after the next START.
+//!
 //! Not capturable into CUDA graphs (the flag values are baked in at capture): a capture
 //! gets a clear error. The waits are a one-warp kernel bounded by the device wait bound
 //! (`commhal_coll_dma_wait`), not `cuStreamWaitValue32`: a dead peer gives every rank
@@ -48,7 +58,7 @@ use commhal_cuda_rt::{Context, Event, Stream};
 use crate::cli::{Collective, Dtype};
 use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
-use crate::layout::{self, CollArgs, DMA_END, DMA_MID, DMA_START, partition};
+use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_START, partition};
 
 /// Stream memory operations this path needs from the driver (the waits are a kernel).
 pub const SYMBOLS: [&str; 1] = ["cuStreamWriteValue32_v2"];
@@ -275,6 +285,85 @@ impl DmaPath {
                 self.wait_all(c, DMA_END, e, std::iter::once(prev))?;
                 self.join(c.main)
             }
+        }
+    }
+
+    /// A reduce of `count` elements on 2 ranks by the copy engine, the root reducing
+    /// each chunk while the next is copied (see the module docs). The caller checked:
+    /// 2 ranks, `count * dtype.size()` a multiple of 16 within the staging area.
+    pub fn reduce_pair(&self, c: &Ctx<'_>, dtype: Dtype, count: u64) -> Result<()> {
+        if c.main.is_capturing()? {
+            return Err(CollError::invalid(
+                "the copy-engine reduce cannot be captured into a CUDA graph (its flags are numbered by the host): the capture runs the kernels",
+            ));
+        }
+        let a = c.args;
+        let bytes = count * dtype.size();
+        if a.nranks != 2 || !bytes.is_multiple_of(16) || bytes > a.stage_slot_bytes * 2 {
+            return Err(CollError::invalid(format!(
+                "copy-engine reduce: needs 2 ranks (have {}), a multiple of 16 bytes (have {bytes}) within the {}-byte staging area",
+                a.nranks,
+                a.stage_slot_bytes * 2
+            )));
+        }
+        let chunks = layout::pair_ce_chunks(bytes);
+        if chunks.len() > layout::PAIR_CE_MAX_CHUNKS {
+            return Err(CollError::invalid(format!(
+                "copy-engine reduce of {bytes} bytes: {} chunks, at most {} fit the flag",
+                chunks.len(),
+                layout::PAIR_CE_MAX_CHUNKS
+            )));
+        }
+        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let (me, root) = (a.rank, a.root);
+        // START one way: the root's staging is free once its stream reaches this call
+        // (its earlier kernels read it), so it tells the non-root and goes on; the
+        // non-root waits for that. The root waits only for the chunk flags (bounded, in
+        // its kernel): nothing it touches depends on the non-root otherwise.
+        if me == root {
+            signal(c.main, a, 1 - me, DMA_START, e)?;
+        } else {
+            self.wait_all(c, DMA_START, e, std::iter::once(root))?;
+        }
+        if me != root {
+            for (k, &(off, len)) in chunks.iter().enumerate() {
+                // SAFETY: the root's staging area (mapped for the Comm's lifetime) holds
+                // `bytes` (checked above); the input holds `bytes` (launch_rooted checked
+                // the capacity); the flag is 4-aligned in the root's scratch.
+                unsafe {
+                    driver::copy_async(
+                        c.main,
+                        a.stage[root as usize] + off,
+                        a.input[me as usize] + off,
+                        len,
+                    )?;
+                    driver::write_value32(
+                        c.main,
+                        a.scratch[root as usize] + layout::dma_flag(DMA_CHUNK, me),
+                        layout::pair_ce_tag(e, k),
+                    )?;
+                }
+            }
+            return Ok(());
+        }
+        let mut args = *a;
+        args.root = e;
+        let units = bytes / 16;
+        let blocks = units
+            .div_ceil(u64::from(c.threads))
+            .clamp(1, u64::from(c.max_blocks)) as u32;
+        let name = match dtype {
+            Dtype::Half => "commhal_coll_reduce_pair_ce_f16",
+            Dtype::Bfloat16 => "commhal_coll_reduce_pair_ce_bf16",
+            Dtype::Float => "commhal_coll_reduce_pair_ce_f32",
+        };
+        // SAFETY: the kernel reads this rank's input and staging area and writes its
+        // output, `bytes` each (checked above and by launch_rooted), and reads one flag
+        // of its own scratch; `args` is the Comm's own block with `root` carrying `e`
+        // as the kernel documents.
+        unsafe {
+            c.module
+                .launch(name, c.main, blocks, c.threads, &args, false)
         }
     }
 

@@ -15,7 +15,7 @@ pub const OFF_ERROR: u64 = 12;
 /// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
 pub const OFF_START_FLAGS: u64 = 4096;
 /// Copy-engine path flags: u32 at `OFF_DMA_FLAGS + (kind * MAX_RANKS + sender) * 8`
-/// ([`dma_flag`]); kinds [`DMA_START`], [`DMA_MID`], [`DMA_END`].
+/// ([`dma_flag`]); kinds [`DMA_START`], [`DMA_MID`], [`DMA_END`], [`DMA_CHUNK`].
 pub const OFF_DMA_FLAGS: u64 = 1024;
 /// Copy-engine path flag kinds.
 pub const DMA_START: u64 = 0;
@@ -23,6 +23,40 @@ pub const DMA_START: u64 = 0;
 pub const DMA_MID: u64 = 1;
 /// See [`DMA_START`].
 pub const DMA_END: u64 = 2;
+/// The 2-rank copy-engine reduce's chunk flag ([`pair_ce_tag`] values; the root's
+/// `commhal_coll_reduce_pair_ce_*` kernel waits on it).
+pub const DMA_CHUNK: u64 = 3;
+
+/// The 2-rank copy-engine reduce's smallest chunk (bytes): the transfer is cut into
+/// halves of what is left — B/2, B/4, ... — until at most twice this is left, which is
+/// the last chunk. The root reduces each chunk while the next ones are copied, so what
+/// it does after the last copy is one chunk of 2..4 MiB (2 MiB..4 MiB at this value; see
+/// bench/micro/ce_reduce.cu for the schedules measured).
+pub const PAIR_CE_FLOOR: u64 = 2 << 20;
+/// Most chunks of one 2-rank copy-engine reduce (the tag keeps 5 bits for the chunk).
+pub const PAIR_CE_MAX_CHUNKS: usize = 31;
+
+/// The chunks (byte offset, bytes) of a 2-rank copy-engine reduce of `bytes` (a multiple
+/// of 16): halves of what is left while more than 2 × [`PAIR_CE_FLOOR`] is, then the
+/// rest. The unit's `reduce_pair_ce` walks the same boundaries (in 16-byte vectors).
+pub fn pair_ce_chunks(bytes: u64) -> Vec<(u64, u64)> {
+    let (total, floor) = (bytes / 16, PAIR_CE_FLOOR / 16);
+    let mut left = total;
+    let mut out = Vec::new();
+    while left > 0 {
+        let next = if left > 2 * floor { left / 2 } else { 0 };
+        out.push(((total - left) * 16, (left - next) * 16));
+        left = next;
+    }
+    out
+}
+
+/// The value the sender writes into the root's [`DMA_CHUNK`] flag after chunk `k` of
+/// launch `e` (u32, compared cyclically): grows within a launch and from one launch
+/// to the next.
+pub fn pair_ce_tag(e: u32, k: usize) -> u32 {
+    (e << 5) | (k as u32 + 1)
+}
 
 /// Byte offset in a rank's scratch of the copy-engine flag `kind` written by `sender`.
 pub fn dma_flag(kind: u64, sender: u32) -> u64 {
@@ -237,14 +271,16 @@ mod tests {
         assert_eq!(define("COLL_MAX_BLOCKS"), MAX_BLOCKS.to_string());
         assert_eq!(define("COLL_OFF_DONE_EPOCHS"), OFF_DONE_EPOCHS.to_string());
         // the done words sit between the copy-engine flags and the start flags
-        assert!(dma_flag(DMA_END, MAX_RANKS as u32) <= OFF_DONE_EPOCHS);
+        assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32) <= OFF_DONE_EPOCHS);
         assert!(OFF_DONE_EPOCHS + 8 * MAX_RANKS as u64 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
         assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
         assert_eq!(define("COLL_OFF_DMA_FLAGS"), OFF_DMA_FLAGS.to_string());
         // the copy-engine flags fit between the header words and the START flags
         assert!(dma_flag(DMA_START, 0) >= OFF_ERROR + 4);
-        assert!(dma_flag(DMA_END, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
+        assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
+        assert_eq!(define("COLL_DMA_CHUNK"), DMA_CHUNK.to_string());
+        assert_eq!(define("COLL_PAIR_CE_FLOOR"), PAIR_CE_FLOOR.to_string());
         assert_eq!(
             define("COLL_OFF_END_FLAGS"),
             "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
@@ -503,5 +539,36 @@ mod tests {
             ll63_region_bytes(LL63_SMALL_MAX)
         );
         assert_eq!(ll63_small_half_bytes(0), 0);
+    }
+
+    #[test]
+    fn pair_ce_chunks_halve_down_to_the_floor() {
+        let m = 1u64 << 20;
+        // 1 GiB: 512M, 256M, ..., 4M, then 4M (at most 2 x floor left: one chunk)
+        let c = pair_ce_chunks(1 << 30);
+        let sizes: Vec<u64> = c.iter().map(|&(_, l)| l / m).collect();
+        assert_eq!(sizes, [512, 256, 128, 64, 32, 16, 8, 4, 4]);
+        // 4 MiB and less: one chunk; 16 bytes: one chunk
+        assert_eq!(pair_ce_chunks(4 * m), [(0, 4 * m)]);
+        assert_eq!(pair_ce_chunks(16), [(0, 16)]);
+        assert!(pair_ce_chunks(0).is_empty());
+        // contiguous, 16-byte multiples, cover everything, few enough for the tag
+        for bytes in [16, 4 * m + 16, 6 * m + 48, 100 * m + 32, 1 << 30, 1 << 40] {
+            let c = pair_ce_chunks(bytes);
+            assert!(c.len() <= PAIR_CE_MAX_CHUNKS, "{bytes}: {} chunks", c.len());
+            let mut at = 0;
+            for &(off, len) in &c {
+                assert_eq!(off, at);
+                assert!(len > 0 && len % 16 == 0 && off % 16 == 0);
+                at += len;
+            }
+            assert_eq!(at, bytes);
+            assert!(c.last().unwrap().1 <= 2 * PAIR_CE_FLOOR);
+        }
+        // tags grow within a launch and across launches (cyclically at the wrap)
+        assert!(pair_ce_tag(7, 0) > pair_ce_tag(6, PAIR_CE_MAX_CHUNKS - 1));
+        assert!(pair_ce_tag(7, 3) > pair_ce_tag(7, 2));
+        let (a, b) = (pair_ce_tag(u32::MAX, 30), pair_ce_tag(0, 0));
+        assert!((b.wrapping_sub(a) as i32) > 0);
     }
 }

@@ -108,6 +108,13 @@ pub const HEADER: &str = "\
 #                          there). The tuner (since session 11) times `ce` as a last
 #                          candidate and sets the smallest size from which it is the
 #                          fastest at every larger size
+#     reduce_ce_min        (optional; absent or 0: never) from this size a reduce on 2
+#                          ranks runs on the copy engine: the non-root copies its input
+#                          into the root's staging in chunks of half what is left (down
+#                          to 2-4 MiB), a stream write after each, and the root reduces
+#                          each chunk as it lands (since session 13; 16-byte multiples
+#                          only; not inside a CUDA graph capture). Tuned as
+#                          broadcast_ce_min, with `ce` after the reduce kernels
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -127,7 +134,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
 # COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
 # COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
-# COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN,
+# COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN, COMMHAL_COLL_REDUCE_CE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -201,6 +208,9 @@ pub struct Section {
     /// Smallest send-recv (bytes) done by the copy engines (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sendrecv_ce_min: Option<u64>,
+    /// Smallest reduce (bytes) on 2 ranks done by the copy engine (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_ce_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ring_min: Option<u64>,
@@ -376,6 +386,7 @@ static FALLBACK: Section = Section {
     reduce_ll63_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
+    reduce_ce_min: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -461,6 +472,8 @@ pub struct Forced {
     pub bcast_ce_min: Option<u64>,
     /// Smallest copy-engine send-recv (0: never).
     pub sendrecv_ce_min: Option<u64>,
+    /// Smallest copy-engine reduce, 2 ranks (0: never).
+    pub reduce_ce_min: Option<u64>,
 }
 
 thread_local! {
@@ -652,6 +665,11 @@ pub fn resolve_with(
         "COMMHAL_COLL_SENDRECV_CE_MIN",
         s.sendrecv_ce_min,
     );
+    let reduce_ce_min = min_or_never(
+        forced.reduce_ce_min,
+        "COMMHAL_COLL_REDUCE_CE_MIN",
+        s.reduce_ce_min,
+    );
     let reduce_all_max = pick(
         forced.reduce_all_max,
         None,
@@ -735,6 +753,7 @@ pub fn resolve_with(
             rs_ring_min,
             bcast_ce_min,
             sendrecv_ce_min,
+            reduce_ce_min,
             chain_unroll,
             ring_unroll,
             threads,
@@ -987,6 +1006,8 @@ pub struct Derived {
     pub broadcast_ce_min: Option<u64>,
     /// `sendrecv_ce_min` (0: never).
     pub sendrecv_ce_min: Option<u64>,
+    /// `reduce_ce_min` (0: never).
+    pub reduce_ce_min: Option<u64>,
 }
 
 impl Derived {
@@ -1155,6 +1176,7 @@ impl Derived {
                 &mut s.sendrecv_ce_min,
                 "sendrecv_ce_min",
             ),
+            (self.reduce_ce_min, &mut s.reduce_ce_min, "reduce_ce_min"),
         ] {
             match v {
                 Some(x) => *field = Some(x),
@@ -1339,6 +1361,7 @@ mod tests {
         full.reduce_ll63_max = Some(12);
         full.broadcast_ce_min = Some(13);
         full.sendrecv_ce_min = Some(14);
+        full.reduce_ce_min = Some(15);
         full.allreduce_ring_min = Some(6);
         full.allgather_ring_min = Some(7);
         full.reducescatter_ring_min = Some(8);
