@@ -18,6 +18,15 @@
 // GPU; median of 3. NCCL's 2-rank reduce on these GPUs: 256M 737-746, 512M 1448-1467,
 // 1G 2889-2894 µs (bench/results/h200-2026-11-22-session13/big-call1.log).
 //
+// What it showed (session 13, 2 x H200, micro-call3.log, µs at 128M / 256M / 512M / 1G):
+// one copy then the reduce 470 / 923 / 1827 / 3633; fixed 64M chunks 422 / 769 / 1467 /
+// 2867; fixed 16M 413 / 802 / 1580 / 3136; halving down to a 4M floor 383 / 727 / 1410 /
+// 2767 (2M: 388 / 732 / 1415 / 2772; 8M: 389 / 732 / 1416 / 2776); a third or a quarter
+// of what is left instead of half: worse (2817 / 2852 at 1G); half or a quarter of the
+// SMs for the root's reduce: 2786 / 3776. 0 wrong. Against NCCL's 2891 at 1G: 1.04.
+// commhal's route (dma.rs reduce_pair) uses the halving schedule with a 2 MiB floor
+// (the last chunk 2-4 MiB, the same boundaries as the 4M row here).
+//
 // Build: nvcc -O3 -arch=sm_90 -o ce_reduce ce_reduce.cu -lcuda ; run: ./ce_reduce
 #include <cuda.h>
 

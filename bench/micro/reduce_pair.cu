@@ -22,6 +22,18 @@
 // Elements are u32 (the reduce adds them; exact, so the receiver's output is checked
 // after every variant: out[i] = in0[i] + in1[i]).
 //
+// What it showed (session 13, 2 x H200, bench/results/h200-2026-11-22-session13/
+// micro-call1/2.log, GB/s at 256M / 1G): plain stores in the chain's shape 364.6-366.4 /
+// 369.5-369.7 (the floor); + round flags 361.0 / 366-367; + the receiver's waits 358.5 /
+// 365.4-366.2; + its reduce (commhal's chain) 356.4-358.1 / 365.2-365.6. Bigger rounds
+// recover most of it at 1G (u8 368.0-368.3, u16 368.9-369.8) but not at 256M, and in
+// commhal (COMMHAL_COLL_CHAIN_UNROLL=8/16) the 1G reduce stayed at 0.99-1.00 of NCCL.
+// More loads in flight (8: 370.2), a small destination ring that stays in L2 (8M-128M:
+// 367.7-368.8), 2 or 4 blocks per SM (360-366) and warp units with per-warp flags
+// (363-364) do not raise the floor; 24 blocks (NCCL's channel count) lose (352-355).
+// NCCL's 2-rank reduce moves 1 GiB at ~371 GB/s, at or above this floor: SM stores
+// cannot beat it, so the 2-rank reduce moved to the copy engine (ce_reduce.cu).
+//
 // Build: nvcc -O3 -arch=sm_90 -o reduce_pair reduce_pair.cu ; run: ./reduce_pair
 #include "micro_common.h"
 

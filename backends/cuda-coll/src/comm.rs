@@ -6,9 +6,9 @@
 //! The benchmark's buffers *are* these registered allocations (zero-copy).
 //!
 //! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`,
-//! and for send/recv and 2-rank broadcasts from the tuned `sendrecv_ce_min` /
-//! `bcast_ce_min`: copies, stream writes, a bounded wait kernel and a local kernel, see
-//! [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls
+//! and for send/recv, 2-rank broadcasts and 2-rank reduces from the tuned
+//! `sendrecv_ce_min` / `bcast_ce_min` / `reduce_ce_min`: copies, stream writes, a bounded
+//! wait kernel and a local (reduce) kernel, see [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls
 //! (collective, dtype, count, in-place) in the same order, and, since those routes run
 //! the kernels inside a CUDA graph capture, capture them all or none. Completion:
 //! synchronise the stream ([`Comm::sync`], which also reports a device-side timeout).
@@ -242,8 +242,8 @@ pub struct Comm {
     /// [`pdl_wanted`]).
     pdl: bool,
     /// The copy-engine path: for every collective when `COMMHAL_GPU_PATH=dma` chose
-    /// it (`dma_all`), else for the sizes `bcast_ce_min` / `sendrecv_ce_min` route to
-    /// it (`None` when neither applies).
+    /// it (`dma_all`), else for the sizes `bcast_ce_min` / `reduce_ce_min` /
+    /// `sendrecv_ce_min` route to it (`None` when neither applies).
     dma: Option<crate::dma::DmaPath>,
     /// `COMMHAL_GPU_PATH=dma`: every collective on the copy engines.
     dma_all: bool,
