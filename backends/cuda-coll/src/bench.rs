@@ -401,11 +401,12 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B, bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
             t.ll_chunk_max,
+            t.rooted_ll_max,
             t.bcast_sf_min,
             t.bcast_chain_min,
             t.reduce_chain_min,
@@ -1001,8 +1002,8 @@ pub struct Sweep {
     /// The kernel chosen per size ([`tuning::assign`]; all-gather and reduce-scatter
     /// alone — their shared threshold weighs both).
     pub choice: Vec<Option<usize>>,
-    /// The per-peer LL16 threshold in effect (the file's): broadcast / reduce windows
-    /// (LL63) start above it.
+    /// The broadcast / reduce LL16 threshold in effect (the file's): their LL63
+    /// windows start above it.
     pub ll_chunk_max: u64,
 }
 
@@ -1045,7 +1046,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let es = args.dtype.size();
     // the LL16 sizes the selector keeps whatever the sweep says (the file's value)
     let ll_chunk_max = crate::tuning::resolve(&gpu, n, 1, None, timeout)
-        .map(|(t, _)| t.ll_chunk_max)
+        .map(|(t, _)| t.rooted_ll_max)
         .unwrap_or(0);
     let mut sweeps = Vec::new();
     let mut wrong = false;
@@ -1260,7 +1261,8 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         let rest = col.map_or(times.clone(), |k| tuning::first_columns(&times, k));
         rest_of(&mut d, &s.sizes, &rest);
         if let Some(k) = col {
-            let floor = d.ll_chunk_max.unwrap_or(s.ll_chunk_max);
+            // the rooted cap never exceeds the chunk cap, this run's if it derived one
+            let floor = s.ll_chunk_max.min(d.ll_chunk_max.unwrap_or(u64::MAX));
             let window = tuning::ll63_window(&s.sizes, &times, k, floor);
             match c {
                 Collective::Broadcast => d.broadcast_ll63_max = window,

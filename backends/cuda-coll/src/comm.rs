@@ -51,6 +51,8 @@ pub struct Tuning {
     /// broadcast / reduce / send-recv buffers, all-to-all chunks. The LL slots hold
     /// max(ll_max, ll_chunk_max).
     pub ll_chunk_max: u64,
+    /// Largest broadcast / reduce (bytes) done with LL16 (at most `ll_chunk_max`).
+    pub rooted_ll_max: u64,
     /// Smallest all-reduce (bytes) done with the push kernel (0: never; needs a
     /// staging area as large as the capacity, allocated only when it can be used).
     pub push_min: u64,
@@ -293,7 +295,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 22] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 23] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -311,6 +313,10 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 22] {
         ),
         ("ll_max (COMMHAL_COLL_LL_MAX)", t.ll_max),
         ("ll_chunk_max (COMMHAL_COLL_LL_CHUNK_MAX)", t.ll_chunk_max),
+        (
+            "rooted_ll_max (COMMHAL_COLL_BCAST_REDUCE_LL_MAX)",
+            t.rooted_ll_max,
+        ),
         ("push_min (COMMHAL_COLL_PUSH_MIN)", t.push_min),
         ("rs_push_min (COMMHAL_COLL_RS_PUSH_MIN)", t.rs_push_min),
         ("rs_push_max (COMMHAL_COLL_RS_PUSH_MAX)", t.rs_push_max),
@@ -879,7 +885,9 @@ impl Comm {
                 (k, b, t)
             }
             Collective::Broadcast | Collective::Reduce
-                if self.n > 1 && self.ll_per_peer(count * es) =>
+                if self.n > 1
+                    && self.ll_per_peer(count * es)
+                    && count * es <= self.tuning.rooted_ll_max =>
             {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
                 let k = if coll == Collective::Broadcast {
@@ -1128,6 +1136,7 @@ mod tests {
         let t = Tuning {
             ll_max: 1,
             ll_chunk_max: 2,
+            rooted_ll_max: 2,
             push_min: 3,
             rs_push_min: 4,
             rs_push_max: 5,

@@ -77,6 +77,11 @@ pub const HEADER: &str = "\
 #                          allreduce_push_min, max = no limit); the tuner (since
 #                          session 5) sets the window to the sizes where push was the
 #                          fastest of all reduce-scatter kernels
+#     broadcast_reduce_ll_max
+#                          (optional; absent: no cap of its own) largest broadcast /
+#                          reduce done with the LL16 kernels, never above
+#                          allgather_reducescatter_ll_chunk_max (since session 13:
+#                          above it the LL63 window starts; set from a measured A/B)
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     broadcast_chain_min, reduce_chain_min
@@ -130,10 +135,10 @@ pub const HEADER: &str = "\
 #
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
 # instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
-# COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_SF_MIN, COMMHAL_COLL_THREADS,
-# COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN, COMMHAL_COLL_RS_PUSH_MAX,
-# COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN, COMMHAL_COLL_REDUCE_ALL_MAX,
-# COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
+# COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_REDUCE_LL_MAX, COMMHAL_COLL_BCAST_SF_MIN,
+# COMMHAL_COLL_THREADS, COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN,
+# COMMHAL_COLL_RS_PUSH_MAX, COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
+# COMMHAL_COLL_REDUCE_ALL_MAX, COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
 # COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN, COMMHAL_COLL_REDUCE_CE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
@@ -185,6 +190,10 @@ pub struct Section {
     /// local reduce runs after its remote phase).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reducescatter_push_max: Option<u64>,
+    /// Largest broadcast / reduce (bytes) done with the LL16 kernels (absent: the
+    /// all-gather / reduce-scatter chunk cap; never above it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_reduce_ll_max: Option<u64>,
     /// Smallest broadcast (bytes) done with the pipelined chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast_chain_min: Option<u64>,
@@ -379,6 +388,7 @@ static FALLBACK: Section = Section {
     broadcast_sf_min: 1 << 20,
     reducescatter_push_min: None,
     reducescatter_push_max: None,
+    broadcast_reduce_ll_max: None,
     broadcast_chain_min: None,
     reduce_chain_min: None,
     reduce_all_max: None,
@@ -718,6 +728,16 @@ pub fn resolve_with(
     // the LL slots are sized for max(ll_max, ll_chunk_max) (Comm::new); beyond 4 MiB
     // per peer LL never pays (twice the bytes on the wire) and the slots would be large
     .min(if ll_max == 0 { 0 } else { LL_CHUNK_CAP }); // ll_max 0: no LL at all
+    // the rooted collectives' own LL16 cap, never above the chunk cap (so forcing
+    // ll_chunk_max to 0, as the tuner's candidates do, turns it off too)
+    let rooted_ll_max = pick(
+        None,
+        None,
+        "COMMHAL_COLL_BCAST_REDUCE_LL_MAX",
+        false,
+        s.broadcast_reduce_ll_max.unwrap_or(u64::MAX),
+    )
+    .min(ll_chunk_max);
     let threads = pick(
         None,
         None,
@@ -739,6 +759,7 @@ pub fn resolve_with(
         Tuning {
             ll_max,
             ll_chunk_max,
+            rooted_ll_max,
             push_min,
             rs_push_min,
             rs_push_max,
@@ -1564,6 +1585,39 @@ mod tests {
         // restored afterwards
         let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
         assert_eq!(t.ll_max, 128 << 10);
+    }
+
+    #[test]
+    fn rooted_ll_cap_never_exceeds_the_chunk_cap() {
+        // the committed 2-rank section has its own cap (below the chunk cap)
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[]);
+        assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (1 << 20, 128 << 10));
+        // absent (4 ranks): the chunk cap
+        let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
+        assert_eq!(t.rooted_ll_max, t.ll_chunk_max);
+        // the variable, but never above the chunk cap; a chunk cap of 0 turns it off
+        let (t, p) = resolve_env(
+            "NVIDIA H200",
+            2,
+            None,
+            &[("COMMHAL_COLL_BCAST_REDUCE_LL_MAX", "65536")],
+        );
+        assert_eq!(t.rooted_ll_max, 65536);
+        assert!(p.overrides.contains(&"COMMHAL_COLL_BCAST_REDUCE_LL_MAX"));
+        let (t, _) = resolve_env(
+            "NVIDIA H200",
+            2,
+            None,
+            &[("COMMHAL_COLL_BCAST_REDUCE_LL_MAX", "8388608")],
+        );
+        assert_eq!(t.rooted_ll_max, 1 << 20);
+        let (t, _) = resolve_env(
+            "NVIDIA H200",
+            2,
+            None,
+            &[("COMMHAL_COLL_LL_CHUNK_MAX", "0")],
+        );
+        assert_eq!(t.rooted_ll_max, 0);
     }
 
     #[test]
