@@ -54,17 +54,6 @@
 
 #include "micro_common.h"
 
-#define CU(x)                                                                    \
-  do {                                                                           \
-    CUresult r_ = (x);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      const char* s_ = nullptr;                                                  \
-      cuGetErrorString(r_, &s_);                                                 \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
-
 static void wait32(cudaStream_t s, const u32* flag, u32 v) {
   CU(cuStreamWaitValue32((CUstream)s, (CUdeviceptr)flag, v, CU_STREAM_WAIT_VALUE_GEQ));
 }

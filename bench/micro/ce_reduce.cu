@@ -28,26 +28,8 @@
 // (the last chunk 2-4 MiB, the same boundaries as the 4M row here).
 //
 // Build: nvcc -O3 -arch=sm_90 -o ce_reduce ce_reduce.cu -lcuda ; run: ./ce_reduce
-#include <cuda.h>
-
 #include "micro_common.h"
 
-#define CU(x)                                                                    \
-  do {                                                                           \
-    CUresult r_ = (x);                                                           \
-    if (r_ != CUDA_SUCCESS) {                                                    \
-      const char* s_ = nullptr;                                                  \
-      cuGetErrorString(r_, &s_);                                                 \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
-      exit(1);                                                                   \
-    }                                                                            \
-  } while (0)
-
-__device__ __forceinline__ u32 ld_acquire_sys32(const u32* p) {
-  u32 v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 
 constexpr int MAXC = 64;  // chunks per call
 struct Sched {
@@ -62,7 +44,7 @@ __global__ void root_reduce(const float4* in, const float4* stage, float4* out, 
   for (int k = 0; k < s.m; ++k) {
     if (threadIdx.x == 0) {
       const long long t0 = clock64();
-      while ((int)(ld_acquire_sys32(flag) - (seq0 + k + 1)) < 0) {
+      while ((int)(ld_acquire_sys(flag) - (seq0 + k + 1)) < 0) {
         if (clock64() - t0 > 4000000000ll) {
           atomicAdd(timeouts, 1u);
           break;

@@ -71,11 +71,6 @@ struct Args {
   u64 epoch0;
 };
 
-__device__ __forceinline__ u64 ld_acq_sys(const u64* p) {
-  u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ u32 ld_acq_cta(const u32* p) {
   u32 v;
   asm volatile("ld.acquire.cta.shared.u32 %0, [%1];"
@@ -113,7 +108,7 @@ __device__ bool spin_until(const Args& a, Ready ready) {
 }
 // a flag in global memory (another GPU's release)
 __device__ bool wait_ge(const Args& a, const u64* p, u64 v) {
-  return spin_until(a, [&] { return ld_acq_sys(p) >= v; });
+  return spin_until(a, [&] { return ld_acquire_sys(p) >= v; });
 }
 // a counter in shared memory (another warp of this block)
 __device__ bool wait_smem_ge(const Args& a, const u32* p, u32 v) {

@@ -1,11 +1,12 @@
 // micro_common.h — what the single-file micro-benchmarks here share: short integer
-// names, CK (abort with file, line, call and the CUDA error on any failure), the most
-// GPUs a run drives, the GPU checks and peer access every run starts with, and the
-// system-scope release store, the slowest GPU's time between two events (slowest_ms),
+// names, CK / CU (abort with file, line, call and the CUDA runtime / driver error on any
+// failure), the most GPUs a run drives, the GPU checks and peer access every run starts
+// with, the system-scope release store and acquire loads, the slowest GPU's time between two events (slowest_ms),
 // a device-side count (count_on) and the grid-strided 16-byte copy every store
 // measurement starts from (grid_copy). Each .cu still builds alone: nvcc finds this
 // header beside it.
 #pragma once
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +23,18 @@ typedef unsigned int u32;
       fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
       exit(1);                                                                            \
     }                                                                                     \
+  } while (0)
+
+// CU: the same for a driver-API call (link with -lcuda where it is used).
+#define CU(x)                                                                    \
+  do {                                                                           \
+    CUresult r_ = (x);                                                           \
+    if (r_ != CUDA_SUCCESS) {                                                    \
+      const char* s_ = nullptr;                                                  \
+      cuGetErrorString(r_, &s_);                                                 \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_ ? s_ : "?"); \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 constexpr int MAXR = 8;
@@ -56,6 +69,19 @@ inline void enable_peers(int n) {
 // acquires the value.
 __device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// ld.acquire.sys: the load after which this thread sees what the writer released
+// (st.release.sys, or a stream write's memory barrier) before the value.
+__device__ __forceinline__ u64 ld_acquire_sys(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u32 ld_acquire_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 
 // The slowest GPU's milliseconds between its events e0 and e1 (waiting for e1), over the

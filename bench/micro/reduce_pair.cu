@@ -37,12 +37,6 @@
 // Build: nvcc -O3 -arch=sm_90 -o reduce_pair reduce_pair.cu ; run: ./reduce_pair
 #include "micro_common.h"
 
-__device__ __forceinline__ u64 ld_acquire_sys(const u64* p) {
-  u64 v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // Wait until *p >= tag, at most ~2 s (then count a timeout and go on: no hang).
 __device__ __forceinline__ void wait_ge(const u64* p, u64 tag, u64* timeouts) {
   const long long t0 = clock64();

@@ -547,6 +547,19 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
   }
 }
 
+// Bounded wait for a copy-engine flag: until the u32 *flag reaches `want`, compared
+// cyclically (the host's u32 counters wrap, as cuStreamWaitValue32's GEQ), acquiring what
+// the writer's stream made visible before it. false = gave up (error stored).
+COMMHAL_DEVICE bool wait_flag_u32(const CollArgs& a, const u32* flag, u32 want) {
+  u64 t0 = 0;
+  for (u32 i = 0;; ++i) {
+    u32 v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if ((int)(v - want) >= 0) return true;
+    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
+  }
+}
+
 // Bounded wait of the copy-engine path (dma.rs), in place of cuStreamWaitValue32 (which
 // has no bound: a dead peer would leave the stream, and the process's exit, blocked):
 // wait until the u32 flag that rank p writes into this rank's scratch reaches e (compared
@@ -562,14 +575,7 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
 extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
   const u32 p = threadIdx.x;
   if (blockIdx.x != 0 || p >= a.nranks || ((a.chain_unroll >> p) & 1u) == 0) return;
-  const u32* flag = reinterpret_cast<const u32*>(a.scratch[a.rank] + a.count + (u64)p * 8);
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    u32 v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if ((int)(v - a.root) >= 0) return;  // cyclic: the u32 counter wraps
-    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return;
-  }
+  wait_flag_u32(a, reinterpret_cast<const u32*>(a.scratch[a.rank] + a.count + (u64)p * 8), a.root);
 }
 
 // The root's half of a 2-rank reduce by the copy engine (dma.rs reduce_pair): the other
@@ -598,19 +604,7 @@ COMMHAL_DEVICE void reduce_pair_ce(const CollArgs& a) {
   u64 left = total;
   for (u32 k = 0; left > 0; ++k) {
     const u64 next = left > 2 * floor ? left / 2 : 0;
-    if (threadIdx.x == 0 && ok) {
-      const u32 want = (e << 5) | (k + 1);
-      u64 t0 = 0;
-      for (u32 i = 0;; ++i) {
-        u32 v;
-        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-        if ((int)(v - want) >= 0) break;
-        if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) {
-          ok = false;
-          break;
-        }
-      }
-    }
+    if (threadIdx.x == 0 && ok) ok = wait_flag_u32(a, flag, (e << 5) | (k + 1));
     __syncthreads();
     for (u64 v = total - left + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < total - next; v += gthreads)
       out[v] = add16<Op>(staged[v], in[v]);

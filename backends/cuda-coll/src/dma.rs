@@ -106,6 +106,24 @@ fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()
     }
 }
 
+/// Blocks of a local kernel over `bytes` (one 16-byte vector per thread, grid-strided
+/// beyond `c.max_blocks`).
+fn local_blocks(c: &Ctx<'_>, bytes: u64) -> u32 {
+    bytes
+        .div_ceil(16)
+        .div_ceil(u64::from(c.threads))
+        .clamp(1, u64::from(c.max_blocks)) as u32
+}
+
+/// The entry point of `dtype` among a kernel's `[f16, bf16, f32]` instantiations.
+fn by_dtype(dtype: Dtype, names: [&'static str; 3]) -> &'static str {
+    match dtype {
+        Dtype::Half => names[0],
+        Dtype::Bfloat16 => names[1],
+        Dtype::Float => names[2],
+    }
+}
+
 /// Side streams, fork/join events and the launch counter of one communicator.
 #[derive(Debug)]
 pub struct DmaPath {
@@ -320,12 +338,8 @@ impl DmaPath {
         // (its earlier kernels read it), so it tells the non-root and goes on; the
         // non-root waits for that. The root waits only for the chunk flags (bounded, in
         // its kernel): nothing it touches depends on the non-root otherwise.
-        if me == root {
-            signal(c.main, a, 1 - me, DMA_START, e)?;
-        } else {
-            self.wait_all(c, DMA_START, e, std::iter::once(root))?;
-        }
         if me != root {
+            self.wait_all(c, DMA_START, e, std::iter::once(root))?;
             for (k, &(off, len)) in chunks.iter().enumerate() {
                 // SAFETY: the root's staging area (mapped for the Comm's lifetime) holds
                 // `bytes` (checked above); the input holds `bytes` (launch_rooted checked
@@ -346,17 +360,18 @@ impl DmaPath {
             }
             return Ok(());
         }
+        signal(c.main, a, 1 - me, DMA_START, e)?;
         let mut args = *a;
         args.root = e;
-        let units = bytes / 16;
-        let blocks = units
-            .div_ceil(u64::from(c.threads))
-            .clamp(1, u64::from(c.max_blocks)) as u32;
-        let name = match dtype {
-            Dtype::Half => "commhal_coll_reduce_pair_ce_f16",
-            Dtype::Bfloat16 => "commhal_coll_reduce_pair_ce_bf16",
-            Dtype::Float => "commhal_coll_reduce_pair_ce_f32",
-        };
+        let blocks = local_blocks(c, bytes);
+        let name = by_dtype(
+            dtype,
+            [
+                "commhal_coll_reduce_pair_ce_f16",
+                "commhal_coll_reduce_pair_ce_bf16",
+                "commhal_coll_reduce_pair_ce_f32",
+            ],
+        );
         // SAFETY: the kernel reads this rank's input and staging area and writes its
         // output, `bytes` each (checked above and by launch_rooted), and reads one flag
         // of its own scratch; `args` is the Comm's own block with `root` carrying `e`
@@ -466,15 +481,15 @@ impl DmaPath {
         args.input[me] = input;
         args.output[me] = output;
         args.count = count;
-        let units = (count * dtype.size()).div_ceil(16);
-        let blocks = units
-            .div_ceil(u64::from(c.threads))
-            .clamp(1, u64::from(c.max_blocks)) as u32;
-        let name = match dtype {
-            Dtype::Half => "commhal_coll_reduce_local_f16",
-            Dtype::Bfloat16 => "commhal_coll_reduce_local_bf16",
-            Dtype::Float => "commhal_coll_reduce_local_f32",
-        };
+        let blocks = local_blocks(c, count * dtype.size());
+        let name = by_dtype(
+            dtype,
+            [
+                "commhal_coll_reduce_local_f16",
+                "commhal_coll_reduce_local_bf16",
+                "commhal_coll_reduce_local_f32",
+            ],
+        );
         // SAFETY: `input` / `output` are chunks of this rank's own allocations (or its
         // own staging slot) of `count` elements; the staging slots of the peers here
         // hold `count` elements each (checked at the top of `launch`); the kernel touches
