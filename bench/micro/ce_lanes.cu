@@ -81,21 +81,22 @@ struct Gpu {
   cudaEvent_t e0, e1, done;
 };
 
-// halving chunks of [a, b): each half of what is left (1 MiB multiples), at least floor;
-// the first chunk is `first` of the region (0.5: plain halving).
-static std::vector<std::pair<u64, u64>> halving(u64 a, u64 b, double first, u64 floor) {
+// Geometric chunks of [a, b): after each chunk, `keep` of what was left is still left
+// (1 MiB multiples) while that is at least `floor`; then the rest is the last chunk.
+// keep = 0.5 is commhal's halving (session 13). `first`: lane 1's first chunk takes this
+// share of its region instead (staggering two lanes; 0 = the same rule).
+static std::vector<std::pair<u64, u64>> halving(u64 a, u64 b, double first, u64 floor, double keep = 0.5) {
   std::vector<std::pair<u64, u64>> out;
   const u64 M = 1ull << 20;
   u64 o = a;
-  bool f = true;
+  bool f = first != 0.5;
   while (o < b) {
     const u64 left = b - o;
-    u64 c = (u64)((f ? first : 0.5) * (double)left) / M * M;
+    u64 next = (u64)((f ? 1.0 - first : keep) * (double)left) / M * M;
     f = false;
-    if (c < floor) c = floor;
-    if (left - c < floor) c = left;  // never leave less than the floor
-    out.push_back({o, o + c});
-    o += c;
+    if (next < floor || left <= 2 * floor) next = 0;
+    out.push_back({o, b - next});
+    o = b - next;
   }
   return out;
 }
@@ -200,23 +201,24 @@ int main() {
     double first1;  // lane 1's first chunk (share of its region)
     u64 floor;
     int copy_only, one_write, one_copy;
+    double keep = 0.5;  // lane 0's geometric rule (see halving)
   };
   const V vs[] = {
-      {"1 push (commhal)", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0},
-      {"1 push copy only", 1, 0, 1.0, 0.5, 2 * M, 1, 0, 0},
-      {"1 push copy 1 wr", 1, 0, 1.0, 0.5, 2 * M, 1, 1, 0},
+      {"keep 1/2 fl 2M", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0, 0.5},
+      {"keep 1/2 copy", 1, 0, 1.0, 0.5, 2 * M, 1, 0, 0, 0.5},
       {"1 copy only", 1, 0, 1.0, 0.5, 2 * M, 1, 0, 1},
-      {"2 push lockstep", 2, 0, 0.5, 0.5, 2 * M, 0, 0, 0},
-      {"2 push stagger", 2, 0, 0.5, 0.75, 2 * M, 0, 0, 0},
-      {"2 push copy only", 2, 0, 0.5, 0.5, 2 * M, 1, 0, 0},
-      {"2 push 1 copy ea", 2, 0, 0.5, 0.5, 2 * M, 1, 0, 1},
-      {"push+pull copy", 2, 1, 0.5, 0.5, 2 * M, 1, 0, 1},
-      {"push+pull 60/40", 2, 1, 0.6, 0.5, 2 * M, 1, 0, 1},
-      {"push+pull reduce", 2, 1, 0.5, 0.5, 2 * M, 0, 0, 0},
-      {"push+pull stagger", 2, 1, 0.5, 0.75, 2 * M, 0, 0, 0},
-      {"1 pull copy only", 1, 1, 1.0, 0.5, 2 * M, 1, 0, 1},
+      {"keep 3/8 fl 2M", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0, 0.375},
+      {"keep 1/3 fl 2M", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0, 1.0 / 3},
+      {"keep 1/4 fl 2M", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0, 0.25},
+      {"keep 1/5 fl 2M", 1, 0, 1.0, 0.5, 2 * M, 0, 0, 0, 0.2},
+      {"keep 3/8 fl 1M", 1, 0, 1.0, 0.5, 1 * M, 0, 0, 0, 0.375},
+      {"keep 1/3 fl 1M", 1, 0, 1.0, 0.5, 1 * M, 0, 0, 0, 1.0 / 3},
+      {"keep 1/4 fl 1M", 1, 0, 1.0, 0.5, 1 * M, 0, 0, 0, 0.25},
+      {"keep 1/3 fl 4M", 1, 0, 1.0, 0.5, 4 * M, 0, 0, 0, 1.0 / 3},
+      {"keep 1/4 fl 4M", 1, 0, 1.0, 0.5, 4 * M, 0, 0, 0, 0.25},
+      {"keep 1/3 copy", 1, 0, 1.0, 0.5, 2 * M, 1, 0, 0, 1.0 / 3},
   };
-  const u64 sizes[] = {64 * M, 128 * M, 256 * M, 1024 * M};
+  const u64 sizes[] = {64 * M, 128 * M, 256 * M, 512 * M, 1024 * M};
   printf("# ce_lanes: 2 GPUs (%d SMs, %d async engines), GPU 1's input -> GPU 0's staging by copy lanes, GPU 0 reduces (f32); us per call, median of 3\n",
          sms, engines);
   printf("%-18s", "variant");
@@ -228,7 +230,7 @@ int main() {
     for (u64 bytes : sizes) {
       std::vector<Lane> lanes;
       const u64 cut = v.nlanes == 1 ? bytes : (u64)(v.split * (double)bytes) / M * M;
-      Lane l0{0, v.one_copy ? std::vector<std::pair<u64, u64>>{{0, cut}} : halving(0, cut, 0.5, v.floor)};
+      Lane l0{0, v.one_copy ? std::vector<std::pair<u64, u64>>{{0, cut}} : halving(0, cut, 0.5, v.floor, v.keep)};
       // lane 0 is a pull only when it is the sole lane of a pull variant
       if (v.nlanes == 1 && v.pull1) l0.pull = 1;
       lanes.push_back(l0);

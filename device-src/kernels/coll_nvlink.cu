@@ -101,10 +101,12 @@ using namespace commhal;
 // apart, written by peers' cuStreamWriteValue32 and waited on by commhal_coll_dma_wait
 // (no other kernel touches them).
 #define COLL_OFF_DMA_FLAGS 1024
-// The 2-rank copy-engine reduce (dma.rs reduce_pair): the kind of its chunk flag, and its
-// smallest chunk in bytes (layout.rs DMA_CHUNK, PAIR_CE_FLOOR, pair_ce_chunks).
+// The 2-rank copy-engine reduce (dma.rs reduce_pair): the kind of its chunk flag, its
+// smallest chunk in bytes, and the eighths of what is left that stay left after each
+// chunk (layout.rs DMA_CHUNK, PAIR_CE_FLOOR, PAIR_CE_KEEP_EIGHTHS, pair_ce_chunks).
 #define COLL_DMA_CHUNK 3
 #define COLL_PAIR_CE_FLOOR 2097152
+#define COLL_PAIR_CE_KEEP_EIGHTHS 3
 #define COLL_OFF_DONE_EPOCHS 2048
 #define COLL_OFF_START_FLAGS 4096
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
@@ -580,8 +582,9 @@ extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
 
 // The root's half of a 2-rank reduce by the copy engine (dma.rs reduce_pair): the other
 // rank copies its input into this rank's staging area (a.stage[rank], from offset 0) in
-// chunks — halves of what is left while more than 2 * COLL_PAIR_CE_FLOOR is, then the
-// rest (layout.rs pair_ce_chunks: the same boundaries) — and after chunk k writes
+// chunks — each leaves COLL_PAIR_CE_KEEP_EIGHTHS / 8 of what was left while that is at
+// least COLL_PAIR_CE_FLOOR, then the rest (layout.rs pair_ce_chunks: the same
+// boundaries) — and after chunk k writes
 // (e << 5) | (k + 1) into this rank's COLL_DMA_CHUNK flag from it (cuStreamWriteValue32,
 // whose default memory barrier makes the copy visible first). Every block waits for
 // chunk k's flag (thread 0, ld.acquire.sys, bounded, compared cyclically), then the grid
@@ -603,7 +606,8 @@ COMMHAL_DEVICE void reduce_pair_ce(const CollArgs& a) {
   bool ok = true;  // thread 0's: its waits so far succeeded
   u64 left = total;
   for (u32 k = 0; left > 0; ++k) {
-    const u64 next = left > 2 * floor ? left / 2 : 0;
+    u64 next = left * COLL_PAIR_CE_KEEP_EIGHTHS / 8;
+    if (next < floor) next = 0;
     if (threadIdx.x == 0 && ok) ok = wait_flag_u32(a, flag, (e << 5) | (k + 1));
     __syncthreads();
     for (u64 v = total - left + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < total - next; v += gthreads)

@@ -28,23 +28,32 @@ pub const DMA_END: u64 = 2;
 pub const DMA_CHUNK: u64 = 3;
 
 /// The 2-rank copy-engine reduce's smallest chunk (bytes): the transfer is cut into
-/// halves of what is left — B/2, B/4, ... — until at most twice this is left, which is
-/// the last chunk. The root reduces each chunk while the next ones are copied, so what
-/// it does after the last copy is one chunk of 2..4 MiB (2 MiB..4 MiB at this value; see
-/// bench/micro/ce_reduce.cu for the schedules measured).
+/// chunks that each leave [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left — 5B/8, then
+/// 5/8 of the 3B/8 left, ... — until less than this would be left, and the rest is the
+/// last chunk. The root reduces each chunk while the next ones are copied, so what it
+/// does after the last copy is one chunk of at most 8/3 × this (≤ 5.3 MiB here).
 pub const PAIR_CE_FLOOR: u64 = 2 << 20;
+/// What each copy-engine chunk leaves of what was left, in eighths. Every chunk costs
+/// ~6 µs of copy-engine turnaround (the stream write waits for its copy to drain), so
+/// fewer, larger chunks are faster as long as the root's reduce of one chunk still ends
+/// before the next one lands: 3/8 took 721 / 1407 / 2767 µs at 256M / 512M / 1G where
+/// halving (1/2) took 731 / 1416 / 2776 and 1/3 (the reduce falling behind) 721 / 1424 /
+/// 2817 (bench/micro/ce_lanes.cu, session 14).
+pub const PAIR_CE_KEEP_EIGHTHS: u64 = 3;
 /// Most chunks of one 2-rank copy-engine reduce (the tag keeps 5 bits for the chunk).
 pub const PAIR_CE_MAX_CHUNKS: usize = 31;
 
 /// The chunks (byte offset, bytes) of a 2-rank copy-engine reduce of `bytes` (a multiple
-/// of 16): halves of what is left while more than 2 × [`PAIR_CE_FLOOR`] is, then the
-/// rest. The unit's `reduce_pair_ce` walks the same boundaries (in 16-byte vectors).
+/// of 16): each leaves [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left (in 16-byte
+/// vectors, rounded down) while that is at least [`PAIR_CE_FLOOR`], then the rest. The
+/// unit's `reduce_pair_ce` walks the same boundaries (in 16-byte vectors).
 pub fn pair_ce_chunks(bytes: u64) -> Vec<(u64, u64)> {
     let (total, floor) = (bytes / 16, PAIR_CE_FLOOR / 16);
     let mut left = total;
     let mut out = Vec::new();
     while left > 0 {
-        let next = if left > 2 * floor { left / 2 } else { 0 };
+        let keep = left * PAIR_CE_KEEP_EIGHTHS / 8;
+        let next = if keep >= floor { keep } else { 0 };
         out.push(((total - left) * 16, (left - next) * 16));
         left = next;
     }
@@ -281,6 +290,7 @@ mod tests {
         assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_DMA_CHUNK"), DMA_CHUNK.to_string());
         assert_eq!(define("COLL_PAIR_CE_FLOOR"), PAIR_CE_FLOOR.to_string());
+        assert_eq!(define("COLL_PAIR_CE_KEEP_EIGHTHS"), PAIR_CE_KEEP_EIGHTHS.to_string());
         assert_eq!(
             define("COLL_OFF_END_FLAGS"),
             "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
@@ -542,14 +552,16 @@ mod tests {
     }
 
     #[test]
-    fn pair_ce_chunks_halve_down_to_the_floor() {
+    fn pair_ce_chunks_shrink_down_to_the_floor() {
         let m = 1u64 << 20;
-        // 1 GiB: 512M, 256M, ..., 4M, then 4M (at most 2 x floor left: one chunk)
-        let c = pair_ce_chunks(1 << 30);
-        let sizes: Vec<u64> = c.iter().map(|&(_, l)| l / m).collect();
-        assert_eq!(sizes, [512, 256, 128, 64, 32, 16, 8, 4, 4]);
-        // 4 MiB and less: one chunk; 16 bytes: one chunk
-        assert_eq!(pair_ce_chunks(4 * m), [(0, 4 * m)]);
+        // 256 MiB: 160M (96M left), 60M (36M left), 22.5M (13.5M), 8.4375M (5.0625M),
+        // then the 5.0625M rest (3/8 of it would be under the floor)
+        let c = pair_ce_chunks(256 * m);
+        let sizes: Vec<u64> = c.iter().map(|&(_, l)| l * 16 / m).collect();
+        assert_eq!(sizes, [2560, 960, 360, 135, 81]);
+        // at most 8/3 of the floor (5.33 MiB) left: one chunk; 16 bytes: one chunk
+        assert_eq!(pair_ce_chunks(5 * m), [(0, 5 * m)]);
+        assert_eq!(pair_ce_chunks(6 * m).len(), 2);
         assert_eq!(pair_ce_chunks(16), [(0, 16)]);
         assert!(pair_ce_chunks(0).is_empty());
         // contiguous, 16-byte multiples, cover everything, few enough for the tag
@@ -563,7 +575,8 @@ mod tests {
                 at += len;
             }
             assert_eq!(at, bytes);
-            assert!(c.last().unwrap().1 <= 2 * PAIR_CE_FLOOR);
+            assert!(c.last().unwrap().1 * PAIR_CE_KEEP_EIGHTHS < 8 * PAIR_CE_FLOOR);
+            assert!(c.iter().all(|&(_, l)| l >= PAIR_CE_FLOOR.min(bytes)));
         }
         // tags grow within a launch and across launches (cyclically at the wrap)
         assert!(pair_ce_tag(7, 0) > pair_ce_tag(6, PAIR_CE_MAX_CHUNKS - 1));

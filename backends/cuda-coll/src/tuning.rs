@@ -115,8 +115,9 @@ pub const HEADER: &str = "\
 #                          fastest at every larger size
 #     reduce_ce_min        (optional; absent or 0: never) from this size a reduce on 2
 #                          ranks runs on the copy engine: the non-root copies its input
-#                          into the root's staging in chunks of half what is left (down
-#                          to 2-4 MiB), a stream write after each, and the root reduces
+#                          into the root's staging in chunks of 5/8 of what is left
+#                          (the last 2-5.3 MiB; halves in session 13), a stream write
+#                          after each, and the root reduces
 #                          each chunk as it lands (since session 13; 16-byte multiples
 #                          only; not inside a CUDA graph capture). Tuned as
 #                          broadcast_ce_min, with `ce` after the reduce kernels
