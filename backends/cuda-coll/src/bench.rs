@@ -770,8 +770,55 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
         ]
     };
+    // broadcast / reduce: the LL16 kernel first, up to the largest chunk the tuner times
+    let ll16 = |kernel| Candidate {
+        name: "ll16",
+        kernel: Some(kernel),
+        forced: Forced {
+            ll_max: Some(TUNE_LL_CHUNK_MAX),
+            ll_chunk_max: Some(TUNE_LL_CHUNK_MAX),
+            rooted_ll_max: Some(TUNE_LL_CHUNK_MAX),
+            ..f
+        },
+        applies: |b, _| b > 0 && b <= TUNE_LL_CHUNK_MAX && b.is_multiple_of(8),
+    };
+    let bcast_ll63 = Candidate {
+        name: "ll63",
+        kernel: Some(Kernel::BroadcastLl63),
+        forced: Forced {
+            bcast_ll63_max: Some(u64::MAX),
+            ll_chunk_max: Some(0),
+            ..f
+        },
+        applies: |b, _| b >= 16 && b.is_multiple_of(16),
+    };
+    let direct = Candidate {
+        name: "direct",
+        kernel: Some(Kernel::Broadcast),
+        // ll_chunk_max 0: small broadcasts would otherwise take the LL kernel.
+        forced: Forced {
+            bcast_sf_min: Some(u64::MAX),
+            ll_chunk_max: Some(0),
+            ..f
+        },
+        applies: |_, _| true,
+    };
     match coll {
-        Collective::Broadcast if n == 2 => ce_or_not(),
+        // 2 ranks: one bulk kernel, LL63's window above LL16, the copy engines last
+        Collective::Broadcast if n == 2 => vec![
+            ll16(Kernel::BroadcastLl),
+            direct,
+            bcast_ll63,
+            Candidate {
+                name: "ce",
+                kernel: None,
+                forced: Forced {
+                    bcast_ce_min: Some(1),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+            },
+        ],
         Collective::Sendrecv => ce_or_not(),
         Collective::Allreduce => vec![
             Candidate {
@@ -879,17 +926,8 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             cands
         }
         Collective::Broadcast if n >= 3 => vec![
-            Candidate {
-                name: "direct",
-                kernel: Some(Kernel::Broadcast),
-                // ll_chunk_max 0: small broadcasts would otherwise take the LL kernel.
-                forced: Forced {
-                    bcast_sf_min: Some(u64::MAX),
-                    ll_chunk_max: Some(0),
-                    ..f
-                },
-                applies: |_, _| true,
-            },
+            ll16(Kernel::BroadcastLl),
+            direct,
             Candidate {
                 name: "scatter-forward",
                 kernel: Some(Kernel::BroadcastSf),
@@ -910,20 +948,11 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
-            // last: a window above the LL16 sizes, derived apart (Derived::ll63_window)
-            Candidate {
-                name: "ll63",
-                kernel: Some(Kernel::BroadcastLl63),
-                forced: Forced {
-                    bcast_ll63_max: Some(u64::MAX),
-                    ll_chunk_max: Some(0),
-                    ..f
-                },
-                applies: |b, _| b >= 16 && b.is_multiple_of(16),
-            },
+            // last: a window above the LL16 sizes, derived apart (tuning::rooted_windows)
+            bcast_ll63,
         ],
         Collective::Reduce => {
-            let mut cands = Vec::new();
+            let mut cands = vec![ll16(Kernel::ReduceLl)];
             if n >= 3 {
                 cands.push(Candidate {
                     name: "all",
@@ -1002,8 +1031,8 @@ pub struct Sweep {
     /// The kernel chosen per size ([`tuning::assign`]; all-gather and reduce-scatter
     /// alone — their shared threshold weighs both).
     pub choice: Vec<Option<usize>>,
-    /// The broadcast / reduce LL16 threshold in effect (the file's): their LL63
-    /// windows start above it.
+    /// The LL16 chunk cap in effect (the file's): the rooted collectives' LL16 cap is
+    /// never above it. Without an `ll16` column, their LL63 windows start above it.
     pub ll_chunk_max: u64,
 }
 
@@ -1044,9 +1073,9 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let rank0 = boot.rank() == 0;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let es = args.dtype.size();
-    // the LL16 sizes the selector keeps whatever the sweep says (the file's value)
+    // the most the rooted LL16 cap may be (the file's chunk cap)
     let ll_chunk_max = crate::tuning::resolve(&gpu, n, 1, None, timeout)
-        .map(|(t, _)| t.rooted_ll_max)
+        .map(|(t, _)| t.ll_chunk_max)
         .unwrap_or(0);
     let mut sweeps = Vec::new();
     let mut wrong = false;
@@ -1224,8 +1253,6 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         (None, Some(r)) => d.gather_scatter(&r.chunks, None, Some(&r.times)),
         (None, None) => {}
     }
-    // broadcast / reduce: the kernels' thresholds from every column but LL63 (last),
-    // then LL63's window above the LL16 sizes in effect (this run's, else the file's)
     let ll63_col = |s: &Sweep| {
         s.candidates
             .iter()
@@ -1239,35 +1266,78 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     {
         d.sendrecv_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
     }
-    type Rest = fn(&mut Derived, &[u64], &[Vec<Option<f64>>]);
-    for (c, rest_of) in [
-        (Collective::Broadcast, Derived::broadcast as Rest),
-        (Collective::Reduce, Derived::reduce),
-    ] {
+    // broadcast / reduce: [ll16, the kernels..., ll63, ce] (ll16 / ll63 / ce where the
+    // sweep has them): the copy engines' suffix, the kernels' own thresholds, then the
+    // rooted LL16 cap and both LL63 windows (tuning::rooted_windows), the cap chosen
+    // for the two collectives together (either alone when only one was swept)
+    let mut rooted = Vec::new();
+    for c in [Collective::Broadcast, Collective::Reduce] {
         let Some(s) = find(c) else { continue };
-        let mut times = s.times.clone();
-        if let Some(k) = ce_col(s) {
-            let min = tuning::ce_suffix(&s.sizes, &s.times, k);
-            if c == Collective::Broadcast {
-                // 2 ranks: [kernels, ce], nothing else to derive
-                d.broadcast_ce_min = min;
-                continue;
+        let col = |name: &str| s.candidates.iter().position(|c| *c == name);
+        let ce = ce_col(s);
+        let mut ce_min = 0;
+        let times = match ce {
+            Some(k) => {
+                let min = tuning::ce_suffix(&s.sizes, &s.times, k);
+                ce_min = min.unwrap_or(0);
+                match c {
+                    Collective::Broadcast => d.broadcast_ce_min = min,
+                    _ => d.reduce_ce_min = min,
+                }
+                tuning::first_columns(&s.times, k)
             }
-            // 2-rank reduce: [worker, chain, ll63, ce]; the kernels from the others
-            d.reduce_ce_min = min;
-            times = tuning::first_columns(&s.times, k);
+            None => s.times.clone(),
+        };
+        let width = ce.unwrap_or(s.candidates.len());
+        let (ll16, ll63) = (col("ll16"), ll63_col(s));
+        let kernels = ll16.map_or(0, |c| c + 1)..ll63.unwrap_or(width);
+        // an LL16 column that never ran (a sweep from above its sizes) says nothing
+        let ll16 = ll16.filter(|&c| times.iter().any(|r| r.get(c).copied().flatten().is_some()));
+        let kernel_times = tuning::columns(&times, kernels.clone());
+        match c {
+            Collective::Broadcast => d.broadcast(&s.sizes, &kernel_times),
+            _ => d.reduce(&s.sizes, &kernel_times),
         }
-        let col = ll63_col(s);
-        let rest = col.map_or(times.clone(), |k| tuning::first_columns(&times, k));
-        rest_of(&mut d, &s.sizes, &rest);
-        if let Some(k) = col {
-            // the rooted cap never exceeds the chunk cap, this run's if it derived one
-            let floor = s.ll_chunk_max.min(d.ll_chunk_max.unwrap_or(u64::MAX));
-            let window = tuning::ll63_window(&s.sizes, &times, k, floor);
-            match c {
-                Collective::Broadcast => d.broadcast_ll63_max = window,
-                _ => d.reduce_ll63_max = window,
-            }
+        // the rooted cap never exceeds the chunk cap, this run's if it derived one
+        let cap = s.ll_chunk_max.min(d.ll_chunk_max.unwrap_or(u64::MAX));
+        let options = tuning::rooted_windows(&s.sizes, &times, ll16, ll63, kernels, cap, ce_min);
+        rooted.push((c, ll16.is_some(), options));
+    }
+    // the cap: least summed cost over the swept collectives with an LL16 column
+    // (ties: the smaller cap); without one, the file's LL16 sizes stay as they are
+    let mut caps: Vec<u64> = rooted
+        .iter()
+        .filter(|r| r.1)
+        .flat_map(|r| r.2.iter().map(|o| o.0))
+        .collect();
+    caps.sort_unstable();
+    caps.dedup();
+    let cost = |a: u64| -> f64 {
+        rooted
+            .iter()
+            .filter(|r| r.1)
+            .map(|r| r.2.iter().find(|o| o.0 == a).map_or(f64::INFINITY, |o| o.1))
+            .sum()
+    };
+    let (mut cap, mut least) = (None, f64::INFINITY);
+    for a in caps {
+        if cost(a) < least - 1e-9 {
+            (cap, least) = (Some(a), cost(a));
+        }
+    }
+    if rooted.iter().any(|r| r.1) {
+        d.broadcast_reduce_ll_max = cap;
+    }
+    for (c, has_ll16, options) in &rooted {
+        let pick = if *has_ll16 {
+            options.iter().find(|o| Some(o.0) == cap)
+        } else {
+            options.first()
+        };
+        let window = pick.and_then(|o| o.2);
+        match c {
+            Collective::Broadcast => d.broadcast_ll63_max = window,
+            _ => d.reduce_ll63_max = window,
         }
     }
     d
@@ -1311,20 +1381,23 @@ mod tests {
             names(Collective::Reducescatter, 8),
             ["ll", "direct", "ring", "push"]
         );
-        // LL63 last: a window above the LL16 sizes, derived apart
+        // rooted: LL16 first, LL63 last (a window above the LL16 sizes), derived apart
         assert_eq!(
             names(Collective::Broadcast, 3),
-            ["direct", "scatter-forward", "chain", "ll63"]
+            ["ll16", "direct", "scatter-forward", "chain", "ll63"]
         );
-        // 2 ranks: the kernels the file picks against the copy engines
-        assert_eq!(names(Collective::Broadcast, 2), ["kernels", "ce"]);
+        // 2 ranks: the copy engines after the kernels
+        assert_eq!(
+            names(Collective::Broadcast, 2),
+            ["ll16", "direct", "ll63", "ce"]
+        );
         assert_eq!(
             names(Collective::Reduce, 2),
-            ["worker", "chain", "ll63", "ce"]
+            ["ll16", "worker", "chain", "ll63", "ce"]
         );
         assert_eq!(
             names(Collective::Reduce, 4),
-            ["all", "worker", "chain", "ll63"]
+            ["ll16", "all", "worker", "chain", "ll63"]
         );
         assert_eq!(names(Collective::Sendrecv, 4), ["kernels", "ce"]);
         assert!(names(Collective::Alltoall, 4).is_empty());
@@ -1367,8 +1440,30 @@ mod tests {
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);
             }
         }
+        // LL16 on up to the tuner's chunk cap, the rooted cap with it
+        let ll16 = candidates(Collective::Reduce, 4)[0];
+        assert_eq!(ll16.kernel, Some(Kernel::ReduceLl));
+        assert_eq!(
+            (ll16.forced.ll_chunk_max, ll16.forced.rooted_ll_max),
+            (Some(TUNE_LL_CHUNK_MAX), Some(TUNE_LL_CHUNK_MAX))
+        );
+        assert!((ll16.applies)(TUNE_LL_CHUNK_MAX, 0) && !(ll16.applies)(2 * TUNE_LL_CHUNK_MAX, 0));
+        // the other rooted candidates: LL16 off
+        for c in [Collective::Broadcast, Collective::Reduce] {
+            for cand in &candidates(c, 2)[1..] {
+                let off = cand.forced.ll_chunk_max == Some(0) || cand.name == "ce";
+                assert!(off && cand.forced.rooted_ll_max.is_none(), "{}", cand.name);
+            }
+        }
+        // the 2-rank broadcast's copy engine: its own threshold on, LL63 off
+        let ce = candidates(Collective::Broadcast, 2)[3];
+        assert!(ce.kernel.is_none() && ce.name == "ce");
+        assert_eq!(
+            (ce.forced.bcast_ce_min, ce.forced.bcast_ll63_max),
+            (Some(1), Some(0))
+        );
         // the 2-rank reduce's copy engine: its own threshold on, every kernel window off
-        let ce = candidates(Collective::Reduce, 2)[3];
+        let ce = candidates(Collective::Reduce, 2)[4];
         assert!(ce.kernel.is_none() && ce.name == "ce");
         assert_eq!(ce.forced.reduce_ce_min, Some(1));
         assert_eq!(
@@ -1408,9 +1503,14 @@ mod tests {
             .iter()
             .map(|r| r.iter().map(|&t| (t > 0.0).then_some(t)).collect())
             .collect();
+        // the tables here have no LL16 column (rooted_ll16_from_synthetic_sweeps has)
         Sweep {
             collective: c,
-            candidates: candidates(c, 4).iter().map(|c| c.name).collect(),
+            candidates: candidates(c, 4)
+                .iter()
+                .map(|c| c.name)
+                .filter(|n| *n != "ll16")
+                .collect(),
             sizes: sizes.to_vec(),
             chunks: chunks.to_vec(),
             choice: tuning::assign(&times),
@@ -1571,6 +1671,84 @@ mod tests {
             d.broadcast_ce_min, None,
             "a reduce sweep sets the reduce's key only"
         );
+    }
+
+    #[test]
+    fn rooted_ll16_from_synthetic_sweeps() {
+        let k = 1u64 << 10;
+        let m = 1u64 << 20;
+        let sizes = [64 * k, 128 * k, 256 * k, 512 * k, m, 16 * m, 256 * m, 1024 * m];
+        let rooted = |c, names: &[&'static str], times: &[&[f64]]| Sweep {
+            candidates: names.to_vec(),
+            ll_chunk_max: m,
+            ..sweep(c, &sizes, &sizes, times)
+        };
+        // 2-rank reduce [ll16, worker, chain, ll63, ce]: LL16 to 128K, LL63 to 16M, the
+        // copy engine from 256M
+        let rd = rooted(
+            Collective::Reduce,
+            &["ll16", "worker", "chain", "ll63", "ce"],
+            &[
+                &[3.0, 6.0, 0.0, 3.5, 0.0],
+                &[3.4, 6.5, 0.0, 3.6, 0.0],
+                &[4.1, 7.0, 0.0, 3.8, 0.0],
+                &[5.6, 8.0, 0.0, 4.6, 0.0],
+                &[8.4, 10.0, 30.0, 6.0, 40.0],
+                &[0.0, 60.0, 58.0, 50.0, 70.0],
+                &[0.0, 760.0, 745.0, 750.0, 727.0],
+                &[0.0, 2930.0, 2940.0, 2950.0, 2767.0],
+            ],
+        );
+        // 2-rank broadcast [ll16, direct, ll63, ce]: alone, LL16 would go to 256K; LL63
+        // beats the direct kernel up to 1G, but the copy engine takes 256M on
+        let bc = rooted(
+            Collective::Broadcast,
+            &["ll16", "direct", "ll63", "ce"],
+            &[
+                &[3.2, 5.0, 3.6, 0.0],
+                &[3.6, 5.5, 3.7, 0.0],
+                &[4.0, 6.0, 4.1, 0.0],
+                &[5.7, 7.0, 4.8, 0.0],
+                &[8.5, 9.0, 6.2, 30.0],
+                &[0.0, 55.0, 45.0, 60.0],
+                &[0.0, 720.0, 710.0, 700.0],
+                &[0.0, 2800.0, 2790.0, 2750.0],
+            ],
+        );
+        let d = derive(&[bc.clone(), rd.clone()]);
+        assert_eq!(d.broadcast_reduce_ll_max, Some(128 * k), "one cap for both");
+        assert_eq!(d.reduce_ll63_max, Some(16 * m));
+        assert_eq!(
+            d.broadcast_ll63_max,
+            Some(16 * m),
+            "the window ends below the copy engine's sizes"
+        );
+        assert_eq!((d.reduce_ce_min, d.broadcast_ce_min), (Some(256 * m), Some(256 * m)));
+        assert_eq!(d.reduce_chain_min, Some(16 * m));
+        assert_eq!((d.broadcast_sf_min, d.broadcast_chain_min), (None, None));
+        // broadcast alone: its own best cap
+        let d = derive(std::slice::from_ref(&bc));
+        assert_eq!(d.broadcast_reduce_ll_max, Some(256 * k));
+        // LL16 slower than LL63 everywhere: cap 0 (never LL16)
+        let mut fast = rd.clone();
+        for r in &mut fast.times[..5] {
+            r[3] = r[0].map(|t| t * 0.9);
+        }
+        let d = derive(&[fast]);
+        assert_eq!((d.broadcast_reduce_ll_max, d.reduce_ll63_max), (Some(0), Some(16 * m)));
+        // a sweep from above the LL16 sizes: the cap is not measured, LL63 starts above
+        // the chunk cap
+        let big = Sweep {
+            sizes: sizes[4..].to_vec(),
+            chunks: sizes[4..].to_vec(),
+            times: rd.times[4..]
+                .iter()
+                .map(|r| [vec![None], r[1..].to_vec()].concat())
+                .collect(),
+            ..rd.clone()
+        };
+        let d = derive(&[big]);
+        assert_eq!((d.broadcast_reduce_ll_max, d.reduce_ll63_max), (None, Some(16 * m)));
     }
 
     #[test]

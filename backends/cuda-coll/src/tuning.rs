@@ -81,7 +81,9 @@ pub const HEADER: &str = "\
 #                          (optional; absent: no cap of its own) largest broadcast /
 #                          reduce done with the LL16 kernels, never above
 #                          allgather_reducescatter_ll_chunk_max (since session 13:
-#                          above it the LL63 window starts; set from a measured A/B)
+#                          above it the LL63 window starts). The tuner (since session
+#                          14) times LL16 as a first candidate and picks this cap and
+#                          both LL63 windows together (least summed time / best time)
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     broadcast_chain_min, reduce_chain_min
@@ -485,6 +487,8 @@ pub struct Forced {
     pub sendrecv_ce_min: Option<u64>,
     /// Smallest copy-engine reduce, 2 ranks (0: never).
     pub reduce_ce_min: Option<u64>,
+    /// Largest LL16 broadcast / reduce (still never above the LL chunk cap).
+    pub rooted_ll_max: Option<u64>,
 }
 
 thread_local! {
@@ -732,7 +736,7 @@ pub fn resolve_with(
     // the rooted collectives' own LL16 cap, never above the chunk cap (so forcing
     // ll_chunk_max to 0, as the tuner's candidates do, turns it off too)
     let rooted_ll_max = pick(
-        None,
+        forced.rooted_ll_max,
         None,
         "COMMHAL_COLL_BCAST_REDUCE_LL_MAX",
         false,
@@ -803,9 +807,14 @@ pub fn assign(times: &[Vec<Option<f64>>]) -> Vec<Option<usize>> {
 
 /// The first `k` candidates' columns of a sweep (the later ones are derived apart).
 pub fn first_columns(times: &[Vec<Option<f64>>], k: usize) -> Vec<Vec<Option<f64>>> {
+    columns(times, 0..k)
+}
+
+/// Columns `cols` of a sweep (rows shorter than that give what they have).
+pub fn columns(times: &[Vec<Option<f64>>], cols: std::ops::Range<usize>) -> Vec<Vec<Option<f64>>> {
     times
         .iter()
-        .map(|r| r.iter().take(k).copied().collect())
+        .map(|r| r.iter().take(cols.end).skip(cols.start).copied().collect())
         .collect()
 }
 
@@ -923,52 +932,71 @@ pub fn ce_suffix(sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) -> Optio
     Some(ran.get(from).map_or(0, |&i| sizes[i]))
 }
 
-/// The upper end of a window that starts above `floor` (the LL16 sizes, which keep
-/// their kernel) and runs column `col` (LL63) up to the returned size, the other
-/// columns' own assignment ([`assign`] over columns `0..col`) above it: the cut with the
-/// least summed `time / best time` over the sizes above `floor` (ties: the smaller
-/// window). `Some(0)`: never (no size above `floor`, or LL63 nowhere worth it); `None`:
-/// the column never ran.
-pub fn ll63_window(
+/// The rooted collectives' (broadcast / reduce) small and mid sizes from one sweep:
+/// the LL16 kernel up to a cap `a`, the LL63 chain above it up to `b`, the other
+/// kernels' own assignment ([`assign`] over `kernels`, column indices of `times`)
+/// above that. `times` holds every candidate but the copy engines; `ll16` / `ll63` are
+/// those columns (`None`: not in the sweep). Returns, for every cap the sweep allows —
+/// 0 and each size up to `cap` where LL16 ran, or just `cap` (the sizes up to it keep
+/// the file's kernel, costing nothing) without an LL16 column — the least summed
+/// `time / best time` over the sizes and the LL63 window's end that gives it (`Some(0)`:
+/// no window; `None`: no LL63 column; ties: the smaller window). The window ends below
+/// `ce_min` when that is not 0: the copy engines take those sizes (outside graph
+/// captures), and the window sizes the LL63 scratch region.
+pub fn rooted_windows(
     sizes: &[u64],
     times: &[Vec<Option<f64>>],
-    col: usize,
-    floor: u64,
-) -> Option<u64> {
-    if !times
-        .iter()
-        .any(|r| r.get(col).copied().flatten().is_some())
-    {
-        return None;
-    }
-    let rel = relative(times);
-    let others = assign(&first_columns(times, col));
+    ll16: Option<usize>,
+    ll63: Option<usize>,
+    kernels: std::ops::Range<usize>,
+    cap: u64,
+    ce_min: u64,
+) -> Vec<(u64, f64, Option<u64>)> {
     let rows: Vec<usize> = (0..sizes.len().min(times.len()))
-        .filter(|&i| sizes[i] > floor)
+        .filter(|&i| times[i].iter().any(Option::is_some))
         .collect();
-    let cost = |i: usize, c: Option<usize>| {
-        c.and_then(|c| rel[i].get(c).copied().flatten())
-            .unwrap_or(f64::INFINITY)
+    let rel = relative(times);
+    let cell = |i: usize, c: usize| rel[i].get(c).copied().flatten();
+    let others = assign(&columns(times, kernels.clone()));
+    // what a size costs on the others' assignment (nothing ran there: no preference)
+    let rest = |i: usize| others[i].map_or(0.0, |c| cell(i, kernels.start + c).unwrap_or(f64::INFINITY));
+    let caps: Vec<u64> = match ll16 {
+        Some(c) => std::iter::once(0)
+            .chain(rows.iter().filter(|&&i| sizes[i] <= cap && cell(i, c).is_some()).map(|&i| sizes[i]))
+            .collect(),
+        None => vec![cap],
     };
-    let mut best = (f64::INFINITY, 0usize);
-    for cut in 0..=rows.len() {
-        let total: f64 = rows[..cut].iter().map(|&i| cost(i, Some(col))).sum::<f64>()
-            + rows[cut..]
+    let mut out = Vec::new();
+    for a in caps {
+        let small = |i: usize| ll16.map_or(0.0, |c| cell(i, c).unwrap_or(f64::INFINITY));
+        let ends: Vec<u64> = match ll63 {
+            Some(_) => std::iter::once(a)
+                .chain(
+                    rows.iter()
+                        .map(|&i| sizes[i])
+                        .filter(|&s| s > a && (ce_min == 0 || s < ce_min)),
+                )
+                .collect(),
+            None => vec![a],
+        };
+        let mut best = (f64::INFINITY, a);
+        for b in ends {
+            let total: f64 = rows
                 .iter()
-                .map(|&i| match others[i] {
-                    Some(c) => cost(i, Some(c)),
-                    None => 0.0, // nothing else ran there: no preference
+                .map(|&i| match sizes[i] {
+                    s if s <= a => small(i),
+                    s if s <= b => ll63.and_then(|c| cell(i, c)).unwrap_or(f64::INFINITY),
+                    _ => rest(i),
                 })
-                .sum::<f64>();
-        if total < best.0 - 1e-9 {
-            best = (total, cut);
+                .sum();
+            if total < best.0 - 1e-9 {
+                best = (total, b);
+            }
         }
+        let window = ll63.map(|_| if best.1 > a { best.1 } else { 0 });
+        out.push((a, best.0, window));
     }
-    Some(if best.1 == 0 {
-        0
-    } else {
-        sizes[rows[best.1 - 1]]
-    })
+    out
 }
 
 /// Largest size assigned candidate `c`: `Some(0)` when `c` ran somewhere but was
@@ -1030,6 +1058,8 @@ pub struct Derived {
     pub sendrecv_ce_min: Option<u64>,
     /// `reduce_ce_min` (0: never).
     pub reduce_ce_min: Option<u64>,
+    /// `broadcast_reduce_ll_max` (0: never LL16).
+    pub broadcast_reduce_ll_max: Option<u64>,
 }
 
 impl Derived {
@@ -1199,6 +1229,11 @@ impl Derived {
                 "sendrecv_ce_min",
             ),
             (self.reduce_ce_min, &mut s.reduce_ce_min, "reduce_ce_min"),
+            (
+                self.broadcast_reduce_ll_max,
+                &mut s.broadcast_reduce_ll_max,
+                "broadcast_reduce_ll_max",
+            ),
         ] {
             match v {
                 Some(x) => *field = Some(x),
