@@ -285,8 +285,10 @@ pub struct TuneArgs {
     /// Factor between sizes.
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub factor: u64,
-    /// Timed iterations per size and kernel.
-    #[arg(short = 'n', long = "iters", default_value_t = 50)]
+    /// Timed iterations per size and kernel (the median is over groups of --batch
+    /// launches: 100 gives 10 groups; with 2, one slow group moved call 4's choices in
+    /// session 14).
+    #[arg(short = 'n', long = "iters", default_value_t = 100)]
     pub iters: u32,
     /// Warm-up iterations per size and kernel.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
