@@ -28,7 +28,8 @@
 # GPU_BENCH_SET=dense: the closing tables — every collective at every power-of-2 size,
 # 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
 # and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
-# budget default 570 s (about 490 s on 4 x H200, session 8). Then
+# budget default 570 s (about 490 s on 4 x H200, session 8; GPU_BENCH_DENSE_RANKS="4"
+# runs the 4-rank half alone, about 220 s). Then
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #
@@ -184,9 +185,10 @@ fi
 
 if [[ $SET == dense ]]; then
   NS=()
-  ((NGPU >= 4)) && NS+=(4)
-  ((NGPU >= 2)) && NS+=(2)
-  ((${#NS[@]})) || SUMMARY+=("$(printf '%-28s SKIPPED (needs 2 GPUs, found %s)' dense "$NGPU")")
+  for N in ${GPU_BENCH_DENSE_RANKS:-4 2}; do
+    ((NGPU >= N)) && NS+=("$N")
+  done
+  ((${#NS[@]})) || SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' dense "${GPU_BENCH_DENSE_RANKS:-2}" "$NGPU")")
   D=(-b 1K -e 1G -f 2 -n 40 -w 5 --compare nccl)
   for N in "${NS[@]}"; do
     for C in allreduce allgather reducescatter; do
