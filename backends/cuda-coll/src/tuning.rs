@@ -1628,8 +1628,11 @@ mod tests {
         // the committed 2-rank section has its own cap (below the chunk cap)
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[]);
         assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (1 << 20, 128 << 10));
-        // absent (4 ranks): the chunk cap
+        // 4 ranks: its own too (session 14's tuner)
         let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
+        assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (256 << 10, 32 << 10));
+        // absent (8 ranks, never tuned): the chunk cap
+        let (t, _) = resolve_env("NVIDIA H200", 8, None, &[]);
         assert_eq!(t.rooted_ll_max, t.ll_chunk_max);
         // the variable, but never above the chunk cap; a chunk cap of 0 turns it off
         let (t, p) = resolve_env(
