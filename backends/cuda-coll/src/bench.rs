@@ -1677,7 +1677,16 @@ mod tests {
     fn rooted_ll16_from_synthetic_sweeps() {
         let k = 1u64 << 10;
         let m = 1u64 << 20;
-        let sizes = [64 * k, 128 * k, 256 * k, 512 * k, m, 16 * m, 256 * m, 1024 * m];
+        let sizes = [
+            64 * k,
+            128 * k,
+            256 * k,
+            512 * k,
+            m,
+            16 * m,
+            256 * m,
+            1024 * m,
+        ];
         let rooted = |c, names: &[&'static str], times: &[&[f64]]| Sweep {
             candidates: names.to_vec(),
             ll_chunk_max: m,
@@ -1723,7 +1732,10 @@ mod tests {
             Some(16 * m),
             "the window ends below the copy engine's sizes"
         );
-        assert_eq!((d.reduce_ce_min, d.broadcast_ce_min), (Some(256 * m), Some(256 * m)));
+        assert_eq!(
+            (d.reduce_ce_min, d.broadcast_ce_min),
+            (Some(256 * m), Some(256 * m))
+        );
         assert_eq!(d.reduce_chain_min, Some(16 * m));
         assert_eq!((d.broadcast_sf_min, d.broadcast_chain_min), (None, None));
         // broadcast alone: its own best cap
@@ -1735,7 +1747,10 @@ mod tests {
             r[3] = r[0].map(|t| t * 0.9);
         }
         let d = derive(&[fast]);
-        assert_eq!((d.broadcast_reduce_ll_max, d.reduce_ll63_max), (Some(0), Some(16 * m)));
+        assert_eq!(
+            (d.broadcast_reduce_ll_max, d.reduce_ll63_max),
+            (Some(0), Some(16 * m))
+        );
         // a sweep from above the LL16 sizes: the cap is not measured, LL63 starts above
         // the chunk cap
         let big = Sweep {
@@ -1748,7 +1763,10 @@ mod tests {
             ..rd.clone()
         };
         let d = derive(&[big]);
-        assert_eq!((d.broadcast_reduce_ll_max, d.reduce_ll63_max), (None, Some(16 * m)));
+        assert_eq!(
+            (d.broadcast_reduce_ll_max, d.reduce_ll63_max),
+            (None, Some(16 * m))
+        );
     }
 
     #[test]

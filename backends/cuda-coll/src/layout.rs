@@ -290,7 +290,10 @@ mod tests {
         assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_DMA_CHUNK"), DMA_CHUNK.to_string());
         assert_eq!(define("COLL_PAIR_CE_FLOOR"), PAIR_CE_FLOOR.to_string());
-        assert_eq!(define("COLL_PAIR_CE_KEEP_EIGHTHS"), PAIR_CE_KEEP_EIGHTHS.to_string());
+        assert_eq!(
+            define("COLL_PAIR_CE_KEEP_EIGHTHS"),
+            PAIR_CE_KEEP_EIGHTHS.to_string()
+        );
         assert_eq!(
             define("COLL_OFF_END_FLAGS"),
             "(COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"

@@ -959,10 +959,15 @@ pub fn rooted_windows(
     let cell = |i: usize, c: usize| rel[i].get(c).copied().flatten();
     let others = assign(&columns(times, kernels.clone()));
     // what a size costs on the others' assignment (nothing ran there: no preference)
-    let rest = |i: usize| others[i].map_or(0.0, |c| cell(i, kernels.start + c).unwrap_or(f64::INFINITY));
+    let rest =
+        |i: usize| others[i].map_or(0.0, |c| cell(i, kernels.start + c).unwrap_or(f64::INFINITY));
     let caps: Vec<u64> = match ll16 {
         Some(c) => std::iter::once(0)
-            .chain(rows.iter().filter(|&&i| sizes[i] <= cap && cell(i, c).is_some()).map(|&i| sizes[i]))
+            .chain(
+                rows.iter()
+                    .filter(|&&i| sizes[i] <= cap && cell(i, c).is_some())
+                    .map(|&i| sizes[i]),
+            )
             .collect(),
         None => vec![cap],
     };
