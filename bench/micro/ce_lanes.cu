@@ -19,6 +19,24 @@
 // Times: µs per call, R calls back to back, events on both GPUs, the slower GPU; median
 // of 3. 0 wrong expected (out = 1 + 2 everywhere).
 //
+// What it showed (session 14, 2 x H200, bench/results/h200-2026-11-22-session14/
+// micro-call1.log and micro-call2.log; µs at 64M / 128M / 256M / 1G):
+// - one copy, no chunks, copy only: 186-188 / 355-358 / 693-695 / 2721-2726 (~395 GB/s
+//   at 1G; ~13 µs fixed: the START handshake and the first copy's start);
+// - halving (session 13's schedule), copy only: 214 / 389 / 733 / 2773; with one flag
+//   write at the end instead of one per chunk: 201 / 373 / 714 / 2752. So each chunk
+//   boundary costs ~5.8 µs, about half in the copy boundary and half in the stream
+//   write; the root's reduce is fully hidden (with it: 214 / 388 / 732 / 2774);
+// - two lanes do not add bandwidth: two push streams 191 / 360 / 697 / 2728, a push plus
+//   a pull 195 / 365 / 703 / 2731 (one direction of the link is the limit), and chunked
+//   they are slower (both lanes' boundaries: 218 / 396 / 742 / 2785; staggered 784 at
+//   256M);
+// - fewer, larger chunks (the variant list below; call 2): keep 3/8 of what is left
+//   after each chunk, floor 2M: 206 / 381 / 721 / 2767 (halving 211 / 385 / 731 / 2776);
+//   keep 1/3: 721 at 256M but 2817 at 1G (the root's reduce of the larger chunks falls
+//   behind the copies: copy only 2758); keep 1/4 or 1/5: 772-804 at 256M. commhal's
+//   route takes keep 3/8 (layout.rs PAIR_CE_KEEP_EIGHTHS).
+//
 // Build: nvcc -O3 -arch=sm_90 -o ce_lanes ce_lanes.cu -lcuda ; run: ./ce_lanes
 #include "micro_common.h"
 
