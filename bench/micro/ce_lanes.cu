@@ -61,16 +61,7 @@ __global__ void root_reduce(const float4* in, const float4* stage, float4* out, 
       for (int q = j + 1; q < p.m; ++q) last &= p.st[q].lane != s.lane;
       if (!last) continue;
     }
-    if (threadIdx.x == 0) {
-      const long long t0 = clock64();
-      const u32 want = seqs[s.lane] + s.k + 1;
-      while ((int)(ld_acquire_sys(flags + s.lane) - want) < 0) {
-        if (clock64() - t0 > 4000000000ll) {
-          atomicAdd(timeouts, 1u);
-          break;
-        }
-      }
-    }
+    if (threadIdx.x == 0) wait_u32_bounded(flags + s.lane, seqs[s.lane] + s.k + 1, timeouts);
     __syncthreads();
     if (copy_only) continue;
     const u64 v0 = s.off / 16, v1 = s.end / 16;
@@ -81,14 +72,6 @@ __global__ void root_reduce(const float4* in, const float4* stage, float4* out, 
   }
 }
 
-__global__ void fill_f32(float* p, u64 n, float v) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = v;
-}
-__global__ void count_wrong(const float* p, u64 n, float v, unsigned long long* wrong) {
-  u64 bad = 0;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) bad += p[i] != v;
-  if (bad) atomicAdd(wrong, bad);
-}
 
 struct Gpu {
   float *in, *stage, *out;
@@ -282,7 +265,7 @@ int main() {
     }
     unsigned long long bad = 0;
     if (!v.copy_only) {
-      bad = count_on(0, g[0].wrong, [&] { count_wrong<<<sms * 4, 512>>>(g[0].out, cap / 4, 3.0f, g[0].wrong); });
+      bad = count_on(0, g[0].wrong, [&] { count_wrong_f32<<<sms * 4, 512>>>(g[0].out, cap / 4, 3.0f, g[0].wrong); });
     }
     CK(cudaSetDevice(0));
     CK(cudaMemset(g[0].out, 0, cap));

@@ -62,16 +62,6 @@ static void write32(cudaStream_t s, u32* flag, u32 v) {
 }
 
 // ---------------- kernels ----------------
-__global__ void fill_f32(float* p, u64 n, float v) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-    p[i] = v;
-}
-__global__ void count_wrong(const float* p, u64 n, float v, unsigned long long* wrong) {
-  u64 bad = 0;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-    bad += p[i] != v;
-  if (bad) atomicAdd(wrong, bad);
-}
 __global__ void add_f32(const float4* a, const float4* b, float4* out, u64 nvec) {
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nvec; i += (u64)gridDim.x * blockDim.x) {
     const float4 x = a[i], y = b[i];
@@ -271,7 +261,7 @@ static u64 check(std::vector<Gpu>& g, int n, int only, u64 bytes, float v) {
   u64 total = 0;
   for (int d = 0; d < n; ++d) {
     if (only >= 0 && d != only) continue;
-    total += count_on(d, g[d].wrong, [&] { count_wrong<<<264, 512>>>(g[d].out, bytes / 4, v, g[d].wrong); });
+    total += count_on(d, g[d].wrong, [&] { count_wrong_f32<<<264, 512>>>(g[d].out, bytes / 4, v, g[d].wrong); });
   }
   return total;
 }
@@ -386,7 +376,7 @@ int main(int argc, char** argv) {
     unsigned long long bad = 0;
     for (int d = 0; d < n; ++d) {
       const float want = (float)(((d + n - 1) % n) + 1);
-      bad += count_on(d, g[d].wrong, [&] { count_wrong<<<264, 512>>>(g[d].land, CAP / 4, want, g[d].wrong); });
+      bad += count_on(d, g[d].wrong, [&] { count_wrong_f32<<<264, 512>>>(g[d].land, CAP / 4, want, g[d].wrong); });
     }
     printf("   %llu wrong\n", bad);
   }

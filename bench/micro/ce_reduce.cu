@@ -42,15 +42,7 @@ struct Sched {
 __global__ void root_reduce(const float4* in, const float4* stage, float4* out, const u32* flag, u32 seq0, Sched s,
                             u32* timeouts) {
   for (int k = 0; k < s.m; ++k) {
-    if (threadIdx.x == 0) {
-      const long long t0 = clock64();
-      while ((int)(ld_acquire_sys(flag) - (seq0 + k + 1)) < 0) {
-        if (clock64() - t0 > 4000000000ll) {
-          atomicAdd(timeouts, 1u);
-          break;
-        }
-      }
-    }
+    if (threadIdx.x == 0) wait_u32_bounded(flag, seq0 + k + 1, timeouts);
     __syncthreads();
     const u64 v0 = s.off[k] / 16, v1 = s.off[k + 1] / 16;
     for (u64 v = v0 + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < v1; v += (u64)gridDim.x * blockDim.x) {
@@ -60,14 +52,6 @@ __global__ void root_reduce(const float4* in, const float4* stage, float4* out, 
   }
 }
 
-__global__ void fill_f32(float* p, u64 n, float v) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = v;
-}
-__global__ void count_wrong(const float* p, u64 n, float v, unsigned long long* wrong) {
-  u64 bad = 0;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) bad += p[i] != v;
-  if (bad) atomicAdd(wrong, bad);
-}
 
 struct Gpu {
   float *in, *stage, *out;
@@ -194,7 +178,7 @@ int main() {
       fflush(stdout);
     }
     const unsigned long long bad = count_on(0, g[0].wrong, [&] {
-      count_wrong<<<sms * 4, 512>>>(g[0].out, cap / 4, 3.0f, g[0].wrong);
+      count_wrong_f32<<<sms * 4, 512>>>(g[0].out, cap / 4, 3.0f, g[0].wrong);
     });
     CK(cudaSetDevice(0));
     CK(cudaMemset(g[0].out, 0, cap));

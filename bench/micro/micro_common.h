@@ -2,9 +2,10 @@
 // names, CK / CU (abort with file, line, call and the CUDA runtime / driver error on any
 // failure), the most GPUs a run drives, the GPU checks and peer access every run starts
 // with, the system-scope release store and acquire loads, the slowest GPU's time between two events (slowest_ms),
-// a device-side count (count_on) and the grid-strided 16-byte copy every store
-// measurement starts from (grid_copy). Each .cu still builds alone: nvcc finds this
-// header beside it.
+// a device-side count (count_on), the grid-strided 16-byte copy every store
+// measurement starts from (grid_copy), the f32 fill / check kernels and the bounded
+// cyclic u32 flag wait of the copy-engine micros (fill_f32, count_wrong_f32,
+// wait_u32_bounded). Each .cu still builds alone: nvcc finds this header beside it.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -149,4 +150,27 @@ __global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec) {
     }
   }
   for (; v < nvec; v += g) dst[v] = src[v];
+}
+
+// p[0..n) = v, grid-strided.
+__global__ void fill_f32(float* p, u64 n, float v) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = v;
+}
+// *wrong += the number of p[0..n) that are not v.
+__global__ void count_wrong_f32(const float* p, u64 n, float v, unsigned long long* wrong) {
+  u64 bad = 0;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) bad += p[i] != v;
+  if (bad) atomicAdd(wrong, bad);
+}
+
+// Wait (the calling thread) until *flag has reached `want`, compared cyclically (u32
+// sequence numbers that wrap), at most ~2 s: then count a timeout and go on (no hang).
+__device__ __forceinline__ void wait_u32_bounded(const u32* flag, u32 want, u32* timeouts) {
+  const long long t0 = clock64();
+  while ((int)(ld_acquire_sys(flag) - want) < 0) {
+    if (clock64() - t0 > 4000000000ll) {
+      atomicAdd(timeouts, 1u);
+      return;
+    }
+  }
 }

@@ -1321,8 +1321,9 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     };
     let (mut cap, mut least) = (None, f64::INFINITY);
     for a in caps {
-        if cost(a) < least - 1e-9 {
-            (cap, least) = (Some(a), cost(a));
+        let c = cost(a);
+        if c < least - 1e-9 {
+            (cap, least) = (Some(a), c);
         }
     }
     if rooted.iter().any(|r| r.1) {

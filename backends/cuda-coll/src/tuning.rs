@@ -961,6 +961,8 @@ pub fn rooted_windows(
     // what a size costs on the others' assignment (nothing ran there: no preference)
     let rest =
         |i: usize| others[i].map_or(0.0, |c| cell(i, kernels.start + c).unwrap_or(f64::INFINITY));
+    // what a size costs on LL16 (no column: the file's kernel, no preference)
+    let small = |i: usize| ll16.map_or(0.0, |c| cell(i, c).unwrap_or(f64::INFINITY));
     let caps: Vec<u64> = match ll16 {
         Some(c) => std::iter::once(0)
             .chain(
@@ -973,7 +975,6 @@ pub fn rooted_windows(
     };
     let mut out = Vec::new();
     for a in caps {
-        let small = |i: usize| ll16.map_or(0.0, |c| cell(i, c).unwrap_or(f64::INFINITY));
         let ends: Vec<u64> = match ll63 {
             Some(_) => std::iter::once(a)
                 .chain(
