@@ -43,6 +43,8 @@
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
 //                                    n-1 reduce-scatter steps into the next rank's
 //                                    staging and/or n-1 all-gather steps into its output.
+//   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring up to its first
+//                                    all-gather step; the copy engines do the rest.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
@@ -1619,18 +1621,26 @@ extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll6
 // rank reads and then writes its own segment in the same thread.
 // Host: n >= 2, whole 16-byte vectors, staging of >= the input bytes (all-reduce and
 // reduce-scatter).
+// All-reduce head (COLL_RING_AR_HEAD, 3 or more ranks, dma.rs allreduce_ring_tail):
+// the all-reduce ring's reduce-scatter steps and its first all-gather step only (rank r
+// sends its finished segment r to the next rank and waits for segment r-1); the copy
+// engines then move the other n-2 all-gather steps, one whole segment per copy (one
+// peer per copy: the one pattern where a copy engine outruns SM stores, ~392 against
+// ~366 GB/s per GPU on 4 x H200).
 #define COLL_RING_AR 0
 #define COLL_RING_RS 1
 #define COLL_RING_AG 2
+#define COLL_RING_AR_HEAD 3
 template <typename Op, int MODE>
 COMMHAL_DEVICE void ring(const CollArgs& a) {
+  constexpr bool AR = MODE == COLL_RING_AR || MODE == COLL_RING_AR_HEAD;
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
   const u32 n = a.nranks, r = a.rank;
   const u32 next = (r + 1) % n, prev = (r + n - 1) % n;
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
   const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
-  const u64 maxlen = (MODE == COLL_RING_AR) ? (units + n - 1) / n : units;
+  const u64 maxlen = AR ? (units + n - 1) / n : units;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
   u32 rounds = 0;  // R
   for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
@@ -1642,7 +1652,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   bool ok = true;
   u32 k = 0;
   const u32 rs_steps = (MODE == COLL_RING_AG) ? 0 : n - 1;
-  const u32 ag_steps = (MODE == COLL_RING_RS) ? 0 : n - 1;
+  const u32 ag_steps = (MODE == COLL_RING_RS) ? 0 : (MODE == COLL_RING_AR_HEAD) ? 1 : n - 1;
   for (u32 s = 0; s < rs_steps + ag_steps + 1; ++s) {
     const bool rs = MODE != COLL_RING_AG && s < rs_steps;
     const bool last = s == rs_steps + ag_steps;  // wait-only rounds
@@ -1650,7 +1660,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
     // the last rounds: reduce-scatter finishes segment r; the others only wait
     const u32 seg = rs ? (r + 2 * n - s - 1) % n : (last ? r : (r + n - t) % n);
     u64 sb, se;  // segment [sb, se) in vectors
-    if (MODE == COLL_RING_AR) {
+    if (AR) {
       partition(units, n, seg, sb, se);
     } else {
       sb = (u64)seg * units;
@@ -1682,7 +1692,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
             },
             [&](u64 v, v16 x) {
               out_next[sb + v] = x;
-              if (MODE == COLL_RING_AR || in + v != out + sb + v) out[sb + v] = x;
+              if (AR || in + v != out + sb + v) out[sb + v] = x;
             });
       } else {
         chunk_for(
@@ -1697,6 +1707,9 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
 extern "C" __global__ void commhal_coll_allreduce_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_AR>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ring_bf16(CollArgs a) { ring<OpBF16, COLL_RING_AR>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ring_f32(CollArgs a) { ring<OpF32, COLL_RING_AR>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ring_head_f16(CollArgs a) { ring<OpF16, COLL_RING_AR_HEAD>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ring_head_bf16(CollArgs a) { ring<OpBF16, COLL_RING_AR_HEAD>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ring_head_f32(CollArgs a) { ring<OpF32, COLL_RING_AR_HEAD>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_RS>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_ring_bf16(CollArgs a) { ring<OpBF16, COLL_RING_RS>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_ring_f32(CollArgs a) { ring<OpF32, COLL_RING_RS>(a); }

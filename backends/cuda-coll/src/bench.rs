@@ -401,7 +401,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} / all-reduce tail (3+ ranks) {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -420,6 +420,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.bcast_ce_min,
             t.reduce_ce_min,
             t.sendrecv_ce_min,
+            t.ar_ce_min,
             provenance(comm, args)
         );
         header(args, n, "commhal");
@@ -746,6 +747,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         bcast_ce_min: Some(0),
         sendrecv_ce_min: Some(0),
         reduce_ce_min: Some(0),
+        ar_ce_min: Some(0),
         ..Forced::default()
     };
     // the copy engines against whatever kernel the file picks (the last candidate)
@@ -820,49 +822,67 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             },
         ],
         Collective::Sendrecv => ce_or_not(),
-        Collective::Allreduce => vec![
-            Candidate {
-                name: "ll",
-                kernel: Some(Kernel::AllreduceLl),
-                forced: Forced {
-                    ll_max: Some(TUNE_LL_MAX),
-                    push_min: Some(0),
-                    ..f
+        Collective::Allreduce => {
+            let mut cands = vec![
+                Candidate {
+                    name: "ll",
+                    kernel: Some(Kernel::AllreduceLl),
+                    forced: Forced {
+                        ll_max: Some(TUNE_LL_MAX),
+                        push_min: Some(0),
+                        ..f
+                    },
+                    applies: |b, _| b <= TUNE_LL_MAX && b.is_multiple_of(8),
                 },
-                applies: |b, _| b <= TUNE_LL_MAX && b.is_multiple_of(8),
-            },
-            Candidate {
-                name: "two-shot",
-                kernel: Some(Kernel::Allreduce2Shot),
-                forced: Forced {
-                    ll_max: Some(0),
-                    push_min: Some(0),
-                    ..f
+                Candidate {
+                    name: "two-shot",
+                    kernel: Some(Kernel::Allreduce2Shot),
+                    forced: Forced {
+                        ll_max: Some(0),
+                        push_min: Some(0),
+                        ..f
+                    },
+                    applies: |_, _| true,
                 },
-                applies: |_, _| true,
-            },
-            Candidate {
-                name: "push",
-                kernel: Some(Kernel::AllreducePush),
-                forced: Forced {
-                    ll_max: Some(0),
-                    push_min: Some(1),
-                    ..f
+                Candidate {
+                    name: "push",
+                    kernel: Some(Kernel::AllreducePush),
+                    forced: Forced {
+                        ll_max: Some(0),
+                        push_min: Some(1),
+                        ..f
+                    },
+                    applies: |b, _| b >= TUNE_PUSH_MIN,
                 },
-                applies: |b, _| b >= TUNE_PUSH_MIN,
-            },
-            Candidate {
-                name: "ring",
-                kernel: Some(Kernel::AllreduceRing),
-                forced: Forced {
-                    ll_max: Some(0),
-                    push_min: Some(0),
-                    ar_ring_min: Some(1),
-                    ..f
+                Candidate {
+                    name: "ring",
+                    kernel: Some(Kernel::AllreduceRing),
+                    forced: Forced {
+                        ll_max: Some(0),
+                        push_min: Some(0),
+                        ar_ring_min: Some(1),
+                        ..f
+                    },
+                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
                 },
-                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-            },
-        ],
+            ];
+            if n >= 3 {
+                // last: the ring with the copy engines' all-gather tail
+                cands.push(Candidate {
+                    name: "ce",
+                    kernel: Some(Kernel::AllreduceRingHead),
+                    forced: Forced {
+                        ll_max: Some(0),
+                        push_min: Some(0),
+                        ar_ring_min: Some(1),
+                        ar_ce_min: Some(1),
+                        ..f
+                    },
+                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+                });
+            }
+            cands
+        }
         Collective::Allgather | Collective::Reducescatter => {
             let gather = coll == Collective::Allgather;
             let (ll, direct, ring) = if gather {
@@ -1232,8 +1252,17 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
 pub fn derive(sweeps: &[Sweep]) -> Derived {
     let mut d = Derived::default();
     let find = |c: Collective| sweeps.iter().find(|s| s.collective == c);
+    // the copy engines: a last column "ce" (2-rank broadcast and reduce, send-recv,
+    // the all-reduce ring's tail on 3+ ranks)
+    let ce_col = |s: &Sweep| s.candidates.iter().position(|c| *c == "ce");
     if let Some(s) = find(Collective::Allreduce) {
-        d.allreduce(&s.sizes, &s.times);
+        match ce_col(s) {
+            Some(k) => {
+                d.allreduce(&s.sizes, &tuning::first_columns(&s.times, k));
+                d.allreduce_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
+            }
+            None => d.allreduce(&s.sizes, &s.times),
+        }
     }
     for (c, gather) in [
         (Collective::Allgather, true),
@@ -1259,8 +1288,6 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
             .position(|c| *c == "ll63")
             .filter(|&c| s.times.iter().any(|r| r.len() > c))
     };
-    // the copy engines: a last column "ce" (2-rank broadcast and reduce, send-recv)
-    let ce_col = |s: &Sweep| s.candidates.iter().position(|c| *c == "ce");
     if let Some(s) = find(Collective::Sendrecv)
         && let Some(k) = ce_col(s)
     {
@@ -1374,9 +1401,23 @@ mod tests {
     fn candidates_run_from_small_to_large_kernels() {
         let names = |c, n| candidates(c, n).iter().map(|c| c.name).collect::<Vec<_>>();
         assert_eq!(
-            names(Collective::Allreduce, 4),
+            names(Collective::Allreduce, 2),
             ["ll", "two-shot", "push", "ring"]
         );
+        // 3+ ranks: the ring with the copy-engine tail last, its threshold its own
+        assert_eq!(
+            names(Collective::Allreduce, 4),
+            ["ll", "two-shot", "push", "ring", "ce"]
+        );
+        let ce = candidates(Collective::Allreduce, 3)[4];
+        assert_eq!(ce.kernel, Some(Kernel::AllreduceRingHead));
+        assert_eq!(
+            (ce.forced.ar_ring_min, ce.forced.ar_ce_min),
+            (Some(1), Some(1))
+        );
+        for cand in &candidates(Collective::Allreduce, 4)[..4] {
+            assert_eq!(cand.forced.ar_ce_min, Some(0), "{}", cand.name);
+        }
         assert_eq!(names(Collective::Allgather, 2), ["ll", "direct", "ring"]);
         assert_eq!(
             names(Collective::Reducescatter, 8),
@@ -1430,6 +1471,7 @@ mod tests {
                     cand.kernel,
                     Some(
                         Kernel::AllreduceRing
+                            | Kernel::AllreduceRingHead
                             | Kernel::AllgatherRing
                             | Kernel::ReducescatterRing
                             | Kernel::BroadcastChain
@@ -1646,6 +1688,32 @@ mod tests {
         assert_eq!(derive(&[sr]).sendrecv_ce_min, Some(0));
         // no sweep: not measured (the file's value stays)
         assert_eq!(derive(&[]).sendrecv_ce_min, None);
+        // all-reduce on 3+ ranks [ll, two-shot, push, ring, ce]: the ring from 64M, its
+        // copy-engine tail from 1G (a tie at 256M is not a win at every larger size:
+        // it is, ties count); the kernels' thresholds from the first four columns
+        let ar = sweep(
+            Collective::Allreduce,
+            &sizes,
+            &sizes,
+            &[
+                &[9.0, 12.0, 0.0, 30.0, 45.0],
+                &[70.0, 65.0, 64.0, 82.0, 110.0],
+                &[300.0, 290.0, 286.0, 285.0, 314.0],
+                &[1150.0, 1130.0, 1120.0, 1111.0, 1128.0],
+                &[4800.0, 4500.0, 4450.0, 4400.0, 4353.0],
+            ],
+        );
+        let d = derive(&[ar.clone()]);
+        assert_eq!(d.allreduce_ring_min, Some(64 * m));
+        assert_eq!(d.allreduce_push_min, Some(16 * m));
+        assert_eq!(d.allreduce_ce_min, Some(1024 * m));
+        // a sweep without the column (2 ranks): not measured
+        let ar2 = Sweep {
+            candidates: vec!["ll", "two-shot", "push", "ring"],
+            times: tuning::first_columns(&ar.times, 4),
+            ..ar
+        };
+        assert_eq!(derive(&[ar2]).allreduce_ce_min, None);
         // 2-rank reduce [worker, chain, ll63, ce]: ce from 256M; the kernels' thresholds
         // and LL63's window from the first three columns
         let rd = Sweep {

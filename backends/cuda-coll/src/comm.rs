@@ -8,7 +8,9 @@
 //! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`,
 //! and for send/recv, 2-rank broadcasts and 2-rank reduces from the tuned
 //! `sendrecv_ce_min` / `bcast_ce_min` / `reduce_ce_min`: copies, stream writes, a bounded
-//! wait kernel and a local (reduce) kernel, see [`crate::dma`]) on [`Comm::stream`] and returns; every rank must make the same calls
+//! wait kernel and a local (reduce) kernel, see [`crate::dma`]; for all-reduces on 3+
+//! ranks from the tuned `ar_ce_min`: the ring kernel's first half, then copies, stream
+//! writes and bounded wait kernels) on [`Comm::stream`] and returns; every rank must make the same calls
 //! (collective, dtype, count, in-place) in the same order, and, since those routes run
 //! the kernels inside a CUDA graph capture, capture them all or none. Completion:
 //! synchronise the stream ([`Comm::sync`], which also reports a device-side timeout).
@@ -87,6 +89,11 @@ pub struct Tuning {
     /// reducing chunk by chunk ([`crate::dma::DmaPath::reduce_pair`]; `u64::MAX`: never;
     /// also never inside a CUDA graph capture).
     pub reduce_ce_min: u64,
+    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring kernel stops after its
+    /// first all-gather step, the copy engines doing the other n-2
+    /// ([`crate::dma::DmaPath::allreduce_ring_tail`]; ring sizes only; `u64::MAX`:
+    /// never; also never inside a CUDA graph capture).
+    pub ar_ce_min: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
     pub ar_ring_min: u64,
     /// Smallest all-gather (output bytes) done with the ring kernel (`u64::MAX`: never).
@@ -156,6 +163,9 @@ pub enum Kernel {
     ReduceLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
+    /// The ring all-reduce up to its first all-gather step (the copy engines do the
+    /// rest: `ar_ce_min`).
+    AllreduceRingHead,
     /// Ring reduce-scatter.
     ReducescatterRing,
     /// Ring all-gather (any dtype).
@@ -214,6 +224,9 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         (AllreduceRing, Half) => "commhal_coll_allreduce_ring_f16",
         (AllreduceRing, Bfloat16) => "commhal_coll_allreduce_ring_bf16",
         (AllreduceRing, Float) => "commhal_coll_allreduce_ring_f32",
+        (AllreduceRingHead, Half) => "commhal_coll_allreduce_ring_head_f16",
+        (AllreduceRingHead, Bfloat16) => "commhal_coll_allreduce_ring_head_bf16",
+        (AllreduceRingHead, Float) => "commhal_coll_allreduce_ring_head_f32",
         (ReducescatterRing, Half) => "commhal_coll_reducescatter_ring_f16",
         (ReducescatterRing, Bfloat16) => "commhal_coll_reducescatter_ring_bf16",
         (ReducescatterRing, Float) => "commhal_coll_reducescatter_ring_f32",
@@ -245,7 +258,7 @@ pub struct Comm {
     pdl: bool,
     /// The copy-engine path: for every collective when `COMMHAL_GPU_PATH=dma` chose
     /// it (`dma_all`), else for the sizes `bcast_ce_min` / `reduce_ce_min` /
-    /// `sendrecv_ce_min` route to it (`None` when neither applies).
+    /// `sendrecv_ce_min` / `ar_ce_min` route to it (`None` when none applies).
     dma: Option<crate::dma::DmaPath>,
     /// `COMMHAL_GPU_PATH=dma`: every collective on the copy engines.
     dma_all: bool,
@@ -295,7 +308,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 23] {
+fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 24] {
     [
         ("capacity", capacity),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
@@ -353,6 +366,7 @@ fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 23] {
             "reduce_ce_min (COMMHAL_COLL_REDUCE_CE_MIN)",
             t.reduce_ce_min,
         ),
+        ("ar_ce_min (COMMHAL_COLL_AR_CE_MIN)", t.ar_ce_min),
     ]
 }
 
@@ -425,6 +439,7 @@ impl Comm {
             tuning.bcast_ce_min = u64::MAX;
             tuning.sendrecv_ce_min = u64::MAX;
             tuning.reduce_ce_min = u64::MAX;
+            tuning.ar_ce_min = u64::MAX;
         }
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
         let push_min = tuning.push_min;
@@ -567,7 +582,8 @@ impl Comm {
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
         let ce_routes = tuning.sendrecv_ce_min != u64::MAX
-            || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX));
+            || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX))
+            || (n >= 3 && tuning.ar_ce_min != u64::MAX);
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
@@ -773,6 +789,13 @@ impl Comm {
             }
     }
 
+    /// Whether an all-reduce of `bytes` that the selector put on the ring kernel ends on
+    /// the copy engines (3 or more ranks, from the tuned `ar_ce_min`; outside a graph
+    /// capture: the callers check that).
+    fn ar_ce(&self, bytes: u64) -> bool {
+        self.dma.is_some() && self.n >= 3 && bytes >= self.tuning.ar_ce_min
+    }
+
     /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
     /// threads x `unroll` vectors), at most `max_blocks`.
     fn chain_grid(&self, bytes: u64, unroll: u32) -> (u32, u32) {
@@ -819,7 +842,10 @@ impl Comm {
                 0,
             );
         }
-        let (k, grid, block) = self.kernel_plan(coll, dtype, count);
+        let (mut k, grid, block) = self.kernel_plan(coll, dtype, count);
+        if k == Kernel::AllreduceRing && !captured && self.ar_ce(count * es) {
+            k = Kernel::AllreduceRingHead;
+        }
         (kernel_name(k, dtype), grid, block)
     }
 
@@ -1075,12 +1101,20 @@ impl Comm {
             }
             return dma.launch(&c, coll, dtype, count);
         }
-        let (kernel, grid, block) = self.kernel_plan(coll, dtype, count);
+        let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
+        let ce_tail =
+            kernel == Kernel::AllreduceRing && self.ar_ce(bytes) && !self.stream.is_capturing()?;
+        if ce_tail {
+            kernel = Kernel::AllreduceRingHead;
+        }
         let name = kernel_name(kernel, dtype);
         // the chunk size the grid was computed with (kernel_plan): rings and chains differ
         let ring = matches!(
             kernel,
-            Kernel::AllreduceRing | Kernel::ReducescatterRing | Kernel::AllgatherRing
+            Kernel::AllreduceRing
+                | Kernel::AllreduceRingHead
+                | Kernel::ReducescatterRing
+                | Kernel::AllgatherRing
         );
         a.chain_unroll = if ring {
             self.tuning.ring_unroll
@@ -1101,7 +1135,20 @@ impl Comm {
         // with blocks of whole warps (ll63_grid).
         unsafe {
             self.module
-                .launch(name, &self.stream, grid, block, &a, self.pdl)
+                .launch(name, &self.stream, grid, block, &a, self.pdl)?;
+        }
+        match &self.dma {
+            Some(dma) if ce_tail => dma.allreduce_ring_tail(
+                &crate::dma::Ctx {
+                    main: &self.stream,
+                    module: &self.module,
+                    args: &a,
+                    threads: self.tuning.threads,
+                    max_blocks: self.tuning.max_blocks,
+                },
+                bytes,
+            ),
+            _ => Ok(()),
         }
     }
 
@@ -1149,6 +1196,7 @@ mod tests {
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             reduce_ce_min: 17,
+            ar_ce_min: 18,
             ar_ring_min: 9,
             ag_ring_min: 10,
             rs_ring_min: 11,
@@ -1229,6 +1277,7 @@ mod tests {
             Kernel::BroadcastLl63,
             Kernel::ReduceLl63,
             Kernel::AllreduceRing,
+            Kernel::AllreduceRingHead,
             Kernel::ReducescatterRing,
             Kernel::AllgatherRing,
         ] {

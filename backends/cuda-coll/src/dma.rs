@@ -41,6 +41,24 @@
 //! while the copy engine moves the next ones. No END: the root's kernel has waited for
 //! every chunk, and the non-root writes the staging again only after the next START.
 //!
+//! **The all-reduce ring's tail** ([`DmaPath::allreduce_ring_tail`], the tuned
+//! `ar_ce_min`, 3 or more ranks): `commhal_coll_allreduce_ring_head_*` runs the ring's
+//! reduce-scatter steps and its first all-gather step (rank r then holds its reduced
+//! segment r and the next-older segment r-1); the other n-2 all-gather steps are one
+//! `cuMemcpyAsync` each on the main stream — step t copies segment r-t from this rank's
+//! output into the next rank's, then writes [`layout::pair_ce_tag`]`(e, t)` into the
+//! next rank's [`DMA_RING`] flag, and the stream waits for the previous rank's step-t
+//! flag (segment r-t-1 here) before step t+1. A copy engine pushing to one peer while
+//! another pushes into this GPU moves ~392 GB/s per GPU against ~366 for the SM stores
+//! of the ring kernel (bench/micro/ce_pipeline.cu, session 11). In place, the step-t
+//! copy overwrites segment r-t of the next rank's input, which that rank's kernel reads
+//! in its reduce-scatter step t; no handshake is needed for it: the copy starts after
+//! the flags of rank r-t+1's kernel end (this rank's own for t = 1, the previous
+//! ranks' step flags after it), and through the ring's round flags that end comes after
+//! rank r-t's all-gather step, rank r-t-1's last reduce-scatter step, ..., and rank
+//! r+1's reduce-scatter step t. Out of place the copies touch only output segments that
+//! no kernel of this launch reads or writes.
+//!
 //! Not capturable into CUDA graphs (the flag values are baked in at capture): a capture
 //! gets a clear error. The waits are a one-warp kernel bounded by the device wait bound
 //! (`commhal_coll_dma_wait`), not `cuStreamWaitValue32`: a dead peer gives every rank
@@ -58,7 +76,7 @@ use commhal_cuda_rt::{Context, Event, Stream};
 use crate::cli::{Collective, Dtype};
 use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
-use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_START, partition};
+use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
 
 /// Stream memory operations this path needs from the driver (the waits are a kernel).
 pub const SYMBOLS: [&str; 1] = ["cuStreamWriteValue32_v2"];
@@ -380,6 +398,46 @@ impl DmaPath {
             c.module
                 .launch(name, c.main, blocks, c.threads, &args, false)
         }
+    }
+
+    /// The copy-engine all-gather steps after `commhal_coll_allreduce_ring_head_*` (queued
+    /// on `c.main` just before) for an all-reduce of `bytes` (see the module docs). The
+    /// caller checked: 3 or more ranks, `bytes` a multiple of 16 within the capacity,
+    /// `c.args` as the head kernel got them.
+    pub fn allreduce_ring_tail(&self, c: &Ctx<'_>, bytes: u64) -> Result<()> {
+        if c.main.is_capturing()? {
+            return Err(CollError::invalid(
+                "the copy-engine all-reduce tail cannot be captured into a CUDA graph (its flags are numbered by the host): the capture runs the ring kernel",
+            ));
+        }
+        let a = c.args;
+        let n = a.nranks;
+        if n < 3 || !bytes.is_multiple_of(16) {
+            return Err(CollError::invalid(format!(
+                "copy-engine all-reduce tail: needs 3 or more ranks (have {n}) and a multiple of 16 bytes (have {bytes})"
+            )));
+        }
+        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let me = a.rank;
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let out = |r: u32| a.output[r as usize];
+        for t in 1..n - 1 {
+            // segment me - t: the kernel's all-gather step brought it here for t = 1,
+            // the wait of step t - 1 for the others
+            let (b, x) = partition(bytes / 16, n, (me + n - t) % n);
+            let (off, len) = (b * 16, (x - b) * 16);
+            let tag = layout::pair_ce_tag(e, t as usize);
+            copy_then_signal(
+                c.main,
+                a,
+                next,
+                DMA_RING,
+                tag,
+                (out(next) + off, out(me) + off, len),
+            )?;
+            self.wait_all(c, DMA_RING, tag, std::iter::once(prev))?;
+        }
+        Ok(())
     }
 
     /// START: tell every peer this rank reached launch `e`, wait until all did.

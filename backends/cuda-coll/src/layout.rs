@@ -15,7 +15,8 @@ pub const OFF_ERROR: u64 = 12;
 /// Start-barrier flags: `u64 [MAX_RANKS][MAX_BLOCKS]`, indexed by sender.
 pub const OFF_START_FLAGS: u64 = 4096;
 /// Copy-engine path flags: u32 at `OFF_DMA_FLAGS + (kind * MAX_RANKS + sender) * 8`
-/// ([`dma_flag`]); kinds [`DMA_START`], [`DMA_MID`], [`DMA_END`], [`DMA_CHUNK`].
+/// ([`dma_flag`]); kinds [`DMA_START`], [`DMA_MID`], [`DMA_END`], [`DMA_CHUNK`],
+/// [`DMA_RING`].
 pub const OFF_DMA_FLAGS: u64 = 1024;
 /// Copy-engine path flag kinds.
 pub const DMA_START: u64 = 0;
@@ -26,6 +27,9 @@ pub const DMA_END: u64 = 2;
 /// The 2-rank copy-engine reduce's chunk flag ([`pair_ce_tag`] values; the root's
 /// `commhal_coll_reduce_pair_ce_*` kernel waits on it).
 pub const DMA_CHUNK: u64 = 3;
+/// The all-reduce ring's copy-engine all-gather steps: [`pair_ce_tag`]`(e, t)` from the
+/// previous rank = its step-`t` segment is in this rank's output.
+pub const DMA_RING: u64 = 4;
 
 /// The 2-rank copy-engine reduce's smallest chunk (bytes): the transfer is cut into
 /// chunks that each leave [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left — 5B/8, then
@@ -280,14 +284,14 @@ mod tests {
         assert_eq!(define("COLL_MAX_BLOCKS"), MAX_BLOCKS.to_string());
         assert_eq!(define("COLL_OFF_DONE_EPOCHS"), OFF_DONE_EPOCHS.to_string());
         // the done words sit between the copy-engine flags and the start flags
-        assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32) <= OFF_DONE_EPOCHS);
+        assert!(dma_flag(DMA_RING, MAX_RANKS as u32) <= OFF_DONE_EPOCHS);
         assert!(OFF_DONE_EPOCHS + 8 * MAX_RANKS as u64 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_OFF_ERROR"), OFF_ERROR.to_string());
         assert_eq!(define("COLL_OFF_START_FLAGS"), OFF_START_FLAGS.to_string());
         assert_eq!(define("COLL_OFF_DMA_FLAGS"), OFF_DMA_FLAGS.to_string());
         // the copy-engine flags fit between the header words and the START flags
         assert!(dma_flag(DMA_START, 0) >= OFF_ERROR + 4);
-        assert!(dma_flag(DMA_CHUNK, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
+        assert!(dma_flag(DMA_RING, MAX_RANKS as u32 - 1) + 4 <= OFF_START_FLAGS);
         assert_eq!(define("COLL_DMA_CHUNK"), DMA_CHUNK.to_string());
         assert_eq!(define("COLL_PAIR_CE_FLOOR"), PAIR_CE_FLOOR.to_string());
         assert_eq!(

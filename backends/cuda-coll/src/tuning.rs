@@ -123,6 +123,13 @@ pub const HEADER: &str = "\
 #                          each chunk as it lands (since session 13; 16-byte multiples
 #                          only; not inside a CUDA graph capture). Tuned as
 #                          broadcast_ce_min, with `ce` after the reduce kernels
+#     allreduce_ce_min     (optional; absent or 0: never) from this size an all-reduce
+#                          on 3 or more ranks runs the ring kernel up to its first
+#                          all-gather step and the copy engines do the other n-2: one
+#                          cuMemcpyAsync of a whole segment to the next rank per step,
+#                          a stream write, a bounded wait kernel (since session 15;
+#                          ring sizes only; not inside a CUDA graph capture). Tuned
+#                          as sendrecv_ce_min, with `ce` after the all-reduce kernels
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -143,6 +150,7 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_RS_PUSH_MAX, COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
 # COMMHAL_COLL_REDUCE_ALL_MAX, COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
 # COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN, COMMHAL_COLL_REDUCE_CE_MIN,
+# COMMHAL_COLL_AR_CE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
 # COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
 #
@@ -223,6 +231,10 @@ pub struct Section {
     /// Smallest reduce (bytes) on 2 ranks done by the copy engine (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ce_min: Option<u64>,
+    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring hands its last
+    /// all-gather steps to the copy engines (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_ce_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ring_min: Option<u64>,
@@ -400,6 +412,7 @@ static FALLBACK: Section = Section {
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
+    allreduce_ce_min: None,
     allreduce_ring_min: None,
     allgather_ring_min: None,
     reducescatter_ring_min: None,
@@ -487,6 +500,8 @@ pub struct Forced {
     pub sendrecv_ce_min: Option<u64>,
     /// Smallest copy-engine reduce, 2 ranks (0: never).
     pub reduce_ce_min: Option<u64>,
+    /// Smallest all-reduce whose ring ends on the copy engines, 3+ ranks (0: never).
+    pub ar_ce_min: Option<u64>,
     /// Largest LL16 broadcast / reduce (still never above the LL chunk cap).
     pub rooted_ll_max: Option<u64>,
 }
@@ -685,6 +700,11 @@ pub fn resolve_with(
         "COMMHAL_COLL_REDUCE_CE_MIN",
         s.reduce_ce_min,
     );
+    let ar_ce_min = min_or_never(
+        forced.ar_ce_min,
+        "COMMHAL_COLL_AR_CE_MIN",
+        s.allreduce_ce_min,
+    );
     let reduce_all_max = pick(
         forced.reduce_all_max,
         None,
@@ -780,6 +800,7 @@ pub fn resolve_with(
             bcast_ce_min,
             sendrecv_ce_min,
             reduce_ce_min,
+            ar_ce_min,
             chain_unroll,
             ring_unroll,
             threads,
@@ -1064,6 +1085,8 @@ pub struct Derived {
     pub sendrecv_ce_min: Option<u64>,
     /// `reduce_ce_min` (0: never).
     pub reduce_ce_min: Option<u64>,
+    /// `allreduce_ce_min` (0: never).
+    pub allreduce_ce_min: Option<u64>,
     /// `broadcast_reduce_ll_max` (0: never LL16).
     pub broadcast_reduce_ll_max: Option<u64>,
 }
@@ -1235,6 +1258,11 @@ impl Derived {
                 "sendrecv_ce_min",
             ),
             (self.reduce_ce_min, &mut s.reduce_ce_min, "reduce_ce_min"),
+            (
+                self.allreduce_ce_min,
+                &mut s.allreduce_ce_min,
+                "allreduce_ce_min",
+            ),
             (
                 self.broadcast_reduce_ll_max,
                 &mut s.broadcast_reduce_ll_max,
@@ -1425,6 +1453,7 @@ mod tests {
         full.broadcast_ce_min = Some(13);
         full.sendrecv_ce_min = Some(14);
         full.reduce_ce_min = Some(15);
+        full.allreduce_ce_min = Some(16);
         full.allreduce_ring_min = Some(6);
         full.allgather_ring_min = Some(7);
         full.reducescatter_ring_min = Some(8);
