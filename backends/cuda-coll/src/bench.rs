@@ -1703,7 +1703,7 @@ mod tests {
                 &[4800.0, 4500.0, 4450.0, 4400.0, 4353.0],
             ],
         );
-        let d = derive(&[ar.clone()]);
+        let d = derive(std::slice::from_ref(&ar));
         assert_eq!(d.allreduce_ring_min, Some(64 * m));
         assert_eq!(d.allreduce_push_min, Some(16 * m));
         assert_eq!(d.allreduce_ce_min, Some(1024 * m));
