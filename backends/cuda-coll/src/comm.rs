@@ -789,11 +789,26 @@ impl Comm {
             }
     }
 
-    /// Whether an all-reduce of `bytes` that the selector put on the ring kernel ends on
-    /// the copy engines (3 or more ranks, from the tuned `ar_ce_min`; outside a graph
-    /// capture: the callers check that).
-    fn ar_ce(&self, bytes: u64) -> bool {
-        self.dma.is_some() && self.n >= 3 && bytes >= self.tuning.ar_ce_min
+    /// Whether a collective of `bytes` that the selector put on `kernel` ends on the copy
+    /// engines: the all-reduce ring on 3 or more ranks from the tuned `ar_ce_min` (it
+    /// then runs as [`Kernel::AllreduceRingHead`]). Outside a graph capture only: the
+    /// callers check that (last, since it asks the driver).
+    fn ce_tail(&self, kernel: Kernel, bytes: u64) -> bool {
+        kernel == Kernel::AllreduceRing
+            && self.dma.is_some()
+            && self.n >= 3
+            && bytes >= self.tuning.ar_ce_min
+    }
+
+    /// What the copy-engine routes of [`crate::dma`] get for a launch with `args`.
+    fn dma_ctx<'a>(&'a self, args: &'a CollArgs) -> crate::dma::Ctx<'a> {
+        crate::dma::Ctx {
+            main: &self.stream,
+            module: &self.module,
+            args,
+            threads: self.tuning.threads,
+            max_blocks: self.tuning.max_blocks,
+        }
     }
 
     /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
@@ -843,7 +858,7 @@ impl Comm {
             );
         }
         let (mut k, grid, block) = self.kernel_plan(coll, dtype, count);
-        if k == Kernel::AllreduceRing && !captured && self.ar_ce(count * es) {
+        if !captured && self.ce_tail(k, count * es) {
             k = Kernel::AllreduceRingHead;
         }
         (kernel_name(k, dtype), grid, block)
@@ -1089,21 +1104,14 @@ impl Comm {
         if let Some(dma) = &self.dma
             && (self.dma_all || (self.ce_route(coll, bytes) && !self.stream.is_capturing()?))
         {
-            let c = crate::dma::Ctx {
-                main: &self.stream,
-                module: &self.module,
-                args: &a,
-                threads: self.tuning.threads,
-                max_blocks: self.tuning.max_blocks,
-            };
+            let c = self.dma_ctx(&a);
             if !self.dma_all && coll == Collective::Reduce {
                 return dma.reduce_pair(&c, dtype, count);
             }
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let ce_tail =
-            kernel == Kernel::AllreduceRing && self.ar_ce(bytes) && !self.stream.is_capturing()?;
+        let ce_tail = self.ce_tail(kernel, bytes) && !self.stream.is_capturing()?;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
         }
@@ -1138,16 +1146,7 @@ impl Comm {
                 .launch(name, &self.stream, grid, block, &a, self.pdl)?;
         }
         match &self.dma {
-            Some(dma) if ce_tail => dma.allreduce_ring_tail(
-                &crate::dma::Ctx {
-                    main: &self.stream,
-                    module: &self.module,
-                    args: &a,
-                    threads: self.tuning.threads,
-                    max_blocks: self.tuning.max_blocks,
-                },
-                bytes,
-            ),
+            Some(dma) if ce_tail => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes),
             _ => Ok(()),
         }
     }
