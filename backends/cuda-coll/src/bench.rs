@@ -794,6 +794,13 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         },
         applies: |b, _| b >= 16 && b.is_multiple_of(16),
     };
+    // the 2-rank broadcast / reduce: the copy engines last, from the chains' sizes
+    let ce_last = |forced| Candidate {
+        name: "ce",
+        kernel: None,
+        forced,
+        applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+    };
     let direct = Candidate {
         name: "direct",
         kernel: Some(Kernel::Broadcast),
@@ -811,18 +818,24 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             ll16(Kernel::BroadcastLl),
             direct,
             bcast_ll63,
-            Candidate {
-                name: "ce",
-                kernel: None,
-                forced: Forced {
-                    bcast_ce_min: Some(1),
-                    ..f
-                },
-                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-            },
+            ce_last(Forced {
+                bcast_ce_min: Some(1),
+                ..f
+            }),
         ],
         Collective::Sendrecv => ce_or_not(),
         Collective::Allreduce => {
+            let ring = Candidate {
+                name: "ring",
+                kernel: Some(Kernel::AllreduceRing),
+                forced: Forced {
+                    ll_max: Some(0),
+                    push_min: Some(0),
+                    ar_ring_min: Some(1),
+                    ..f
+                },
+                applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+            };
             let mut cands = vec![
                 Candidate {
                     name: "ll",
@@ -854,17 +867,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     },
                     applies: |b, _| b >= TUNE_PUSH_MIN,
                 },
-                Candidate {
-                    name: "ring",
-                    kernel: Some(Kernel::AllreduceRing),
-                    forced: Forced {
-                        ll_max: Some(0),
-                        push_min: Some(0),
-                        ar_ring_min: Some(1),
-                        ..f
-                    },
-                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-                },
+                ring,
             ];
             if n >= 3 {
                 // last: the ring with the copy engines' all-gather tail
@@ -872,13 +875,10 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     name: "ce",
                     kernel: Some(Kernel::AllreduceRingHead),
                     forced: Forced {
-                        ll_max: Some(0),
-                        push_min: Some(0),
-                        ar_ring_min: Some(1),
                         ar_ce_min: Some(1),
-                        ..f
+                        ..ring.forced
                     },
-                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
+                    ..ring
                 });
             }
             cands
@@ -1017,15 +1017,10 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
             });
             if n == 2 {
                 // after the kernels (and LL63's window): the copy engine from some size
-                cands.push(Candidate {
-                    name: "ce",
-                    kernel: None,
-                    forced: Forced {
-                        reduce_ce_min: Some(1),
-                        ..f
-                    },
-                    applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
-                });
+                cands.push(ce_last(Forced {
+                    reduce_ce_min: Some(1),
+                    ..f
+                }));
             }
             cands
         }

@@ -214,7 +214,7 @@ impl DmaPath {
                 a.stage_slot_bytes
             )));
         }
-        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let e = self.next_launch();
         let peer = |k: u32| (me + k) % n;
         self.handshake(c, DMA_START, e)?;
         match coll {
@@ -350,7 +350,7 @@ impl DmaPath {
                 layout::PAIR_CE_MAX_CHUNKS
             )));
         }
-        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let e = self.next_launch();
         let (me, root) = (a.rank, a.root);
         // START one way: the root's staging is free once its stream reaches this call
         // (its earlier kernels read it), so it tells the non-root and goes on; the
@@ -358,23 +358,15 @@ impl DmaPath {
         // its kernel): nothing it touches depends on the non-root otherwise.
         if me != root {
             self.wait_all(c, DMA_START, e, std::iter::once(root))?;
+            // the root's staging area holds `bytes` (checked above), the input too
+            // (launch_rooted checked the capacity)
             for (k, &(off, len)) in chunks.iter().enumerate() {
-                // SAFETY: the root's staging area (mapped for the Comm's lifetime) holds
-                // `bytes` (checked above); the input holds `bytes` (launch_rooted checked
-                // the capacity); the flag is 4-aligned in the root's scratch.
-                unsafe {
-                    driver::copy_async(
-                        c.main,
-                        a.stage[root as usize] + off,
-                        a.input[me as usize] + off,
-                        len,
-                    )?;
-                    driver::write_value32(
-                        c.main,
-                        a.scratch[root as usize] + layout::dma_flag(DMA_CHUNK, me),
-                        layout::pair_ce_tag(e, k),
-                    )?;
-                }
+                let chunk = (
+                    a.stage[root as usize] + off,
+                    a.input[me as usize] + off,
+                    len,
+                );
+                copy_then_signal(c.main, a, root, DMA_CHUNK, layout::pair_ce_tag(e, k), chunk)?;
             }
             return Ok(());
         }
@@ -417,7 +409,7 @@ impl DmaPath {
                 "copy-engine all-reduce tail: needs 3 or more ranks (have {n}) and a multiple of 16 bytes (have {bytes})"
             )));
         }
-        let e = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let e = self.next_launch();
         let me = a.rank;
         let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
         let out = |r: u32| a.output[r as usize];
@@ -438,6 +430,13 @@ impl DmaPath {
             self.wait_all(c, DMA_RING, tag, std::iter::once(prev))?;
         }
         Ok(())
+    }
+
+    /// The number `e` of the next launch on any copy-engine route. One counter for all
+    /// of them, so the flag values a route writes ([`layout::pair_ce_tag`] included)
+    /// grow from one launch to the next whichever routes the launches took.
+    fn next_launch(&self) -> u32 {
+        self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
     }
 
     /// START: tell every peer this rank reached launch `e`, wait until all did.
