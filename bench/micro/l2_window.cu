@@ -12,7 +12,7 @@
 //
 // Ring permutation d -> d+1, every GPU at once, 1 GiB moved per launch, GB/s per GPU
 // (slowest GPU), median of 5; the destination index wraps at the window (1G = linear):
-//   grid W   grid-strided 16-byte vectors, 4 in flight per thread (grid_copy's shape)
+//   grid W   grid-strided 16-byte vectors, 4 in flight per thread (grid_copy<3>)
 //   round W  the chains' shape: block b copies rounds of 512 threads x 8 vectors
 //            (64 KiB), then __syncthreads and a st.release.sys of the round number into a
 //            flag in the peer (what chain_signal does; nobody waits for it here)
@@ -34,20 +34,6 @@
 
 #include "micro_common.h"
 
-// grid-strided copy of nvec vectors, destination index v & mask
-__global__ void grid_window(const uint4* src, uint4* dst, u64 nvec, u64 mask) {
-  const u64 g = (u64)gridDim.x * blockDim.x;
-  u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; v + 3 * g < nvec; v += 4 * g) {
-    uint4 x[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) x[k] = src[v + k * g];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) dst[(v + k * g) & mask] = x[k];
-  }
-  for (; v < nvec; v += g) dst[v & mask] = src[v];
-}
-
 // rounds of blockDim.x x 8 vectors per block (block b: rounds b, b + B, ...), each ended
 // by __syncthreads and a system-scope release of the round number into flag[b]
 __global__ void round_window(const uint4* src, uint4* dst, u64 nvec, u64 mask, u64* flag) {
@@ -66,16 +52,6 @@ __global__ void round_window(const uint4* src, uint4* dst, u64 nvec, u64 mask, u
     __syncthreads();
     if (threadIdx.x == 0) st_release_sys(flag + blockIdx.x, k + 1);
   }
-}
-
-// Counts the 16-byte vectors of p[0, nvec) that are not `word` in every lane.
-__global__ void count_wrong(const uint4* p, u64 nvec, u32 word, unsigned long long* bad) {
-  u64 n = 0;
-  for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (u64)gridDim.x * blockDim.x) {
-    const uint4 x = p[v];
-    n += x.x != word || x.y != word || x.z != word || x.w != word;
-  }
-  if (n) atomicAdd(bad, n);
 }
 
 struct Gpu {
@@ -128,7 +104,7 @@ int main(int argc, char** argv) {
           CK(cudaEventRecord(me.e0, me.s));
           for (int r = 0; r < reps; ++r) {
             if (kind == 0)
-              grid_window<<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask);
+              grid_copy<3><<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask);
             else
               round_window<<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask, g[up].flag);
             CK(cudaGetLastError());
@@ -143,7 +119,7 @@ int main(int argc, char** argv) {
       for (int d = 0; d < n; ++d) {
         const int from = (d + n - 1) % n;
         const u32 want = 0x01010101u * (u32)(from + 1);
-        bad += count_on(d, g[d].bad, [&] { count_wrong<<<264, 512>>>(g[d].dst, w / 16, want, g[d].bad); });
+        bad += count_on(d, g[d].bad, [&] { count_wrong_word<<<264, 512>>>(g[d].dst, w / 16, want, g[d].bad); });
       }
       printf("%-6s %5lluM %8.1f GB/s  (min %.1f max %.1f)  %llu wrong\n", kind == 0 ? "grid" : "round", w >> 20,
              runs[2], runs[0], runs[4], bad);

@@ -3,7 +3,7 @@
 // failure), the most GPUs a run drives, the GPU checks and peer access every run starts
 // with, the system-scope release store and acquire loads, the slowest GPU's time between two events (slowest_ms),
 // a device-side count (count_on), the grid-strided 16-byte copy every store
-// measurement starts from (grid_copy), the f32 fill / check kernels and the bounded
+// measurement starts from (grid_copy), the 16-byte-word check (count_wrong_word), the f32 fill / check kernels and the bounded
 // cyclic u32 flag wait of the copy-engine micros (fill_f32, count_wrong_f32,
 // wait_u32_bounded). Each .cu still builds alone: nvcc finds this header beside it.
 #pragma once
@@ -132,10 +132,12 @@ __device__ __forceinline__ uint4 ld_na(const uint4* p) {
 
 // nvec 16-byte vectors src -> dst, grid-strided (v = tid + k * G), 4 vectors in flight per
 // thread: the store kernels' pattern (store_pattern's "grid" rows, ce_pipeline's sm_st,
-// mixed_push). MODE 0 plain, 1 .cs stores, 2 no_allocate loads.
+// mixed_push). MODE 0 plain, 1 .cs stores, 2 no_allocate loads, 3 plain with the
+// destination index wrapped at `mask` (dst[v & mask]: l2_window's windows).
 template <int MODE>
-__global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec) {
+__global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec, u64 mask = ~0ull) {
   const u64 g = (u64)gridDim.x * blockDim.x;
+  const auto at = [&](u64 v) { return MODE == 3 ? v & mask : v; };
   u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   for (; v + 3 * g < nvec; v += 4 * g) {
     uint4 x[4];
@@ -146,10 +148,20 @@ __global__ void grid_copy(const uint4* src, uint4* dst, u64 nvec) {
       if (MODE == 1)
         st_cs(dst + v + k * g, x[k]);
       else
-        dst[v + k * g] = x[k];
+        dst[at(v + k * g)] = x[k];
     }
   }
-  for (; v < nvec; v += g) dst[v] = src[v];
+  for (; v < nvec; v += g) dst[at(v)] = src[v];
+}
+
+// *bad += the number of 16-byte vectors of p[0, nvec) that are not `word` in every lane.
+__global__ void count_wrong_word(const uint4* p, u64 nvec, u32 word, unsigned long long* bad) {
+  u64 n = 0;
+  for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (u64)gridDim.x * blockDim.x) {
+    const uint4 x = p[v];
+    n += x.x != word || x.y != word || x.z != word || x.w != word;
+  }
+  if (n) atomicAdd(bad, n);
 }
 
 // p[0..n) = v, grid-strided.

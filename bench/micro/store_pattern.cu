@@ -71,16 +71,6 @@ __global__ void warp_copy(const uint4* src, uint4* dst, u64 nvec, u64 cv) {
   }
 }
 
-// Counts the 16-byte vectors of p[0, nvec) that are not `word` in every lane.
-__global__ void count_wrong(const uint4* p, u64 nvec, u32 word, unsigned long long* bad) {
-  u64 n = 0;
-  for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += (u64)gridDim.x * blockDim.x) {
-    const uint4 x = p[v];
-    n += x.x != word || x.y != word || x.z != word || x.w != word;
-  }
-  if (n) atomicAdd(bad, n);
-}
-
 struct Gpu {
   cudaStream_t s;
   uint4* src;
@@ -176,7 +166,7 @@ int main(int argc, char** argv) {
       const int up = (d + n - 1) % n;
       if (v.uni && up % 2) continue;  // not written in this variant
       const u32 want = 0x01010101u * (u32)(up + 1);
-      bad += count_on(d, g[d].bad, [&] { count_wrong<<<264, 512>>>(g[d].dst, cap / 16, want, g[d].bad); });
+      bad += count_on(d, g[d].bad, [&] { count_wrong_word<<<264, 512>>>(g[d].dst, cap / 16, want, g[d].bad); });
     }
     printf("   %llu wrong\n", bad);
   }
