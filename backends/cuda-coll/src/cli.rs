@@ -97,7 +97,7 @@ impl Dtype {
             Dtype::Float => 4,
         }
     }
-    /// Kernel-name suffix.
+    /// Kernel-name suffix (the one [`typed_kernel!`] appends).
     pub fn suffix(self) -> &'static str {
         match self {
             Dtype::Half => "f16",
@@ -123,6 +123,20 @@ impl Dtype {
         }
     }
 }
+
+/// The entry point of `$base`'s instantiation for `$dtype`: `$base` + `_f16` / `_bf16` /
+/// `_f32` ([`Dtype::suffix`]), a `&'static str` built at compile time (launches are hot:
+/// no allocation). The one place a dtype picks a kernel name.
+macro_rules! typed_kernel {
+    ($dtype:expr, $base:literal) => {
+        match $dtype {
+            $crate::cli::Dtype::Half => concat!($base, "_f16"),
+            $crate::cli::Dtype::Bfloat16 => concat!($base, "_bf16"),
+            $crate::cli::Dtype::Float => concat!($base, "_f32"),
+        }
+    };
+}
+pub(crate) use typed_kernel;
 
 /// IEEE half bits of a small non-negative integer (≤ 2048: exact).
 fn f16_exact_int(v: u32) -> u32 {

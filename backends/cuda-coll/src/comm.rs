@@ -31,7 +31,7 @@ use commhal_cuda_rt::{Context, KernelCache, Stream, VmmAllocation, jit};
 use commhal_device_src::COLL_NVLINK;
 use commhal_hal::bootstrap::Bootstrap;
 
-use crate::cli::{Collective, Dtype};
+use crate::cli::{Collective, Dtype, typed_kernel};
 use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
 use crate::layout::{self, CollArgs, MAX_RANKS};
@@ -174,63 +174,34 @@ pub enum Kernel {
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
 pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
-    use Dtype::*;
     use Kernel::*;
-    match (k, dtype) {
-        (AllreduceLl, Half) => "commhal_coll_allreduce_ll_f16",
-        (AllreduceLl, Bfloat16) => "commhal_coll_allreduce_ll_bf16",
-        (AllreduceLl, Float) => "commhal_coll_allreduce_ll_f32",
-        (Allreduce2Shot, Half) => "commhal_coll_allreduce_2shot_f16",
-        (Allreduce2Shot, Bfloat16) => "commhal_coll_allreduce_2shot_bf16",
-        (Allreduce2Shot, Float) => "commhal_coll_allreduce_2shot_f32",
-        (Reducescatter, Half) => "commhal_coll_reducescatter_f16",
-        (Reducescatter, Bfloat16) => "commhal_coll_reducescatter_bf16",
-        (Reducescatter, Float) => "commhal_coll_reducescatter_f32",
-        (Allgather, _) => "commhal_coll_allgather",
-        (AllgatherLl, _) => "commhal_coll_allgather_ll",
-        (ReducescatterLl, Half) => "commhal_coll_reducescatter_ll_f16",
-        (ReducescatterLl, Bfloat16) => "commhal_coll_reducescatter_ll_bf16",
-        (ReducescatterLl, Float) => "commhal_coll_reducescatter_ll_f32",
-        (AllreducePush, Half) => "commhal_coll_allreduce_push_f16",
-        (AllreducePush, Bfloat16) => "commhal_coll_allreduce_push_bf16",
-        (AllreducePush, Float) => "commhal_coll_allreduce_push_f32",
-        (ReducescatterPush, Half) => "commhal_coll_reducescatter_push_f16",
-        (ReducescatterPush, Bfloat16) => "commhal_coll_reducescatter_push_bf16",
-        (ReducescatterPush, Float) => "commhal_coll_reducescatter_push_f32",
-        (Broadcast, _) => "commhal_coll_broadcast",
-        (BroadcastSf, _) => "commhal_coll_broadcast_sf",
-        (Reduce, Half) => "commhal_coll_reduce_f16",
-        (Reduce, Bfloat16) => "commhal_coll_reduce_bf16",
-        (Reduce, Float) => "commhal_coll_reduce_f32",
-        (ReduceAll, Half) => "commhal_coll_reduce_all_f16",
-        (ReduceAll, Bfloat16) => "commhal_coll_reduce_all_bf16",
-        (ReduceAll, Float) => "commhal_coll_reduce_all_f32",
-        (Alltoall, _) => "commhal_coll_alltoall",
-        (BroadcastLl, _) => "commhal_coll_broadcast_ll",
-        (ReduceLl, Half) => "commhal_coll_reduce_ll_f16",
-        (ReduceLl, Bfloat16) => "commhal_coll_reduce_ll_bf16",
-        (ReduceLl, Float) => "commhal_coll_reduce_ll_f32",
-        (Sendrecv, _) => "commhal_coll_sendrecv",
-        (AlltoallLl, _) => "commhal_coll_alltoall_ll",
-        (SendrecvLl, _) => "commhal_coll_sendrecv_ll",
-        (BroadcastChain, _) => "commhal_coll_broadcast_chain",
-        (BroadcastLl63, _) => "commhal_coll_broadcast_ll63",
-        (ReduceLl63, Half) => "commhal_coll_reduce_ll63_f16",
-        (ReduceLl63, Bfloat16) => "commhal_coll_reduce_ll63_bf16",
-        (ReduceLl63, Float) => "commhal_coll_reduce_ll63_f32",
-        (ReduceChain, Half) => "commhal_coll_reduce_chain_f16",
-        (ReduceChain, Bfloat16) => "commhal_coll_reduce_chain_bf16",
-        (ReduceChain, Float) => "commhal_coll_reduce_chain_f32",
-        (AllreduceRing, Half) => "commhal_coll_allreduce_ring_f16",
-        (AllreduceRing, Bfloat16) => "commhal_coll_allreduce_ring_bf16",
-        (AllreduceRing, Float) => "commhal_coll_allreduce_ring_f32",
-        (AllreduceRingHead, Half) => "commhal_coll_allreduce_ring_head_f16",
-        (AllreduceRingHead, Bfloat16) => "commhal_coll_allreduce_ring_head_bf16",
-        (AllreduceRingHead, Float) => "commhal_coll_allreduce_ring_head_f32",
-        (ReducescatterRing, Half) => "commhal_coll_reducescatter_ring_f16",
-        (ReducescatterRing, Bfloat16) => "commhal_coll_reducescatter_ring_bf16",
-        (ReducescatterRing, Float) => "commhal_coll_reducescatter_ring_f32",
-        (AllgatherRing, _) => "commhal_coll_allgather_ring",
+    match k {
+        AllreduceLl => typed_kernel!(dtype, "commhal_coll_allreduce_ll"),
+        Allreduce2Shot => typed_kernel!(dtype, "commhal_coll_allreduce_2shot"),
+        Reducescatter => typed_kernel!(dtype, "commhal_coll_reducescatter"),
+        Allgather => "commhal_coll_allgather",
+        AllgatherLl => "commhal_coll_allgather_ll",
+        ReducescatterLl => typed_kernel!(dtype, "commhal_coll_reducescatter_ll"),
+        AllreducePush => typed_kernel!(dtype, "commhal_coll_allreduce_push"),
+        ReducescatterPush => typed_kernel!(dtype, "commhal_coll_reducescatter_push"),
+        Broadcast => "commhal_coll_broadcast",
+        BroadcastSf => "commhal_coll_broadcast_sf",
+        Reduce => typed_kernel!(dtype, "commhal_coll_reduce"),
+        ReduceAll => typed_kernel!(dtype, "commhal_coll_reduce_all"),
+        Alltoall => "commhal_coll_alltoall",
+        BroadcastLl => "commhal_coll_broadcast_ll",
+        ReduceLl => typed_kernel!(dtype, "commhal_coll_reduce_ll"),
+        Sendrecv => "commhal_coll_sendrecv",
+        AlltoallLl => "commhal_coll_alltoall_ll",
+        SendrecvLl => "commhal_coll_sendrecv_ll",
+        BroadcastChain => "commhal_coll_broadcast_chain",
+        BroadcastLl63 => "commhal_coll_broadcast_ll63",
+        ReduceLl63 => typed_kernel!(dtype, "commhal_coll_reduce_ll63"),
+        ReduceChain => typed_kernel!(dtype, "commhal_coll_reduce_chain"),
+        AllreduceRing => typed_kernel!(dtype, "commhal_coll_allreduce_ring"),
+        AllreduceRingHead => typed_kernel!(dtype, "commhal_coll_allreduce_ring_head"),
+        ReducescatterRing => typed_kernel!(dtype, "commhal_coll_reducescatter_ring"),
+        AllgatherRing => "commhal_coll_allgather_ring",
     }
 }
 
@@ -1300,6 +1271,16 @@ mod tests {
                 ) {
                     assert!(name.ends_with(d.suffix()), "{name}");
                 }
+            }
+        }
+        // The copy-engine path's own kernels.
+        for d in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
+            for name in [
+                crate::dma::reduce_pair_ce_kernel(d),
+                crate::dma::reduce_local_kernel(d),
+            ] {
+                assert!(COLL_NVLINK.kernels.contains(&name), "{name}");
+                assert!(name.ends_with(d.suffix()), "{name}");
             }
         }
     }

@@ -73,7 +73,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use commhal_cuda_rt::{Context, Event, Stream};
 
-use crate::cli::{Collective, Dtype};
+use crate::cli::{Collective, Dtype, typed_kernel};
 use crate::driver::{self, CollModule};
 use crate::error::{CollError, Result};
 use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
@@ -124,6 +124,16 @@ fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()
     }
 }
 
+/// The 2-rank reduce route's root kernel for `dtype` (see the module docs).
+pub(crate) fn reduce_pair_ce_kernel(dtype: Dtype) -> &'static str {
+    typed_kernel!(dtype, "commhal_coll_reduce_pair_ce")
+}
+
+/// The local reduction (input + staging slots, no remote access) for `dtype`.
+pub(crate) fn reduce_local_kernel(dtype: Dtype) -> &'static str {
+    typed_kernel!(dtype, "commhal_coll_reduce_local")
+}
+
 /// Blocks of a local kernel over `bytes` (one 16-byte vector per thread, grid-strided
 /// beyond `c.max_blocks`).
 fn local_blocks(c: &Ctx<'_>, bytes: u64) -> u32 {
@@ -131,15 +141,6 @@ fn local_blocks(c: &Ctx<'_>, bytes: u64) -> u32 {
         .div_ceil(16)
         .div_ceil(u64::from(c.threads))
         .clamp(1, u64::from(c.max_blocks)) as u32
-}
-
-/// The entry point of `dtype` among a kernel's `[f16, bf16, f32]` instantiations.
-fn by_dtype(dtype: Dtype, names: [&'static str; 3]) -> &'static str {
-    match dtype {
-        Dtype::Half => names[0],
-        Dtype::Bfloat16 => names[1],
-        Dtype::Float => names[2],
-    }
 }
 
 /// Side streams, fork/join events and the launch counter of one communicator.
@@ -374,14 +375,7 @@ impl DmaPath {
         let mut args = *a;
         args.root = e;
         let blocks = local_blocks(c, bytes);
-        let name = by_dtype(
-            dtype,
-            [
-                "commhal_coll_reduce_pair_ce_f16",
-                "commhal_coll_reduce_pair_ce_bf16",
-                "commhal_coll_reduce_pair_ce_f32",
-            ],
-        );
+        let name = reduce_pair_ce_kernel(dtype);
         // SAFETY: the kernel reads this rank's input and staging area and writes its
         // output, `bytes` each (checked above and by launch_rooted), and reads one flag
         // of its own scratch; `args` is the Comm's own block with `root` carrying `e`
@@ -539,14 +533,7 @@ impl DmaPath {
         args.output[me] = output;
         args.count = count;
         let blocks = local_blocks(c, count * dtype.size());
-        let name = by_dtype(
-            dtype,
-            [
-                "commhal_coll_reduce_local_f16",
-                "commhal_coll_reduce_local_bf16",
-                "commhal_coll_reduce_local_f32",
-            ],
-        );
+        let name = reduce_local_kernel(dtype);
         // SAFETY: `input` / `output` are chunks of this rank's own allocations (or its
         // own staging slot) of `count` elements; the staging slots of the peers here
         // hold `count` elements each (checked at the top of `launch`); the kernel touches
