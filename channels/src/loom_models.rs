@@ -53,7 +53,7 @@ fn loom_fifo_no_loss_no_dup_per_producer_order() {
             })
             .collect();
         let mut got: Vec<(u32, u64)> = Vec::new();
-        let mut take = |fifo: &Fifo, got: &mut Vec<(u32, u64)>| match fifo.peek() {
+        let take = |fifo: &Fifo, got: &mut Vec<(u32, u64)>| match fifo.peek() {
             Some((ticket, t)) => {
                 assert_eq!(ticket, got.len() as u64, "tickets are consumed in order");
                 got.push((t.semaphore, t.size));
