@@ -54,34 +54,16 @@ __global__ void round_window(const uint4* src, uint4* dst, u64 nvec, u64 mask, u
   }
 }
 
-struct Gpu {
-  cudaStream_t s;
-  uint4* src;
-  uint4* dst;
-  u64* flag;
-  unsigned long long* bad;
-  cudaEvent_t e0, e1;
-  int sms;
-};
-
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 4;
   require_gpus(n);
   enable_peers(n);
   const u64 cap = 1ull << 30;
-  std::vector<Gpu> g(n);
+  std::vector<StoreGpu> g = store_gpus(n, cap);
+  std::vector<u64*> flag(n);  // the round kernel's per-round flags, in the receiver
   for (int d = 0; d < n; ++d) {
     CK(cudaSetDevice(d));
-    CK(cudaStreamCreateWithFlags(&g[d].s, cudaStreamNonBlocking));
-    CK(cudaMalloc(&g[d].src, cap));
-    CK(cudaMalloc(&g[d].dst, cap));
-    CK(cudaMalloc(&g[d].flag, 8 * 1024));
-    CK(cudaMemset(g[d].src, d + 1, cap));
-    CK(cudaMalloc(&g[d].bad, 8));
-    CK(cudaEventCreate(&g[d].e0));
-    CK(cudaEventCreate(&g[d].e1));
-    CK(cudaDeviceGetAttribute(&g[d].sms, cudaDevAttrMultiProcessorCount, d));
-    CK(cudaDeviceSynchronize());
+    CK(cudaMalloc(&flag[d], 8 * 1024));
   }
   const u64 windows[] = {1ull << 30, 256ull << 20, 64ull << 20, 32ull << 20, 16ull << 20, 8ull << 20};
   printf("# l2_window: %d GPUs, ring permutation d -> d+1, 1 GiB per launch, 512 threads x 1 block per SM; GB/s per GPU (slowest), median of 5\n", n);
@@ -90,7 +72,7 @@ int main(int argc, char** argv) {
       for (int d = 0; d < n; ++d) {
         CK(cudaSetDevice(d));
         CK(cudaMemset(g[d].dst, 0, cap));
-        CK(cudaMemset(g[d].flag, 0, 8 * 1024));
+        CK(cudaMemset(flag[d], 0, 8 * 1024));
         CK(cudaDeviceSynchronize());
       }
       const u64 nvec = cap / 16, mask = w / 16 - 1;
@@ -99,14 +81,14 @@ int main(int argc, char** argv) {
       for (int rep = 0; rep < 5; ++rep) {
         for (int d = 0; d < n; ++d) {
           CK(cudaSetDevice(d));
-          Gpu& me = g[d];
+          StoreGpu& me = g[d];
           const int up = (d + 1) % n;
           CK(cudaEventRecord(me.e0, me.s));
           for (int r = 0; r < reps; ++r) {
             if (kind == 0)
               grid_copy<3><<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask);
             else
-              round_window<<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask, g[up].flag);
+              round_window<<<me.sms, 512, 0, me.s>>>(me.src, g[up].dst, nvec, mask, flag[up]);
             CK(cudaGetLastError());
           }
           CK(cudaEventRecord(me.e1, me.s));

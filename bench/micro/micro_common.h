@@ -2,7 +2,7 @@
 // names, CK / CU (abort with file, line, call and the CUDA runtime / driver error on any
 // failure), the most GPUs a run drives, the GPU checks and peer access every run starts
 // with, the system-scope release store and acquire loads, the slowest GPU's time between two events (slowest_ms),
-// a device-side count (count_on), the grid-strided 16-byte copy every store
+// a device-side count (count_on), the peer-store micros' per-GPU setup (store_gpus), the grid-strided 16-byte copy every store
 // measurement starts from (grid_copy), the 16-byte-word check (count_wrong_word), the f32 fill / check kernels and the bounded
 // cyclic u32 flag wait of the copy-engine micros (fill_f32, count_wrong_f32,
 // wait_u32_bounded). Each .cu still builds alone: nvcc finds this header beside it.
@@ -116,6 +116,34 @@ inline unsigned long long count_on(int d, unsigned long long* counter, Launch la
   unsigned long long c = 0;
   CK(cudaMemcpy(&c, counter, 8, cudaMemcpyDeviceToHost));
   return c;
+}
+
+// One GPU of the peer-store micros (store_pattern, l2_window): a non-blocking stream, a
+// source of `cap` bytes filled with byte d + 1, a destination of `cap` bytes, a device
+// counter for count_on, the events slowest_ms reads, the SM count.
+struct StoreGpu {
+  cudaStream_t s;
+  uint4* src;
+  uint4* dst;
+  unsigned long long* bad;
+  cudaEvent_t e0, e1;
+  int sms;
+};
+inline std::vector<StoreGpu> store_gpus(int n, u64 cap) {
+  std::vector<StoreGpu> g(n);
+  for (int d = 0; d < n; ++d) {
+    CK(cudaSetDevice(d));
+    CK(cudaStreamCreateWithFlags(&g[d].s, cudaStreamNonBlocking));
+    CK(cudaMalloc(&g[d].src, cap));
+    CK(cudaMalloc(&g[d].dst, cap));
+    CK(cudaMemset(g[d].src, d + 1, cap));
+    CK(cudaMalloc(&g[d].bad, 8));
+    CK(cudaEventCreate(&g[d].e0));
+    CK(cudaEventCreate(&g[d].e1));
+    CK(cudaDeviceGetAttribute(&g[d].sms, cudaDevAttrMultiProcessorCount, d));
+    CK(cudaDeviceSynchronize());
+  }
+  return g;
 }
 
 __device__ __forceinline__ void st_cs(uint4* p, uint4 v) {

@@ -71,33 +71,12 @@ __global__ void warp_copy(const uint4* src, uint4* dst, u64 nvec, u64 cv) {
   }
 }
 
-struct Gpu {
-  cudaStream_t s;
-  uint4* src;
-  uint4* dst;
-  unsigned long long* bad;
-  cudaEvent_t e0, e1;
-  int sms;
-};
-
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 4;
   require_gpus(n);
   enable_peers(n);
   const u64 cap = 1ull << 30;
-  std::vector<Gpu> g(n);
-  for (int d = 0; d < n; ++d) {
-    CK(cudaSetDevice(d));
-    CK(cudaStreamCreateWithFlags(&g[d].s, cudaStreamNonBlocking));
-    CK(cudaMalloc(&g[d].src, cap));
-    CK(cudaMalloc(&g[d].dst, cap));
-    CK(cudaMemset(g[d].src, d + 1, cap));
-    CK(cudaMalloc(&g[d].bad, 8));
-    CK(cudaEventCreate(&g[d].e0));
-    CK(cudaEventCreate(&g[d].e1));
-    CK(cudaDeviceGetAttribute(&g[d].sms, cudaDevAttrMultiProcessorCount, d));
-    CK(cudaDeviceSynchronize());
-  }
+  std::vector<StoreGpu> g = store_gpus(n, cap);
   struct V {
     const char* name;
     int kind;  // 0 grid, 1 grid.cs, 2 grid.na, 3 block, 4 warp
@@ -135,7 +114,7 @@ int main(int argc, char** argv) {
         for (int d = 0; d < n; ++d) {
           if (v.uni && d % 2) continue;
           CK(cudaSetDevice(d));
-          Gpu& me = g[d];
+          StoreGpu& me = g[d];
           uint4* dst = g[(d + 1) % n].dst;
           const int blocks = v.bps > 0 ? me.sms * v.bps : -v.bps;
           const u64 nvec = B / 16;
