@@ -746,15 +746,21 @@ mod tests {
         assert!(s2.command.starts_with("commhal ") && s2.command.ends_with("--ranks 2"));
         assert!(s2.note.contains("1K..1M x2, half"), "{}", s2.note);
         assert!(s2.note.contains("events every 10 launches"), "{}", s2.note);
-        assert!(
-            !f.ranks[&8].tuned,
-            "the built-in 8-rank section was never tuned"
+        let builtin = tuning::TuningFile::parse(
+            include_str!("../../algorithms/tuning/gpu-cuda-h200.toml"),
+            "built-in",
+        )
+        .unwrap();
+        assert_eq!(
+            f.ranks[&8], builtin.ranks[&8],
+            "the built-in 8-rank section is kept"
         );
         assert_eq!(write_tuning(&t, &args, &outcome(4, false)).unwrap(), 0);
         let text = std::fs::read_to_string(&out).unwrap();
         let g = tuning::TuningFile::parse(&text, "o").unwrap();
         assert_eq!(&g.ranks[&2], s2, "the 2-rank section is kept");
-        assert!(g.ranks[&4].tuned && !g.ranks[&8].tuned);
+        assert!(g.ranks[&4].tuned);
+        assert_eq!(g.ranks[&8], builtin.ranks[&8]);
         assert!(
             text.contains("#   [ranks.4] tuned on NVIDIA H200 (4 ranks)"),
             "{text}"

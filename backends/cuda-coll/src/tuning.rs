@@ -137,9 +137,9 @@ pub const HEADER: &str = "\
 #                          five (from 1 MiB) since session 4; the values below came
 #                          from hand A/Bs (the section's note says which)
 #     chain_unroll, ring_unroll
-#                          (optional, 1..32, absent: 4) vectors per thread in one chunk
-#                          of the chains / the rings (threads x unroll x 16 bytes); not
-#                          swept: set from a measured A/B
+#                          (optional, 1..32, absent: chains 4, rings 16) vectors per
+#                          thread in one chunk of the chains / the rings (threads x
+#                          unroll x 16 bytes); not swept: set from a measured A/B
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
@@ -248,7 +248,7 @@ pub struct Section {
     /// Vectors per thread in one chain chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_unroll: Option<u64>,
-    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_RING_UNROLL`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_unroll: Option<u64>,
 }
@@ -422,8 +422,14 @@ static FALLBACK: Section = Section {
     max_blocks: 0,
 };
 
-/// Vectors per thread in a chain / ring chunk when the section does not say.
+/// Vectors per thread in a chain chunk when the section does not say.
 pub const DEFAULT_CHAIN_UNROLL: u64 = 4;
+
+/// Vectors per thread in a ring chunk when the section does not say: 16 was the fastest
+/// of 4 / 8 / 16 / 32 on 4 and 8 H200s (8 ranks, 1 GiB: all-gather 2815 / 2600 / 2576 /
+/// 2585 µs, reduce-scatter 3160 / 2708 / 2654 / 2656; session 19's untuned 8-rank
+/// section ran the rings at 4 and lost to NCCL by 2-13 %).
+pub const DEFAULT_RING_UNROLL: u64 = 16;
 
 /// Largest per-peer LL chunk any setting can ask for (bytes).
 pub const LL_CHUNK_CAP: u64 = 4 << 20;
@@ -726,12 +732,20 @@ pub fn resolve_with(
         false,
         s.reduce_ll63_max.unwrap_or(0),
     );
-    let mut unroll = |var: &'static str, file: Option<u64>| {
-        pick(None, None, var, true, file.unwrap_or(DEFAULT_CHAIN_UNROLL))
+    let mut unroll = |var: &'static str, file: Option<u64>, default: u64| {
+        pick(None, None, var, true, file.unwrap_or(default))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
     };
-    let chain_unroll = unroll("COMMHAL_COLL_CHAIN_UNROLL", s.chain_unroll);
-    let ring_unroll = unroll("COMMHAL_COLL_RING_UNROLL", s.ring_unroll);
+    let chain_unroll = unroll(
+        "COMMHAL_COLL_CHAIN_UNROLL",
+        s.chain_unroll,
+        DEFAULT_CHAIN_UNROLL,
+    );
+    let ring_unroll = unroll(
+        "COMMHAL_COLL_RING_UNROLL",
+        s.ring_unroll,
+        DEFAULT_RING_UNROLL,
+    );
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
@@ -1666,9 +1680,10 @@ mod tests {
         // 4 ranks: its own too (session 14's tuner)
         let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
         assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (256 << 10, 32 << 10));
-        // absent (8 ranks, never tuned): the chunk cap
+        // 8 ranks: its own too (session 19's tuner); absent: the chunk cap (checked in
+        // tuning_file_variable_replaces_the_embedded_file)
         let (t, _) = resolve_env("NVIDIA H200", 8, None, &[]);
-        assert_eq!(t.rooted_ll_max, t.ll_chunk_max);
+        assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (64 << 10, 2 << 10));
         // the variable, but never above the chunk cap; a chunk cap of 0 turns it off
         let (t, p) = resolve_env(
             "NVIDIA H200",
@@ -1709,6 +1724,7 @@ mod tests {
         assert_eq!(t.rs_push_min, 0, "absent: the all-reduce push minimum");
         assert_eq!(t.bcast_sf_min, u64::MAX, "file 0: never");
         assert_eq!((t.threads, t.max_blocks), (256, 16));
+        assert_eq!(t.rooted_ll_max, t.ll_chunk_max, "absent: the chunk cap");
         assert!(prov.tuned && prov.file == p && prov.ranks == 4, "{prov}");
         // the optional reduce-scatter key, and its variable
         std::fs::write(&path, format!("{text}reducescatter_push_min = 4096\n")).unwrap();
@@ -1722,7 +1738,7 @@ mod tests {
         .unwrap();
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
         assert_eq!((t.rs_push_min, t.rs_push_max), (4096, 8192));
-        // chains and rings: absent = never (u64::MAX), 0 = never, unroll default 4,
+        // chains and rings: absent = never (u64::MAX), 0 = never, unroll default 4 / 16,
         // clamped to 1..=32; variables beat the file
         assert_eq!(
             (t.bcast_chain_min, t.reduce_chain_min),
@@ -1732,7 +1748,10 @@ mod tests {
             (t.ar_ring_min, t.ag_ring_min, t.rs_ring_min),
             (u64::MAX, u64::MAX, u64::MAX)
         );
-        assert_eq!((t.chain_unroll, t.ring_unroll), (4, 4));
+        assert_eq!(
+            (t.chain_unroll, t.ring_unroll),
+            (DEFAULT_CHAIN_UNROLL as u32, DEFAULT_RING_UNROLL as u32)
+        );
         std::fs::write(
             &path,
             format!(
@@ -1948,6 +1967,13 @@ mod tests {
         assert!(!s2.note.contains("capped"), "{}", s2.note);
         let mut g = f.clone();
         g.ranks.insert(4, s.clone());
+        g.ranks.insert(
+            3,
+            Section {
+                note: "hand values".into(),
+                ..FALLBACK.clone()
+            },
+        );
         let text = g.render().unwrap();
         assert!(
             text.contains(
@@ -1955,7 +1981,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("#   [ranks.8] not tuned"), "{text}");
+        assert!(
+            text.contains("#   [ranks.3] not tuned: hand values"),
+            "{text}"
+        );
         let back = TuningFile::parse(&text, "r").unwrap();
         assert_eq!(back.ranks[&4], s, "quotes in the command survive");
         assert_eq!(back.ranks[&2], f.ranks[&2]);
