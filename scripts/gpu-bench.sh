@@ -29,14 +29,15 @@
 # 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
 # and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
 # budget default 570 s (about 490 s on 4 x H200, session 8; GPU_BENCH_DENSE_RANKS="4"
-# runs the 4-rank half alone, about 220 s). Then
+# runs the 4-rank half alone, about 220 s; GPU_BENCH_DENSE_RANKS="8" on 8 x H200 about
+# 400 s, session 19). Then
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #
 # GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N --out
-# $OUT/gpu-cuda-h200.toml` for N = 2, then 4 (each run replaces its [ranks.N] section
-# and keeps the other; the file's header records the commands); sweeps as
-# $OUT/tune-<N>gpu.json; budget default 300 s. Copy the file to algorithms/tuning/
+# $OUT/gpu-cuda-h200.toml` for N = 2, 4, then 8 where there are that many GPUs (each
+# run replaces its [ranks.N] section and keeps the others; the file's header records the
+# commands); sweeps as $OUT/tune-<N>gpu.json; budget default 500 s. Copy the file to algorithms/tuning/
 # (and check `git diff`) to commit the tuned thresholds.
 #
 # Output ($OUT, default ./gpu-out; few files, so they all come back):
@@ -55,7 +56,7 @@ SET=${GPU_BENCH_SET:-default}
 case $SET in
   extra) BUDGET=${GPU_BENCH_BUDGET:-170} ;;
   cli) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
-  tune) BUDGET=${GPU_BENCH_BUDGET:-300} ;;
+  tune) BUDGET=${GPU_BENCH_BUDGET:-500} ;;
   dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
   dense) BUDGET=${GPU_BENCH_BUDGET:-570} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
@@ -145,9 +146,9 @@ if [[ $SET == cli ]]; then
 fi
 
 if [[ $SET == tune ]]; then
-  for N in 2 4; do
+  for N in 2 4 8; do
     ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "tune-${N}gpu" "$N" "$NGPU")"); continue; }
-    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 150 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
+    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 200 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
   done
 fi
 
