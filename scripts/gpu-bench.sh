@@ -34,8 +34,9 @@
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #
-# GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N --out
-# $OUT/gpu-cuda-h200.toml` for N = 2, 4, then 8 where there are that many GPUs (each
+# GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N -b 1K -e 1G -n 60 -w 5
+# --out $OUT/gpu-cuda-h200.toml` (every collective; the sweep of the committed 8-rank
+# section, 155 s on 8 x H200) for N = 2, 4, then 8 where there are that many GPUs (each
 # run replaces its [ranks.N] section and keeps the others; the file's header records the
 # commands); sweeps as $OUT/tune-<N>gpu.json; budget default 500 s. Copy the file to algorithms/tuning/
 # (and check `git diff`) to commit the tuned thresholds.
@@ -148,7 +149,7 @@ fi
 if [[ $SET == tune ]]; then
   for N in 2 4 8; do
     ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "tune-${N}gpu" "$N" "$NGPU")"); continue; }
-    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 200 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
+    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 200 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" -b 1K -e 1G -n 60 -w 5 --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
   done
 fi
 
