@@ -426,7 +426,7 @@ static FALLBACK: Section = Section {
 pub const DEFAULT_CHAIN_UNROLL: u64 = 4;
 
 /// Vectors per thread in a ring chunk when the section does not say: 16 was the fastest
-/// or tied of the unrolls measured on 4 and 8 H200s (4 ranks, sessions 12 and 18: 4 / 8 /
+/// or tied of the unrolls measured on 4 and 8 H200s (4 ranks, sessions 15 and 18: 4 / 8 /
 /// 16 / 32, 32 a tie; 8 ranks, 1 GiB: all-gather 2815 / 2600 / 2576 / 2585 µs,
 /// reduce-scatter 3160 / 2708 / 2654 / 2656; session 19's first 8-rank section had no
 /// key, ran the rings at 4 and lost to NCCL by 2-13 %).
