@@ -746,11 +746,7 @@ mod tests {
         assert!(s2.command.starts_with("commhal ") && s2.command.ends_with("--ranks 2"));
         assert!(s2.note.contains("1K..1M x2, half"), "{}", s2.note);
         assert!(s2.note.contains("events every 10 launches"), "{}", s2.note);
-        let builtin = tuning::TuningFile::parse(
-            include_str!("../../algorithms/tuning/gpu-cuda-h200.toml"),
-            "built-in",
-        )
-        .unwrap();
+        let (_, builtin, _) = tuning::embedded_for("NVIDIA H200").unwrap();
         assert_eq!(
             f.ranks[&8], builtin.ranks[&8],
             "the built-in 8-rank section is kept"
