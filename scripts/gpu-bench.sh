@@ -38,8 +38,8 @@
 # --out $OUT/gpu-cuda-h200.toml` (every collective; the sweep of the committed 8-rank
 # section, 155 s on 8 x H200) for N = 2, 4, then 8 where there are that many GPUs (each
 # run replaces its [ranks.N] section and keeps the others; the file's header records the
-# commands); sweeps as $OUT/tune-<N>gpu.json; budget default 500 s. Copy the file to algorithms/tuning/
-# (and check `git diff`) to commit the tuned thresholds.
+# commands); sweeps as $OUT/tune-<N>gpu.json; budget default 500 s. Copy the file to
+# algorithms/tuning/ (and check `git diff`) to commit the tuned thresholds.
 #
 # Output ($OUT, default ./gpu-out; few files, so they all come back):
 #   bench-<N>gpu.log   every step's output, in order, with a header per step (the tune

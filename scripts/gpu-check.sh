@@ -79,12 +79,9 @@ if have $CONF gpu-conformance && have $G/commhal gpu-conformance; then
   if ((NGPU >= 2)); then
     step conformance-nvlink-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-nvlink
     step conformance-dma-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-dma
-    if ((NGPU >= 4)); then
-      step conformance-all-4gpu 100 $G/commhal launch -n 4 -- $CONF conformance --backend all --quick
-    fi
-    if ((NGPU >= 8)); then
-      step conformance-all-8gpu 100 $G/commhal launch -n 8 -- $CONF conformance --backend all --quick
-    fi
+    for N in 4 8; do
+      ((NGPU >= N)) && step conformance-all-${N}gpu 100 $G/commhal launch -n $N -- $CONF conformance --backend all --quick
+    done
     step bench-2gpu 90 $G/commhal launch -n 2 -- $CONF bench
     if command -v compute-sanitizer >/dev/null; then
       # One sanitizer per rank process (compute-sanitizer follows one process tree).
