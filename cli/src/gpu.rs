@@ -102,6 +102,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         ll_max,
         timeout_ms: a.timeout_ms.unwrap_or(10_000),
         dead_rank: None,
+        cycle_roots: false,
         print_tables: !a.json,
     })
 }
@@ -368,6 +369,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         ll_max: None,
         timeout_ms: t.timeout_ms,
         dead_rank: None,
+        cycle_roots: false,
         print_tables: true,
     };
     Ok((args, colls))

@@ -78,10 +78,11 @@
 // After its round k a block raises chain flag [rank][block] of the next rank to
 // (e << 32) | (k + 1) (st.release.sys after __syncthreads); the next rank's same block
 // waits for it (ld.acquire.sys, then __syncthreads) before it reads the chunk. Values
-// grow across launches (e grows), so a flag never has to be reset. Only the START
-// barrier: the chain's own flags order everything a rank reads in this launch, and a
+// grow across launches (e grows), so a flag never has to be reset. Only a start
+// handshake: the chain's own flags order everything a rank reads in this launch, and a
 // rank writes into a peer (output or staging) again only after the next launch's START
-// barrier, i.e. after that peer completed this launch.
+// barrier, i.e. after that peer completed this launch — or, between chains queued back
+// to back, after the next rank alone started it (chain_start: overlap).
 //
 // LL slots are double-buffered by epoch parity: the slot a rank writes in launch e was
 // last written in launch e-2 or earlier, and the owner finished reading it before it
@@ -117,6 +118,7 @@ using namespace commhal;
 #define COLL_OFF_BLOCK_EPOCHS (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_LL (COLL_OFF_BLOCK_EPOCHS + COLL_MAX_BLOCKS * 8)
 #define COLL_CHAIN_UNROLL_MAX 32
+#define COLL_FLAG_CHAIN_OVERLAP 1
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -137,8 +139,10 @@ struct CollArgs {
   u32 chain_unroll;             // chain / ring kernels: vectors per thread per chunk (1..32)
   u64 ll63_small_off;           // LL63 chains: the small region's offset in every scratch
   u64 ll63_small_half;          // LL63 chains: bytes of one of its parity halves (0: none)
+  u32 flags;                    // COLL_FLAG_* bits
+  u32 flags_pad;
 };
-static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8, "CollArgs layout");
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8, "CollArgs layout");
 
 COMMHAL_DEVICE u64 now_ns() {
   u64 t;
@@ -1180,6 +1184,54 @@ COMMHAL_DEVICE u32 chain_unroll(const CollArgs& a) {
   return min(max(a.chain_unroll, 1u), (u32)COLL_CHAIN_UNROLL_MAX);
 }
 
+// Start of a chain launch. A chain rank stores only into the next rank (its output or
+// staging) and reads only its own memory, so what it must know before storing is that
+// the next rank's earlier stream work is over (nothing there still reads or writes
+// those bytes). The START barrier with every rank gives that and more: it makes the
+// first rank of launch e + 1 wait for the LAST rank of launch e, so chains queued back
+// to back pay their whole fill (one round of lag per hop) every launch.
+// Overlap (COLL_FLAG_CHAIN_OVERLAP, set by the host only when the previous operation it
+// issued on this communicator was a chain kernel, outside graph capture and with no
+// plan algorithms ever set): a block waits only until the same block of the next rank
+// has started this launch (its previous launch is over) and tells the previous rank the
+// same, in the START flag slots (value e: they only grow). Safe because the previous
+// launch was a chain too (checked here on the device as well, so a graph replayed in
+// between falls back): in it the only rank storing into the next rank was this one,
+// and the first chain of a run of chains took the full barrier, so every rank had
+// finished every non-chain launch before it. The chain words: this rank's own slot
+// [rank][b] of its START flags (no rank ever writes its own slot), epoch of the last
+// chain launch, written like the epoch words (block b reads word b, then stores e into
+// words b, b + grid, ...), so every block of every rank decides the same way.
+COMMHAL_DEVICE void chain_start(const CollArgs& a, u64 e, bool stores) {
+  __shared__ u64 s_last_chain;
+  u64* words = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
+               (u64)a.rank * COLL_MAX_BLOCKS;
+  if (threadIdx.x == 0) s_last_chain = load_relaxed(words + blockIdx.x);
+  __syncthreads();
+  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
+       w += (u64)blockDim.x * gridDim.x) {
+    store_relaxed(words + w, e);
+  }
+  if (!(a.flags & COLL_FLAG_CHAIN_OVERLAP) || s_last_chain + 1 != e) {
+    block_barrier(a, COLL_OFF_START_FLAGS, e);
+    return;
+  }
+  const u32 n = a.nranks, next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
+  if (threadIdx.x == 0 && prev != a.rank) {
+    store_release(reinterpret_cast<u64*>(a.scratch[prev] + COLL_OFF_START_FLAGS) +
+                      (u64)a.rank * COLL_MAX_BLOCKS + blockIdx.x,
+                  e);
+  }
+  // another warp than the one that posted, where the block has one
+  if (threadIdx.x == (blockDim.x > 32 ? 32u : 0u) && stores && next != a.rank) {
+    wait_flag(a,
+              reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
+                  (u64)next * COLL_MAX_BLOCKS + blockIdx.x,
+              e);
+  }
+  __syncthreads();
+}
+
 // Before round k: wait (thread 0, bounded) for the previous rank's flag, then let the
 // whole block read. On a timeout `ok` turns false (thread 0's copy) and the error goes to
 // this rank's error word AND the next rank's: in a chain or ring only the next rank
@@ -1230,10 +1282,10 @@ COMMHAL_DEVICE void chunk_for(const CollArgs& a, u64 c, u64 len, Load load, Stor
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
 extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root) % n;
+  chain_start(a, e, pos != n - 1);
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
@@ -1271,10 +1323,10 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
 template <typename Op>
 COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root - 1) % n;
+  chain_start(a, e, pos != n - 1);
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);

@@ -92,12 +92,23 @@ fn median(v: &mut [f64]) -> f64 {
 
 impl Bench<'_> {
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
+        self.launch_root(which, count, per, in_place, self.args.root)
+    }
+
+    fn launch_root(
+        &self,
+        which: Impl,
+        count: u64,
+        per: u64,
+        in_place: bool,
+        root: u32,
+    ) -> Result<()> {
         let a = self.args;
         let c = cli::launch_count(a.collective, count, per);
         match which {
             Impl::Commhal => self
                 .comm
-                .launch_rooted(a.collective, a.dtype, c, a.root, in_place),
+                .launch_rooted(a.collective, a.dtype, c, root, in_place),
             Impl::Nccl => {
                 let n = self
                     .nccl
@@ -113,7 +124,7 @@ impl Bench<'_> {
                         c,
                         self.comm.rank(),
                         self.comm.size(),
-                        a.root,
+                        root,
                         self.comm.input_addr(),
                         self.comm.output_addr(),
                         in_place,
@@ -123,11 +134,12 @@ impl Bench<'_> {
         }
     }
 
-    /// Bytes of the output this rank checks, and its device address.
-    fn output_region(&self, count: u64, per: u64, in_place: bool) -> (u64, u64) {
+    /// Bytes of the output this rank checks (as after a launch with `root`), and its
+    /// device address.
+    fn output_region(&self, count: u64, per: u64, in_place: bool, root: u32) -> (u64, u64) {
         let a = self.args;
         let es = a.dtype.size();
-        let len = check::checked_len(a.collective, a.dtype, self.comm.rank(), a.root, count, per);
+        let len = check::checked_len(a.collective, a.dtype, self.comm.rank(), root, count, per);
         let off = if in_place && a.collective == Collective::Reducescatter {
             u64::from(self.comm.rank()) * per * es
         } else {
@@ -172,21 +184,36 @@ impl Bench<'_> {
 
     fn checked_run(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<u64> {
         self.prepare(count, per, in_place)?;
-        self.launch(which, count, per, in_place)?;
+        let a = self.args;
+        let n = self.comm.size();
+        // --cycle-roots: n launches, roots root+1, ..., root; a reduce's result stays in
+        // the output of each rank that was root, so every rank checks as the root
+        let check_root = if a.cycle_roots && a.collective.has_root() && !in_place {
+            for k in 1..=n {
+                self.launch_root(which, count, per, false, (a.root + k) % n)?;
+            }
+            if a.collective == Collective::Reduce {
+                self.comm.rank()
+            } else {
+                a.root
+            }
+        } else {
+            self.launch(which, count, per, in_place)?;
+            a.root
+        };
         self.comm.sync("the checked run")?;
-        let (addr, len) = self.output_region(count, per, in_place);
+        let (addr, len) = self.output_region(count, per, in_place, check_root);
         let mut host = vec![0u8; len as usize];
         if len > 0 {
             // SAFETY: [addr, addr+len) lies in this rank's output allocation.
             unsafe { driver::read(self.comm.context(), addr, &mut host)? };
         }
-        let a = self.args;
         Ok(check::count_wrong(
             a.collective,
             a.dtype,
             self.comm.rank(),
             self.comm.size(),
-            a.root,
+            check_root,
             count,
             per,
             &host,

@@ -222,6 +222,13 @@ pub struct Args {
     /// Exit status 0 when every surviving rank got its error, 1 when one did not.
     #[arg(long, value_name = "RANK")]
     pub dead_rank: Option<u32>,
+    /// Broadcast / reduce, out of place: the checked run is n launches back to back
+    /// with roots `--root` + 1, + 2, ..., ending at `--root`, and every reduce root
+    /// checks its own result (a launch that overwrote a peer's staging or output
+    /// before that peer was done with the previous one gives wrong elements here,
+    /// where repeating one root would hide it: same data every launch).
+    #[arg(long)]
+    pub cycle_roots: bool,
     /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
     #[arg(skip = true)]
     pub print_tables: bool,

@@ -25,6 +25,7 @@
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use commhal_cuda_rt::{Context, KernelCache, Stream, VmmAllocation, jit};
@@ -236,6 +237,13 @@ pub struct Comm {
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
+    /// Chains queued back to back may overlap (`chain_start` in the unit): the setting
+    /// ([`chain_overlap_wanted`]) and no plan algorithm ever set on this Comm (a plan's
+    /// kernels touch the peers' buffers without the launch epochs the device check
+    /// reads). Cleared for good by [`Comm::set_algorithm`].
+    chain_overlap: AtomicBool,
+    /// The last operation this Comm queued (outside a graph capture) was a chain kernel.
+    prev_chain: AtomicBool,
 }
 
 /// What [`Comm::plan`] names for a broadcast / send-recv the tuned thresholds route to
@@ -250,6 +258,21 @@ fn gpu_path(env: Option<&str>) -> Result<bool> {
         Some("dma") => Ok(true),
         Some(v) => Err(CollError::invalid(format!(
             "COMMHAL_GPU_PATH={v}: expected `kernels` (default) or `dma`"
+        ))),
+    }
+}
+
+/// Whether a broadcast / reduce chain that directly follows another chain on the same
+/// Comm starts with a handshake with its neighbours only instead of the START barrier
+/// with every rank, so back-to-back chains overlap their fill with the previous launch
+/// (`chain_start` in the unit). `COMMHAL_COLL_CHAIN_OVERLAP`: `1` / unset on, `0` off.
+/// Every rank must agree (a setup word).
+fn chain_overlap_wanted(env: Option<&str>) -> Result<bool> {
+    match env.map(str::trim) {
+        None | Some("") | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(v) => Err(CollError::invalid(format!(
+            "COMMHAL_COLL_CHAIN_OVERLAP={v}: expected 0 or 1"
         ))),
     }
 }
@@ -279,9 +302,13 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64) -> [(&'static str, u64); 24] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: bool) -> [(&'static str, u64); 25] {
     [
         ("capacity", capacity),
+        (
+            "chain_overlap (COMMHAL_COLL_CHAIN_OVERLAP)",
+            u64::from(chain_overlap),
+        ),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
         (
             "max_blocks (COMMHAL_COLL_MAX_BLOCKS)",
@@ -461,7 +488,9 @@ impl Comm {
 
         // Exchange: sizes and the kernel-geometry settings through all_gather (every rank
         // must have resolved the same ones, see `check_setup`), fds point to point.
-        let setup = setup_words(&tuning, capacity);
+        let chain_overlap =
+            chain_overlap_wanted(std::env::var("COMMHAL_COLL_CHAIN_OVERLAP").ok().as_deref())?;
+        let setup = setup_words(&tuning, capacity, chain_overlap);
         let mine = [input.size(), output.size(), scratch.size(), stage.size()]
             .iter()
             .chain(setup.iter().map(|(_, v)| v))
@@ -542,9 +571,11 @@ impl Comm {
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
         let plans = PlanExec::new(boot, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
+        let mut chain_overlap = chain_overlap;
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
             for (algo, blocks) in crate::plan_exec::parse_overrides(&v)? {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
+                chain_overlap = false;
             }
         }
         let pdl = pdl_wanted(
@@ -580,6 +611,8 @@ impl Comm {
             capacity,
             plans,
             algos: Mutex::new(algos),
+            chain_overlap: AtomicBool::new(chain_overlap),
+            prev_chain: AtomicBool::new(false),
         })
     }
 
@@ -602,6 +635,9 @@ impl Comm {
             .lock()
             .map_err(|_| CollError::invalid("algorithm table lock poisoned"))?;
         m[coll_slot(coll)] = algo;
+        if algo.is_some() {
+            self.chain_overlap.store(false, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -1055,6 +1091,9 @@ impl Comm {
                 a.count = count * es; // bytes per chunk / of the buffer
             }
         }
+        let capturing = self.stream.is_capturing()?;
+        // the operation queued now is not a chain unless the kernel path below says so
+        let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
         if let Some((algo, blocks)) = self.algorithm(coll) {
             self.plans.launch(
                 &self.stream,
@@ -1073,7 +1112,7 @@ impl Comm {
         }
         let bytes = count * es;
         if let Some(dma) = &self.dma
-            && (self.dma_all || (self.ce_route(coll, bytes) && !self.stream.is_capturing()?))
+            && (self.dma_all || (self.ce_route(coll, bytes) && !capturing))
         {
             let c = self.dma_ctx(&a);
             if !self.dma_all && coll == Collective::Reduce {
@@ -1082,7 +1121,7 @@ impl Comm {
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let ce_tail = self.ce_tail(kernel, bytes) && !self.stream.is_capturing()?;
+        let ce_tail = self.ce_tail(kernel, bytes) && !capturing;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
         }
@@ -1100,6 +1139,10 @@ impl Comm {
         } else {
             self.tuning.chain_unroll
         };
+        let chain = matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain);
+        if chain && prev_chain && !capturing && self.chain_overlap.load(Ordering::Relaxed) {
+            a.flags |= layout::FLAG_CHAIN_OVERLAP;
+        }
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
@@ -1116,6 +1159,9 @@ impl Comm {
             self.module
                 .launch(name, &self.stream, grid, block, &a, self.pdl)?;
         }
+        // a captured launch does not run now: the next eager chain takes the barrier
+        self.prev_chain
+            .store(chain && !capturing, Ordering::Relaxed);
         match &self.dma {
             Some(dma) if ce_tail => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes),
             _ => Ok(()),
@@ -1177,12 +1223,12 @@ mod tests {
             device_timeout: Duration::from_secs(1),
         };
         let words = |t: &Tuning, cap: u64| {
-            setup_words(t, cap)
+            setup_words(t, cap, true)
                 .iter()
                 .flat_map(|(_, v)| v.to_le_bytes())
                 .collect::<Vec<u8>>()
         };
-        let mine = setup_words(&t, 1 << 20);
+        let mine = setup_words(&t, 1 << 20, true);
         assert!(check_setup(1, &mine, &words(&t, 1 << 20)).is_ok());
         let other = Tuning {
             ring_unroll: 4,

@@ -89,6 +89,9 @@ pub const OFF_BLOCK_EPOCHS: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BL
 pub const OFF_LL: u64 = OFF_BLOCK_EPOCHS + (MAX_BLOCKS as u64) * 8;
 /// Most vectors per thread in one chunk of the chain and ring kernels (`CollArgs::chain_unroll`).
 pub const CHAIN_UNROLL_MAX: u32 = 32;
+/// [`CollArgs::flags`]: this chain directly follows a chain on the same Comm and may
+/// start with the neighbour handshake (`chain_start` in the unit).
+pub const FLAG_CHAIN_OVERLAP: u32 = 1;
 /// Device error: a wait on a peer (barrier, chain / ring flag, previous launch) timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -208,6 +211,10 @@ pub struct CollArgs {
     pub ll63_small_off: u64,
     /// LL63 chains: bytes of one parity half of the small region (0: none).
     pub ll63_small_half: u64,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+    /// Padding (the unit's `flags_pad`).
+    pub flags_pad: u32,
 }
 
 /// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
@@ -337,16 +344,21 @@ mod tests {
             define("COLL_ERR_PACKET_TIMEOUT"),
             ERR_PACKET_TIMEOUT.to_string()
         );
-        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64
-        // (the unit static_asserts the same sum)
+        // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64,
+        // 2 u32 (the unit static_asserts the same sum)
         assert_eq!(
             std::mem::size_of::<CollArgs>(),
-            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8
+        );
+        assert_eq!(std::mem::offset_of!(CollArgs, flags), 320);
+        assert_eq!(
+            define("COLL_FLAG_CHAIN_OVERLAP"),
+            FLAG_CHAIN_OVERLAP.to_string()
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
         assert!(
-            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8"),
+            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8"),
             "the unit's static_assert must match this struct"
         );
         assert!(src.contains("  u64 stage_slot_bytes;"));
@@ -368,7 +380,10 @@ mod tests {
         let half_at = after
             .find("  u64 ll63_small_half;")
             .expect("u64 ll63_small_half");
-        assert!(unroll_at < off_at && off_at < half_at && half_at < after.find("};").unwrap());
+        let flags_at = after.find("  u32 flags;").expect("u32 flags");
+        let pad_at = after.find("  u32 flags_pad;").expect("u32 flags_pad");
+        assert!(unroll_at < off_at && off_at < half_at && half_at < flags_at);
+        assert!(flags_at < pad_at && pad_at < after.find("};").unwrap());
     }
 
     #[test]
