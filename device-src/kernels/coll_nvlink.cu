@@ -78,11 +78,12 @@
 // After its round k a block raises chain flag [rank][block] of the next rank to
 // (e << 32) | (k + 1) (st.release.sys after __syncthreads); the next rank's same block
 // waits for it (ld.acquire.sys, then __syncthreads) before it reads the chunk. Values
-// grow across launches (e grows), so a flag never has to be reset. Only a start
-// handshake: the chain's own flags order everything a rank reads in this launch, and a
-// rank writes into a peer (output or staging) again only after the next launch's START
-// barrier, i.e. after that peer completed this launch — or, between chains queued back
-// to back, after the next rank alone started it (chain_start: overlap).
+// grow across launches (e grows), so a flag never has to be reset; a row per launch
+// parity. Only a start handshake: the chain's own flags order everything a rank reads
+// in this launch, and a rank writes into a peer (output or staging) again only after
+// the next launch's START barrier, i.e. after that peer completed this launch — or,
+// between chains queued back to back, after the next rank alone started it, or (reduce
+// staging) consumed that round (chain_start: neighbour, credits).
 //
 // LL slots are double-buffered by epoch parity: the slot a rank writes in launch e was
 // last written in launch e-2 or earlier, and the owner finished reading it before it
@@ -115,10 +116,13 @@ using namespace commhal;
 #define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_CHAIN_FLAGS (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
-#define COLL_OFF_BLOCK_EPOCHS (COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_CREDITS (COLL_OFF_CHAIN_FLAGS + 2 * COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_LAST (COLL_OFF_CHAIN_CREDITS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_BLOCK_EPOCHS (COLL_OFF_CHAIN_LAST + 2 * COLL_MAX_BLOCKS * 8)
 #define COLL_OFF_LL (COLL_OFF_BLOCK_EPOCHS + COLL_MAX_BLOCKS * 8)
 #define COLL_CHAIN_UNROLL_MAX 32
 #define COLL_FLAG_CHAIN_OVERLAP 1
+#define COLL_FLAG_CHAIN_CREDITS 2
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -1169,9 +1173,25 @@ extern "C" __global__ void commhal_coll_reduce_all_f32(CollArgs a) { reduce_root
 // still leaving the first rank. Host: bytes % 16 == 0 (every base is 16-byte aligned),
 // grid <= COLL_MAX_BLOCKS.
 
-// Chain flag that `from` raises in rank `owner`'s scratch for this block.
-COMMHAL_DEVICE u64* chain_flag(const CollArgs& a, u32 owner, u32 from) {
+// Chain flag that `from` raises in rank `owner`'s scratch for this block, for the round
+// tagged `tag` (chain_tag): one row per launch parity, so a previous rank already in
+// launch e + 1 (credits, see chain_start) never overwrites a flag this rank still waits
+// on in launch e.
+COMMHAL_DEVICE u64* chain_flag(const CollArgs& a, u32 owner, u32 from, u64 tag) {
   return reinterpret_cast<u64*>(a.scratch[owner] + COLL_OFF_CHAIN_FLAGS) +
+         (((tag >> 32) & 1) * COLL_MAX_RANKS + from) * COLL_MAX_BLOCKS + blockIdx.x;
+}
+
+// Credit that `from` (the next rank) raises in rank `owner`'s scratch for this block:
+// the tag of the last round whose staging it has consumed (reduce chain).
+COMMHAL_DEVICE u64* chain_credit(const CollArgs& a, u32 owner, u32 from) {
+  return reinterpret_cast<u64*>(a.scratch[owner] + COLL_OFF_CHAIN_CREDITS) +
+         (u64)from * COLL_MAX_BLOCKS + blockIdx.x;
+}
+
+// This rank's START flag slot that `from` raises (barriers and chain_start).
+COMMHAL_DEVICE const u64* start_flag(const CollArgs& a, u32 from) {
+  return reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
          (u64)from * COLL_MAX_BLOCKS + blockIdx.x;
 }
 
@@ -1184,38 +1204,53 @@ COMMHAL_DEVICE u32 chain_unroll(const CollArgs& a) {
   return min(max(a.chain_unroll, 1u), (u32)COLL_CHAIN_UNROLL_MAX);
 }
 
-// Start of a chain launch. A chain rank stores only into the next rank (its output or
-// staging) and reads only its own memory, so what it must know before storing is that
-// the next rank's earlier stream work is over (nothing there still reads or writes
-// those bytes). The START barrier with every rank gives that and more: it makes the
-// first rank of launch e + 1 wait for the LAST rank of launch e, so chains queued back
-// to back pay their whole fill (one round of lag per hop) every launch.
-// Overlap (COLL_FLAG_CHAIN_OVERLAP, set by the host only when the previous operation it
-// issued on this communicator was a chain kernel, outside graph capture and with no
-// plan algorithms ever set): a block waits only until the same block of the next rank
-// has started this launch (its previous launch is over) and tells the previous rank the
+// Start of a chain launch; returns how its stores into the next rank are gated:
+#define COLL_CHAIN_FULL 0       // START barrier with every rank
+#define COLL_CHAIN_NEIGHBOUR 1  // the next rank has started this launch
+#define COLL_CHAIN_CREDITS 2    // per round: the next rank consumed that round's staging
+// A chain rank stores only into the next rank (its output or staging) and reads only
+// its own memory, so what it must know before storing is that nothing there still
+// reads or writes those bytes. The START barrier with every rank gives that and more:
+// it makes the first rank of launch e + 1 wait for the LAST rank of launch e, so chains
+// queued back to back pay their whole fill (one round of lag per hop) every launch.
+// Neighbour (COLL_FLAG_CHAIN_OVERLAP, set by the host only when the previous operation
+// it issued on this communicator was a chain kernel, outside graph capture and with no
+// plan algorithm ever set): a block waits only until the same block of the next rank
+// has started this launch (its previous launch is over, and so is the stream work
+// before this one: a user's read of its output, say) and tells the previous rank the
 // same, in the START flag slots (value e: they only grow). Safe because the previous
 // launch was a chain too (checked here on the device as well, so a graph replayed in
 // between falls back): in it the only rank storing into the next rank was this one,
 // and the first chain of a run of chains took the full barrier, so every rank had
-// finished every non-chain launch before it. The chain words: this rank's own slot
-// [rank][b] of its START flags (no rank ever writes its own slot), epoch of the last
-// chain launch, written like the epoch words (block b reads word b, then stores e into
+// finished every non-chain launch before it.
+// Credits (COLL_FLAG_CHAIN_CREDITS, reduce chain only, the previous launch a reduce
+// chain of the same geometry: vectors, grid, chunk): a rank that stores into the next
+// rank's staging (never a user buffer) stores round k of launch e once the next rank
+// has consumed round k of launch e - 1 (its credit) or has started launch e, so a
+// launch streams on behind the previous one instead of waiting one round per hop (the
+// next rank's chain flags are per launch parity: it may still wait on e - 1's).
+// The last-chain words (COLL_OFF_CHAIN_LAST: [epoch][geometry] x COLL_MAX_BLOCKS, this
+// rank's own) are written like the epoch words (block b reads word b, then stores into
 // words b, b + grid, ...), so every block of every rank decides the same way.
-COMMHAL_DEVICE void chain_start(const CollArgs& a, u64 e, bool stores) {
-  __shared__ u64 s_last_chain;
-  u64* words = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
-               (u64)a.rank * COLL_MAX_BLOCKS;
-  if (threadIdx.x == 0) s_last_chain = load_relaxed(words + blockIdx.x);
+COMMHAL_DEVICE u32 chain_start(const CollArgs& a, u64 e, bool stores, u64 geometry) {
+  __shared__ u64 s_last[2];
+  u64* last = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_CHAIN_LAST);
+  if (threadIdx.x == 0) {
+    s_last[0] = load_relaxed(last + blockIdx.x);
+    s_last[1] = load_relaxed(last + COLL_MAX_BLOCKS + blockIdx.x);
+  }
   __syncthreads();
   for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
        w += (u64)blockDim.x * gridDim.x) {
-    store_relaxed(words + w, e);
+    store_relaxed(last + w, e);
+    store_relaxed(last + COLL_MAX_BLOCKS + w, geometry);
   }
-  if (!(a.flags & COLL_FLAG_CHAIN_OVERLAP) || s_last_chain + 1 != e) {
+  if (!(a.flags & COLL_FLAG_CHAIN_OVERLAP) || s_last[0] + 1 != e) {
     block_barrier(a, COLL_OFF_START_FLAGS, e);
-    return;
+    return COLL_CHAIN_FULL;
   }
+  const bool credits =
+      (a.flags & COLL_FLAG_CHAIN_CREDITS) && geometry != 0 && s_last[1] == geometry;
   const u32 n = a.nranks, next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   if (threadIdx.x == 0 && prev != a.rank) {
     store_release(reinterpret_cast<u64*>(a.scratch[prev] + COLL_OFF_START_FLAGS) +
@@ -1223,13 +1258,26 @@ COMMHAL_DEVICE void chain_start(const CollArgs& a, u64 e, bool stores) {
                   e);
   }
   // another warp than the one that posted, where the block has one
-  if (threadIdx.x == (blockDim.x > 32 ? 32u : 0u) && stores && next != a.rank) {
-    wait_flag(a,
-              reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
-                  (u64)next * COLL_MAX_BLOCKS + blockIdx.x,
-              e);
+  if (!credits && threadIdx.x == (blockDim.x > 32 ? 32u : 0u) && stores && next != a.rank) {
+    wait_flag(a, start_flag(a, next), e);
   }
   __syncthreads();
+  return credits ? COLL_CHAIN_CREDITS : COLL_CHAIN_NEIGHBOUR;
+}
+
+// Credits: before storing the round tagged `tag` into the next rank's staging, wait
+// (bounded) until the next rank consumed the same round of the previous launch or
+// started this one. false = gave up (error stored).
+COMMHAL_DEVICE bool wait_credit(const CollArgs& a, u32 next, u64 tag) {
+  const u64 e = tag >> 32;
+  const u64 want = tag - (1ull << 32);  // chain_tag(e - 1, k)
+  const u64* credit = chain_credit(a, a.rank, next);
+  const u64* start = start_flag(a, next);
+  u64 t0 = 0;
+  for (u32 i = 0;; ++i) {
+    if (load_acquire(credit) >= want || load_acquire(start) >= e) return true;
+    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
+  }
 }
 
 // Before round k: wait (thread 0, bounded) for the previous rank's flag, then let the
@@ -1238,19 +1286,30 @@ COMMHAL_DEVICE void chain_start(const CollArgs& a, u64 e, bool stores) {
 // waits on this one, so marking it makes its waits give up too (and it marks its own
 // next), and every rank downstream reports the failure instead of finishing on data
 // that never arrived. A block whose wait failed stops waiting and stops signalling.
-COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, bool& ok) {
+// `credit`: also wait for the next rank's credit (wait_credit) before the block stores.
+COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, bool& ok,
+                               bool from_prev = true, bool credit = false) {
   if (threadIdx.x == 0 && ok) {
-    ok = wait_flag(a, chain_flag(a, a.rank, prev), tag);
+    if (from_prev) ok = wait_flag(a, chain_flag(a, a.rank, prev, tag), tag);
+    if (ok && credit) ok = wait_credit(a, next, tag);
     if (!ok && next != a.rank) set_peer_error(a, next, COLL_ERR_WAIT_TIMEOUT);
   }
   __syncthreads();
 }
 
 // After round k: publish the block's stores into the next rank, then raise its flag
-// (not after a failed wait: see chain_wait).
-COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok) {
+// (`signal`), and / or tell the previous rank this round's staging is consumed
+// (`credit`, reduce chain) (neither after a failed wait: see chain_wait).
+COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok,
+                                 bool signal = true, bool credit = false) {
   __syncthreads();
-  if (threadIdx.x == 0 && ok) store_release(chain_flag(a, next, a.rank), tag);
+  if (threadIdx.x == 0 && ok) {
+    if (signal) store_release(chain_flag(a, next, a.rank, tag), tag);
+    if (credit) {
+      const u32 prev = (a.rank + a.nranks - 1) % a.nranks;
+      store_release(chain_credit(a, prev, a.rank), tag);
+    }
+  }
 }
 
 // One round's data: the vectors v < len of chunk c (a.chain_unroll vectors per thread,
@@ -1285,7 +1344,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root) % n;
-  chain_start(a, e, pos != n - 1);
+  chain_start(a, e, pos != n - 1, 0);
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
@@ -1326,10 +1385,13 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root - 1) % n;
-  chain_start(a, e, pos != n - 1);
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
+  // exact: nvec < 2^37 (2 TiB), grid <= COLL_MAX_BLOCKS < 2^11, cv <= 32 x 1024 < 2^16
+  const u64 geometry = (nvec << 27) | ((u64)gridDim.x << 16) | cv;
+  const bool credits = chain_start(a, e, pos != n - 1, geometry) == COLL_CHAIN_CREDITS &&
+                       pos != n - 1;
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
   v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);
@@ -1337,11 +1399,12 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   u32 k = 0;
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
     const u64 tag = chain_tag(e, k);
-    if (pos > 0) chain_wait(a, prev, next, tag, ok);
+    if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
     chunk_for(
         a, c, nvec, [&](u64 v) { return pos > 0 ? add16<Op>(partial[v], in[v]) : in[v]; },
         [&](u64 v, v16 x) { dst[v] = x; });
-    if (pos < n - 1) chain_signal(a, next, tag, ok);
+    // a rank past position 0 consumed this round's staging: credit the previous rank
+    chain_signal(a, next, tag, ok, pos < n - 1, pos > 0);
   }
 }
 

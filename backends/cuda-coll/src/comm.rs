@@ -25,7 +25,7 @@
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use commhal_cuda_rt::{Context, KernelCache, Stream, VmmAllocation, jit};
@@ -237,11 +237,12 @@ pub struct Comm {
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
-    /// Chains queued back to back may overlap (`chain_start` in the unit): the setting
-    /// ([`chain_overlap_wanted`]) and no plan algorithm ever set on this Comm (a plan's
-    /// kernels touch the peers' buffers without the launch epochs the device check
-    /// reads). Cleared for good by [`Comm::set_algorithm`].
-    chain_overlap: AtomicBool,
+    /// How chains queued back to back may overlap (`FLAG_CHAIN_*` bits, `chain_start`
+    /// in the unit): the setting ([`chain_overlap_wanted`]) while no plan algorithm was
+    /// ever set on this Comm (a plan's kernels touch the peers' buffers without the
+    /// launch epochs the device check reads). Cleared for good by
+    /// [`Comm::set_algorithm`].
+    chain_overlap: AtomicU32,
     /// The last operation this Comm queued (outside a graph capture) was a chain kernel.
     prev_chain: AtomicBool,
 }
@@ -262,17 +263,20 @@ fn gpu_path(env: Option<&str>) -> Result<bool> {
     }
 }
 
-/// Whether a broadcast / reduce chain that directly follows another chain on the same
-/// Comm starts with a handshake with its neighbours only instead of the START barrier
-/// with every rank, so back-to-back chains overlap their fill with the previous launch
-/// (`chain_start` in the unit). `COMMHAL_COLL_CHAIN_OVERLAP`: `1` / unset on, `0` off.
-/// Every rank must agree (a setup word).
-fn chain_overlap_wanted(env: Option<&str>) -> Result<bool> {
+/// How a broadcast / reduce chain that directly follows another chain on the same Comm
+/// gates its stores (`chain_start` in the unit), as [`CollArgs::flags`] bits:
+/// `COMMHAL_COLL_CHAIN_OVERLAP` `0`: the START barrier with every rank, as any other
+/// launch; `1`: the next rank has started this launch (neighbour handshake), so
+/// back-to-back chains overlap their fill with the previous launch; `2` / unset: that,
+/// and a reduce chain after one of the same geometry streams on behind it, gated per
+/// round by the next rank's credits. Every rank must agree (a setup word).
+fn chain_overlap_wanted(env: Option<&str>) -> Result<u32> {
     match env.map(str::trim) {
-        None | Some("") | Some("1") => Ok(true),
-        Some("0") => Ok(false),
+        None | Some("") | Some("2") => Ok(layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS),
+        Some("1") => Ok(layout::FLAG_CHAIN_OVERLAP),
+        Some("0") => Ok(0),
         Some(v) => Err(CollError::invalid(format!(
-            "COMMHAL_COLL_CHAIN_OVERLAP={v}: expected 0 or 1"
+            "COMMHAL_COLL_CHAIN_OVERLAP={v}: expected 0, 1 or 2"
         ))),
     }
 }
@@ -302,7 +306,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: bool) -> [(&'static str, u64); 25] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 25] {
     [
         ("capacity", capacity),
         (
@@ -575,7 +579,7 @@ impl Comm {
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
             for (algo, blocks) in crate::plan_exec::parse_overrides(&v)? {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
-                chain_overlap = false;
+                chain_overlap = 0;
             }
         }
         let pdl = pdl_wanted(
@@ -611,7 +615,7 @@ impl Comm {
             capacity,
             plans,
             algos: Mutex::new(algos),
-            chain_overlap: AtomicBool::new(chain_overlap),
+            chain_overlap: AtomicU32::new(chain_overlap),
             prev_chain: AtomicBool::new(false),
         })
     }
@@ -636,7 +640,7 @@ impl Comm {
             .map_err(|_| CollError::invalid("algorithm table lock poisoned"))?;
         m[coll_slot(coll)] = algo;
         if algo.is_some() {
-            self.chain_overlap.store(false, Ordering::Relaxed);
+            self.chain_overlap.store(0, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -1140,8 +1144,8 @@ impl Comm {
             self.tuning.chain_unroll
         };
         let chain = matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain);
-        if chain && prev_chain && !capturing && self.chain_overlap.load(Ordering::Relaxed) {
-            a.flags |= layout::FLAG_CHAIN_OVERLAP;
+        if chain && prev_chain && !capturing {
+            a.flags |= self.chain_overlap.load(Ordering::Relaxed);
         }
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
@@ -1223,12 +1227,12 @@ mod tests {
             device_timeout: Duration::from_secs(1),
         };
         let words = |t: &Tuning, cap: u64| {
-            setup_words(t, cap, true)
+            setup_words(t, cap, 3)
                 .iter()
                 .flat_map(|(_, v)| v.to_le_bytes())
                 .collect::<Vec<u8>>()
         };
-        let mine = setup_words(&t, 1 << 20, true);
+        let mine = setup_words(&t, 1 << 20, 3);
         assert!(check_setup(1, &mine, &words(&t, 1 << 20)).is_ok());
         let other = Tuning {
             ring_unroll: 4,
@@ -1246,6 +1250,20 @@ mod tests {
             .to_string();
         assert!(e.contains("capacity"), "{e}");
         assert!(check_setup(3, &mine, &[0u8; 5]).is_err(), "short table");
+    }
+
+    #[test]
+    fn chain_overlap_parses() {
+        let both = layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS;
+        assert_eq!(chain_overlap_wanted(None).unwrap(), both);
+        assert_eq!(chain_overlap_wanted(Some(" 2 ")).unwrap(), both);
+        assert_eq!(
+            chain_overlap_wanted(Some("1")).unwrap(),
+            layout::FLAG_CHAIN_OVERLAP
+        );
+        assert_eq!(chain_overlap_wanted(Some("0")).unwrap(), 0);
+        let e = chain_overlap_wanted(Some("yes")).unwrap_err().to_string();
+        assert!(e.contains("COMMHAL_COLL_CHAIN_OVERLAP=yes"), "{e}");
     }
 
     #[test]

@@ -79,12 +79,18 @@ pub fn dma_flag(kind: u64, sender: u32) -> u64 {
 pub const OFF_END_FLAGS: u64 = OFF_START_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// Mid-barrier flags (push all-reduce), same shape.
 pub const OFF_MID_FLAGS: u64 = OFF_END_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
-/// Chain flags (pipelined broadcast / reduce), same shape: `[sender][block]`, value
+/// Chain and ring flags: `[launch parity][sender][block]`, value
 /// `(epoch << 32) | (round + 1)`.
 pub const OFF_CHAIN_FLAGS: u64 = OFF_MID_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// Reduce-chain credits: `[sender][block]`, the tag of the last round of staging the
+/// sender (the next rank) consumed (`chain_start` in the unit).
+pub const OFF_CHAIN_CREDITS: u64 =
+    OFF_CHAIN_FLAGS + 2 * (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+/// This rank's last chain launch: `[epoch, geometry][block]` (`chain_start`).
+pub const OFF_CHAIN_LAST: u64 = OFF_CHAIN_CREDITS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
 /// Launch epochs: `u64 [MAX_BLOCKS]`, one word per block slot, all equal between
 /// launches (block b of a launch reads word b; see "Epochs" in the unit).
-pub const OFF_BLOCK_EPOCHS: u64 = OFF_CHAIN_FLAGS + (MAX_RANKS as u64) * (MAX_BLOCKS as u64) * 8;
+pub const OFF_BLOCK_EPOCHS: u64 = OFF_CHAIN_LAST + 2 * (MAX_BLOCKS as u64) * 8;
 /// LL slots: `[2 parities][MAX_RANKS senders][slot bytes]`.
 pub const OFF_LL: u64 = OFF_BLOCK_EPOCHS + (MAX_BLOCKS as u64) * 8;
 /// Most vectors per thread in one chunk of the chain and ring kernels (`CollArgs::chain_unroll`).
@@ -92,6 +98,9 @@ pub const CHAIN_UNROLL_MAX: u32 = 32;
 /// [`CollArgs::flags`]: this chain directly follows a chain on the same Comm and may
 /// start with the neighbour handshake (`chain_start` in the unit).
 pub const FLAG_CHAIN_OVERLAP: u32 = 1;
+/// [`CollArgs::flags`]: with [`FLAG_CHAIN_OVERLAP`], a reduce chain that follows one of
+/// the same geometry gates its stores per round on the next rank's credits.
+pub const FLAG_CHAIN_CREDITS: u32 = 2;
 /// Device error: a wait on a peer (barrier, chain / ring flag, previous launch) timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -318,8 +327,16 @@ mod tests {
             "(COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
+            define("COLL_OFF_CHAIN_CREDITS"),
+            "(COLL_OFF_CHAIN_FLAGS + 2 * COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
+            define("COLL_OFF_CHAIN_LAST"),
+            "(COLL_OFF_CHAIN_CREDITS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+        );
+        assert_eq!(
             define("COLL_OFF_BLOCK_EPOCHS"),
-            "(COLL_OFF_CHAIN_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)"
+            "(COLL_OFF_CHAIN_LAST + 2 * COLL_MAX_BLOCKS * 8)"
         );
         assert_eq!(
             define("COLL_OFF_LL"),
@@ -354,6 +371,10 @@ mod tests {
         assert_eq!(
             define("COLL_FLAG_CHAIN_OVERLAP"),
             FLAG_CHAIN_OVERLAP.to_string()
+        );
+        assert_eq!(
+            define("COLL_FLAG_CHAIN_CREDITS"),
+            FLAG_CHAIN_CREDITS.to_string()
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
