@@ -1304,10 +1304,18 @@ COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok,
                                  bool signal = true, bool credit = false) {
   __syncthreads();
   if (threadIdx.x == 0 && ok) {
-    if (signal) store_release(chain_flag(a, next, a.rank, tag), tag);
-    if (credit) {
-      const u32 prev = (a.rank + a.nranks - 1) % a.nranks;
-      store_release(chain_credit(a, prev, a.rank), tag);
+    u64* flag = chain_flag(a, next, a.rank, tag);
+    u64* cred = chain_credit(a, (a.rank + a.nranks - 1) % a.nranks, a.rank);
+    if (signal && credit) {
+      // one release fence for both (a second st.release would first wait for the
+      // flag's store into the next rank to complete: a round trip every round)
+      fence_acq_rel();
+      store_relaxed(flag, tag);
+      store_relaxed(cred, tag);
+    } else if (signal) {
+      store_release(flag, tag);
+    } else if (credit) {
+      store_release(cred, tag);
     }
   }
 }

@@ -106,6 +106,8 @@ pub struct Tuning {
     pub chain_unroll: u32,
     /// Vectors per thread in one chunk of the ring kernels (1..=32).
     pub ring_unroll: u32,
+    /// Vectors per thread in one chunk of the reduce chain (1..=32).
+    pub reduce_chain_unroll: u32,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
@@ -306,7 +308,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 25] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 26] {
     [
         ("capacity", capacity),
         (
@@ -325,6 +327,10 @@ fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str,
         (
             "ring_unroll (COMMHAL_COLL_RING_UNROLL)",
             u64::from(t.ring_unroll),
+        ),
+        (
+            "reduce_chain_unroll (COMMHAL_COLL_REDUCE_CHAIN_UNROLL)",
+            u64::from(t.reduce_chain_unroll),
         ),
         ("ll_max (COMMHAL_COLL_LL_MAX)", t.ll_max),
         ("ll_chunk_max (COMMHAL_COLL_LL_CHUNK_MAX)", t.ll_chunk_max),
@@ -972,7 +978,7 @@ impl Comm {
                 }
             }
             Collective::Reduce if self.chain(coll, count * es) => {
-                let (b, t) = self.chain_grid(count * es, self.tuning.chain_unroll);
+                let (b, t) = self.chain_grid(count * es, self.tuning.reduce_chain_unroll);
                 (Kernel::ReduceChain, b, t)
             }
             Collective::Reduce => {
@@ -1140,6 +1146,8 @@ impl Comm {
         );
         a.chain_unroll = if ring {
             self.tuning.ring_unroll
+        } else if kernel == Kernel::ReduceChain {
+            self.tuning.reduce_chain_unroll
         } else {
             self.tuning.chain_unroll
         };
@@ -1222,6 +1230,7 @@ mod tests {
             rs_ring_min: 11,
             chain_unroll: 8,
             ring_unroll: 16,
+            reduce_chain_unroll: 32,
             threads: 512,
             max_blocks: 132,
             device_timeout: Duration::from_secs(1),

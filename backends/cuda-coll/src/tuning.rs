@@ -136,10 +136,11 @@ pub const HEADER: &str = "\
 #                          kernels run (16-byte multiples only). The tuner sweeps these
 #                          five (from 1 MiB) since session 4; the values below came
 #                          from hand A/Bs (the section's note says which)
-#     chain_unroll, ring_unroll
-#                          (optional, 1..32, absent: chains 4, rings 16) vectors per
-#                          thread in one chunk of the chains / the rings (threads x
-#                          unroll x 16 bytes); not swept: set from a measured A/B
+#     chain_unroll, ring_unroll, reduce_chain_unroll
+#                          (optional, 1..32, absent: chains 4, rings 16, the reduce
+#                          chain as chain_unroll) vectors per thread in one chunk of
+#                          the chains / the rings / the reduce chain (threads x unroll
+#                          x 16 bytes); not swept: set from a measured A/B
 #     threads              threads per block of the bulk kernels (32..512)
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
@@ -152,7 +153,8 @@ pub const HEADER: &str = "\
 # COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN, COMMHAL_COLL_REDUCE_CE_MIN,
 # COMMHAL_COLL_AR_CE_MIN,
 # COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
-# COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, then --ll-max of the benchmark.
+# COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, COMMHAL_COLL_REDUCE_CHAIN_UNROLL,
+# then --ll-max of the benchmark.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -251,6 +253,10 @@ pub struct Section {
     /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_RING_UNROLL`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_unroll: Option<u64>,
+    /// Vectors per thread in one chunk of the reduce chain (1..=32; absent:
+    /// `chain_unroll`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_chain_unroll: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -418,6 +424,7 @@ static FALLBACK: Section = Section {
     reducescatter_ring_min: None,
     chain_unroll: None,
     ring_unroll: None,
+    reduce_chain_unroll: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -747,6 +754,11 @@ pub fn resolve_with(
         s.ring_unroll,
         DEFAULT_RING_UNROLL,
     );
+    let reduce_chain_unroll = unroll(
+        "COMMHAL_COLL_REDUCE_CHAIN_UNROLL",
+        s.reduce_chain_unroll,
+        u64::from(chain_unroll),
+    );
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
@@ -818,6 +830,7 @@ pub fn resolve_with(
             ar_ce_min,
             chain_unroll,
             ring_unroll,
+            reduce_chain_unroll,
             threads,
             max_blocks,
             device_timeout,
@@ -1474,6 +1487,7 @@ mod tests {
         full.reducescatter_ring_min = Some(8);
         full.chain_unroll = Some(9);
         full.ring_unroll = Some(10);
+        full.reduce_chain_unroll = Some(17);
         let f = TuningFile {
             gpu: vec!["G".into()],
             ranks: [(4, full)].into(),
