@@ -123,6 +123,7 @@ using namespace commhal;
 #define COLL_CHAIN_UNROLL_MAX 32
 #define COLL_FLAG_CHAIN_OVERLAP 1
 #define COLL_FLAG_CHAIN_CREDITS 2
+#define COLL_FLAG_BCAST_STAGED 4
 #define COLL_ERR_WAIT_TIMEOUT 1
 #define COLL_ERR_PACKET_TIMEOUT 4
 
@@ -1223,12 +1224,13 @@ COMMHAL_DEVICE u32 chain_unroll(const CollArgs& a) {
 // between falls back): in it the only rank storing into the next rank was this one,
 // and the first chain of a run of chains took the full barrier, so every rank had
 // finished every non-chain launch before it.
-// Credits (COLL_FLAG_CHAIN_CREDITS, reduce chain only, the previous launch a reduce
-// chain of the same geometry: vectors, grid, chunk): a rank that stores into the next
-// rank's staging (never a user buffer) stores round k of launch e once the next rank
-// has consumed round k of launch e - 1 (its credit) or has started launch e, so a
-// launch streams on behind the previous one instead of waiting one round per hop (the
-// next rank's chain flags are per launch parity: it may still wait on e - 1's).
+// Credits (COLL_FLAG_CHAIN_CREDITS; the reduce chain and the staged broadcast chain,
+// the previous launch one of them with the same geometry: vectors, grid, chunk): a rank
+// that stores into the next rank's staging (never a user buffer) stores round k of
+// launch e once the next rank has consumed round k of launch e - 1 (its credit) or has
+// started launch e, so a launch streams on behind the previous one instead of waiting
+// one round per hop (the next rank's chain flags are per launch parity: it may still
+// wait on e - 1's).
 // The last-chain words (COLL_OFF_CHAIN_LAST: [epoch][geometry] x COLL_MAX_BLOCKS, this
 // rank's own) are written like the epoch words (block b reads word b, then stores into
 // words b, b + grid, ...), so every block of every rank decides the same way.
@@ -1342,38 +1344,59 @@ COMMHAL_DEVICE void chunk_for(const CollArgs& a, u64 c, u64 len, Load load, Stor
   }
 }
 
+// The geometry word of a staged chain (chain_start's credits): chunk c covers the same
+// staging bytes in two launches when nvec, grid and cv agree; `bcast` keeps a reduce's
+// credits from gating a broadcast and back (sound, but no test runs that sequence).
+// Exact: nvec < 2^36 (1 TiB), grid <= COLL_MAX_BLOCKS < 2^11, cv <= 32 x 1024 < 2^16;
+// never 0.
+COMMHAL_DEVICE u64 chain_geometry(u64 nvec, u64 cv, bool bcast) {
+  return ((u64)bcast << 63) | (nvec << 27) | ((u64)gridDim.x << 16) | cv;
+}
+
 // Broadcast, chain: a.count = bytes. Position of rank r: (r - root) mod n; the root is
-// position 0 and reads its input, every other rank reads its own output (where the
-// previous rank stored the chunk); every rank but the last stores the chunk into the
-// next rank's output. The root also fills its own output (unless in place).
+// position 0 and reads its input; every rank but the last stores the chunk into the
+// next rank, and every rank but the root gets it from the previous one.
+//   Direct (no COLL_FLAG_BCAST_STAGED): the chunk goes into the next rank's output,
+//   which that rank then reads to forward it; the root also fills its own output
+//   (unless in place).
+//   Staged (COLL_FLAG_BCAST_STAGED, host: staging of at least `bytes`): the chunk goes
+//   into the next rank's staging, which that rank copies into its own output and
+//   forwards. One more local store per byte, but no rank ever stores into a peer's
+//   output, so back-to-back broadcasts stream on with credits like the reduce chain.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
 extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u64 e = coll_begin(a);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const u32 pos = (a.rank + n - root) % n;
-  chain_start(a, e, pos != n - 1, 0);
+  const bool staged = a.flags & COLL_FLAG_BCAST_STAGED;
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  const v16* src = reinterpret_cast<const v16*>(pos == 0 ? a.in[root] : a.out[a.rank]);
-  v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
-  v16* dst = reinterpret_cast<v16*>(a.out[next]);
-  const bool copy_own = pos == 0 && a.in[root] != a.out[root];
   const bool last = pos == n - 1;
+  const bool credits =
+      chain_start(a, e, !last, staged ? chain_geometry(nvec, cv, true) : 0) == COLL_CHAIN_CREDITS &&
+      !last;
+  const v16* src = reinterpret_cast<const v16*>(pos == 0   ? a.in[root]
+                                                : staged ? a.stage[a.rank]
+                                                         : a.out[a.rank]);
+  v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
+  v16* dst = reinterpret_cast<v16*>(staged ? a.stage[next] : a.out[next]);
+  const bool copy_own = pos == 0 ? a.in[root] != a.out[root] : staged;
   bool ok = true;
   u32 k = 0;
   for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
     const u64 tag = chain_tag(e, k);
-    if (pos > 0) chain_wait(a, prev, next, tag, ok);
-    if (last) continue;
+    if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
+    if (last && !copy_own) continue;
     chunk_for(
         a, c, nvec, [&](u64 v) { return src[v]; },
         [&](u64 v, v16 x) {
-          dst[v] = x;
+          if (!last) dst[v] = x;
           if (copy_own) own[v] = x;
         });
-    chain_signal(a, next, tag, ok);
+    // staged: a rank past the root consumed this round's staging, credit the previous
+    chain_signal(a, next, tag, ok, !last, staged && pos > 0);
   }
 }
 
@@ -1396,10 +1419,9 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  // exact: nvec < 2^37 (2 TiB), grid <= COLL_MAX_BLOCKS < 2^11, cv <= 32 x 1024 < 2^16
-  const u64 geometry = (nvec << 27) | ((u64)gridDim.x << 16) | cv;
-  const bool credits = chain_start(a, e, pos != n - 1, geometry) == COLL_CHAIN_CREDITS &&
-                       pos != n - 1;
+  const bool credits =
+      chain_start(a, e, pos != n - 1, chain_geometry(nvec, cv, false)) == COLL_CHAIN_CREDITS &&
+      pos != n - 1;
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
   const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
   v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);

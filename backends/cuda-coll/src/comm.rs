@@ -270,8 +270,9 @@ fn gpu_path(env: Option<&str>) -> Result<bool> {
 /// `COMMHAL_COLL_CHAIN_OVERLAP` `0`: the START barrier with every rank, as any other
 /// launch; `1`: the next rank has started this launch (neighbour handshake), so
 /// back-to-back chains overlap their fill with the previous launch; `2` / unset: that,
-/// and a reduce chain after one of the same geometry streams on behind it, gated per
-/// round by the next rank's credits. Every rank must agree (a setup word).
+/// and the broadcast chain goes through the staging areas where they hold the buffer,
+/// so a reduce or broadcast chain after one of the same geometry streams on behind it,
+/// gated per round by the next rank's credits. Every rank must agree (a setup word).
 fn chain_overlap_wanted(env: Option<&str>) -> Result<u32> {
     match env.map(str::trim) {
         None | Some("") | Some("2") => Ok(layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS),
@@ -735,6 +736,14 @@ impl Comm {
         }
     }
 
+    /// Whether a broadcast chain of `bytes` goes through the staging areas (so
+    /// back-to-back ones stream on with credits): with credits on (`overlap`, the
+    /// [`chain_overlap_wanted`] bits) and staging that holds the buffer.
+    fn bcast_staged(&self, overlap: u32, bytes: u64) -> bool {
+        overlap & layout::FLAG_CHAIN_CREDITS != 0
+            && self.base.stage_slot_bytes * u64::from(self.n) >= bytes
+    }
+
     /// Whether a broadcast / reduce of `bytes` runs as the LL63 chain: 2 or more ranks,
     /// whole 16-byte vectors, up to the tuned size and within the LL63 region (the
     /// selector asks after the LL16 sizes).
@@ -1152,8 +1161,12 @@ impl Comm {
             self.tuning.chain_unroll
         };
         let chain = matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain);
+        let overlap = self.chain_overlap.load(Ordering::Relaxed);
         if chain && prev_chain && !capturing {
-            a.flags |= self.chain_overlap.load(Ordering::Relaxed);
+            a.flags |= overlap;
+        }
+        if kernel == Kernel::BroadcastChain && self.bcast_staged(overlap, bytes) {
+            a.flags |= layout::FLAG_BCAST_STAGED;
         }
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes

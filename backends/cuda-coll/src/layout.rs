@@ -101,6 +101,9 @@ pub const FLAG_CHAIN_OVERLAP: u32 = 1;
 /// [`CollArgs::flags`]: with [`FLAG_CHAIN_OVERLAP`], a reduce chain that follows one of
 /// the same geometry gates its stores per round on the next rank's credits.
 pub const FLAG_CHAIN_CREDITS: u32 = 2;
+/// [`CollArgs::flags`]: the broadcast chain goes through the staging areas (each rank
+/// copies into its own output), so it can take credits too.
+pub const FLAG_BCAST_STAGED: u32 = 4;
 /// Device error: a wait on a peer (barrier, chain / ring flag, previous launch) timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -375,6 +378,10 @@ mod tests {
         assert_eq!(
             define("COLL_FLAG_CHAIN_CREDITS"),
             FLAG_CHAIN_CREDITS.to_string()
+        );
+        assert_eq!(
+            define("COLL_FLAG_BCAST_STAGED"),
+            FLAG_BCAST_STAGED.to_string()
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
