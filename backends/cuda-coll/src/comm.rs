@@ -284,6 +284,25 @@ fn chain_overlap_wanted(env: Option<&str>) -> Result<u32> {
     }
 }
 
+/// [`CollArgs::flags`] of one launch of `kernel`: `overlap` (the Comm's
+/// [`chain_overlap_wanted`] bits) for a chain that directly follows a chain this Comm
+/// queued outside a graph capture (`after_chain`; the device checks that again), and
+/// the staged broadcast chain where credits are on and the staging areas hold the
+/// buffer (`staging_holds`) — staged or not, every rank decides the same.
+fn chain_flags(kernel: Kernel, overlap: u32, after_chain: bool, staging_holds: bool) -> u32 {
+    let mut f = 0;
+    if matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain) && after_chain {
+        f |= overlap;
+    }
+    if kernel == Kernel::BroadcastChain
+        && overlap & layout::FLAG_CHAIN_CREDITS != 0
+        && staging_holds
+    {
+        f |= layout::FLAG_BCAST_STAGED;
+    }
+    f
+}
+
 /// Whether to launch the hand-written kernels with programmatic dependent launch
 /// (the next collective is scheduled while the previous one runs and waits in
 /// `griddepcontrol.wait`, hiding the launch latency between back-to-back
@@ -736,14 +755,6 @@ impl Comm {
         }
     }
 
-    /// Whether a broadcast chain of `bytes` goes through the staging areas (so
-    /// back-to-back ones stream on with credits): with credits on (`overlap`, the
-    /// [`chain_overlap_wanted`] bits) and staging that holds the buffer.
-    fn bcast_staged(&self, overlap: u32, bytes: u64) -> bool {
-        overlap & layout::FLAG_CHAIN_CREDITS != 0
-            && self.base.stage_slot_bytes * u64::from(self.n) >= bytes
-    }
-
     /// Whether a broadcast / reduce of `bytes` runs as the LL63 chain: 2 or more ranks,
     /// whole 16-byte vectors, up to the tuned size and within the LL63 region (the
     /// selector asks after the LL16 sizes).
@@ -1161,13 +1172,13 @@ impl Comm {
             self.tuning.chain_unroll
         };
         let chain = matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain);
-        let overlap = self.chain_overlap.load(Ordering::Relaxed);
-        if chain && prev_chain && !capturing {
-            a.flags |= overlap;
-        }
-        if kernel == Kernel::BroadcastChain && self.bcast_staged(overlap, bytes) {
-            a.flags |= layout::FLAG_BCAST_STAGED;
-        }
+        let staging_holds = self.base.stage_slot_bytes * u64::from(self.n) >= bytes;
+        a.flags = chain_flags(
+            kernel,
+            self.chain_overlap.load(Ordering::Relaxed),
+            prev_chain && !capturing,
+            staging_holds,
+        );
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
@@ -1272,6 +1283,29 @@ mod tests {
             .to_string();
         assert!(e.contains("capacity"), "{e}");
         assert!(check_setup(3, &mine, &[0u8; 5]).is_err(), "short table");
+    }
+
+    #[test]
+    fn chain_flags_only_for_chains_after_chains() {
+        use layout::{FLAG_BCAST_STAGED as S, FLAG_CHAIN_CREDITS as C, FLAG_CHAIN_OVERLAP as O};
+        let on = chain_overlap_wanted(None).unwrap();
+        // the first chain of a run (or one after a capture / another op): full barrier
+        assert_eq!(chain_flags(Kernel::ReduceChain, on, false, true), 0);
+        assert_eq!(chain_flags(Kernel::ReduceChain, on, true, true), O | C);
+        // the broadcast chain is staged whenever credits are on and the staging holds it
+        assert_eq!(chain_flags(Kernel::BroadcastChain, on, false, true), S);
+        assert_eq!(
+            chain_flags(Kernel::BroadcastChain, on, true, true),
+            O | C | S
+        );
+        assert_eq!(chain_flags(Kernel::BroadcastChain, on, true, false), O | C);
+        // neighbour start only: never staged; off: nothing
+        assert_eq!(chain_flags(Kernel::BroadcastChain, O, true, true), O);
+        assert_eq!(chain_flags(Kernel::BroadcastChain, 0, true, true), 0);
+        // other kernels never carry chain flags
+        for k in [Kernel::AllreduceRing, Kernel::ReduceLl63, Kernel::Broadcast] {
+            assert_eq!(chain_flags(k, on, true, true), 0, "{k:?}");
+        }
     }
 
     #[test]
