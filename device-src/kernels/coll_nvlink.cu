@@ -1301,7 +1301,8 @@ COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, b
 
 // After round k: publish the block's stores into the next rank, then raise its flag
 // (`signal`), and / or tell the previous rank this round's staging is consumed
-// (`credit`, reduce chain) (neither after a failed wait: see chain_wait).
+// (`credit`: the reduce and the staged broadcast chain) (neither after a failed wait:
+// see chain_wait).
 COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok,
                                  bool signal = true, bool credit = false) {
   __syncthreads();
