@@ -8,6 +8,8 @@
 #   .gpu/cudart-gpu-test              cuda-rt's `gpu` test binary (cargo test --release --no-run)
 #   .gpu/cudart-nvrtc-test            (optional) cuda-rt's `nvrtc_compile` test binary
 #   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
+#   .gpu/commhal-gpu-bench            (optional) target/release/commhal-gpu-bench: the
+#                                     back-to-back chain check (--cycle-roots)
 #
 # Every step is bounded with `timeout` and the whole script by a deadline
 # (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
@@ -94,6 +96,18 @@ if have $CONF gpu-conformance && have $G/commhal gpu-conformance; then
   else
     SUMMARY+=("gpu-conformance            SKIPPED (needs 2 GPUs, found $NGPU)")
   fi
+fi
+
+# Broadcast / reduce chains back to back with rotating roots, chains forced from 1 MiB
+# (the overlap and the credits, session 20): every reduce root checks its own sum; exit
+# 1 on a wrong element. On every GPU (the broadcast chain needs 3 ranks).
+if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
+  CHAINS=(env COMMHAL_COLL_BCAST_LL63_MAX=0 COMMHAL_COLL_BCAST_CHAIN_MIN=1048576
+    COMMHAL_COLL_REDUCE_LL63_MAX=0 COMMHAL_COLL_REDUCE_CHAIN_MIN=1048576)
+  for c in broadcast reduce; do
+    step "cycle-roots-$c-${NGPU}gpu" 40 "${CHAINS[@]}" $G/commhal launch -n "$NGPU" -- \
+      $G/commhal-gpu-bench "$c" -r 1 -b 1M -e 256M -f 4 -n 10 -w 2 -d half --cycle-roots
+  done
 fi
 
 # ---- summary -------------------------------------------------------------------
