@@ -149,7 +149,7 @@ fi
 if [[ $SET == tune ]]; then
   for N in 2 4 8; do
     ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "tune-${N}gpu" "$N" "$NGPU")"); continue; }
-    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 200 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" -b 1K -e 1G -n 60 -w 5 --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json"
+    cmd_step "tune-${N}gpu.log" "tune-${N}gpu" 200 "$G/commhal" tune --backend cuda-nvlink --ranks "$N" -b 1K -e 1G -n 60 -w 5 --out "$OUT/gpu-cuda-h200.toml" --json "$OUT/tune-${N}gpu.json" --record-as algorithms/tuning/gpu-cuda-h200.toml
   done
 fi
 

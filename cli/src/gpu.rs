@@ -274,6 +274,11 @@ pub struct TuneArgs {
     /// algorithms/tuning/gpu-cuda-h200.toml.
     #[arg(long)]
     pub out: PathBuf,
+    /// The path to record in the section's `command` instead of --out's, and --json by
+    /// its file name only: for a run on a scratch copy (a device's output folder) whose
+    /// section is committed at this path.
+    #[arg(long, value_name = "PATH")]
+    pub record_as: Option<String>,
     /// Collectives to tune [default: allreduce,allgather,reducescatter,broadcast,reduce,sendrecv].
     #[arg(long, value_delimiter = ',')]
     pub collectives: Vec<String>,
@@ -423,7 +428,11 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
     let meta = tuning::Meta {
         gpu_name: out.device.clone(),
         date: tuning::today_utc(),
-        command: command_line(std::env::args().skip(1).collect(), out.nranks),
+        command: command_line(
+            std::env::args().skip(1).collect(),
+            out.nranks,
+            t.record_as.as_deref(),
+        ),
         sweep: format!(
             "{}..{} x{}, {}, {} iters, {} warm-up, {}",
             human(args.min_bytes),
@@ -475,12 +484,38 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
 /// This command as a shell line: `commhal` and `args` quoted where needed, with
 /// `--ranks n` added when the ranks came from a launcher (so the line reproduces the
 /// run by itself).
-fn command_line(args: Vec<String>, n: u32) -> String {
+fn command_line(args: Vec<String>, n: u32, record_as: Option<&str>) -> String {
     let has_ranks = args
         .iter()
         .any(|a| a == "--ranks" || a.starts_with("--ranks="));
     let mut parts = vec!["commhal".to_string()];
-    parts.extend(args.iter().map(|a| shell_quote(a)));
+    let file_name = |p: &str| {
+        std::path::Path::new(p)
+            .file_name()
+            .map_or(p.to_string(), |f| f.to_string_lossy().into_owned())
+    };
+    // --record-as: its path for --out's, --json's file name, itself left out
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        let Some(rec) = record_as else {
+            parts.push(shell_quote(a));
+            continue;
+        };
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a.as_str(), None),
+        };
+        if !matches!(flag, "--out" | "--json" | "--record-as") {
+            parts.push(shell_quote(a));
+            continue;
+        }
+        let value = inline.or_else(|| it.next().cloned()).unwrap_or_default();
+        match flag {
+            "--out" => parts.push(format!("--out {}", shell_quote(rec))),
+            "--json" => parts.push(format!("--json {}", shell_quote(&file_name(&value)))),
+            _ => {}
+        }
+    }
     if !has_ranks {
         parts.push(format!("--ranks {n}"));
     }
@@ -774,13 +809,31 @@ mod tests {
     fn recorded_command_reproduces_the_run() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            command_line(v(&["tune", "--out", "my file.toml", "--ranks", "2"]), 2),
+            command_line(
+                v(&["tune", "--out", "my file.toml", "--ranks", "2"]),
+                2,
+                None
+            ),
             "commhal tune --out 'my file.toml' --ranks 2"
         );
         assert_eq!(
-            command_line(v(&["tune", "--out", "f.toml"]), 4),
+            command_line(v(&["tune", "--out", "f.toml"]), 4, None),
             "commhal tune --out f.toml --ranks 4",
             "under `commhal launch -n 4`"
+        );
+        // a run on a device's scratch copy records the committed path
+        let dev = v(&[
+            "tune",
+            "--out",
+            "/root/out/t.toml",
+            "--record-as=algorithms/tuning/gpu-cuda-h200.toml",
+            "--json=/root/out/tune.json",
+            "-n",
+            "60",
+        ]);
+        assert_eq!(
+            command_line(dev, 4, Some("algorithms/tuning/gpu-cuda-h200.toml")),
+            "commhal tune --out algorithms/tuning/gpu-cuda-h200.toml --json tune.json -n 60 --ranks 4"
         );
     }
 

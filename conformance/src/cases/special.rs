@@ -156,14 +156,26 @@ fn leak_check(
         counts.push(open_fds());
         ctx.handshake(peer, 98 + 16 * i)?;
     }
-    if let (true, Some(Some(first)), Some(Some(last))) = (alone, counts.get(1), counts.last()) {
+    if let (true, Some(&Some(first)), Some(&Some(last))) = (alone, counts.get(1), counts.last()) {
+        // A backend may close a connection's descriptors from its own thread shortly
+        // after the teardown returns (host-tcp's receiver ends within its 200 ms read
+        // tick, later on a loaded machine): give that a bounded settle; a leak stays.
+        let mut now = last;
+        let deadline = std::time::Instant::now() + LEAK_SETTLE;
+        while now > first && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            now = open_fds().unwrap_or(now);
+        }
         ensure!(
-            last <= first,
-            "open descriptors grew from {first} to {last} over repeated setup/failure/teardown: something is not freed"
+            now <= first,
+            "open descriptors grew from {first} to {now} over repeated setup/failure/teardown (still after {LEAK_SETTLE:?}): something is not freed"
         );
     }
     Ok(None)
 }
+
+/// How long [`leak_check`] waits for descriptors a backend frees asynchronously.
+const LEAK_SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// 17 (memory): export/import round trip (across processes in process mode), the
 /// owner releasing memory a peer still maps, tampered exports rejected, teardown
