@@ -202,6 +202,17 @@ COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
 // blocks may already be scheduled (and wait in their own griddepcontrol.wait) while this
 // one runs: the launch latency overlaps this kernel instead of following it. Both are
 // no-ops for a launch without the attribute.
+// Store v into this block's per-block words of a [COLL_MAX_BLOCKS] array: b, b + grid,
+// b + 2 grid, ... (so after a launch every word holds v whatever its grid, and block b
+// of the next launch reads word b). The caller reads word b before, then
+// __syncthreads.
+COMMHAL_DEVICE void store_block_slots(u64* words, u64 v) {
+  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
+       w += (u64)blockDim.x * gridDim.x) {
+    store_relaxed(words + w, v);
+  }
+}
+
 COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   __shared__ u64 s_epoch;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -212,12 +223,8 @@ COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   if (threadIdx.x == 0) s_epoch = load_relaxed(words + blockIdx.x) + 1;
   __syncthreads();
   const u64 e = s_epoch;
-  // this block's words: b, b + grid, ... (word b only after every thread of the block
-  // has the value: the __syncthreads above)
-  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
-       w += (u64)blockDim.x * gridDim.x) {
-    store_relaxed(words + w, e);
-  }
+  // word b only after every thread of the block has the value: the __syncthreads above
+  store_block_slots(words, e);
   if (blockIdx.x == 0 && threadIdx.x < a.nranks) {
     store_relaxed(reinterpret_cast<u64*>(a.scratch[threadIdx.x] + COLL_OFF_DONE_EPOCHS) + a.rank,
                   e - 1);
@@ -225,17 +232,20 @@ COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   return e;
 }
 
+// This block's slot for sender `from` in a `u64 [sender][COLL_MAX_BLOCKS]` flag row at
+// `off` of rank `owner`'s scratch (START / END / MID flags, chain credits).
+COMMHAL_DEVICE u64* flag_slot(const CollArgs& a, u32 owner, u64 off, u32 from) {
+  return reinterpret_cast<u64*>(a.scratch[owner] + off) + (u64)from * COLL_MAX_BLOCKS +
+         blockIdx.x;
+}
+
 // Block-level barrier with the same block of every peer (see the header comment).
 COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
   __syncthreads();
   const u32 t = threadIdx.x;
   if (t < a.nranks && t != a.rank) {
-    u64* remote = reinterpret_cast<u64*>(a.scratch[t] + flags_off) +
-                  (u64)a.rank * COLL_MAX_BLOCKS + blockIdx.x;
-    store_release(remote, e);
-    const u64* mine = reinterpret_cast<const u64*>(a.scratch[a.rank] + flags_off) +
-                      (u64)t * COLL_MAX_BLOCKS + blockIdx.x;
-    wait_flag(a, mine, e);
+    store_release(flag_slot(a, t, flags_off, a.rank), e);
+    wait_flag(a, flag_slot(a, a.rank, flags_off, t), e);
   }
   __syncthreads();
 }
@@ -1184,16 +1194,9 @@ COMMHAL_DEVICE u64* chain_flag(const CollArgs& a, u32 owner, u32 from, u64 tag) 
 }
 
 // Credit that `from` (the next rank) raises in rank `owner`'s scratch for this block:
-// the tag of the last round whose staging it has consumed (reduce chain).
+// the tag of the last round whose staging it has consumed (staged chains).
 COMMHAL_DEVICE u64* chain_credit(const CollArgs& a, u32 owner, u32 from) {
-  return reinterpret_cast<u64*>(a.scratch[owner] + COLL_OFF_CHAIN_CREDITS) +
-         (u64)from * COLL_MAX_BLOCKS + blockIdx.x;
-}
-
-// This rank's START flag slot that `from` raises (barriers and chain_start).
-COMMHAL_DEVICE const u64* start_flag(const CollArgs& a, u32 from) {
-  return reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_START_FLAGS) +
-         (u64)from * COLL_MAX_BLOCKS + blockIdx.x;
+  return flag_slot(a, owner, COLL_OFF_CHAIN_CREDITS, from);
 }
 
 // Round k's flag value in launch e.
@@ -1242,11 +1245,8 @@ COMMHAL_DEVICE u32 chain_start(const CollArgs& a, u64 e, bool stores, u64 geomet
     s_last[1] = load_relaxed(last + COLL_MAX_BLOCKS + blockIdx.x);
   }
   __syncthreads();
-  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
-       w += (u64)blockDim.x * gridDim.x) {
-    store_relaxed(last + w, e);
-    store_relaxed(last + COLL_MAX_BLOCKS + w, geometry);
-  }
+  store_block_slots(last, e);
+  store_block_slots(last + COLL_MAX_BLOCKS, geometry);
   if (!(a.flags & COLL_FLAG_CHAIN_OVERLAP) || s_last[0] + 1 != e) {
     block_barrier(a, COLL_OFF_START_FLAGS, e);
     return COLL_CHAIN_FULL;
@@ -1255,13 +1255,11 @@ COMMHAL_DEVICE u32 chain_start(const CollArgs& a, u64 e, bool stores, u64 geomet
       (a.flags & COLL_FLAG_CHAIN_CREDITS) && geometry != 0 && s_last[1] == geometry;
   const u32 n = a.nranks, next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   if (threadIdx.x == 0 && prev != a.rank) {
-    store_release(reinterpret_cast<u64*>(a.scratch[prev] + COLL_OFF_START_FLAGS) +
-                      (u64)a.rank * COLL_MAX_BLOCKS + blockIdx.x,
-                  e);
+    store_release(flag_slot(a, prev, COLL_OFF_START_FLAGS, a.rank), e);
   }
   // another warp than the one that posted, where the block has one
   if (!credits && threadIdx.x == (blockDim.x > 32 ? 32u : 0u) && stores && next != a.rank) {
-    wait_flag(a, start_flag(a, next), e);
+    wait_flag(a, flag_slot(a, a.rank, COLL_OFF_START_FLAGS, next), e);
   }
   __syncthreads();
   return credits ? COLL_CHAIN_CREDITS : COLL_CHAIN_NEIGHBOUR;
@@ -1274,7 +1272,7 @@ COMMHAL_DEVICE bool wait_credit(const CollArgs& a, u32 next, u64 tag) {
   const u64 e = tag >> 32;
   const u64 want = tag - (1ull << 32);  // chain_tag(e - 1, k)
   const u64* credit = chain_credit(a, a.rank, next);
-  const u64* start = start_flag(a, next);
+  const u64* start = flag_slot(a, a.rank, COLL_OFF_START_FLAGS, next);
   u64 t0 = 0;
   for (u32 i = 0;; ++i) {
     if (load_acquire(credit) >= want || load_acquire(start) >= e) return true;
