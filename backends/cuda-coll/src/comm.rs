@@ -175,6 +175,13 @@ pub enum Kernel {
     AllgatherRing,
 }
 
+impl Kernel {
+    /// The pipelined broadcast / reduce chains (`chain_start` in the unit).
+    pub fn is_chain(self) -> bool {
+        matches!(self, Kernel::BroadcastChain | Kernel::ReduceChain)
+    }
+}
+
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
 pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
     use Kernel::*;
@@ -291,7 +298,7 @@ fn chain_overlap_wanted(env: Option<&str>) -> Result<u32> {
 /// buffer (`staging_holds`) — staged or not, every rank decides the same.
 fn chain_flags(kernel: Kernel, overlap: u32, after_chain: bool, staging_holds: bool) -> u32 {
     let mut f = 0;
-    if matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain) && after_chain {
+    if kernel.is_chain() && after_chain {
         f |= overlap;
     }
     if kernel == Kernel::BroadcastChain
@@ -747,12 +754,16 @@ impl Comm {
         match coll {
             Collective::Broadcast => aligned && self.n >= 3 && bytes >= self.tuning.bcast_chain_min,
             Collective::Reduce => {
-                aligned
-                    && bytes >= self.tuning.reduce_chain_min
-                    && self.base.stage_slot_bytes * u64::from(self.n) >= bytes
+                aligned && bytes >= self.tuning.reduce_chain_min && self.staging_holds(bytes)
             }
             _ => false,
         }
+    }
+
+    /// Whether the staging areas (n slots of `stage_slot_bytes`) hold `bytes`: the
+    /// reduce chain and the staged broadcast chain stage a whole buffer.
+    fn staging_holds(&self, bytes: u64) -> bool {
+        self.base.stage_slot_bytes * u64::from(self.n) >= bytes
     }
 
     /// Whether a broadcast / reduce of `bytes` runs as the LL63 chain: 2 or more ranks,
@@ -848,10 +859,23 @@ impl Comm {
         }
     }
 
-    /// Grid of a chain kernel: enough blocks for one chunk each (chunks of
-    /// threads x `unroll` vectors), at most `max_blocks`.
-    fn chain_grid(&self, bytes: u64, unroll: u32) -> (u32, u32) {
-        let chunk = u64::from(self.tuning.threads) * u64::from(unroll) * 16;
+    /// Vectors per thread in one chunk of chain or ring kernel `k`: what its grid is
+    /// sized with ([`Comm::chain_grid`]) and what it gets as `CollArgs::chain_unroll`.
+    fn unroll_of(&self, k: Kernel) -> u32 {
+        match k {
+            Kernel::AllreduceRing
+            | Kernel::AllreduceRingHead
+            | Kernel::ReducescatterRing
+            | Kernel::AllgatherRing => self.tuning.ring_unroll,
+            Kernel::ReduceChain => self.tuning.reduce_chain_unroll,
+            _ => self.tuning.chain_unroll,
+        }
+    }
+
+    /// Grid of chain or ring kernel `k`: enough blocks for one chunk each (chunks of
+    /// threads x [`Comm::unroll_of`] vectors), at most `max_blocks`.
+    fn chain_grid(&self, bytes: u64, k: Kernel) -> (u32, u32) {
+        let chunk = u64::from(self.tuning.threads) * u64::from(self.unroll_of(k)) * 16;
         let blocks = bytes
             .div_ceil(chunk)
             .clamp(1, u64::from(self.tuning.max_blocks));
@@ -914,7 +938,7 @@ impl Comm {
                 } else {
                     if self.ring(coll, bytes) {
                         let (b, t) = self
-                            .chain_grid(bytes.div_ceil(u64::from(self.n)), self.tuning.ring_unroll);
+                            .chain_grid(bytes.div_ceil(u64::from(self.n)), Kernel::AllreduceRing);
                         return (Kernel::AllreduceRing, b, t);
                     }
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
@@ -941,12 +965,12 @@ impl Comm {
             Collective::Allgather | Collective::Reducescatter
                 if self.ring(coll, count * es * u64::from(self.n)) =>
             {
-                let (b, t) = self.chain_grid(count * es, self.tuning.ring_unroll);
                 let k = if coll == Collective::Allgather {
                     Kernel::AllgatherRing
                 } else {
                     Kernel::ReducescatterRing
                 };
+                let (b, t) = self.chain_grid(count * es, k);
                 (k, b, t)
             }
             Collective::Allgather => {
@@ -987,7 +1011,7 @@ impl Comm {
             Collective::Broadcast => {
                 let bytes = count * es;
                 if self.chain(coll, bytes) {
-                    let (b, t) = self.chain_grid(bytes, self.tuning.chain_unroll);
+                    let (b, t) = self.chain_grid(bytes, Kernel::BroadcastChain);
                     (Kernel::BroadcastChain, b, t)
                 } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
@@ -998,7 +1022,7 @@ impl Comm {
                 }
             }
             Collective::Reduce if self.chain(coll, count * es) => {
-                let (b, t) = self.chain_grid(count * es, self.tuning.reduce_chain_unroll);
+                let (b, t) = self.chain_grid(count * es, Kernel::ReduceChain);
                 (Kernel::ReduceChain, b, t)
             }
             Collective::Reduce => {
@@ -1121,7 +1145,6 @@ impl Comm {
                 a.count = count * es; // bytes per chunk / of the buffer
             }
         }
-        let capturing = self.stream.is_capturing()?;
         // the operation queued now is not a chain unless the kernel path below says so
         let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
         if let Some((algo, blocks)) = self.algorithm(coll) {
@@ -1142,7 +1165,7 @@ impl Comm {
         }
         let bytes = count * es;
         if let Some(dma) = &self.dma
-            && (self.dma_all || (self.ce_route(coll, bytes) && !capturing))
+            && (self.dma_all || (self.ce_route(coll, bytes) && !self.stream.is_capturing()?))
         {
             let c = self.dma_ctx(&a);
             if !self.dma_all && coll == Collective::Reduce {
@@ -1151,33 +1174,20 @@ impl Comm {
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let ce_tail = self.ce_tail(kernel, bytes) && !capturing;
+        let ce_tail = self.ce_tail(kernel, bytes) && !self.stream.is_capturing()?;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
         }
         let name = kernel_name(kernel, dtype);
-        // the chunk size the grid was computed with (kernel_plan): rings and chains differ
-        let ring = matches!(
-            kernel,
-            Kernel::AllreduceRing
-                | Kernel::AllreduceRingHead
-                | Kernel::ReducescatterRing
-                | Kernel::AllgatherRing
-        );
-        a.chain_unroll = if ring {
-            self.tuning.ring_unroll
-        } else if kernel == Kernel::ReduceChain {
-            self.tuning.reduce_chain_unroll
-        } else {
-            self.tuning.chain_unroll
-        };
-        let chain = matches!(kernel, Kernel::BroadcastChain | Kernel::ReduceChain);
-        let staging_holds = self.base.stage_slot_bytes * u64::from(self.n) >= bytes;
+        // the chunk size the grid was computed with (kernel_plan)
+        a.chain_unroll = self.unroll_of(kernel);
+        // a chain queued outside a capture (a captured launch does not run now)
+        let eager_chain = kernel.is_chain() && !self.stream.is_capturing()?;
         a.flags = chain_flags(
             kernel,
             self.chain_overlap.load(Ordering::Relaxed),
-            prev_chain && !capturing,
-            staging_holds,
+            prev_chain && eager_chain,
+            self.staging_holds(bytes),
         );
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
@@ -1195,9 +1205,8 @@ impl Comm {
             self.module
                 .launch(name, &self.stream, grid, block, &a, self.pdl)?;
         }
-        // a captured launch does not run now: the next eager chain takes the barrier
-        self.prev_chain
-            .store(chain && !capturing, Ordering::Relaxed);
+        // after anything else (a captured chain included) the next chain takes the barrier
+        self.prev_chain.store(eager_chain, Ordering::Relaxed);
         match &self.dma {
             Some(dma) if ce_tail => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes),
             _ => Ok(()),
