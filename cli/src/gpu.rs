@@ -489,18 +489,27 @@ fn command_line(args: Vec<String>, n: u32, record_as: Option<&str>) -> String {
         .iter()
         .any(|a| a == "--ranks" || a.starts_with("--ranks="));
     let mut parts = vec!["commhal".to_string()];
+    match record_as {
+        None => parts.extend(args.iter().map(|a| shell_quote(a))),
+        Some(rec) => parts.extend(recorded_args(&args, rec)),
+    }
+    if !has_ranks {
+        parts.push(format!("--ranks {n}"));
+    }
+    parts.join(" ")
+}
+
+/// `args` quoted as [`command_line`] records them under `--record-as rec`: `rec` for
+/// --out's path, --json's file name only, --record-as itself left out.
+fn recorded_args(args: &[String], rec: &str) -> Vec<String> {
     let file_name = |p: &str| {
         std::path::Path::new(p)
             .file_name()
             .map_or(p.to_string(), |f| f.to_string_lossy().into_owned())
     };
-    // --record-as: its path for --out's, --json's file name, itself left out
-    let mut it = args.iter().peekable();
+    let mut parts = Vec::new();
+    let mut it = args.iter();
     while let Some(a) = it.next() {
-        let Some(rec) = record_as else {
-            parts.push(shell_quote(a));
-            continue;
-        };
         let (flag, inline) = match a.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
             _ => (a.as_str(), None),
@@ -516,10 +525,7 @@ fn command_line(args: Vec<String>, n: u32, record_as: Option<&str>) -> String {
             _ => {}
         }
     }
-    if !has_ranks {
-        parts.push(format!("--ranks {n}"));
-    }
-    parts.join(" ")
+    parts
 }
 
 /// `a` quoted for a POSIX shell when it needs it.
