@@ -38,6 +38,12 @@
 // before it ~1.5 more (288); spreading the chunks over 2 copy streams recovers little
 // (303). So the copy engines pay only as one large copy per peer: commhal routes 2-rank
 // broadcast and send/recv to them from a tuned size (128 MiB on these machines).
+// Session 21, call 3 (h200-2026-11-22-session21/ce-call3.log; CE_PARTS / CE_CHUNKS pick
+// parts and chunk sizes): part 4 with bigger chunks, 4 GPUs, 1 GiB: 16M x 2 4899 µs
+// (329 GB/s busbw), 32M x 2 4548 (354), 64M x 2 4405 (366), 128M x 2 4574 (352: with two
+// chunks per segment a step waits for the reduce of the whole previous chunk); x 4
+// streams no better. ~12 µs per chunk stays, so the all-copy-engine ring does not beat
+// the library's ring kernel + copy-engine tail (4360 µs = 369.4 GB/s the same call).
 //
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 -o ce_pipeline ce_pipeline.cu -lcuda ; run: ./ce_pipeline [N]
 #include <cuda.h>
@@ -49,6 +55,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -303,7 +310,25 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
   }
 
+  // CE_PARTS (digits, default "1234") picks the parts; CE_CHUNKS (MiB, comma separated,
+  // default "2,4,8,16") the chunk sizes of parts 2-4 (session 21 added 32..128 MiB).
+  const char* parts_env = getenv("CE_PARTS");
+  const std::string run_parts = parts_env ? parts_env : "1234";
+  std::vector<u64> chunks;
+  {
+    const char* c = getenv("CE_CHUNKS");
+    std::string list = c ? c : "2,4,8,16";
+    size_t pos = 0;
+    while (pos < list.size()) {
+      size_t end = list.find(',', pos);
+      if (end == std::string::npos) end = list.size();
+      chunks.push_back(std::stoull(list.substr(pos, end - pos)) << 20);
+      pos = end + 1;
+    }
+  }
+
   // ---- part 1: ring permutation ----
+  if (run_parts.find('1') != std::string::npos) {
   printf("# ce_pipeline: %d GPUs\n# part 1: ring permutation d -> d+1, every GPU at once; GB/s per GPU (slowest), median of 5\n", n);
   const u64 sizes1[] = {64ull << 20, 256ull << 20, 1ull << 30};
   printf("%-16s", "variant");
@@ -380,11 +405,11 @@ int main(int argc, char** argv) {
     }
     printf("   %llu wrong\n", bad);
   }
+  }
 
   // ---- parts 2-4 ----
   u32 it = 1;
   const u64 sizes[] = {64ull << 20, 256ull << 20, 1ull << 30};
-  const u64 chunks[] = {2ull << 20, 4ull << 20, 8ull << 20, 16ull << 20};
   const int streams[] = {2, 4};
   struct P {
     const char* name;
@@ -393,6 +418,7 @@ int main(int argc, char** argv) {
   };
   const P parts[] = {{"bcast chain", bcast_call, 2}, {"reduce chain", reduce_call, 3}, {"ring allreduce", allreduce_call, 4}};
   for (const P& p : parts) {
+    if (run_parts.find((char)('0' + p.part)) == std::string::npos) continue;
     printf("# part %d: %s by CE chunks, %d GPUs; µs per call (wall clock / R, median of 3)%s\n", p.part, p.name, n,
            p.part == 4 ? "; busbw GB/s in ()" : "");
     printf("%-14s", "chunk x streams");
