@@ -43,8 +43,9 @@
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
 //                                    n-1 reduce-scatter steps into the next rank's
 //                                    staging and/or n-1 all-gather steps into its output.
-//   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring up to its first
-//                                    all-gather step; the copy engines do the rest.
+//   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring from its second
+//                                    reduce-scatter step to its first all-gather step;
+//                                    the copy engines do the first and the rest.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
@@ -1765,12 +1766,15 @@ extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll6
 // rank reads and then writes its own segment in the same thread.
 // Host: n >= 2, whole 16-byte vectors, staging of >= the input bytes (all-reduce and
 // reduce-scatter).
-// All-reduce head (COLL_RING_AR_HEAD, 3 or more ranks, dma.rs allreduce_ring_tail):
-// the all-reduce ring's reduce-scatter steps and its first all-gather step only (rank r
-// sends its finished segment r to the next rank and waits for segment r-1); the copy
-// engines then move the other n-2 all-gather steps, one whole segment per copy (one
-// peer per copy: the one pattern where a copy engine outruns SM stores, ~392 against
-// ~366 GB/s per GPU on 4 x H200).
+// All-reduce head (COLL_RING_AR_HEAD, 3 or more ranks, dma.rs allreduce_ring_first /
+// allreduce_ring_tail): the copy engine has moved reduce-scatter step 0 (rank r's input
+// segment r-1 into the next rank's staging; the stream waited for the previous rank's
+// before this kernel), the head runs reduce-scatter steps 1..n-2 and the first
+// all-gather step (rank r sends its finished segment r to the next rank and waits for
+// segment r-1), and the copy engines then move the other n-2 all-gather steps. Every
+// copy-engine step is one whole segment to one peer: the one pattern where a copy
+// engine outruns SM stores, ~392 against ~366 GB/s per GPU on 4 x H200. Round k of
+// this rank still pairs with round k - R of the previous rank, k counted from step 0.
 #define COLL_RING_AR 0
 #define COLL_RING_RS 1
 #define COLL_RING_AG 2
@@ -1794,10 +1798,13 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   const v16* stage = reinterpret_cast<const v16*>(a.stage[r]);
   v16* stage_next = reinterpret_cast<v16*>(a.stage[next]);
   bool ok = true;
-  u32 k = 0;
+  // the head starts at step 1: step 0 came by the copy engine, and the host queued the
+  // wait for its arrival here before this kernel (no round flags to wait for in step 1)
+  const u32 first = (MODE == COLL_RING_AR_HEAD) ? 1 : 0;
+  u32 k = first * rounds;
   const u32 rs_steps = (MODE == COLL_RING_AG) ? 0 : n - 1;
   const u32 ag_steps = (MODE == COLL_RING_RS) ? 0 : (MODE == COLL_RING_AR_HEAD) ? 1 : n - 1;
-  for (u32 s = 0; s < rs_steps + ag_steps + 1; ++s) {
+  for (u32 s = first; s < rs_steps + ag_steps + 1; ++s) {
     const bool rs = MODE != COLL_RING_AG && s < rs_steps;
     const bool last = s == rs_steps + ag_steps;  // wait-only rounds
     const u32 t = s - rs_steps;                  // all-gather step (when !rs)
@@ -1815,7 +1822,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
     // staging plus this rank's input
     const auto reduced = [&](u64 v) { return add16<Op>(stage[sb + v], in[sb + v]); };
     for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
-      if (k >= rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
+      if (k >= (first + 1) * rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
       if (MODE == COLL_RING_RS && last) {
         // own segment complete: staging + input -> output offset 0
         chunk_for(

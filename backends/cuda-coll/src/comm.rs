@@ -90,9 +90,9 @@ pub struct Tuning {
     /// reducing chunk by chunk ([`crate::dma::DmaPath::reduce_pair`]; `u64::MAX`: never;
     /// also never inside a CUDA graph capture).
     pub reduce_ce_min: u64,
-    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring kernel stops after its
-    /// first all-gather step, the copy engines doing the other n-2
-    /// ([`crate::dma::DmaPath::allreduce_ring_tail`]; ring sizes only; `u64::MAX`:
+    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring runs its first
+    /// reduce-scatter step and its last n-2 all-gather steps on the copy engines, the
+    /// head kernel the steps between ([`crate::dma`]; ring sizes only; `u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub ar_ce_min: u64,
     /// Smallest all-reduce (bytes) done with the ring kernel (`u64::MAX`: never).
@@ -1189,6 +1189,12 @@ impl Comm {
             prev_chain && eager_chain,
             self.staging_holds(bytes),
         );
+        // the copy-engine route: reduce-scatter step 0 by the copy engine first (the
+        // head kernel starts at step 1), its launch number for the tail after the kernel
+        let ce_launch = match &self.dma {
+            Some(dma) if ce_tail => Some(dma.allreduce_ring_first(&self.dma_ctx(&a), bytes)?),
+            _ => None,
+        };
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
         // imported peer mapping, kept in `_peers`) of at least `capacity` bytes
         // (checked above against what the kernel touches) or the scratch sized for
@@ -1207,8 +1213,8 @@ impl Comm {
         }
         // after anything else (a captured chain included) the next chain takes the barrier
         self.prev_chain.store(eager_chain, Ordering::Relaxed);
-        match &self.dma {
-            Some(dma) if ce_tail => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes),
+        match (&self.dma, ce_launch) {
+            (Some(dma), Some(e)) => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes, e),
             _ => Ok(()),
         }
     }

@@ -41,23 +41,37 @@
 //! while the copy engine moves the next ones. No END: the root's kernel has waited for
 //! every chunk, and the non-root writes the staging again only after the next START.
 //!
-//! **The all-reduce ring's tail** ([`DmaPath::allreduce_ring_tail`], the tuned
-//! `ar_ce_min`, 3 or more ranks): `commhal_coll_allreduce_ring_head_*` runs the ring's
-//! reduce-scatter steps and its first all-gather step (rank r then holds its reduced
-//! segment r and the next-older segment r-1); the other n-2 all-gather steps are one
-//! `cuMemcpyAsync` each on the main stream — step t copies segment r-t from this rank's
-//! output into the next rank's, then writes [`layout::pair_ce_tag`]`(e, t)` into the
-//! next rank's [`DMA_RING`] flag, and the stream waits for the previous rank's step-t
-//! flag (segment r-t-1 here) before step t+1. A copy engine pushing to one peer while
-//! another pushes into this GPU moves ~392 GB/s per GPU against ~366 for the SM stores
-//! of the ring kernel (bench/micro/ce_pipeline.cu, session 11). In place, the step-t
-//! copy overwrites segment r-t of the next rank's input, which that rank's kernel reads
-//! in its reduce-scatter step t; no handshake is needed for it: the copy starts after
-//! the flags of rank r-t+1's kernel end (this rank's own for t = 1, the previous
-//! ranks' step flags after it), and through the ring's round flags that end comes after
-//! rank r-t's all-gather step, rank r-t-1's last reduce-scatter step, ..., and rank
-//! r+1's reduce-scatter step t. Out of place the copies touch only output segments that
-//! no kernel of this launch reads or writes.
+//! **The all-reduce ring with copy-engine ends** ([`DmaPath::allreduce_ring_first`],
+//! the head kernel, [`DmaPath::allreduce_ring_tail`]; the tuned `ar_ce_min`, 3 or more
+//! ranks). Every step the copy engines take is one whole segment to one peer: a copy
+//! engine pushing to one peer while another pushes into this GPU moves ~392 GB/s per GPU
+//! against ~366 for the SM stores of the ring kernel (bench/micro/ce_pipeline.cu,
+//! session 11).
+//! - First (since session 21): reduce-scatter step 0 is a pure copy. Rank r writes `e`
+//!   into the previous rank's [`DMA_START`] flag (its own staging is free: its stream
+//!   reached this launch) and waits for the next rank's; copies its input segment r-1
+//!   into the next rank's staging; writes `e` into the next rank's [`DMA_MID`] flag; and
+//!   waits for the previous rank's (segment r-2 is in its own staging).
+//! - `commhal_coll_allreduce_ring_head_*` runs reduce-scatter steps 1..n-2 and the first
+//!   all-gather step (rank r then holds its reduced segment r and segment r-1).
+//! - Tail: the other n-2 all-gather steps, one `cuMemcpyAsync` each on the main stream —
+//!   step t copies segment r-t from this rank's output into the next rank's, then writes
+//!   [`layout::pair_ce_tag`]`(e, t)` into the next rank's [`DMA_RING`] flag, and the
+//!   stream waits for the previous rank's step-t flag (segment r-t-1 here) before step
+//!   t+1.
+//!
+//! In place, two copies overwrite what a peer still reads. (1) The tail's step-t copy
+//! overwrites segment r-t of the next rank's input, which that rank's kernel reads in its
+//! reduce-scatter step t >= 1; no handshake is needed: the copy starts after the flags of
+//! rank r-t+1's kernel end (this rank's own for t = 1, the previous ranks' step flags
+//! after it), and through the ring's round flags that end comes after rank r-t's
+//! all-gather step, rank r-t-1's last reduce-scatter step, ..., and rank r+1's
+//! reduce-scatter step t. (2) The previous rank's all-gather step writes segment r-1 over
+//! this rank's input, which this rank's first-step copy reads: that kernel step depends,
+//! through n-1 hops of round flags and one first-step wait, on this rank's first-step copy
+//! having landed (rank q's step s waits for rank q-1's step s-1; step 1 waits, before the
+//! kernel, for the copy of step 0). Out of place the copies touch only staging areas and
+//! output segments that no kernel of this launch reads or writes before they land.
 //!
 //! Not capturable into CUDA graphs (the flag values are baked in at capture): a capture
 //! gets a clear error. The waits are a one-warp kernel bounded by the device wait bound
@@ -386,24 +400,51 @@ impl DmaPath {
         }
     }
 
-    /// The copy-engine all-gather steps after `commhal_coll_allreduce_ring_head_*` (queued
-    /// on `c.main` just before) for an all-reduce of `bytes` (see the module docs). The
-    /// caller checked: 3 or more ranks, `bytes` a multiple of 16 within the capacity,
-    /// `c.args` as the head kernel got them.
-    pub fn allreduce_ring_tail(&self, c: &Ctx<'_>, bytes: u64) -> Result<()> {
+    /// Before `commhal_coll_allreduce_ring_head_*` for an all-reduce of `bytes` (see the
+    /// module docs): the ring's reduce-scatter step 0 by the copy engine — one-way START
+    /// (the next rank's staging is free once its stream reached this launch), this rank's
+    /// input segment me-1 into the next rank's staging, a stream write of `e` into its
+    /// [`DMA_MID`] flag, and the wait for the previous rank's (its segment here). Returns
+    /// the launch number for [`Self::allreduce_ring_tail`]. The caller checked the
+    /// capacity and that `c.args` are the head kernel's.
+    pub fn allreduce_ring_first(&self, c: &Ctx<'_>, bytes: u64) -> Result<u32> {
         if c.main.is_capturing()? {
             return Err(CollError::invalid(
-                "the copy-engine all-reduce tail cannot be captured into a CUDA graph (its flags are numbered by the host): the capture runs the ring kernel",
+                "the copy-engine all-reduce route cannot be captured into a CUDA graph (its flags are numbered by the host): the capture runs the ring kernel",
             ));
         }
         let a = c.args;
         let n = a.nranks;
         if n < 3 || !bytes.is_multiple_of(16) {
             return Err(CollError::invalid(format!(
-                "copy-engine all-reduce tail: needs 3 or more ranks (have {n}) and a multiple of 16 bytes (have {bytes})"
+                "copy-engine all-reduce route: needs 3 or more ranks (have {n}) and a multiple of 16 bytes (have {bytes})"
             )));
         }
+        let me = a.rank;
+        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
         let e = self.next_launch();
+        signal(c.main, a, prev, DMA_START, e)?;
+        self.wait_all(c, DMA_START, e, std::iter::once(next))?;
+        let (b, x) = partition(bytes / 16, n, (me + n - 1) % n);
+        let (off, len) = (b * 16, (x - b) * 16);
+        let into = a.stage[next as usize] + off;
+        copy_then_signal(
+            c.main,
+            a,
+            next,
+            DMA_MID,
+            e,
+            (into, a.input[me as usize] + off, len),
+        )?;
+        self.wait_all(c, DMA_MID, e, std::iter::once(prev))?;
+        Ok(e)
+    }
+
+    /// After the head kernel: the other n-2 all-gather steps of the all-reduce whose
+    /// [`Self::allreduce_ring_first`] returned `e` (same `c`, `bytes`).
+    pub fn allreduce_ring_tail(&self, c: &Ctx<'_>, bytes: u64, e: u32) -> Result<()> {
+        let a = c.args;
+        let n = a.nranks;
         let me = a.rank;
         let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
         let out = |r: u32| a.output[r as usize];

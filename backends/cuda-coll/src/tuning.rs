@@ -124,12 +124,13 @@ pub const HEADER: &str = "\
 #                          only; not inside a CUDA graph capture). Tuned as
 #                          broadcast_ce_min, with `ce` after the reduce kernels
 #     allreduce_ce_min     (optional; absent or 0: never) from this size an all-reduce
-#                          on 3 or more ranks runs the ring kernel up to its first
-#                          all-gather step and the copy engines do the other n-2: one
-#                          cuMemcpyAsync of a whole segment to the next rank per step,
-#                          a stream write, a bounded wait kernel (since session 15;
-#                          ring sizes only; not inside a CUDA graph capture). Tuned
-#                          as sendrecv_ce_min, with `ce` after the all-reduce kernels
+#                          on 3 or more ranks runs its ring's first reduce-scatter step
+#                          (since session 21) and its last n-2 all-gather steps (since
+#                          session 15) on the copy engines, the ring kernel the steps
+#                          between: one cuMemcpyAsync of a whole segment to the next
+#                          rank per step, a stream write, a bounded wait kernel (ring
+#                          sizes only; not inside a CUDA graph capture). Tuned as
+#                          sendrecv_ce_min, with `ce` after the all-reduce kernels
 #     allreduce_ring_min, allgather_ring_min, reducescatter_ring_min
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
@@ -233,8 +234,9 @@ pub struct Section {
     /// Smallest reduce (bytes) on 2 ranks done by the copy engine (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ce_min: Option<u64>,
-    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring hands its last
-    /// all-gather steps to the copy engines (absent or 0: never).
+    /// Smallest all-reduce (bytes) on 3 or more ranks whose ring hands its first
+    /// reduce-scatter step and its last all-gather steps to the copy engines (absent or
+    /// 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ce_min: Option<u64>,
     /// Smallest all-reduce (bytes) done with the ring kernel (absent or 0: never).
