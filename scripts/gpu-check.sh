@@ -9,7 +9,8 @@
 #   .gpu/cudart-nvrtc-test            (optional) cuda-rt's `nvrtc_compile` test binary
 #   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
 #   .gpu/commhal-gpu-bench            (optional) target/release/commhal-gpu-bench: the
-#                                     back-to-back chain check (--cycle-roots)
+#                                     back-to-back chain check (--cycle-roots) and the
+#                                     all-reduce copy-engine route check
 #
 # Every step is bounded with `timeout` and the whole script by a deadline
 # (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
@@ -108,6 +109,18 @@ if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
     step "cycle-roots-$c-${NGPU}gpu" 40 "${CHAINS[@]}" $G/commhal launch -n "$NGPU" -- \
       $G/commhal-gpu-bench "$c" -r 1 -b 1M -e 256M -f 4 -n 10 -w 2 -d half --cycle-roots
   done
+fi
+
+# The all-reduce copy-engine route (dma.rs allreduce_ring_first, the head kernel from
+# step 1, allreduce_ring_tail; sessions 15 and 21) forced from 16 bytes (LL capped at 8
+# bytes: COMMHAL_COLL_LL_MAX must be > 0), odd sizes and large ones, in and out of place;
+# exit 1 on a wrong element. On every GPU (the route needs 3 ranks).
+if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
+  ROUTE=(env COMMHAL_COLL_LL_MAX=8 COMMHAL_COLL_AR_RING_MIN=16 COMMHAL_COLL_AR_CE_MIN=16)
+  step "allreduce-ce-route-${NGPU}gpu" 40 "${ROUTE[@]}" $G/commhal launch -n "$NGPU" -- \
+    $G/commhal-gpu-bench allreduce -b 16 -e 252720 -f 3 -n 10 -w 2 -d half
+  step "allreduce-ce-route-big-${NGPU}gpu" 40 "${ROUTE[@]}" $G/commhal launch -n "$NGPU" -- \
+    $G/commhal-gpu-bench allreduce -b 16M -e 256M -f 4 -n 10 -w 2 -d bf16
 fi
 
 # ---- summary -------------------------------------------------------------------
