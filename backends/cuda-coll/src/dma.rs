@@ -148,6 +148,21 @@ pub(crate) fn reduce_local_kernel(dtype: Dtype) -> &'static str {
     typed_kernel!(dtype, "commhal_coll_reduce_local")
 }
 
+/// This rank's (next, previous) rank in the ring r -> r+1.
+fn ring_neighbours(a: &CollArgs) -> (u32, u32) {
+    let (me, n) = (a.rank, a.nranks);
+    ((me + 1) % n, (me + n - 1) % n)
+}
+
+/// (byte offset, bytes) of the ring all-reduce's segment `rank - t` of a `bytes` buffer:
+/// what this rank sends in reduce-scatter step t - 1 (t = 1: the first step) and in
+/// all-gather step t ([`partition`] of the 16-byte vectors, as the ring kernel cuts them).
+fn ring_segment(a: &CollArgs, bytes: u64, t: u32) -> (u64, u64) {
+    let n = a.nranks;
+    let (b, x) = partition(bytes / 16, n, (a.rank + n - t) % n);
+    (b * 16, (x - b) * 16)
+}
+
 /// Blocks of a local kernel over `bytes` (one 16-byte vector per thread, grid-strided
 /// beyond `c.max_blocks`).
 fn local_blocks(c: &Ctx<'_>, bytes: u64) -> u32 {
@@ -329,7 +344,7 @@ impl DmaPath {
             }
             Collective::Sendrecv => {
                 let bytes = a.count;
-                let prev = (me + n - 1) % n;
+                let (_, prev) = ring_neighbours(a);
                 self.send(c.main, a, 1..2, DMA_END, e, |next| {
                     (a.output[next as usize], a.input[me as usize], bytes)
                 })?;
@@ -420,22 +435,14 @@ impl DmaPath {
                 "copy-engine all-reduce route: needs 3 or more ranks (have {n}) and a multiple of 16 bytes (have {bytes})"
             )));
         }
-        let me = a.rank;
-        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let (next, prev) = ring_neighbours(a);
         let e = self.next_launch();
         signal(c.main, a, prev, DMA_START, e)?;
         self.wait_all(c, DMA_START, e, std::iter::once(next))?;
-        let (b, x) = partition(bytes / 16, n, (me + n - 1) % n);
-        let (off, len) = (b * 16, (x - b) * 16);
+        let (off, len) = ring_segment(a, bytes, 1);
         let into = a.stage[next as usize] + off;
-        copy_then_signal(
-            c.main,
-            a,
-            next,
-            DMA_MID,
-            e,
-            (into, a.input[me as usize] + off, len),
-        )?;
+        let from = a.input[a.rank as usize] + off;
+        copy_then_signal(c.main, a, next, DMA_MID, e, (into, from, len))?;
         self.wait_all(c, DMA_MID, e, std::iter::once(prev))?;
         Ok(e)
     }
@@ -444,15 +451,12 @@ impl DmaPath {
     /// [`Self::allreduce_ring_first`] returned `e` (same `c`, `bytes`).
     pub fn allreduce_ring_tail(&self, c: &Ctx<'_>, bytes: u64, e: u32) -> Result<()> {
         let a = c.args;
-        let n = a.nranks;
-        let me = a.rank;
-        let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+        let (next, prev) = ring_neighbours(a);
         let out = |r: u32| a.output[r as usize];
-        for t in 1..n - 1 {
+        for t in 1..a.nranks - 1 {
             // segment me - t: the kernel's all-gather step brought it here for t = 1,
             // the wait of step t - 1 for the others
-            let (b, x) = partition(bytes / 16, n, (me + n - t) % n);
-            let (off, len) = (b * 16, (x - b) * 16);
+            let (off, len) = ring_segment(a, bytes, t);
             let tag = layout::pair_ce_tag(e, t as usize);
             copy_then_signal(
                 c.main,
@@ -460,7 +464,7 @@ impl DmaPath {
                 next,
                 DMA_RING,
                 tag,
-                (out(next) + off, out(me) + off, len),
+                (out(next) + off, out(a.rank) + off, len),
             )?;
             self.wait_all(c, DMA_RING, tag, std::iter::once(prev))?;
         }
@@ -582,6 +586,46 @@ impl DmaPath {
         unsafe {
             c.module
                 .launch(name, c.main, blocks, c.threads, &args, false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first step and the tail cut segments as the ring kernel does: segment
+    /// rank - t, whole 16-byte vectors, and over t = 0..n the segments tile the buffer.
+    #[test]
+    fn ring_segments_tile_the_buffer() {
+        for n in 3..=8u32 {
+            for bytes in [16u64, 1040, 252_720, 1 << 30] {
+                for rank in 0..n {
+                    let a = CollArgs {
+                        rank,
+                        nranks: n,
+                        ..CollArgs::default()
+                    };
+                    let (next, prev) = ring_neighbours(&a);
+                    assert_eq!(((rank + 1) % n, (rank + n - 1) % n), (next, prev));
+                    let mut cut: Vec<(u64, u64)> =
+                        (0..n).map(|t| ring_segment(&a, bytes, t)).collect();
+                    let (b, x) = partition(bytes / 16, n, prev);
+                    assert_eq!(
+                        cut[1],
+                        (b * 16, (x - b) * 16),
+                        "t = 1 is the previous rank's"
+                    );
+                    cut.sort();
+                    let mut end = 0;
+                    for (off, len) in cut {
+                        assert_eq!(off, end);
+                        assert_eq!(len % 16, 0);
+                        end = off + len;
+                    }
+                    assert_eq!(end, bytes);
+                }
+            }
         }
     }
 }
