@@ -104,6 +104,8 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         dead_rank: None,
         cycle_roots: false,
         print_tables: !a.json,
+        buffers: ccli::Buffers::Caller,
+        buffer_offset: 0,
     })
 }
 
@@ -376,6 +378,9 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         dead_rank: None,
         cycle_roots: false,
         print_tables: true,
+        // thresholds are tuned on the registered regions: no per-call mapping noise
+        buffers: ccli::Buffers::Registered,
+        buffer_offset: 0,
     };
     Ok((args, colls))
 }

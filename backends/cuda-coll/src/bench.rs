@@ -16,13 +16,13 @@
 
 use std::time::Duration;
 
-use commhal_cuda_rt::Event;
+use commhal_cuda_rt::{DeviceBuffer, Event, Stream};
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
 use serde::Serialize;
 
 use crate::check;
-use crate::cli::{self, Args, Collective};
-use crate::comm::{Comm, Kernel, Tuning, kernel_name};
+use crate::cli::{self, Args, Buffers, Collective};
+use crate::comm::{BufferPath, CallBufs, Comm, Kernel, Tuning, kernel_name};
 use crate::driver::{self, Gate, Graph};
 use crate::error::{CollError, Result};
 use crate::nccl::Nccl;
@@ -75,6 +75,16 @@ struct Bench<'a> {
     boot: &'a dyn Bootstrap,
     comm: &'a Comm,
     nccl: Option<&'a Nccl>,
+    /// Input and output: the caller buffers' pointers (`--buffers caller`, after
+    /// `--buffer-offset`) or the Comm's registered regions.
+    inp: u64,
+    out: u64,
+    /// The caller's allocations (`--buffers caller`), freed last.
+    caller: Option<(DeviceBuffer, DeviceBuffer)>,
+    /// The Comm's stream, as a caller's stream handle.
+    stream: Stream,
+    /// How the last commhal launch reached its buffers.
+    path: std::cell::Cell<Option<BufferPath>>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -90,7 +100,82 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-impl Bench<'_> {
+impl<'a> Bench<'a> {
+    fn new(
+        args: &'a Args,
+        boot: &'a dyn Bootstrap,
+        comm: &'a Comm,
+        nccl: Option<&'a Nccl>,
+    ) -> Result<Bench<'a>> {
+        let ctx = comm.context();
+        let (inp, out, caller) = match args.buffers {
+            Buffers::Registered => (comm.input_addr(), comm.output_addr(), None),
+            Buffers::Caller => {
+                let len = comm.capacity() + args.buffer_offset;
+                let i = DeviceBuffer::new(ctx, len)?;
+                let o = DeviceBuffer::new(ctx, len)?;
+                (
+                    i.addr() + args.buffer_offset,
+                    o.addr() + args.buffer_offset,
+                    Some((i, o)),
+                )
+            }
+        };
+        // SAFETY: the Comm's stream outlives the Bench, which borrows the Comm.
+        let stream = unsafe { Stream::borrowed(ctx, comm.stream().raw())? };
+        let b = Bench {
+            gate: std::cell::RefCell::new(Gate::new(ctx)?),
+            args,
+            boot,
+            comm,
+            nccl,
+            inp,
+            out,
+            caller,
+            stream,
+            path: std::cell::Cell::new(None),
+        };
+        b.write_inputs()?;
+        Ok(b)
+    }
+
+    /// Write the input pattern once, for the largest size (every size uses a prefix).
+    fn write_inputs(&self) -> Result<()> {
+        let cap_elems = self.comm.capacity() / self.args.dtype.size();
+        let input = check::input_bytes(self.args.dtype, self.comm.rank(), cap_elems);
+        match &self.caller {
+            Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
+            None => self.comm.input().write(0, &input)?,
+        }
+        drop(input);
+        self.boot.barrier()?;
+        Ok(())
+    }
+
+    /// The caller-style buffers of a launch (NCCL's in-place layouts).
+    fn call_bufs(&self, count: u64, in_place: bool) -> CallBufs {
+        let es = self.args.dtype.size();
+        let shift = u64::from(self.comm.rank()) * count * es;
+        match (in_place, self.args.collective) {
+            (false, _) => CallBufs {
+                send: self.inp,
+                recv: self.out,
+            },
+            (true, Collective::Allgather) => CallBufs {
+                send: self.out + shift,
+                recv: self.out,
+            },
+            (true, Collective::Reducescatter) => CallBufs {
+                send: self.out,
+                recv: self.out + shift,
+            },
+            (true, _) => CallBufs {
+                send: self.out,
+                recv: self.out,
+            },
+        }
+    }
+
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
         self.launch_root(which, count, per, in_place, self.args.root)
     }
@@ -106,6 +191,14 @@ impl Bench<'_> {
         let a = self.args;
         let c = cli::launch_count(a.collective, count, per);
         match which {
+            Impl::Commhal if a.buffers == Buffers::Caller => {
+                let bufs = self.call_bufs(c, in_place);
+                let path =
+                    self.comm
+                        .launch_on(a.collective, a.dtype, c, root, bufs, &self.stream)?;
+                self.path.set(Some(path));
+                Ok(())
+            }
             Impl::Commhal => self
                 .comm
                 .launch_rooted(a.collective, a.dtype, c, root, in_place),
@@ -113,9 +206,9 @@ impl Bench<'_> {
                 let n = self
                     .nccl
                     .ok_or_else(|| CollError::Nccl("not initialised".into()))?;
-                // SAFETY: the Comm's registered input/output regions, sized for the
-                // largest size (checked by the caller against capacity), alive while
-                // the Comm lives; synchronised before the Comm drops.
+                // SAFETY: the benchmark's input/output (the caller buffers or the
+                // Comm's registered regions), sized for the largest size, alive while
+                // the Bench lives; synchronised before they are freed.
                 unsafe {
                     n.launch(
                         self.comm.stream(),
@@ -125,8 +218,8 @@ impl Bench<'_> {
                         self.comm.rank(),
                         self.comm.size(),
                         root,
-                        self.comm.input_addr(),
-                        self.comm.output_addr(),
+                        self.inp,
+                        self.out,
                         in_place,
                     )
                 }
@@ -145,7 +238,7 @@ impl Bench<'_> {
         } else {
             0
         };
-        (self.comm.output_addr() + off, len)
+        (self.out + off, len)
     }
 
     /// Queue what makes the buffers ready for one checked run: restore in-place data,
@@ -153,9 +246,9 @@ impl Bench<'_> {
     fn prepare(&self, count: u64, per: u64, in_place: bool) -> Result<()> {
         let es = self.args.dtype.size();
         let s = self.comm.stream();
-        let (inp, out) = (self.comm.input_addr(), self.comm.output_addr());
+        let (inp, out) = (self.inp, self.out);
         let full = count * es; // the whole output (all-gather) / input (reduce-scatter)
-        // SAFETY: every range is inside the Comm's input/output regions (count was
+        // SAFETY: every range is inside the benchmark's input/output (count was
         // checked against capacity by the caller), alive until synchronised.
         unsafe {
             driver::memset_async(s, out, 0xff, full)?;
@@ -205,7 +298,7 @@ impl Bench<'_> {
         let (addr, len) = self.output_region(count, per, in_place, check_root);
         let mut host = vec![0u8; len as usize];
         if len > 0 {
-            // SAFETY: [addr, addr+len) lies in this rank's output allocation.
+            // SAFETY: [addr, addr+len) lies in this rank's output buffer.
             unsafe { driver::read(self.comm.context(), addr, &mut host)? };
         }
         Ok(check::count_wrong(
@@ -409,15 +502,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     } else {
         None
     };
-    write_inputs(args, boot, comm)?;
     let print = rank0 && args.print_tables;
-    let b = Bench {
-        gate: std::cell::RefCell::new(Gate::new(comm.context())?),
-        args,
-        boot,
-        comm,
-        nccl: nccl.as_ref(),
-    };
+    let b = Bench::new(args, boot, comm, nccl.as_ref())?;
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     let mut any_wrong = false;
@@ -427,6 +513,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             "# commhal-gpu-bench: {} ranks, ll_max {} B, {} threads, <= {} blocks, device wait bound {:?}",
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
+        println!("# buffers: {}", buffers_line(args));
         println!(
             "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {} / reduce chain {}, LL63 max bcast {} / reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} / all-reduce tail (3+ ranks) {} B; from {}",
             t.push_min,
@@ -472,7 +559,10 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             let kernel = if which == Impl::Commhal {
                 let c = cli::launch_count(args.collective, count, per);
                 let (k, g, t) = comm.plan_for(args.collective, args.dtype, c, args.graph);
-                format!("{k} {g}x{t}")
+                match b.path.get() {
+                    Some(p) => format!("{k} {g}x{t} {}", p.name()),
+                    None => format!("{k} {g}x{t}"),
+                }
             } else {
                 "nccl".into()
             };
@@ -533,14 +623,21 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     Ok((ours, theirs, any_wrong))
 }
 
-/// Write the input pattern once, for the largest size (every size uses a prefix).
-fn write_inputs(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<()> {
-    let cap_elems = comm.capacity() / args.dtype.size();
-    let input = check::input_bytes(args.dtype, comm.rank(), cap_elems);
-    comm.input().write(0, &input)?;
-    drop(input);
-    boot.barrier()?;
-    Ok(())
+/// What the header says about the buffers (`--buffers`).
+fn buffers_line(args: &Args) -> String {
+    match args.buffers {
+        Buffers::Caller => format!(
+            "the caller's: input and output from cuMemAlloc by the benchmark{}, passed as pointers with a stream (commhal maps them per call through CUDA IPC, or stages them; NCCL gets the same pointers)",
+            if args.buffer_offset > 0 {
+                format!(", both {} bytes into their allocations", args.buffer_offset)
+            } else {
+                String::new()
+            }
+        ),
+        Buffers::Registered => {
+            "the communicator's registered regions (NCCL gets the same pointers)".to_string()
+        }
+    }
 }
 
 /// Where `comm`'s thresholds come from (the same resolution `Comm::new` made).
@@ -1151,18 +1248,9 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
                 Comm::new(boot, device, cap, None, timeout)
             })?);
         }
-        for comm in &comms {
-            write_inputs(&a, boot, comm)?;
-        }
         let mut benches = Vec::new();
         for comm in &comms {
-            benches.push(Bench {
-                gate: std::cell::RefCell::new(Gate::new(comm.context())?),
-                args: &a,
-                boot,
-                comm,
-                nccl: None,
-            });
+            benches.push(Bench::new(&a, boot, comm, None)?);
         }
         if rank0 {
             println!("#");

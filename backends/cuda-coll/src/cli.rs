@@ -232,6 +232,25 @@ pub struct Args {
     /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
     #[arg(skip = true)]
     pub print_tables: bool,
+    /// Whose buffers the collectives run on: `caller` — input and output allocated by
+    /// the benchmark with cuMemAlloc, as an application's, passed with the stream to
+    /// `Comm::launch_on`; `registered` — the communicator's own regions.
+    #[arg(long, value_enum, default_value_t = Buffers::Caller)]
+    pub buffers: Buffers,
+    /// Caller buffers: start both pointers this many bytes into their allocations
+    /// (pointers that are not 16-byte aligned take the staged path).
+    #[arg(long, default_value_t = 0)]
+    pub buffer_offset: u64,
+}
+
+/// Whose buffers the benchmark runs on (`--buffers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Buffers {
+    /// Allocated by the benchmark (cuMemAlloc), as an application's.
+    Caller,
+    /// The communicator's registered regions.
+    Registered,
 }
 
 /// Default `--batch`: launches between two timing events.

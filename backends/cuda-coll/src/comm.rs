@@ -40,6 +40,9 @@ use crate::plan_exec::PlanExec;
 use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
+mod caller;
+pub use caller::{BufferPath, CallBufs};
+
 /// Tag base of the setup messages.
 const TAG_FDS: u64 = 0x434f_4c4c_0000;
 
@@ -254,6 +257,10 @@ pub struct Comm {
     chain_overlap: AtomicU32,
     /// The last operation this Comm queued (outside a graph capture) was a chain kernel.
     prev_chain: AtomicBool,
+    /// Where the ranks publish the caller's buffers of calls that reach into peers.
+    table: crate::agree::CallTable,
+    /// Peer allocations a CUDA graph captured: open while this Comm lives.
+    pins: Mutex<Vec<Arc<commhal_cuda_rt::ipc::IpcMapping>>>,
 }
 
 /// What [`Comm::plan`] names for a broadcast / send-recv the tuned thresholds route to
@@ -623,6 +630,7 @@ impl Comm {
         let ce_routes = tuning.sendrecv_ce_min != u64::MAX
             || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX))
             || (n >= 3 && tuning.ar_ce_min != u64::MAX);
+        let table = crate::agree::CallTable::new(boot, device_timeout)?;
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
@@ -650,6 +658,8 @@ impl Comm {
             algos: Mutex::new(algos),
             chain_overlap: AtomicU32::new(chain_overlap),
             prev_chain: AtomicBool::new(false),
+            table,
+            pins: Mutex::new(Vec::new()),
         })
     }
 
@@ -816,6 +826,7 @@ impl Comm {
         self.base.stage_slot_bytes > 0
             && self.tuning.rs_push_min > 0
             && (self.tuning.rs_push_min..=self.tuning.rs_push_max).contains(&bytes)
+            && self.staging_holds(bytes)
             && (bytes / u64::from(self.n)).is_multiple_of(16)
     }
 
@@ -849,9 +860,9 @@ impl Comm {
     }
 
     /// What the copy-engine routes of [`crate::dma`] get for a launch with `args`.
-    fn dma_ctx<'a>(&'a self, args: &'a CollArgs) -> crate::dma::Ctx<'a> {
+    fn dma_ctx<'a>(&'a self, args: &'a CollArgs, stream: &'a Stream) -> crate::dma::Ctx<'a> {
         crate::dma::Ctx {
-            main: &self.stream,
+            main: stream,
             module: &self.module,
             args,
             threads: self.tuning.threads,
@@ -944,7 +955,8 @@ impl Comm {
                     let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
                     let push = self.base.stage_slot_bytes > 0
                         && self.tuning.push_min > 0
-                        && bytes >= self.tuning.push_min;
+                        && bytes >= self.tuning.push_min
+                        && self.staging_holds(bytes);
                     let k = if push {
                         Kernel::AllreducePush
                     } else {
@@ -1105,6 +1117,30 @@ impl Comm {
                 self.capacity
             )));
         }
+        let a = self.own_args(coll, dtype, count, root, in_place);
+        self.enqueue(
+            coll,
+            dtype,
+            count,
+            root,
+            in_place,
+            a,
+            &self.stream,
+            (&self.base.input, &self.base.output),
+        )
+    }
+
+    /// The kernel arguments of a call on the registered regions (NCCL's in-place
+    /// layouts, see the module docs), `count` as each kernel reads it.
+    fn own_args(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        in_place: bool,
+    ) -> CollArgs {
+        let es = dtype.size();
         let mut a = self.base;
         let r = self.rank as usize;
         match coll {
@@ -1145,11 +1181,30 @@ impl Comm {
                 a.count = count * es; // bytes per chunk / of the buffer
             }
         }
+        a
+    }
+
+    /// Queue a call whose kernel arguments `a` are ready (every rank's addresses as
+    /// the kernel sees them) on `stream`. `plan_bufs`: the registered regions a plan
+    /// algorithm runs on (plans adjust them for in place themselves).
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        in_place: bool,
+        mut a: CollArgs,
+        stream: &Stream,
+        plan_bufs: (&[u64; MAX_RANKS], &[u64; MAX_RANKS]),
+    ) -> Result<()> {
+        let es = dtype.size();
         // the operation queued now is not a chain unless the kernel path below says so
         let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
         if let Some((algo, blocks)) = self.algorithm(coll) {
             self.plans.launch(
-                &self.stream,
+                stream,
                 algo,
                 blocks,
                 coll,
@@ -1157,24 +1212,24 @@ impl Comm {
                 count,
                 root,
                 in_place,
-                &self.base.input,
-                &self.base.output,
+                plan_bufs.0,
+                plan_bufs.1,
                 self.capacity,
             )?;
             return Ok(());
         }
         let bytes = count * es;
         if let Some(dma) = &self.dma
-            && (self.dma_all || (self.ce_route(coll, bytes) && !self.stream.is_capturing()?))
+            && (self.dma_all || (self.ce_route(coll, bytes) && !stream.is_capturing()?))
         {
-            let c = self.dma_ctx(&a);
+            let c = self.dma_ctx(&a, stream);
             if !self.dma_all && coll == Collective::Reduce {
                 return dma.reduce_pair(&c, dtype, count);
             }
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let ce_tail = self.ce_tail(kernel, bytes) && !self.stream.is_capturing()?;
+        let ce_tail = self.ce_tail(kernel, bytes) && !stream.is_capturing()?;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
         }
@@ -1182,7 +1237,7 @@ impl Comm {
         // the chunk size the grid was computed with (kernel_plan)
         a.chain_unroll = self.unroll_of(kernel);
         // a chain queued outside a capture (a captured launch does not run now)
-        let eager_chain = kernel.is_chain() && !self.stream.is_capturing()?;
+        let eager_chain = kernel.is_chain() && !stream.is_capturing()?;
         a.flags = chain_flags(
             kernel,
             self.chain_overlap.load(Ordering::Relaxed),
@@ -1192,7 +1247,9 @@ impl Comm {
         // the copy-engine route: reduce-scatter step 0 by the copy engine first (the
         // head kernel starts at step 1), its launch number for the tail after the kernel
         let ce_launch = match &self.dma {
-            Some(dma) if ce_tail => Some(dma.allreduce_ring_first(&self.dma_ctx(&a), bytes)?),
+            Some(dma) if ce_tail => {
+                Some(dma.allreduce_ring_first(&self.dma_ctx(&a, stream), bytes)?)
+            }
             _ => None,
         };
         // SAFETY: every address in `a` is a live allocation of this Comm (own or an
@@ -1209,20 +1266,24 @@ impl Comm {
         // with blocks of whole warps (ll63_grid).
         unsafe {
             self.module
-                .launch(name, &self.stream, grid, block, &a, self.pdl)?;
+                .launch(name, stream, grid, block, &a, self.pdl)?;
         }
         // after anything else (a captured chain included) the next chain takes the barrier
         self.prev_chain.store(eager_chain, Ordering::Relaxed);
         match (&self.dma, ce_launch) {
-            (Some(dma), Some(e)) => dma.allreduce_ring_tail(&self.dma_ctx(&a), bytes, e),
+            (Some(dma), Some(e)) => dma.allreduce_ring_tail(&self.dma_ctx(&a, stream), bytes, e),
             _ => Ok(()),
         }
     }
 
     /// Wait (bounded) for the stream, then read the device error word.
     pub fn sync(&self, what: &str) -> Result<()> {
+        self.sync_on(&self.stream, what)
+    }
+
+    fn sync_on(&self, stream: &Stream, what: &str) -> Result<()> {
         let bound = self.tuning.device_timeout * 3 + Duration::from_secs(30);
-        driver::sync(&self.stream, bound, what)?;
+        driver::sync(stream, bound, what)?;
         let mut w = [0u8; 4];
         self.scratch.read(layout::OFF_ERROR, &mut w)?;
         let mut code = u32::from_le_bytes(w);

@@ -22,7 +22,9 @@
 //! | module | holds |
 //! |---|---|
 //! | [`layout`] | scratch layout and the kernel argument block shared with the unit |
-//! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync |
+//! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync; the caller's buffers and stream ([`Comm::launch_on`]) |
+//! | [`agree`] | the call table: per-call agreement on buffers and signatures in host shared memory |
+//! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
 //! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
@@ -33,6 +35,7 @@
 //! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides, derivation |
 #![warn(missing_docs)]
 
+pub mod agree;
 pub mod bench;
 pub mod check;
 pub mod cli;
@@ -42,8 +45,9 @@ pub mod driver;
 pub mod error;
 pub mod layout;
 pub mod nccl;
+pub mod peers;
 pub mod plan_exec;
 pub mod tuning;
 
-pub use comm::Comm;
+pub use comm::{BufferPath, CallBufs, Comm};
 pub use error::{CollError, Result};

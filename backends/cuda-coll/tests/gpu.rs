@@ -91,3 +91,99 @@ fn rooted_and_out_of_place_only_collectives_reject_bad_arguments() {
     );
     comm.sync("nothing queued").expect("sync");
 }
+
+/// The caller's buffers and stream: every collective on cuMemAlloc'd buffers, aligned
+/// (direct / mapped) and 2 bytes off (staged), out of place and in place, checked
+/// exactly; then the bad inputs of the GPU communicator, each a clear error.
+#[test]
+fn caller_buffers_and_bad_input() {
+    use commhal_cuda_coll::CallBufs;
+    use commhal_cuda_rt::{DeviceBuffer, PinnedHostBuffer, Stream};
+    if !gpu_or_skip("caller_buffers_and_bad_input") {
+        return;
+    }
+    let boot = InProcBootstrap::create(1).pop().expect("bootstrap");
+    let comm = Comm::new(&boot, 0, 4 << 20, None, Duration::from_secs(5)).expect("comm");
+    let ctx = comm.context();
+    let stream = Stream::new(ctx).expect("stream");
+    let inp = DeviceBuffer::new(ctx, (4 << 20) + 16).expect("input");
+    let out = DeviceBuffer::new(ctx, (4 << 20) + 16).expect("output");
+    let dtype = Dtype::Float;
+    let pattern = check::input_bytes(dtype, 0, (4 << 20) / 4);
+    for off in [0u64, 2] {
+        inp.write(off, &pattern).expect("input");
+        for coll in [
+            Collective::Allreduce,
+            Collective::Allgather,
+            Collective::Reducescatter,
+            Collective::Broadcast,
+            Collective::Reduce,
+            Collective::Alltoall,
+            Collective::Sendrecv,
+        ] {
+            for bytes in [1024u64, 1 << 20, 1000 * dtype.size() + 4] {
+                let (count, per) = commhal_cuda_coll::cli::counts(coll, bytes, dtype, 1);
+                let len = count * dtype.size();
+                let c = if coll.count_is_per_rank() { per } else { count };
+                for in_place in [false, true] {
+                    if in_place && !coll.in_place_supported() {
+                        continue;
+                    }
+                    let (o, i) = (out.addr() + off, inp.addr() + off);
+                    // SAFETY: within the output allocation.
+                    unsafe { driver::memset_async(&stream, out.addr(), 0xff, len + off) }
+                        .expect("poison");
+                    if in_place {
+                        // SAFETY: both within their allocations.
+                        unsafe { driver::copy_async(&stream, o, i, len) }.expect("copy");
+                    }
+                    let b = if in_place {
+                        CallBufs { send: o, recv: o }
+                    } else {
+                        CallBufs { send: i, recv: o }
+                    };
+                    let path = comm
+                        .launch_on(coll, dtype, c, 0, b, &stream)
+                        .unwrap_or_else(|e| panic!("{coll:?} {bytes} B off {off}: {e}"));
+                    comm.sync_stream(&stream, "test").expect("sync");
+                    let mut host = vec![0u8; len as usize];
+                    out.read(off, &mut host).expect("read");
+                    assert_eq!(
+                        check::count_wrong(coll, dtype, 0, 1, 0, count, per, &host),
+                        0,
+                        "{coll:?} {bytes} B off {off} in place {in_place} ({path:?})"
+                    );
+                }
+            }
+        }
+    }
+    let ar = |send: u64, recv: u64, count: u64| {
+        comm.launch_on(
+            Collective::Allreduce,
+            dtype,
+            count,
+            0,
+            CallBufs { send, recv },
+            &stream,
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+    };
+    let e = ar(0, out.addr(), 16);
+    assert!(e.contains("send buffer is null"), "{e}");
+    let e = ar(inp.addr(), out.addr(), (4 << 20) / 4 + 5);
+    assert!(e.contains("bytes left in its allocation"), "{e}");
+    let host = vec![0u8; 4096];
+    let e = ar(host.as_ptr() as u64, out.addr(), 16);
+    assert!(e.contains("is not device memory"), "{e}");
+    let pinned = PinnedHostBuffer::new(ctx, 4096).expect("pinned");
+    let e = ar(pinned.device_addr(), out.addr(), 16);
+    assert!(e.contains("is not device memory"), "{e}");
+    let freed = DeviceBuffer::new(ctx, 4096).expect("freed").addr();
+    let e = ar(freed, out.addr(), 16);
+    assert!(e.contains("not device memory"), "{e}");
+    let e = ar(inp.addr(), inp.addr() + 8, 64);
+    assert!(e.contains("overlap"), "{e}");
+    comm.sync_stream(&stream, "nothing queued").expect("sync");
+}

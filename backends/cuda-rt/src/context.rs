@@ -70,6 +70,11 @@ impl Context {
         self.ordinal
     }
 
+    /// The raw context handle (to compare with the context of a caller's stream).
+    pub fn raw(&self) -> sys::CUcontext {
+        self.ctx
+    }
+
     /// The raw device (for driver calls made by sibling modules).
     pub(crate) fn device(&self) -> sys::CUdevice {
         self.device

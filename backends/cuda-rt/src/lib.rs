@@ -12,6 +12,7 @@
 //! | [`context`] | [`Context`]: a device's primary context |
 //! | [`stream`] | [`Stream`], [`Event`] (elapsed time) |
 //! | [`memory`] | [`DeviceBuffer`] (`cuMemAlloc`), [`PinnedHostBuffer`] (device-mapped host memory) |
+//! | [`ipc`] | [`ipc::pointer_info`] (which allocation holds a caller's pointer), legacy CUDA IPC |
 //! | [`vmm`] | [`VmmAllocation`]: cuMem VMM memory exported/imported as POSIX fds |
 //! | [`nvrtc`] | NVRTC compilation with in-memory headers, the on-disk [`KernelCache`] |
 //! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`] |
@@ -22,6 +23,7 @@ pub mod context;
 pub mod driver;
 pub mod error;
 pub mod graph;
+pub mod ipc;
 pub mod jit;
 pub mod memory;
 pub mod module;

@@ -14,6 +14,8 @@ use crate::error::Result;
 pub struct Stream {
     ctx: Arc<Context>,
     raw: sys::CUstream,
+    /// Created here (destroyed on drop) or the caller's ([`Stream::borrowed`]).
+    owned: bool,
 }
 
 // SAFETY: CUstream handles may be used from any thread (driver API is thread-safe).
@@ -34,6 +36,36 @@ impl Stream {
         Ok(Stream {
             ctx: ctx.clone(),
             raw,
+            owned: true,
+        })
+    }
+
+    /// The caller's stream `raw` (never destroyed here). Checks that it belongs to
+    /// `ctx` (the legacy default stream, null, always does).
+    ///
+    /// # Safety
+    /// `raw` must be a live stream handle (or null) for as long as the returned value
+    /// is used.
+    pub unsafe fn borrowed(ctx: &Arc<Context>, raw: sys::CUstream) -> Result<Stream> {
+        ctx.bind()?;
+        if !raw.is_null() {
+            let mut owner: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: `raw` is live (the caller's contract); out-pointer valid.
+            let r = unsafe { sys::cuStreamGetCtx(raw, &mut owner) };
+            check(r, "cuStreamGetCtx", || {
+                "asking which context the caller's stream belongs to".into()
+            })?;
+            if owner != ctx.raw() {
+                return Err(crate::error::CudaError::invalid(format!(
+                    "the stream passed belongs to another CUDA context than device {}'s primary context: create it on this communicator's device (the CUDA runtime's streams on that device qualify)",
+                    ctx.ordinal()
+                )));
+            }
+        }
+        Ok(Stream {
+            ctx: ctx.clone(),
+            raw,
+            owned: false,
         })
     }
 
@@ -96,7 +128,7 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.ctx.bind().is_ok() {
+        if self.owned && self.ctx.bind().is_ok() {
             // SAFETY: created in `new`, destroyed once.
             let r = unsafe { sys::cuStreamDestroy_v2(self.raw) };
             if r != sys::CUresult::CUDA_SUCCESS {

@@ -1,0 +1,382 @@
+//! Collectives on the caller's device pointers and the caller's stream.
+//!
+//! [`Comm::launch_on`] takes NCCL's arguments (send and receive pointers, count,
+//! datatype, root, stream) and decides per call and per rank how each buffer reaches
+//! the kernels ([`BufferPath`]):
+//!
+//! - **Direct**: the kernel chosen for the size touches only this rank's own input and
+//!   output (the LL16 and LL63 kernels: the data travels as packets through the peers'
+//!   registered scratch), so the caller's pointers go to the kernel as they are. No
+//!   host work per call beyond the launch.
+//! - **Mapped** (zero-copy): the kernel reads or writes the peers' buffers. Every rank
+//!   publishes its buffers in the call table ([`crate::agree`]): a `cuMemAlloc`
+//!   allocation by its legacy IPC handle and offset. Each rank opens its peers'
+//!   allocations once (process-wide cache, [`crate::peers`]) and the kernel addresses
+//!   them directly.
+//! - **Staged**: this rank copies the caller's input into its registered input region
+//!   on the caller's stream, the kernel runs on the registered regions, and the result
+//!   is copied out — when a pointer is not 16-byte aligned (the vector kernels load and
+//!   store 16 bytes at a time) or, for a kernel that reaches into peers, when the
+//!   allocation cannot be shared through legacy IPC (cuMem VMM memory, stream-ordered
+//!   pools). A plan algorithm (`COMMHAL_GPU_ALGO`) always stages. Staging is a decision
+//!   of each rank alone: the peers address whichever buffer it publishes.
+//!
+//! Every rank computes the same kernel from (collective, count, datatype), so the
+//! direct path needs no exchange; the mapped and staged paths exchange the call's
+//! signature too, and a rank that passed a different count, datatype, root or
+//! collective gets an error naming the rank and the field on every rank.
+
+use clap::ValueEnum;
+use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
+use commhal_cuda_rt::{Context, Stream};
+
+use super::{Comm, Kernel};
+use crate::cli::{Collective, Dtype};
+use crate::driver;
+use crate::error::{CollError, Result};
+use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
+
+/// The caller's buffers of one call: device addresses in this process (NCCL's
+/// `sendbuff` and `recvbuff`). In-place calls follow NCCL: all-reduce, broadcast and
+/// reduce pass `send == recv`; all-gather `send == recv + rank × count × size`;
+/// reduce-scatter `recv == send + rank × count × size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallBufs {
+    /// The input (unused on a broadcast's non-roots).
+    pub send: u64,
+    /// The output (unused on a reduce's non-roots).
+    pub recv: u64,
+}
+
+/// How this rank's buffers reached the kernels in one call (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferPath {
+    /// The caller's pointers, local accesses only.
+    Direct,
+    /// The caller's pointers; the peers opened them through IPC (zero-copy).
+    Mapped,
+    /// Copied into and out of the communicator's registered regions.
+    Staged,
+}
+
+impl BufferPath {
+    /// Short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            BufferPath::Direct => "direct",
+            BufferPath::Mapped => "mapped",
+            BufferPath::Staged => "staged",
+        }
+    }
+}
+
+/// The kernels that touch no peer's input or output (packets through scratch only).
+fn local_only(k: Kernel) -> bool {
+    matches!(
+        k,
+        Kernel::AllreduceLl
+            | Kernel::AllgatherLl
+            | Kernel::ReducescatterLl
+            | Kernel::BroadcastLl
+            | Kernel::ReduceLl
+            | Kernel::AlltoallLl
+            | Kernel::SendrecvLl
+            | Kernel::BroadcastLl63
+            | Kernel::ReduceLl63
+    )
+}
+
+/// Bytes the collective reads from `send` and writes to `recv` (NCCL's counts:
+/// all-gather and reduce-scatter count per rank, all-to-all per peer).
+pub fn byte_sizes(coll: Collective, n: u32, count: u64, es: u64) -> Option<(u64, u64)> {
+    let one = count.checked_mul(es)?;
+    let all = one.checked_mul(u64::from(n))?;
+    Some(match coll {
+        Collective::Allreduce
+        | Collective::Broadcast
+        | Collective::Reduce
+        | Collective::Sendrecv => (one, one),
+        Collective::Allgather => (one, all),
+        Collective::Reducescatter => (all, one),
+        Collective::Alltoall => (all, all),
+    })
+}
+
+/// NCCL's in-place test for `coll` on rank `rank` (chunk = count × element size).
+pub fn is_in_place(coll: Collective, rank: u32, chunk: u64, b: CallBufs) -> bool {
+    let shifted = |base: u64| base.checked_add(u64::from(rank) * chunk);
+    match coll {
+        Collective::Allreduce | Collective::Broadcast | Collective::Reduce => b.send == b.recv,
+        Collective::Allgather => shifted(b.recv) == Some(b.send),
+        Collective::Reducescatter => shifted(b.send) == Some(b.recv),
+        Collective::Alltoall | Collective::Sendrecv => false,
+    }
+}
+
+fn overlaps(a: u64, alen: u64, b: u64, blen: u64) -> bool {
+    alen > 0 && blen > 0 && a < b.saturating_add(blen) && b < a.saturating_add(alen)
+}
+
+/// Which of the two buffers this rank uses: a broadcast's non-roots read nothing, a
+/// reduce's non-roots write nothing (NCCL ignores those pointers).
+fn used(coll: Collective, rank: u32, root: u32) -> (bool, bool) {
+    match coll {
+        Collective::Broadcast => (rank == root, true),
+        Collective::Reduce => (true, rank == root),
+        _ => (true, true),
+    }
+}
+
+/// The allocation behind `ptr`, checked: not null, device memory of `ctx`'s device,
+/// `need` bytes from `ptr` inside it.
+fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<PointerInfo> {
+    if ptr == 0 {
+        return Err(CollError::invalid(format!(
+            "{what} is null: pass a device pointer with {need} bytes"
+        )));
+    }
+    let info = ipc::pointer_info(ctx, ptr)?;
+    if info.kind != MemoryKind::Device || info.device != ctx.ordinal() as i32 {
+        let e = ipc::not_device_memory(what, ptr, &info, ctx);
+        return Err(CollError::invalid(format!(
+            "{e} (a freed pointer reads as unknown memory)"
+        )));
+    }
+    if info.bytes_after(ptr) < need {
+        return Err(CollError::invalid(format!(
+            "{what} {ptr:#x} has {} bytes left in its allocation, the call needs {need}: pass a larger buffer or a smaller count",
+            info.bytes_after(ptr)
+        )));
+    }
+    Ok(info)
+}
+
+fn collective_index(c: Collective) -> u8 {
+    Collective::value_variants()
+        .iter()
+        .position(|&x| x == c)
+        .unwrap_or(0) as u8
+}
+
+fn dtype_index(d: Dtype) -> u8 {
+    Dtype::value_variants()
+        .iter()
+        .position(|&x| x == d)
+        .unwrap_or(0) as u8
+}
+
+impl Comm {
+    /// Whether `coll` of `count` elements runs a kernel or route that addresses the
+    /// peers' inputs or outputs (everything but the packet kernels).
+    fn touches_peer_buffers(&self, coll: Collective, dtype: Dtype, count: u64) -> bool {
+        if self.dma_all || self.algorithm(coll).is_some() {
+            return true;
+        }
+        if self.ce_route(coll, count * dtype.size()) {
+            return true;
+        }
+        !local_only(self.kernel_plan(coll, dtype, count).0)
+    }
+
+    /// Queue one collective on the caller's buffers and `stream` (see the module docs
+    /// for the paths). `count` as NCCL: all-reduce, broadcast, reduce, send/recv: the
+    /// buffer's elements; all-gather and reduce-scatter: elements per rank; all-to-all:
+    /// elements per peer. `root` for broadcast and reduce. Every rank must call it
+    /// with the same collective, count, datatype and root, in the same order.
+    pub fn launch_on(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        bufs: CallBufs,
+        stream: &Stream,
+    ) -> Result<BufferPath> {
+        if coll.has_root() && root >= self.n {
+            return Err(CollError::invalid(format!(
+                "{} root {root} is not a rank of this {}-rank communicator",
+                coll.name(),
+                self.n
+            )));
+        }
+        let es = dtype.size();
+        let (in_bytes, out_bytes) = byte_sizes(coll, self.n, count, es).ok_or_else(|| {
+            CollError::invalid(format!("{} of {count} elements overflows", coll.name()))
+        })?;
+        if count == 0 {
+            return Ok(BufferPath::Direct);
+        }
+        let in_place = is_in_place(coll, self.rank, count * es, bufs);
+        let (use_in, use_out) = used(coll, self.rank, root);
+        if !in_place && use_in && use_out && overlaps(bufs.send, in_bytes, bufs.recv, out_bytes) {
+            return Err(CollError::invalid(format!(
+                "{}: send {:#x} ({in_bytes} bytes) and recv {:#x} ({out_bytes} bytes) overlap without being NCCL's in-place layout{}",
+                coll.name(),
+                bufs.send,
+                bufs.recv,
+                if coll.in_place_supported() {
+                    ""
+                } else {
+                    " (this collective has no in-place variant)"
+                }
+            )));
+        }
+        let ctx = self.ctx.clone();
+        let send = use_in
+            .then(|| inspect(&ctx, "send buffer", bufs.send, in_bytes))
+            .transpose()?;
+        let recv = use_out
+            .then(|| inspect(&ctx, "recv buffer", bufs.recv, out_bytes))
+            .transpose()?;
+        let plan = self.algorithm(coll).is_some();
+        let peers = self.touches_peer_buffers(coll, dtype, count);
+        let shareable = |p: u64, i: &Option<PointerInfo>| {
+            i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc))
+        };
+        let staged = plan || !shareable(bufs.send, &send) || !shareable(bufs.recv, &recv);
+        if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
+            return Err(CollError::invalid(format!(
+                "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared through CUDA IPC: cuMem VMM or pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd, 16-byte aligned buffers, or create the communicator with a larger capacity",
+                coll.name(),
+                in_bytes.max(out_bytes),
+                self.rank,
+                self.capacity
+            )));
+        }
+        // plans run out of place on the registered regions (staging copies in first)
+        let stage_in_place = in_place && !plan;
+        let mut a = self.own_args(coll, dtype, count, root, staged && stage_in_place);
+        let r = self.rank as usize;
+        let (reg_in, reg_out) = (self.base.input[r], self.base.output[r]);
+        if !staged {
+            if use_in {
+                a.input[r] = bufs.send;
+            }
+            if use_out {
+                a.output[r] = bufs.recv;
+            }
+        }
+        if peers {
+            let describe = |addr: u64, info: &Option<PointerInfo>| -> Result<BufDesc> {
+                match info {
+                    Some(i) if !staged => Ok(BufDesc {
+                        at: Where::Ipc {
+                            id: i.buffer_id,
+                            base: i.base,
+                            size: i.size,
+                            handle: crate::peers::export_handle(&ctx, i)?,
+                        },
+                        off: addr - i.base,
+                    }),
+                    _ if addr >= reg_out && addr < reg_out + self.capacity => Ok(BufDesc {
+                        at: Where::RegOutput,
+                        off: addr - reg_out,
+                    }),
+                    _ => Ok(BufDesc {
+                        at: Where::RegInput,
+                        off: addr.saturating_sub(reg_in),
+                    }),
+                }
+            };
+            let mine = Entry {
+                sig: Signature {
+                    coll: collective_index(coll),
+                    dtype: dtype_index(dtype),
+                    op: 0,
+                    in_place: false,
+                    root: if coll.has_root() { root } else { 0 },
+                    count,
+                },
+                nonce: process_nonce(),
+                input: describe(a.input[r], &send)?,
+                output: describe(a.output[r], &recv)?,
+            };
+            let all = self.table.exchange(&mine.encode())?;
+            let pin = stream.is_capturing()?.then_some(&self.pins);
+            for (p, bytes) in all.iter().enumerate() {
+                let p32 = p as u32;
+                let e = Entry::decode(bytes, p32)?;
+                if let Some(m) = mine.sig.mismatch(&e.sig, p32, self.rank) {
+                    return Err(CollError::invalid(m));
+                }
+                if p == r {
+                    continue;
+                }
+                let regs = (self.base.input[p], self.base.output[p]);
+                a.input[p] = Imports::resolve(&ctx, p32, e.nonce, &e.input, regs, pin)?;
+                a.output[p] = Imports::resolve(&ctx, p32, e.nonce, &e.output, regs, pin)?;
+            }
+        }
+        if staged && use_in {
+            // SAFETY: the source holds in_bytes (inspected); the destination is this
+            // rank's registered region at the kernel's input address, which own_args
+            // placed so that in_bytes fit (checked against capacity above).
+            unsafe { driver::copy_async(stream, a.input[r], bufs.send, in_bytes)? };
+        }
+        let output = a.output[r];
+        self.enqueue(
+            coll,
+            dtype,
+            count,
+            root,
+            stage_in_place,
+            a,
+            stream,
+            (&self.base.input, &self.base.output),
+        )?;
+        if staged && use_out {
+            // SAFETY: as the copy in, the other way: out_bytes from the registered
+            // output address into the inspected receive buffer.
+            unsafe { driver::copy_async(stream, bufs.recv, output, out_bytes)? };
+        }
+        Ok(if staged {
+            BufferPath::Staged
+        } else if peers {
+            BufferPath::Mapped
+        } else {
+            BufferPath::Direct
+        })
+    }
+
+    /// [`Comm::sync`] for a caller's stream.
+    pub fn sync_stream(&self, stream: &Stream, what: &str) -> Result<()> {
+        self.sync_on(stream, what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_place_follows_nccl() {
+        let b = |send, recv| CallBufs { send, recv };
+        assert!(is_in_place(Collective::Allreduce, 2, 64, b(100, 100)));
+        assert!(!is_in_place(Collective::Allreduce, 2, 64, b(100, 200)));
+        assert!(is_in_place(Collective::Allgather, 2, 64, b(1128, 1000)));
+        assert!(!is_in_place(Collective::Allgather, 2, 64, b(1000, 1000)));
+        assert!(is_in_place(Collective::Reducescatter, 3, 64, b(1000, 1192)));
+        assert!(!is_in_place(Collective::Alltoall, 0, 64, b(1000, 1000)));
+    }
+
+    #[test]
+    fn byte_sizes_follow_nccl_counts() {
+        assert_eq!(byte_sizes(Collective::Allgather, 4, 10, 2), Some((20, 80)));
+        assert_eq!(
+            byte_sizes(Collective::Reducescatter, 4, 10, 2),
+            Some((80, 20))
+        );
+        assert_eq!(byte_sizes(Collective::Alltoall, 4, 10, 2), Some((80, 80)));
+        assert_eq!(byte_sizes(Collective::Allreduce, 4, u64::MAX, 2), None);
+    }
+
+    #[test]
+    fn overlap_and_use() {
+        assert!(overlaps(0, 10, 9, 10));
+        assert!(!overlaps(0, 10, 10, 10));
+        assert!(!overlaps(0, 0, 0, 10));
+        assert_eq!(used(Collective::Broadcast, 1, 0), (false, true));
+        assert_eq!(used(Collective::Reduce, 1, 0), (true, false));
+        assert_eq!(used(Collective::Reduce, 0, 0), (true, true));
+    }
+}

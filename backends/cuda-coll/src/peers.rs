@@ -1,0 +1,402 @@
+//! The caller's buffers on every rank: what a rank publishes about the buffers of one
+//! call ([`Entry`], through [`crate::agree::CallTable`]) and how a peer's buffer is
+//! mapped into this process ([`Imports`]).
+//!
+//! A rank describes each buffer the kernel will address as one of:
+//! - [`Where::RegInput`] / [`Where::RegOutput`] + offset: the communicator's own
+//!   registered regions, which every peer mapped at setup (the rank staged the call:
+//!   copied the caller's data in, and will copy the result out);
+//! - [`Where::Ipc`]: a `cuMemAlloc` allocation (what `cudaMalloc` and PyTorch's caching
+//!   allocator return), by its legacy IPC handle, the process's nonce, the allocation's
+//!   buffer id and base, and the offset of the pointer in it.
+//!
+//! **The import cache** is process-wide, keyed by (device, exporter nonce, buffer id):
+//! a buffer id is never reused within the exporting process, so an address that the
+//! exporter freed and got back from `cudaMalloc` arrives under a new id and is opened
+//! anew. The old mapping of the same exporter that overlaps the new allocation is
+//! closed then (the exporter freed it, so nothing can use it any more), unless a CUDA
+//! graph captured it: a communicator keeps the mappings its captured launches use open
+//! for as long as it lives ([`Imports::resolve`]'s `pin`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use commhal_cuda_rt::Context;
+use commhal_cuda_rt::ipc::{self, IPC_HANDLE_LEN, IpcMapping, PointerInfo};
+
+use crate::error::{CollError, Result};
+
+/// This process's nonce: tells peers' allocations apart from ours and from those of an
+/// earlier process with the same pid.
+pub fn process_nonce() -> u64 {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    *NONCE.get_or_init(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        (u64::from(std::process::id()) << 40) ^ t ^ 0x9e37_79b9_7f4a_7c15
+    })
+}
+
+/// Where a buffer of one call lives, as its owner describes it to the peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Where {
+    /// The owner's registered input region (staged call).
+    RegInput,
+    /// The owner's registered output region (staged call).
+    RegOutput,
+    /// A `cuMemAlloc` allocation, opened through its legacy IPC handle.
+    Ipc {
+        /// Buffer id of the allocation (unique in the owner's process).
+        id: u64,
+        /// Its base address in the owner's process.
+        base: u64,
+        /// Its size in bytes.
+        size: u64,
+        /// Its legacy IPC handle.
+        handle: [u8; IPC_HANDLE_LEN],
+    },
+}
+
+/// One buffer: where, and the byte offset of the kernel's address in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufDesc {
+    /// The allocation.
+    pub at: Where,
+    /// Offset from its start.
+    pub off: u64,
+}
+
+/// What every rank must pass identically for a call to be matched (the rest of the
+/// entry differs per rank by nature).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signature {
+    /// Collective (`Collective` index).
+    pub coll: u8,
+    /// Element type (bench `Dtype` index).
+    pub dtype: u8,
+    /// Reduction operator (0 where none applies).
+    pub op: u8,
+    /// NCCL's in-place variant.
+    pub in_place: bool,
+    /// Root (0 where none applies).
+    pub root: u32,
+    /// Element count as the caller passed it.
+    pub count: u64,
+}
+
+impl Signature {
+    /// The first field in which `other` (rank `p`'s) differs from this rank's, as a
+    /// message naming both values.
+    pub fn mismatch(&self, other: &Signature, p: u32, me: u32) -> Option<String> {
+        let fields: [(&str, u64, u64); 6] = [
+            ("collective", self.coll.into(), other.coll.into()),
+            ("datatype", self.dtype.into(), other.dtype.into()),
+            ("reduction op", self.op.into(), other.op.into()),
+            (
+                "in-place",
+                u64::from(self.in_place),
+                u64::from(other.in_place),
+            ),
+            ("root", self.root.into(), other.root.into()),
+            ("count", self.count, other.count),
+        ];
+        fields.iter().find(|(_, a, b)| a != b).map(|(name, a, b)| {
+            format!(
+                "rank {p} called this collective with {name} {b} while rank {me} passed {a}: every rank must pass the same collective, count, datatype, op, root and in-place choice, in the same order"
+            )
+        })
+    }
+}
+
+/// One rank's entry of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// What must agree.
+    pub sig: Signature,
+    /// The owner's [`process_nonce`].
+    pub nonce: u64,
+    /// The buffer the kernel reads (`CollArgs::input`).
+    pub input: BufDesc,
+    /// The buffer the kernel writes (`CollArgs::output`).
+    pub output: BufDesc,
+}
+
+const KIND_REG_IN: u8 = 1;
+const KIND_REG_OUT: u8 = 2;
+const KIND_IPC: u8 = 3;
+const ENTRY_MAGIC: u32 = 0x4348_4531; // "CHE1"
+const BUF_BYTES: usize = 1 + 8 + 8 + 8 + 8 + IPC_HANDLE_LEN;
+/// Bytes of an encoded entry.
+pub const ENTRY_BYTES: usize = 4 + 16 + 8 + 2 * BUF_BYTES;
+
+fn put_buf(out: &mut Vec<u8>, b: &BufDesc) {
+    let (kind, id, base, size, handle) = match b.at {
+        Where::RegInput => (KIND_REG_IN, 0, 0, 0, [0u8; IPC_HANDLE_LEN]),
+        Where::RegOutput => (KIND_REG_OUT, 0, 0, 0, [0u8; IPC_HANDLE_LEN]),
+        Where::Ipc {
+            id,
+            base,
+            size,
+            handle,
+        } => (KIND_IPC, id, base, size, handle),
+    };
+    out.push(kind);
+    for w in [id, base, size, b.off] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.extend_from_slice(&handle);
+}
+
+/// Reads little-endian fields off the front of a byte slice; `None` once it runs out.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take::<8>().map(u64::from_le_bytes)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take::<4>().map(u32::from_le_bytes)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn buf(&mut self) -> Option<BufDesc> {
+        let kind = self.u8()?;
+        let (id, base, size, off) = (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
+        let handle = self.take::<IPC_HANDLE_LEN>()?;
+        let at = match kind {
+            KIND_REG_IN => Where::RegInput,
+            KIND_REG_OUT => Where::RegOutput,
+            KIND_IPC => Where::Ipc {
+                id,
+                base,
+                size,
+                handle,
+            },
+            _ => return None,
+        };
+        Some(BufDesc { at, off })
+    }
+}
+
+impl Entry {
+    /// The bytes published in the call table.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(ENTRY_BYTES);
+        v.extend_from_slice(&ENTRY_MAGIC.to_le_bytes());
+        v.extend_from_slice(&[
+            self.sig.coll,
+            self.sig.dtype,
+            self.sig.op,
+            u8::from(self.sig.in_place),
+        ]);
+        v.extend_from_slice(&self.sig.root.to_le_bytes());
+        v.extend_from_slice(&self.sig.count.to_le_bytes());
+        v.extend_from_slice(&self.nonce.to_le_bytes());
+        put_buf(&mut v, &self.input);
+        put_buf(&mut v, &self.output);
+        v
+    }
+
+    /// Parse rank `p`'s entry; an error names the rank (a different commhal build, or
+    /// a corrupted table).
+    pub fn decode(bytes: &[u8], p: u32) -> Result<Entry> {
+        let mut r = Reader(bytes);
+        let parsed = (|| {
+            if r.u32()? != ENTRY_MAGIC {
+                return None;
+            }
+            let [coll, dtype, op, in_place] = r.take::<4>()?;
+            let sig = Signature {
+                coll,
+                dtype,
+                op,
+                in_place: in_place != 0,
+                root: r.u32()?,
+                count: r.u64()?,
+            };
+            let nonce = r.u64()?;
+            Some(Entry {
+                sig,
+                nonce,
+                input: r.buf()?,
+                output: r.buf()?,
+            })
+        })();
+        parsed.ok_or_else(|| {
+            CollError::invalid(format!(
+                "rank {p} published a malformed call-table entry ({} bytes): every rank must run the same commhal build",
+                bytes.len()
+            ))
+        })
+    }
+}
+
+/// The legacy IPC handle of this process's allocation `info` (made once per
+/// allocation: buffer ids are never reused, so the cache cannot go stale).
+pub fn export_handle(ctx: &Context, info: &PointerInfo) -> Result<[u8; IPC_HANDLE_LEN]> {
+    static OWN: OnceLock<Mutex<HashMap<u64, [u8; IPC_HANDLE_LEN]>>> = OnceLock::new();
+    let mut own = OWN
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| CollError::invalid("export cache lock poisoned"))?;
+    if let Some(h) = own.get(&info.buffer_id) {
+        return Ok(*h);
+    }
+    let h = ipc::ipc_handle(ctx, info.base)?;
+    own.insert(info.buffer_id, h);
+    Ok(h)
+}
+
+/// Key of an opened peer allocation: (device of this process, exporter nonce, id).
+type Key = (u32, u64, u64);
+
+/// The process-wide cache of opened peer allocations (see the module docs).
+#[derive(Debug, Default)]
+pub struct Imports {
+    open: HashMap<Key, (u64, u64, Arc<IpcMapping>)>,
+}
+
+fn imports() -> &'static Mutex<Imports> {
+    static CACHE: OnceLock<Mutex<Imports>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+impl Imports {
+    /// The address in this process of rank `p`'s buffer `d` (whose owner has `nonce`):
+    /// its registered region (`reg_in` / `reg_out`, mapped at setup) or the opened
+    /// allocation plus the offset. With `pin`, the mapping is also pushed there so it
+    /// stays open while the caller lives (CUDA graph captures).
+    pub fn resolve(
+        ctx: &Arc<Context>,
+        p: u32,
+        nonce: u64,
+        d: &BufDesc,
+        (reg_in, reg_out): (u64, u64),
+        pin: Option<&Mutex<Vec<Arc<IpcMapping>>>>,
+    ) -> Result<u64> {
+        let Where::Ipc {
+            id,
+            base,
+            size,
+            handle,
+        } = d.at
+        else {
+            let reg = if d.at == Where::RegInput {
+                reg_in
+            } else {
+                reg_out
+            };
+            return Ok(reg + d.off);
+        };
+        if nonce == process_nonce() {
+            return Err(CollError::invalid(format!(
+                "rank {p} runs in this process: the GPU communicator needs one process per rank"
+            )));
+        }
+        if d.off >= size {
+            return Err(CollError::invalid(format!(
+                "rank {p} published offset {} beyond its {size}-byte allocation",
+                d.off
+            )));
+        }
+        let mut cache = imports()
+            .lock()
+            .map_err(|_| CollError::invalid("import cache lock poisoned"))?;
+        let key = (ctx.ordinal(), nonce, id);
+        if !cache.open.contains_key(&key) {
+            // the exporter freed whatever of its allocations this one overlaps
+            cache.open.retain(|&(dev, n, old), &mut (b, s, _)| {
+                !(dev == key.0 && n == nonce && old != id && b < base + size && base < b + s)
+            });
+            let m = IpcMapping::open(ctx, &handle).map_err(|e| {
+                CollError::invalid(format!(
+                    "mapping rank {p}'s buffer ({size} bytes at its {base:#x}): {e}"
+                ))
+            })?;
+            cache.open.insert(key, (base, size, Arc::new(m)));
+        }
+        let (_, _, m) = &cache.open[&key];
+        if let Some(pins) = pin
+            && let Ok(mut v) = pins.lock()
+            && !v.iter().any(|x| Arc::ptr_eq(x, m))
+        {
+            v.push(m.clone());
+        }
+        Ok(m.addr() + d.off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Entry {
+        Entry {
+            sig: Signature {
+                coll: 2,
+                dtype: 1,
+                op: 3,
+                in_place: true,
+                root: 5,
+                count: 123_456_789,
+            },
+            nonce: 0xdead_beef,
+            input: BufDesc {
+                at: Where::RegOutput,
+                off: 64,
+            },
+            output: BufDesc {
+                at: Where::Ipc {
+                    id: 7,
+                    base: 0x7f00_0000,
+                    size: 1 << 20,
+                    handle: [9; IPC_HANDLE_LEN],
+                },
+                off: 4096,
+            },
+        }
+    }
+
+    #[test]
+    fn entries_round_trip_and_fit_a_slot() {
+        let e = sample();
+        let b = e.encode();
+        assert_eq!(b.len(), ENTRY_BYTES);
+        assert!(b.len() <= crate::agree::MAX_PAYLOAD);
+        assert_eq!(Entry::decode(&b, 1).unwrap(), e);
+    }
+
+    #[test]
+    fn malformed_entries_are_errors() {
+        let b = sample().encode();
+        for cut in [0, 3, 20, b.len() - 1] {
+            let e = Entry::decode(&b[..cut], 3).unwrap_err().to_string();
+            assert!(e.contains("rank 3"), "{e}");
+        }
+        let mut bad = b.clone();
+        bad[0] ^= 1;
+        assert!(Entry::decode(&bad, 0).is_err());
+        let mut bad_kind = b;
+        bad_kind[4 + 16 + 8] = 9;
+        assert!(Entry::decode(&bad_kind, 0).is_err());
+    }
+
+    #[test]
+    fn signature_mismatch_names_the_field() {
+        let a = sample().sig;
+        assert_eq!(a.mismatch(&a, 1, 0), None);
+        let b = Signature { count: 7, ..a };
+        let m = a.mismatch(&b, 2, 0).unwrap();
+        assert!(m.contains("rank 2") && m.contains("count 7"), "{m}");
+        let c = Signature { root: 1, ..a };
+        assert!(a.mismatch(&c, 1, 0).unwrap().contains("root 1"));
+    }
+}
