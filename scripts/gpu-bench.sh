@@ -28,9 +28,9 @@
 # GPU_BENCH_SET=dense: the closing tables — every collective at every power-of-2 size,
 # 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
 # and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
-# budget default 570 s (about 490 s on 4 x H200, session 8; GPU_BENCH_DENSE_RANKS="4"
+# budget default 570 s (about 490 s on 4 x H200; GPU_BENCH_DENSE_RANKS="4"
 # runs the 4-rank half alone, about 220 s; GPU_BENCH_DENSE_RANKS="8" on 8 x H200 about
-# 400 s, session 19). Then
+# 400 s). Then
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #

@@ -100,7 +100,7 @@ if have $CONF gpu-conformance && have $G/commhal gpu-conformance; then
 fi
 
 # Broadcast / reduce chains back to back with rotating roots, chains forced from 1 MiB
-# (the overlap and the credits, session 20): every reduce root checks its own sum; exit
+# (the neighbour start and the credits): every reduce root checks its own sum; exit
 # 1 on a wrong element. On every GPU (the broadcast chain needs 3 ranks).
 if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
   CHAINS=(env COMMHAL_COLL_BCAST_LL63_MAX=0 COMMHAL_COLL_BCAST_CHAIN_MIN=1048576

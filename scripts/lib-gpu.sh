@@ -9,8 +9,8 @@
 #                      LD_LIBRARY_PATH for the kernel JIT, or warn that the JIT will fail
 #   find_nvrtc         print the first directory holding libnvrtc.so.13
 #   gpu_session WHO BUDGET
-#                      the start of a one-off device script (.gpu/s<session>-<call>.sh,
-#                      archived under bench/results/): gpu_env, multicast off, NVRTC, the
+#                      the start of a one-off device script (an A/B or a closing run
+#                      written for one device call): gpu_env, multicast off, NVRTC, the
 #                      kernel cache and bootstrap timeout, W=$OUT, the clock for gpu_step
 #   gpu_step LOG LIMIT "VAR=v ..." CMD...
 #                      run CMD with those variables under LIMIT seconds, appending a

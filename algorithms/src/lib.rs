@@ -27,6 +27,11 @@ pub mod selector;
 pub mod sim;
 pub mod validate;
 
+/// The README's Rust example, compiled as a doctest of this crate so it keeps building.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeExample;
+
 pub use dtype::{DataType, RedOp, finalize, finalize_avg, reduce_into, reference_reduce};
 pub use error::{AlgoError, Location};
 pub use plan::{

@@ -1,6 +1,6 @@
 // ce_lanes.cu — where the 2-rank copy-engine reduce's fixed cost goes, and whether two
-// copy "lanes" (two streams, or a push from the sender plus a pull by the root) beat one
-// (session 14).
+// copy "lanes" (two streams, or a push from the sender plus a pull by the root) beat one.
+// Cited by docs/performance.md (Copy engines).
 //
 // ce_reduce.cu's halving schedule (one stream on the sender: a cudaMemcpyAsync per chunk
 // into the root's staging, a stream write of the chunk's flag after each; one root kernel
@@ -19,11 +19,10 @@
 // Times: µs per call, R calls back to back, events on both GPUs, the slower GPU; median
 // of 3. 0 wrong expected (out = 1 + 2 everywhere).
 //
-// What it showed (session 14, 2 x H200, bench/results/h200-2026-11-22-session14/
-// micro-call1.log and micro-call2.log; µs at 64M / 128M / 256M / 1G):
+// What it showed (2 x H200, µs at 64M / 128M / 256M / 1G):
 // - one copy, no chunks, copy only: 186-188 / 355-358 / 693-695 / 2721-2726 (~395 GB/s
 //   at 1G; ~13 µs fixed: the START handshake and the first copy's start);
-// - halving (session 13's schedule), copy only: 214 / 389 / 733 / 2773; with one flag
+// - halving (the first chunk schedule), copy only: 214 / 389 / 733 / 2773; with one flag
 //   write at the end instead of one per chunk: 201 / 373 / 714 / 2752. So each chunk
 //   boundary costs ~5.8 µs, about half in the copy boundary and half in the stream
 //   write; the root's reduce is fully hidden (with it: 214 / 388 / 732 / 2774);
@@ -31,7 +30,7 @@
 //   a pull 195 / 365 / 703 / 2731 (one direction of the link is the limit), and chunked
 //   they are slower (both lanes' boundaries: 218 / 396 / 742 / 2785; staggered 784 at
 //   256M);
-// - fewer, larger chunks (the variant list below; call 2): keep 3/8 of what is left
+// - fewer, larger chunks (the variant list below): keep 3/8 of what is left
 //   after each chunk, floor 2M: 206 / 381 / 721 / 2767 (halving 211 / 385 / 731 / 2776);
 //   keep 1/3: 721 at 256M but 2817 at 1G (the root's reduce of the larger chunks falls
 //   behind the copies: copy only 2758); keep 1/4 or 1/5: 772-804 at 256M. commhal's
@@ -84,7 +83,7 @@ struct Gpu {
 
 // Geometric chunks of [a, b): after each chunk, `keep` of what was left is still left
 // (1 MiB multiples) while that is at least `floor`; then the rest is the last chunk.
-// keep = 0.5 is commhal's halving (session 13). `first`: lane 1's first chunk takes this
+// keep = 0.5 is halving (commhal keeps 3/8 now). `first`: lane 1's first chunk takes this
 // share of its region instead (staggering two lanes; 0 = the same rule).
 static std::vector<std::pair<u64, u64>> halving(u64 a, u64 b, double first, u64 floor, double keep = 0.5) {
   std::vector<std::pair<u64, u64>> out;

@@ -1,7 +1,7 @@
 // ce_pipeline.cu — can the copy engines carry commhal's large transfers faster than SM
-// stores (session 11)?
+// stores? Cited by docs/performance.md (Copy engines).
 //
-// Session 3 measured one copy-engine (CE) copy per peer at 388 GB/s (send/recv, 1 GiB,
+// One copy-engine (CE) copy per peer runs at 388 GB/s (send/recv, 1 GiB,
 // 4 GPUs) against 361 for the store kernels, but the CE path then ran every collective
 // all-pairs (three peers at once: 204 GB/s) and unpipelined. The chains (broadcast,
 // reduce) and the ring all-reduce only ever send to one peer at a time, so they could
@@ -27,23 +27,21 @@
 // warm-up; time = wall clock / R, so the host's enqueue cost is included. Results are
 // checked (0 wrong expected).
 //
-// Call 1 (one copy stream, the source of commit 461474c;
-// bench/results/h200-2026-11-22-session11/ce-*-call1.log): the CE
+// One copy stream (the source of commit 461474c): the CE
 // push copy runs at 392 GB/s per GPU on 4 GPUs (1 GiB) against 365.5 for SM stores and
 // 367.6 for TMA bulk stores (shared memory -> peer, 32 KiB stages), but every chunk
 // fenced by stream memory operations cost ~7-8 µs of idle engine (2 MiB chunks: 166
 // GB/s), so the one-stream chains and ring lost to the SM kernels.
-// Call 2 (ce-*-call2.log): chunking alone costs ~3 µs per copy (8 MiB chunks back to
+// Chunking alone costs ~3 µs per copy (8 MiB chunks back to
 // back, no memory operations: 341 GB/s), a flag write after each ~4 more (307), the wait
 // before it ~1.5 more (288); spreading the chunks over 2 copy streams recovers little
 // (303). So the copy engines pay only as one large copy per peer: commhal routes 2-rank
 // broadcast and send/recv to them from a tuned size (128 MiB on these machines).
-// Session 21, call 3 (h200-2026-11-22-session21/ce-call3.log; CE_PARTS / CE_CHUNKS pick
-// parts and chunk sizes): part 4 with bigger chunks, 4 GPUs, 1 GiB: 16M x 2 4899 µs
+// Bigger chunks (CE_PARTS / CE_CHUNKS pick parts and chunk sizes): part 4 with bigger chunks, 4 GPUs, 1 GiB: 16M x 2 4899 µs
 // (329 GB/s busbw), 32M x 2 4548 (354), 64M x 2 4405 (366), 128M x 2 4574 (352: with two
 // chunks per segment a step waits for the reduce of the whole previous chunk); x 4
 // streams no better. ~12 µs per chunk stays, so the all-copy-engine ring does not beat
-// the library's ring kernel + copy-engine tail (4360 µs = 369.4 GB/s the same call).
+// the library's ring kernel + copy-engine tail (4360 µs = 369.4 GB/s in the same run).
 //
 // Build: nvcc -O3 -std=c++20 -arch=sm_90 -o ce_pipeline ce_pipeline.cu -lcuda ; run: ./ce_pipeline [N]
 #include <cuda.h>
@@ -311,7 +309,7 @@ int main(int argc, char** argv) {
   }
 
   // CE_PARTS (digits, default "1234") picks the parts; CE_CHUNKS (MiB, comma separated,
-  // default "2,4,8,16") the chunk sizes of parts 2-4 (session 21 added 32..128 MiB).
+  // default "2,4,8,16") the chunk sizes of parts 2-4 (32..128 MiB also work).
   const char* parts_env = getenv("CE_PARTS");
   const std::string run_parts = parts_env ? parts_env : "1234";
   std::vector<u64> chunks;

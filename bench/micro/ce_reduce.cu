@@ -1,8 +1,8 @@
 // ce_reduce.cu — can a 2-rank reduce beat NCCL's one-direction store rate (~370 GB/s)
-// with the copy engine (~396 GB/s one direction, mixed_push.cu) carrying the data
-// (session 13)?
+// with the copy engine (~396 GB/s one direction, mixed_push.cu) carrying the data?
+// Cited by docs/performance.md (Copy engines).
 //
-// Session 11's CE reduce chain (ce_pipeline.cu part 3: fixed chunks, a stream wait and a
+// A CE reduce chain (ce_pipeline.cu part 3: fixed chunks, a stream wait and a
 // separate add kernel per chunk on the root) lost: ~3 µs of stream operations per copy,
 // and the last chunk's reduce after the last copy. Here the sender (GPU 1) queues, per
 // call: a stream wait for the root's "staging free" flag, then one cudaMemcpyAsync per
@@ -16,9 +16,9 @@
 //
 // Times: µs per call, R calls back to back on both GPUs, events around them, the slower
 // GPU; median of 3. NCCL's 2-rank reduce on these GPUs: 256M 737-746, 512M 1448-1467,
-// 1G 2889-2894 µs (bench/results/h200-2026-11-22-session13/big-call1.log).
+// 1G 2889-2894 µs.
 //
-// What it showed (session 13, 2 x H200, micro-call3.log, µs at 128M / 256M / 512M / 1G):
+// What it showed (2 x H200, µs at 128M / 256M / 512M / 1G):
 // one copy then the reduce 470 / 923 / 1827 / 3633; fixed 64M chunks 422 / 769 / 1467 /
 // 2867; fixed 16M 413 / 802 / 1580 / 3136; halving down to a 4M floor 383 / 727 / 1410 /
 // 2767 (2M: 388 / 732 / 1415 / 2772; 8M: 389 / 732 / 1416 / 2776); a third or a quarter

@@ -1,12 +1,12 @@
 // chain_signal.cu — does the per-round flag of a store pipeline have to stall the block
-// that moves the data (session 8)?
+// that moves the data? Cited by docs/performance.md (Dropped).
 //
 // commhal's chains and rings (coll_nvlink.cu) end every round of a block with
 // __syncthreads + a system-scope release of the round's flag by thread 0: the whole block
 // waits until its stores of the round are acknowledged by the peer (~1-2 µs over NVLink)
 // before it starts the next round. The bytes in flight per block are then one round, so
-// small rounds lose bandwidth and big rounds lose pipeline fill; NOTES.md (session 7)
-// derives T >= S/BW + 2 sqrt(S L / BW) from that. If only one warp waited for the
+// small rounds lose bandwidth and big rounds lose pipeline fill; with a flag costing
+// the round trip L (~2 µs) one derives T >= S/BW + 2 sqrt(S L / BW) from that. If only one warp waited for the
 // acknowledgement while the others went on copying, the bound would be S/BW plus a fill
 // of one small round per hop. Whether that works depends on how the hardware implements
 // the release: if the fence waits for every store of the SM still in flight (including
@@ -35,7 +35,7 @@
 //   plain    every GPU but the last stores S bytes into the next GPU, no flags: the
 //            permutation's bandwidth with the same barrier (the floor).
 //
-// What it showed (session 8, 4 x H200, bench/results/h200-2026-11-21-session8/):
+// What it showed (4 x H200):
 //   - async is no faster than sync at any size or chunk, and slower from 16 MiB (16 MiB,
 //     32 KiB chunks: 63.9 vs 55.4 µs; 64 KiB: 143 vs 62.6), so handing the release to one warp does not take
 //     it off the critical path: the signalling warp's fence seems to wait for the

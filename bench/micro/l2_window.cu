@@ -17,7 +17,7 @@
 //            (64 KiB), then __syncthreads and a st.release.sys of the round number into a
 //            flag in the peer (what chain_signal does; nobody waits for it here)
 //
-// Session 17 call 4 (bench/results/h200-2026-11-22-session17/l2-call4.log), 4 and 2 GPUs
+// Measured on 4 and 2 H200s
 // alike: no window helps. grid 365.1 (1G) / 364.7 / 364.6 / 364.3 / 364.3 / 363.9 (8M);
 // round 366.0 (1G) / 365.5 / 365.9 / 365.1 / 365.4 / 366.2 (8M) GB/s. So a circular
 // staging area would not raise the store rate, and a round's release costs nothing by

@@ -1,4 +1,5 @@
-// ll_latency.cu — where the time of a 1 KiB one-shot LL all-reduce goes (session 6).
+// ll_latency.cu — where the time of a 1 KiB one-shot LL all-reduce goes. Cited by
+// docs/architecture.md (Epochs) and docs/performance.md (Small sizes).
 //
 // One process, N GPUs (peer access), one stream per GPU. Every variant is a 1 KiB
 // (128 LL16 packets, 1 block x 128 threads) one-shot all-reduce like
@@ -7,7 +8,7 @@
 // elapsed / iterations, the median of 7 repetitions, the slowest GPU.
 //
 //   cur      epoch ld.relaxed.sys at the start; end: atom.acq_rel.gpu done counter, the
-//            last block st.release.sys's the epoch (commhal before this session)
+//            last block st.release.sys's the epoch (commhal before fence-free epochs)
 //   relaxed  as cur, the last block's epoch store st.relaxed.gpu
 //   arg      epoch passed as an argument, block 0 stores it (relaxed), no counter
 //   blockep  per-block epoch word (MSCCL++ style): block b loads its own word, bumps it

@@ -1,5 +1,5 @@
 // mixed_push.cu — do SM stores and a copy engine add up on one NVLink direction
-// (session 12)?
+// Cited by docs/performance.md (Copy engines).
 //
 // SM 16-byte stores into a peer reach ~370 GB/s with the other direction idle and ~365
 // with both busy; one cudaMemcpyAsync reaches ~392 either way (store_pattern.cu,

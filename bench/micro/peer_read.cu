@@ -1,4 +1,5 @@
-// peer_read.cu — how fast can a GPU read its peers' memory over NVLink (session 7)?
+// peer_read.cu — how fast can a GPU read its peers' memory over NVLink? Cited by
+// docs/performance.md (Hardware floors, Dropped).
 //
 // The pull kernels (reduce "worker", scatter-forward broadcast, the two-shot all-reduce's
 // first half, the pull reduce-scatter) load from peers with 16-byte LSU loads; at mid

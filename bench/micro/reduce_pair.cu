@@ -1,4 +1,5 @@
-// reduce_pair.cu — where does the 2-rank reduce chain lose ~1.5 % against NCCL (session 13)?
+// reduce_pair.cu — where does the 2-rank reduce chain lose ~1.5 % against NCCL? Cited by
+// docs/performance.md (Rooted collectives).
 //
 // NCCL 2.28.9's 2-rank reduce moves 1 GiB in ~2892 µs (370 GB/s); commhal's chain
 // (coll_nvlink.cu reduce_chain: GPU 1 stores its input into GPU 0's staging in rounds of
@@ -22,8 +23,7 @@
 // Elements are u32 (the reduce adds them; exact, so the receiver's output is checked
 // after every variant: out[i] = in0[i] + in1[i]).
 //
-// What it showed (session 13, 2 x H200, bench/results/h200-2026-11-22-session13/
-// micro-call1/2.log, GB/s at 256M / 1G): plain stores in the chain's shape 364.6-366.4 /
+// What it showed (2 x H200, GB/s at 256M / 1G): plain stores in the chain's shape 364.6-366.4 /
 // 369.5-369.7 (the floor); + round flags 361.0 / 366-367; + the receiver's waits 358.5 /
 // 365.4-366.2; + its reduce (commhal's chain) 356.4-358.1 / 365.2-365.6. Bigger rounds
 // recover most of it at 1G (u8 368.0-368.3, u16 368.9-369.8) but not at 256M, and in

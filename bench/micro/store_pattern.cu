@@ -1,5 +1,6 @@
 // store_pattern.cu — does the address pattern of SM stores into a peer limit them to
-// ~365 GB/s per GPU, where one copy-engine copy reaches ~392 (session 11)?
+// ~365 GB/s per GPU, where one copy-engine copy reaches ~392? Cited by
+// docs/performance.md (Hardware floors).
 //
 // NCCL's 2-rank reduce moves 1 GiB in 2899 µs (370 GB/s), faster than any SM store
 // stream commhal has measured (365.5 GB/s at 1 GiB, ce_pipeline.cu part 1), and the
@@ -21,10 +22,10 @@
 //   ... N blk  the same with N blocks in all instead of one per SM
 //   ... uni    only the even GPUs send (d -> d+1): every link carries one direction
 //
-// Call 4 (bench/results/h200-2026-11-22-session11/store-*-call4.log): every pattern within
+// Measured: every pattern within
 // 0.6 % at 1 GiB (grid 365.5, block 128K 366.1, warp 4K 367.6 GB/s, 4 and 2 GPUs alike);
 // NCCL's 2-rank reduce is Ring / Simple on 24 channels over P2P/CUMEM (stores, not reads).
-// Call 5 (store-*-call5.log): fewer blocks are slower (24: 342.6, 66: 361.3, 96: 365.3),
+// Fewer blocks are slower (24: 342.6, 66: 361.3, 96: 365.3),
 // so NCCL's 24 channels are not the reason.
 //
 // Build: nvcc -O3 -arch=sm_90 -o store_pattern store_pattern.cu ; run: ./store_pattern [N]

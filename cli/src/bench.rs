@@ -6,7 +6,7 @@
 //! the median over iterations), then a checked run (inputs whose reduction is exact in
 //! any order, outputs poisoned first) giving `#wrong`; out of place, then in place.
 //! Rank 0 prints the nccl-tests table (or `--json` / `--csv`) and can draw `--plot`.
-//! busbw factors (PERFORMANCE.md): allreduce 2(n−1)/n; allgather, reducescatter,
+//! busbw factors (docs/performance.md): allreduce 2(n−1)/n; allgather, reducescatter,
 //! alltoall (n−1)/n; broadcast, reduce, sendrecv 1.
 //!
 //! `--backend cuda-nvlink` runs the GPU collectives' benchmark instead (one process

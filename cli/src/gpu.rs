@@ -294,8 +294,8 @@ pub struct TuneArgs {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub factor: u64,
     /// Timed iterations per size and kernel (the median is over groups of --batch
-    /// launches: 100 gives 10 groups; with 2, one slow group moved call 4's choices in
-    /// session 14).
+    /// launches: 100 gives 10 groups; with 20, two groups, one slow group moved the
+    /// rooted LL windows from 128K / 128M to 256K / 64M).
     #[arg(short = 'n', long = "iters", default_value_t = 100)]
     pub iters: u32,
     /// Warm-up iterations per size and kernel.

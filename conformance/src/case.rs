@@ -88,7 +88,7 @@ pub struct Case {
     pub name: &'static str,
     /// Parameters as `k=v` items joined by `,` (memory kind first); may be empty.
     pub params: String,
-    /// CONFORMANCE.md number.
+    /// `docs/conformance.md` number.
     pub number: u32,
     /// Guarantee claims (names from `Guarantees::claims()`) the case needs: any that
     /// the transport does not claim makes it not-supported.

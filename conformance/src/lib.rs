@@ -1,6 +1,6 @@
 //! # commhal-conformance — does a backend keep its promises?
 //!
-//! Each case of `CONFORMANCE.md` is written once ([`cases`]) and fanned out over the
+//! Each case of `docs/conformance.md` is written once ([`cases`]) and fanned out over the
 //! backend's channel kinds (memory, port, switch) and memory kind. Ids are
 //! `<backend>/<channel>/<case>[/<params>]`. A case that needs a guarantee the backend
 //! does not claim is *not-supported* (counted, never passed); claimed ones are asserted.

@@ -35,7 +35,7 @@ pub enum RankOutcome {
 pub struct RankResult {
     /// Case id.
     pub id: String,
-    /// CONFORMANCE.md number.
+    /// `docs/conformance.md` number.
     pub number: u32,
     /// One-line property.
     pub property: String,
@@ -90,7 +90,7 @@ impl Status {
 pub struct CaseReport {
     /// `<backend>/<channel>/<case>[/<params>]`.
     pub id: String,
-    /// CONFORMANCE.md number.
+    /// `docs/conformance.md` number.
     pub number: u32,
     /// The property asserted.
     pub property: String,

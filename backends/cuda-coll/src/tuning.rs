@@ -17,8 +17,7 @@
 //!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
 //!    `COMMHAL_COLL_CHAIN_UNROLL`, `COMMHAL_COLL_RING_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
 //!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
-//!    scatters + forwards; `LL_CHUNK_MAX=0` never uses the LL16 chunk kernels — before
-//!    session 12 it had to be > 0 and 0 was ignored);
+//!    scatters + forwards; `LL_CHUNK_MAX=0` never uses the LL16 chunk kernels);
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
 //! 4. [`with_forced`]: the tuner's per-candidate choice (this thread only).
 //!
@@ -74,16 +73,16 @@ pub const HEADER: &str = "\
 #     reducescatter_push_min, reducescatter_push_max
 #                          (optional) reduce-scatters of min..=max total input bytes are
 #                          done with the push kernel (min 0: never; absent: min =
-#                          allreduce_push_min, max = no limit); the tuner (since
-#                          session 5) sets the window to the sizes where push was the
-#                          fastest of all reduce-scatter kernels
+#                          allreduce_push_min, max = no limit); the tuner sets the
+#                          window to the sizes where push was the fastest of all
+#                          reduce-scatter kernels
 #     broadcast_reduce_ll_max
 #                          (optional; absent: no cap of its own) largest broadcast /
 #                          reduce done with the LL16 kernels, never above
-#                          allgather_reducescatter_ll_chunk_max (since session 13:
-#                          above it the LL63 window starts). The tuner (since session
-#                          14) times LL16 as a first candidate and picks this cap and
-#                          both LL63 windows together (least summed time / best time)
+#                          allgather_reducescatter_ll_chunk_max (above it the LL63
+#                          window starts). The tuner times LL16 as a first candidate
+#                          and picks this cap and both LL63 windows together (least
+#                          summed time / best time)
 #     broadcast_sf_min     smallest broadcast done with scatter + forward (>= 3 ranks;
 #                          0: never); below: the root stores into every output
 #     broadcast_chain_min, reduce_chain_min
@@ -101,8 +100,8 @@ pub const HEADER: &str = "\
 #                          16-byte multiples only); the larger of the two sizes the
 #                          LL63 region (about that many bytes of scratch per rank,
 #                          plus ~4 MiB: transfers up to 2 MiB use two parity halves of
-#                          their own, since session 12).
-#                          The tuner (since session 9; LL56 then) times LL63 as a last
+#                          their own).
+#                          The tuner times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
 #     broadcast_ce_min, sendrecv_ce_min
@@ -112,21 +111,21 @@ pub const HEADER: &str = "\
 #                          bounded wait kernel (the COMMHAL_GPU_PATH=dma mechanism;
 #                          ~392 GB/s against ~365 for SM stores, plus ~20-30 µs per
 #                          call). Not inside a CUDA graph capture (the kernels run
-#                          there). The tuner (since session 11) times `ce` as a last
+#                          there). The tuner times `ce` as a last
 #                          candidate and sets the smallest size from which it is the
 #                          fastest at every larger size
 #     reduce_ce_min        (optional; absent or 0: never) from this size a reduce on 2
 #                          ranks runs on the copy engine: the non-root copies its input
 #                          into the root's staging in chunks of 5/8 of what is left
-#                          (the last 2-5.3 MiB; halves in session 13), a stream write
-#                          after each, and the root reduces
-#                          each chunk as it lands (since session 13; 16-byte multiples
+#                          (the last 2-5.3 MiB; halves cost ~9 µs more at 1 GiB), a
+#                          stream write after each, and the root reduces
+#                          each chunk as it lands (16-byte multiples
 #                          only; not inside a CUDA graph capture). Tuned as
 #                          broadcast_ce_min, with `ce` after the reduce kernels
 #     allreduce_ce_min     (optional; absent or 0: never) from this size an all-reduce
 #                          on 3 or more ranks runs its ring's first reduce-scatter step
-#                          (since session 21) and its last n-2 all-gather steps (since
-#                          session 15) on the copy engines, the ring kernel the steps
+#                          and its last n-2 all-gather steps on the copy engines
+#                          (plain copies: ~392 GB/s against ~366), the ring kernel the steps
 #                          between: one cuMemcpyAsync of a whole segment to the next
 #                          rank per step, a stream write, a bounded wait kernel (ring
 #                          sizes only; not inside a CUDA graph capture). Tuned as
@@ -135,8 +134,8 @@ pub const HEADER: &str = "\
 #                          (optional; absent or 0: never) from this size (all-reduce
 #                          buffer, all-gather output, reduce-scatter input) the ring
 #                          kernels run (16-byte multiples only). The tuner sweeps these
-#                          five (from 1 MiB) since session 4; the values below came
-#                          from hand A/Bs (the section's note says which)
+#                          and the two chain thresholds (from 1 MiB); where a value
+#                          came from a hand A/B the section's note says so
 #     chain_unroll, ring_unroll, reduce_chain_unroll
 #                          (optional, 1..32, absent: chains 4, rings 16, the reduce
 #                          chain as chain_unroll) vectors per thread in one chunk of
@@ -435,10 +434,10 @@ static FALLBACK: Section = Section {
 pub const DEFAULT_CHAIN_UNROLL: u64 = 4;
 
 /// Vectors per thread in a ring chunk when the section does not say: 16 was the fastest
-/// or tied of the unrolls measured on 4 and 8 H200s (4 ranks, sessions 15 and 18: 4 / 8 /
-/// 16 / 32, 32 a tie; 8 ranks, 1 GiB: all-gather 2815 / 2600 / 2576 / 2585 µs,
-/// reduce-scatter 3160 / 2708 / 2654 / 2656; session 19's first 8-rank section had no
-/// key, ran the rings at 4 and lost to NCCL by 2-13 %).
+/// or tied of the unrolls measured on 4 and 8 H200s (4 ranks, all-reduce 1 GiB: 4 / 8 / 16
+/// = 4987 / 4430 / 4408 µs, 32 a tie; 8 ranks, 1 GiB: all-gather 2815 / 2600 / 2576 / 2585
+/// µs, reduce-scatter 3160 / 2708 / 2654 / 2656). An 8-rank section without the key ran
+/// the rings at 4 and lost to NCCL by 2-13 %.
 pub const DEFAULT_RING_UNROLL: u64 = 16;
 
 /// Largest per-peer LL chunk any setting can ask for (bytes).
@@ -1694,10 +1693,10 @@ mod tests {
         // the committed 2-rank section has its own cap (below the chunk cap)
         let (t, _) = resolve_env("NVIDIA H200", 2, None, &[]);
         assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (1 << 20, 128 << 10));
-        // 4 ranks: its own too (session 14's tuner)
+        // 4 ranks: its own too (the tuner's rooted LL16 cap)
         let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
         assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (256 << 10, 32 << 10));
-        // 8 ranks: its own too (session 19's tuner); absent: the chunk cap (checked in
+        // 8 ranks: its own too (the tuner's); absent: the chunk cap (checked in
         // tuning_file_variable_replaces_the_embedded_file)
         let (t, _) = resolve_env("NVIDIA H200", 8, None, &[]);
         assert_eq!((t.ll_chunk_max, t.rooted_ll_max), (64 << 10, 2 << 10));

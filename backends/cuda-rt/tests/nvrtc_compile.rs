@@ -215,8 +215,8 @@ fn cache_hits_and_keys_separate_arch_and_options() {
 /// Every kernel launches with the largest block the hosts use (512 threads: the
 /// cuda-coll `threads` tuning key is clamped to 32..=512): at most 65536 / 512 = 128
 /// registers per thread, and no register spills. A kernel over that fails its launch
-/// with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (a scatter-pipeline reduce tried in
-/// session 5 did, at 6 x 512, on the GPUs); this catches it without one.
+/// with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (a scatter-pipeline reduce with 130+
+/// registers did, on the GPUs); this catches it without one.
 #[test]
 fn every_kernel_fits_512_threads_without_spills() {
     if !nvrtc_or_skip("every_kernel_fits_512_threads_without_spills") {

@@ -1,4 +1,4 @@
-//! The case list: every case of CONFORMANCE.md, fanned out over the backend's channel
+//! The case list: every case of `docs/conformance.md`, fanned out over the backend's channel
 //! kinds and memory kind, with its parameters. Every rank builds the same list.
 //!
 //! | # | cases | channels |

@@ -1,4 +1,4 @@
-//! Point-to-point cases (CONFORMANCE.md 1–12, 16, 20), written once over [`P2p`] and
+//! Point-to-point cases (`docs/conformance.md` 1–12, 16, 20), written once over [`P2p`] and
 //! run on memory and port channels. Ranks pair up as (0,1), (2,3), …; an odd last rank
 //! idles. "a" is the pair's first rank.
 

@@ -1,4 +1,4 @@
-//! # GPU conformance: the cases of `CONFORMANCE.md` with real device code
+//! # GPU conformance: the cases of `docs/conformance.md` with real device code
 //!
 //! Run in **every rank process** (one per GPU; rank `r` drives device
 //! `COMMHAL_LOCAL_RANK` modulo the device count), started by

@@ -1,8 +1,0 @@
-#!/usr/bin/env bash
-# Session 14 call 7 (4 x H200, the first lent since session 12): the closing run on 4
-# GPUs with the final code (GPU_BENCH_SET=dense, 4 ranks only: every collective at every
-# power-of-2 size 1K..1G against NCCL, every cell checked). First run on 4 real GPUs of
-# session 12's LL63 small region and ll63_recv change.
-set -u
-GPU_BENCH_SET=dense GPU_BENCH_DENSE_RANKS=4 GPU_BENCH_BUDGET=330 bash scripts/gpu-bench.sh
-cat $OUT/summary.log 2>/dev/null | tail -20
