@@ -106,9 +106,10 @@ impl Bench<'_> {
         let a = self.args;
         let c = cli::launch_count(a.collective, count, per);
         match which {
-            Impl::Commhal => self
-                .comm
-                .launch_rooted(a.collective, a.dtype, c, root, in_place),
+            Impl::Commhal => {
+                self.comm
+                    .launch_rooted(a.collective, a.dtype, a.reduce_op(), c, root, in_place)
+            }
             Impl::Nccl => {
                 let n = self
                     .nccl
@@ -121,6 +122,7 @@ impl Bench<'_> {
                         self.comm.stream(),
                         a.collective,
                         a.dtype,
+                        a.reduce_op(),
                         c,
                         self.comm.rank(),
                         self.comm.size(),
@@ -211,6 +213,7 @@ impl Bench<'_> {
         Ok(check::count_wrong(
             a.collective,
             a.dtype,
+            a.reduce_op(),
             self.comm.rank(),
             self.comm.size(),
             check_root,
@@ -536,7 +539,10 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
 /// Write the input pattern once, for the largest size (every size uses a prefix).
 fn write_inputs(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<()> {
     let cap_elems = comm.capacity() / args.dtype.size();
-    let input = check::input_bytes(args.dtype, comm.rank(), cap_elems);
+    let input = check::input_bytes(args.dtype, args.reduce_op(), comm.rank(), cap_elems);
+    // every rank compiles the (type, op) module before the first launch, outside any
+    // collective (see crate::kernels)
+    comm.kernels().prepare(args.dtype, args.reduce_op())?;
     comm.input().write(0, &input)?;
     drop(input);
     boot.barrier()?;
@@ -676,7 +682,14 @@ fn dead_peer_check(args: &Args, comm: &Comm, n: u32, dead: u32) -> Result<Outcom
     let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
     let t0 = std::time::Instant::now();
     let res = comm
-        .launch_rooted(args.collective, args.dtype, launch_count, args.root, false)
+        .launch_rooted(
+            args.collective,
+            args.dtype,
+            args.reduce_op(),
+            launch_count,
+            args.root,
+            false,
+        )
         .and_then(|()| comm.sync("the dead-peer check"));
     let secs = t0.elapsed().as_secs_f64();
     // expected: a device-side wait timeout (not the host's sync bound, not a launch

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use commhal_cuda_coll::check;
 use commhal_cuda_coll::cli::{Collective, Dtype};
+use commhal_cuda_coll::kernels::ReduceOp;
 use commhal_cuda_coll::{Comm, driver};
 use commhal_hal::bootstrap::InProcBootstrap;
 
@@ -32,7 +33,7 @@ fn one_rank_collectives_copy_exactly() {
     for dtype in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
         let cap = comm.capacity() / dtype.size();
         comm.input()
-            .write(0, &check::input_bytes(dtype, 0, cap))
+            .write(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
             .expect("input");
         for coll in [
             Collective::Allreduce,
@@ -51,7 +52,7 @@ fn one_rank_collectives_copy_exactly() {
                 unsafe { driver::memset_async(comm.stream(), comm.output_addr(), 0xff, len) }
                     .expect("poison");
                 let c = if coll.count_is_per_rank() { per } else { count };
-                comm.launch_rooted(coll, dtype, c, 0, false)
+                comm.launch_rooted(coll, dtype, ReduceOp::Sum, c, 0, false)
                     .expect("launch");
                 comm.sync("test").expect("sync");
                 let mut out = vec![0u8; len as usize];
@@ -59,7 +60,7 @@ fn one_rank_collectives_copy_exactly() {
                 unsafe { driver::read(comm.context(), comm.output_addr(), &mut out) }
                     .expect("read");
                 assert_eq!(
-                    check::count_wrong(coll, dtype, 0, 1, 0, count, per, &out),
+                    check::count_wrong(coll, dtype, ReduceOp::Sum, 0, 1, 0, count, per, &out),
                     0,
                     "{coll:?} {dtype:?} {bytes} B"
                 );
@@ -77,17 +78,24 @@ fn rooted_and_out_of_place_only_collectives_reject_bad_arguments() {
     let boot = InProcBootstrap::create(1).pop().expect("bootstrap");
     let comm = Comm::new(&boot, 0, 1 << 20, None, Duration::from_secs(5)).expect("comm");
     for coll in [Collective::Broadcast, Collective::Reduce] {
-        let e = comm.launch_rooted(coll, Dtype::Half, 512, 1, false);
+        let e = comm.launch_rooted(coll, Dtype::Half, ReduceOp::Sum, 512, 1, false);
         assert!(e.is_err(), "{coll:?} root 1 of 1 rank must fail");
     }
     for coll in [Collective::Alltoall, Collective::Sendrecv] {
-        let e = comm.launch_rooted(coll, Dtype::Half, 512, 0, true);
+        let e = comm.launch_rooted(coll, Dtype::Half, ReduceOp::Sum, 512, 0, true);
         assert!(e.is_err(), "{coll:?} in place must fail");
     }
     let too_big = comm.capacity() / 2 + 1;
     assert!(
-        comm.launch_rooted(Collective::Broadcast, Dtype::Half, too_big, 0, false)
-            .is_err()
+        comm.launch_rooted(
+            Collective::Broadcast,
+            Dtype::Half,
+            ReduceOp::Sum,
+            too_big,
+            0,
+            false
+        )
+        .is_err()
     );
     comm.sync("nothing queued").expect("sync");
 }
