@@ -284,10 +284,8 @@ impl Nccl {
         if created {
             // SAFETY: created above on this comm; NCCL allows destroying a user op once
             // the calls using it are queued.
-            check(
-                unsafe { sys::ncclRedOpDestroy(nop, self.comm) },
-                "ncclRedOpDestroy",
-            )?;
+            let d = unsafe { sys::ncclRedOpDestroy(nop, self.comm) };
+            check(d, "ncclRedOpDestroy")?;
         }
         check(r, coll.name())
     }
