@@ -1118,6 +1118,10 @@ impl Comm {
             )));
         }
         let mut a = self.base;
+        // the op travels in the arguments: the kernels' and the copy-engine route's
+        // local reductions pick their module by it (crate::kernels)
+        a.red_op = op.code();
+        a.scalar = op.scalar_bits(dtype.data_type());
         let r = self.rank as usize;
         match coll {
             Collective::Allreduce => {
@@ -1160,6 +1164,13 @@ impl Comm {
         // the operation queued now is not a chain unless the kernel path below says so
         let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
         if let Some((algo, blocks)) = self.algorithm(coll) {
+            if op != ReduceOp::Sum && coll.redop() == "sum" {
+                return Err(CollError::invalid(format!(
+                    "{} with op {}: the plan algorithms reduce with sum only; clear the algorithm to use the NVLink kernels",
+                    coll.name(),
+                    op.name()
+                )));
+            }
             self.plans.launch(
                 &self.stream,
                 algo,

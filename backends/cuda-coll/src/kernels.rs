@@ -14,13 +14,16 @@
 //!   each pair is compiled once per machine and NVRTC version.
 //!
 //! Why one module per (type, op) and not one per type with the op a template
-//! parameter: NVRTC time for `sm_90` CUBINs measured on 2 cores (NVRTC 13.0): the main
-//! unit ~4 s (PTX) ; one (type, op) module 1.4 - 2.8 s as PTX, fp8 ~5 s as PTX and
-//! ~22 s as CUBIN (its software conversions are out of line; inlined they took 61 s as
-//! PTX). One module per type would hold 6 x 16 kernels: about 6x those times on the
-//! first use of any op of the type (2+ minutes for fp8), where a communicator's first
-//! launch of a pair must not stall its peers' bounded waits for long. Per (type, op)
-//! costs at most 66 small modules over all pairs, only the ones used are built.
+//! parameter: NVRTC 13.0 times measured on this 2-core machine (no GPU): the main unit
+//! ~4 s as PTX (the existing sm_90 CUBIN test of all units: ~25 s); one (type, op)
+//! module as PTX 1.4 - 2.8 s, as an sm_90 CUBIN 6 - 14 s, fp8 12 - 30 s (its software
+//! conversions are out of line: inlined into every lane, one fp8 module took 61 s even
+//! as PTX). A module per type holds 6 x 16 kernels: about 6x those times on the first
+//! use of any op of the type (minutes for fp8), while a first launch that compiles
+//! stalls its peers' bounded waits. Per (type, op) costs at most 66 small modules over
+//! all pairs, only those used are built, each cached on disk after its first build.
+//! (tests/nvrtc_typed.rs builds 12 of them, every type and every op, two at a time:
+//! 73 s here.)
 //!
 //! A launch compiling a module stalls that rank for the compile time while its peers
 //! may already wait in the kernel (bounded by the device timeout): call
@@ -117,8 +120,13 @@ impl ReduceOp {
     }
     /// Whether the main module has it (sum on f16 / bf16 / f32).
     pub fn is_builtin(self, dtype: DataType) -> bool {
-        self == ReduceOp::Sum && matches!(dtype, DataType::F16 | DataType::Bf16 | DataType::F32)
+        builtin_code(dtype, self.code())
     }
+}
+
+/// Whether op code `code` on `dtype` is one of the main module's sums.
+fn builtin_code(dtype: DataType, code: u32) -> bool {
+    code == ReduceOp::Sum.code() && matches!(dtype, DataType::F16 | DataType::Bf16 | DataType::F32)
 }
 
 /// Every operator, with premulsum's scalar `scalar` (for tests and tables).
@@ -196,10 +204,20 @@ impl Kernels {
     /// The module holding the reducing kernels of (`dtype`, `op`), compiled and loaded
     /// now if this is its first use.
     pub fn module(&self, dtype: DataType, op: ReduceOp) -> Result<ModuleRef<'_>> {
-        if op.is_builtin(dtype) {
+        self.module_of(dtype, op.code())
+    }
+
+    /// [`Kernels::module`] by op code (`CollArgs::red_op`).
+    fn module_of(&self, dtype: DataType, code: u32) -> Result<ModuleRef<'_>> {
+        if builtin_code(dtype, code) {
             return Ok(ModuleRef::Main(&self.main));
         }
-        let key = (dtype, op.code());
+        if code > ReduceOp::PreMulSum(0.0).code() {
+            return Err(CollError::invalid(format!(
+                "op code {code} is not a COLL_OP_* code (0..=5): set CollArgs::red_op from ReduceOp::code"
+            )));
+        }
+        let key = (dtype, code);
         let mut typed = self
             .typed
             .lock()
@@ -209,15 +227,14 @@ impl Kernels {
         }
         let cache = KernelCache::from_env();
         let t = std::time::Instant::now();
-        let (image, outcome) = jit::compile_unit_with(
-            &COLL_NVLINK,
-            &self.arch,
-            &typed_options(dtype, op),
-            cache.as_ref(),
-        )?;
+        let options = vec![
+            format!("-DCOLL_RED_T=Ty_{}", dtype.name()),
+            format!("-DCOLL_RED_OP={code}"),
+        ];
+        let (image, outcome) =
+            jit::compile_unit_with(&COLL_NVLINK, &self.arch, &options, cache.as_ref())?;
         tracing::debug!(
-            "coll_nvlink.cu for ({dtype}, {}) on {}: {outcome:?} in {:.1} s",
-            op.name(),
+            "coll_nvlink.cu for ({dtype}, op {code}) on {}: {outcome:?} in {:.1} s",
             self.arch,
             t.elapsed().as_secs_f64()
         );
@@ -273,20 +290,42 @@ impl Kernels {
         let mut a = *args;
         a.scalar = op.scalar_bits(dtype.data_type());
         a.red_op = op.code();
-        if self.main_has(name) && (op.is_builtin(dtype.data_type()) || !reduces(name)) {
+        // SAFETY: the caller's contract (# Safety).
+        unsafe { self.launch_args(dtype, name, stream, grid, block, &a, pdl) }
+    }
+
+    /// [`Kernels::launch_op`] with the op already in `args` (`red_op`, `scalar`: what
+    /// `Comm::launch_rooted` set), for routes that get only the arguments (the
+    /// copy-engine path's local reductions, [`crate::dma`]).
+    ///
+    /// # Safety
+    /// As [`CollModule::launch`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_args(
+        &self,
+        dtype: Dtype,
+        name: &str,
+        stream: &Stream,
+        grid: u32,
+        block: u32,
+        args: &CollArgs,
+        pdl: bool,
+    ) -> Result<()> {
+        let a = *args;
+        let code = a.red_op;
+        if self.main_has(name) && (builtin_code(dtype.data_type(), code) || !reduces(name)) {
             // SAFETY: the caller's contract (# Safety).
             return unsafe { self.main.launch(name, stream, grid, block, &a, pdl) };
         }
         let name = unsuffixed(name);
         if !COLL_NVLINK_TYPED.contains(&name) {
             return Err(CollError::invalid(format!(
-                "kernel `{name}` has no ({}, {}) instantiation: only the reducing kernels ({}) are built per (type, op)",
+                "kernel `{name}` has no ({}, op {code}) instantiation: only the reducing kernels ({}) are built per (type, op)",
                 dtype.name(),
-                op.name(),
                 COLL_NVLINK_TYPED.join(", ")
             )));
         }
-        let m = self.module(dtype.data_type(), op)?;
+        let m = self.module_of(dtype.data_type(), code)?;
         // SAFETY: the caller's contract (# Safety).
         unsafe { m.launch(name, stream, grid, block, &a, pdl) }
     }
