@@ -1,7 +1,9 @@
 // coll_nvlink.cu — collectives over NVLink peer mappings (one process per GPU, every
 // rank maps every peer's input, output and scratch). Host side: backends/cuda-coll.
 //
-// Kernels (dtype suffix _f16 / _bf16 / _f32, op sum):
+// Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
+// reducing kernels below built once per (type, op) without the suffix, see "reduction
+// operators" and the end of this file):
 //   commhal_coll_allreduce_ll_*      one-shot LL16: packets (data+flag) into every
 //                                    peer's scratch, then read + reduce. No barrier.
 //   commhal_coll_allreduce_2shot_*   barrier; reduce own 1/n chunk reading n inputs;

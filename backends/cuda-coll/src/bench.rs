@@ -374,7 +374,10 @@ fn fmt_row(args: &Args, r: &Row) -> String {
         r.bytes,
         r.count,
         args.dtype.name(),
-        args.collective.redop(),
+        match args.collective.redop() {
+            "sum" => args.reduce_op().name(),
+            none => none,
+        },
         if args.collective.has_root() {
             i64::from(args.root)
         } else {
