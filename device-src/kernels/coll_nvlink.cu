@@ -1,7 +1,9 @@
 // coll_nvlink.cu — collectives over NVLink peer mappings (one process per GPU, every
 // rank maps every peer's input, output and scratch). Host side: backends/cuda-coll.
 //
-// Kernels (dtype suffix _f16 / _bf16 / _f32, op sum):
+// Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
+// reducing kernels below built once per (type, op) without the suffix, see "reduction
+// operators" and the end of this file):
 //   commhal_coll_allreduce_ll_*      one-shot LL16: packets (data+flag) into every
 //                                    peer's scratch, then read + reduce. No barrier.
 //   commhal_coll_allreduce_2shot_*   barrier; reduce own 1/n chunk reading n inputs;
@@ -147,8 +149,14 @@ struct CollArgs {
   u64 ll63_small_half;          // LL63 chains: bytes of one of its parity halves (0: none)
   u32 flags;                    // COLL_FLAG_* bits
   u32 flags_pad;
+  u64 scalar;                   // premulsum: the scalar, an element of the type in the
+                                // low bytes (the same on every rank)
+  u32 red_op;                   // COLL_OP_* of the launch (the kernel's op is compiled
+                                // in; kept for debugging and the layout test)
+  u32 red_pad;
 };
-static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8, "CollArgs layout");
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8,
+              "CollArgs layout");
 
 COMMHAL_DEVICE u64 now_ns() {
   u64 t;
@@ -251,51 +259,352 @@ COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
   __syncthreads();
 }
 
-// ---- reduction on 32-bit words holding 2 halves / 2 bfloat16 / 1 float ----
-struct OpF16 {
+// ---- reduction operators ----
+// Every operator `Op` the kernels take provides, for its element type:
+//   ELEM                      bytes per element (1, 2, 4 or 8)
+//   W                         the word one element travels in (its bits in the low ELEM
+//                             bytes; load_elem / store_elem move exactly ELEM bytes)
+//   add_w(W, W)               one element: the op (sum, prod, min, max; avg and
+//                             premulsum reduce as sum)
+//   add8(uint2, uint2)        8 bytes of packed elements (LL16 packets)
+//   add16(v16, v16)           16 bytes (vectors)
+//   PRE, pre_w(a, W), pre64(a, u64)   premulsum: an original input element times
+//                             a.scalar, applied once, where the kernel loads an input
+//                             (never to a partial result); identity for the other ops
+//   FIN, fin_w(a, W), fin64(a, u64)   avg: the sum divided by a.nranks, applied once,
+//                             where a final element is produced; identity otherwise
+// The unit's own instantiations (OpF16 / OpBF16 / OpF32: sum on 32-bit words, the
+// `_f16` / `_bf16` / `_f32` kernels) keep the native f16x2 / bf16x2 / f32 adds, and
+// their pre / fin are compile-time identities: the same code as a plain sum. Every
+// other (type, op) is RedOp<Ty, OP> below, compiled into its own module (host:
+// backends/cuda-coll/src/kernels.rs) with -DCOLL_RED_T=Ty_<type> -DCOLL_RED_OP=<op>.
+// Semantics: algorithms/src/dtype.rs (reduce_into / finalize), step by step.
+#define COLL_OP_SUM 0
+#define COLL_OP_PROD 1
+#define COLL_OP_MIN 2
+#define COLL_OP_MAX 3
+#define COLL_OP_AVG 4
+#define COLL_OP_PREMULSUM 5
+
+// Sum on 32-bit words (the unit's own kernels): Op supplies add(u32, u32) and ELEM.
+template <typename Op>
+struct Words32 {
+  typedef u32 W;
+  static constexpr bool PRE = false;
+  static constexpr bool FIN = false;
+  static COMMHAL_DEVICE u32 add_w(u32 x, u32 y) { return Op::add(x, y); }
+  static COMMHAL_DEVICE uint2 add8(uint2 x, uint2 y) {
+    uint2 r;
+    r.x = Op::add(x.x, y.x);
+    r.y = Op::add(x.y, y.y);
+    return r;
+  }
+  static COMMHAL_DEVICE v16 add16(v16 x, v16 y) {
+    v16 r;
+    r.x = Op::add(x.x, y.x);
+    r.y = Op::add(x.y, y.y);
+    r.z = Op::add(x.z, y.z);
+    r.w = Op::add(x.w, y.w);
+    return r;
+  }
+  static COMMHAL_DEVICE u32 pre_w(const CollArgs&, u32 x) { return x; }
+  static COMMHAL_DEVICE u32 fin_w(const CollArgs&, u32 x) { return x; }
+  static COMMHAL_DEVICE u64 pre64(const CollArgs&, u64 x) { return x; }
+  static COMMHAL_DEVICE u64 fin64(const CollArgs&, u64 x) { return x; }
+};
+
+// ---- sum on 32-bit words holding 2 halves / 2 bfloat16 / 1 float ----
+struct OpF16 : Words32<OpF16> {
   static COMMHAL_DEVICE u32 add(u32 x, u32 y) {
     u32 r;
     asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
     return r;
   }
-  static const u32 ELEM = 2;
+  static constexpr u32 ELEM = 2;
 };
-struct OpBF16 {
+struct OpBF16 : Words32<OpBF16> {
   static COMMHAL_DEVICE u32 add(u32 x, u32 y) {
     u32 r;
     asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
     return r;
   }
-  static const u32 ELEM = 2;
+  static constexpr u32 ELEM = 2;
 };
-struct OpF32 {
+struct OpF32 : Words32<OpF32> {
   static COMMHAL_DEVICE u32 add(u32 x, u32 y) {
     return __float_as_uint(__uint_as_float(x) + __uint_as_float(y));
   }
-  static const u32 ELEM = 4;
+  static constexpr u32 ELEM = 4;
+};
+
+// ---- element types of RedOp: raw bits R, and add / mul / min / max / div by n ----
+// Integers: sum and prod wrap (two's complement), min / max compare as S (signed or
+// not), avg divides the wrapped sum truncating toward zero (C, as Rust's `/`).
+template <typename R_, typename S>
+struct TyInt {
+  typedef R_ R;
+  static constexpr bool X2 = false;
+  static COMMHAL_DEVICE R add(R x, R y) { return (R)(x + y); }
+  static COMMHAL_DEVICE R mul(R x, R y) { return (R)(x * y); }
+  static COMMHAL_DEVICE R min(R x, R y) { return (S)x < (S)y ? x : y; }
+  static COMMHAL_DEVICE R max(R x, R y) { return (S)x < (S)y ? y : x; }
+  static COMMHAL_DEVICE R div(R x, u32 n) { return (R)((S)x / (S)n); }
+};
+typedef TyInt<u8, signed char> Ty_i8;
+typedef TyInt<u8, u8> Ty_u8;
+typedef TyInt<u32, int> Ty_i32;
+typedef TyInt<u32, u32> Ty_u32;
+typedef TyInt<u64, long long> Ty_i64;
+typedef TyInt<u64, u64> Ty_u64;
+
+// IEEE in the type itself, round to nearest even; min / max: min.f32 / max.f32 (fminf,
+// fmin): a NaN operand loses, as Rust's f32::min / f64::min.
+struct Ty_f32 {
+  typedef u32 R;
+  static constexpr bool X2 = false;
+  static COMMHAL_DEVICE float f(R x) { return __uint_as_float(x); }
+  static COMMHAL_DEVICE R add(R x, R y) { return __float_as_uint(__fadd_rn(f(x), f(y))); }
+  static COMMHAL_DEVICE R mul(R x, R y) { return __float_as_uint(__fmul_rn(f(x), f(y))); }
+  static COMMHAL_DEVICE R min(R x, R y) { return __float_as_uint(fminf(f(x), f(y))); }
+  static COMMHAL_DEVICE R max(R x, R y) { return __float_as_uint(fmaxf(f(x), f(y))); }
+  static COMMHAL_DEVICE R div(R x, u32 n) { return __float_as_uint(__fdiv_rn(f(x), (float)n)); }
+};
+struct Ty_f64 {
+  typedef u64 R;
+  static constexpr bool X2 = false;
+  static COMMHAL_DEVICE double f(R x) { return __longlong_as_double((long long)x); }
+  static COMMHAL_DEVICE R b(double x) { return (R)__double_as_longlong(x); }
+  static COMMHAL_DEVICE R add(R x, R y) { return b(__dadd_rn(f(x), f(y))); }
+  static COMMHAL_DEVICE R mul(R x, R y) { return b(__dmul_rn(f(x), f(y))); }
+  static COMMHAL_DEVICE R min(R x, R y) { return b(fmin(f(x), f(y))); }
+  static COMMHAL_DEVICE R max(R x, R y) { return b(fmax(f(x), f(y))); }
+  static COMMHAL_DEVICE R div(R x, u32 n) { return b(__ddiv_rn(f(x), (double)n)); }
+};
+
+// f16 / bf16: the native x2 instructions on 32-bit words (op2); one element goes
+// through the low half of a word. Each is bitwise the f32 op rounded back (the exact
+// results of +, x of two such values need at most 2p + 2 <= 24 bits of f32's
+// significand, so the double rounding is innocuous; min / max are exact). avg divides
+// in f32 and rounds, as finalize_avg.
+template <bool BF>
+struct TyHalf {
+  typedef unsigned short R;
+  static constexpr bool X2 = true;
+  static COMMHAL_DEVICE u32 op2(int op, u32 x, u32 y) {
+    u32 r;
+    if (op == COLL_OP_PROD) {
+      if (BF) asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+      else asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    } else if (op == COLL_OP_MIN) {
+      if (BF) asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+      else asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    } else if (op == COLL_OP_MAX) {
+      if (BF) asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+      else asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    } else {
+      if (BF) asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+      else asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+    }
+    return r;
+  }
+  static COMMHAL_DEVICE R add(R x, R y) { return (R)op2(COLL_OP_SUM, x, y); }
+  static COMMHAL_DEVICE R mul(R x, R y) { return (R)op2(COLL_OP_PROD, x, y); }
+  static COMMHAL_DEVICE R min(R x, R y) { return (R)op2(COLL_OP_MIN, x, y); }
+  static COMMHAL_DEVICE R max(R x, R y) { return (R)op2(COLL_OP_MAX, x, y); }
+  static COMMHAL_DEVICE float to_f(R x) {
+    if (BF) return __uint_as_float((u32)x << 16);
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x));
+    return r;
+  }
+  static COMMHAL_DEVICE R from_f(float x) {
+    R r;
+    if (BF) asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    else asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    return r;
+  }
+  static COMMHAL_DEVICE R div(R x, u32 n) { return from_f(__fdiv_rn(to_f(x), (float)n)); }
+};
+typedef TyHalf<false> Ty_f16;
+typedef TyHalf<true> Ty_bf16;
+
+// fp8 (OCP E4M3FN: M = 3, BIAS = 7, largest finite code 0x7e, NaN 0x7f, no infinities;
+// E5M2: M = 2, BIAS = 15, 0x7b, NaN 0x7e, inf 0x7c): every op decodes to f32 (exact),
+// applies the f32 op and encodes back with algorithms/src/fp8.rs's f32_to_fp8 rules,
+// in software: round to nearest even on the fp8 grid (subnormals too), a finite
+// overflow saturates to the largest finite value, +-inf saturates (E4M3) or stays inf
+// (E5M2), NaN becomes the canonical NaN with the input's sign, -0 stays -0. (The
+// hardware cvt.rn.satfinite.e*m*x2.f32 saturates E5M2's infinities and drops NaN
+// signs, so it would not match the host reference bit for bit.)
+COMMHAL_DEVICE float coll_pow2(int e) { return __uint_as_float((u32)(e + 127) << 23); }
+template <int M, int BIAS, u32 MAXC, u32 NANC>
+struct TyFp8 {
+  typedef u8 R;
+  static constexpr bool X2 = false;
+  // Not inlined: inlined into every lane of every unrolled loop, the conversions made
+  // NVRTC take about a minute per fp8 module (a few seconds this way).
+  static __device__ __noinline__ float to_f(R c) {
+    const u32 mag = c & 0x7fu;
+    float v;
+    if (M == 3 ? mag == 0x7fu : mag > 0x7cu) {
+      v = __uint_as_float(0x7fc00000u);
+    } else if (M == 2 && mag == 0x7cu) {
+      v = __uint_as_float(0x7f800000u);
+    } else {
+      const u32 ex = mag >> M, man = mag & ((1u << M) - 1);
+      v = ex == 0 ? (float)man * coll_pow2(1 - BIAS - M)
+                  : (float)((1u << M) + man) * coll_pow2((int)ex - BIAS - M);
+    }
+    return (c & 0x80u) ? -v : v;
+  }
+  static __device__ __noinline__ R from_f(float x) {
+    const u32 bits = __float_as_uint(x);
+    const u32 sign = (bits >> 24) & 0x80u;
+    const u32 ab = bits & 0x7fffffffu;
+    if (ab > 0x7f800000u) return (R)(sign | NANC);
+    if (ab == 0x7f800000u) return (R)(sign | (M == 3 ? MAXC : 0x7cu));
+    if (ab == 0) return (R)sign;
+    int e = (int)(ab >> 23) - 127;
+    if (e < 1 - BIAS) e = 1 - BIAS;
+    if (e > 30) return (R)(sign | MAXC);
+    // |x| in quanta of the fp8 grid at exponent e: a power-of-two scaling, exact
+    u32 q = (u32)rintf(__fmul_rn(__uint_as_float(ab), coll_pow2(M - e)));
+    if (q >= (2u << M)) {  // carried into the next binade: q was exactly 2^(M+1)
+      q >>= 1;
+      e += 1;
+    }
+    const u32 mag = q < (1u << M) ? q : ((u32)(e + BIAS) << M) | (q - (1u << M));
+    return (R)(sign | (mag > MAXC ? MAXC : mag));
+  }
+  static COMMHAL_DEVICE R add(R x, R y) { return from_f(__fadd_rn(to_f(x), to_f(y))); }
+  static COMMHAL_DEVICE R mul(R x, R y) { return from_f(__fmul_rn(to_f(x), to_f(y))); }
+  static COMMHAL_DEVICE R min(R x, R y) { return from_f(fminf(to_f(x), to_f(y))); }
+  static COMMHAL_DEVICE R max(R x, R y) { return from_f(fmaxf(to_f(x), to_f(y))); }
+  static COMMHAL_DEVICE R div(R x, u32 n) { return from_f(__fdiv_rn(to_f(x), (float)n)); }
+};
+typedef TyFp8<3, 7, 0x7eu, 0x7fu> Ty_f8e4m3;
+typedef TyFp8<2, 15, 0x7bu, 0x7eu> Ty_f8e5m2;
+
+// Every (type, op) but the unit's own sums: elements packed in 64-bit words, each lane
+// reduced on its own (f16 / bf16: two x2 instructions per word).
+template <typename T, int OP>
+struct RedOp {
+  typedef typename T::R R;
+  typedef u64 W;
+  static constexpr u32 ELEM = sizeof(R);
+  static constexpr bool PRE = OP == COLL_OP_PREMULSUM;
+  static constexpr bool FIN = OP == COLL_OP_AVG;
+  static COMMHAL_DEVICE R op1(R x, R y) {
+    if (OP == COLL_OP_PROD) return T::mul(x, y);
+    if (OP == COLL_OP_MIN) return T::min(x, y);
+    if (OP == COLL_OP_MAX) return T::max(x, y);
+    return T::add(x, y);
+  }
+  // f(lane of x, lane of y) for every lane of a 64-bit word
+  template <typename F>
+  static COMMHAL_DEVICE u64 lanes(u64 x, u64 y, F f) {
+    u64 r = 0;
+#pragma unroll
+    for (u32 l = 0; l < 8 / ELEM; ++l) {
+      const u32 sh = 8 * ELEM * l;
+      r |= (u64)f((R)(x >> sh), (R)(y >> sh)) << sh;
+    }
+    return r;
+  }
+  static COMMHAL_DEVICE u64 add64(u64 x, u64 y) {
+    if constexpr (T::X2) {
+      return (u64)T::op2(OP, (u32)x, (u32)y) | ((u64)T::op2(OP, (u32)(x >> 32), (u32)(y >> 32)) << 32);
+    } else {
+      return lanes(x, y, [](R p, R q) { return op1(p, q); });
+    }
+  }
+  static COMMHAL_DEVICE u64 add_w(u64 x, u64 y) { return (u64)op1((R)x, (R)y); }
+  static COMMHAL_DEVICE uint2 add8(uint2 x, uint2 y) {
+    const u64 r = add64((u64)x.x | ((u64)x.y << 32), (u64)y.x | ((u64)y.y << 32));
+    return make_uint2((u32)r, (u32)(r >> 32));
+  }
+  static COMMHAL_DEVICE v16 add16(v16 x, v16 y) {
+    const uint2 lo = add8(make_uint2(x.x, x.y), make_uint2(y.x, y.y));
+    const uint2 hi = add8(make_uint2(x.z, x.w), make_uint2(y.z, y.w));
+    return make_uint4(lo.x, lo.y, hi.x, hi.y);
+  }
+  static COMMHAL_DEVICE u64 pre_w(const CollArgs& a, u64 x) {
+    if (!PRE) return x;
+    return (u64)T::mul((R)x, (R)a.scalar);
+  }
+  static COMMHAL_DEVICE u64 fin_w(const CollArgs& a, u64 x) {
+    if (!FIN) return x;
+    return (u64)T::div((R)x, a.nranks);
+  }
+  static COMMHAL_DEVICE u64 pre64(const CollArgs& a, u64 x) {
+    if (!PRE) return x;
+    if constexpr (T::X2) {
+      const u32 s2 = (u32)(R)a.scalar * 0x10001u;
+      return (u64)T::op2(COLL_OP_PROD, (u32)x, s2) |
+             ((u64)T::op2(COLL_OP_PROD, (u32)(x >> 32), s2) << 32);
+    } else {
+      const R s = (R)a.scalar;
+      return lanes(x, 0, [s](R p, R) { return T::mul(p, s); });
+    }
+  }
+  static COMMHAL_DEVICE u64 fin64(const CollArgs& a, u64 x) {
+    if (!FIN) return x;
+    const u32 n = a.nranks;
+    return lanes(x, 0, [n](R p, R) { return T::div(p, n); });
+  }
 };
 
 template <typename Op>
 COMMHAL_DEVICE v16 add16(v16 x, v16 y) {
-  v16 r;
-  r.x = Op::add(x.x, y.x);
-  r.y = Op::add(x.y, y.y);
-  r.z = Op::add(x.z, y.z);
-  r.w = Op::add(x.w, y.w);
-  return r;
+  return Op::add16(x, y);
+}
+template <typename Op>
+COMMHAL_DEVICE uint2 add8(uint2 x, uint2 y) {
+  return Op::add8(x, y);
+}
+// The pre-multiply of original input data (identity unless Op::PRE).
+template <typename Op>
+COMMHAL_DEVICE uint2 pre8(const CollArgs& a, uint2 x) {
+  if (!Op::PRE) return x;
+  const u64 r = Op::pre64(a, (u64)x.x | ((u64)x.y << 32));
+  return make_uint2((u32)r, (u32)(r >> 32));
+}
+template <typename Op>
+COMMHAL_DEVICE v16 pre16(const CollArgs& a, v16 x) {
+  if (!Op::PRE) return x;
+  const uint2 lo = pre8<Op>(a, make_uint2(x.x, x.y)), hi = pre8<Op>(a, make_uint2(x.z, x.w));
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+// The final step of a fully reduced element (identity unless Op::FIN).
+template <typename Op>
+COMMHAL_DEVICE uint2 fin8(const CollArgs& a, uint2 x) {
+  if (!Op::FIN) return x;
+  const u64 r = Op::fin64(a, (u64)x.x | ((u64)x.y << 32));
+  return make_uint2((u32)r, (u32)(r >> 32));
+}
+template <typename Op>
+COMMHAL_DEVICE v16 fin16(const CollArgs& a, v16 x) {
+  if (!Op::FIN) return x;
+  const uint2 lo = fin8<Op>(a, make_uint2(x.x, x.y)), hi = fin8<Op>(a, make_uint2(x.z, x.w));
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
 }
 
-// One element at byte offset `off` of src into acc (2- or 4-byte elements; the high
-// half of a 2-byte element's word is zero and ignored).
+// One element at byte offset `off` of `base`, its ELEM bytes in the low bytes of a W
+// (the unit's own 2-byte sums: the high half of the word is zero and ignored).
 template <typename Op>
-COMMHAL_DEVICE u32 load_elem(u64 base, u64 off) {
-  if (Op::ELEM == 2) return (u32) * reinterpret_cast<const volatile unsigned short*>(base + off);
-  return *reinterpret_cast<const volatile u32*>(base + off);
+COMMHAL_DEVICE typename Op::W load_elem(u64 base, u64 off) {
+  typedef typename Op::W W;
+  if (Op::ELEM == 1) return (W) * reinterpret_cast<const volatile u8*>(base + off);
+  if (Op::ELEM == 2) return (W) * reinterpret_cast<const volatile unsigned short*>(base + off);
+  if (Op::ELEM == 4) return (W) * reinterpret_cast<const volatile u32*>(base + off);
+  return (W) * reinterpret_cast<const volatile u64*>(base + off);
 }
 template <typename Op>
-COMMHAL_DEVICE void store_elem(u64 base, u64 off, u32 v) {
-  if (Op::ELEM == 2) *reinterpret_cast<unsigned short*>(base + off) = (unsigned short)v;
-  else *reinterpret_cast<u32*>(base + off) = v;
+COMMHAL_DEVICE void store_elem(u64 base, u64 off, typename Op::W v) {
+  if (Op::ELEM == 1) *reinterpret_cast<u8*>(base + off) = (u8)v;
+  else if (Op::ELEM == 2) *reinterpret_cast<unsigned short*>(base + off) = (unsigned short)v;
+  else if (Op::ELEM == 4) *reinterpret_cast<u32*>(base + off) = (u32)v;
+  else *reinterpret_cast<u64*>(base + off) = (u64)v;
 }
 
 // Chunk [begin, end) of `units` split over n parts: the first units % n parts get one
@@ -342,7 +651,7 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
   // slot(owner, sender) = scratch[owner] + LL + (parity * MAX_RANKS + sender) * slot_bytes
   const u64 my_send_off = COLL_OFF_LL + (parity * COLL_MAX_RANKS + a.rank) * a.ll_slot_bytes;
   for (u64 i = tid0; i < npk; i += gthreads) {
-    const uint2 v = in[i];
+    const uint2 v = pre8<Op>(a, in[i]);
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
       store_volatile_v4u32(reinterpret_cast<u8*>(a.scratch[p] + my_send_off) + i * 16, v.x, flag,
@@ -356,7 +665,7 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
     for (u32 p = 0; p < a.nranks; ++p) {  // rank order: identical result on every rank
       uint2 v;
       if (p == a.rank) {
-        v = in[i];
+        v = pre8<Op>(a, in[i]);
       } else {
         v = ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
       }
@@ -364,11 +673,10 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
         acc = v;
         first = false;
       } else {
-        acc.x = Op::add(acc.x, v.x);
-        acc.y = Op::add(acc.y, v.y);
+        acc = add8<Op>(acc, v);
       }
     }
-    out[i] = acc;
+    out[i] = fin8<Op>(a, acc);
   }
 }
 
@@ -395,8 +703,8 @@ COMMHAL_DEVICE void reduce_vectors_n(const CollArgs& a, u64 base_off, u64 vb, u6
     v16 x0[N], x1[N];
 #pragma unroll
     for (int p = 0; p < N; ++p) {
-      x0[p] = src[p][v];
-      x1[p] = src[p][v + gthreads];
+      x0[p] = pre16<Op>(a, src[p][v]);
+      x1[p] = pre16<Op>(a, src[p][v + gthreads]);
     }
     v16 acc0 = x0[0], acc1 = x1[0];
 #pragma unroll
@@ -404,6 +712,8 @@ COMMHAL_DEVICE void reduce_vectors_n(const CollArgs& a, u64 base_off, u64 vb, u6
       acc0 = add16<Op>(acc0, x0[p]);
       acc1 = add16<Op>(acc1, x1[p]);
     }
+    acc0 = fin16<Op>(a, acc0);
+    acc1 = fin16<Op>(a, acc1);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       if (k < nd) {
@@ -415,10 +725,11 @@ COMMHAL_DEVICE void reduce_vectors_n(const CollArgs& a, u64 base_off, u64 vb, u6
   if (v < ve) {
     v16 x[N];
 #pragma unroll
-    for (int p = 0; p < N; ++p) x[p] = src[p][v];
+    for (int p = 0; p < N; ++p) x[p] = pre16<Op>(a, src[p][v]);
     v16 acc = x[0];
 #pragma unroll
     for (int p = 1; p < N; ++p) acc = add16<Op>(acc, x[p]);
+    acc = fin16<Op>(a, acc);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       if (k < nd) dst[k][v] = acc;
@@ -433,9 +744,10 @@ COMMHAL_DEVICE void reduce_vectors_any(const CollArgs& a, u64 base_off, u64 vb, 
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
   const u32 n = a.nranks;
   for (u64 v = vb + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < ve; v += gthreads) {
-    v16 acc = reinterpret_cast<const v16*>(a.in[0] + base_off)[v];
+    v16 acc = pre16<Op>(a, reinterpret_cast<const v16*>(a.in[0] + base_off)[v]);
     for (u32 p = 1; p < n; ++p)
-      acc = add16<Op>(acc, reinterpret_cast<const v16*>(a.in[p] + base_off)[v]);
+      acc = add16<Op>(acc, pre16<Op>(a, reinterpret_cast<const v16*>(a.in[p] + base_off)[v]));
+    acc = fin16<Op>(a, acc);
     if (to_all) {
       for (u32 k = 0; k < n; ++k) {
         const u32 p = (a.rank + k) % n;
@@ -463,9 +775,10 @@ COMMHAL_DEVICE void reduce_elems(const CollArgs& a, u64 in_off, u64 eb, u64 ee, 
                                  bool to_all) {
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
   for (u64 i = eb + (u64)blockIdx.x * blockDim.x + threadIdx.x; i < ee; i += gthreads) {
-    u32 acc = load_elem<Op>(a.in[0], in_off + i * Op::ELEM);
+    typename Op::W acc = Op::pre_w(a, load_elem<Op>(a.in[0], in_off + i * Op::ELEM));
     for (u32 p = 1; p < a.nranks; ++p)
-      acc = Op::add(acc, load_elem<Op>(a.in[p], in_off + i * Op::ELEM));
+      acc = Op::add_w(acc, Op::pre_w(a, load_elem<Op>(a.in[p], in_off + i * Op::ELEM)));
+    acc = Op::fin_w(a, acc);
     if (to_all) {
       for (u32 p = 0; p < a.nranks; ++p) store_elem<Op>(a.out[p], dst_off + i * Op::ELEM, acc);
     } else {
@@ -507,10 +820,10 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
     // element offsets relative to in_off; destination starts at element 0
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < a.count; i += gthreads) {
-      u32 acc = load_elem<Op>(a.in[0], in_off + i * Op::ELEM);
+      typename Op::W acc = Op::pre_w(a, load_elem<Op>(a.in[0], in_off + i * Op::ELEM));
       for (u32 p = 1; p < a.nranks; ++p)
-        acc = Op::add(acc, load_elem<Op>(a.in[p], in_off + i * Op::ELEM));
-      store_elem<Op>(a.out[a.rank], i * Op::ELEM, acc);
+        acc = Op::add_w(acc, Op::pre_w(a, load_elem<Op>(a.in[p], in_off + i * Op::ELEM)));
+      store_elem<Op>(a.out[a.rank], i * Op::ELEM, Op::fin_w(a, acc));
     }
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
@@ -518,7 +831,9 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
 
 // Vector j of this rank's chunk summed in rank order: `own[j]` for this rank, vector j of
 // staging slot p (a.stage[rank] + p * a.stage_slot_bytes, where rank p's contribution
-// landed) for every other p. All n loads are issued before the adds. Shared by the push
+// landed) for every other p. All n loads are issued before the adds. Every staging slot
+// holds a peer's original input (pushed or copied as it was), so all n are
+// pre-multiplied here (premulsum); the caller applies fin16 to the result. Shared by the push
 // all-reduce, the push reduce-scatter and the copy-engine path's local reduction.
 template <typename Op>
 COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
@@ -529,6 +844,7 @@ COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
     if (p < a.nranks) {
       x[p] = (p == a.rank) ? own[j]
                            : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
+      if (Op::PRE) x[p] = pre16<Op>(a, x[p]);
     }
   }
   v16 acc = x[0];
@@ -557,16 +873,17 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
   if (aligned) {
     const v16* own = reinterpret_cast<const v16*>(a.in[r]);
     for (u64 v = tid0; v < bytes / 16; v += gthreads)
-      reinterpret_cast<v16*>(a.out[r])[v] = sum_staged<Op>(a, own, v);
+      reinterpret_cast<v16*>(a.out[r])[v] = fin16<Op>(a, sum_staged<Op>(a, own, v));
   } else {
     for (u64 i = tid0; i < a.count; i += gthreads) {
-      u32 acc = 0;
+      typename Op::W acc = 0;
       for (u32 p = 0; p < n; ++p) {
-        const u32 x = (p == r) ? load_elem<Op>(a.in[r], i * Op::ELEM)
-                               : load_elem<Op>(stage + p * a.stage_slot_bytes, i * Op::ELEM);
-        acc = (p == 0) ? x : Op::add(acc, x);
+        const typename Op::W x = Op::pre_w(
+            a, (p == r) ? load_elem<Op>(a.in[r], i * Op::ELEM)
+                        : load_elem<Op>(stage + p * a.stage_slot_bytes, i * Op::ELEM));
+        acc = (p == 0) ? x : Op::add_w(acc, x);
       }
-      store_elem<Op>(a.out[r], i * Op::ELEM, acc);
+      store_elem<Op>(a.out[r], i * Op::ELEM, Op::fin_w(a, acc));
     }
   }
 }
@@ -596,11 +913,13 @@ COMMHAL_DEVICE bool wait_flag_u32(const CollArgs& a, const u32* flag, u32 want) 
 // CollArgs: count = byte offset of the flag row (layout::dma_flag(kind, 0)), root = e,
 // chain_unroll = the mask of ranks. One warp; lane p waits for rank p. No epoch, no
 // barrier, nothing remote.
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_dma_wait(CollArgs a) {
   const u32 p = threadIdx.x;
   if (blockIdx.x != 0 || p >= a.nranks || ((a.chain_unroll >> p) & 1u) == 0) return;
   wait_flag_u32(a, reinterpret_cast<const u32*>(a.scratch[a.rank] + a.count + (u64)p * 8), a.root);
 }
+#endif  // !COLL_RED_OP
 
 // The root's half of a 2-rank reduce by the copy engine (dma.rs reduce_pair): the other
 // rank copies its input into this rank's staging area (a.stage[rank], from offset 0) in
@@ -633,11 +952,12 @@ COMMHAL_DEVICE void reduce_pair_ce(const CollArgs& a) {
     if (threadIdx.x == 0 && ok) ok = wait_flag_u32(a, flag, (e << 5) | (k + 1));
     __syncthreads();
     for (u64 v = total - left + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < total - next; v += gthreads)
-      out[v] = add16<Op>(staged[v], in[v]);
+      out[v] = fin16<Op>(a, add16<Op>(pre16<Op>(a, staged[v]), pre16<Op>(a, in[v])));
     left = next;
   }
 }
 
+#ifndef COLL_RED_OP
 // Entry points, spelled out (device-src lists and checks every extern "C" kernel).
 extern "C" __global__ void commhal_coll_reduce_local_f16(CollArgs a) { reduce_local<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_local_bf16(CollArgs a) { reduce_local<OpBF16>(a); }
@@ -686,6 +1006,7 @@ extern "C" __global__ void commhal_coll_allgather(CollArgs a) {
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
 }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // LL16 variants of all-gather and reduce-scatter for small sizes: no barrier, packets
@@ -705,7 +1026,7 @@ COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
   for (u64 i = tid0; i < npk; i += gthreads) {
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      const uint2 v = *reinterpret_cast<const uint2*>(in + p * cb + i * 8);
+      const uint2 v = pre8<Op>(a, *reinterpret_cast<const uint2*>(in + p * cb + i * 8));
       store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
     }
   }
@@ -714,20 +1035,20 @@ COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
   for (u64 i = tid0; i < npk; i += gthreads) {
     uint2 acc = make_uint2(0, 0);
     for (u32 p = 0; p < a.nranks; ++p) {  // rank order
-      const uint2 v = (p == a.rank)
-                          ? *reinterpret_cast<const uint2*>(in + a.rank * cb + i * 8)
-                          : ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+      const uint2 v =
+          (p == a.rank) ? pre8<Op>(a, *reinterpret_cast<const uint2*>(in + a.rank * cb + i * 8))
+                        : ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
       if (p == 0) {
         acc = v;
       } else {
-        acc.x = Op::add(acc.x, v.x);
-        acc.y = Op::add(acc.y, v.y);
+        acc = add8<Op>(acc, v);
       }
     }
-    out[i] = acc;
+    out[i] = fin8<Op>(a, acc);
   }
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_reducescatter_ll_f16(CollArgs a) { reducescatter_ll<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_ll_bf16(CollArgs a) { reducescatter_ll<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_ll_f32(CollArgs a) { reducescatter_ll<OpF32>(a); }
@@ -761,6 +1082,7 @@ extern "C" __global__ void commhal_coll_allgather_ll(CollArgs a) {
     }
   }
 }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // Push all-reduce (large sizes): every remote access is a store. Staging area of rank p:
@@ -805,7 +1127,7 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
   u64 vb, ve;
   partition(nvec, n, a.rank, vb, ve);
   for (u64 j = tid0; vb + j < ve; j += gthreads) {
-    const v16 acc = sum_staged<Op>(a, in + vb, j);
+    const v16 acc = fin16<Op>(a, sum_staged<Op>(a, in + vb, j));
 #pragma unroll
     for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
       if (k < n) reinterpret_cast<v16*>(a.out[(a.rank + k) % n])[vb + j] = acc;
@@ -858,11 +1180,12 @@ COMMHAL_DEVICE void reducescatter_push(const CollArgs& a) {
   const v16* own = in + (u64)a.rank * nvec;
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
   for (u64 j = tid0; j < nvec; j += gthreads) {
-    const v16 acc = sum_staged<Op>(a, own, j);
+    const v16 acc = fin16<Op>(a, sum_staged<Op>(a, own, j));
     out[j] = acc;
   }
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_reducescatter_push_f16(CollArgs a) { reducescatter_push<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_push_bf16(CollArgs a) { reducescatter_push<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reducescatter_push_f32(CollArgs a) { reducescatter_push<OpF32>(a); }
@@ -870,6 +1193,7 @@ extern "C" __global__ void commhal_coll_reducescatter_push_f32(CollArgs a) { red
 extern "C" __global__ void commhal_coll_allreduce_push_f16(CollArgs a) { allreduce_push<OpF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_push_bf16(CollArgs a) { allreduce_push<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_allreduce_push_f32(CollArgs a) { allreduce_push<OpF32>(a); }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // Broadcast, reduce, all-to-all, send/recv. Every kernel below runs between a START and
@@ -891,6 +1215,7 @@ COMMHAL_DEVICE u32 coll_root(const CollArgs& a) { return a.root; }
 //   4 ranks, root 2: rank 2 stores, in rotation k = 0..3, p = (2+k)%4 = 2, 3, 0, 1.
 // END barrier: block b of every peer waits for block b of the root, which made its
 // grid-stride slice of the stores before it signalled; all blocks cover all bytes.
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_broadcast(CollArgs a) {
   const u64 e = coll_begin(a);
   block_barrier(a, COLL_OFF_START_FLAGS, e);
@@ -1005,6 +1330,7 @@ extern "C" __global__ void commhal_coll_broadcast_sf(CollArgs a) {
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
 }
+#endif  // !COLL_RED_OP
 
 // Reduce (sum) to the root: a.count elements. The workers (layout::reduce_worker)
 // split the whole 16-byte vectors: worker k reduces chunk k (reading that range of
@@ -1097,6 +1423,7 @@ COMMHAL_DEVICE void block_wait_peer_done(const CollArgs& a, u32 p, u64 e, u64 ba
 // Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
 // The root stores its input as packets into slot(p, root) of every other rank (and its
 // own output unless in place); every other rank waits for them and stores its output.
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_broadcast_ll(CollArgs a) {
   const u64 e = coll_begin(a);
   const u32 flag = (u32)e;
@@ -1127,6 +1454,7 @@ extern "C" __global__ void commhal_coll_broadcast_ll(CollArgs a) {
       out[i] = ll_wait(a, ll_slot(a, a.rank, root, parity) + i * 16, flag, ok);
   }
 }
+#endif  // !COLL_RED_OP
 
 // Reduce (sum), LL: a.count elements, count * elem a multiple of 8, at most the LL slot.
 // Every non-root sends its input as packets into slot(root, rank); the root reduces its
@@ -1144,7 +1472,7 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
   if (a.rank != root) {
     block_wait_peer_done(a, root, e, 2);
     for (u64 i = tid0; i < npk; i += gthreads) {
-      const uint2 v = in[i];
+      const uint2 v = pre8<Op>(a, in[i]);
       store_volatile_v4u32(ll_slot(a, root, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
     }
   } else {
@@ -1153,20 +1481,20 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
     for (u64 i = tid0; i < npk; i += gthreads) {
       uint2 acc = make_uint2(0, 0);
       for (u32 p = 0; p < a.nranks; ++p) {  // rank order
-        const uint2 v = (p == root) ? in[i]
+        const uint2 v = (p == root) ? pre8<Op>(a, in[i])
                                     : ll_wait(a, ll_slot(a, root, p, parity) + i * 16, flag, ok);
         if (p == 0) {
           acc = v;
         } else {
-          acc.x = Op::add(acc.x, v.x);
-          acc.y = Op::add(acc.y, v.y);
+          acc = add8<Op>(acc, v);
         }
       }
-      out[i] = acc;
+      out[i] = fin8<Op>(a, acc);
     }
   }
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_reduce_ll_f16(CollArgs a) { reduce_ll<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll_bf16(CollArgs a) { reduce_ll<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll_f32(CollArgs a) { reduce_ll<OpF32>(a); }
@@ -1177,6 +1505,7 @@ extern "C" __global__ void commhal_coll_reduce_f32(CollArgs a) { reduce_root<OpF
 extern "C" __global__ void commhal_coll_reduce_all_f16(CollArgs a) { reduce_root<OpF16, true>(a); }
 extern "C" __global__ void commhal_coll_reduce_all_bf16(CollArgs a) { reduce_root<OpBF16, true>(a); }
 extern "C" __global__ void commhal_coll_reduce_all_f32(CollArgs a) { reduce_root<OpF32, true>(a); }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // Pipelined chains for large broadcasts and reduces (see "Chains" in the header): every
@@ -1364,6 +1693,7 @@ COMMHAL_DEVICE u64 chain_geometry(u64 nvec, u64 cv, bool bcast) {
 //   forwards. One more local store per byte, but no rank ever stores into a peer's
 //   output, so back-to-back broadcasts stream on with credits like the reduce chain.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
   const u64 e = coll_begin(a);
   const u32 n = a.nranks;
@@ -1399,6 +1729,7 @@ extern "C" __global__ void commhal_coll_broadcast_chain(CollArgs a) {
     chain_signal(a, next, tag, ok, !last, staged && pos > 0);
   }
 }
+#endif  // !COLL_RED_OP
 
 // Reduce (sum), chain: a.count elements, bytes % 16 == 0, staging area of at least
 // `bytes` on every rank (host: stage_slot_bytes * nranks >= capacity). Position of rank
@@ -1431,16 +1762,22 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
     const u64 tag = chain_tag(e, k);
     if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
     chunk_for(
-        a, c, nvec, [&](u64 v) { return pos > 0 ? add16<Op>(partial[v], in[v]) : in[v]; },
+        a, c, nvec,
+        [&](u64 v) {
+          const v16 x = pos > 0 ? add16<Op>(partial[v], pre16<Op>(a, in[v])) : pre16<Op>(a, in[v]);
+          return pos == n - 1 ? fin16<Op>(a, x) : x;
+        },
         [&](u64 v, v16 x) { dst[v] = x; });
     // a rank past position 0 consumed this round's staging: credit the previous rank
     chain_signal(a, next, tag, ok, pos < n - 1, pos > 0);
   }
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_reduce_chain_f16(CollArgs a) { reduce_chain<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_chain_bf16(CollArgs a) { reduce_chain<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_chain<OpF32>(a); }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // LL63 chains for broadcasts and reduces above the LL16 sizes (up to the tuned LL63
@@ -1659,6 +1996,7 @@ COMMHAL_DEVICE void ll63_tiles(u64 nvec, Body body) {
 // output; the last rank only unpacks. The root copies its input into its own output
 // unless in place.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1.
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_broadcast_ll63(CollArgs a) {
   const u64 e = coll_begin(a);
   const u32 n = a.nranks;
@@ -1691,6 +2029,7 @@ extern "C" __global__ void commhal_coll_broadcast_ll63(CollArgs a) {
     return true;
   });
 }
+#endif  // !COLL_RED_OP
 
 // Reduce (sum), LL63 chain: a.count elements, bytes % 16 == 0 (host). Position
 // (r - root - 1) mod n as in reduce_chain (the root is last, the sum starts at position
@@ -1717,6 +2056,10 @@ COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
   ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
     u64 d[16];
     ll63_load(in, v0, lane, nvec, d);  // before the wait: its latency overlaps the packets'
+    if (Op::PRE) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(d, s, pre16<Op>(a, ll63_vec(d, s)));
+    }
     if (pos > 0) {
       u64 w[16];
       if (!ll63_recv(a, mine + pk, last ? a.rank : next, w)) return false;
@@ -1729,15 +2072,21 @@ COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
       ll63_pack(d, lane);
       ll63_send(theirs + pk, d);
     } else {
+      if (Op::FIN) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) ll63_set(d, s, fin16<Op>(a, ll63_vec(d, s)));
+      }
       ll63_store(out, v0, lane, nvec, d);
     }
     return true;
   });
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_reduce_ll63_f16(CollArgs a) { reduce_ll63<OpF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll63_bf16(CollArgs a) { reduce_ll63<OpBF16>(a); }
 extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll63<OpF32>(a); }
+#endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
@@ -1820,26 +2169,34 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
     const u64 sl = se - sb;
     // vector v of this segment reduced so far: the partial sum that arrived in the
     // staging plus this rank's input
-    const auto reduced = [&](u64 v) { return add16<Op>(stage[sb + v], in[sb + v]); };
+    // (premulsum: the input is pre-multiplied here; the staging holds pre-multiplied
+    // partial sums, except in the head's first step, where it holds the previous rank's
+    // input as the copy engine moved it)
+    const bool stage_raw = MODE == COLL_RING_AR_HEAD && s == first;
+    const auto reduced = [&](u64 v) {
+      if (Op::PRE && stage_raw) return add16<Op>(pre16<Op>(a, stage[sb + v]), pre16<Op>(a, in[sb + v]));
+      return add16<Op>(stage[sb + v], pre16<Op>(a, in[sb + v]));
+    };
     for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
       if (k >= (first + 1) * rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
       if (MODE == COLL_RING_RS && last) {
         // own segment complete: staging + input -> output offset 0
         chunk_for(
-            a, c, sl, reduced, [&](u64 v, v16 x) { out[v] = x; });
+            a, c, sl, [&](u64 v) { return fin16<Op>(a, reduced(v)); },
+            [&](u64 v, v16 x) { out[v] = x; });
         continue;
       }
       if (last) continue;
       if (rs) {
         chunk_for(
             a, c, sl,
-            [&](u64 v) { return s == 0 ? in[sb + v] : reduced(v); },
+            [&](u64 v) { return s == 0 ? pre16<Op>(a, in[sb + v]) : reduced(v); },
             [&](u64 v, v16 x) { stage_next[sb + v] = x; });
       } else if (t == 0) {
         chunk_for(
             a, c, sl,
             [&](u64 v) {
-              return (MODE == COLL_RING_AG) ? in[v] : reduced(v);
+              return (MODE == COLL_RING_AG) ? in[v] : fin16<Op>(a, reduced(v));
             },
             [&](u64 v, v16 x) {
               out_next[sb + v] = x;
@@ -1855,6 +2212,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   }
 }
 
+#ifndef COLL_RED_OP
 extern "C" __global__ void commhal_coll_allreduce_ring_f16(CollArgs a) { ring<OpF16, COLL_RING_AR>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ring_bf16(CollArgs a) { ring<OpBF16, COLL_RING_AR>(a); }
 extern "C" __global__ void commhal_coll_allreduce_ring_f32(CollArgs a) { ring<OpF32, COLL_RING_AR>(a); }
@@ -1992,3 +2350,30 @@ extern "C" __global__ void commhal_coll_sendrecv(CollArgs a) {
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
 }
+
+#endif  // !COLL_RED_OP
+// ---------------------------------------------------------------------------------
+// One (type, op) of every reducing kernel, compiled with -DCOLL_RED_T=Ty_<type>
+// -DCOLL_RED_OP=<COLL_OP_*> (and nothing above: the unit's own kernels are left out):
+// entry points without a type suffix, one module per (type, op), compiled on first use
+// (backends/cuda-coll/src/kernels.rs; device-src lists them as COLL_NVLINK_TYPED).
+#ifdef COLL_RED_OP
+typedef RedOp<COLL_RED_T, COLL_RED_OP> RedT;
+#define COLL_TYPED_KERNEL(name, call) extern "C" __global__ void commhal_coll_##name(CollArgs a) { call; }
+COLL_TYPED_KERNEL(reduce_local, reduce_local<RedT>(a))
+COLL_TYPED_KERNEL(reduce_pair_ce, reduce_pair_ce<RedT>(a))
+COLL_TYPED_KERNEL(allreduce_ll, allreduce_ll<RedT>(a))
+COLL_TYPED_KERNEL(allreduce_2shot, allreduce_2shot<RedT>(a))
+COLL_TYPED_KERNEL(reducescatter, reducescatter<RedT>(a))
+COLL_TYPED_KERNEL(reducescatter_ll, reducescatter_ll<RedT>(a))
+COLL_TYPED_KERNEL(reducescatter_push, reducescatter_push<RedT>(a))
+COLL_TYPED_KERNEL(allreduce_push, allreduce_push<RedT>(a))
+COLL_TYPED_KERNEL(reduce_ll, reduce_ll<RedT>(a))
+COLL_TYPED_KERNEL(reduce, (reduce_root<RedT, false>(a)))
+COLL_TYPED_KERNEL(reduce_all, (reduce_root<RedT, true>(a)))
+COLL_TYPED_KERNEL(reduce_chain, reduce_chain<RedT>(a))
+COLL_TYPED_KERNEL(reduce_ll63, reduce_ll63<RedT>(a))
+COLL_TYPED_KERNEL(allreduce_ring, (ring<RedT, COLL_RING_AR>(a)))
+COLL_TYPED_KERNEL(allreduce_ring_head, (ring<RedT, COLL_RING_AR_HEAD>(a)))
+COLL_TYPED_KERNEL(reducescatter_ring, (ring<RedT, COLL_RING_RS>(a)))
+#endif  // COLL_RED_OP

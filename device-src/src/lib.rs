@@ -159,6 +159,30 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
     ],
 };
 
+/// The reducing kernels of [`COLL_NVLINK`] that are also built for every other
+/// (type, op): the same unit compiled with `-DCOLL_RED_T=Ty_<type>
+/// -DCOLL_RED_OP=<op code>` defines exactly these entry points (no type suffix) and
+/// nothing else. `commhal-cuda-coll`'s `kernels` module compiles one module per
+/// (type, op) on first use.
+pub const COLL_NVLINK_TYPED: &[&str] = &[
+    "commhal_coll_reduce_local",
+    "commhal_coll_reduce_pair_ce",
+    "commhal_coll_allreduce_ll",
+    "commhal_coll_allreduce_2shot",
+    "commhal_coll_reducescatter",
+    "commhal_coll_reducescatter_ll",
+    "commhal_coll_reducescatter_push",
+    "commhal_coll_allreduce_push",
+    "commhal_coll_reduce_ll",
+    "commhal_coll_reduce",
+    "commhal_coll_reduce_all",
+    "commhal_coll_reduce_chain",
+    "commhal_coll_reduce_ll63",
+    "commhal_coll_allreduce_ring",
+    "commhal_coll_allreduce_ring_head",
+    "commhal_coll_reducescatter_ring",
+];
+
 /// Every translation unit in this crate.
 pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH, COLL_NVLINK];
 
@@ -202,17 +226,45 @@ mod tests {
             let mut defined = Vec::new();
             let text = unit.source.contents;
             let key = "extern \"C\" __global__ void ";
-            let mut rest = text;
-            while let Some(i) = rest.find(key) {
-                rest = &rest[i + key.len()..];
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                defined.push(name);
+            // (a `#define` line is a macro, not a definition: see the typed kernels)
+            for line in text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("#define"))
+            {
+                let mut rest = line;
+                while let Some(i) = rest.find(key) {
+                    rest = &rest[i + key.len()..];
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    defined.push(name);
+                }
             }
             let listed: Vec<String> = unit.kernels.iter().map(|s| s.to_string()).collect();
             assert_eq!(defined, listed, "kernel list of {}", unit.source.name);
         }
+    }
+
+    /// The typed entry points (`COLL_TYPED_KERNEL(name, ...)` in coll_nvlink.cu) are
+    /// exactly [`COLL_NVLINK_TYPED`], in order.
+    #[test]
+    fn typed_kernel_list_matches_the_source() {
+        let key = "COLL_TYPED_KERNEL(";
+        let defined: Vec<String> = COLL_NVLINK
+            .source
+            .contents
+            .lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(|rest| {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                format!("commhal_coll_{name}")
+            })
+            .collect();
+        let listed: Vec<String> = COLL_NVLINK_TYPED.iter().map(|s| s.to_string()).collect();
+        assert_eq!(defined, listed);
     }
 }

@@ -142,7 +142,11 @@ impl<'a> Bench<'a> {
     /// Write the input pattern once, for the largest size (every size uses a prefix).
     fn write_inputs(&self) -> Result<()> {
         let cap_elems = self.comm.capacity() / self.args.dtype.size();
-        let input = check::input_bytes(self.args.dtype, self.comm.rank(), cap_elems);
+        let op = self.args.reduce_op();
+        let input = check::input_bytes(self.args.dtype, op, self.comm.rank(), cap_elems);
+        // every rank compiles the (type, op) module before the first launch, outside any
+        // collective (see crate::kernels)
+        self.comm.kernels().prepare(self.args.dtype, op)?;
         match &self.caller {
             Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
             None => self.comm.input().write(0, &input)?,
@@ -193,15 +197,22 @@ impl<'a> Bench<'a> {
         match which {
             Impl::Commhal if a.buffers == Buffers::Caller => {
                 let bufs = self.call_bufs(c, in_place);
-                let path =
-                    self.comm
-                        .launch_on(a.collective, a.dtype, c, root, bufs, &self.stream)?;
+                let path = self.comm.launch_on(
+                    a.collective,
+                    a.dtype,
+                    a.reduce_op(),
+                    c,
+                    root,
+                    bufs,
+                    &self.stream,
+                )?;
                 self.path.set(Some(path));
                 Ok(())
             }
-            Impl::Commhal => self
-                .comm
-                .launch_rooted(a.collective, a.dtype, c, root, in_place),
+            Impl::Commhal => {
+                self.comm
+                    .launch_rooted(a.collective, a.dtype, a.reduce_op(), c, root, in_place)
+            }
             Impl::Nccl => {
                 let n = self
                     .nccl
@@ -214,6 +225,7 @@ impl<'a> Bench<'a> {
                         self.comm.stream(),
                         a.collective,
                         a.dtype,
+                        a.reduce_op(),
                         c,
                         self.comm.rank(),
                         self.comm.size(),
@@ -304,6 +316,7 @@ impl<'a> Bench<'a> {
         Ok(check::count_wrong(
             a.collective,
             a.dtype,
+            a.reduce_op(),
             self.comm.rank(),
             self.comm.size(),
             check_root,
@@ -464,7 +477,10 @@ fn fmt_row(args: &Args, r: &Row) -> String {
         r.bytes,
         r.count,
         args.dtype.name(),
-        args.collective.redop(),
+        match args.collective.redop() {
+            "sum" => args.reduce_op().name(),
+            none => none,
+        },
         if args.collective.has_root() {
             i64::from(args.root)
         } else {
@@ -736,8 +752,12 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
     if let Some(dead) = args.dead_rank {
         return dead_peer_check(args, &comm, n, dead);
     }
-    let (ours, theirs, wrong) = run(args, boot, &comm)?;
-    let out = Outcome::of(&comm, ours, theirs, wrong);
+    let mut out = Outcome::of(&comm, Vec::new(), Vec::new(), false);
+    for a in matrix(args) {
+        let (ours, theirs, wrong) = run(&a, boot, &comm)?;
+        let any = out.wrong || wrong;
+        out = Outcome::of(&comm, ours, theirs, any);
+    }
     if out.rank == 0
         && let Some(path) = &args.json
     {
@@ -749,6 +769,30 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
     }
     boot.barrier()?;
     Ok(out)
+}
+
+/// The runs of `--matrix`: every datatype, with every operator where the collective
+/// reduces; else `args` alone.
+fn matrix(args: &Args) -> Vec<Args> {
+    use clap::ValueEnum;
+    if !args.matrix {
+        return vec![args.clone()];
+    }
+    let ops: &[cli::OpName] = if args.collective.redop() == "sum" {
+        &cli::OpName::ALL
+    } else {
+        &[cli::OpName::Sum]
+    };
+    cli::Dtype::value_variants()
+        .iter()
+        .flat_map(|&dtype| {
+            ops.iter().map(move |&op| Args {
+                dtype,
+                op,
+                ..args.clone()
+            })
+        })
+        .collect()
 }
 
 /// `--dead-rank`: rank `dead` leaves after the setup; every other rank queues one
@@ -773,7 +817,14 @@ fn dead_peer_check(args: &Args, comm: &Comm, n: u32, dead: u32) -> Result<Outcom
     let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
     let t0 = std::time::Instant::now();
     let res = comm
-        .launch_rooted(args.collective, args.dtype, launch_count, args.root, false)
+        .launch_rooted(
+            args.collective,
+            args.dtype,
+            args.reduce_op(),
+            launch_count,
+            args.root,
+            false,
+        )
         .and_then(|()| comm.sync("the dead-peer check"));
     let secs = t0.elapsed().as_secs_f64();
     // expected: a device-side wait timeout (not the host's sync bound, not a launch

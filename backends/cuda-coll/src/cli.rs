@@ -2,6 +2,9 @@
 //! the table: sizes, counts, busbw factors.
 
 use clap::{Parser, ValueEnum};
+use commhal_algorithms::dtype::DataType;
+
+use crate::kernels::ReduceOp;
 
 /// A collective the benchmark runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -74,10 +77,29 @@ impl Collective {
     }
 }
 
-/// Element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+/// Element type (nccl-tests' `-d` names; the short names and nccl-tests' fp8 names
+/// are aliases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
+    /// Signed 8-bit integer.
+    #[value(alias = "i8")]
+    Int8,
+    /// Unsigned 8-bit integer.
+    #[value(alias = "u8")]
+    Uint8,
+    /// Signed 32-bit integer.
+    #[value(alias = "i32", alias = "int")]
+    Int32,
+    /// Unsigned 32-bit integer.
+    #[value(alias = "u32")]
+    Uint32,
+    /// Signed 64-bit integer.
+    #[value(alias = "i64")]
+    Int64,
+    /// Unsigned 64-bit integer.
+    #[value(alias = "u64")]
+    Uint64,
     /// IEEE half.
     #[value(alias = "f16", alias = "fp16")]
     Half,
@@ -87,66 +109,110 @@ pub enum Dtype {
     /// IEEE single.
     #[value(alias = "f32", alias = "fp32")]
     Float,
+    /// IEEE double.
+    #[value(alias = "f64", alias = "fp64")]
+    Double,
+    /// OCP FP8 E4M3FN.
+    #[value(name = "fp8_e4m3", alias = "f8e4m3")]
+    #[serde(rename = "fp8_e4m3")]
+    Fp8E4m3,
+    /// OCP FP8 E5M2.
+    #[value(name = "fp8_e5m2", alias = "f8e5m2")]
+    #[serde(rename = "fp8_e5m2")]
+    Fp8E5m2,
 }
 
 impl Dtype {
-    /// Bytes per element.
-    pub fn size(self) -> u64 {
+    /// Every type.
+    pub const ALL: [Dtype; 12] = [
+        Dtype::Int8,
+        Dtype::Uint8,
+        Dtype::Int32,
+        Dtype::Uint32,
+        Dtype::Int64,
+        Dtype::Uint64,
+        Dtype::Half,
+        Dtype::Bfloat16,
+        Dtype::Float,
+        Dtype::Double,
+        Dtype::Fp8E4m3,
+        Dtype::Fp8E5m2,
+    ];
+    /// The host-side type (semantics: `commhal_algorithms::dtype`).
+    pub fn data_type(self) -> DataType {
         match self {
-            Dtype::Half | Dtype::Bfloat16 => 2,
-            Dtype::Float => 4,
+            Dtype::Int8 => DataType::I8,
+            Dtype::Uint8 => DataType::U8,
+            Dtype::Int32 => DataType::I32,
+            Dtype::Uint32 => DataType::U32,
+            Dtype::Int64 => DataType::I64,
+            Dtype::Uint64 => DataType::U64,
+            Dtype::Half => DataType::F16,
+            Dtype::Bfloat16 => DataType::Bf16,
+            Dtype::Float => DataType::F32,
+            Dtype::Double => DataType::F64,
+            Dtype::Fp8E4m3 => DataType::F8E4M3,
+            Dtype::Fp8E5m2 => DataType::F8E5M2,
         }
     }
-    /// Kernel-name suffix (the one [`typed_kernel!`] appends).
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        self.data_type().size() as u64
+    }
+    /// Kernel-name suffix of the unit's own instantiations (the one [`typed_kernel!`]
+    /// appends): `f16`, `bf16`, `f32`; `""` for the other types, whose kernels live in
+    /// the per-(type, op) modules without a suffix ([`crate::kernels`]).
     pub fn suffix(self) -> &'static str {
         match self {
             Dtype::Half => "f16",
             Dtype::Bfloat16 => "bf16",
             Dtype::Float => "f32",
+            _ => "",
         }
     }
-    /// Name in the table.
+    /// Name in the table (nccl-tests').
     pub fn name(self) -> &'static str {
         match self {
+            Dtype::Int8 => "int8",
+            Dtype::Uint8 => "uint8",
+            Dtype::Int32 => "int32",
+            Dtype::Uint32 => "uint32",
+            Dtype::Int64 => "int64",
+            Dtype::Uint64 => "uint64",
             Dtype::Half => "half",
             Dtype::Bfloat16 => "bfloat16",
             Dtype::Float => "float",
+            Dtype::Double => "double",
+            Dtype::Fp8E4m3 => "fp8_e4m3",
+            Dtype::Fp8E5m2 => "fp8_e5m2",
         }
     }
-    /// Bit pattern of the integer `v` (0 ≤ v ≤ 256: exact in every type).
-    pub fn encode_int(self, v: i32) -> u32 {
-        let f = v as f32;
-        match self {
-            Dtype::Float => f.to_bits(),
-            Dtype::Bfloat16 => f.to_bits() >> 16, // exact for small integers
-            Dtype::Half => u32::from(v < 0) << 15 | f16_exact_int(v.unsigned_abs()),
-        }
+    /// Bit pattern of the integer `v` (-256 ≤ v ≤ 256: exact in half, bfloat16, float,
+    /// double and the integer types; fp8 rounds, as [`DataType::encode`]).
+    pub fn encode_int(self, v: i32) -> u64 {
+        let mut b = Vec::with_capacity(8);
+        self.data_type().encode(f64::from(v), &mut b);
+        b.resize(8, 0);
+        u64::from_le_bytes(b.try_into().unwrap_or_default())
     }
 }
 
 /// The entry point of `$base`'s instantiation for `$dtype`: `$base` + `_f16` / `_bf16` /
-/// `_f32` ([`Dtype::suffix`]), a `&'static str` built at compile time (launches are hot:
-/// no allocation). The one place a dtype picks a kernel name.
+/// `_f32` ([`Dtype::suffix`]) for the unit's own kernels, `$base` alone for the other
+/// types (the per-(type, op) modules, [`crate::kernels`]); a `&'static str` built at
+/// compile time (launches are hot: no allocation). The one place a dtype picks a
+/// kernel name.
 macro_rules! typed_kernel {
     ($dtype:expr, $base:literal) => {
         match $dtype {
             $crate::cli::Dtype::Half => concat!($base, "_f16"),
             $crate::cli::Dtype::Bfloat16 => concat!($base, "_bf16"),
             $crate::cli::Dtype::Float => concat!($base, "_f32"),
+            _ => $base,
         }
     };
 }
 pub(crate) use typed_kernel;
-
-/// IEEE half bits of a small non-negative integer (≤ 2048: exact).
-fn f16_exact_int(v: u32) -> u32 {
-    if v == 0 {
-        return 0;
-    }
-    let e = 31 - v.leading_zeros(); // v = 1.m × 2^e
-    let mant = (v << (10 - e.min(10))) & 0x3ff;
-    ((e + 15) << 10) | mant
-}
 
 /// What to compare with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -180,6 +246,13 @@ pub struct Args {
     /// Element type.
     #[arg(short = 'd', long = "datatype", default_value = "half")]
     pub dtype: Dtype,
+    /// Reduction operator of all-reduce, reduce-scatter and reduce (nccl-tests' `-o`):
+    /// sum, prod, min, max, avg, premulsum (with `--scalar`).
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = parse_op)]
+    pub op: OpName,
+    /// The premulsum scalar (rounded to the element type; the same on every rank).
+    #[arg(long, default_value_t = 1.0)]
+    pub scalar: f64,
     /// Root of broadcast / reduce.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: u32,
@@ -237,6 +310,10 @@ pub struct Args {
     /// `Comm::launch_on`; `registered` — the communicator's own regions.
     #[arg(long, value_enum, default_value_t = Buffers::Caller)]
     pub buffers: Buffers,
+    /// Run every datatype (and, for all-reduce, reduce-scatter and reduce, every
+    /// operator) on one communicator, one table each; `-d` and `-o` are ignored.
+    #[arg(long)]
+    pub matrix: bool,
     /// Caller buffers: start both pointers this many bytes into their allocations
     /// (pointers that are not 16-byte aligned take the staged path).
     #[arg(long, default_value_t = 0)]
@@ -251,6 +328,65 @@ pub enum Buffers {
     Caller,
     /// The communicator's registered regions.
     Registered,
+}
+
+/// The `-o` operator as named (the premulsum scalar comes from `--scalar`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpName {
+    /// sum
+    Sum,
+    /// prod
+    Prod,
+    /// min
+    Min,
+    /// max
+    Max,
+    /// avg
+    Avg,
+    /// premulsum
+    PreMulSum,
+}
+
+impl OpName {
+    /// Every operator.
+    pub const ALL: [OpName; 6] = [
+        OpName::Sum,
+        OpName::Prod,
+        OpName::Min,
+        OpName::Max,
+        OpName::Avg,
+        OpName::PreMulSum,
+    ];
+}
+
+fn parse_op(s: &str) -> Result<OpName, String> {
+    Ok(match s {
+        "sum" => OpName::Sum,
+        "prod" => OpName::Prod,
+        "min" => OpName::Min,
+        "max" => OpName::Max,
+        "avg" => OpName::Avg,
+        "premulsum" | "pre_mul_sum" => OpName::PreMulSum,
+        _ => {
+            return Err(format!(
+                "unknown op `{s}`: use sum, prod, min, max, avg or premulsum (with --scalar)"
+            ));
+        }
+    })
+}
+
+impl Args {
+    /// The reduction operator the flags ask for.
+    pub fn reduce_op(&self) -> ReduceOp {
+        match self.op {
+            OpName::Sum => ReduceOp::Sum,
+            OpName::Prod => ReduceOp::Prod,
+            OpName::Min => ReduceOp::Min,
+            OpName::Max => ReduceOp::Max,
+            OpName::Avg => ReduceOp::Avg,
+            OpName::PreMulSum => ReduceOp::PreMulSum(self.scalar),
+        }
+    }
 }
 
 /// Default `--batch`: launches between two timing events.
@@ -466,10 +602,13 @@ mod tests {
         assert_eq!(Dtype::Half.encode_int(0), 0);
         assert_eq!(Dtype::Bfloat16.encode_int(1), 0x3f80);
         assert_eq!(Dtype::Bfloat16.encode_int(3), 0x4040);
-        assert_eq!(Dtype::Float.encode_int(5), 5.0f32.to_bits());
+        assert_eq!(Dtype::Float.encode_int(5), u64::from(5.0f32.to_bits()));
         assert_eq!(Dtype::Half.encode_int(-3), 0xc200);
         assert_eq!(Dtype::Bfloat16.encode_int(-3), 0xc040);
-        assert_eq!(Dtype::Float.encode_int(-56), (-56.0f32).to_bits());
+        assert_eq!(
+            Dtype::Float.encode_int(-56),
+            u64::from((-56.0f32).to_bits())
+        );
     }
 
     #[test]
@@ -529,6 +668,32 @@ mod tests {
             assert_eq!(coll.name(), name);
         }
         assert!(Args::try_parse_from(["x", "allreduce", "-f", "1"]).is_err());
-        assert!(Args::try_parse_from(["x", "allreduce", "-d", "int8"]).is_err());
+        assert!(Args::try_parse_from(["x", "allreduce", "-d", "int4"]).is_err());
+        for (name, d) in [
+            ("int8", Dtype::Int8),
+            ("uint8", Dtype::Uint8),
+            ("int32", Dtype::Int32),
+            ("uint32", Dtype::Uint32),
+            ("int64", Dtype::Int64),
+            ("uint64", Dtype::Uint64),
+            ("half", Dtype::Half),
+            ("bfloat16", Dtype::Bfloat16),
+            ("float", Dtype::Float),
+            ("double", Dtype::Double),
+            ("fp8_e4m3", Dtype::Fp8E4m3),
+            ("f8e4m3", Dtype::Fp8E4m3),
+            ("fp8_e5m2", Dtype::Fp8E5m2),
+            ("f8e5m2", Dtype::Fp8E5m2),
+        ] {
+            let a = Args::try_parse_from(["x", "allreduce", "-d", name]).unwrap();
+            assert_eq!(a.dtype, d, "{name}");
+            assert_eq!(a.reduce_op(), ReduceOp::Sum);
+        }
+        let a =
+            Args::try_parse_from(["x", "reduce", "-o", "premulsum", "--scalar", "0.5"]).unwrap();
+        assert_eq!(a.reduce_op(), ReduceOp::PreMulSum(0.5));
+        let a = Args::try_parse_from(["x", "reduce", "--op", "max"]).unwrap();
+        assert_eq!(a.reduce_op(), ReduceOp::Max);
+        assert!(Args::try_parse_from(["x", "reduce", "-o", "xor"]).is_err());
     }
 }

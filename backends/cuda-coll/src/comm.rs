@@ -28,13 +28,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use commhal_cuda_rt::{Context, KernelCache, Stream, VmmAllocation, jit};
-use commhal_device_src::COLL_NVLINK;
+use commhal_cuda_rt::{Context, Stream, VmmAllocation};
 use commhal_hal::bootstrap::Bootstrap;
 
 use crate::cli::{Collective, Dtype, typed_kernel};
-use crate::driver::{self, CollModule};
+use crate::driver;
 use crate::error::{CollError, Result};
+use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
 use crate::plan_exec::PlanExec;
 use commhal_algorithms::builders::Algorithm;
@@ -225,7 +225,7 @@ pub struct Comm {
     n: u32,
     ctx: Arc<Context>,
     stream: Stream,
-    module: CollModule,
+    module: Kernels,
     input: VmmAllocation,
     output: VmmAllocation,
     scratch: VmmAllocation,
@@ -465,10 +465,7 @@ impl Comm {
             )));
         }
         let stream = Stream::new(&ctx)?;
-        let arch = ctx.arch()?;
-        let cache = KernelCache::from_env();
-        let (image, _) = jit::compile_unit(&COLL_NVLINK, &arch, cache.as_ref())?;
-        let module = CollModule::load(&ctx, &image, COLL_NVLINK.kernels)?;
+        let module = Kernels::new(&ctx)?;
         let sms = driver::sm_count(&ctx)?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
@@ -1071,19 +1068,34 @@ impl Comm {
     }
 
     /// Queue one collective with root 0 (see [`Comm::launch_rooted`]).
-    pub fn launch(&self, coll: Collective, dtype: Dtype, count: u64, in_place: bool) -> Result<()> {
-        self.launch_rooted(coll, dtype, count, 0, in_place)
+    pub fn launch(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        op: ReduceOp,
+        count: u64,
+        in_place: bool,
+    ) -> Result<()> {
+        self.launch_rooted(coll, dtype, op, count, 0, in_place)
+    }
+
+    /// The kernel modules: [`Kernels::prepare`] compiles a (type, op) outside any
+    /// collective (call it on every rank before its first launch).
+    pub fn kernels(&self) -> &Kernels {
+        &self.module
     }
 
     /// Queue one collective. `count`: all-reduce, broadcast, reduce, send/recv: the
     /// buffer's elements; all-gather, reduce-scatter, all-to-all: elements per rank
     /// (the output / input hold `n × count`). `root`: broadcast / reduce (must be
     /// `< size()`; ignored by the others). All-to-all and send/recv have no in-place
-    /// variant.
+    /// variant. `op`: the reduction of all-reduce, reduce-scatter and reduce (ignored by
+    /// the others).
     pub fn launch_rooted(
         &self,
         coll: Collective,
         dtype: Dtype,
+        op: ReduceOp,
         count: u64,
         root: u32,
         in_place: bool,
@@ -1117,10 +1129,11 @@ impl Comm {
                 self.capacity
             )));
         }
-        let a = self.own_args(coll, dtype, count, root, in_place);
+        let a = self.own_args(coll, dtype, op, count, root, in_place);
         self.enqueue(
             coll,
             dtype,
+            op,
             count,
             root,
             in_place,
@@ -1136,12 +1149,17 @@ impl Comm {
         &self,
         coll: Collective,
         dtype: Dtype,
+        op: ReduceOp,
         count: u64,
         root: u32,
         in_place: bool,
     ) -> CollArgs {
         let es = dtype.size();
         let mut a = self.base;
+        // the op travels in the arguments: the kernels' and the copy-engine route's
+        // local reductions pick their module by it (crate::kernels)
+        a.red_op = op.code();
+        a.scalar = op.scalar_bits(dtype.data_type());
         let r = self.rank as usize;
         match coll {
             Collective::Allreduce => {
@@ -1192,6 +1210,7 @@ impl Comm {
         &self,
         coll: Collective,
         dtype: Dtype,
+        op: ReduceOp,
         count: u64,
         root: u32,
         in_place: bool,
@@ -1203,6 +1222,13 @@ impl Comm {
         // the operation queued now is not a chain unless the kernel path below says so
         let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
         if let Some((algo, blocks)) = self.algorithm(coll) {
+            if op != ReduceOp::Sum && coll.redop() == "sum" {
+                return Err(CollError::invalid(format!(
+                    "{} with op {}: the plan algorithms reduce with sum only; clear the algorithm to use the NVLink kernels",
+                    coll.name(),
+                    op.name()
+                )));
+            }
             self.plans.launch(
                 stream,
                 algo,
@@ -1266,7 +1292,7 @@ impl Comm {
         // with blocks of whole warps (ll63_grid).
         unsafe {
             self.module
-                .launch(name, stream, grid, block, &a, self.pdl)?;
+                .launch_op(dtype, op, name, stream, grid, block, &a, self.pdl)?;
         }
         // after anything else (a captured chain included) the next chain takes the barrier
         self.prev_chain.store(eager_chain, Ordering::Relaxed);
@@ -1305,6 +1331,7 @@ impl Comm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use commhal_device_src::COLL_NVLINK;
 
     #[test]
     fn ranks_must_agree_on_the_setup() {

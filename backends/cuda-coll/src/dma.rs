@@ -88,8 +88,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use commhal_cuda_rt::{Context, Event, Stream};
 
 use crate::cli::{Collective, Dtype, typed_kernel};
-use crate::driver::{self, CollModule};
+use crate::driver;
 use crate::error::{CollError, Result};
+use crate::kernels::Kernels;
 use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
 
 /// Stream memory operations this path needs from the driver (the waits are a kernel).
@@ -138,12 +139,15 @@ fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()
     }
 }
 
-/// The 2-rank reduce route's root kernel for `dtype` (see the module docs).
+/// The 2-rank reduce route's root kernel for `dtype` (see the module docs): the main
+/// module's `_f16` / `_bf16` / `_f32` name, the per-(type, op) module's otherwise
+/// ([`Kernels::launch_args`] picks the module by `CollArgs::red_op`).
 pub(crate) fn reduce_pair_ce_kernel(dtype: Dtype) -> &'static str {
     typed_kernel!(dtype, "commhal_coll_reduce_pair_ce")
 }
 
-/// The local reduction (input + staging slots, no remote access) for `dtype`.
+/// The local reduction (input + staging slots, no remote access) for `dtype` (named
+/// as [`reduce_pair_ce_kernel`]).
 pub(crate) fn reduce_local_kernel(dtype: Dtype) -> &'static str {
     typed_kernel!(dtype, "commhal_coll_reduce_local")
 }
@@ -186,8 +190,9 @@ pub struct DmaPath {
 pub struct Ctx<'a> {
     /// The communicator's stream (the caller's order).
     pub main: &'a Stream,
-    /// The loaded collectives module (for the local reduction).
-    pub module: &'a CollModule,
+    /// The collectives' modules (the local reductions pick theirs by dtype and
+    /// `args.red_op`).
+    pub module: &'a Kernels,
     /// Every address of this launch (in place already applied).
     pub args: &'a CollArgs,
     /// Threads per block and most blocks of the local reduction.
@@ -411,7 +416,7 @@ impl DmaPath {
         // as the kernel documents.
         unsafe {
             c.module
-                .launch(name, c.main, blocks, c.threads, &args, false)
+                .launch_args(dtype, name, c.main, blocks, c.threads, &args, false)
         }
     }
 
@@ -585,7 +590,7 @@ impl DmaPath {
         // nothing else.
         unsafe {
             c.module
-                .launch(name, c.main, blocks, c.threads, &args, false)
+                .launch_args(dtype, name, c.main, blocks, c.threads, &args, false)
         }
     }
 }

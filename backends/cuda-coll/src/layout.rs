@@ -227,6 +227,15 @@ pub struct CollArgs {
     pub flags: u32,
     /// Padding (the unit's `flags_pad`).
     pub flags_pad: u32,
+    /// Premulsum: the scalar as one element of the launch's type, in the low bytes
+    /// (native byte order; [`crate::kernels::ReduceOp::scalar_bits`]). The same on
+    /// every rank.
+    pub scalar: u64,
+    /// The launch's `COLL_OP_*` code ([`crate::kernels::ReduceOp::code`]); the kernel's
+    /// op is compiled in, this records it.
+    pub red_op: u32,
+    /// Padding (the unit's `red_pad`).
+    pub red_pad: u32,
 }
 
 /// Pull + forward broadcast: the chunk index of `rank` among the `n - 1` non-roots
@@ -365,11 +374,41 @@ mod tests {
             ERR_PACKET_TIMEOUT.to_string()
         );
         // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64,
-        // 2 u32 (the unit static_asserts the same sum)
+        // 2 u32, 1 u64, 2 u32 (the unit static_asserts the same sum)
         assert_eq!(
             std::mem::size_of::<CollArgs>(),
-            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8
+            24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8
         );
+        assert_eq!(std::mem::offset_of!(CollArgs, scalar), 328);
+        assert_eq!(std::mem::offset_of!(CollArgs, red_op), 336);
+        assert_eq!(std::mem::offset_of!(CollArgs, red_pad), 340);
+        for (name, code) in [
+            ("COLL_OP_SUM", 0),
+            ("COLL_OP_PROD", 1),
+            ("COLL_OP_MIN", 2),
+            ("COLL_OP_MAX", 3),
+            ("COLL_OP_AVG", 4),
+            ("COLL_OP_PREMULSUM", 5),
+        ] {
+            assert_eq!(define(name), code.to_string(), "{name}");
+        }
+        for op in [
+            crate::kernels::ReduceOp::Sum,
+            crate::kernels::ReduceOp::Prod,
+            crate::kernels::ReduceOp::Min,
+            crate::kernels::ReduceOp::Max,
+            crate::kernels::ReduceOp::Avg,
+            crate::kernels::ReduceOp::PreMulSum(2.0),
+        ] {
+            let want = format!("#define {} {}", op.define(), op.code());
+            assert!(
+                commhal_device_src::COLL_NVLINK
+                    .source
+                    .contents
+                    .contains(&want),
+                "{want}"
+            );
+        }
         assert_eq!(std::mem::offset_of!(CollArgs, flags), 320);
         assert_eq!(
             define("COLL_FLAG_CHAIN_OVERLAP"),
@@ -386,7 +425,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::COLL_NVLINK.source.contents;
         assert!(
-            src.contains("sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8"),
+            src.contains(
+                "sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8,"
+            ),
             "the unit's static_assert must match this struct"
         );
         assert!(src.contains("  u64 stage_slot_bytes;"));
@@ -412,6 +453,11 @@ mod tests {
         let pad_at = after.find("  u32 flags_pad;").expect("u32 flags_pad");
         assert!(unroll_at < off_at && off_at < half_at && half_at < flags_at);
         assert!(flags_at < pad_at && pad_at < after.find("};").unwrap());
+        let scalar_at = after.find("  u64 scalar;").expect("u64 scalar");
+        let op_at = after.find("  u32 red_op;").expect("u32 red_op");
+        let red_pad_at = after.find("  u32 red_pad;").expect("u32 red_pad");
+        assert!(pad_at < scalar_at && scalar_at < op_at && op_at < red_pad_at);
+        assert!(red_pad_at < after.find("};").unwrap());
     }
 
     #[test]

@@ -43,6 +43,7 @@ pub mod comm;
 pub mod dma;
 pub mod driver;
 pub mod error;
+pub mod kernels;
 pub mod layout;
 pub mod nccl;
 pub mod peers;

@@ -9,6 +9,7 @@ use cudarc::nccl::sys;
 
 use crate::cli::{Collective, Dtype};
 use crate::error::{CollError, Result};
+use crate::kernels::ReduceOp;
 
 fn check(r: sys::ncclResult_t, call: &str) -> Result<()> {
     if r == sys::ncclResult_t::ncclSuccess {
@@ -70,12 +71,65 @@ impl Nccl {
         Ok(Nccl { comm })
     }
 
-    fn dtype(d: Dtype) -> sys::ncclDataType_t {
+    /// NCCL's type for `d`. Every type has one in the NCCL these bindings target
+    /// (2.28: fp8 since 2.24; NCCL reduces fp8 only on sm_90 and newer).
+    pub fn dtype(d: Dtype) -> sys::ncclDataType_t {
+        use sys::ncclDataType_t as T;
         match d {
-            Dtype::Half => sys::ncclDataType_t::ncclFloat16,
-            Dtype::Bfloat16 => sys::ncclDataType_t::ncclBfloat16,
-            Dtype::Float => sys::ncclDataType_t::ncclFloat32,
+            Dtype::Int8 => T::ncclInt8,
+            Dtype::Uint8 => T::ncclUint8,
+            Dtype::Int32 => T::ncclInt32,
+            Dtype::Uint32 => T::ncclUint32,
+            Dtype::Int64 => T::ncclInt64,
+            Dtype::Uint64 => T::ncclUint64,
+            Dtype::Half => T::ncclFloat16,
+            Dtype::Bfloat16 => T::ncclBfloat16,
+            Dtype::Float => T::ncclFloat32,
+            Dtype::Double => T::ncclFloat64,
+            Dtype::Fp8E4m3 => T::ncclFloat8e4m3,
+            Dtype::Fp8E5m2 => T::ncclFloat8e5m2,
         }
+    }
+
+    /// NCCL's operator for `op` on `dtype`: a built-in one, or for premulsum one
+    /// created with ncclRedOpCreatePreMulSum (the scalar passed by value, rounded to
+    /// the type as the commhal kernels get it); `true` = created, destroy it after the
+    /// call is queued (NCCL allows that).
+    fn red_op(&self, op: ReduceOp, dtype: Dtype) -> Result<(sys::ncclRedOp_t, bool)> {
+        use sys::ncclRedOp_t as O;
+        Ok(match op {
+            ReduceOp::Sum => (O::ncclSum, false),
+            ReduceOp::Prod => (O::ncclProd, false),
+            ReduceOp::Min => (O::ncclMin, false),
+            ReduceOp::Max => (O::ncclMax, false),
+            ReduceOp::Avg => (O::ncclAvg, false),
+            ReduceOp::PreMulSum(_) => {
+                let mut scalar = op.scalar_bits(dtype.data_type()).to_ne_bytes();
+                let mut raw: u32 = 0;
+                // SAFETY: `raw` is a valid out-location of the enum's size (u32; NCCL
+                // writes an int); the scalar points at one element of `dtype`, read
+                // during the call (host-immediate residence); comm alive.
+                let r = unsafe {
+                    sys::ncclRedOpCreatePreMulSum(
+                        (&mut raw as *mut u32).cast::<sys::ncclRedOp_t>(),
+                        scalar.as_mut_ptr().cast::<c_void>(),
+                        Self::dtype(dtype),
+                        sys::ncclScalarResidence_t::ncclScalarHostImmediate,
+                        self.comm,
+                    )
+                };
+                check(r, "ncclRedOpCreatePreMulSum")?;
+                // NCCL numbers user ops from ncclNumOps up; the bindings' enum only
+                // names ncclNumOps itself (the first free slot, which a create /
+                // destroy per call always gets)
+                if raw != O::ncclNumOps as u32 {
+                    return Err(CollError::Nccl(format!(
+                        "ncclRedOpCreatePreMulSum returned op {raw}, which the cudarc enum cannot carry: destroy earlier user ops first"
+                    )));
+                }
+                (O::ncclNumOps, true)
+            }
+        })
     }
 
     /// Queue `coll` with the same buffer convention as
@@ -93,6 +147,7 @@ impl Nccl {
         stream: &Stream,
         coll: Collective,
         dtype: Dtype,
+        op: ReduceOp,
         count: u64,
         rank: u32,
         nranks: u32,
@@ -110,6 +165,14 @@ impl Nccl {
         let es = dtype.size();
         let s = stream.raw() as sys::cudaStream_t;
         let dt = Self::dtype(dtype);
+        let (nop, created) = if matches!(
+            coll,
+            Collective::Allreduce | Collective::Reducescatter | Collective::Reduce
+        ) {
+            self.red_op(op, dtype)?
+        } else {
+            (sys::ncclRedOp_t::ncclSum, false)
+        };
         let c = count as usize;
         let r = match coll {
             Collective::Allreduce => {
@@ -121,7 +184,7 @@ impl Nccl {
                         output as *mut c_void,
                         c,
                         dt,
-                        sys::ncclRedOp_t::ncclSum,
+                        nop,
                         self.comm,
                         s,
                     )
@@ -158,7 +221,7 @@ impl Nccl {
                         dst as *mut c_void,
                         c,
                         dt,
-                        sys::ncclRedOp_t::ncclSum,
+                        nop,
                         self.comm,
                         s,
                     )
@@ -188,7 +251,7 @@ impl Nccl {
                         output as *mut c_void,
                         c,
                         dt,
-                        sys::ncclRedOp_t::ncclSum,
+                        nop,
                         root as i32,
                         self.comm,
                         s,
@@ -218,6 +281,12 @@ impl Nccl {
                 };
             }
         };
+        if created {
+            // SAFETY: created above on this comm; NCCL allows destroying a user op once
+            // the calls using it are queued.
+            let d = unsafe { sys::ncclRedOpDestroy(nop, self.comm) };
+            check(d, "ncclRedOpDestroy")?;
+        }
         check(r, coll.name())
     }
 

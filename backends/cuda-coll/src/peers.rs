@@ -76,8 +76,10 @@ pub struct Signature {
     pub coll: u8,
     /// Element type (bench `Dtype` index).
     pub dtype: u8,
-    /// Reduction operator (0 where none applies).
+    /// Reduction operator code (0 where none applies).
     pub op: u8,
+    /// Its scalar's bits (pre-multiplied sum; 0 otherwise).
+    pub scalar: u64,
     /// NCCL's in-place variant.
     pub in_place: bool,
     /// Root (0 where none applies).
@@ -90,10 +92,11 @@ impl Signature {
     /// The first field in which `other` (rank `p`'s) differs from this rank's, as a
     /// message naming both values.
     pub fn mismatch(&self, other: &Signature, p: u32, me: u32) -> Option<String> {
-        let fields: [(&str, u64, u64); 6] = [
+        let fields: [(&str, u64, u64); 7] = [
             ("collective", self.coll.into(), other.coll.into()),
             ("datatype", self.dtype.into(), other.dtype.into()),
             ("reduction op", self.op.into(), other.op.into()),
+            ("pre-multiply scalar (bits)", self.scalar, other.scalar),
             (
                 "in-place",
                 u64::from(self.in_place),
@@ -129,7 +132,7 @@ const KIND_IPC: u8 = 3;
 const ENTRY_MAGIC: u32 = 0x4348_4531; // "CHE1"
 const BUF_BYTES: usize = 1 + 8 + 8 + 8 + 8 + IPC_HANDLE_LEN;
 /// Bytes of an encoded entry.
-pub const ENTRY_BYTES: usize = 4 + 16 + 8 + 2 * BUF_BYTES;
+pub const ENTRY_BYTES: usize = 4 + 24 + 8 + 2 * BUF_BYTES;
 
 fn put_buf(out: &mut Vec<u8>, b: &BufDesc) {
     let (kind, id, base, size, handle) = match b.at {
@@ -199,6 +202,7 @@ impl Entry {
         ]);
         v.extend_from_slice(&self.sig.root.to_le_bytes());
         v.extend_from_slice(&self.sig.count.to_le_bytes());
+        v.extend_from_slice(&self.sig.scalar.to_le_bytes());
         v.extend_from_slice(&self.nonce.to_le_bytes());
         put_buf(&mut v, &self.input);
         put_buf(&mut v, &self.output);
@@ -221,6 +225,7 @@ impl Entry {
                 in_place: in_place != 0,
                 root: r.u32()?,
                 count: r.u64()?,
+                scalar: r.u64()?,
             };
             let nonce = r.u64()?;
             Some(Entry {
@@ -344,6 +349,7 @@ mod tests {
                 coll: 2,
                 dtype: 1,
                 op: 3,
+                scalar: 0x3fe0_0000_0000_0000,
                 in_place: true,
                 root: 5,
                 count: 123_456_789,
@@ -385,7 +391,7 @@ mod tests {
         bad[0] ^= 1;
         assert!(Entry::decode(&bad, 0).is_err());
         let mut bad_kind = b;
-        bad_kind[4 + 16 + 8] = 9;
+        bad_kind[4 + 24 + 8] = 9;
         assert!(Entry::decode(&bad_kind, 0).is_err());
     }
 

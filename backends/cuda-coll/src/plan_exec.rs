@@ -103,11 +103,7 @@ pub fn collective_of(c: Collective) -> commhal_algorithms::Collective {
 
 /// The algorithms data type of a cuda-coll dtype.
 pub fn dtype_of(d: Dtype) -> DataType {
-    match d {
-        Dtype::Half => DataType::F16,
-        Dtype::Bfloat16 => DataType::Bf16,
-        Dtype::Float => DataType::F32,
-    }
+    d.data_type()
 }
 
 /// `plan:<collective>:<algorithm>` as a static label (benchmark tables).

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use commhal_cuda_coll::check;
 use commhal_cuda_coll::cli::{Collective, Dtype};
+use commhal_cuda_coll::kernels::ReduceOp;
 use commhal_cuda_coll::{Comm, driver};
 use commhal_hal::bootstrap::InProcBootstrap;
 
@@ -32,7 +33,7 @@ fn one_rank_collectives_copy_exactly() {
     for dtype in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
         let cap = comm.capacity() / dtype.size();
         comm.input()
-            .write(0, &check::input_bytes(dtype, 0, cap))
+            .write(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
             .expect("input");
         for coll in [
             Collective::Allreduce,
@@ -51,7 +52,7 @@ fn one_rank_collectives_copy_exactly() {
                 unsafe { driver::memset_async(comm.stream(), comm.output_addr(), 0xff, len) }
                     .expect("poison");
                 let c = if coll.count_is_per_rank() { per } else { count };
-                comm.launch_rooted(coll, dtype, c, 0, false)
+                comm.launch_rooted(coll, dtype, ReduceOp::Sum, c, 0, false)
                     .expect("launch");
                 comm.sync("test").expect("sync");
                 let mut out = vec![0u8; len as usize];
@@ -59,7 +60,7 @@ fn one_rank_collectives_copy_exactly() {
                 unsafe { driver::read(comm.context(), comm.output_addr(), &mut out) }
                     .expect("read");
                 assert_eq!(
-                    check::count_wrong(coll, dtype, 0, 1, 0, count, per, &out),
+                    check::count_wrong(coll, dtype, ReduceOp::Sum, 0, 1, 0, count, per, &out),
                     0,
                     "{coll:?} {dtype:?} {bytes} B"
                 );
@@ -77,17 +78,24 @@ fn rooted_and_out_of_place_only_collectives_reject_bad_arguments() {
     let boot = InProcBootstrap::create(1).pop().expect("bootstrap");
     let comm = Comm::new(&boot, 0, 1 << 20, None, Duration::from_secs(5)).expect("comm");
     for coll in [Collective::Broadcast, Collective::Reduce] {
-        let e = comm.launch_rooted(coll, Dtype::Half, 512, 1, false);
+        let e = comm.launch_rooted(coll, Dtype::Half, ReduceOp::Sum, 512, 1, false);
         assert!(e.is_err(), "{coll:?} root 1 of 1 rank must fail");
     }
     for coll in [Collective::Alltoall, Collective::Sendrecv] {
-        let e = comm.launch_rooted(coll, Dtype::Half, 512, 0, true);
+        let e = comm.launch_rooted(coll, Dtype::Half, ReduceOp::Sum, 512, 0, true);
         assert!(e.is_err(), "{coll:?} in place must fail");
     }
     let too_big = comm.capacity() / 2 + 1;
     assert!(
-        comm.launch_rooted(Collective::Broadcast, Dtype::Half, too_big, 0, false)
-            .is_err()
+        comm.launch_rooted(
+            Collective::Broadcast,
+            Dtype::Half,
+            ReduceOp::Sum,
+            too_big,
+            0,
+            false
+        )
+        .is_err()
     );
     comm.sync("nothing queued").expect("sync");
 }
@@ -98,6 +106,7 @@ fn rooted_and_out_of_place_only_collectives_reject_bad_arguments() {
 #[test]
 fn caller_buffers_and_bad_input() {
     use commhal_cuda_coll::CallBufs;
+    use commhal_cuda_coll::kernels::ReduceOp;
     use commhal_cuda_rt::{DeviceBuffer, PinnedHostBuffer, Stream};
     if !gpu_or_skip("caller_buffers_and_bad_input") {
         return;
@@ -109,7 +118,7 @@ fn caller_buffers_and_bad_input() {
     let inp = DeviceBuffer::new(ctx, (4 << 20) + 16).expect("input");
     let out = DeviceBuffer::new(ctx, (4 << 20) + 16).expect("output");
     let dtype = Dtype::Float;
-    let pattern = check::input_bytes(dtype, 0, (4 << 20) / 4);
+    let pattern = check::input_bytes(dtype, ReduceOp::Sum, 0, (4 << 20) / 4);
     for off in [0u64, 2] {
         inp.write(off, &pattern).expect("input");
         for coll in [
@@ -143,13 +152,13 @@ fn caller_buffers_and_bad_input() {
                         CallBufs { send: i, recv: o }
                     };
                     let path = comm
-                        .launch_on(coll, dtype, c, 0, b, &stream)
+                        .launch_on(coll, dtype, ReduceOp::Sum, c, 0, b, &stream)
                         .unwrap_or_else(|e| panic!("{coll:?} {bytes} B off {off}: {e}"));
                     comm.sync_stream(&stream, "test").expect("sync");
                     let mut host = vec![0u8; len as usize];
                     out.read(off, &mut host).expect("read");
                     assert_eq!(
-                        check::count_wrong(coll, dtype, 0, 1, 0, count, per, &host),
+                        check::count_wrong(coll, dtype, ReduceOp::Sum, 0, 1, 0, count, per, &host),
                         0,
                         "{coll:?} {bytes} B off {off} in place {in_place} ({path:?})"
                     );
@@ -161,6 +170,7 @@ fn caller_buffers_and_bad_input() {
         comm.launch_on(
             Collective::Allreduce,
             dtype,
+            ReduceOp::Sum,
             count,
             0,
             CallBufs { send, recv },

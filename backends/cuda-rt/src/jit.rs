@@ -32,6 +32,27 @@ pub fn compile_unit(
     compile_cached(cache, &req)
 }
 
+/// [`compile_unit`] with extra options after the defaults (e.g. `-DCOLL_RED_OP=1`):
+/// another module from the same source. The cache key covers every option, so each
+/// set of defines is cached on its own.
+pub fn compile_unit_with(
+    unit: &KernelUnit,
+    arch: &str,
+    extra_options: &[String],
+    cache: Option<&KernelCache>,
+) -> Result<(CompiledImage, CacheOutcome)> {
+    let mut options = default_options();
+    options.extend(extra_options.iter().cloned());
+    let req = CompileRequest {
+        unit: unit.source.name,
+        source: unit.source.contents,
+        headers: HEADERS,
+        arch,
+        options: &options,
+    };
+    compile_cached(cache, &req)
+}
+
 /// Compile `unit` for `ctx`'s device (through the default cache, see
 /// [`KernelCache::from_env`]) and load it.
 pub fn load_unit(ctx: &Arc<Context>, unit: &KernelUnit) -> Result<Arc<Module>> {

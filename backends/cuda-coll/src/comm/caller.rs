@@ -34,6 +34,7 @@ use super::{Comm, Kernel};
 use crate::cli::{Collective, Dtype};
 use crate::driver;
 use crate::error::{CollError, Result};
+use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
 
 /// The caller's buffers of one call: device addresses in this process (NCCL's
@@ -179,14 +180,16 @@ impl Comm {
     }
 
     /// Queue one collective on the caller's buffers and `stream` (see the module docs
-    /// for the paths). `count` as NCCL: all-reduce, broadcast, reduce, send/recv: the
+    /// for the paths). `op` applies to all-reduce, reduce-scatter and reduce. `count` as NCCL: all-reduce, broadcast, reduce, send/recv: the
     /// buffer's elements; all-gather and reduce-scatter: elements per rank; all-to-all:
     /// elements per peer. `root` for broadcast and reduce. Every rank must call it
     /// with the same collective, count, datatype and root, in the same order.
+    #[allow(clippy::too_many_arguments)]
     pub fn launch_on(
         &self,
         coll: Collective,
         dtype: Dtype,
+        op: ReduceOp,
         count: u64,
         root: u32,
         bufs: CallBufs,
@@ -245,7 +248,7 @@ impl Comm {
         }
         // plans run out of place on the registered regions (staging copies in first)
         let stage_in_place = in_place && !plan;
-        let mut a = self.own_args(coll, dtype, count, root, staged && stage_in_place);
+        let mut a = self.own_args(coll, dtype, op, count, root, staged && stage_in_place);
         let r = self.rank as usize;
         let (reg_in, reg_out) = (self.base.input[r], self.base.output[r]);
         if !staged {
@@ -282,7 +285,16 @@ impl Comm {
                 sig: Signature {
                     coll: collective_index(coll),
                     dtype: dtype_index(dtype),
-                    op: 0,
+                    op: if coll.redop() == "sum" {
+                        op.code() as u8
+                    } else {
+                        0
+                    },
+                    scalar: if coll.redop() == "sum" {
+                        op.scalar_bits(dtype.data_type())
+                    } else {
+                        0
+                    },
                     in_place: false,
                     root: if coll.has_root() { root } else { 0 },
                     count,
@@ -317,6 +329,7 @@ impl Comm {
         self.enqueue(
             coll,
             dtype,
+            op,
             count,
             root,
             stage_in_place,
