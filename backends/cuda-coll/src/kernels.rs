@@ -143,9 +143,20 @@ pub fn all_ops(scalar: f64) -> [ReduceOp; 6] {
 
 /// The NVRTC options (besides the defaults) of the (type, op) module.
 pub fn typed_options(dtype: DataType, op: ReduceOp) -> Vec<String> {
+    options_for(dtype, op.code())
+}
+
+/// Registers per thread the (type, op) modules may use: the bulk kernels launch with
+/// 512 threads per block and an SM has 65536 registers, so more than 128 fails the
+/// launch (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`). Unbounded, the fp8 two-shot
+/// all-reduce and reduce-scatter and the int8 LL63 reduce went over it on H100.
+pub const TYPED_MAX_REGISTERS: u32 = 128;
+
+fn options_for(dtype: DataType, code: u32) -> Vec<String> {
     vec![
         format!("-DCOLL_RED_T=Ty_{}", dtype.name()),
-        format!("-DCOLL_RED_OP={}", op.code()),
+        format!("-DCOLL_RED_OP={code}"),
+        format!("--maxrregcount={TYPED_MAX_REGISTERS}"),
     ]
 }
 
@@ -227,10 +238,7 @@ impl Kernels {
         }
         let cache = KernelCache::from_env();
         let t = std::time::Instant::now();
-        let options = vec![
-            format!("-DCOLL_RED_T=Ty_{}", dtype.name()),
-            format!("-DCOLL_RED_OP={code}"),
-        ];
+        let options = options_for(dtype, code);
         let (image, outcome) =
             jit::compile_unit_with(&COLL_NVLINK, &self.arch, &options, cache.as_ref())?;
         tracing::debug!(
