@@ -173,6 +173,31 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is not a size (use e.g. 4096, 1K, 64M, 1G)"))
 }
 
+/// `-b`/`-e` as bytes, after checking that the size sweep ends: `-b` at least 1 (a
+/// zero start never grows), `-b <= -e`, `-f >= 2`, `-n >= 1`.
+pub fn check_sizes(args: &BenchArgs) -> Result<(u64, u64), String> {
+    let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
+    if lo == 0 {
+        return Err(format!(
+            "bench: -b {}: the smallest size must be at least 1 byte (sizes grow by multiplying by -f, so 0 never grows)",
+            args.min_bytes
+        ));
+    }
+    if lo > hi {
+        return Err(format!("bench: -b {lo} is above -e {hi}: pass -b <= -e"));
+    }
+    if args.factor < 2 {
+        return Err(format!(
+            "bench: -f {}: the step factor must be at least 2 so that sizes grow",
+            args.factor
+        ));
+    }
+    if args.iters == 0 {
+        return Err("bench: -n 0: run at least 1 iteration".into());
+    }
+    Ok((lo, hi))
+}
+
 /// Entry point.
 pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
     let named;
@@ -201,12 +226,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
     let dtype =
         DataType::from_name(args.dtype.as_deref().unwrap_or("f32")).map_err(|e| e.to_string())?;
     let op = RedOp::from_name(&args.op).map_err(|e| e.to_string())?;
-    let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
-    if lo > hi || args.factor < 2 || args.iters == 0 {
-        return Err(format!(
-            "bench: need -b <= -e ({lo} > {hi}?), -f >= 2 and -n >= 1"
-        ));
-    }
+    let (lo, hi) = check_sizes(args)?;
     let env = LaunchEnv::detect().map_err(|e| e.to_string())?;
     if env.is_none()
         && let Some(n) = args.ranks
