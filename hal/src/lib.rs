@@ -12,6 +12,7 @@
 //! * [`error`]: the error every API returns.
 #![warn(missing_docs)]
 
+pub mod abort;
 pub mod bootstrap;
 pub mod dynamic;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod registry;
 pub mod topology;
 pub mod transport;
 
+pub use abort::{AbortFlag, AbortReason};
 pub use error::{HalError, Result};
 pub use guarantees::{FlushMeaning, Guarantees, SignalStrength};
 pub use memory::{Export, MemoryKind, Region};

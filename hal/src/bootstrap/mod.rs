@@ -35,8 +35,10 @@ pub use unique_id::UniqueId;
 pub use wire::MAX_MESSAGE;
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::abort::AbortFlag;
 use crate::error::Result;
 use crate::memory::Export;
 use crate::topology::Rank;
@@ -112,6 +114,18 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     fn send_fds(&self, peer: Rank, tag: u64, fds: &[OwnedFd]) -> Result<()>;
     /// Receive file descriptors sent with [`Bootstrap::send_fds`].
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>>;
+    /// The flag this bootstrap raises when it learns that a peer is gone (its
+    /// connection closed, or it aborted the job), for communicators to poll in their
+    /// waits; `None` when the bootstrap cannot tell (ranks that are threads).
+    fn peer_failure(&self) -> Option<Arc<AbortFlag>> {
+        None
+    }
+    /// Tell every peer, best effort and without blocking, that this rank gives up the
+    /// job because of `why`: their [`Bootstrap::peer_failure`] flags are raised naming
+    /// this rank. A no-op where peers cannot be told.
+    fn abort_job(&self, why: &str) {
+        let _ = why;
+    }
 }
 
 /// Send an [`Export`] (bytes and descriptors) to `peer`.

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::abort::AbortFlag;
 use crate::bootstrap::collectives::{self, Exchange};
 use crate::bootstrap::env::LaunchEnv;
 use crate::bootstrap::fdpass::{FdEndpoint, FdListener};
@@ -306,5 +307,23 @@ impl Bootstrap for TcpBootstrap {
     }
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
         collectives::recv_fds(self, &self.mailbox, peer, tag)
+    }
+    fn peer_failure(&self) -> Option<Arc<AbortFlag>> {
+        Some(self.mailbox.failure.clone())
+    }
+    fn abort_job(&self, why: &str) {
+        let msg = wire::encode(&wire::Abort {
+            what: format!("rank {} aborted: {why}", self.rank),
+            millis: None,
+        });
+        for link in self.links.iter().flatten() {
+            // A sender busy on this link (or stuck on a full socket) is skipped: the
+            // peer then learns of the abort when this process exits.
+            if let Ok(mut s) = link.try_lock() {
+                let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                let _ = wire::write_frame(&mut *s, Kind::Abort, 0, &msg);
+                let _ = s.set_write_timeout(Some(self.timeout));
+            }
+        }
     }
 }
