@@ -23,6 +23,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
+use crate::bootstrap::gate::{Gate, HELLO_WAIT, Pass};
 use crate::bootstrap::mailbox::Mailbox;
 use crate::bootstrap::unique_id::{digest, hex, secrets_equal};
 use crate::error::{HalError, Result};
@@ -164,6 +165,7 @@ impl FdListener {
         let shutdown = Arc::new(AtomicBool::new(false));
         let stop = shutdown.clone();
         let listener = self.listener;
+        let gate = Gate::new(size);
         thread::Builder::new()
             .name(format!("commhal-fd-accept-r{me}"))
             .spawn(move || {
@@ -173,10 +175,19 @@ impl FdListener {
                     }
                     match conn {
                         Ok(s) => {
+                            let Some(pass) = gate.enter() else {
+                                tracing::warn!(
+                                    "rank {me}: dropped a descriptor connection: {} connections are already waiting to say hello",
+                                    gate.cap()
+                                );
+                                continue;
+                            };
                             let mb = mailbox.clone();
                             let spawned = thread::Builder::new()
                                 .name(format!("commhal-fd-recv-r{me}"))
-                                .spawn(move || serve_fd_conn(s, me, size, secret, timeout, mb));
+                                .spawn(move || {
+                                    serve_fd_conn(s, me, size, secret, timeout, pass, mb)
+                                });
                             if let Err(e) = spawned {
                                 tracing::warn!(
                                     "rank {me}: cannot start a descriptor reader thread: {e}"
@@ -211,12 +222,15 @@ fn serve_fd_conn(
     size: u32,
     secret: [u8; 16],
     timeout: Duration,
+    pass: Pass,
     mailbox: Arc<Mailbox>,
 ) {
     let mut hello = [0u8; HELLO_LEN];
     let read = s
-        .set_read_timeout(Some(timeout))
+        .set_read_timeout(Some(timeout.min(HELLO_WAIT)))
         .and_then(|_| s.read_exact(&mut hello));
+    // Authenticated or refused below: either way no longer a pending hello.
+    drop(pass);
     if let Err(e) = read {
         tracing::warn!("rank {me}: refused a descriptor connection that sent no hello: {e}");
         return;
@@ -350,7 +364,7 @@ impl Drop for FdEndpoint {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::{Seek, SeekFrom};
 
@@ -425,5 +439,44 @@ mod tests {
         assert_ne!(socket_name(&a, 0), socket_name(&b, 0));
         assert_ne!(socket_name(&a, 0), socket_name(&a, 1));
         assert!(!socket_name(&a, 0).contains(&hex(&a)));
+    }
+
+    /// Held by tests that count this process's threads, so they do not count each
+    /// other's.
+    pub(crate) static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Threads of this process.
+    pub(crate) fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+    }
+
+    /// Connections that never say hello cost no more than a capped number of threads
+    /// (each would otherwise hold a thread and a descriptor until the timeout).
+    #[test]
+    fn silent_connections_are_capped() {
+        let _counting = COUNTING.lock().unwrap_or_else(|p| p.into_inner());
+        let secret = crate::bootstrap::unique_id::random_secret().unwrap();
+        let l = FdListener::bind(&secret, 0).unwrap();
+        let _e = l
+            .start(
+                0,
+                2,
+                secret,
+                Duration::from_secs(20),
+                Arc::new(Mailbox::default()),
+            )
+            .unwrap();
+        let before = threads();
+        let addr = unix_addr(&socket_name(&secret, 0)).unwrap();
+        let silent: Vec<UnixStream> = (0..300)
+            .filter_map(|_| UnixStream::connect_addr(&addr).ok())
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let grown = threads().saturating_sub(before);
+        assert!(
+            grown < 150,
+            "{} silent connections started {grown} threads",
+            silent.len()
+        );
     }
 }

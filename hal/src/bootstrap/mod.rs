@@ -21,6 +21,7 @@
 mod collectives;
 pub mod env;
 pub mod fdpass;
+mod gate;
 mod inproc;
 mod mailbox;
 mod rendezvous;

@@ -78,8 +78,8 @@ impl TcpBootstrap {
             let (streams, table) = rendezvous::serve_root(&listener, id, size, timeout)?;
             (streams, table.into_iter().map(|p| p.host).collect())
         } else {
-            let any = SocketAddr::new(rendezvous::unspecified_like(id.addr().ip()), 0);
-            let listener = TcpListener::bind(any)
+            let at = SocketAddr::new(rendezvous::mesh_bind_ip(id.addr()), 0);
+            let listener = TcpListener::bind(at)
                 .map_err(|e| HalError::io(format!("binding rank {rank}'s mesh listener"), e))?;
             let port = listener
                 .local_addr()
