@@ -76,7 +76,7 @@ fn dead_peer_child() {
 
 #[test]
 fn a_dead_peer_fails_the_other_ranks_pending_and_later_calls() {
-    let n = 3;
+    let n = 4;
     let id = UniqueId::new_local().unwrap().to_string();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..n)

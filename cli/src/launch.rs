@@ -17,13 +17,13 @@
 //! ([`crate::child`]).
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
@@ -103,7 +103,11 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
     let interrupted = Arc::new(AtomicI32::new(0));
     forward_signals(Arc::clone(&groups), Arc::clone(&interrupted))?;
     let grace = Duration::from_secs(args.grace);
-    let mut children: Vec<Option<Child>> = Vec::new();
+    // Each rank's exit is reported by a thread blocked in `wait`, the moment it
+    // happens: the order of arrival is the order of the exits (a poll would see a
+    // crashed rank and the rank that noticed it in the same sweep, in rank order).
+    let (exits_tx, exits) = mpsc::channel::<(u32, ExitStatus)>();
+    let mut ranks = Ranks::default();
     let mut forwarders = Vec::new();
     for rank in 0..args.nranks {
         let mut cmd = Command::new(program);
@@ -126,8 +130,8 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                signal_all(&mut children, Signal::SIGTERM);
-                wait_or_kill(&mut children, grace);
+                ranks.signal(Signal::SIGTERM);
+                ranks.wait_or_kill(&exits, grace);
                 return Err(format!(
                     "launch: cannot start `{program}` for rank {rank}: {e}"
                 ));
@@ -148,25 +152,28 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         if let Ok(mut g) = groups.lock() {
             g.push(child.id() as i32);
         }
-        children.push(Some(child));
+        ranks.pids.push(child.id() as i32);
+        ranks.running.push(true);
+        let tx = exits_tx.clone();
+        thread::spawn(move || {
+            let status = child.wait();
+            // A failed `wait` is reported as a failure of the rank.
+            let status = status.unwrap_or_else(|_| {
+                use std::os::unix::process::ExitStatusExt;
+                ExitStatus::from_raw(1 << 8)
+            });
+            let _ = tx.send((rank, status));
+        });
     }
+    drop(exits_tx);
 
     let mut failed: Option<(u32, ExitStatus)> = None;
     let mut signalled = 0;
     let mut phase = Phase::Running;
-    let mut remaining = args.nranks;
-    while remaining > 0 {
-        let mut exits = Vec::new();
-        for (rank, slot) in children.iter_mut().enumerate() {
-            if let Some(child) = slot
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                exits.push((rank as u32, status));
-                *slot = None;
-            }
-        }
-        for (rank, status) in exits {
-            remaining -= 1;
+    while ranks.any_running() {
+        if let Ok((rank, status)) = exits.recv_timeout(Duration::from_millis(20)) {
+            ranks.running[rank as usize] = false;
+            let remaining = ranks.running.iter().filter(|r| **r).count();
             if !status.success() && failed.is_none() && signalled == 0 {
                 failed = Some((rank, status));
                 eprintln!(
@@ -178,9 +185,7 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
                     phase = Phase::Reporting(Instant::now() + REPORT_WINDOW);
                 }
             }
-        }
-        if remaining == 0 {
-            break;
+            continue;
         }
         let sig = interrupted.load(Ordering::SeqCst);
         if sig != 0 && signalled == 0 {
@@ -193,26 +198,24 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         let now = Instant::now();
         match phase {
             Phase::Reporting(until) if now >= until => {
-                let running: Vec<String> = running_ranks(&mut children)
-                    .map(|r| r.to_string())
-                    .collect();
                 if let Some((first, _)) = failed {
+                    let running: Vec<String> =
+                        ranks.running_ranks().map(|r| r.to_string()).collect();
                     eprintln!(
                         "commhal launch: rank(s) {} still running {} s after rank {first} failed; stopping them (if the failed ranks timed out waiting for one of these, that one hung)",
                         running.join(", "),
                         REPORT_WINDOW.as_secs()
                     );
                 }
-                signal_all(&mut children, Signal::SIGTERM);
+                ranks.signal(Signal::SIGTERM);
                 phase = Phase::Terminating(now + grace);
             }
             Phase::Terminating(kill_at) if now >= kill_at => {
-                signal_all(&mut children, Signal::SIGKILL);
+                ranks.signal(Signal::SIGKILL);
                 phase = Phase::Killed;
             }
             _ => {}
         }
-        thread::sleep(Duration::from_millis(20));
     }
     // Whatever a rank left behind in its group would keep our output pipes open.
     if let Ok(g) = groups.lock() {
@@ -250,20 +253,41 @@ enum Phase {
     Killed,
 }
 
-/// Ranks whose process is still running.
-fn running_ranks(children: &mut [Option<Child>]) -> impl Iterator<Item = usize> + '_ {
-    children.iter_mut().enumerate().filter_map(|(r, c)| {
-        let running = c.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)));
-        running.then_some(r)
-    })
+/// The started ranks: process (group) id and whether its exit is still to come.
+#[derive(Debug, Default)]
+struct Ranks {
+    pids: Vec<i32>,
+    running: Vec<bool>,
 }
 
-/// Send `sig` to the process group of every rank still running.
-fn signal_all(children: &mut [Option<Child>], sig: Signal) {
-    for child in children.iter_mut().flatten() {
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = killpg(Pid::from_raw(child.id() as i32), sig);
+impl Ranks {
+    fn any_running(&self) -> bool {
+        self.running.iter().any(|r| *r)
+    }
+
+    fn running_ranks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.running
+            .iter()
+            .enumerate()
+            .filter_map(|(r, running)| running.then_some(r))
+    }
+
+    /// Send `sig` to the process group of every rank still running.
+    fn signal(&self, sig: Signal) {
+        for r in self.running_ranks() {
+            let _ = killpg(Pid::from_raw(self.pids[r]), sig);
         }
+    }
+
+    /// Wait up to `grace` for every rank to exit, then SIGKILL those still alive.
+    fn wait_or_kill(&mut self, exits: &mpsc::Receiver<(u32, ExitStatus)>, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while self.any_running() && Instant::now() < deadline {
+            if let Ok((r, _)) = exits.recv_timeout(Duration::from_millis(20)) {
+                self.running[r as usize] = false;
+            }
+        }
+        self.signal(Signal::SIGKILL);
     }
 }
 
@@ -280,15 +304,6 @@ fn forward(stream: impl std::io::Read, prefix: String, is_err: bool) {
             let _ = writeln!(o, "{prefix}{text}");
         }
     }
-}
-
-/// Wait up to `grace` for every child to exit, then SIGKILL those still alive.
-fn wait_or_kill(children: &mut [Option<Child>], grace: Duration) {
-    let deadline = Instant::now() + grace;
-    while running_ranks(children).next().is_some() && Instant::now() < deadline {
-        thread::sleep(Duration::from_millis(20));
-    }
-    signal_all(children, Signal::SIGKILL);
 }
 
 /// Block SIGINT/SIGTERM/SIGHUP in this thread (threads spawned later inherit the mask;

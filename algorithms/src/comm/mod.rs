@@ -317,7 +317,7 @@ impl<'a> Group<'_, 'a> {
         c.check_usable()?;
         let r = c.p2p.run(c.rank, &c.sync, self.ops);
         if let Err(e) = &r {
-            c.broken = Some(e.to_string());
+            c.fail(e);
         }
         r
     }
@@ -341,7 +341,7 @@ impl AbortHandle {
     /// for anything; only the first call has an effect.
     pub fn abort(&self, why: &str) {
         if self.flag.abort(why) {
-            self.boot.abort_job(why);
+            self.boot.abort_job(None, why);
         }
     }
 }
@@ -432,6 +432,10 @@ impl Communicator {
     ) -> Result<Communicator, CommError> {
         commhal_backend_host_emu::link();
         let (rank, n) = (bootstrap.rank(), bootstrap.size());
+        if options.wait.is_none() {
+            // Reject a bad COMMHAL_WAIT_TIMEOUT_MS before any exchange with the peers.
+            commhal_channels::wait::timeout_from_env()?;
+        }
         let node = match options.node {
             Some(v) => v,
             None => env_u32("COMMHAL_NODE")?.unwrap_or(0),
@@ -458,6 +462,16 @@ impl Communicator {
             .collect();
 
         let catalog = Catalog::discover()?;
+        if !catalog.errors().is_empty() {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                for e in catalog.errors() {
+                    tracing::warn!(
+                        "rank {rank}: {e} (ignored: the other backends are used; `commhal info` lists every plugin)"
+                    );
+                }
+            });
+        }
         let selection = match &options.backends {
             Some(list) => Selection::named(list),
             None => Selection::from_env(None)?,
@@ -1054,9 +1068,21 @@ impl Communicator {
         if let Err(e) = &r
             && !matches!(e, CommError::Invalid(_) | CommError::Unregistered(_))
         {
-            self.broken = Some(e.to_string());
+            self.fail(e);
         }
         r
+    }
+
+    /// A call failed mid-way: the communicator is broken. When the cause is a dead
+    /// peer, tell the other ranks which one (once), so that a rank that sees this
+    /// rank's connection close first still blames the rank that died.
+    fn fail(&mut self, e: &CommError) {
+        if self.broken.is_none()
+            && let CommError::Hal(HalError::PeerDead { rank, .. }) = e
+        {
+            self.boot.abort_job(Some(*rank), &e.to_string());
+        }
+        self.broken = Some(e.to_string());
     }
 
     /// Exchange `sig` the first time it is seen; fail on every rank if ranks disagree.

@@ -123,9 +123,10 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     }
     /// Tell every peer, best effort and without blocking, that this rank gives up the
     /// job because of `why`: their [`Bootstrap::peer_failure`] flags are raised naming
-    /// this rank. A no-op where peers cannot be told.
-    fn abort_job(&self, why: &str) {
-        let _ = why;
+    /// `origin` (the rank whose failure caused this, when known) or else this rank.
+    /// A no-op where peers cannot be told.
+    fn abort_job(&self, origin: Option<Rank>, why: &str) {
+        let _ = (origin, why);
     }
 }
 

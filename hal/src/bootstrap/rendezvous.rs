@@ -112,6 +112,7 @@ fn send_abort(stream: &mut TcpStream, what: &str, millis: Option<u64>) {
     let msg = wire::encode(&Abort {
         what: what.to_string(),
         millis,
+        origin: None,
     });
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = wire::write_frame(stream, Kind::Abort, 0, &msg);

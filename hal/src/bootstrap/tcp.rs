@@ -159,9 +159,22 @@ fn receive_loop(me: Rank, peer: Rank, mut s: TcpStream, mailbox: Arc<Mailbox>) {
         match wire::read_frame(&mut s, MAX_MESSAGE) {
             Ok(Some(f)) if f.kind == Kind::Data => mailbox.put(peer, f.tag, f.payload),
             Ok(Some(f)) if f.kind == Kind::Abort => {
-                let what = wire::decode::<wire::Abort>("abort", &f.payload)
-                    .map(|a| a.what)
-                    .unwrap_or_else(|e| e.to_string());
+                let abort = wire::decode::<wire::Abort>("abort", &f.payload);
+                let what = match &abort {
+                    Ok(a) => a.what.clone(),
+                    Err(e) => e.to_string(),
+                };
+                // The peer gave up because `origin` failed: blame the origin.
+                if let Ok(wire::Abort {
+                    origin: Some(o), ..
+                }) = abort
+                    && o != me
+                    && o != peer
+                {
+                    mailbox
+                        .failure
+                        .peer_dead(o, format!("reported by rank {peer}: {what}"));
+                }
                 break format!("aborted the job: {what}");
             }
             Ok(Some(f)) => {
@@ -311,12 +324,17 @@ impl Bootstrap for TcpBootstrap {
     fn peer_failure(&self) -> Option<Arc<AbortFlag>> {
         Some(self.mailbox.failure.clone())
     }
-    fn abort_job(&self, why: &str) {
+    fn abort_job(&self, origin: Option<Rank>, why: &str) {
         let msg = wire::encode(&wire::Abort {
-            what: format!("rank {} aborted: {why}", self.rank),
+            what: format!("rank {} gave up: {why}", self.rank),
             millis: None,
+            origin: origin.filter(|&o| o != self.rank && o < self.size),
         });
-        for link in self.links.iter().flatten() {
+        for (peer, link) in self.links.iter().enumerate() {
+            let Some(link) = link else { continue };
+            if self.mailbox.dead_reason(peer as Rank).is_some() {
+                continue;
+            }
             // A sender busy on this link (or stuck on a full socket) is skipped: the
             // peer then learns of the abort when this process exits.
             if let Ok(mut s) = link.try_lock() {
