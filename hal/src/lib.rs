@@ -16,6 +16,8 @@ pub mod abort;
 pub mod bootstrap;
 pub mod dynamic;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guarantees;
 pub mod memory;
 pub mod plugin;

@@ -34,8 +34,8 @@ pub const MAX_FDS: usize = 253;
 
 const MAGIC: [u8; 4] = *b"CMFD";
 const VERSION: u16 = 1;
-const HELLO_LEN: usize = 4 + 2 + 4 + 16;
-const HEADER_LEN: usize = 24;
+pub(crate) const HELLO_LEN: usize = 4 + 2 + 4 + 16;
+pub(crate) const HEADER_LEN: usize = 24;
 
 /// Send `data` (at least one byte) with `fds` attached, in one `sendmsg`. The
 /// descriptors stay open here; the receiver gets its own copies.
@@ -235,21 +235,13 @@ fn serve_fd_conn(
         tracing::warn!("rank {me}: refused a descriptor connection that sent no hello: {e}");
         return;
     }
-    let from = u32::from_le_bytes(hello[6..10].try_into().expect("4 bytes"));
-    if hello[0..4] != MAGIC || u16::from_le_bytes([hello[4], hello[5]]) != VERSION {
-        tracing::warn!("rank {me}: refused a descriptor connection with a bad magic or version");
-        return;
-    }
-    if !secrets_equal(&hello[10..26], &secret) {
-        tracing::warn!(
-            "rank {me}: refused a descriptor connection claiming rank {from} with the wrong job secret"
-        );
-        return;
-    }
-    if from >= size {
-        tracing::warn!("rank {me}: refused a descriptor connection from rank {from} of {size}");
-        return;
-    }
+    let from = match parse_hello(&hello, &secret, size) {
+        Ok(from) => from,
+        Err(why) => {
+            tracing::warn!("rank {me}: refused a descriptor connection: {why}");
+            return;
+        }
+    };
     if s.set_read_timeout(None).is_err() {
         return;
     }
@@ -278,18 +270,44 @@ fn read_fd_message(s: &mut UnixStream) -> Result<Option<(u64, Vec<OwnedFd>)>> {
         s.read_exact(&mut header[n..])
             .map_err(|e| HalError::io("reading a descriptor message header", e))?;
     }
+    let tag = parse_header(&header, fds.len())?;
+    Ok(Some((tag, fds)))
+}
+
+/// Check a descriptor connection's hello: the rank it claims, or why it is refused.
+pub(crate) fn parse_hello(
+    hello: &[u8; HELLO_LEN],
+    secret: &[u8; 16],
+    size: u32,
+) -> std::result::Result<Rank, String> {
+    let from = u32::from_le_bytes([hello[6], hello[7], hello[8], hello[9]]);
+    if hello[0..4] != MAGIC || u16::from_le_bytes([hello[4], hello[5]]) != VERSION {
+        return Err("bad magic or version".into());
+    }
+    if !secrets_equal(&hello[10..26], secret) {
+        return Err(format!("claims rank {from} with the wrong job secret"));
+    }
+    if from >= size {
+        return Err(format!("claims rank {from} of a {size}-rank job"));
+    }
+    Ok(from)
+}
+
+/// Check a descriptor message's header against the `nfds` descriptors that came
+/// with it; returns its tag.
+pub(crate) fn parse_header(header: &[u8; HEADER_LEN], nfds: usize) -> Result<u64> {
     if header[0..4] != MAGIC || u16::from_le_bytes([header[4], header[5]]) != VERSION {
         return Err(HalError::Bootstrap("bad descriptor message header".into()));
     }
-    let tag = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-    let count = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes")) as usize;
-    if count != fds.len() {
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&header[8..16]);
+    let count = u32::from_le_bytes([header[16], header[17], header[18], header[19]]) as usize;
+    if count != nfds {
         return Err(HalError::Bootstrap(format!(
-            "message announced {count} descriptors but carried {}",
-            fds.len()
+            "message announced {count} descriptors but carried {nfds}"
         )));
     }
-    Ok(Some((tag, fds)))
+    Ok(u64::from_le_bytes(tag))
 }
 
 /// A rank's side of descriptor passing: its accepting socket (served by a background
