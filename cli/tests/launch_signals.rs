@@ -176,3 +176,41 @@ fn bench_rejects_sizes_that_cannot_grow() {
         assert!(err.contains("-b") || err.contains("-f"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn launch_forwards_sigint_and_sighup_and_exits_with_the_signal() {
+    for (sig, code) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGHUP, 129),
+    ] {
+        let mut child = commhal()
+            .args(["launch", "-n", "2", "--grace", "60", "--", "sh", "-c"])
+            .arg("echo ready; exec sleep 120")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (_, _rest) = lines_until(&mut child, "ready", 2);
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let status = wait_bounded(&mut child, Duration::from_secs(30));
+        assert_eq!(status.code(), Some(code), "{sig}");
+    }
+}
+
+/// After a failure, ranks still running when the report window ends are named as
+/// possibly hung, and the first failure is blamed.
+#[test]
+fn launch_names_the_first_failure_and_the_ranks_that_hang() {
+    let out = commhal()
+        .args(["launch", "-n", "3", "--grace", "1", "--", "sh", "-c"])
+        .arg(
+            "case $COMMHAL_RANK in 0) sleep 0.3; exit 4;; 1) exec sleep 60;; \
+             2) sleep 0.6; exit 5;; esac",
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 0 failed (exit code 4) first"), "{err}");
+    assert!(err.contains("rank(s) 1 still running"), "{err}");
+}
