@@ -174,7 +174,9 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         if let Ok((rank, status)) = exits.recv_timeout(Duration::from_millis(20)) {
             ranks.running[rank as usize] = false;
             let remaining = ranks.running.iter().filter(|r| **r).count();
-            if !status.success() && failed.is_none() && signalled == 0 {
+            // After a signal to `launch`, ranks dying of it are no failure to report.
+            let interrupted_now = signalled != 0 || interrupted.load(Ordering::SeqCst) != 0;
+            if !status.success() && failed.is_none() && !interrupted_now {
                 failed = Some((rank, status));
                 eprintln!(
                     "commhal launch: rank {rank} failed ({}) first; the {remaining} other running rank(s) get {} s to report, then are stopped",
@@ -216,6 +218,10 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
             }
             _ => {}
         }
+    }
+    if signalled == 0 {
+        // A signal whose ranks all died before the loop looked at the flag.
+        signalled = interrupted.load(Ordering::SeqCst);
     }
     // Whatever a rank left behind in its group would keep our output pipes open.
     if let Ok(g) = groups.lock() {

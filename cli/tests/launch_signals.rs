@@ -178,8 +178,9 @@ fn bench_rejects_sizes_that_cannot_grow() {
 }
 
 #[test]
-fn launch_forwards_sigint_and_sighup_and_exits_with_the_signal() {
+fn launch_forwards_each_signal_and_exits_with_it() {
     for (sig, code) in [
+        (nix::sys::signal::Signal::SIGTERM, 143),
         (nix::sys::signal::Signal::SIGINT, 130),
         (nix::sys::signal::Signal::SIGHUP, 129),
     ] {
