@@ -58,13 +58,41 @@ fn env_parse(var: &str) -> Option<u64> {
     std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok())
 }
 
+/// The wait timeout when `COMMHAL_WAIT_TIMEOUT_MS` is not set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Parse a `COMMHAL_WAIT_TIMEOUT_MS` value (`None` or empty: [`DEFAULT_TIMEOUT`]).
+/// Anything but a positive whole number of milliseconds is an error: `0` would make
+/// every wait fail at once, and a typo silently meaning "30 s" hides the mistake.
+pub fn timeout_from_value(value: Option<&str>) -> Result<Duration, HalError> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(DEFAULT_TIMEOUT),
+        Some(v) => match v.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(HalError::Config(format!(
+                "{TIMEOUT_ENV}={v:?} is not a positive number of milliseconds: set it to e.g. 30000, or unset it for the default ({} ms)",
+                DEFAULT_TIMEOUT.as_millis()
+            ))),
+        },
+    }
+}
+
+/// The wait timeout from `COMMHAL_WAIT_TIMEOUT_MS` (see [`timeout_from_value`]).
+pub fn timeout_from_env() -> Result<Duration, HalError> {
+    timeout_from_value(std::env::var(TIMEOUT_ENV).ok().as_deref())
+}
+
 impl Default for WaitPolicy {
     /// 1000 spins, 100 yields, 20 µs sleeps, no futex, timeout 30 s (or
-    /// `COMMHAL_WAIT_TIMEOUT_MS`).
+    /// `COMMHAL_WAIT_TIMEOUT_MS`; an invalid value is logged and ignored here:
+    /// callers that can fail check it with [`timeout_from_env`] first, as
+    /// `Communicator::new` does).
     fn default() -> Self {
-        let timeout = env_parse(TIMEOUT_ENV)
-            .map(Duration::from_millis)
-            .unwrap_or(Duration::from_secs(30));
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        let timeout = timeout_from_env().unwrap_or_else(|e| {
+            WARNED.call_once(|| tracing::warn!("{e}; using {} ms", DEFAULT_TIMEOUT.as_millis()));
+            DEFAULT_TIMEOUT
+        });
         WaitPolicy {
             spins: 1000,
             spin_for: Duration::ZERO,
@@ -320,6 +348,19 @@ mod tests {
                 h.join().unwrap().unwrap();
             });
             assert_eq!(waiters.load(Ordering::SeqCst), 0);
+        }
+    }
+
+    #[test]
+    fn timeout_values() {
+        assert_eq!(timeout_from_value(None).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(
+            timeout_from_value(Some(" 250 ")).unwrap(),
+            Duration::from_millis(250)
+        );
+        for bad in ["abc", "-5", "0", "1.5"] {
+            let e = timeout_from_value(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains(TIMEOUT_ENV) && e.contains(bad), "{e}");
         }
     }
 

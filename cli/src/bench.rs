@@ -173,6 +173,31 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is not a size (use e.g. 4096, 1K, 64M, 1G)"))
 }
 
+/// `-b`/`-e` as bytes, after checking that the size sweep ends: `-b` at least 1 (a
+/// zero start never grows), `-b <= -e`, `-f >= 2`, `-n >= 1`.
+pub fn check_sizes(args: &BenchArgs) -> Result<(u64, u64), String> {
+    let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
+    if lo == 0 {
+        return Err(format!(
+            "bench: -b {}: the smallest size must be at least 1 byte (sizes grow by multiplying by -f, so 0 never grows)",
+            args.min_bytes
+        ));
+    }
+    if lo > hi {
+        return Err(format!("bench: -b {lo} is above -e {hi}: pass -b <= -e"));
+    }
+    if args.factor < 2 {
+        return Err(format!(
+            "bench: -f {}: the step factor must be at least 2 so that sizes grow",
+            args.factor
+        ));
+    }
+    if args.iters == 0 {
+        return Err("bench: -n 0: run at least 1 iteration".into());
+    }
+    Ok((lo, hi))
+}
+
 /// Entry point.
 pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
     let named;
@@ -201,12 +226,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
     let dtype =
         DataType::from_name(args.dtype.as_deref().unwrap_or("f32")).map_err(|e| e.to_string())?;
     let op = RedOp::from_name(&args.op).map_err(|e| e.to_string())?;
-    let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
-    if lo > hi || args.factor < 2 || args.iters == 0 {
-        return Err(format!(
-            "bench: need -b <= -e ({lo} > {hi}?), -f >= 2 and -n >= 1"
-        ));
-    }
+    let (lo, hi) = check_sizes(args)?;
     let env = LaunchEnv::detect().map_err(|e| e.to_string())?;
     if env.is_none()
         && let Some(n) = args.ranks
@@ -461,12 +481,17 @@ struct Ctx {
     root: u32,
 }
 
-/// Input value of rank `r` at element `i`: exact under any reduction order.
-fn value(op: RedOp, r: u64, i: u64) -> f64 {
+/// Input value of rank `r` at element `i`: exact under any reduction order. Sums and
+/// products may use negative inputs even for unsigned types (they wrap the same way
+/// in the library and in the checker's signed arithmetic); min and max compare, so
+/// unsigned types get non-negative inputs there.
+fn value(dtype: DataType, op: RedOp, r: u64, i: u64) -> f64 {
     let x = (r.wrapping_mul(7) + i.wrapping_mul(13) + (i >> 7)) % 9;
+    let unsigned = matches!(dtype, DataType::U8 | DataType::U32 | DataType::U64);
     match op {
         RedOp::Sum | RedOp::Avg => (x % 3) as f64 - 1.0,
         RedOp::Prod => [-1.0, 1.0, 2.0][(x % 3) as usize],
+        RedOp::Min | RedOp::Max if unsigned => x as f64,
         RedOp::Min | RedOp::Max => x as f64 - 3.0,
     }
 }
@@ -503,7 +528,11 @@ fn fill(
     };
     for i in 0..elems {
         let o = at + i as usize * s;
-        encode_into(ctx.dtype, value(ctx.op, me, i), &mut buf[o..o + s]);
+        encode_into(
+            ctx.dtype,
+            value(ctx.dtype, ctx.op, me, i),
+            &mut buf[o..o + s],
+        );
     }
 }
 
@@ -570,9 +599,9 @@ impl Ctx {
         let cb = count as usize * s;
         let red = |i: u64, at: u64| -> Vec<u8> {
             // Reduce every rank's element `at`.
-            let mut acc = value(self.op, 0, at);
+            let mut acc = value(self.dtype, self.op, 0, at);
             for r in 1..n {
-                let v = value(self.op, r, at);
+                let v = value(self.dtype, self.op, r, at);
                 acc = match self.op {
                     RedOp::Sum | RedOp::Avg => acc + v,
                     RedOp::Prod => acc * v,
@@ -588,7 +617,7 @@ impl Ctx {
         };
         let single = |r: u64, at: u64| -> Vec<u8> {
             let mut b = vec![0u8; s];
-            encode_into(self.dtype, value(self.op, r, at), &mut b);
+            encode_into(self.dtype, value(self.dtype, self.op, r, at), &mut b);
             b
         };
         let (out, range): (&[u8], std::ops::Range<usize>) = match (self.coll, in_place) {

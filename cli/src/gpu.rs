@@ -70,9 +70,10 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
     let min_bytes = ccli::parse_size(&a.min_bytes).map_err(|e| format!("-b: {e}"))?;
     let max_bytes = ccli::parse_size(&a.max_bytes).map_err(|e| format!("-e: {e}"))?;
-    if min_bytes > max_bytes || a.factor < 2 || a.iters == 0 {
+    if min_bytes == 0 || min_bytes > max_bytes || a.factor < 2 || a.iters == 0 {
         return bad(format!(
-            "need -b <= -e ({min_bytes} > {max_bytes}?), -f >= 2 and -n >= 1"
+            "need 1 <= -b <= -e (-b {min_bytes}, -e {max_bytes}), -f >= 2 (-f {}) and -n >= 1 (-n {})",
+            a.factor, a.iters
         ));
     }
     let ll_max = match &a.ll_max {
@@ -356,9 +357,10 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
     }
     let min_bytes = ccli::parse_size(&t.min_bytes).map_err(|e| format!("-b: {e}"))?;
     let max_bytes = ccli::parse_size(&t.max_bytes).map_err(|e| format!("-e: {e}"))?;
-    if min_bytes > max_bytes || t.factor < 2 || t.iters == 0 {
+    if min_bytes == 0 || min_bytes > max_bytes || t.factor < 2 || t.iters == 0 {
         return Err(format!(
-            "tune: need -b <= -e ({min_bytes} > {max_bytes}?), -f >= 2 and -n >= 1"
+            "tune: need 1 <= -b <= -e (-b {min_bytes}, -e {max_bytes}), -f >= 2 (-f {}) and -n >= 1 (-n {})",
+            t.factor, t.iters
         ));
     }
     let args = Args {

@@ -4,20 +4,26 @@
 //! `COMMHAL_LOCAL_RANK`, `COMMHAL_UNIQUE_ID`) and the torchrun ones (`RANK`,
 //! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), so
 //! commhal programs and PyTorch scripts both find their place. Output is forwarded
-//! line by line with a `[rank K]` prefix. When one rank fails, the others are stopped
-//! (SIGTERM, then SIGKILL after a grace period) and `launch` exits non-zero.
+//! line by line with a `[rank K]` prefix. When one rank fails, `launch` names it, gives
+//! the others a short window to report (a rank that notices a dead peer says so within
+//! about 2 s), then stops those still running (SIGTERM, then SIGKILL after the grace
+//! period), naming them as possibly hung, and exits with the first failure's code.
 //!
 //! Each rank runs in its own process group, so stopping a rank stops whatever it
 //! started too (a shell's children, a sanitizer's target). SIGINT, SIGTERM and SIGHUP
-//! sent to `launch` are forwarded to every rank's group.
+//! sent to `launch` are forwarded to every rank's group; ranks still running after the
+//! grace period are killed and `launch` exits with 128 + the signal. Ranks start with
+//! no signal blocked and are killed by the kernel if `launch` itself dies
+//! ([`crate::child`]).
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use std::os::unix::process::CommandExt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
@@ -94,8 +100,14 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
     let id_string = id.to_string();
 
     let groups = Arc::new(Mutex::new(Vec::<i32>::new()));
-    forward_signals(Arc::clone(&groups))?;
-    let mut children: Vec<Option<Child>> = Vec::new();
+    let interrupted = Arc::new(AtomicI32::new(0));
+    forward_signals(Arc::clone(&groups), Arc::clone(&interrupted))?;
+    let grace = Duration::from_secs(args.grace);
+    // Each rank's exit is reported by a thread blocked in `wait`, the moment it
+    // happens: the order of arrival is the order of the exits (a poll would see a
+    // crashed rank and the rank that noticed it in the same sweep, in rank order).
+    let (exits_tx, exits) = mpsc::channel::<(u32, ExitStatus)>();
+    let mut ranks = Ranks::default();
     let mut forwarders = Vec::new();
     for rank in 0..args.nranks {
         let mut cmd = Command::new(program);
@@ -114,10 +126,12 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        crate::child::prepare(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                stop_all(&mut children, Duration::from_secs(args.grace));
+                ranks.signal(Signal::SIGTERM);
+                ranks.wait_or_kill(&exits, grace);
                 return Err(format!(
                     "launch: cannot start `{program}` for rank {rank}: {e}"
                 ));
@@ -138,36 +152,76 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         if let Ok(mut g) = groups.lock() {
             g.push(child.id() as i32);
         }
-        children.push(Some(child));
+        ranks.pids.push(child.id() as i32);
+        ranks.running.push(true);
+        let tx = exits_tx.clone();
+        thread::spawn(move || {
+            let status = child.wait();
+            // A failed `wait` is reported as a failure of the rank.
+            let status = status.unwrap_or_else(|_| {
+                use std::os::unix::process::ExitStatusExt;
+                ExitStatus::from_raw(1 << 8)
+            });
+            let _ = tx.send((rank, status));
+        });
     }
+    drop(exits_tx);
 
     let mut failed: Option<(u32, ExitStatus)> = None;
-    let mut remaining = args.nranks;
-    while remaining > 0 {
-        let mut exits = Vec::new();
-        for (rank, slot) in children.iter_mut().enumerate() {
-            if let Some(child) = slot
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                exits.push((rank as u32, status));
-                *slot = None;
-            }
-        }
-        for (rank, status) in exits {
-            remaining -= 1;
-            if !status.success() && failed.is_none() {
+    let mut signalled = 0;
+    let mut phase = Phase::Running;
+    while ranks.any_running() {
+        if let Ok((rank, status)) = exits.recv_timeout(Duration::from_millis(20)) {
+            ranks.running[rank as usize] = false;
+            let remaining = ranks.running.iter().filter(|r| **r).count();
+            // After a signal to `launch`, ranks dying of it are no failure to report.
+            let interrupted_now = signalled != 0 || interrupted.load(Ordering::SeqCst) != 0;
+            if !status.success() && failed.is_none() && !interrupted_now {
                 failed = Some((rank, status));
                 eprintln!(
-                    "commhal launch: rank {rank} failed ({}); stopping the {} other running rank(s)",
+                    "commhal launch: rank {rank} failed ({}) first; the {remaining} other running rank(s) get {} s to report, then are stopped",
                     describe(status),
-                    remaining
+                    REPORT_WINDOW.as_secs()
                 );
-                stop_all(&mut children, Duration::from_secs(args.grace));
+                if matches!(phase, Phase::Running) {
+                    phase = Phase::Reporting(Instant::now() + REPORT_WINDOW);
+                }
+            }
+            continue;
+        }
+        let sig = interrupted.load(Ordering::SeqCst);
+        if sig != 0 && signalled == 0 {
+            // The signal thread already forwarded it to every rank's group.
+            signalled = sig;
+            if !matches!(phase, Phase::Terminating(_) | Phase::Killed) {
+                phase = Phase::Terminating(Instant::now() + grace);
             }
         }
-        if remaining > 0 {
-            thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        match phase {
+            Phase::Reporting(until) if now >= until => {
+                if let Some((first, _)) = failed {
+                    let running: Vec<String> =
+                        ranks.running_ranks().map(|r| r.to_string()).collect();
+                    eprintln!(
+                        "commhal launch: rank(s) {} still running {} s after rank {first} failed; stopping them (if the failed ranks timed out waiting for one of these, that one hung)",
+                        running.join(", "),
+                        REPORT_WINDOW.as_secs()
+                    );
+                }
+                ranks.signal(Signal::SIGTERM);
+                phase = Phase::Terminating(now + grace);
+            }
+            Phase::Terminating(kill_at) if now >= kill_at => {
+                ranks.signal(Signal::SIGKILL);
+                phase = Phase::Killed;
+            }
+            _ => {}
         }
+    }
+    if signalled == 0 {
+        // A signal whose ranks all died before the loop looked at the flag.
+        signalled = interrupted.load(Ordering::SeqCst);
     }
     // Whatever a rank left behind in its group would keep our output pipes open.
     if let Ok(g) = groups.lock() {
@@ -178,10 +232,69 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
     for f in forwarders {
         let _ = f.join();
     }
+    if signalled != 0 {
+        eprintln!("commhal launch: stopped by signal {signalled}");
+        return Ok(128 + signalled);
+    }
     Ok(match failed {
         None => 0,
         Some((_, status)) => exit_code(status),
     })
+}
+
+/// How long ranks still running after the first failure may take to exit on their own
+/// (a rank that notices a dead peer reports it within about 2 s) before SIGTERM.
+const REPORT_WINDOW: Duration = Duration::from_secs(3);
+
+/// Where the launch stands.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Every rank running or exited cleanly.
+    Running,
+    /// A rank failed; the others may report until then.
+    Reporting(Instant),
+    /// SIGTERM (or the user's signal) sent; SIGKILL at that time.
+    Terminating(Instant),
+    /// SIGKILL sent.
+    Killed,
+}
+
+/// The started ranks: process (group) id and whether its exit is still to come.
+#[derive(Debug, Default)]
+struct Ranks {
+    pids: Vec<i32>,
+    running: Vec<bool>,
+}
+
+impl Ranks {
+    fn any_running(&self) -> bool {
+        self.running.iter().any(|r| *r)
+    }
+
+    fn running_ranks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.running
+            .iter()
+            .enumerate()
+            .filter_map(|(r, running)| running.then_some(r))
+    }
+
+    /// Send `sig` to the process group of every rank still running.
+    fn signal(&self, sig: Signal) {
+        for r in self.running_ranks() {
+            let _ = killpg(Pid::from_raw(self.pids[r]), sig);
+        }
+    }
+
+    /// Wait up to `grace` for every rank to exit, then SIGKILL those still alive.
+    fn wait_or_kill(&mut self, exits: &mpsc::Receiver<(u32, ExitStatus)>, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        while self.any_running() && Instant::now() < deadline {
+            if let Ok((r, _)) = exits.recv_timeout(Duration::from_millis(20)) {
+                self.running[r as usize] = false;
+            }
+        }
+        self.signal(Signal::SIGKILL);
+    }
 }
 
 fn forward(stream: impl std::io::Read, prefix: String, is_err: bool) {
@@ -199,33 +312,14 @@ fn forward(stream: impl std::io::Read, prefix: String, is_err: bool) {
     }
 }
 
-/// SIGTERM every running child, then SIGKILL those still alive after `grace`.
-fn stop_all(children: &mut [Option<Child>], grace: Duration) {
-    for child in children.iter().flatten() {
-        let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    loop {
-        let alive = children
-            .iter_mut()
-            .flatten()
-            .any(|c| matches!(c.try_wait(), Ok(None)));
-        if !alive || Instant::now() >= deadline {
-            break;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    for child in children.iter_mut().flatten() {
-        if matches!(child.try_wait(), Ok(None)) {
-            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
-        }
-    }
-}
-
-/// Block SIGINT/SIGTERM/SIGHUP in this process (threads spawned later inherit the
-/// mask; `std::process::Command` resets it in children) and forward each one received
-/// to every rank's process group from a dedicated thread.
-fn forward_signals(groups: Arc<Mutex<Vec<i32>>>) -> Result<(), String> {
+/// Block SIGINT/SIGTERM/SIGHUP in this thread (threads spawned later inherit the mask;
+/// children get an empty one from [`crate::child::prepare`]) and forward each one
+/// received to every rank's process group from a dedicated thread, recording the first
+/// in `interrupted` so that the launch stops the ranks and exits non-zero.
+fn forward_signals(
+    groups: Arc<Mutex<Vec<i32>>>,
+    interrupted: Arc<AtomicI32>,
+) -> Result<(), String> {
     let mut set = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         set.add(s);
@@ -235,6 +329,7 @@ fn forward_signals(groups: Arc<Mutex<Vec<i32>>>) -> Result<(), String> {
     thread::spawn(move || {
         while let Ok(sig) = set.wait() {
             eprintln!("commhal launch: got {sig}, forwarding it to every rank");
+            let _ = interrupted.compare_exchange(0, sig as i32, Ordering::SeqCst, Ordering::SeqCst);
             if let Ok(g) = groups.lock() {
                 for &pgid in g.iter() {
                     let _ = killpg(Pid::from_raw(pgid), sig);

@@ -1,6 +1,7 @@
 //! `commhal`: inspect backends, launch ranks, run the conformance suite and benchmarks.
 
 mod bench;
+mod child;
 mod gpu;
 mod info;
 mod launch;

@@ -90,6 +90,11 @@ pub enum HalError {
         /// What was observed.
         detail: String,
     },
+    /// The communicator was aborted ([`crate::AbortFlag::abort`]).
+    #[error(
+        "aborted: {0}; the communicator cannot be used any more: create a new one on every rank"
+    )]
+    Aborted(String),
     /// Bootstrap failure (connection, protocol, authentication).
     #[error("bootstrap: {0}")]
     Bootstrap(String),

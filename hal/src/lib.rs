@@ -12,9 +12,12 @@
 //! * [`error`]: the error every API returns.
 #![warn(missing_docs)]
 
+pub mod abort;
 pub mod bootstrap;
 pub mod dynamic;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guarantees;
 pub mod memory;
 pub mod plugin;
@@ -22,6 +25,7 @@ pub mod registry;
 pub mod topology;
 pub mod transport;
 
+pub use abort::{AbortFlag, AbortReason};
 pub use error::{HalError, Result};
 pub use guarantees::{FlushMeaning, Guarantees, SignalStrength};
 pub use memory::{Export, MemoryKind, Region};

@@ -374,6 +374,12 @@ fn plugin_path_problems_are_collected_not_fatal() {
                 if file.ends_with("libcommhal_plugin_text.so") && reason.contains("shared library"))),
         "{msgs:?}"
     );
+    // The dynamic loader's own words are kept, not just "dlopen failed".
+    assert!(
+        msgs.iter().any(|m| m.contains("libcommhal_plugin_text.so")
+            && (m.contains("invalid ELF header") || m.contains("file too short"))),
+        "{msgs:?}"
+    );
     assert!(
         cat.errors().iter().any(|e| matches!(e,
             HalError::Plugin { file, .. } if file.ends_with("does-not-exist"))),

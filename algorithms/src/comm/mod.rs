@@ -45,14 +45,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::dynamic::DynMemoryMapped;
 use commhal_hal::registry::{Catalog, Selection};
-use commhal_hal::{Device, Endpoint, HalError, Rank, Region};
+use commhal_hal::{AbortFlag, Device, Endpoint, HalError, Rank, Region};
 
 use crate::builders::{Algorithm, build};
 use crate::dtype::{DataType, RedOp, check_op};
 use crate::exec::port::{Area, Ports};
 use crate::exec::raw::{self, Span};
 use crate::exec::run::{Invocation, RankBufs};
-use crate::exec::sync::{SyncTable, region_bytes};
+use crate::exec::sync::{Stop, SyncTable, region_bytes};
 use crate::exec::{PortStats, Prepared, packet_area_bytes};
 use crate::plan::Collective;
 use crate::selector::{Selector, Topology};
@@ -317,13 +317,34 @@ impl<'a> Group<'_, 'a> {
         c.check_usable()?;
         let r = c.p2p.run(c.rank, &c.sync, self.ops);
         if let Err(e) = &r {
-            c.broken = Some(e.to_string());
+            c.fail(e);
         }
         r
     }
 }
 
 static NEXT_COMM: AtomicU64 = AtomicU64::new(1);
+
+/// Aborts a [`Communicator`] from any thread ([`Communicator::abort_handle`]).
+#[derive(Debug, Clone)]
+pub struct AbortHandle {
+    flag: Arc<AbortFlag>,
+    boot: Arc<dyn Bootstrap>,
+}
+
+impl AbortHandle {
+    /// Make the communicator's outstanding call (on whichever thread runs it) and
+    /// every later call fail promptly with [`HalError::Aborted`] carrying `why`, and
+    /// tell the peers through the bootstrap, best effort, so that their calls fail
+    /// too, naming this rank. The bootstrap connections then count as gone on the
+    /// peers: every communicator sharing that bootstrap stops. Returns without waiting
+    /// for anything; only the first call has an effect.
+    pub fn abort(&self, why: &str) {
+        if self.flag.abort(why) {
+            self.boot.abort_job(None, why);
+        }
+    }
+}
 
 /// One rank's handle on a group of ranks. Not `Sync`: calls on one communicator are
 /// made by one thread at a time, in the same order on every rank.
@@ -371,7 +392,7 @@ impl Drop for Communicator {
         let Some(ports) = self.ports.clone() else {
             return;
         };
-        if self.broken.is_some() {
+        if self.broken.is_some() || self.sync.stop.is_set() {
             return;
         }
         let far: Vec<Rank> = (0..self.n).filter(|&q| ports.is_far(q)).collect();
@@ -411,6 +432,10 @@ impl Communicator {
     ) -> Result<Communicator, CommError> {
         commhal_backend_host_emu::link();
         let (rank, n) = (bootstrap.rank(), bootstrap.size());
+        if options.wait.is_none() {
+            // Reject a bad COMMHAL_WAIT_TIMEOUT_MS before any exchange with the peers.
+            commhal_channels::wait::timeout_from_env()?;
+        }
         let node = match options.node {
             Some(v) => v,
             None => env_u32("COMMHAL_NODE")?.unwrap_or(0),
@@ -437,6 +462,16 @@ impl Communicator {
             .collect();
 
         let catalog = Catalog::discover()?;
+        if !catalog.errors().is_empty() {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                for e in catalog.errors() {
+                    tracing::warn!(
+                        "rank {rank}: {e} (ignored: the other backends are used; `commhal info` lists every plugin)"
+                    );
+                }
+            });
+        }
         let selection = match &options.backends {
             Some(list) => Selection::named(list),
             None => Selection::from_env(None)?,
@@ -502,7 +537,11 @@ impl Communicator {
             ports.as_deref(),
         )?;
         tag_seq += 1;
-        let sync = SyncTable::new(rank, &sync_mem.areas(), tuning, ports.clone());
+        let stop = Stop {
+            local: Arc::new(AbortFlag::new()),
+            peers: bootstrap.peer_failure(),
+        };
+        let sync = SyncTable::new(rank, &sync_mem.areas(), tuning, ports.clone(), stop);
         let p2p = p2p::P2p::new(&mem, bootstrap.as_ref(), &mut tag_seq, ports.as_deref())?;
         // Every rank has mapped every sync region before anyone signals.
         bootstrap.barrier()?;
@@ -622,7 +661,22 @@ impl Communicator {
         })
     }
 
+    /// A handle that aborts this communicator from any thread, like `ncclCommAbort`:
+    /// see [`AbortHandle::abort`].
+    pub fn abort_handle(&self) -> AbortHandle {
+        AbortHandle {
+            flag: self.sync.stop.local.clone(),
+            boot: self.boot.clone(),
+        }
+    }
+
+    /// Abort this communicator: see [`AbortHandle::abort`].
+    pub fn abort(&self, why: &str) {
+        self.abort_handle().abort(why);
+    }
+
     fn check_usable(&self) -> Result<(), CommError> {
+        self.sync.stop.check()?;
         match &self.broken {
             Some(why) => Err(CommError::Broken(why.clone())),
             None => Ok(()),
@@ -1014,9 +1068,21 @@ impl Communicator {
         if let Err(e) = &r
             && !matches!(e, CommError::Invalid(_) | CommError::Unregistered(_))
         {
-            self.broken = Some(e.to_string());
+            self.fail(e);
         }
         r
+    }
+
+    /// A call failed mid-way: the communicator is broken. When the cause is a dead
+    /// peer, tell the other ranks which one (once), so that a rank that sees this
+    /// rank's connection close first still blames the rank that died.
+    fn fail(&mut self, e: &CommError) {
+        if self.broken.is_none()
+            && let CommError::Hal(HalError::PeerDead { rank, .. }) = e
+        {
+            self.boot.abort_job(Some(*rank), &e.to_string());
+        }
+        self.broken = Some(e.to_string());
     }
 
     /// Exchange `sig` the first time it is seen; fail on every rank if ranks disagree.

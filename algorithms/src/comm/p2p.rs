@@ -140,6 +140,7 @@ impl P2p {
                 continue;
             }
             idle += 1;
+            sync.stop.check()?;
             if Instant::now() >= deadline {
                 let pending: Vec<String> = work
                     .iter()

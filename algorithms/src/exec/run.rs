@@ -8,8 +8,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Barrier;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use commhal_channels::packet::{ll_split, ll_word};
 
@@ -279,6 +280,64 @@ fn packet_range(plan: &Plan, c: &ChunkRef, count: u64, s: u64) -> (usize, usize)
     (first as usize, n as usize)
 }
 
+/// What a block released from [`BlockBarrier`] by another block's failure returns.
+const RELEASED: &str = "another block of this rank failed";
+
+/// The barrier of one rank's blocks. Unlike `std::sync::Barrier` it lets the waiting
+/// blocks go, with an error, once a block failed (it will never arrive) or the
+/// communicator must stop (dead peer, abort).
+#[derive(Debug)]
+pub(crate) struct BlockBarrier {
+    n: usize,
+    /// Blocks arrived in this round, and the round.
+    state: Mutex<(usize, u64)>,
+    cv: Condvar,
+    failed: AtomicBool,
+}
+
+impl BlockBarrier {
+    fn new(n: usize) -> Self {
+        BlockBarrier {
+            n,
+            state: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// A block failed: release every waiter, now and later.
+    fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+        let _g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.cv.notify_all();
+    }
+
+    fn wait(&self, stop: &super::sync::Stop) -> Result<(), CommError> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let round = g.1;
+        g.0 += 1;
+        if g.0 == self.n {
+            *g = (0, round.wrapping_add(1));
+            self.cv.notify_all();
+            return Ok(());
+        }
+        loop {
+            if g.1 != round {
+                return Ok(());
+            }
+            stop.check()?;
+            if self.failed.load(Ordering::SeqCst) {
+                return Err(CommError::Broken(RELEASED.into()));
+            }
+            g = self
+                .cv
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
 impl Invocation<'_> {
     /// Run every block of this rank; returns the first error.
     pub(crate) fn run(&self) -> Result<(), CommError> {
@@ -304,27 +363,36 @@ impl Invocation<'_> {
             0 => Ok(()),
             1 => self.run_block(0, None),
             _ => {
-                let barrier = Barrier::new(nb);
+                let barrier = BlockBarrier::new(nb);
+                let run = |b: usize| {
+                    let r = self.run_block(b, Some(&barrier));
+                    if r.is_err() {
+                        barrier.fail();
+                    }
+                    r
+                };
+                let run = &run;
                 std::thread::scope(|s| {
-                    let handles: Vec<_> = (1..nb)
-                        .map(|b| {
-                            let barrier = &barrier;
-                            s.spawn(move || self.run_block(b, Some(barrier)))
-                        })
-                        .collect();
-                    let first = self.run_block(0, Some(&barrier));
-                    let mut result = first;
+                    let handles: Vec<_> = (1..nb).map(|b| s.spawn(move || run(b))).collect();
+                    let mut results = vec![run(0)];
                     for h in handles {
-                        let r = h.join().unwrap_or_else(|_| {
+                        results.push(h.join().unwrap_or_else(|_| {
                             Err(CommError::Invalid(
                                 "an executor block thread panicked".into(),
                             ))
-                        });
-                        if result.is_ok() {
-                            result = r;
-                        }
+                        }));
                     }
-                    result
+                    // The cause, not a block released from the barrier because of it.
+                    let mut errors = results.into_iter().filter_map(Result::err);
+                    let first = errors.next();
+                    match first {
+                        Some(CommError::Broken(ref m)) if m == RELEASED => Err(errors
+                            .next()
+                            .or(first)
+                            .unwrap_or_else(|| CommError::Broken(RELEASED.into()))),
+                        Some(e) => Err(e),
+                        None => Ok(()),
+                    }
                 })
             }
         }
@@ -406,7 +474,7 @@ impl Invocation<'_> {
         ))
     }
 
-    fn run_block(&self, b: usize, barrier: Option<&Barrier>) -> Result<(), CommError> {
+    fn run_block(&self, b: usize, barrier: Option<&BlockBarrier>) -> Result<(), CommError> {
         let me = self.prep.me;
         for (i, (op, occ)) in self.prep.blocks[b].iter().enumerate() {
             match op {
@@ -524,7 +592,7 @@ impl Invocation<'_> {
                 }
                 Op::Barrier => {
                     if let Some(b) = barrier {
-                        b.wait();
+                        b.wait(&self.sync.stop)?;
                     }
                 }
                 Op::Finalize { dst } => {

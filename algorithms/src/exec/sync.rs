@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use commhal_channels::WaitPolicy;
 use commhal_channels::counter::reached;
 use commhal_channels::wait::wake_sleepers;
-use commhal_hal::HalError;
+use commhal_hal::{AbortFlag, HalError};
 
 use super::port::{PortBuf, Ports};
 use super::raw::{self, Span};
@@ -67,6 +67,34 @@ pub(crate) fn kind_index(k: ChannelKind) -> usize {
     }
 }
 
+/// What every wait of a communicator polls besides its condition: the communicator's
+/// own abort flag ([`crate::comm::AbortHandle`]) and the bootstrap's peer-failure
+/// flag (raised when a peer's bootstrap connection closes, i.e. at once when its
+/// process dies). A raised flag ends a wait within one blocking slice
+/// ([`commhal_channels::wait::FUTEX_SLICE`]) with an error naming the dead rank.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stop {
+    pub(crate) local: Arc<AbortFlag>,
+    pub(crate) peers: Option<Arc<AbortFlag>>,
+}
+
+impl Stop {
+    /// Whether a wait must give up (two relaxed loads).
+    #[inline]
+    pub(crate) fn is_set(&self) -> bool {
+        self.local.is_set() || self.peers.as_ref().is_some_and(|p| p.is_set())
+    }
+
+    /// The reason to give up, as an error (this rank's abort first).
+    pub(crate) fn check(&self) -> Result<(), HalError> {
+        self.local.check()?;
+        if let Some(p) = &self.peers {
+            p.check()?;
+        }
+        Ok(())
+    }
+}
+
 /// One rank's view of every rank's sync region.
 #[derive(Debug)]
 pub(crate) struct SyncTable {
@@ -81,6 +109,8 @@ pub(crate) struct SyncTable {
     pub(crate) ports: Option<Arc<Ports>>,
     /// Every far peer's sync region as a port target (`None` for near ranks).
     remote: Vec<Option<commhal_backend_host_emu::TcpRemote>>,
+    /// When waits give up early.
+    pub(crate) stop: Stop,
 }
 
 impl SyncTable {
@@ -90,6 +120,7 @@ impl SyncTable {
         areas: &[super::port::Area],
         tuning: WaitPolicy,
         ports: Option<Arc<Ports>>,
+        stop: Stop,
     ) -> SyncTable {
         let n = areas.len();
         SyncTable {
@@ -110,6 +141,7 @@ impl SyncTable {
                 })
                 .collect(),
             ports,
+            stop,
         }
     }
 
@@ -194,6 +226,8 @@ impl SyncTable {
         let slot = Self::slot(peer, kind, tag);
         let (counter, waiters) = self.sem(self.me, slot);
         let me = self.me;
+        let stop = &self.stop;
+        let mut stopped = false;
         self.tuning.wait_on(
             counter,
             Some(waiters),
@@ -203,8 +237,18 @@ impl SyncTable {
                     "rank {me}: signal #{target} from rank {peer} (channel kind {kind}, tag {tag}; counter is {v}): is rank {peer} alive and running the same collective?"
                 )
             },
-            |seen| reached(seen.unwrap_or_else(|| counter.load(Ordering::Acquire)), target),
-        )
+            |seen| {
+                if reached(seen.unwrap_or_else(|| counter.load(Ordering::Acquire)), target) {
+                    return true;
+                }
+                stopped = stop.is_set();
+                stopped
+            },
+        )?;
+        if stopped {
+            stop.check()?;
+        }
+        Ok(())
     }
 
     /// Consume one signal on `(peer → me, kind, tag)` if it has arrived; never blocks.
@@ -243,20 +287,33 @@ impl SyncTable {
     ) -> Result<(), HalError> {
         let (bell, sleepers, wake_at) = self.doorbell(self.me);
         let me = self.me;
+        let stop = &self.stop;
+        let mut stopped = false;
         self.tuning.wait_on(
             bell,
             Some(sleepers),
             || format!("rank {me}: {}", what()),
             |seen| {
                 let m = missing();
-                if let (Some(d), true) = (seen, m != 0) {
+                if m == 0 {
+                    return true;
+                }
+                if stop.is_set() {
+                    stopped = true;
+                    return true;
+                }
+                if let Some(d) = seen {
                     // About to sleep: every missing source rings after `d` was read (its
                     // ring would otherwise have made its packets visible), so the bell
                     // reaches d + m; ask `ring` to wake us then.
                     wake_at.store(d.wrapping_add(m as u64), Ordering::SeqCst);
                 }
-                m == 0
+                false
             },
-        )
+        )?;
+        if stopped {
+            stop.check()?;
+        }
+        Ok(())
     }
 }

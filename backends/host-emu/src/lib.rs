@@ -25,6 +25,8 @@
 #![warn(missing_docs)]
 
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod port;
 mod register;

@@ -179,25 +179,7 @@ impl ShmBuf {
                 "host-emu export rejected: {what}; pass the Export produced by host-emu's export() unchanged"
             ))
         };
-        let b = &export.bytes;
-        if b.len() != EXPORT_HEADER_LEN || &b[0..4] != MAGIC {
-            return Err(bad(format!(
-                "header is {} bytes or has a wrong magic",
-                b.len()
-            )));
-        }
-        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
-        let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
-        let (version, len, pid, id) = (half(4), word(8), half(16), word(24));
-        if version != VERSION {
-            return Err(bad(format!("header version {version}, expected {VERSION}")));
-        }
-        if len != export.len {
-            return Err(bad(format!(
-                "header says {len} bytes but Export.len says {}",
-                export.len
-            )));
-        }
+        let (len, pid, id) = parse_export_header(&export.bytes, export.len).map_err(bad)?;
         if export.fds.len() != 1 {
             return Err(bad(format!(
                 "expected exactly 1 fd, got {}",
@@ -312,6 +294,29 @@ impl ShmMapping {
     pub fn is_same_process(&self) -> bool {
         self.0.id != 0
     }
+}
+
+/// Check a host-emu export header against the export's `len`: (length, owner pid,
+/// buffer id), or what is wrong with it.
+pub(crate) fn parse_export_header(
+    b: &[u8],
+    export_len: u64,
+) -> std::result::Result<(u64, u32, u64), String> {
+    if b.len() != EXPORT_HEADER_LEN || b.get(0..4) != Some(&MAGIC[..]) {
+        return Err(format!("header is {} bytes or has a wrong magic", b.len()));
+    }
+    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+    let half = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
+    let (version, len, pid, id) = (half(4), word(8), half(16), word(24));
+    if version != VERSION {
+        return Err(format!("header version {version}, expected {VERSION}"));
+    }
+    if len != export_len {
+        return Err(format!(
+            "header says {len} bytes but Export.len says {export_len}"
+        ));
+    }
+    Ok((len, pid, id))
 }
 
 #[cfg(test)]

@@ -703,3 +703,76 @@ fn works_through_the_dyn_mirror() {
     assert_eq!(&got, b"dynamic!");
     assert_eq!(dst_mem.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
 }
+
+/// Rank 1's bootstrap, opening silent connections to the listener (they connect and
+/// never say hello) before the real connector uses the invitation.
+#[derive(Debug)]
+struct Squatter {
+    inner: InProcBootstrap,
+    silent: Mutex<Vec<TcpStream>>,
+}
+
+impl Bootstrap for Squatter {
+    fn rank(&self) -> Rank {
+        self.inner.rank()
+    }
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+    fn send(&self, peer: Rank, tag: u64, data: &[u8]) -> Result<()> {
+        self.inner.send(peer, tag, data)
+    }
+    fn recv(&self, peer: Rank, tag: u64) -> Result<Vec<u8>> {
+        let m = self.inner.recv(peer, tag)?;
+        let inv = Invitation::decode(peer, &m).unwrap();
+        let mut silent = self.silent.lock().unwrap();
+        for _ in 0..14 {
+            silent.push(TcpStream::connect(inv.addrs[0]).unwrap());
+        }
+        Ok(m)
+    }
+    fn all_gather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.inner.all_gather(data)
+    }
+    fn broadcast(&self, root: Rank, data: &[u8]) -> Result<Vec<u8>> {
+        self.inner.broadcast(root, data)
+    }
+    fn barrier(&self) -> Result<()> {
+        self.inner.barrier()
+    }
+    fn send_fds(&self, peer: Rank, tag: u64, fds: &[OwnedFd]) -> Result<()> {
+        self.inner.send_fds(peer, tag, fds)
+    }
+    fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
+        self.inner.recv_fds(peer, tag)
+    }
+}
+
+/// Connections that never say hello do not hold up the real one (the listener reads
+/// every pending hello at once, each with its own bound).
+#[test]
+fn silent_connections_do_not_starve_the_real_peer() {
+    let mut b = boots();
+    let squatter = Squatter {
+        inner: b.pop().unwrap(),
+        silent: Mutex::new(Vec::new()),
+    };
+    let (t0, t1) = (HostTcp::new().unwrap(), HostTcp::new().unwrap());
+    let start = std::time::Instant::now();
+    let (r0, r1) = thread::scope(|s| {
+        let h = s.spawn(|| connect(&t1, &squatter, 1));
+        (connect(&t0, &b[0], 0), h.join().unwrap())
+    });
+    r0.expect("rank 0 connects despite the silent connections");
+    r1.expect("rank 1 connects despite the silent connections");
+    assert_eq!(squatter.silent.lock().unwrap().len(), 14);
+    // The bootstrap timeout is 10 s; serial 5 s hello waits would take 70 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        start.elapsed()
+    );
+}

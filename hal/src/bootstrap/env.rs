@@ -227,8 +227,19 @@ impl LaunchEnv {
         match &self.rendezvous {
             Some(Rendezvous::UniqueId(id)) => Ok(id.clone()),
             Some(Rendezvous::Master {
-                host, port, secret, ..
+                host,
+                port,
+                secret,
+                derived_secret,
             }) => {
+                if *derived_secret {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(
+                            "the job secret is derived from the launcher's variables (MASTER_ADDR, MASTER_PORT, world size, job ids): anyone who can read them can join this job; set {COMMHAL_SECRET} to the same 32 hex digits on every rank (e.g. from `openssl rand -hex 16`) or use {COMMHAL_UNIQUE_ID}"
+                        )
+                    });
+                }
                 let addr = resolve(host, *port)?;
                 Ok(UniqueId::with_secret(addr, *secret))
             }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
+use crate::bootstrap::gate::{Gate, HELLO_WAIT, Pass};
 use crate::bootstrap::mailbox::Mailbox;
 use crate::bootstrap::unique_id::{digest, hex, secrets_equal};
 use crate::error::{HalError, Result};
@@ -33,8 +34,8 @@ pub const MAX_FDS: usize = 253;
 
 const MAGIC: [u8; 4] = *b"CMFD";
 const VERSION: u16 = 1;
-const HELLO_LEN: usize = 4 + 2 + 4 + 16;
-const HEADER_LEN: usize = 24;
+pub(crate) const HELLO_LEN: usize = 4 + 2 + 4 + 16;
+pub(crate) const HEADER_LEN: usize = 24;
 
 /// Send `data` (at least one byte) with `fds` attached, in one `sendmsg`. The
 /// descriptors stay open here; the receiver gets its own copies.
@@ -164,6 +165,7 @@ impl FdListener {
         let shutdown = Arc::new(AtomicBool::new(false));
         let stop = shutdown.clone();
         let listener = self.listener;
+        let gate = Gate::new(size);
         thread::Builder::new()
             .name(format!("commhal-fd-accept-r{me}"))
             .spawn(move || {
@@ -173,10 +175,19 @@ impl FdListener {
                     }
                     match conn {
                         Ok(s) => {
+                            let Some(pass) = gate.enter() else {
+                                tracing::warn!(
+                                    "rank {me}: dropped a descriptor connection: {} connections are already waiting to say hello",
+                                    gate.cap()
+                                );
+                                continue;
+                            };
                             let mb = mailbox.clone();
                             let spawned = thread::Builder::new()
                                 .name(format!("commhal-fd-recv-r{me}"))
-                                .spawn(move || serve_fd_conn(s, me, size, secret, timeout, mb));
+                                .spawn(move || {
+                                    serve_fd_conn(s, me, size, secret, timeout, pass, mb)
+                                });
                             if let Err(e) = spawned {
                                 tracing::warn!(
                                     "rank {me}: cannot start a descriptor reader thread: {e}"
@@ -211,31 +222,26 @@ fn serve_fd_conn(
     size: u32,
     secret: [u8; 16],
     timeout: Duration,
+    pass: Pass,
     mailbox: Arc<Mailbox>,
 ) {
     let mut hello = [0u8; HELLO_LEN];
     let read = s
-        .set_read_timeout(Some(timeout))
+        .set_read_timeout(Some(timeout.min(HELLO_WAIT)))
         .and_then(|_| s.read_exact(&mut hello));
+    // Authenticated or refused below: either way no longer a pending hello.
+    drop(pass);
     if let Err(e) = read {
         tracing::warn!("rank {me}: refused a descriptor connection that sent no hello: {e}");
         return;
     }
-    let from = u32::from_le_bytes(hello[6..10].try_into().expect("4 bytes"));
-    if hello[0..4] != MAGIC || u16::from_le_bytes([hello[4], hello[5]]) != VERSION {
-        tracing::warn!("rank {me}: refused a descriptor connection with a bad magic or version");
-        return;
-    }
-    if !secrets_equal(&hello[10..26], &secret) {
-        tracing::warn!(
-            "rank {me}: refused a descriptor connection claiming rank {from} with the wrong job secret"
-        );
-        return;
-    }
-    if from >= size {
-        tracing::warn!("rank {me}: refused a descriptor connection from rank {from} of {size}");
-        return;
-    }
+    let from = match parse_hello(&hello, &secret, size) {
+        Ok(from) => from,
+        Err(why) => {
+            tracing::warn!("rank {me}: refused a descriptor connection: {why}");
+            return;
+        }
+    };
     if s.set_read_timeout(None).is_err() {
         return;
     }
@@ -264,18 +270,44 @@ fn read_fd_message(s: &mut UnixStream) -> Result<Option<(u64, Vec<OwnedFd>)>> {
         s.read_exact(&mut header[n..])
             .map_err(|e| HalError::io("reading a descriptor message header", e))?;
     }
+    let tag = parse_header(&header, fds.len())?;
+    Ok(Some((tag, fds)))
+}
+
+/// Check a descriptor connection's hello: the rank it claims, or why it is refused.
+pub(crate) fn parse_hello(
+    hello: &[u8; HELLO_LEN],
+    secret: &[u8; 16],
+    size: u32,
+) -> std::result::Result<Rank, String> {
+    let from = u32::from_le_bytes([hello[6], hello[7], hello[8], hello[9]]);
+    if hello[0..4] != MAGIC || u16::from_le_bytes([hello[4], hello[5]]) != VERSION {
+        return Err("bad magic or version".into());
+    }
+    if !secrets_equal(&hello[10..26], secret) {
+        return Err(format!("claims rank {from} with the wrong job secret"));
+    }
+    if from >= size {
+        return Err(format!("claims rank {from} of a {size}-rank job"));
+    }
+    Ok(from)
+}
+
+/// Check a descriptor message's header against the `nfds` descriptors that came
+/// with it; returns its tag.
+pub(crate) fn parse_header(header: &[u8; HEADER_LEN], nfds: usize) -> Result<u64> {
     if header[0..4] != MAGIC || u16::from_le_bytes([header[4], header[5]]) != VERSION {
         return Err(HalError::Bootstrap("bad descriptor message header".into()));
     }
-    let tag = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-    let count = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes")) as usize;
-    if count != fds.len() {
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&header[8..16]);
+    let count = u32::from_le_bytes([header[16], header[17], header[18], header[19]]) as usize;
+    if count != nfds {
         return Err(HalError::Bootstrap(format!(
-            "message announced {count} descriptors but carried {}",
-            fds.len()
+            "message announced {count} descriptors but carried {nfds}"
         )));
     }
-    Ok(Some((tag, fds)))
+    Ok(u64::from_le_bytes(tag))
 }
 
 /// A rank's side of descriptor passing: its accepting socket (served by a background
@@ -350,7 +382,7 @@ impl Drop for FdEndpoint {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::{Seek, SeekFrom};
 
@@ -425,5 +457,44 @@ mod tests {
         assert_ne!(socket_name(&a, 0), socket_name(&b, 0));
         assert_ne!(socket_name(&a, 0), socket_name(&a, 1));
         assert!(!socket_name(&a, 0).contains(&hex(&a)));
+    }
+
+    /// Held by tests that count this process's threads, so they do not count each
+    /// other's.
+    pub(crate) static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// Threads of this process.
+    pub(crate) fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+    }
+
+    /// Connections that never say hello cost no more than a capped number of threads
+    /// (each would otherwise hold a thread and a descriptor until the timeout).
+    #[test]
+    fn silent_connections_are_capped() {
+        let _counting = COUNTING.lock().unwrap_or_else(|p| p.into_inner());
+        let secret = crate::bootstrap::unique_id::random_secret().unwrap();
+        let l = FdListener::bind(&secret, 0).unwrap();
+        let _e = l
+            .start(
+                0,
+                2,
+                secret,
+                Duration::from_secs(20),
+                Arc::new(Mailbox::default()),
+            )
+            .unwrap();
+        let before = threads();
+        let addr = unix_addr(&socket_name(&secret, 0)).unwrap();
+        let silent: Vec<UnixStream> = (0..300)
+            .filter_map(|_| UnixStream::connect_addr(&addr).ok())
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let grown = threads().saturating_sub(before);
+        assert!(
+            grown < 150,
+            "{} silent connections started {grown} threads",
+            silent.len()
+        );
     }
 }

@@ -8,9 +8,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::abort::AbortFlag;
 use crate::error::{HalError, Result};
 use crate::topology::Rank;
 
@@ -30,6 +31,8 @@ struct State {
 pub(crate) struct Mailbox {
     state: Mutex<State>,
     cv: Condvar,
+    /// Raised with the first peer found dead, for the waits of communicators.
+    pub(crate) failure: Arc<AbortFlag>,
 }
 
 impl Mailbox {
@@ -58,12 +61,12 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
-    /// `from`'s message connection is gone. The first reason is kept.
+    /// `from`'s message connection is gone. The first reason is kept; the first dead
+    /// peer raises [`Mailbox::failure`].
     pub fn mark_dead(&self, from: Rank, detail: impl Into<String>) {
-        self.lock()
-            .dead
-            .entry(from)
-            .or_insert_with(|| detail.into());
+        let detail = detail.into();
+        self.failure.peer_dead(from, detail.clone());
+        self.lock().dead.entry(from).or_insert(detail);
         self.cv.notify_all();
     }
 
@@ -151,7 +154,6 @@ impl Mailbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::time::Duration;
 
     fn soon() -> Instant {

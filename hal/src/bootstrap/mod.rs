@@ -21,12 +21,13 @@
 mod collectives;
 pub mod env;
 pub mod fdpass;
+mod gate;
 mod inproc;
 mod mailbox;
 mod rendezvous;
 mod tcp;
-mod unique_id;
-mod wire;
+pub(crate) mod unique_id;
+pub(crate) mod wire;
 
 pub use env::{LaunchEnv, Launcher, Rendezvous};
 pub use inproc::InProcBootstrap;
@@ -35,8 +36,10 @@ pub use unique_id::UniqueId;
 pub use wire::MAX_MESSAGE;
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::abort::AbortFlag;
 use crate::error::Result;
 use crate::memory::Export;
 use crate::topology::Rank;
@@ -112,6 +115,19 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     fn send_fds(&self, peer: Rank, tag: u64, fds: &[OwnedFd]) -> Result<()>;
     /// Receive file descriptors sent with [`Bootstrap::send_fds`].
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>>;
+    /// The flag this bootstrap raises when it learns that a peer is gone (its
+    /// connection closed, or it aborted the job), for communicators to poll in their
+    /// waits; `None` when the bootstrap cannot tell (ranks that are threads).
+    fn peer_failure(&self) -> Option<Arc<AbortFlag>> {
+        None
+    }
+    /// Tell every peer, best effort and without blocking, that this rank gives up the
+    /// job because of `why`: their [`Bootstrap::peer_failure`] flags are raised naming
+    /// `origin` (the rank whose failure caused this, when known) or else this rank.
+    /// A no-op where peers cannot be told.
+    fn abort_job(&self, origin: Option<Rank>, why: &str) {
+        let _ = (origin, why);
+    }
 }
 
 /// Send an [`Export`] (bytes and descriptors) to `peer`.
@@ -132,31 +148,7 @@ pub fn send_export(b: &dyn Bootstrap, peer: Rank, tag: u64, export: &Export) -> 
 /// Receive an [`Export`] sent with [`send_export`].
 pub fn recv_export(b: &dyn Bootstrap, peer: Rank, tag: u64) -> Result<Export> {
     let msg = b.recv(peer, tag)?;
-    let bad = || crate::HalError::Bootstrap(format!("malformed export message from rank {peer}"));
-    let take = |m: &[u8], at: usize, n: usize| m.get(at..at + n).map(|s| s.to_vec());
-    let name_len = u32::from_le_bytes(
-        take(&msg, 0, 4)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    ) as usize;
-    let backend = String::from_utf8(take(&msg, 4, name_len).ok_or_else(bad)?).map_err(|_| bad())?;
-    let mut at = 4 + name_len;
-    let len = u64::from_le_bytes(
-        take(&msg, at, 8)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    );
-    at += 8;
-    let nfds = u32::from_le_bytes(
-        take(&msg, at, 4)
-            .ok_or_else(bad)?
-            .try_into()
-            .map_err(|_| bad())?,
-    ) as usize;
-    at += 4;
-    let bytes = msg[at..].to_vec();
+    let (backend, len, nfds, bytes) = parse_export_message(peer, &msg)?;
     let fds = if nfds > 0 {
         b.recv_fds(peer, tag)?
     } else {
@@ -174,4 +166,30 @@ pub fn recv_export(b: &dyn Bootstrap, peer: Rank, tag: u64) -> Result<Export> {
         bytes,
         fds,
     })
+}
+
+/// Split an export message from `peer` into (backend, length, descriptor count,
+/// backend bytes).
+pub(crate) fn parse_export_message(
+    peer: Rank,
+    msg: &[u8],
+) -> Result<(String, u64, usize, Vec<u8>)> {
+    let bad = || crate::HalError::Bootstrap(format!("malformed export message from rank {peer}"));
+    let field = |at: usize, n: usize| -> Result<&[u8]> {
+        at.checked_add(n)
+            .and_then(|end| msg.get(at..end))
+            .ok_or_else(bad)
+    };
+    let u32_at = |at: usize| -> Result<u32> {
+        let b = field(at, 4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let name_len = u32_at(0)? as usize;
+    let backend = String::from_utf8(field(4, name_len)?.to_vec()).map_err(|_| bad())?;
+    let at = 4 + name_len;
+    let mut len = [0u8; 8];
+    len.copy_from_slice(field(at, 8)?);
+    let nfds = u32_at(at + 8)? as usize;
+    let bytes = msg[at + 12..].to_vec();
+    Ok((backend, u64::from_le_bytes(len), nfds, bytes))
 }

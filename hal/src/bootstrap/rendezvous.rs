@@ -22,6 +22,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::bootstrap::gate::{Gate, HELLO_WAIT};
 use crate::bootstrap::unique_id::{UniqueId, parse_secret_hex, secrets_equal};
 use crate::bootstrap::wire::{
     self, Abort, Hello, Kind, MAX_CONTROL, MAX_HELLO, PeerInfo, WireError,
@@ -59,6 +60,25 @@ pub(crate) fn unspecified_like(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The address a non-root rank's mesh listener binds: the interface this host uses
+/// to reach the root (loopback for a job on loopback), so peers can connect while
+/// other networks cannot. Falls back to the wildcard address only when the route to
+/// the root cannot be determined.
+pub(crate) fn mesh_bind_ip(root: SocketAddr) -> IpAddr {
+    let ip = root.ip();
+    if ip.is_loopback() {
+        return ip;
+    }
+    // A UDP "connect" sends nothing; it only picks the route and its source address.
+    let local = SocketAddr::new(unspecified_like(ip), 0);
+    std::net::UdpSocket::bind(local)
+        .and_then(|u| u.connect(root).and_then(|()| u.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|a| !a.is_unspecified())
+        .unwrap_or_else(|| unspecified_like(ip))
+}
+
 /// Time left until `deadline`, at least 1 ms (socket timeouts reject zero).
 fn left(deadline: Instant) -> Duration {
     deadline
@@ -92,6 +112,7 @@ fn send_abort(stream: &mut TcpStream, what: &str, millis: Option<u64>) {
     let msg = wire::encode(&Abort {
         what: what.to_string(),
         millis,
+        origin: None,
     });
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = wire::write_frame(stream, Kind::Abort, 0, &msg);
@@ -146,17 +167,28 @@ pub(crate) fn accept_ranks(
     }
     let (tx, rx) =
         mpsc::channel::<(TcpStream, SocketAddr, std::result::Result<Hello, WireError>)>();
+    let gate = Gate::new(size);
     while !expected.iter().all(|r| joined.contains_key(r)) {
         // Take every pending connection; each one's hello is read on its own thread
-        // so a silent client cannot hold up the others.
+        // so a silent client cannot hold up the others, with at most `gate.cap()`
+        // such threads (extra connections are closed at once).
         loop {
             match listener.accept() {
                 Ok((mut s, peer)) => {
+                    let Some(pass) = gate.enter() else {
+                        tracing::warn!(
+                            "rank {me}: dropped a bootstrap connection from {peer}: {} connections are already waiting to say hello",
+                            gate.cap()
+                        );
+                        continue;
+                    };
                     let tx = tx.clone();
+                    let until = deadline.min(Instant::now() + HELLO_WAIT);
                     let spawned = thread::Builder::new()
                         .name(format!("commhal-hello-r{me}"))
                         .spawn(move || {
-                            let r = read_hello(&mut s, deadline);
+                            let r = read_hello(&mut s, until);
+                            drop(pass);
                             let _ = tx.send((s, peer, r));
                         });
                     if let Err(e) = spawned {
@@ -460,5 +492,55 @@ pub(crate) fn build_mesh(
             ),
             millis,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections that never say hello cost no more than a capped number of threads.
+    #[test]
+    fn silent_connections_to_the_root_are_capped() {
+        let _counting = crate::bootstrap::fdpass::tests::COUNTING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let id = UniqueId::new_local().unwrap();
+        let before = crate::bootstrap::fdpass::tests::threads();
+        let root = std::thread::spawn(move || {
+            let expected: BTreeSet<Rank> = [1].into();
+            accept_ranks(
+                &listener,
+                &id,
+                0,
+                2,
+                &expected,
+                Instant::now() + Duration::from_secs(3),
+            )
+            .map(|_| ())
+            .map_err(|(_, missing)| missing)
+        });
+        let silent: Vec<TcpStream> = (0..300)
+            .filter_map(|_| TcpStream::connect(addr).ok())
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+        let grown = crate::bootstrap::fdpass::tests::threads().saturating_sub(before);
+        assert!(
+            grown < 150,
+            "{} silent connections started {grown} threads",
+            silent.len()
+        );
+        assert_eq!(root.join().unwrap(), Err(vec![1]));
+    }
+
+    /// A job on loopback gets a loopback mesh listener, never the wildcard address.
+    #[test]
+    fn mesh_listener_binds_the_jobs_interface() {
+        let ip = mesh_bind_ip("127.0.0.1:5000".parse().unwrap());
+        assert_eq!(ip, IpAddr::from([127, 0, 0, 1]));
+        let ip = mesh_bind_ip("[::1]:5000".parse().unwrap());
+        assert_eq!(ip, "::1".parse::<IpAddr>().unwrap());
     }
 }

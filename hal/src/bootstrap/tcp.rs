@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::abort::AbortFlag;
 use crate::bootstrap::collectives::{self, Exchange};
 use crate::bootstrap::env::LaunchEnv;
 use crate::bootstrap::fdpass::{FdEndpoint, FdListener};
@@ -77,8 +78,8 @@ impl TcpBootstrap {
             let (streams, table) = rendezvous::serve_root(&listener, id, size, timeout)?;
             (streams, table.into_iter().map(|p| p.host).collect())
         } else {
-            let any = SocketAddr::new(rendezvous::unspecified_like(id.addr().ip()), 0);
-            let listener = TcpListener::bind(any)
+            let at = SocketAddr::new(rendezvous::mesh_bind_ip(id.addr()), 0);
+            let listener = TcpListener::bind(at)
                 .map_err(|e| HalError::io(format!("binding rank {rank}'s mesh listener"), e))?;
             let port = listener
                 .local_addr()
@@ -158,9 +159,22 @@ fn receive_loop(me: Rank, peer: Rank, mut s: TcpStream, mailbox: Arc<Mailbox>) {
         match wire::read_frame(&mut s, MAX_MESSAGE) {
             Ok(Some(f)) if f.kind == Kind::Data => mailbox.put(peer, f.tag, f.payload),
             Ok(Some(f)) if f.kind == Kind::Abort => {
-                let what = wire::decode::<wire::Abort>("abort", &f.payload)
-                    .map(|a| a.what)
-                    .unwrap_or_else(|e| e.to_string());
+                let abort = wire::decode::<wire::Abort>("abort", &f.payload);
+                let what = match &abort {
+                    Ok(a) => a.what.clone(),
+                    Err(e) => e.to_string(),
+                };
+                // The peer gave up because `origin` failed: blame the origin.
+                if let Ok(wire::Abort {
+                    origin: Some(o), ..
+                }) = abort
+                    && o != me
+                    && o != peer
+                {
+                    mailbox
+                        .failure
+                        .peer_dead(o, format!("reported by rank {peer}: {what}"));
+                }
                 break format!("aborted the job: {what}");
             }
             Ok(Some(f)) => {
@@ -306,5 +320,28 @@ impl Bootstrap for TcpBootstrap {
     }
     fn recv_fds(&self, peer: Rank, tag: u64) -> Result<Vec<OwnedFd>> {
         collectives::recv_fds(self, &self.mailbox, peer, tag)
+    }
+    fn peer_failure(&self) -> Option<Arc<AbortFlag>> {
+        Some(self.mailbox.failure.clone())
+    }
+    fn abort_job(&self, origin: Option<Rank>, why: &str) {
+        let msg = wire::encode(&wire::Abort {
+            what: format!("rank {} gave up: {why}", self.rank),
+            millis: None,
+            origin: origin.filter(|&o| o != self.rank && o < self.size),
+        });
+        for (peer, link) in self.links.iter().enumerate() {
+            let Some(link) = link else { continue };
+            if self.mailbox.dead_reason(peer as Rank).is_some() {
+                continue;
+            }
+            // A sender busy on this link (or stuck on a full socket) is skipped: the
+            // peer then learns of the abort when this process exits.
+            if let Ok(mut s) = link.try_lock() {
+                let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                let _ = wire::write_frame(&mut *s, Kind::Abort, 0, &msg);
+                let _ = s.set_write_timeout(Some(self.timeout));
+            }
+        }
     }
 }

@@ -184,6 +184,10 @@ pub(crate) struct Abort {
     pub what: String,
     /// Set when the cause was a timeout of this many milliseconds.
     pub millis: Option<u64>,
+    /// The rank whose failure caused this abort, when the sender knows it (absent in
+    /// older peers' messages).
+    #[serde(default)]
+    pub origin: Option<u32>,
 }
 
 /// Encode a control message.

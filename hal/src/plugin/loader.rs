@@ -44,6 +44,22 @@ pub fn is_plugin_file_name(name: &str) -> bool {
         && name["libcommhal_".len()..].contains("plugin")
 }
 
+/// `e` and its sources (libloading's `Display` says only "dlopen failed"; the
+/// loader's own text, e.g. "invalid ELF header", is the source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
 fn plugin_err(file: &Path, reason: impl Into<String>) -> HalError {
     HalError::Plugin {
         file: file.display().to_string(),
@@ -167,7 +183,8 @@ impl PluginBackend {
             plugin_err(
                 file,
                 format!(
-                    "cannot be loaded as a shared library ({e}); build the plugin as a cdylib for this platform"
+                    "cannot be loaded as a shared library ({}); build the plugin as a cdylib for this platform",
+                    with_sources(&e)
                 ),
             )
         })?;

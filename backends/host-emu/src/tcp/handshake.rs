@@ -273,68 +273,184 @@ pub(crate) fn listen(ctx: &PeerContext<'_>, instance: u64) -> Result<(TcpStream,
     listener
         .set_nonblocking(true)
         .map_err(|e| HalError::io("host-tcp: making the listener non-blocking", e))?;
+    // Every accepted socket is read without blocking, all at once, each bounded by
+    // HELLO_WAIT: connections that never speak cannot delay the real connector.
+    let mut pending: Vec<Pending> = Vec::new();
     loop {
-        match listener.accept() {
-            Ok((s, from)) => match check_hello(&s, &inv, deadline) {
-                Ok(peer_instance) => {
-                    (&s).write_all(ACCEPTED).map_err(|e| {
-                        HalError::io(format!("host-tcp: answering rank {}", inv.connector), e)
-                    })?;
-                    return Ok((s, peer_instance));
+        let mut progress = false;
+        loop {
+            match listener.accept() {
+                Ok((s, from)) => {
+                    progress = true;
+                    if pending.len() >= MAX_PENDING_HELLOS {
+                        tracing::warn!(
+                            "host-tcp: rank {} dropped a connection from {from}: {MAX_PENDING_HELLOS} connections are already waiting to say hello",
+                            inv.listener
+                        );
+                        continue;
+                    }
+                    if s.set_nonblocking(true).is_ok() {
+                        pending.push(Pending {
+                            s,
+                            from,
+                            got: 0,
+                            hello: [0; Hello::LEN],
+                            since: Instant::now(),
+                        });
+                    }
                 }
-                Err(why) => {
-                    tracing::warn!(
-                        "host-tcp: rank {} refused a connection from {from} (waiting for rank {}, tag {}): {why}",
-                        inv.listener,
-                        inv.connector,
-                        inv.tag
-                    );
-                    let mut msg = REFUSED.to_vec();
-                    msg.extend_from_slice(format!("refused: {why}").as_bytes());
-                    let _ = (&s).write_all(&msg);
-                    let _ = s.shutdown(std::net::Shutdown::Both);
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(timeout_err(
-                        format!(
-                            "rank {} to open its host-tcp connection to rank {} (tag {})",
-                            inv.connector, inv.listener, inv.tag
-                        ),
-                        limit,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if is_per_connection(&e) => break,
+                Err(e) => {
+                    return Err(HalError::io(
+                        format!("host-tcp: accepting rank {}'s connection", inv.connector),
+                        e,
                     ));
                 }
-                std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                return Err(HalError::io(
-                    format!("host-tcp: accepting rank {}'s connection", inv.connector),
-                    e,
-                ));
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            match pending[i].read() {
+                Step::More => {
+                    if pending[i].since.elapsed() >= HELLO_WAIT {
+                        let p = pending.swap_remove(i);
+                        refuse(&p, &inv, "no complete hello in time".into());
+                    } else {
+                        i += 1;
+                    }
+                }
+                Step::Progress => {
+                    progress = true;
+                    i += 1;
+                }
+                Step::Failed(why) => {
+                    progress = true;
+                    let p = pending.swap_remove(i);
+                    refuse(&p, &inv, why);
+                }
+                Step::Complete => {
+                    progress = true;
+                    let p = pending.swap_remove(i);
+                    match check_hello(&p.hello, &inv) {
+                        Ok(peer_instance) => {
+                            let s = p.s;
+                            s.set_nonblocking(false).map_err(|e| {
+                                HalError::io("host-tcp: making the connection blocking", e)
+                            })?;
+                            (&s).write_all(ACCEPTED).map_err(|e| {
+                                HalError::io(
+                                    format!("host-tcp: answering rank {}", inv.connector),
+                                    e,
+                                )
+                            })?;
+                            return Ok((s, peer_instance));
+                        }
+                        Err(why) => refuse(&p, &inv, why),
+                    }
+                }
             }
+        }
+        if Instant::now() >= deadline {
+            return Err(timeout_err(
+                format!(
+                    "rank {} to open its host-tcp connection to rank {} (tag {}){}",
+                    inv.connector,
+                    inv.listener,
+                    inv.tag,
+                    if pending.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {} other connection(s) were still silent", pending.len())
+                    }
+                ),
+                limit,
+            ));
+        }
+        if !progress {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
 
-/// Read and check an accepted socket's hello; `Err` is the refusal reason.
-fn check_hello(
-    s: &TcpStream,
-    inv: &Invitation,
-    deadline: Instant,
-) -> std::result::Result<u64, String> {
-    let wait = deadline
-        .saturating_duration_since(Instant::now())
-        .clamp(Duration::from_millis(1), HELLO_WAIT);
-    s.set_nonblocking(false)
-        .and_then(|()| s.set_read_timeout(Some(wait)))
-        .map_err(|e| format!("socket setup failed: {e}"))?;
-    let mut h = [0u8; Hello::LEN];
-    (&*s)
-        .read_exact(&mut h)
-        .map_err(|e| format!("no complete hello ({e})"))?;
-    let hello = Hello::decode(&h).ok_or("not a host-tcp hello (bad magic)")?;
+/// Most accepted connections waiting for their hello at once; more are dropped.
+const MAX_PENDING_HELLOS: usize = 64;
+
+/// An accepted socket whose hello is not complete yet.
+struct Pending {
+    s: TcpStream,
+    from: SocketAddr,
+    got: usize,
+    hello: [u8; Hello::LEN],
+    since: Instant,
+}
+
+enum Step {
+    /// Nothing new.
+    More,
+    /// Some bytes arrived.
+    Progress,
+    /// The whole hello is in.
+    Complete,
+    /// The connection failed or closed early (the reason).
+    Failed(String),
+}
+
+impl Pending {
+    /// Read what has arrived without blocking.
+    fn read(&mut self) -> Step {
+        let mut moved = false;
+        while self.got < Hello::LEN {
+            match (&self.s).read(&mut self.hello[self.got..]) {
+                Ok(0) => {
+                    return Step::Failed(format!(
+                        "closed after {} of the hello's {} bytes",
+                        self.got,
+                        Hello::LEN
+                    ));
+                }
+                Ok(n) => {
+                    self.got += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return if moved { Step::Progress } else { Step::More };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Step::Failed(format!("no complete hello ({e})")),
+            }
+        }
+        Step::Complete
+    }
+}
+
+/// Errors of `accept` that concern one incoming connection, not the listener.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ECONNABORTED | libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Tell a refused connection why (best effort) and close it.
+fn refuse(p: &Pending, inv: &Invitation, why: String) {
+    tracing::warn!(
+        "host-tcp: rank {} refused a connection from {} (waiting for rank {}, tag {}): {why}",
+        inv.listener,
+        p.from,
+        inv.connector,
+        inv.tag
+    );
+    let mut msg = REFUSED.to_vec();
+    msg.extend_from_slice(format!("refused: {why}").as_bytes());
+    let _ = (&p.s).write_all(&msg);
+    let _ = p.s.shutdown(std::net::Shutdown::Both);
+}
+
+/// Check a complete hello; `Err` is the refusal reason.
+fn check_hello(h: &[u8; Hello::LEN], inv: &Invitation) -> std::result::Result<u64, String> {
+    let hello = Hello::decode(h).ok_or("not a host-tcp hello (bad magic)")?;
     if !same_token(&hello.token, &inv.token) {
         return Err("wrong connection token".into());
     }
