@@ -783,7 +783,12 @@ fn matrix(args: &Args) -> Vec<Args> {
     } else {
         &[cli::OpName::Sum]
     };
-    cli::Dtype::value_variants()
+    let dtypes = if args.dtypes.is_empty() {
+        cli::Dtype::value_variants()
+    } else {
+        &args.dtypes[..]
+    };
+    dtypes
         .iter()
         .flat_map(|&dtype| {
             ops.iter().map(move |&op| Args {

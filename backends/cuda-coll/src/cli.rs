@@ -314,6 +314,9 @@ pub struct Args {
     /// operator) on one communicator, one table each; `-d` and `-o` are ignored.
     #[arg(long)]
     pub matrix: bool,
+    /// With `--matrix`: only these datatypes (comma-separated; default: all).
+    #[arg(long, value_delimiter = ',', requires = "matrix")]
+    pub dtypes: Vec<Dtype>,
     /// Caller buffers: start both pointers this many bytes into their allocations
     /// (pointers that are not 16-byte aligned take the staged path).
     #[arg(long, default_value_t = 0)]
