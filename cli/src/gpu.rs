@@ -47,9 +47,18 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
     if cli_backends.is_some() {
         return bad("--backends chooses the host Communicator's transports; the GPU collectives use their own kernels: drop --backends".into());
     }
-    if a.op != "sum" {
-        return bad(format!("-o {}: the GPU kernels reduce with sum only", a.op));
-    }
+    let op = match a.op.as_str() {
+        "sum" => ccli::OpName::Sum,
+        "prod" => ccli::OpName::Prod,
+        "min" => ccli::OpName::Min,
+        "max" => ccli::OpName::Max,
+        "avg" => ccli::OpName::Avg,
+        other => {
+            return bad(format!(
+                "-o {other}: expected sum, prod, min, max or avg (the pre-multiplied sum: commhal-gpu-bench -o premulsum --scalar X)"
+            ));
+        }
+    };
     if a.algo.is_some() {
         return bad("--algo picks host Communicator algorithms; the GPU kernel choice comes from the tuning file (see `commhal tune`)".into());
     }
@@ -92,8 +101,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         iters: a.iters,
         warmup: a.warmup,
         dtype,
-        // `commhal bench` has no op flag yet: sum, as before
-        op: ccli::OpName::Sum,
+        op,
         scalar: 1.0,
         root: a.root,
         check: u32::from(a.check),
@@ -116,9 +124,20 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
 }
 
 fn parse_dtype(s: &str) -> Result<Dtype, String> {
-    Dtype::from_str(s, true).map_err(|_| {
-        format!("-d {s}: the GPU collectives run half (f16), bfloat16 (bf16) and float (f32)")
-    })
+    Dtype::from_str(s, true)
+        .map_err(|_| format!("-d {s}: not a GPU datatype ({})", names::<Dtype>()))
+}
+
+/// The tuner times the kernels compiled with the main unit (f16, bf16, f32 sum); the
+/// other types and operators run the same kernels with the same thresholds.
+fn tune_dtype(s: &str) -> Result<Dtype, String> {
+    let d = parse_dtype(s).map_err(|e| format!("tune: {e}"))?;
+    match d {
+        Dtype::Half | Dtype::Bfloat16 | Dtype::Float => Ok(d),
+        _ => Err(format!(
+            "tune: -d {s}: the tuner times half, bfloat16 and float; the thresholds serve every datatype"
+        )),
+    }
 }
 
 fn names<T: ValueEnum>() -> String {
@@ -371,7 +390,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         step_factor: t.factor,
         iters: t.iters,
         warmup: t.warmup,
-        dtype: parse_dtype(&t.dtype).map_err(|e| format!("tune: {e}"))?,
+        dtype: tune_dtype(&t.dtype)?,
         op: ccli::OpName::Sum,
         scalar: 1.0,
         root: 0,
@@ -645,9 +664,9 @@ mod tests {
     #[test]
     fn bench_mistakes_are_reported_before_any_gpu_work() {
         for (v, want) in [
-            (&["allreduce", "-d", "f64"][..], "-d f64"),
+            (&["allreduce", "-d", "f16x"][..], "-d f16x"),
             (&["alltoallv"][..], "not a GPU collective"),
-            (&["allreduce", "-o", "max"][..], "sum only"),
+            (&["allreduce", "-o", "premulsum"][..], "-o premulsum"),
             (&["allreduce", "--algo", "ring"][..], "--algo"),
             (&["allreduce", "--nodes", "2"][..], "--nodes"),
             (&["allreduce", "--csv"][..], "--csv"),

@@ -1788,7 +1788,7 @@ extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_ch
 // a valid bit (bit 63) that a receiver's cleared word never has, so a receiver that sees
 // the bit in a word sees that word's data. The data words' own top bits travel together
 // in the last two words of every second row, so 63/64 of the bytes on the wire are data
-// (LL16: 1/2; session 9's LL56, a flag byte per word: 7/8; NCCL's LL128 gets 15/16 from
+// (LL16: 1/2; the former LL56, a flag byte per word: 7/8; NCCL's LL128 gets 15/16 from
 // a 128-byte store atomicity that PTX does not promise).
 //   Geometry. Data in 16-byte vectors, packets 16 bytes (two words), a row is one warp
 //   access: 32 lanes x 16 bytes = 512 consecutive bytes of packets. A row pair carries
@@ -1816,7 +1816,7 @@ extern "C" __global__ void commhal_coll_reduce_chain_f32(CollArgs a) { reduce_ch
 //   that used that half. Waiting for e - 1 made every small launch pay a round trip
 //   behind the next rank's previous launch (the root's, the last to end): 1 KiB took
 //   5.6 us on 2 ranks against LL16's 2.7, 4 ranks were flat at ~9 us up to 256 KiB
-//   (session 12, call 5).
+//   (4 x H200).
 //   Inputs and outputs are only touched by their own rank (the chain moves packets),
 //   so nothing else needs ordering; stream order covers the local buffers.
 //   A failed wait (timeout, or this rank's error word set) marks the next rank's error
@@ -1883,7 +1883,7 @@ COMMHAL_DEVICE void ll63_unpack(u64 (&w)[16], u32 lane) {
 // that is one trip to L2. Then each missing packet is loaded again until it arrives, in
 // turn: each load waits for the one before (its result decides whether the next runs),
 // which keeps a waiting warp's L2 traffic low while the link fills the region (polling
-// all 8 every pass halved the bandwidth from 16 MiB up, session 12 call 11). With only
+// all 8 every pass halved the bandwidth from 16 MiB up, 4 x H200). With only
 // the second loop every launch paid 8 trips, ~2 us (found in the SASS by review).
 // The warp's verdict: false = some lane gave up (error stored here, and in the next
 // rank's error word when `next` is another rank).

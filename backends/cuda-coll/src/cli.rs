@@ -39,7 +39,7 @@ impl Collective {
             Collective::Sendrecv => "sendrecv",
         }
     }
-    /// busbw = algbw × this (PERFORMANCE.md): all-reduce 2(n−1)/n; all-gather,
+    /// busbw = algbw × this (docs/performance.md): all-reduce 2(n−1)/n; all-gather,
     /// reduce-scatter, all-to-all (n−1)/n; broadcast, reduce, send/recv 1.
     pub fn busbw_factor(self, n: u32) -> f64 {
         let n = f64::from(n.max(1));

@@ -45,9 +45,8 @@
 //! the head kernel, [`DmaPath::allreduce_ring_tail`]; the tuned `ar_ce_min`, 3 or more
 //! ranks). Every step the copy engines take is one whole segment to one peer: a copy
 //! engine pushing to one peer while another pushes into this GPU moves ~392 GB/s per GPU
-//! against ~366 for the SM stores of the ring kernel (bench/micro/ce_pipeline.cu,
-//! session 11).
-//! - First (since session 21): reduce-scatter step 0 is a pure copy. Rank r writes `e`
+//! against ~366 for the SM stores of the ring kernel (bench/micro/ce_pipeline.cu).
+//! - First: reduce-scatter step 0 is a pure copy. Rank r writes `e`
 //!   into the previous rank's [`DMA_START`] flag (its own staging is free: its stream
 //!   reached this launch) and waits for the next rank's; copies its input segment r-1
 //!   into the next rank's staging; writes `e` into the next rank's [`DMA_MID`] flag; and

@@ -42,7 +42,7 @@ pub const PAIR_CE_FLOOR: u64 = 2 << 20;
 /// fewer, larger chunks are faster as long as the root's reduce of one chunk still ends
 /// before the next one lands: 3/8 took 721 / 1407 / 2767 µs at 256M / 512M / 1G where
 /// halving (1/2) took 731 / 1416 / 2776 and 1/3 (the reduce falling behind) 721 / 1424 /
-/// 2817 (bench/micro/ce_lanes.cu, session 14).
+/// 2817 (bench/micro/ce_lanes.cu, 2 x H200).
 pub const PAIR_CE_KEEP_EIGHTHS: u64 = 3;
 /// Most chunks of one 2-rank copy-engine reduce (the tag keeps 5 bits for the chunk).
 pub const PAIR_CE_MAX_CHUNKS: usize = 31;
@@ -153,7 +153,7 @@ pub fn ll63_region_bytes(bytes: u64) -> u64 {
 /// vectors (with fewer warps than tiles each takes every W-th), whole warps per block
 /// (at most `threads / 32`), the tiles spread over as many blocks as `max_blocks`
 /// allows: an SM's share of the link traffic is what limits these kernels (measured
-/// with session 9's LL56 on 4 x H200: 16 blocks of 16 warps moved 64 MiB at 0.7 x the
+/// with the LL56 packet format, 7 data bytes and a flag byte per word, on 4 x H200: 16 blocks of 16 warps moved 64 MiB at 0.7 x the
 /// speed of 132 blocks, 8 blocks at 0.36 x).
 pub fn ll63_grid(bytes: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
     let max_warps = u64::from((threads / 32).max(1));

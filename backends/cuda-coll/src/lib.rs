@@ -51,4 +51,9 @@ pub mod plan_exec;
 pub mod tuning;
 
 pub use comm::{BufferPath, CallBufs, Comm};
+
+/// The example of `docs/gpu-communicator.md`, compiled as a doctest so it keeps building.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/gpu-communicator.md")]
+struct GpuCommunicatorDoc;
 pub use error::{CollError, Result};
