@@ -94,9 +94,9 @@ fn gpu_argument_mistakes_come_first() {
                 "--backend",
                 "cuda-nvlink",
                 "-d",
-                "f64",
+                "f16x",
             ][..],
-            "-d f64",
+            "-d f16x",
         ),
         (
             &[
@@ -105,9 +105,9 @@ fn gpu_argument_mistakes_come_first() {
                 "--backend",
                 "cuda-nvlink",
                 "-o",
-                "max",
+                "premulsum",
             ][..],
-            "sum only",
+            "-o premulsum",
         ),
         (
             &["bench", "allreduce", "--backend", "cuda-dma"][..],
