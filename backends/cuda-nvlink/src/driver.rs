@@ -132,64 +132,21 @@ pub fn enable_peer_access(backend: &str, local: &Context, owner: &Context) -> Re
     })
 }
 
-/// `cuIpcGetMemHandle` for a `cuMemAlloc` pointer of `ctx`.
+/// `cuIpcGetMemHandle` for a `cuMemAlloc` pointer of `ctx` (cuda-rt's, errors as the
+/// backend's).
 pub fn ipc_get_handle(backend: &str, ctx: &Context, addr: u64) -> Result<[u8; IPC_HANDLE_LEN]> {
-    ctx.bind().map_err(|e| to_hal(backend, e))?;
-    let mut h = sys::CUipcMemHandle_st {
-        reserved: [0; IPC_HANDLE_LEN],
-    };
-    // SAFETY: context bound; `addr` is the base of a live cuMemAlloc allocation (the
-    // caller's contract); out-pointer valid.
-    let r = unsafe { sys::cuIpcGetMemHandle(&mut h, addr) };
-    check(backend, r, "cuIpcGetMemHandle", || {
-        format!("making a legacy IPC handle for {addr:#x}")
-    })?;
-    let mut out = [0u8; IPC_HANDLE_LEN];
-    for (o, b) in out.iter_mut().zip(h.reserved.iter()) {
-        *o = *b as u8;
-    }
-    Ok(out)
+    commhal_cuda_rt::ipc::ipc_handle(ctx, addr).map_err(|e| to_hal(backend, e))
 }
 
 /// `cuIpcOpenMemHandle` (lazy peer access) in `ctx`; returns the local address.
 /// Must be balanced by [`ipc_close`].
 pub fn ipc_open(backend: &str, ctx: &Context, handle: &[u8; IPC_HANDLE_LEN]) -> Result<u64> {
-    ctx.bind().map_err(|e| to_hal(backend, e))?;
-    let mut h = sys::CUipcMemHandle_st {
-        reserved: [0; IPC_HANDLE_LEN],
-    };
-    for (o, b) in h.reserved.iter_mut().zip(handle.iter()) {
-        *o = *b as std::ffi::c_char;
-    }
-    let mut ptr: sys::CUdeviceptr = 0;
-    // SAFETY: context bound; handle passed by value; out-pointer valid. A bogus
-    // handle is an error return.
-    let r = unsafe {
-        sys::cuIpcOpenMemHandle_v2(
-            &mut ptr,
-            h,
-            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-        )
-    };
-    check(backend, r, "cuIpcOpenMemHandle", || {
-        format!(
-            "opening a peer's legacy IPC handle on device {} (same host? exporter still alive? a process cannot open its own handles)",
-            ctx.ordinal()
-        )
-    })?;
-    Ok(ptr)
+    commhal_cuda_rt::ipc::ipc_open(ctx, handle).map_err(|e| to_hal(backend, e))
 }
 
 /// Close a pointer from [`ipc_open`]; failures are logged (called from `Drop`).
 pub fn ipc_close(ctx: &Context, ptr: u64) {
-    if ctx.bind().is_err() {
-        return;
-    }
-    // SAFETY: `ptr` came from cuIpcOpenMemHandle in this context and is closed once.
-    let r = unsafe { sys::cuIpcCloseMemHandle(ptr) };
-    if r != sys::CUresult::CUDA_SUCCESS {
-        tracing::warn!("cuIpcCloseMemHandle failed: {r:?}");
-    }
+    commhal_cuda_rt::ipc::ipc_close(ctx, ptr)
 }
 
 fn bounds(what: &str, offset: u64, len: u64, size: u64) -> Result<()> {

@@ -143,35 +143,55 @@ pub struct IpcMapping {
     addr: u64,
 }
 
+/// Open `handle` (another process's, same host) in `ctx` with lazy peer access; returns
+/// the allocation's base here. Balance with [`ipc_close`] (or use [`IpcMapping`]).
+pub fn ipc_open(ctx: &Context, handle: &[u8; IPC_HANDLE_LEN]) -> Result<u64> {
+    ctx.bind()?;
+    let mut h = sys::CUipcMemHandle_st {
+        reserved: [0; IPC_HANDLE_LEN],
+    };
+    for (o, b) in h.reserved.iter_mut().zip(handle.iter()) {
+        *o = *b as std::ffi::c_char;
+    }
+    let mut addr: sys::CUdeviceptr = 0;
+    // SAFETY: context bound; the handle is passed by value; out-pointer valid. A bogus
+    // or stale handle is an error return.
+    let r = unsafe {
+        sys::cuIpcOpenMemHandle_v2(
+            &mut addr,
+            h,
+            sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+        )
+    };
+    check(r, "cuIpcOpenMemHandle", || {
+        format!(
+            "opening a peer's legacy IPC handle on device {} (same host? exporter still alive? a process cannot open its own handles)",
+            ctx.ordinal()
+        )
+    })?;
+    Ok(addr)
+}
+
+/// Close an address from [`ipc_open`] in `ctx`, once; failures are logged (called from
+/// `Drop`).
+pub fn ipc_close(ctx: &Context, addr: u64) {
+    if ctx.bind().is_err() {
+        return;
+    }
+    // SAFETY: `addr` came from cuIpcOpenMemHandle in this context (the caller's
+    // contract) and is closed once.
+    let r = unsafe { sys::cuIpcCloseMemHandle(addr) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        tracing::warn!("cuIpcCloseMemHandle failed: {r:?}");
+    }
+}
+
 impl IpcMapping {
-    /// Open `handle` (another process's, same host) in `ctx` with lazy peer access.
+    /// Open `handle` (another process's, same host) in `ctx` ([`ipc_open`]).
     pub fn open(ctx: &Arc<Context>, handle: &[u8; IPC_HANDLE_LEN]) -> Result<IpcMapping> {
-        ctx.bind()?;
-        let mut h = sys::CUipcMemHandle_st {
-            reserved: [0; IPC_HANDLE_LEN],
-        };
-        for (o, b) in h.reserved.iter_mut().zip(handle.iter()) {
-            *o = *b as std::ffi::c_char;
-        }
-        let mut addr: sys::CUdeviceptr = 0;
-        // SAFETY: context bound; the handle is passed by value; out-pointer valid. A
-        // bogus or stale handle is an error return.
-        let r = unsafe {
-            sys::cuIpcOpenMemHandle_v2(
-                &mut addr,
-                h,
-                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
-            )
-        };
-        check(r, "cuIpcOpenMemHandle", || {
-            format!(
-                "opening a peer's legacy IPC handle on device {} (same host? exporter still alive? a process cannot open its own handles)",
-                ctx.ordinal()
-            )
-        })?;
         Ok(IpcMapping {
             ctx: ctx.clone(),
-            addr,
+            addr: ipc_open(ctx, handle)?,
         })
     }
 
@@ -183,14 +203,7 @@ impl IpcMapping {
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
-        if self.ctx.bind().is_err() {
-            return;
-        }
-        // SAFETY: `addr` came from cuIpcOpenMemHandle in this context; closed once.
-        let r = unsafe { sys::cuIpcCloseMemHandle(self.addr) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            tracing::warn!("cuIpcCloseMemHandle failed: {r:?}");
-        }
+        ipc_close(&self.ctx, self.addr);
     }
 }
 
