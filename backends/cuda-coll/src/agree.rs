@@ -18,14 +18,18 @@
 //! **Agreement.** After an exchange every rank holds the same vector of entries, so
 //! any decision computed from it (which buffers are new, whether the signatures agree)
 //! comes out the same on every rank without another round.
+//!
+//! **A peer that never publishes** fails the exchange: at once when the bootstrap
+//! learns that the peer is gone (its [`Bootstrap::peer_failure`] flag: the peer's
+//! connection closed or it aborted), otherwise after the timeout, naming the rank.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use commhal_backend_host_emu::{ShmBuf, ShmMapping, ShmRegion};
-use commhal_hal::Export;
 use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::{AbortFlag, Export};
 
 use crate::error::{CollError, Result};
 
@@ -45,6 +49,8 @@ pub struct CallTable {
     /// Exchanges made so far by this rank (the next one is `done + 1`).
     done: AtomicU64,
     timeout: Duration,
+    /// The bootstrap's peer-failure flag, where it has one.
+    failure: Option<Arc<AbortFlag>>,
 }
 
 fn slot_off(rank: u32, seq: u64) -> u64 {
@@ -85,6 +91,7 @@ impl CallTable {
             n,
             done: AtomicU64::new(0),
             timeout,
+            failure: boot.peer_failure(),
         })
     }
 
@@ -117,6 +124,11 @@ impl CallTable {
                 spins = spins.saturating_add(1);
                 if spins > 256 {
                     std::thread::yield_now();
+                    if let Some(e) = self.failure.as_ref().and_then(|f| f.check().err()) {
+                        return Err(CollError::invalid(format!(
+                            "collective #{seq} of this communicator: {e}"
+                        )));
+                    }
                     if start.elapsed() > self.timeout {
                         return Err(CollError::invalid(format!(
                             "rank {p} did not reach collective #{seq} of this communicator within {:?}: it died, hangs, or called a different sequence of collectives than rank {}",
@@ -137,5 +149,80 @@ impl CallTable {
         }
         self.done.store(seq, Ordering::Relaxed);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commhal_hal::bootstrap::InProcBootstrap;
+
+    /// Every rank's table, one thread per rank; `f(rank, table)` on each.
+    fn on_ranks<T: Send>(
+        n: u32,
+        timeout: Duration,
+        f: impl Fn(u32, CallTable) -> T + Sync,
+    ) -> Vec<T> {
+        let boots = InProcBootstrap::create(n);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = boots
+                .into_iter()
+                .map(|b| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let t = CallTable::new(&b, timeout).expect("table");
+                        f(b.rank(), t)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        })
+    }
+
+    #[test]
+    fn every_rank_sees_every_entry_of_every_call_in_order() {
+        let calls = 300u32;
+        let got = on_ranks(4, Duration::from_secs(20), |r, t| {
+            let mut seen = Vec::new();
+            for k in 0..calls {
+                // entries of different lengths, so a stale length would show
+                let mine = vec![(r * 7 + k) as u8; (1 + (r + k) % 40) as usize];
+                seen.push(t.exchange(&mine).expect("exchange"));
+            }
+            seen
+        });
+        for seen in &got {
+            for (k, all) in seen.iter().enumerate() {
+                for (p, e) in all.iter().enumerate() {
+                    let (p, k) = (p as u32, k as u32);
+                    assert_eq!(e, &vec![(p * 7 + k) as u8; (1 + (p + k) % 40) as usize]);
+                }
+            }
+        }
+        assert_eq!(got[0], got[3], "every rank holds the same entries");
+    }
+
+    #[test]
+    fn a_missing_peer_is_named_after_the_timeout() {
+        let got = on_ranks(3, Duration::from_millis(300), |r, t| {
+            t.exchange(b"first").expect("first call");
+            if r == 2 {
+                return String::new(); // rank 2 never makes the second call
+            }
+            t.exchange(b"second").unwrap_err().to_string()
+        });
+        for e in &got[..2] {
+            assert!(e.contains("rank 2 did not reach collective #2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn oversized_entries_are_refused() {
+        let got = on_ranks(1, Duration::from_secs(1), |_, t| {
+            t.exchange(&vec![0u8; MAX_PAYLOAD + 1])
+                .unwrap_err()
+                .to_string()
+        });
+        assert!(got[0].contains("exceeds"), "{}", got[0]);
     }
 }
