@@ -447,7 +447,7 @@ impl<'a> Bench<'a> {
 
 /// The ranks' times of one cell combined as nccl-tests' `-a`: 0 rank 0's, 1 the mean,
 /// 2 the min, 3 the max.
-fn combine_ranks(ts: &[f64], how: u8) -> f64 {
+pub(crate) fn combine_ranks(ts: &[f64], how: u8) -> f64 {
     match how {
         0 => ts.first().copied().unwrap_or(0.0),
         2 => ts.iter().copied().fold(f64::INFINITY, f64::min),
@@ -1670,6 +1670,40 @@ pub fn describe_choice(s: &Sweep) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn footer_as_nccl_tests() {
+        let cell = |time_us: f64, busbw: f64, wrong: i64| Cell {
+            time_us,
+            algbw: busbw,
+            busbw,
+            wrong,
+        };
+        let row = |oop: Cell, ip: Cell| Row {
+            implementation: "commhal",
+            bytes: 1024,
+            count: 512,
+            iters: 20,
+            oop,
+            ip,
+            kernel: String::new(),
+        };
+        // mean over the cells that ran (a zero time: no in-place variant)
+        let rows = [
+            row(cell(5.0, 1.0, 0), cell(5.0, 3.0, 0)),
+            row(cell(6.0, 2.0, 0), cell(0.0, 0.0, -1)),
+        ];
+        assert_eq!(
+            nccl_footer(&rows),
+            [
+                "# Out of bounds values : 0 OK".to_string(),
+                "# Avg bus bandwidth    : 2.0000 ".to_string(),
+                "#".to_string()
+            ]
+        );
+        let bad = [row(cell(5.0, 1.0, 7), cell(5.0, 1.0, -1))];
+        assert_eq!(nccl_footer(&bad)[0], "# Out of bounds values : 7 FAILED");
+    }
 
     #[test]
     fn candidates_run_from_small_to_large_kernels() {

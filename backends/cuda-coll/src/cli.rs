@@ -779,11 +779,61 @@ mod tests {
             assert_eq!(a.dtype, d, "{name}");
             assert_eq!(a.reduce_op(), ReduceOp::Sum);
         }
+        let tables: Vec<&str> = Dtype::ALL.iter().map(|d| d.table_name()).collect();
+        assert_eq!(
+            tables,
+            [
+                "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "bfloat16", "float",
+                "double", "f8e4m3", "f8e5m2"
+            ],
+            "nccl-tests' names"
+        );
         let a =
             Args::try_parse_from(["x", "reduce", "-o", "premulsum", "--scalar", "0.5"]).unwrap();
         assert_eq!(a.reduce_op(), ReduceOp::PreMulSum(0.5));
         let a = Args::try_parse_from(["x", "reduce", "--op", "max"]).unwrap();
         assert_eq!(a.reduce_op(), ReduceOp::Max);
         assert!(Args::try_parse_from(["x", "reduce", "-o", "xor"]).is_err());
+    }
+
+    #[test]
+    fn nccl_tests_flags() {
+        let p = |v: &[&str]| {
+            Args::try_parse_from(["x", "allreduce"].into_iter().chain(v.iter().copied()))
+                .unwrap_or_else(|e| panic!("{v:?}: {e}"))
+        };
+        // -G alone as before (5 replays), -G N replays, -G 0 none
+        assert_eq!((p(&["-G"]).graph, p(&["-G"]).graphed()), (5, true));
+        assert_eq!(p(&["-G", "12", "-b", "2K"]).graph, 12);
+        assert_eq!(p(&["-G", "-b", "2K"]).graph, 5);
+        assert!(!p(&["-G", "0"]).graphed() && !p(&[]).graphed());
+        let a = p(&[
+            "-a", "2", "-T", "3", "-N", "4", "-t", "1", "-g", "1", "-z", "0",
+        ]);
+        assert_eq!((a.average, a.wait_ms(), a.cycles), (2, 3000, 4));
+        assert!(a.check_nccl_tests_flags().is_ok());
+        assert_eq!((p(&[]).average, p(&[]).wait_ms()), (1, 10_000));
+        for (v, want) in [
+            (&["-g", "2"][..], "commhal launch -n"),
+            (&["-t", "8"][..], "one thread per process"),
+            (&["-z", "1"][..], "--batch 1"),
+            (&["-C", "1"][..], "CUDA event times"),
+            (&["-N", "0"][..], "number of cycles"),
+            (&["-T", "0"][..], "at least 1"),
+        ] {
+            let e = p(v).check_nccl_tests_flags().unwrap_err();
+            assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
+        }
+        assert!(Args::try_parse_from(["x", "allreduce", "-a", "4"]).is_err());
+    }
+
+    #[test]
+    fn ranks_combine_as_nccl_tests_average() {
+        use crate::bench::combine_ranks;
+        let t = [4.0, 1.0, 7.0];
+        assert_eq!(combine_ranks(&t, 0), 4.0);
+        assert_eq!(combine_ranks(&t, 1), 4.0);
+        assert_eq!(combine_ranks(&t, 2), 1.0);
+        assert_eq!(combine_ranks(&t, 3), 7.0);
     }
 }
