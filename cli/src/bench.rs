@@ -5,7 +5,15 @@
 //! (wall clock around the call on every rank; the max over ranks per iteration, then
 //! the median over iterations), then a checked run (inputs whose reduction is exact in
 //! any order, outputs poisoned first) giving `#wrong`; out of place, then in place.
-//! Rank 0 prints the nccl-tests table (or `--json` / `--csv`) and can draw `--plot`.
+//! Rank 0 prints the table as nccl-tests does — its `# nThread ...` line, `# Using
+//! devices` (a line per rank), its columns and type names, a row as each size
+//! completes (flushed), then `# Out of bounds values` and `# Avg bus bandwidth` (the
+//! mean busbw over the out-of-place and in-place cells) — or `--json` / `--csv`; `-J
+//! FILE` writes JSON (CSV for `.csv`) to a file, the way to get them from under
+//! `commhal launch`, whose `[rank K]` prefixes would break them on stdout (refused
+//! there). `--plot` draws an SVG with plotters. nccl-tests' `-a -z -t -g -N -T -C -G`
+//! are accepted where they mean something here and refused with what to do otherwise
+//! ([`check_nccl_tests_flags`]).
 //! busbw factors (docs/performance.md): allreduce 2(n−1)/n; allgather, reducescatter,
 //! alltoall (n−1)/n; broadcast, reduce, sendrecv 1.
 //!

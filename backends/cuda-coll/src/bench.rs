@@ -1,13 +1,16 @@
 //! The benchmark loop: per size, per implementation (commhal, then NCCL when
 //! comparing), out-of-place then in-place: one checked run on poisoned outputs,
-//! warm-up, then timed iterations, median per rank, mean over ranks. Rank 0 prints and
-//! writes JSON.
+//! warm-up, then timed iterations, median per rank, combined over ranks as `-a` says
+//! (default: the mean). Rank 0 prints nccl-tests' layout (`# nThread ...`, `# Using
+//! devices`, a row per size as it completes, `# Out of bounds values` and `# Avg bus
+//! bandwidth` under each table) and writes JSON.
 //!
 //! Timing, nccl-tests style: CUDA events around groups of `--batch K` back-to-back
 //! launches (default 10; the last group may be shorter, `iters <= K` is one group);
 //! a group's time per launch = its elapsed time / its launches; a rank's time is the
 //! median over its groups. `--batch 1` records an event between every launch. With
-//! `-G` the iterations are captured into one graph and each replay is a group.
+//! `-G [N]` the iterations are captured into one graph and each of the N replays
+//! (default 5) is a group.
 //!
 //! Entry points shared by `commhal-gpu-bench` and `commhal bench --backend
 //! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune`]

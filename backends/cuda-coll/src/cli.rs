@@ -311,8 +311,9 @@ pub struct Args {
     /// Also run NCCL on the same buffers, alternating per size, and print the ratio.
     #[arg(long)]
     pub compare: Option<Compare>,
-    /// Write every row (and NCCL's) as JSON here (rank 0).
-    #[arg(long)]
+    /// Write every row (and NCCL's) as JSON here (rank 0; nccl-tests' `-J`). A file,
+    /// so `commhal launch`'s `[rank K]` prefixes never reach it.
+    #[arg(long, short = 'J', visible_alias = "output_file")]
     pub json: Option<std::path::PathBuf>,
     /// Cap on bytes moved per size: iterations shrink so that iters × size stays under
     /// it (at least 3 timed iterations).
@@ -811,6 +812,8 @@ mod tests {
             "-a", "2", "-T", "3", "-N", "4", "-t", "1", "-g", "1", "-z", "0",
         ]);
         assert_eq!((a.average, a.wait_ms(), a.cycles), (2, 3000, 4));
+        let j = p(&["-J", "/tmp/r.json"]);
+        assert_eq!(j.json.as_deref(), Some(std::path::Path::new("/tmp/r.json")));
         assert!(a.check_nccl_tests_flags().is_ok());
         assert_eq!((p(&[]).average, p(&[]).wait_ms()), (1, 10_000));
         for (v, want) in [
