@@ -12,19 +12,28 @@
                                               the closing notes' form)
 
 A run starts at a line with `####` (the session scripts' and scripts/gpu-bench.sh's step
-headers) that names commhal-gpu-bench; its rows are rank 0's table lines. The ratio is
-NCCL's time / commhal's (> 1: commhal faster), out of place; "ip" is the same in place
-(all-to-all and send/recv have no in-place variant: "-"). The bench prints NCCL's rows
-twice (interleaved, then as their own table); the first of each size is used.
-Python 3 standard library only.
+headers) that names commhal-gpu-bench or `commhal bench`; its rows are rank 0's table
+lines: `[rank 0] `-prefixed (under `commhal launch`) or bare (`--ranks N`, `launch
+--no-prefix`). Logs in nccl-tests' format (a `# nThread ...` line before each table)
+also start a run there, when the current one already has rows or there is none, so
+logs without `####` headers and `--matrix` logs (a table per type) give a run per
+table; the `# commhal: <collective> <type> ranks=N` line names it. nccl-tests' footer
+lines (`# Out of bounds values`, `# Avg bus bandwidth`) are comments and skipped. The
+ratio is NCCL's time / commhal's (> 1: commhal faster), out of place; "ip" is the same
+in place (all-to-all and send/recv have no in-place variant: "-"). The bench prints
+NCCL's rows twice (interleaved, then as their own table); the first of each size is
+used. Python 3 standard library only.
 """
 import re
 import signal
 import sys
 
-ROW = re.compile(r"^\[rank 0\]\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+"
+ROW = re.compile(r"^(?:\[rank 0\])?\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+"
                  r"([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)"
                  r"(\s+\[nccl\])?\s*$")
+# `# commhal: allreduce half ranks=4 graph=false batch=10` (the table's heading)
+TABLE = re.compile(r"^(?:\[rank 0\]\s*)?# commhal: (\S+) (\S+) ranks=(\d+)")
+NTHREAD = re.compile(r"^(?:\[rank 0\]\s*)?# nThread ")
 
 
 def human(b):
@@ -37,7 +46,7 @@ def human(b):
 class Run:
     def __init__(self, header):
         self.header = header
-        m = re.search(r"commhal-gpu-bench\s+(\S.*?)(\s+\(env:.*)?$", header)
+        m = re.search(r"(?:commhal-gpu-bench|commhal bench)\s+(\S.*?)(\s+\(env:.*)?$", header)
         self.args = m.group(1).strip() if m else header
         n = re.search(r"launch -n (\d+)", header)
         self.ranks = n.group(1) if n else "?"
@@ -47,6 +56,21 @@ class Run:
         self.coll = self.args.split()[0] if self.args else "?"
         d = re.search(r"-d\s+(\S+)", self.args)
         self.dtype = d.group(1) if d else "?"
+
+    def heading(self, m):
+        """The table's `# commhal: coll type ranks=N` line fills what the header left
+        open (a log without `####` headers, a --matrix table's type)."""
+        coll, dtype, ranks = m.group(1), m.group(2), m.group(3)
+        if self.coll in ("?", ""):
+            self.coll = coll
+        if not self.args:
+            self.args = f"{coll} -d {dtype}"
+        elif self.dtype not in ("?", dtype) or (self.dtype == "?" and "--matrix" in self.args):
+            self.args += f" [{dtype}]"
+        if self.dtype == "?" or "--matrix" in self.args:
+            self.dtype = dtype
+        if self.ranks == "?":
+            self.ranks = ranks
 
     def add(self, m):
         size = int(m.group(1))
@@ -68,11 +92,21 @@ def runs(paths):
     for path in paths:
         cur = None
         with open(path, encoding="utf-8", errors="replace") as f:
+            header = ""
             for line in f:
-                if line.startswith("####") and "commhal-gpu-bench" in line and "SKIPPED" not in line:
-                    cur = Run(line.strip("# \n"))
+                if (line.startswith("####") and "SKIPPED" not in line
+                        and ("commhal-gpu-bench" in line or "commhal bench" in line)):
+                    header = line.strip("# \n")
+                    cur = Run(header)
+                    out.append(cur)
+                elif NTHREAD.match(line) and (cur is None or cur.ours):
+                    cur = Run(header)
                     out.append(cur)
                 elif cur is not None:
+                    t = TABLE.match(line)
+                    if t:
+                        cur.heading(t)
+                        continue
                     m = ROW.match(line.rstrip("\n"))
                     if m:
                         cur.add(m)

@@ -37,4 +37,7 @@ grid=$(python3 scripts/bench-tables.py --grid "$log")
 grep -q '^| size | broadcast | reduce | alltoall | sendrecv |$' <<<"$grid"
 [[ $(grep -c '^| [0-9]' <<<"$grid") -eq 21 ]]
 
+step "bench-tables.py on logs in today's format (nccl-tests header and footer)"
+python3 scripts/test-bench-tables.py
+
 step "all tests passed"

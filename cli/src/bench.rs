@@ -5,20 +5,30 @@
 //! (wall clock around the call on every rank; the max over ranks per iteration, then
 //! the median over iterations), then a checked run (inputs whose reduction is exact in
 //! any order, outputs poisoned first) giving `#wrong`; out of place, then in place.
-//! Rank 0 prints the nccl-tests table (or `--json` / `--csv`) and can draw `--plot`.
+//! Rank 0 prints the table as nccl-tests does — its `# nThread ...` line, `# Using
+//! devices` (a line per rank), its columns and type names, a row as each size
+//! completes (flushed), then `# Out of bounds values` and `# Avg bus bandwidth` (the
+//! mean busbw over the out-of-place and in-place cells) — or `--json` / `--csv`; `-J
+//! FILE` writes JSON (CSV for `.csv`) to a file, the way to get them from under
+//! `commhal launch`, whose `[rank K]` prefixes would break them on stdout (refused
+//! there). `--plot` draws an SVG with plotters. nccl-tests' `-a -z -t -g -N -T -C -G`
+//! are accepted where they mean something here and refused with what to do otherwise
+//! ([`check_nccl_tests_flags`]).
 //! busbw factors (docs/performance.md): allreduce 2(n−1)/n; allgather, reducescatter,
 //! alltoall (n−1)/n; broadcast, reduce, sendrecv 1.
 //!
 //! `--backend cuda-nvlink` runs the GPU collectives' benchmark instead (one process
 //! per GPU, `--compare nccl`, `-G`): see [`crate::gpu`].
 
+use std::io::Write;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use commhal_algorithms::comm::{Buffer, CommOptions, Communicator};
 use commhal_algorithms::dtype::finalize;
 use commhal_algorithms::plan::Collective;
 use commhal_algorithms::{DataType, RedOp};
+use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
 
 /// Poison byte for outputs before each checked run.
@@ -84,9 +94,42 @@ pub struct BenchArgs {
     /// alternating with commhal per size; prints both tables and the time ratio.
     #[arg(long, value_enum)]
     pub compare: Option<commhal_cuda_coll::cli::Compare>,
-    /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one graph).
-    #[arg(short = 'G', long = "graph")]
-    pub graph: bool,
+    /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one
+    /// graph): `-G` alone = 5 replays, `-G N` = N replays (nccl-tests' graph launch
+    /// count), `-G 0` = no graph.
+    #[arg(short = 'G', long = "graph", value_name = "N", num_args = 0..=1, default_value_t = 0, default_missing_value = "5")]
+    pub graph: u32,
+    /// How the time of a size combines the ranks' (nccl-tests' `-a`): 0 = rank 0's,
+    /// 1 = mean, 2 = min, 3 = max of the ranks' medians [default: host: the max over
+    /// ranks of each iteration, then the median; cuda-nvlink: 1].
+    #[arg(short = 'a', long = "average", value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: Option<u8>,
+    /// nccl-tests' `-z` (blocking collectives): host collectives always return done,
+    /// so 0 and 1 time the same; cuda-nvlink launches are asynchronous (0 only).
+    #[arg(short = 'z', long = "blocking", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: u8,
+    /// nccl-tests' `-t` (threads per process): 1 only, one rank per process.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    pub nthreads: u32,
+    /// nccl-tests' `-g` (GPUs per thread): 1 only, one GPU per process.
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ngpus: u32,
+    /// Run the whole size sweep this many times, printing every cycle (nccl-tests'
+    /// `-N`; 0, forever, is not offered: give a count).
+    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
+    pub cycles: u32,
+    /// Seconds a rank waits for its peers before the run fails (nccl-tests' `-T`)
+    /// [default: host: COMMHAL_WAIT_TIMEOUT_MS, else 30 s; cuda-nvlink: --timeout-ms].
+    #[arg(short = 'T', long = "timeout", value_name = "SECONDS")]
+    pub timeout_s: Option<u64>,
+    /// nccl-tests' `-C` (report CPU time): host times are already host wall clock
+    /// (0 and 1 print the same); cuda-nvlink reports CUDA event time (0 only).
+    #[arg(short = 'C', long = "report_cputime", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub cputime: u8,
+    /// Write the results to FILE from rank 0 (nccl-tests' `-J`): JSON, or CSV when the
+    /// name ends in `.csv`; never prefixed by `commhal launch`, unlike stdout.
+    #[arg(short = 'J', long = "output_file", value_name = "FILE")]
+    pub output_file: Option<String>,
     /// (cuda-nvlink) Launches per timing group: CUDA events around every K
     /// back-to-back launches, time = elapsed / launches, median over the groups
     /// (nccl-tests style; 1 = an event between every launch; not used with -G)
@@ -116,7 +159,7 @@ impl BenchArgs {
         if self.compare.is_some() {
             v.push("--compare");
         }
-        if self.graph {
+        if self.graph > 0 {
             v.push("-G");
         }
         if self.batch.is_some() {
@@ -136,6 +179,127 @@ impl BenchArgs {
         }
         v
     }
+}
+
+/// Set by `commhal launch` in every rank it starts when it prefixes their output lines
+/// with `[rank K] ` (so that machine-read output can go elsewhere).
+pub const PREFIX_ENV: &str = "COMMHAL_LAUNCH_PREFIX";
+
+/// nccl-tests' flags that only take one value here (`-t`, `-g`, `-N 0`), and JSON or
+/// CSV on a stdout that `commhal launch` prefixes: refused before any rank starts
+/// waiting for the others, with what to do instead.
+pub fn check_nccl_tests_flags(args: &BenchArgs) -> Result<(), String> {
+    if args.nthreads != 1 {
+        return Err(format!(
+            "bench: -t {}: one thread per process here; start more ranks with `commhal launch -n N` (or --ranks N)",
+            args.nthreads
+        ));
+    }
+    if args.ngpus != 1 {
+        return Err(format!(
+            "bench: -g {}: one GPU per process here; start more ranks with `commhal launch -n N` (or --ranks N)",
+            args.ngpus
+        ));
+    }
+    if args.cycles == 0 {
+        return Err(
+            "bench: -N 0 (run forever) is not offered: give a number of cycles, e.g. -N 1000"
+                .into(),
+        );
+    }
+    if args.timeout_s == Some(0) {
+        return Err("bench: -T 0: give the timeout in seconds, at least 1".into());
+    }
+    if args.json && args.csv {
+        return Err("bench: --json and --csv both given: pick one".into());
+    }
+    if (args.json || args.csv) && std::env::var_os(PREFIX_ENV).is_some() {
+        return Err(format!(
+            "bench: {}: `commhal launch` prefixes every stdout line with [rank K], which breaks the format; write it to a file with -J FILE (.json or .csv), run `commhal launch --no-prefix`, or let the benchmark start its ranks with --ranks N",
+            if args.json { "--json" } else { "--csv" }
+        ));
+    }
+    Ok(())
+}
+
+/// Where the results go as JSON or CSV: `-J FILE` (CSV when it ends in `.csv`).
+fn output_file_is_csv(path: &str) -> bool {
+    path.to_ascii_lowercase().ends_with(".csv")
+}
+
+/// nccl-tests' name of a type (`float`, `half`, `bfloat16`, `f8e4m3`, `int32`, ...).
+pub fn nccl_type_name(d: DataType) -> &'static str {
+    match d {
+        DataType::F64 => "double",
+        DataType::F32 => "float",
+        DataType::F16 => "half",
+        DataType::Bf16 => "bfloat16",
+        DataType::F8E4M3 => "f8e4m3",
+        DataType::F8E5M2 => "f8e5m2",
+        DataType::I8 => "int8",
+        DataType::U8 => "uint8",
+        DataType::I32 => "int32",
+        DataType::U32 => "uint32",
+        DataType::I64 => "int64",
+        DataType::U64 => "uint64",
+    }
+}
+
+/// nccl-tests' first header line.
+pub fn nccl_header_line(
+    min_bytes: u64,
+    max_bytes: u64,
+    factor: u64,
+    warmup: u32,
+    iters: u32,
+    check: u32,
+    graph: u32,
+) -> String {
+    format!(
+        "# nThread 1 nGpus 1 minBytes {min_bytes} maxBytes {max_bytes} step: {factor}(factor) warmup iters: {warmup} iters: {iters} agg iters: 1 validation: {check} graph: {graph}"
+    )
+}
+
+/// nccl-tests' line for one rank under `# Using devices`.
+pub fn nccl_device_line(rank: u32, pid: u32, host: &str, device: u32, name: &str) -> String {
+    format!("#  Rank {rank:2} Group  0 Pid {pid:6} on {host:>10} device {device:2} {name}")
+}
+
+/// nccl-tests' column headers (the table's first three lines).
+pub const NCCL_COLUMNS: [&str; 3] = [
+    "#                                                              out-of-place                       in-place          ",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+];
+
+/// nccl-tests' footer: wrong elements over the run and the mean bus bandwidth over
+/// every timed cell (out-of-place and in-place of every size; cells that did not run
+/// are left out).
+pub fn nccl_footer(wrong: i64, busbw: &[f64]) -> [String; 3] {
+    let ok: Vec<f64> = busbw.iter().copied().filter(|b| b.is_finite()).collect();
+    let avg = if ok.is_empty() {
+        0.0
+    } else {
+        ok.iter().sum::<f64>() / ok.len() as f64
+    };
+    [
+        format!(
+            "# Out of bounds values : {} {}",
+            wrong.max(0),
+            if wrong > 0 { "FAILED" } else { "OK" }
+        ),
+        format!("# Avg bus bandwidth    : {avg:.4} "),
+        "#".to_string(),
+    ]
+}
+
+/// This machine's host name (for `# Using devices`).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// One measured row.
@@ -222,6 +386,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
             gpu_only.join(", ")
         ));
     }
+    check_nccl_tests_flags(args)?;
     let coll = Collective::from_name(&args.collective).map_err(|e| e.to_string())?;
     let dtype =
         DataType::from_name(args.dtype.as_deref().unwrap_or("f32")).map_err(|e| e.to_string())?;
@@ -256,6 +421,10 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         backends: cli_backends.map(<[String]>::to_vec),
         node: Some(rank / (n / args.nodes)),
         algo,
+        wait: args.timeout_s.map(|s| WaitPolicy {
+            timeout: Duration::from_secs(s),
+            ..WaitPolicy::for_host(n / args.nodes)
+        }),
         ..Default::default()
     };
     let mut comm = Communicator::new(boot, opts).map_err(|e| e.to_string())?;
@@ -291,14 +460,38 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         .alloc((max_count * per_elem) as usize)
         .map_err(|e| e.to_string())?;
 
-    let progress = (rank == 0 && sizes.len() > 1).then(|| {
-        let pb = indicatif::ProgressBar::new(sizes.len() as u64);
+    let devices = gather_devices(comm.bootstrap().as_ref())?;
+    let steps = sizes.len() as u64 * u64::from(args.cycles);
+    let progress = (rank == 0 && steps > 1).then(|| {
+        let pb = indicatif::ProgressBar::new(steps);
         pb.set_style(
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes {msg}")
                 .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         pb
     });
+    // Rank 0's stdout, one line at a time as each size completes (flushed, so that a
+    // pipe or `commhal launch` shows it at once), around the progress bar on stderr.
+    let emit = |line: &str| {
+        let print = || {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{line}");
+            let _ = o.flush();
+        };
+        match &progress {
+            Some(pb) => pb.suspend(print),
+            None => print(),
+        }
+    };
+    let table = !args.json && !args.csv;
+    if rank == 0 && table {
+        for line in table_header(&comm, coll, args, lo, hi, &devices) {
+            emit(&line);
+        }
+    }
+    if rank == 0 && args.csv {
+        emit(CSV_HEADER);
+    }
     let factor = match coll {
         Collective::AllReduce => 2.0 * (n as f64 - 1.0) / n as f64,
         Collective::AllGather | Collective::ReduceScatter | Collective::AllToAll => {
@@ -307,52 +500,34 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         _ => 1.0,
     };
     let mut rows = Vec::new();
-    for &size in &sizes {
-        let count = size / per_elem;
-        if let Some(pb) = &progress {
-            pb.set_message(format!("{size} B"));
-        }
-        let ctx = Ctx {
-            coll,
-            count,
-            dtype,
-            op,
-            root,
-        };
-        let algorithm = if coll == Collective::SendRecv {
-            "p2p".to_string()
-        } else {
-            comm.algorithm_for(coll, count, dtype)
-                .map(|a| a.full_name())
-                .unwrap_or_default()
-        };
-        let mut times = [0.0f64; 2];
-        let mut wrong = [0i64; 2];
-        for (k, in_place) in [false, true].into_iter().enumerate() {
-            if coll == Collective::SendRecv && in_place {
-                times[k] = f64::NAN;
-                wrong[k] = -1;
-                continue;
+    for _cycle in 0..args.cycles {
+        for &size in &sizes {
+            let count = size / per_elem;
+            if let Some(pb) = &progress {
+                pb.set_message(format!("{size} B"));
             }
-            fill(
-                &ctx,
-                &mut comm,
-                &mut send,
-                &mut recv,
-                &mut inplace,
-                in_place,
-            );
-            for _ in 0..args.warmup {
-                ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
-            }
-            let mut local = Vec::with_capacity(args.iters as usize);
-            for _ in 0..args.iters {
-                let t0 = Instant::now();
-                ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
-                local.push(t0.elapsed().as_secs_f64() * 1e6);
-            }
-            times[k] = max_then_median(comm.bootstrap().as_ref(), &local)?;
-            wrong[k] = if args.check != 0 {
+            let ctx = Ctx {
+                coll,
+                count,
+                dtype,
+                op,
+                root,
+            };
+            let algorithm = if coll == Collective::SendRecv {
+                "p2p".to_string()
+            } else {
+                comm.algorithm_for(coll, count, dtype)
+                    .map(|a| a.full_name())
+                    .unwrap_or_default()
+            };
+            let mut times = [0.0f64; 2];
+            let mut wrong = [0i64; 2];
+            for (k, in_place) in [false, true].into_iter().enumerate() {
+                if coll == Collective::SendRecv && in_place {
+                    times[k] = f64::NAN;
+                    wrong[k] = -1;
+                    continue;
+                }
                 fill(
                     &ctx,
                     &mut comm,
@@ -361,40 +536,69 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
                     &mut inplace,
                     in_place,
                 );
-                ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
-                let w = ctx.count_wrong(&comm, &recv, &inplace, in_place);
-                sum_over_ranks(comm.bootstrap().as_ref(), w)?
-            } else {
-                -1
+                for _ in 0..args.warmup {
+                    ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
+                }
+                let mut local = Vec::with_capacity(args.iters as usize);
+                for _ in 0..args.iters {
+                    let t0 = Instant::now();
+                    ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
+                    local.push(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                times[k] = match args.average {
+                    None => max_then_median(comm.bootstrap().as_ref(), &local)?,
+                    Some(a) => combine_medians(comm.bootstrap().as_ref(), &mut local, a)?,
+                };
+                wrong[k] = if args.check != 0 {
+                    fill(
+                        &ctx,
+                        &mut comm,
+                        &mut send,
+                        &mut recv,
+                        &mut inplace,
+                        in_place,
+                    );
+                    ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
+                    let w = ctx.count_wrong(&comm, &recv, &inplace, in_place);
+                    sum_over_ranks(comm.bootstrap().as_ref(), w)?
+                } else {
+                    -1
+                };
+            }
+            let gbs = |us: f64| size as f64 / (us * 1e-6) / 1e9;
+            let row = Row {
+                size,
+                count,
+                dtype: nccl_type_name(dtype).into(),
+                redop: if coll.reduces() {
+                    op.name().into()
+                } else {
+                    "none".into()
+                },
+                root: if matches!(coll, Collective::Broadcast | Collective::Reduce) {
+                    root as i64
+                } else {
+                    -1
+                },
+                algorithm,
+                oop_us: times[0],
+                oop_algbw: gbs(times[0]),
+                oop_busbw: gbs(times[0]) * factor,
+                oop_wrong: wrong[0],
+                ip_us: times[1],
+                ip_algbw: gbs(times[1]),
+                ip_busbw: gbs(times[1]) * factor,
+                ip_wrong: wrong[1],
             };
-        }
-        let gbs = |us: f64| size as f64 / (us * 1e-6) / 1e9;
-        rows.push(Row {
-            size,
-            count,
-            dtype: dtype.name().into(),
-            redop: if coll.reduces() {
-                op.name().into()
-            } else {
-                "none".into()
-            },
-            root: if matches!(coll, Collective::Broadcast | Collective::Reduce) {
-                root as i64
-            } else {
-                -1
-            },
-            algorithm,
-            oop_us: times[0],
-            oop_algbw: gbs(times[0]),
-            oop_busbw: gbs(times[0]) * factor,
-            oop_wrong: wrong[0],
-            ip_us: times[1],
-            ip_algbw: gbs(times[1]),
-            ip_busbw: gbs(times[1]) * factor,
-            ip_wrong: wrong[1],
-        });
-        if let Some(pb) = &progress {
-            pb.inc(1);
+            if rank == 0 && table {
+                emit(&table_row(&row));
+            } else if rank == 0 && args.csv {
+                emit(&csv_row(&row));
+            }
+            rows.push(row);
+            if let Some(pb) = &progress {
+                pb.inc(1);
+            }
         }
     }
     if let Some(pb) = progress {
@@ -403,43 +607,108 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
     if rank != 0 {
         return Ok(0);
     }
-    let any_wrong = rows.iter().any(|r| r.oop_wrong > 0 || r.ip_wrong > 0);
+    let wrong: i64 = rows
+        .iter()
+        .flat_map(|r| [r.oop_wrong, r.ip_wrong])
+        .filter(|&w| w > 0)
+        .sum();
+    if table {
+        let busbw: Vec<f64> = rows
+            .iter()
+            .flat_map(|r| [r.oop_busbw, r.ip_busbw])
+            .collect();
+        println!("{}", nccl_footer(wrong, &busbw).join("\n"));
+    }
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?
         );
-    } else if args.csv {
-        println!(
-            "size,count,type,redop,root,algorithm,oop_us,oop_algbw,oop_busbw,oop_wrong,ip_us,ip_algbw,ip_busbw,ip_wrong"
-        );
-        for r in &rows {
-            println!(
-                "{},{},{},{},{},{},{:.2},{:.3},{:.3},{},{:.2},{:.3},{:.3},{}",
-                r.size,
-                r.count,
-                r.dtype,
-                r.redop,
-                r.root,
-                r.algorithm,
-                r.oop_us,
-                r.oop_algbw,
-                r.oop_busbw,
-                r.oop_wrong,
-                r.ip_us,
-                r.ip_algbw,
-                r.ip_busbw,
-                r.ip_wrong
-            );
-        }
-    } else {
-        print_table(&comm, coll, args, &rows);
+    }
+    if let Some(path) = &args.output_file {
+        let text = if output_file_is_csv(path) {
+            let mut t = format!("{CSV_HEADER}\n");
+            for r in &rows {
+                t += &csv_row(r);
+                t.push('\n');
+            }
+            t
+        } else {
+            serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())? + "\n"
+        };
+        std::fs::write(path, text).map_err(|e| format!("-J {path}: {e}"))?;
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, svg(coll, n, &rows)).map_err(|e| format!("--plot {path}: {e}"))?;
+        svg(coll, n, &rows, std::path::Path::new(path))?;
         eprintln!("wrote {path}");
     }
-    Ok(if any_wrong { 1 } else { 0 })
+    Ok(if wrong > 0 { 1 } else { 0 })
+}
+
+/// The CSV columns (`--csv`, `-J FILE.csv`).
+const CSV_HEADER: &str = "size,count,type,redop,root,algorithm,oop_us,oop_algbw,oop_busbw,oop_wrong,ip_us,ip_algbw,ip_busbw,ip_wrong";
+
+fn csv_row(r: &Row) -> String {
+    format!(
+        "{},{},{},{},{},{},{:.2},{:.3},{:.3},{},{:.2},{:.3},{:.3},{}",
+        r.size,
+        r.count,
+        r.dtype,
+        r.redop,
+        r.root,
+        r.algorithm,
+        r.oop_us,
+        r.oop_algbw,
+        r.oop_busbw,
+        r.oop_wrong,
+        r.ip_us,
+        r.ip_algbw,
+        r.ip_busbw,
+        r.ip_wrong
+    )
+}
+
+/// Every rank's pid and host (rank order), for `# Using devices`.
+fn gather_devices(boot: &dyn Bootstrap) -> Result<Vec<(u32, String)>, String> {
+    const HOST: usize = 60;
+    let mut rec = std::process::id().to_le_bytes().to_vec();
+    let mut host = host_name().into_bytes();
+    host.resize(HOST, 0);
+    rec.extend_from_slice(&host);
+    let all = boot.all_gather(&rec).map_err(|e| e.to_string())?;
+    Ok(all
+        .iter()
+        .map(|b| {
+            let pid = b
+                .get(..4)
+                .and_then(|p| p.try_into().ok())
+                .map(u32::from_le_bytes)
+                .unwrap_or(0);
+            let host = b.get(4..).unwrap_or_default();
+            let end = host.iter().position(|&c| c == 0).unwrap_or(host.len());
+            (pid, String::from_utf8_lossy(&host[..end]).into_owned())
+        })
+        .collect())
+}
+
+/// A rank's median, combined over the ranks as nccl-tests' `-a`: 0 rank 0's, 1 the
+/// mean, 2 the min, 3 the max.
+fn combine_medians(boot: &dyn Bootstrap, local: &mut [f64], how: u8) -> Result<f64, String> {
+    local.sort_by(|a, b| a.total_cmp(b));
+    let mine = local.get(local.len() / 2).copied().unwrap_or(f64::NAN);
+    let all = boot
+        .all_gather(&mine.to_le_bytes())
+        .map_err(|e| e.to_string())?;
+    let v: Vec<f64> = all
+        .iter()
+        .map(|b| f64::from_le_bytes(b.get(..8).and_then(|w| w.try_into().ok()).unwrap_or([0; 8])))
+        .collect();
+    Ok(match how {
+        0 => v.first().copied().unwrap_or(mine),
+        2 => v.iter().copied().fold(f64::INFINITY, f64::min),
+        3 => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        _ => v.iter().sum::<f64>() / v.len().max(1) as f64,
+    })
 }
 
 /// Start `n` ranks of this very command (without `--ranks`) under `commhal launch`.
@@ -657,50 +926,75 @@ impl Ctx {
     }
 }
 
-fn print_table(comm: &Communicator, coll: Collective, args: &BenchArgs, rows: &[Row]) {
+/// Rank 0's header: what runs where, nccl-tests' parameter line, `# Using devices`
+/// (one line per rank) and the column headers.
+fn table_header(
+    comm: &Communicator,
+    coll: Collective,
+    args: &BenchArgs,
+    lo: u64,
+    hi: u64,
+    devices: &[(u32, String)],
+) -> Vec<String> {
     let t = comm.topology();
-    println!(
-        "# commhal bench {}: {} ranks ({} per node), backend {}, {} iters, {} warmup, check {}",
-        coll.name(),
-        t.nranks,
-        t.ranks_per_node,
-        comm.backend(),
-        args.iters,
-        args.warmup,
-        args.check
-    );
-    println!(
-        "#{:>11} {:>12} {:>6} {:>6} {:>5} {:>10} {:>7} {:>7} {:>6} {:>10} {:>7} {:>7} {:>6}  algorithm",
-        "size",
-        "count",
-        "type",
-        "redop",
-        "root",
-        "time",
-        "algbw",
-        "busbw",
-        "#wrong",
-        "time",
-        "algbw",
-        "busbw",
-        "#wrong"
-    );
-    println!(
-        "#{:>11} {:>12} {:>6} {:>6} {:>5} {:>10} {:>7} {:>7} {:>6} {:>10} {:>7} {:>7} {:>6}",
-        "(B)",
-        "(elements)",
-        "",
-        "",
-        "",
-        "(us)",
-        "(GB/s)",
-        "(GB/s)",
-        "",
-        "(us)",
-        "(GB/s)",
-        "(GB/s)",
-        ""
-    );
+    let mut v = vec![
+        format!(
+            "# commhal bench {}: {} ranks ({} per node), backend {}, time: {}",
+            coll.name(),
+            t.nranks,
+            t.ranks_per_node,
+            comm.backend(),
+            match args.average {
+                None => "max over ranks per iteration, median over iterations",
+                Some(0) => "rank 0's median",
+                Some(2) => "min over ranks of the medians",
+                Some(3) => "max over ranks of the medians",
+                Some(_) => "mean over ranks of the medians",
+            }
+        ),
+        nccl_header_line(
+            lo,
+            hi,
+            args.factor,
+            args.warmup,
+            args.iters,
+            u32::from(args.check),
+            0,
+        ),
+        "#".into(),
+        "# Using devices".into(),
+    ];
+    for (rank, (pid, host)) in devices.iter().enumerate() {
+        v.push(nccl_device_line(
+            rank as u32,
+            *pid,
+            host,
+            0,
+            &format!("[host] {}", comm.backend()),
+        ));
+    }
+    v.push("#".into());
+    v.extend(NCCL_COLUMNS.iter().map(|s| s.to_string()));
+    v
+}
+
+/// A time or bandwidth as nccl-tests prints it (`N/A` for a cell that did not run).
+fn num(v: f64, width: usize) -> String {
+    if !v.is_finite() {
+        return format!("{:>width$}", "N/A");
+    }
+    let decimals = if v < 100.0 {
+        2
+    } else if v < 10_000.0 {
+        1
+    } else {
+        0
+    };
+    format!("{v:>width$.decimals$}")
+}
+
+/// One table row in nccl-tests' columns, then the algorithm.
+fn table_row(r: &Row) -> String {
     let w = |v: i64| {
         if v < 0 {
             "N/A".to_string()
@@ -708,29 +1002,30 @@ fn print_table(comm: &Communicator, coll: Collective, args: &BenchArgs, rows: &[
             v.to_string()
         }
     };
-    for r in rows {
-        println!(
-            " {:>11} {:>12} {:>6} {:>6} {:>5} {:>10.2} {:>7.3} {:>7.3} {:>6} {:>10.2} {:>7.3} {:>7.3} {:>6}  {}",
-            r.size,
-            r.count,
-            r.dtype,
-            r.redop,
-            r.root,
-            r.oop_us,
-            r.oop_algbw,
-            r.oop_busbw,
-            w(r.oop_wrong),
-            r.ip_us,
-            r.ip_algbw,
-            r.ip_busbw,
-            w(r.ip_wrong),
-            r.algorithm
-        );
-    }
+    let cell = |us: f64, alg: f64, bus: f64, wrong: i64| {
+        format!(
+            "  {}  {}  {}  {:>5}",
+            num(us, 7),
+            num(alg, 6),
+            num(bus, 6),
+            w(wrong)
+        )
+    };
+    format!(
+        "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}  {}",
+        r.size,
+        r.count,
+        r.dtype,
+        r.redop,
+        r.root,
+        cell(r.oop_us, r.oop_algbw, r.oop_busbw, r.oop_wrong),
+        cell(r.ip_us, r.ip_algbw, r.ip_busbw, r.ip_wrong),
+        r.algorithm
+    )
 }
 
-/// A two-panel SVG: busbw and time against size (log x), one line per placement.
-fn svg(coll: Collective, n: u32, rows: &[Row]) -> String {
+/// The plot of a host run: busbw and time of out-of-place and in-place against size.
+fn svg(coll: Collective, n: u32, rows: &[Row], path: &std::path::Path) -> Result<(), String> {
     let pts = |f: fn(&Row) -> (f64, f64)| -> Vec<Point> {
         rows.iter()
             .map(|r| {
@@ -745,18 +1040,18 @@ fn svg(coll: Collective, n: u32, rows: &[Row]) -> String {
     };
     let series = [
         Series {
-            name: "out-of-place".into(),
-            color: "#1f77b4",
+            name: "commhal out-of-place".into(),
+            color: (0x1f, 0x77, 0xb4),
             points: pts(|r| (r.oop_busbw, r.oop_us)),
         },
         Series {
-            name: "in-place".into(),
-            color: "#d62728",
+            name: "commhal in-place".into(),
+            color: (0xd6, 0x27, 0x28),
             points: pts(|r| (r.ip_busbw, r.ip_us)),
         },
     ];
-    let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect();
-    svg_series(&format!("{} {} ranks", coll.name(), n), &sizes, &series)
+    let text = svg_series(&format!("{} {} ranks", coll.name(), n), &series)?;
+    std::fs::write(path, text).map_err(|e| format!("--plot {}: {e}", path.display()))
 }
 
 /// One point of a plotted line (non-finite values are left out).
@@ -775,104 +1070,187 @@ pub struct Point {
 pub struct Series {
     /// Legend.
     pub name: String,
-    /// SVG colour.
-    pub color: &'static str,
+    /// Red, green, blue.
+    pub color: (u8, u8, u8),
     /// Points, by size.
     pub points: Vec<Point>,
 }
 
-/// A two-panel SVG: busbw and time against size (log x), one line per series; the x
-/// labels are `sizes`.
-pub fn svg_series(title: &str, sizes: &[u64], series: &[Series]) -> String {
-    let (w, h, pad) = (900.0, 360.0, 60.0);
-    let lx = |s: u64| (s.max(1) as f64).log2();
-    let xs: Vec<f64> = sizes.iter().map(|&s| lx(s)).collect();
-    let (x0, x1) = (
-        xs.iter().copied().fold(f64::INFINITY, f64::min),
-        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    );
-    let span = if x1 > x0 { x1 - x0 } else { 1.0 };
-    let legend_w = series
+/// Panel heading of the bus bandwidth chart (and its y axis).
+pub const BUSBW_AXIS: &str = "busbw (GB/s)";
+/// Panel heading of the time chart (and its y axis).
+pub const TIME_AXIS: &str = "time (µs, log scale)";
+/// The x axis of both charts.
+pub const SIZE_AXIS: &str = "message size (bytes, log2 scale)";
+
+/// A two-panel SVG drawn with plotters: bus bandwidth (linear) and time (log) against
+/// size (log2, ticks at powers of two labelled 1K, 4M, 1G ...), gridlines, a legend
+/// with every series (e.g. commhal and NCCL, out-of-place and in-place).
+pub fn svg_series(title: &str, series: &[Series]) -> Result<String, String> {
+    use plotters::prelude::*;
+
+    let err = |e: &dyn std::fmt::Display| format!("drawing the plot: {e}");
+    let finite = |v: f64| v.is_finite() && v > 0.0;
+    let mut exps: Vec<f64> = series
         .iter()
-        .map(|s| 7.0 * s.name.len() as f64)
-        .fold(100.0, f64::max);
-    let mut out = format!(
-        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
-        2.0 * h
-    );
-    type Pick = fn(&Point) -> f64;
-    let panels: [(&str, Pick, bool); 2] = [
-        ("busbw (GB/s)", |p| p.busbw, false),
-        ("time (us, log)", |p| p.us, true),
-    ];
-    for (p, (label, pick, logy)) in panels.iter().enumerate() {
-        let top = p as f64 * h;
-        let tf = |v: f64| if *logy { v.max(1e-3).log10() } else { v };
-        let vals: Vec<f64> = series
+        .flat_map(|s| &s.points)
+        .map(|p| (p.size.max(1) as f64).log2())
+        .collect();
+    exps.sort_by(|a, b| a.total_cmp(b));
+    let (x0, x1) = match (exps.first(), exps.last()) {
+        (Some(&a), Some(&b)) if b > a => (a, b),
+        (Some(&a), _) => (a - 1.0, a + 1.0),
+        _ => (0.0, 1.0),
+    };
+    // x is log2(bytes): asking for one label per unit of the span (at most 16) puts
+    // the ticks on whole powers of two (every one, or every second, ...)
+    let x_labels = ((x1 - x0).floor() as usize + 1).clamp(2, 16);
+    let size_label = |x: &f64| human(2f64.powf(*x).round() as u64);
+
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (960, 820)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let root = root
+            .titled(title, ("sans-serif", 20))
+            .map_err(|e| err(&e))?;
+        let panels = root.split_evenly((2, 1));
+        // bus bandwidth: linear from 0
+        let bw_max = series
             .iter()
-            .flat_map(|s| s.points.iter().map(pick))
-            .filter(|v| v.is_finite())
-            .map(tf)
-            .collect();
-        let y0 = if *logy {
-            vals.iter().copied().fold(f64::INFINITY, f64::min)
-        } else {
-            0.0
-        };
-        let y1 = vals
-            .iter()
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max)
-            .max(y0 + 1e-9);
-        let px = |x: f64| pad + (x - x0) / span * (w - 2.0 * pad);
-        let py = |y: f64| top + h - pad - (tf(y) - y0) / (y1 - y0) * (h - 2.0 * pad);
-        out += &format!(
-            "<text x='{}' y='{}'>{title}: {label}</text>\n<line x1='{pad}' y1='{}' x2='{}' y2='{}' stroke='black'/>\n<line x1='{pad}' y1='{}' x2='{pad}' y2='{}' stroke='black'/>\n",
-            pad,
-            top + 20.0,
-            top + h - pad,
-            w - pad,
-            top + h - pad,
-            top + pad,
-            top + h - pad
-        );
-        for (&s, x) in sizes.iter().zip(&xs) {
-            out += &format!(
-                "<text x='{}' y='{}' text-anchor='middle' font-size='9'>{}</text>\n",
-                px(*x),
-                top + h - pad + 14.0,
-                human(s)
-            );
-        }
-        for (k, s) in series.iter().enumerate() {
-            let pts: Vec<String> = s
+            .flat_map(|s| &s.points)
+            .map(|p| p.busbw)
+            .filter(|&v| finite(v))
+            .fold(0.0, f64::max);
+        let bw_top = if bw_max > 0.0 { bw_max * 1.1 } else { 1.0 };
+        let mut chart = ChartBuilder::on(&panels[0])
+            .caption(BUSBW_AXIS, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x0..x1, 0.0..bw_top)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(SIZE_AXIS)
+            .y_desc(BUSBW_AXIS)
+            .x_labels(x_labels)
+            .x_label_formatter(&size_label)
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for s in series {
+            let pts: Vec<(f64, f64)> = s
                 .points
                 .iter()
-                .filter(|q| pick(q).is_finite())
-                .map(|q| format!("{:.1},{:.1}", px(lx(q.size)), py(pick(q))))
+                .filter(|p| finite(p.busbw))
+                .map(|p| ((p.size.max(1) as f64).log2(), p.busbw))
                 .collect();
-            out += &format!(
-                "<polyline fill='none' stroke='{}' stroke-width='2' points='{}'/>\n<text x='{}' y='{}' fill='{}'>{}</text>\n",
-                s.color,
-                pts.join(" "),
-                w - pad - legend_w,
-                top + 20.0 + 14.0 * k as f64,
-                s.color,
-                s.name
-            );
+            draw_line(&mut chart, s, pts).map_err(|e| err(&e))?;
         }
-        let ylab = if *logy {
-            format!("{:.1}..{:.1} us", 10f64.powf(y0), 10f64.powf(y1))
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        // time: log from below the fastest to above the slowest
+        let times: Vec<f64> = series
+            .iter()
+            .flat_map(|s| &s.points)
+            .map(|p| p.us)
+            .filter(|&v| finite(v))
+            .collect();
+        let t_lo = times.iter().copied().fold(f64::INFINITY, f64::min);
+        let t_hi = times.iter().copied().fold(0.0, f64::max);
+        // whole decades, so that the log axis has labelled ticks however narrow the data
+        let (t_lo, t_hi) = if t_hi > 0.0 {
+            (
+                10f64.powf(t_lo.log10().floor()),
+                10f64.powf((t_hi.log10() + 1e-9).ceil()),
+            )
         } else {
-            format!("0..{y1:.2}")
+            (1.0, 10.0)
         };
-        out += &format!(
-            "<text x='4' y='{}' font-size='10'>{ylab}</text>\n",
-            top + pad - 6.0
-        );
+        let mut chart = ChartBuilder::on(&panels[1])
+            .caption(TIME_AXIS, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x0..x1, (t_lo..t_hi).log_scale())
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc(SIZE_AXIS)
+            .y_desc(TIME_AXIS)
+            .x_labels(x_labels)
+            .x_label_formatter(&size_label)
+            .y_label_formatter(&|v| format!("{}", (*v * 1000.0).round() / 1000.0))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| err(&e))?;
+        for s in series {
+            let pts: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|p| finite(p.us))
+                .map(|p| ((p.size.max(1) as f64).log2(), p.us))
+                .collect();
+            draw_line(&mut chart, s, pts).map_err(|e| err(&e))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
     }
-    out += "</svg>\n";
-    out
+    Ok(out)
+}
+
+/// The text of every `<text>` element of an SVG, trimmed (for checking plots).
+#[cfg(test)]
+pub fn svg_texts(svg: &str) -> Vec<String> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let body = t.split_once('>')?.1;
+            Some(body.split("</text>").next()?.trim().to_string())
+        })
+        .collect()
+}
+
+/// One series on a chart: a line, a dot per size, and its legend entry.
+fn draw_line<'a, X, Y>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        plotters::backend::SVGBackend<'a>,
+        plotters::coord::cartesian::Cartesian2d<X, Y>,
+    >,
+    s: &Series,
+    pts: Vec<(f64, f64)>,
+) -> Result<(), plotters::drawing::DrawingAreaErrorKind<std::io::Error>>
+where
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    use plotters::prelude::*;
+    let (r, g, b) = s.color;
+    let color = RGBColor(r, g, b);
+    chart
+        .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+        .label(s.name.as_str())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart.draw_series(PointSeries::of_element(
+        pts,
+        3,
+        color.filled(),
+        &|c, size, style| EmptyElement::at(c) + Circle::new((0, 0), size, style),
+    ))?;
+    Ok(())
 }
 
 pub fn human(b: u64) -> String {
@@ -887,6 +1265,226 @@ pub fn human(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct B {
+        #[command(flatten)]
+        a: BenchArgs,
+    }
+
+    fn args(v: &[&str]) -> BenchArgs {
+        B::try_parse_from(["x", "allreduce"].into_iter().chain(v.iter().copied()))
+            .map(|b| b.a)
+            .unwrap_or_else(|e| panic!("{v:?}: {e}"))
+    }
+
+    fn row(size: u64, us: f64, busbw: f64, ip_us: f64) -> Row {
+        Row {
+            size,
+            count: size / 4,
+            dtype: nccl_type_name(DataType::F32).into(),
+            redop: "sum".into(),
+            root: -1,
+            algorithm: "allreduce:ring".into(),
+            oop_us: us,
+            oop_algbw: busbw / 2.0,
+            oop_busbw: busbw,
+            oop_wrong: 0,
+            ip_us,
+            ip_algbw: busbw / 2.0,
+            ip_busbw: if ip_us.is_finite() { busbw } else { f64::NAN },
+            ip_wrong: if ip_us.is_finite() { 0 } else { -1 },
+        }
+    }
+
+    #[test]
+    fn nccl_tests_type_names() {
+        let names: Vec<&str> = [
+            DataType::I8,
+            DataType::U8,
+            DataType::I32,
+            DataType::U32,
+            DataType::I64,
+            DataType::U64,
+            DataType::F16,
+            DataType::F32,
+            DataType::F64,
+            DataType::Bf16,
+            DataType::F8E4M3,
+            DataType::F8E5M2,
+        ]
+        .into_iter()
+        .map(nccl_type_name)
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+                "bfloat16", "f8e4m3", "f8e5m2"
+            ]
+        );
+        // and every one of them is accepted back by -d
+        for n in names {
+            assert!(DataType::from_name(n).is_ok() || n.starts_with("f8"), "{n}");
+        }
+    }
+
+    #[test]
+    fn rows_line_up_under_nccl_tests_columns() {
+        let line = table_row(&row(1024, 12.345, 0.5, 11.0));
+        // every value ends where its column heading ends
+        let heads = NCCL_COLUMNS[1];
+        let ends = |s: &str| -> Vec<usize> {
+            let b = s.as_bytes();
+            (0..b.len())
+                .filter(|&i| b[i] != b' ' && (i + 1 == b.len() || b[i + 1] == b' '))
+                .collect()
+        };
+        let (h, r) = (ends(heads), ends(&line));
+        // (the heading line's first end is its `#`)
+        assert_eq!(&r[..h.len() - 1], &h[1..], "\n{heads}\n{line}");
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            f,
+            [
+                "1024",
+                "256",
+                "float",
+                "sum",
+                "-1",
+                "12.35",
+                "0.25",
+                "0.50",
+                "0",
+                "11.00",
+                "0.25",
+                "0.50",
+                "0",
+                "allreduce:ring"
+            ]
+        );
+        // a cell that did not run (send/recv in place): N/A, never NaN
+        let sr = table_row(&row(1024, 5.0, 1.0, f64::NAN));
+        assert!(sr.contains("N/A") && !sr.contains("NaN"), "{sr}");
+    }
+
+    #[test]
+    fn header_and_footer_as_nccl_tests() {
+        assert_eq!(
+            nccl_header_line(1024, 65536, 4, 5, 20, 1, 0),
+            "# nThread 1 nGpus 1 minBytes 1024 maxBytes 65536 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0"
+        );
+        assert_eq!(
+            nccl_device_line(1, 4242, "node7", 0, "[host] host-emu"),
+            "#  Rank  1 Group  0 Pid   4242 on      node7 device  0 [host] host-emu"
+        );
+        // mean over out-of-place and in-place cells; cells that did not run left out
+        let f = nccl_footer(0, &[1.0, 3.0, f64::NAN, 2.0]);
+        assert_eq!(f[0], "# Out of bounds values : 0 OK");
+        assert_eq!(f[1], "# Avg bus bandwidth    : 2.0000 ");
+        assert_eq!(f[2], "#");
+        assert_eq!(
+            nccl_footer(3, &[]),
+            [
+                "# Out of bounds values : 3 FAILED".to_string(),
+                "# Avg bus bandwidth    : 0.0000 ".to_string(),
+                "#".to_string()
+            ]
+        );
+    }
+
+    #[test]
+    fn nccl_tests_flags() {
+        let a = args(&[
+            "-a", "3", "-z", "1", "-t", "1", "-g", "1", "-N", "2", "-T", "7", "-C", "1", "-J",
+            "out.csv",
+        ]);
+        assert_eq!(
+            (a.average, a.blocking, a.cycles, a.timeout_s, a.cputime),
+            (Some(3), 1, 2, Some(7), 1)
+        );
+        assert!(output_file_is_csv(a.output_file.as_deref().unwrap_or("")));
+        assert!(check_nccl_tests_flags(&a).is_ok());
+        // -G alone, -G N, -G 0
+        assert_eq!(args(&["-G"]).graph, 5);
+        assert_eq!(args(&["-G", "3"]).graph, 3);
+        assert_eq!(args(&["-G", "0"]).graph, 0);
+        assert_eq!(args(&["-G", "-b", "2K"]).graph, 5);
+        assert!(args(&["-G", "2"]).gpu_flags().contains(&"-G"));
+        assert!(args(&["-G", "0"]).gpu_flags().is_empty());
+        // refused with what to do instead
+        let e = check_nccl_tests_flags(&args(&["-g", "2"])).unwrap_err();
+        assert!(e.contains("-g 2") && e.contains("commhal launch -n"), "{e}");
+        let e = check_nccl_tests_flags(&args(&["-t", "4"])).unwrap_err();
+        assert!(e.contains("-t 4") && e.contains("commhal launch -n"), "{e}");
+        let e = check_nccl_tests_flags(&args(&["-N", "0"])).unwrap_err();
+        assert!(e.contains("-N 0") && e.contains("number of cycles"), "{e}");
+        assert!(check_nccl_tests_flags(&args(&["--json", "--csv"])).is_err());
+        for bad in [&["-a", "4"][..], &["-z", "2"], &["-C", "2"]] {
+            assert!(
+                B::try_parse_from(["x", "allreduce"].into_iter().chain(bad.iter().copied()))
+                    .is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn plot_is_an_svg_with_both_series_and_labelled_axes() {
+        let dir = std::env::temp_dir().join(format!("commhal-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("allreduce.svg");
+        let rows = [
+            row(1024, 10.0, 0.1, 10.5),
+            row(1 << 20, 100.0, 10.0, 101.0),
+            row(64 << 20, 5000.0, 13.0, 5100.0),
+        ];
+        svg(Collective::AllReduce, 4, &rows, &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"));
+        assert!(text.contains("xmlns=\"http://www.w3.org/2000/svg\""));
+        // well formed: every element opened is closed
+        let opens = text.matches("<text").count();
+        assert_eq!(opens, text.matches("</text>").count());
+        assert!(opens > 20, "axis labels, ticks and legends: {opens}");
+        let texts = svg_texts(&text);
+        for want in [
+            "allreduce 4 ranks",
+            BUSBW_AXIS,
+            TIME_AXIS,
+            SIZE_AXIS,
+            "1K",
+            "1M",
+            "64M",
+        ] {
+            assert!(texts.iter().any(|t| t == want), "{want} in {texts:?}");
+        }
+        for series in ["commhal out-of-place", "commhal in-place"] {
+            assert_eq!(
+                texts.iter().filter(|t| *t == series).count(),
+                2,
+                "{series}: one legend entry per panel"
+            );
+        }
+        // per panel: a line per series, three sizes each, then the 2-point legend keys
+        let lines: Vec<usize> = text
+            .split("<polyline")
+            .skip(1)
+            .filter(|l| l.contains("stroke=\"#1F77B4\"") || l.contains("stroke=\"#D62728\""))
+            .map(|l| {
+                l.split("points=\"")
+                    .nth(1)
+                    .and_then(|p| p.split('"').next())
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .count()
+            })
+            .collect();
+        assert_eq!(lines, [3, 3, 2, 2, 3, 3, 2, 2]);
+        assert!(!text.contains("NaN") && !text.contains("inf"));
+    }
 
     #[test]
     fn sizes_parse() {

@@ -44,6 +44,7 @@ pub fn refuse_other_cuda(name: &str) -> Result<(), String> {
 /// work, so mistakes are reported on any machine).
 pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args, String> {
     let bad = |msg: String| Err(format!("bench --backend cuda-nvlink: {msg}"));
+    crate::bench::check_nccl_tests_flags(a)?;
     if cli_backends.is_some() {
         return bad("--backends chooses the host Communicator's transports; the GPU collectives use their own kernels: drop --backends".into());
     }
@@ -67,6 +68,13 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
     }
     if a.csv {
         return bad("--csv is not available here: use the table or --json".into());
+    }
+    if let Some(f) = &a.output_file
+        && f.to_ascii_lowercase().ends_with(".csv")
+    {
+        return bad(format!(
+            "-J {f}: the GPU benchmark writes JSON only: name a .json file"
+        ));
     }
     let collective = Collective::from_str(&a.collective, true).map_err(|_| {
         format!(
@@ -106,10 +114,18 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         root: a.root,
         check: u32::from(a.check),
         graph: a.graph,
+        average: a.average.unwrap_or(1),
+        blocking: a.blocking,
+        nthreads: a.nthreads,
+        ngpus: a.ngpus,
+        cycles: a.cycles,
+        timeout_s: a.timeout_s,
+        cputime: a.cputime,
         batch: a.batch.unwrap_or(ccli::DEFAULT_BATCH),
         gate: a.gate.unwrap_or(1),
         compare: a.compare,
-        json: None,
+        // rank 0 writes it (never through `commhal launch`'s prefixed stdout)
+        json: a.output_file.as_ref().map(PathBuf::from),
         max_bytes_per_size,
         ll_max,
         timeout_ms: a.timeout_ms.unwrap_or(10_000),
@@ -120,6 +136,11 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         print_tables: !a.json,
         buffers: ccli::Buffers::Caller,
         buffer_offset: 0,
+    })
+    .and_then(|args: Args| {
+        args.check_nccl_tests_flags()
+            .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
+        Ok(args)
     })
 }
 
@@ -242,7 +263,7 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
         );
     }
     if let Some(path) = &a.plot {
-        let text = plot(args.collective, out.nranks, &out.ours, &out.theirs);
+        let text = plot(args.collective, out.nranks, &out.ours, &out.theirs)?;
         std::fs::write(path, text).map_err(|e| format!("--plot {path}: {e}"))?;
         eprintln!("wrote {path}");
     }
@@ -251,10 +272,10 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
 
 /// The SVG of a GPU run: busbw and time of commhal (and NCCL) out of place and in
 /// place against size.
-pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> String {
+pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> Result<String, String> {
     // a zero time is a cell that did not run (no in-place variant)
     let pos = |v: f64, t: f64| if t > 0.0 { v } else { f64::NAN };
-    let line = |rows: &[Row], name: &str, color: &'static str, ip: bool| Series {
+    let line = |rows: &[Row], name: &str, color: (u8, u8, u8), ip: bool| Series {
         name: name.into(),
         color,
         points: rows
@@ -270,20 +291,17 @@ pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> String {
             .collect(),
     };
     let mut series = vec![
-        line(ours, "commhal out-of-place", "#1f77b4", false),
-        line(ours, "commhal in-place", "#d62728", true),
+        line(ours, "commhal out-of-place", (0x1f, 0x77, 0xb4), false),
+        line(ours, "commhal in-place", (0xd6, 0x27, 0x28), true),
     ];
     if !theirs.is_empty() {
-        series.push(line(theirs, "nccl out-of-place", "#2ca02c", false));
-        series.push(line(theirs, "nccl in-place", "#ff7f0e", true));
+        series.push(line(theirs, "nccl out-of-place", (0x2c, 0xa0, 0x2c), false));
+        series.push(line(theirs, "nccl in-place", (0xff, 0x7f, 0x0e), true));
     }
     if !coll.in_place_supported() {
         series.retain(|s| !s.name.ends_with(" in-place"));
     }
-    let mut sizes: Vec<u64> = ours.iter().chain(theirs).map(|r| r.bytes).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    svg_series(&format!("{} {n} GPUs", coll.name()), &sizes, &series)
+    svg_series(&format!("{} {n} GPUs", coll.name()), &series)
 }
 
 /// Options of `commhal tune`.
@@ -395,7 +413,14 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         scalar: 1.0,
         root: 0,
         check: u32::from(t.check),
-        graph: t.graph,
+        graph: if t.graph { 5 } else { 0 },
+        average: 1,
+        blocking: 0,
+        nthreads: 1,
+        ngpus: 1,
+        cycles: 1,
+        timeout_s: None,
+        cputime: 0,
         batch: t.batch,
         gate: 1,
         compare: None,
@@ -439,7 +464,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             "gpu": out.device,
             "nranks": out.nranks,
             "dtype": args.dtype,
-            "graph": args.graph,
+            "graph": args.graphed(),
             "batch": args.batch,
             "sweeps": out.sweeps,
             "derived": format!("{:?}", out.derived),
@@ -476,7 +501,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             args.dtype.name(),
             args.iters,
             args.warmup,
-            if args.graph {
+            if args.graphed() {
                 "graph replays".to_string()
             } else {
                 format!("events every {} launches", args.batch)
@@ -634,10 +659,37 @@ mod tests {
         );
         assert_eq!((a.iters, a.warmup), (50, 10));
         assert_eq!(a.dtype, Dtype::Half, "GPU default: half");
-        assert!(a.graph && a.print_tables);
+        assert!(a.graphed() && a.print_tables);
         assert_eq!(a.compare, Some(Compare::Nccl));
         assert_eq!((a.ll_max, a.gate, a.batch), (Some(64 << 10), 0, 1));
         assert_eq!((a.timeout_ms, a.max_bytes_per_size), (10_000, 16 << 30));
+        assert_eq!((a.graph, a.average, a.wait_ms()), (5, 1, 10_000));
+        // nccl-tests' flags: -G N replays, -a, -T seconds, -N cycles, -J FILE.json
+        let a = bench_args(&[
+            "allreduce",
+            "--backend",
+            "cuda-nvlink",
+            "-G",
+            "20",
+            "-a",
+            "3",
+            "-T",
+            "30",
+            "-N",
+            "2",
+            "-J",
+            "out.json",
+            "-t",
+            "1",
+            "-g",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.graph, a.average, a.wait_ms(), a.cycles),
+            (20, 3, 30_000, 2)
+        );
+        assert_eq!(a.json.as_deref(), Some(std::path::Path::new("out.json")));
         let a = bench_args(&[
             "broadcast",
             "--backend",
@@ -664,7 +716,13 @@ mod tests {
     #[test]
     fn bench_mistakes_are_reported_before_any_gpu_work() {
         for (v, want) in [
-            (&["allreduce", "-d", "f16x"][..], "-d f16x"),
+            (&["allreduce", "-d", "int4"][..], "-d int4"),
+            (&["allreduce", "-g", "2"][..], "one GPU per process"),
+            (&["allreduce", "-t", "2"][..], "one thread per process"),
+            (&["allreduce", "-z", "1"][..], "--batch 1"),
+            (&["allreduce", "-C", "1"][..], "CUDA event times"),
+            (&["allreduce", "-N", "0"][..], "number of cycles"),
+            (&["allreduce", "-J", "x.csv"][..], "JSON only"),
             (&["alltoallv"][..], "not a GPU collective"),
             (&["allreduce", "-o", "premulsum"][..], "-o premulsum"),
             (&["allreduce", "--algo", "ring"][..], "--algo"),
@@ -737,7 +795,7 @@ mod tests {
             (a.min_bytes, a.max_bytes, a.step_factor),
             (1024, 256 << 20, 2)
         );
-        assert_eq!((a.dtype, a.check, a.graph), (Dtype::Half, 1, false));
+        assert_eq!((a.dtype, a.check, a.graph), (Dtype::Half, 1, 0));
         assert_eq!(a.batch, 10, "the benchmark's default batch");
         assert!(T::try_parse_from(["x", "--out", "f", "--batch", "0"]).is_err());
         let t = T::try_parse_from([
@@ -755,11 +813,11 @@ mod tests {
         .unwrap();
         let (a, colls) = tune_args(&t.a).unwrap();
         assert_eq!(colls, [Collective::Allgather, Collective::Reducescatter]);
-        assert!(a.graph && a.dtype == Dtype::Float && a.batch == 1);
+        assert!(a.graphed() && a.dtype == Dtype::Float && a.batch == 1);
         for (v, want) in [
             (&["--collectives", "alltoall"][..], "no kernel choice"),
             (&["--backend", "host-emu"][..], "only cuda-nvlink"),
-            (&["-d", "int8"][..], "-d int8"),
+            (&["-d", "int4"][..], "-d int4"),
             (&["-f", "1"][..], "-f >= 2"),
         ] {
             let t = T::try_parse_from(["x", "--out", "f"].into_iter().chain(v.iter().copied()))
@@ -909,18 +967,18 @@ mod tests {
         }
     }
 
-    fn polylines(svg: &str) -> Vec<usize> {
-        svg.lines()
-            .filter(|l| l.starts_with("<polyline"))
+    /// Points of every line drawn in `color` (`#RRGGBB`): data lines and legend keys.
+    fn lines_in(svg: &str, color: &str) -> Vec<usize> {
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|l| l.contains(&format!("stroke=\"{color}\"")))
             .map(|l| {
-                let pts = l
-                    .split("points='")
+                l.split("points=\"")
                     .nth(1)
+                    .and_then(|p| p.split('"').next())
                     .unwrap_or("")
-                    .split('\'')
-                    .next()
-                    .unwrap_or("");
-                pts.split_whitespace().count()
+                    .split_whitespace()
+                    .count()
             })
             .collect()
     }
@@ -937,8 +995,9 @@ mod tests {
             row(1 << 20, 21.0, 21.5),
             row(1 << 30, 4500.0, 4550.0),
         ];
-        let svg = plot(Collective::Allreduce, 4, &ours, &theirs);
+        let svg = plot(Collective::Allreduce, 4, &ours, &theirs).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        let texts = crate::bench::svg_texts(&svg);
         for name in [
             "commhal out-of-place",
             "commhal in-place",
@@ -946,27 +1005,40 @@ mod tests {
             "nccl in-place",
         ] {
             assert_eq!(
-                svg.matches(&format!(">{name}<")).count(),
+                texts.iter().filter(|t| *t == name).count(),
                 2,
-                "{name} in both panels"
+                "{name} in both panels' legends"
             );
         }
-        assert!(svg.contains("allreduce 4 GPUs: busbw (GB/s)") && svg.contains("time (us, log)"));
-        assert!(svg.contains(">1K<") && svg.contains(">1M<") && svg.contains(">1G<"));
-        assert_eq!(
-            polylines(&svg),
-            vec![3; 8],
-            "4 lines × 2 panels, 3 sizes each"
-        );
+        for label in [
+            "allreduce 4 GPUs",
+            crate::bench::BUSBW_AXIS,
+            crate::bench::TIME_AXIS,
+            crate::bench::SIZE_AXIS,
+            "1K",
+            "1M",
+            "1G",
+        ] {
+            assert!(texts.iter().any(|t| t == label), "{label} in {texts:?}");
+        }
+        // per panel: the line (3 sizes) and its legend key (2 points)
+        for color in ["#1F77B4", "#D62728", "#2CA02C", "#FF7F0E"] {
+            assert_eq!(lines_in(&svg, color), vec![3, 2, 3, 2], "{color}");
+        }
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
-        // commhal alone: two lines per panel
-        let svg = plot(Collective::Allreduce, 2, &ours, &[]);
-        assert_eq!(polylines(&svg), vec![3; 4]);
-        assert!(!svg.contains("nccl"));
+        // commhal alone: no NCCL line, no NCCL legend
+        let svg = plot(Collective::Allreduce, 2, &ours, &[]).unwrap();
+        assert_eq!(lines_in(&svg, "#1F77B4"), vec![3, 2, 3, 2]);
+        assert!(lines_in(&svg, "#2CA02C").is_empty() && !svg.contains("nccl"));
         // no in-place variant: those lines are left out, not drawn at zero
         let a2a: Vec<Row> = [1024u64, 4096].iter().map(|&b| row(b, 9.0, 0.0)).collect();
-        let svg = plot(Collective::Alltoall, 4, &a2a, &a2a);
-        assert_eq!(polylines(&svg), vec![2; 4]);
-        assert!(!svg.contains(">commhal in-place<") && !svg.contains("NaN"));
+        let svg = plot(Collective::Alltoall, 4, &a2a, &a2a).unwrap();
+        assert_eq!(lines_in(&svg, "#2CA02C"), vec![2, 2, 2, 2]);
+        assert!(lines_in(&svg, "#D62728").is_empty() && !svg.contains("NaN"));
+        assert!(
+            !crate::bench::svg_texts(&svg)
+                .iter()
+                .any(|t| t == "commhal in-place")
+        );
     }
 }

@@ -4,7 +4,10 @@
 //! `COMMHAL_LOCAL_RANK`, `COMMHAL_UNIQUE_ID`) and the torchrun ones (`RANK`,
 //! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), so
 //! commhal programs and PyTorch scripts both find their place. Output is forwarded
-//! line by line with a `[rank K]` prefix. When one rank fails, `launch` names it, gives
+//! line by line with a `[rank K]` prefix (and `COMMHAL_LAUNCH_PREFIX=1` set in the
+//! ranks, so that `commhal bench --json` / `--csv` can refuse a stdout that would
+//! break the format and point at `-J FILE`; `--no-prefix` forwards lines as they
+//! are). When one rank fails, `launch` names it, gives
 //! the others a short window to report (a rank that notices a dead peer says so within
 //! about 2 s), then stops those still running (SIGTERM, then SIGKILL after the grace
 //! period), naming them as possibly hung, and exits with the first failure's code.
@@ -126,6 +129,12 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // tells a benchmark that its stdout is prefixed (JSON / CSV must go to a file)
+        if args.no_prefix {
+            cmd.env_remove(crate::bench::PREFIX_ENV);
+        } else {
+            cmd.env(crate::bench::PREFIX_ENV, "1");
+        }
         crate::child::prepare(&mut cmd);
         let mut child = match cmd.spawn() {
             Ok(c) => c,

@@ -94,9 +94,17 @@ fn gpu_argument_mistakes_come_first() {
                 "--backend",
                 "cuda-nvlink",
                 "-d",
-                "f16x",
+                "int4",
             ][..],
-            "-d f16x",
+            "-d int4",
+        ),
+        (
+            &["bench", "allreduce", "--backend", "cuda-nvlink", "-g", "2"][..],
+            "one GPU per process here; start more ranks with `commhal launch -n N`",
+        ),
+        (
+            &["bench", "allreduce", "--backend", "cuda-nvlink", "-z", "1"][..],
+            "--batch 1",
         ),
         (
             &[
@@ -187,6 +195,9 @@ fn a_host_backend_name_runs_the_host_benchmark() {
     assert_eq!(rows.len(), 2, "1K and 4K");
     for r in rows {
         assert_eq!(r["oop_wrong"], 0, "{r}");
-        assert_eq!(r["dtype"], "f32", "host default type: {r}");
+        assert_eq!(
+            r["dtype"], "float",
+            "host default type, nccl-tests' name: {r}"
+        );
     }
 }

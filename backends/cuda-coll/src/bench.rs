@@ -1,13 +1,16 @@
 //! The benchmark loop: per size, per implementation (commhal, then NCCL when
 //! comparing), out-of-place then in-place: one checked run on poisoned outputs,
-//! warm-up, then timed iterations, median per rank, mean over ranks. Rank 0 prints and
-//! writes JSON.
+//! warm-up, then timed iterations, median per rank, combined over ranks as `-a` says
+//! (default: the mean). Rank 0 prints nccl-tests' layout (`# nThread ...`, `# Using
+//! devices`, a row per size as it completes, `# Out of bounds values` and `# Avg bus
+//! bandwidth` under each table) and writes JSON.
 //!
 //! Timing, nccl-tests style: CUDA events around groups of `--batch K` back-to-back
 //! launches (default 10; the last group may be shorter, `iters <= K` is one group);
 //! a group's time per launch = its elapsed time / its launches; a rank's time is the
 //! median over its groups. `--batch 1` records an event between every launch. With
-//! `-G` the iterations are captured into one graph and each replay is a group.
+//! `-G [N]` the iterations are captured into one graph and each of the N replays
+//! (default 5) is a group.
 //!
 //! Entry points shared by `commhal-gpu-bench` and `commhal bench --backend
 //! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune`]
@@ -338,7 +341,7 @@ impl<'a> Bench<'a> {
         self.comm.sync("warm-up")?;
         self.boot.barrier()?;
         let mut times = Vec::new();
-        if self.args.graph {
+        if self.args.graphed() {
             let g = Graph::capture::<CollError>(s, || {
                 for _ in 0..iters {
                     self.launch(which, count, per, in_place)?;
@@ -348,7 +351,7 @@ impl<'a> Bench<'a> {
             g.launch(s)?; // warm replay
             self.comm.sync("graph warm replay")?;
             self.boot.barrier()?;
-            let reps = 5;
+            let reps = self.args.graph;
             let ev: Vec<Event> = (0..=reps)
                 .map(|_| Event::new(ctx))
                 .collect::<std::result::Result<_, _>>()?;
@@ -416,24 +419,24 @@ impl<'a> Bench<'a> {
             -1
         };
         let t = self.timed(which, count, per, in_place, iters)?;
-        // mean of the ranks' medians; sum of wrong
+        // the ranks' medians combined as `-a` says (default: mean); sum of wrong
         let mine: Vec<u8> = t
             .to_le_bytes()
             .into_iter()
             .chain(wrong.to_le_bytes())
             .collect();
         let all = self.boot.all_gather(&mine)?;
-        let mut sum_t = 0.0;
+        let mut ts = Vec::with_capacity(all.len());
         let mut sum_w = 0i64;
         for b in &all {
             if b.len() != 16 {
                 return Err(CollError::invalid("a rank sent a malformed timing"));
             }
-            sum_t += f64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+            ts.push(f64::from_le_bytes(b[..8].try_into().unwrap_or_default()));
             let w = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
             sum_w = if w < 0 || sum_w < 0 { -1 } else { sum_w + w };
         }
-        let time_us = sum_t / all.len() as f64;
+        let time_us = combine_ranks(&ts, self.args.average);
         let (algbw, busbw) =
             cli::bandwidths(self.args.collective, bytes, time_us, self.comm.size());
         Ok(Cell {
@@ -445,13 +448,24 @@ impl<'a> Bench<'a> {
     }
 }
 
+/// The ranks' times of one cell combined as nccl-tests' `-a`: 0 rank 0's, 1 the mean,
+/// 2 the min, 3 the max.
+pub(crate) fn combine_ranks(ts: &[f64], how: u8) -> f64 {
+    match how {
+        0 => ts.first().copied().unwrap_or(0.0),
+        2 => ts.iter().copied().fold(f64::INFINITY, f64::min),
+        3 => ts.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        _ => ts.iter().sum::<f64>() / ts.len().max(1) as f64,
+    }
+}
+
 fn header(args: &Args, n: u32, what: &str) {
     println!("#");
     println!(
         "# {what}: {} {} ranks={n} graph={} batch={}",
         args.collective.name(),
-        args.dtype.name(),
-        args.graph,
+        args.dtype.table_name(),
+        args.graphed(),
         args.batch
     );
     println!(
@@ -465,6 +479,84 @@ fn header(args: &Args, n: u32, what: &str) {
     );
 }
 
+/// nccl-tests' parameter line and `# Using devices` block (one line per rank: pid,
+/// host, CUDA device ordinal and name). Gathered from every rank: call it on all.
+fn nccl_preamble(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Vec<String>> {
+    const HOST: usize = 64;
+    const NAME: usize = 96;
+    let fixed = |s: String, len: usize| {
+        let mut b = s.into_bytes();
+        b.truncate(len);
+        b.resize(len, 0);
+        b
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let mut rec = std::process::id().to_le_bytes().to_vec();
+    rec.extend(comm.context().ordinal().to_le_bytes());
+    rec.extend(fixed(host, HOST));
+    rec.extend(fixed(comm.context().name().unwrap_or_default(), NAME));
+    let all = boot.all_gather(&rec)?;
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    let mut v = vec![
+        format!(
+            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
+            args.min_bytes,
+            args.max_bytes,
+            args.step_factor,
+            args.warmup,
+            args.iters,
+            u32::from(args.check != 0),
+            args.graph
+        ),
+        "#".into(),
+        "# Using devices".into(),
+    ];
+    for (rank, b) in all.iter().enumerate() {
+        if b.len() != 8 + HOST + NAME {
+            return Err(CollError::invalid("a rank sent a malformed device record"));
+        }
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default());
+        v.push(format!(
+            "#  Rank {rank:2} Group  0 Pid {:6} on {:>10} device {:2} {}",
+            word(0),
+            text(&b[8..8 + HOST]),
+            word(4),
+            text(&b[8 + HOST..])
+        ));
+    }
+    v.push("#".into());
+    Ok(v)
+}
+
+/// nccl-tests' footer of a table: wrong elements, and the mean bus bandwidth over the
+/// cells that ran (out-of-place and in-place of every size).
+fn nccl_footer(rows: &[Row]) -> [String; 3] {
+    let cells = || rows.iter().flat_map(|r| [&r.oop, &r.ip]);
+    let wrong: i64 = cells().map(|c| c.wrong.max(0)).sum();
+    let ran: Vec<f64> = cells()
+        .filter(|c| c.time_us > 0.0)
+        .map(|c| c.busbw)
+        .collect();
+    let avg = if ran.is_empty() {
+        0.0
+    } else {
+        ran.iter().sum::<f64>() / ran.len() as f64
+    };
+    [
+        format!(
+            "# Out of bounds values : {wrong} {}",
+            if wrong > 0 { "FAILED" } else { "OK" }
+        ),
+        format!("# Avg bus bandwidth    : {avg:.4} "),
+        "#".into(),
+    ]
+}
+
 fn fmt_row(args: &Args, r: &Row) -> String {
     let c = |x: &Cell| {
         format!(
@@ -476,7 +568,7 @@ fn fmt_row(args: &Args, r: &Row) -> String {
         "{:12} {:13} {:>9} {:>7} {:>7} {} {}",
         r.bytes,
         r.count,
-        args.dtype.name(),
+        args.dtype.table_name(),
         match args.collective.redop() {
             "sum" => args.reduce_op().name(),
             none => none,
@@ -519,6 +611,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         None
     };
     let print = rank0 && args.print_tables;
+    let preamble = nccl_preamble(args, boot, comm)?;
     let b = Bench::new(args, boot, comm, nccl.as_ref())?;
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
@@ -554,6 +647,9 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             t.ar_ce_min,
             provenance(comm, args)
         );
+        for line in &preamble {
+            println!("{line}");
+        }
         header(args, n, "commhal");
     }
     for bytes in cli::sizes(args.min_bytes, args.max_bytes, args.step_factor) {
@@ -574,7 +670,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             any_wrong |= oop.wrong > 0 || ip.wrong > 0;
             let kernel = if which == Impl::Commhal {
                 let c = cli::launch_count(args.collective, count, per);
-                let (k, g, t) = comm.plan_for(args.collective, args.dtype, c, args.graph);
+                let (k, g, t) = comm.plan_for(args.collective, args.dtype, c, args.graphed());
                 match b.path.get() {
                     Some(p) => format!("{k} {g}x{t} {}", p.name()),
                     None => format!("{k} {g}x{t}"),
@@ -611,10 +707,19 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         }
     }
     comm.sync("the end of the benchmark")?;
+    if print {
+        // NCCL's interleaved rows are not in commhal's footer: theirs has its own
+        for line in nccl_footer(&ours) {
+            println!("{line}");
+        }
+    }
     if print && !theirs.is_empty() {
         header(args, n, "NCCL");
         for r in &theirs {
             println!("{}", fmt_row(args, r));
+        }
+        for line in nccl_footer(&theirs) {
+            println!("{line}");
         }
         println!("#");
         println!("# ratio nccl_time / commhal_time (> 1: commhal faster)");
@@ -659,7 +764,7 @@ fn buffers_line(args: &Args) -> String {
 /// Where `comm`'s thresholds come from (the same resolution `Comm::new` made).
 fn provenance(comm: &Comm, args: &Args) -> String {
     let gpu = comm.context().name().unwrap_or_default();
-    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let timeout = Duration::from_millis(args.wait_ms());
     match tuning::resolve(&gpu, comm.size(), 1, args.ll_max, timeout) {
         Ok((_, p)) => p.to_string(),
         Err(e) => format!("? ({e})"),
@@ -747,16 +852,19 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
         device,
         capacity_for(args, n),
         args.ll_max,
-        Duration::from_millis(args.timeout_ms.max(1)),
+        Duration::from_millis(args.wait_ms()),
     )?;
     if let Some(dead) = args.dead_rank {
         return dead_peer_check(args, &comm, n, dead);
     }
     let mut out = Outcome::of(&comm, Vec::new(), Vec::new(), false);
-    for a in matrix(args) {
-        let (ours, theirs, wrong) = run(&a, boot, &comm)?;
-        let any = out.wrong || wrong;
-        out = Outcome::of(&comm, ours, theirs, any);
+    // `-N`: the whole run again, each cycle printed; the outcome keeps the last rows
+    for _cycle in 0..args.cycles.max(1) {
+        for a in matrix(args) {
+            let (ours, theirs, wrong) = run(&a, boot, &comm)?;
+            let any = out.wrong || wrong;
+            out = Outcome::of(&comm, ours, theirs, any);
+        }
     }
     if out.rank == 0
         && let Some(path) = &args.json
@@ -869,7 +977,9 @@ pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
         "collective": args.collective,
         "dtype": args.dtype,
         "nranks": out.nranks,
-        "graph": args.graph,
+        "graph": args.graphed(),
+        "graph_launches": args.graph,
+        "average": args.average,
         "batch": args.batch,
         "device": out.device,
         "tuning": format!("{:?}", out.tuning),
@@ -1267,7 +1377,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let context = commhal_cuda_rt::Context::new(device)?;
     let gpu = context.name().unwrap_or_default();
     let rank0 = boot.rank() == 0;
-    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let timeout = Duration::from_millis(args.wait_ms());
     let es = args.dtype.size();
     // the most the rooted LL16 cap may be (the file's chunk cap)
     let ll_chunk_max = crate::tuning::resolve(&gpu, n, 1, None, timeout)
@@ -1278,7 +1388,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     for &coll in colls {
         // the copy engines only run outside graph captures, on a driver with stream
         // writes: elsewhere their candidate would time the kernels under its name
-        let ce_usable = !args.graph && crate::dma::available();
+        let ce_usable = !args.graphed() && crate::dma::available();
         let cands: Vec<Candidate> = candidates(coll, n)
             .into_iter()
             .filter(|c| ce_usable || c.name != "ce")
@@ -1313,8 +1423,8 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             println!(
                 "# tune {}: {} {n} ranks, {gpu}, graph={} batch={}: µs per launch (out-of-place, mean of the ranks' medians)",
                 coll.name(),
-                a.dtype.name(),
-                a.graph,
+                a.dtype.table_name(),
+                a.graphed(),
                 a.batch
             );
             let names: Vec<String> = cands.iter().map(|c| format!("{:>16}", c.name)).collect();
@@ -1563,6 +1673,40 @@ pub fn describe_choice(s: &Sweep) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn footer_as_nccl_tests() {
+        let cell = |time_us: f64, busbw: f64, wrong: i64| Cell {
+            time_us,
+            algbw: busbw,
+            busbw,
+            wrong,
+        };
+        let row = |oop: Cell, ip: Cell| Row {
+            implementation: "commhal",
+            bytes: 1024,
+            count: 512,
+            iters: 20,
+            oop,
+            ip,
+            kernel: String::new(),
+        };
+        // mean over the cells that ran (a zero time: no in-place variant)
+        let rows = [
+            row(cell(5.0, 1.0, 0), cell(5.0, 3.0, 0)),
+            row(cell(6.0, 2.0, 0), cell(0.0, 0.0, -1)),
+        ];
+        assert_eq!(
+            nccl_footer(&rows),
+            [
+                "# Out of bounds values : 0 OK".to_string(),
+                "# Avg bus bandwidth    : 2.0000 ".to_string(),
+                "#".to_string()
+            ]
+        );
+        let bad = [row(cell(5.0, 1.0, 7), cell(5.0, 1.0, -1))];
+        assert_eq!(nccl_footer(&bad)[0], "# Out of bounds values : 7 FAILED");
+    }
 
     #[test]
     fn candidates_run_from_small_to_large_kernels() {

@@ -187,6 +187,15 @@ impl Dtype {
             Dtype::Fp8E5m2 => "fp8_e5m2",
         }
     }
+    /// Name as nccl-tests prints it in its tables (`f8e4m3` / `f8e5m2` for the fp8
+    /// types, otherwise [`Dtype::name`]).
+    pub fn table_name(self) -> &'static str {
+        match self {
+            Dtype::Fp8E4m3 => "f8e4m3",
+            Dtype::Fp8E5m2 => "f8e5m2",
+            d => d.name(),
+        }
+    }
     /// Bit pattern of the integer `v` (-256 ≤ v ≤ 256: exact in half, bfloat16, float,
     /// double and the integer types; fp8 rounds, as [`DataType::encode`]).
     pub fn encode_int(self, v: i32) -> u64 {
@@ -259,9 +268,35 @@ pub struct Args {
     /// Check results (0 = off).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u32,
-    /// Time through CUDA graph replay (iters launches captured into one graph).
-    #[arg(short = 'G', long = "graph", default_value_t = false)]
-    pub graph: bool,
+    /// Time through CUDA graph replay (iters launches captured into one graph): `-G`
+    /// alone replays it 5 times, `-G N` N times (nccl-tests' graph launch count), `-G
+    /// 0` (the default) launches on the stream. Each replay is one timing group.
+    #[arg(short = 'G', long = "graph", value_name = "N", num_args = 0..=1, default_value_t = 0, default_missing_value = "5")]
+    pub graph: u32,
+    /// How a size's time combines the ranks' medians (nccl-tests' `-a`): 0 = rank 0's,
+    /// 1 = mean, 2 = min, 3 = max.
+    #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+    pub average: u8,
+    /// nccl-tests' `-z` (blocking collectives): 0 only, launches are asynchronous on
+    /// the stream (`--batch 1` puts an event between every launch).
+    #[arg(short = 'z', long = "blocking", default_value_t = 0)]
+    pub blocking: u8,
+    /// nccl-tests' `-t` (threads per process): 1 only.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    pub nthreads: u32,
+    /// nccl-tests' `-g` (GPUs per thread): 1 only.
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ngpus: u32,
+    /// Run the whole benchmark this many times, printing every cycle (nccl-tests'
+    /// `-N`; 0, forever, is not offered).
+    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
+    pub cycles: u32,
+    /// Device wait bound in seconds (nccl-tests' `-T`; overrides --timeout-ms).
+    #[arg(short = 'T', long = "timeout", value_name = "SECONDS")]
+    pub timeout_s: Option<u64>,
+    /// nccl-tests' `-C` (report CPU time): 0 only, times are CUDA event times.
+    #[arg(short = 'C', long = "report_cputime", default_value_t = 0)]
+    pub cputime: u8,
     /// Launches per timed group: CUDA events are recorded around every group of this
     /// many back-to-back launches (nccl-tests style: elapsed / launches); the time is
     /// the median over the groups (the last may be shorter). 1 = an event between
@@ -276,8 +311,9 @@ pub struct Args {
     /// Also run NCCL on the same buffers, alternating per size, and print the ratio.
     #[arg(long)]
     pub compare: Option<Compare>,
-    /// Write every row (and NCCL's) as JSON here (rank 0).
-    #[arg(long)]
+    /// Write every row (and NCCL's) as JSON here (rank 0; nccl-tests' `-J`). A file,
+    /// so `commhal launch`'s `[rank K]` prefixes never reach it.
+    #[arg(long, short = 'J', visible_alias = "output_file")]
     pub json: Option<std::path::PathBuf>,
     /// Cap on bytes moved per size: iterations shrink so that iters × size stays under
     /// it (at least 3 timed iterations).
@@ -321,6 +357,58 @@ pub struct Args {
     /// (pointers that are not 16-byte aligned take the staged path).
     #[arg(long, default_value_t = 0)]
     pub buffer_offset: u64,
+}
+
+impl Args {
+    /// Whether the timed launches are captured into a CUDA graph (`-G`).
+    pub fn graphed(&self) -> bool {
+        self.graph > 0
+    }
+
+    /// The device wait bound in milliseconds: `-T` seconds, else `--timeout-ms`.
+    pub fn wait_ms(&self) -> u64 {
+        self.timeout_s
+            .map_or(self.timeout_ms, |s| s.saturating_mul(1000))
+            .max(1)
+    }
+
+    /// nccl-tests' flags with one meaning here: what to do instead of the others.
+    pub fn check_nccl_tests_flags(&self) -> Result<(), String> {
+        let more_ranks = "start more ranks with `commhal launch -n N` (or `commhal bench --backend cuda-nvlink --ranks N`)";
+        if self.nthreads != 1 {
+            return Err(format!(
+                "-t {}: one thread per process here; {more_ranks}",
+                self.nthreads
+            ));
+        }
+        if self.ngpus != 1 {
+            return Err(format!(
+                "-g {}: one GPU per process here; {more_ranks}",
+                self.ngpus
+            ));
+        }
+        if self.blocking != 0 {
+            return Err(format!(
+                "-z {}: launches are asynchronous on the stream here; for an event between every launch use --batch 1",
+                self.blocking
+            ));
+        }
+        if self.cputime != 0 {
+            return Err(format!(
+                "-C {}: times here are CUDA event times, not CPU times; drop -C",
+                self.cputime
+            ));
+        }
+        if self.cycles == 0 {
+            return Err(
+                "-N 0 (run forever) is not offered: give a number of cycles, e.g. -N 1000".into(),
+            );
+        }
+        if self.timeout_s == Some(0) {
+            return Err("-T 0: give the device wait bound in seconds, at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 /// Whose buffers the benchmark runs on (`--buffers`).
@@ -645,11 +733,11 @@ mod tests {
         );
         assert_eq!((a.iters, a.warmup), (50, 10));
         assert_eq!(a.dtype, Dtype::Half);
-        assert!(a.graph);
+        assert!(a.graphed());
         assert_eq!(a.compare, Some(Compare::Nccl));
         let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
         assert_eq!(b.dtype, Dtype::Bfloat16);
-        assert!(!b.graph && b.compare.is_none());
+        assert!(!b.graphed() && b.compare.is_none());
         assert_eq!(b.batch, DEFAULT_BATCH);
         assert_eq!(DEFAULT_BATCH, 10);
         let one = Args::try_parse_from(["x", "allreduce", "--batch", "1"]).unwrap();
@@ -692,11 +780,63 @@ mod tests {
             assert_eq!(a.dtype, d, "{name}");
             assert_eq!(a.reduce_op(), ReduceOp::Sum);
         }
+        let tables: Vec<&str> = Dtype::ALL.iter().map(|d| d.table_name()).collect();
+        assert_eq!(
+            tables,
+            [
+                "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "bfloat16", "float",
+                "double", "f8e4m3", "f8e5m2"
+            ],
+            "nccl-tests' names"
+        );
         let a =
             Args::try_parse_from(["x", "reduce", "-o", "premulsum", "--scalar", "0.5"]).unwrap();
         assert_eq!(a.reduce_op(), ReduceOp::PreMulSum(0.5));
         let a = Args::try_parse_from(["x", "reduce", "--op", "max"]).unwrap();
         assert_eq!(a.reduce_op(), ReduceOp::Max);
         assert!(Args::try_parse_from(["x", "reduce", "-o", "xor"]).is_err());
+    }
+
+    #[test]
+    fn nccl_tests_flags() {
+        let p = |v: &[&str]| {
+            Args::try_parse_from(["x", "allreduce"].into_iter().chain(v.iter().copied()))
+                .unwrap_or_else(|e| panic!("{v:?}: {e}"))
+        };
+        // -G alone as before (5 replays), -G N replays, -G 0 none
+        assert_eq!((p(&["-G"]).graph, p(&["-G"]).graphed()), (5, true));
+        assert_eq!(p(&["-G", "12", "-b", "2K"]).graph, 12);
+        assert_eq!(p(&["-G", "-b", "2K"]).graph, 5);
+        assert!(!p(&["-G", "0"]).graphed() && !p(&[]).graphed());
+        let a = p(&[
+            "-a", "2", "-T", "3", "-N", "4", "-t", "1", "-g", "1", "-z", "0",
+        ]);
+        assert_eq!((a.average, a.wait_ms(), a.cycles), (2, 3000, 4));
+        let j = p(&["-J", "/tmp/r.json"]);
+        assert_eq!(j.json.as_deref(), Some(std::path::Path::new("/tmp/r.json")));
+        assert!(a.check_nccl_tests_flags().is_ok());
+        assert_eq!((p(&[]).average, p(&[]).wait_ms()), (1, 10_000));
+        for (v, want) in [
+            (&["-g", "2"][..], "commhal launch -n"),
+            (&["-t", "8"][..], "one thread per process"),
+            (&["-z", "1"][..], "--batch 1"),
+            (&["-C", "1"][..], "CUDA event times"),
+            (&["-N", "0"][..], "number of cycles"),
+            (&["-T", "0"][..], "at least 1"),
+        ] {
+            let e = p(v).check_nccl_tests_flags().unwrap_err();
+            assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
+        }
+        assert!(Args::try_parse_from(["x", "allreduce", "-a", "4"]).is_err());
+    }
+
+    #[test]
+    fn ranks_combine_as_nccl_tests_average() {
+        use crate::bench::combine_ranks;
+        let t = [4.0, 1.0, 7.0];
+        assert_eq!(combine_ranks(&t, 0), 4.0);
+        assert_eq!(combine_ranks(&t, 1), 4.0);
+        assert_eq!(combine_ranks(&t, 2), 1.0);
+        assert_eq!(combine_ranks(&t, 3), 7.0);
     }
 }

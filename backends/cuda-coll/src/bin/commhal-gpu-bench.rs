@@ -35,6 +35,10 @@ fn run(args: &Args) -> Result<bool> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Err(e) = args.check_nccl_tests_flags() {
+        eprintln!("commhal-gpu-bench: {e}");
+        return ExitCode::from(2);
+    }
     match run(&args) {
         Ok(false) => ExitCode::SUCCESS,
         Ok(true) => ExitCode::from(1),
