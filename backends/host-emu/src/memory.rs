@@ -171,8 +171,9 @@ impl ShmBuf {
     }
 
     /// Map a peer's export: checks everything, then shares the buffer itself when it
-    /// lives in this process or mmaps the received fd.
-    fn map_export(mut export: Export) -> Result<Arc<ShmBuf>> {
+    /// lives in this process or mmaps the received fd. `detached` (the test-only
+    /// `detached-mapping` fault) maps a private snapshot instead, never the shared pages.
+    fn map_export(mut export: Export, detached: bool) -> Result<Arc<ShmBuf>> {
         export.check_backend(BACKEND)?;
         let bad = |what: String| {
             HalError::invalid(format!(
@@ -199,6 +200,23 @@ impl ShmBuf {
             return Err(bad(
                 "the fd is not size-sealed (not a host-emu memfd)".into()
             ));
+        }
+        if detached {
+            let map = Mmap::map_private_snapshot(fd.as_fd(), size).map_err(|e| {
+                HalError::io(
+                    format!(
+                        "host-emu: snapshotting a peer's {size}-byte memfd (detached-mapping fault)"
+                    ),
+                    e,
+                )
+            })?;
+            return Ok(Arc::new(ShmBuf {
+                map,
+                fd,
+                len,
+                id: 0,
+                ident,
+            }));
         }
         if pid == std::process::id() {
             let live = registry().lock().unwrap_or_else(|p| p.into_inner());
@@ -286,7 +304,14 @@ impl ShmRegion {
 impl ShmMapping {
     /// Map a peer's [`Export`] (see the module docs for what is checked).
     pub fn map(export: Export) -> Result<ShmMapping> {
-        ShmBuf::map_export(export).map(ShmMapping)
+        ShmBuf::map_export(export, false).map(ShmMapping)
+    }
+
+    /// Map a peer's [`Export`] as a private snapshot (the test-only `detached-mapping`
+    /// fault, see [`crate::faults`]): the same checks as [`ShmMapping::map`], but writes
+    /// into the result never reach the peer and the peer's later writes never show.
+    pub fn map_detached(export: Export) -> Result<ShmMapping> {
+        ShmBuf::map_export(export, true).map(ShmMapping)
     }
 
     /// True when this mapping shares the owner's `ShmBuf` (same process) rather than a

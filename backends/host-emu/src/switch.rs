@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
-use commhal_hal::transport::{SwitchGroup, SwitchMapped};
+use commhal_hal::transport::{MemoryMapped, SwitchGroup, SwitchMapped};
 use commhal_hal::{HalError, Rank, Region, Result};
 
 use crate::memory::{ShmBuf, ShmMapping, ShmRegion};
@@ -83,7 +83,7 @@ impl SwitchMapped for HostEmu {
                     e.len
                 )));
             }
-            peers.push(Some(ShmMapping::map(e)?));
+            peers.push(Some(MemoryMapped::map(self, e)?));
         }
         for (i, &peer) in members.iter().enumerate() {
             if i != me {

@@ -128,7 +128,11 @@ impl MemoryMapped for HostEmu {
     }
 
     fn map(&self, export: Export) -> Result<ShmMapping> {
-        ShmMapping::map(export)
+        if self.faults.detached_mapping {
+            ShmMapping::map_detached(export)
+        } else {
+            ShmMapping::map(export)
+        }
     }
 }
 
