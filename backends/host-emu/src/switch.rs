@@ -97,13 +97,19 @@ impl SwitchMapped for HostEmu {
                 )));
             }
         }
-        let bufs: Vec<Arc<ShmBuf>> = peers
+        let mut bufs: Vec<Arc<ShmBuf>> = peers
             .iter()
             .map(|p| {
                 p.as_ref()
                     .map_or_else(|| local.buf().clone(), |m| m.buf().clone())
             })
             .collect();
+        if self.faults.switch_drop_member
+            && let Some(k) = (0..members.len()).rev().find(|&i| i != me)
+        {
+            // Test-only fault: this member's own buffer stands in for its last peer's.
+            bufs[k] = local.buf().clone();
+        }
         let mut desc = vec![MCAST_MAGIC, members.len() as u64, len];
         desc.extend(bufs.iter().map(|b| b.addr()));
         Ok(HostSwitchGroup {
