@@ -189,3 +189,36 @@ fn switch_drop_member_is_caught_by_exact_results() {
     );
     assert_eq!(clean.passed, catchers.len());
 }
+
+/// `detached-tail-page` loses only the last page of each peer mapping: a put that ends
+/// there arrives short while other signals still arrive, so data checks (not only
+/// timeouts) must see it; a collective whose semaphore lands in such a page fails
+/// within the wait bound.
+#[test]
+fn detached_tail_page_short_puts_are_caught() {
+    let flush_vis = "host-emu/memory/flush-remote-visible/host-shared";
+    let stress = "host-emu/memory/stress-message-passing/host-shared,rounds=200";
+    let coll = "host-emu/all/collective/coll=allgather,algo=ring,nodes=1";
+    let catchers = [MEM, flush_vis, stress, coll];
+    let r = run_with("detached-tail-page", &catchers);
+    for id in catchers {
+        assert_eq!(
+            status(&r, id),
+            Status::Fail,
+            "{id} did not catch `detached-tail-page`"
+        );
+    }
+    let detail = |id: &str| r.get(id).map(|c| c.detail.clone()).unwrap_or_default();
+    assert!(detail(flush_vis).contains("byte"), "{}", detail(flush_vis));
+    assert!(
+        detail(stress).contains("weak-behaviour"),
+        "{}",
+        detail(stress)
+    );
+    let clean = run_with("", &catchers);
+    assert_eq!(
+        clean.failed, 0,
+        "the clean backend must pass the same cases"
+    );
+    assert_eq!(clean.passed, catchers.len());
+}

@@ -173,7 +173,7 @@ impl ShmBuf {
     /// Map a peer's export: checks everything, then shares the buffer itself when it
     /// lives in this process or mmaps the received fd. `detached` (the test-only
     /// `detached-mapping` fault) maps a private snapshot instead, never the shared pages.
-    fn map_export(mut export: Export, detached: bool) -> Result<Arc<ShmBuf>> {
+    fn map_export(mut export: Export, how: MapHow) -> Result<Arc<ShmBuf>> {
         export.check_backend(BACKEND)?;
         let bad = |what: String| {
             HalError::invalid(format!(
@@ -201,7 +201,7 @@ impl ShmBuf {
                 "the fd is not size-sealed (not a host-emu memfd)".into()
             ));
         }
-        if detached {
+        if how == MapHow::Detached {
             let map = Mmap::map_private_snapshot(fd.as_fd(), size).map_err(|e| {
                 HalError::io(
                     format!(
@@ -218,7 +218,7 @@ impl ShmBuf {
                 ident,
             }));
         }
-        if pid == std::process::id() {
+        if pid == std::process::id() && how == MapHow::Shared {
             let live = registry().lock().unwrap_or_else(|p| p.into_inner());
             if let Some(buf) = live.get(&id).and_then(Weak::upgrade)
                 && buf.ident == ident
@@ -229,6 +229,14 @@ impl ShmBuf {
         let map = Mmap::map_shared(fd.as_fd(), size).map_err(|e| {
             HalError::io(format!("host-emu: mapping a peer's {size}-byte memfd"), e)
         })?;
+        if how == MapHow::DetachedTail {
+            map.detach_last_page(fd.as_fd()).map_err(|e| {
+                HalError::io(
+                    "host-emu: detaching the last page of a mapping (detached-tail-page fault)",
+                    e,
+                )
+            })?;
+        }
         Ok(Arc::new(ShmBuf {
             map,
             fd,
@@ -237,6 +245,14 @@ impl ShmBuf {
             ident,
         }))
     }
+}
+
+/// How [`ShmBuf::map_export`] maps: shared (correct), or broken by a test-only fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapHow {
+    Shared,
+    Detached,
+    DetachedTail,
 }
 
 macro_rules! shm_handle {
@@ -304,14 +320,22 @@ impl ShmRegion {
 impl ShmMapping {
     /// Map a peer's [`Export`] (see the module docs for what is checked).
     pub fn map(export: Export) -> Result<ShmMapping> {
-        ShmBuf::map_export(export, false).map(ShmMapping)
+        ShmBuf::map_export(export, MapHow::Shared).map(ShmMapping)
     }
 
     /// Map a peer's [`Export`] as a private snapshot (the test-only `detached-mapping`
     /// fault, see [`crate::faults`]): the same checks as [`ShmMapping::map`], but writes
     /// into the result never reach the peer and the peer's later writes never show.
     pub fn map_detached(export: Export) -> Result<ShmMapping> {
-        ShmBuf::map_export(export, true).map(ShmMapping)
+        ShmBuf::map_export(export, MapHow::Detached).map(ShmMapping)
+    }
+
+    /// Map a peer's [`Export`] shared except its last page, which is a private snapshot
+    /// (the test-only `detached-tail-page` fault, see [`crate::faults`]): writes into
+    /// the last page are lost, so a put ending there arrives short. Regions of one page
+    /// or less are mapped whole.
+    pub fn map_detached_tail(export: Export) -> Result<ShmMapping> {
+        ShmBuf::map_export(export, MapHow::DetachedTail).map(ShmMapping)
     }
 
     /// True when this mapping shares the owner's `ShmBuf` (same process) rather than a

@@ -228,13 +228,96 @@ fn call(
     r.map_err(|e| e.to_string())
 }
 
+/// Tell every other rank whether this step (case tag `k`) succeeded here and hear the
+/// same from them, each receive bounded by the wait timeout. A rank whose call
+/// succeeded must not go on to the next call while a peer has given up: the
+/// communicator's next agreement is a bootstrap exchange bounded only by the (much
+/// longer) bootstrap timeout, which would turn a detected fault into a hang.
+fn settle<T>(ctx: &Ctx, k: u64, mine: Result<T, Failure>) -> Result<T, Failure> {
+    let word: &[u8] = match &mine {
+        Ok(_) => b"ok",
+        Err(_) => b"failed",
+    };
+    let peers = (0..ctx.size).filter(|&q| q != ctx.rank);
+    for q in peers.clone() {
+        if let Err(e) = ctx.send(q, k, word) {
+            return mine.and(Err(Failure::Fail(format!(
+                "telling rank {q} how step {k} went: {e}"
+            ))));
+        }
+    }
+    let mut failed = Vec::new();
+    for q in peers {
+        match ctx.recv(q, k) {
+            Ok(w) if w == b"ok" => {}
+            Ok(_) => failed.push(format!("rank {q} failed")),
+            Err(e) => failed.push(format!("no word from rank {q}: {e}")),
+        }
+    }
+    let v = mine?;
+    if failed.is_empty() {
+        Ok(v)
+    } else {
+        Err(Failure::Fail(format!(
+            "step {k} passed on rank {} but not everywhere: {}",
+            ctx.rank,
+            failed.join("; ")
+        )))
+    }
+}
+
+/// One call of `algo` on `count` elements, checked exactly on this rank.
+fn step(
+    ctx: &Ctx,
+    comm: &mut Communicator,
+    algo: Algorithm,
+    count: u64,
+    op: RedOp,
+) -> Result<(), Failure> {
+    let coll = algo.collective();
+    let (n, s) = (ctx.size, DTYPE.size());
+    let root = n - 1;
+    let (fi, fo) = coll.io_factors(n);
+    let send = input(ctx.rank, count * u64::from(fi));
+    let mut out = vec![POISON; count as usize * s * fo as usize];
+    call(comm, coll, &send, &mut out, count, op, root).map_err(|e| {
+        Failure::Fail(format!(
+            "{} of {count} {DTYPE} ({op:?}) on rank {}: {e}",
+            algo.full_name(),
+            ctx.rank
+        ))
+    })?;
+    let Some(want) = expected(coll, n, ctx.rank, count, op, root)? else {
+        return Ok(());
+    };
+    if out != want {
+        let wrong: Vec<usize> = (0..want.len() / s)
+            .filter(|&i| out[i * s..(i + 1) * s] != want[i * s..(i + 1) * s])
+            .collect();
+        let first = wrong.first().copied().unwrap_or(0);
+        let at = |b: &[u8]| {
+            b.get(first * s..(first + 1) * s)
+                .and_then(|w| w.try_into().ok())
+                .map_or(0, i32::from_le_bytes)
+        };
+        fail!(
+            "{} of {count} {DTYPE} ({op:?}) on rank {}: {} wrong elements, first at {first}: got {} want {}",
+            algo.full_name(),
+            ctx.rank,
+            wrong.len(),
+            at(&out),
+            at(&want)
+        );
+    }
+    Ok(())
+}
+
 /// 21: `algo` on every count of the plan; every rank checks its output exactly.
 pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
     gaps(ctx, layout, Some(algo))?;
     let coll = algo.collective();
-    let n = ctx.size;
-    let root = n - 1;
-    let mut comm = communicator(ctx, layout, Some(algo), ctx.plan.wait_timeout())?;
+    let comm = communicator(ctx, layout, Some(algo), ctx.plan.wait_timeout());
+    let mut comm = settle(ctx, 0, comm)?;
     if coll != Collective::SendRecv {
         let picked = comm
             .algorithm_for(coll, 1, DTYPE)
@@ -246,42 +329,10 @@ pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
             picked.full_name()
         );
     }
-    let s = DTYPE.size();
     let cs = counts(ctx.plan.quick);
     for (k, &count) in cs.iter().enumerate() {
-        let op = op_for(k);
-        let (fi, fo) = coll.io_factors(n);
-        let send = input(ctx.rank, count * u64::from(fi));
-        let mut out = vec![POISON; count as usize * s * fo as usize];
-        call(&mut comm, coll, &send, &mut out, count, op, root).map_err(|e| {
-            Failure::Fail(format!(
-                "{} of {count} {DTYPE} ({op:?}) on rank {}: {e}",
-                algo.full_name(),
-                ctx.rank
-            ))
-        })?;
-        let Some(want) = expected(coll, n, ctx.rank, count, op, root)? else {
-            continue;
-        };
-        if out != want {
-            let wrong: Vec<usize> = (0..want.len() / s)
-                .filter(|&i| out[i * s..(i + 1) * s] != want[i * s..(i + 1) * s])
-                .collect();
-            let first = wrong.first().copied().unwrap_or(0);
-            let at = |b: &[u8]| {
-                b.get(first * s..(first + 1) * s)
-                    .and_then(|w| w.try_into().ok())
-                    .map_or(0, i32::from_le_bytes)
-            };
-            fail!(
-                "{} of {count} {DTYPE} ({op:?}) on rank {}: {} wrong elements, first at {first}: got {} want {}",
-                algo.full_name(),
-                ctx.rank,
-                wrong.len(),
-                at(&out),
-                at(&want)
-            );
-        }
+        let r = step(ctx, &mut comm, algo, count, op_for(k));
+        settle(ctx, 1 + k as u64, r)?;
     }
     Ok(Some(format!("counts {cs:?}")))
 }
