@@ -59,3 +59,36 @@ fn multi_node_algorithms_over_host_tcp() {
         ],
     );
 }
+
+/// The child rank entry for the processes test (a no-op in a normal test run).
+#[test]
+fn child_entry() {
+    if let Some(code) = commhal_conformance::child_main_if_requested() {
+        std::process::exit(code);
+    }
+}
+
+/// Two virtual nodes as two processes: the port paths between processes.
+#[test]
+fn multi_node_algorithms_as_processes() {
+    let mut o = RunOptions::new("host-tcp", 2);
+    o.quick = true;
+    o.mode = Mode::Processes;
+    o.filter = vec![
+        "algo=ring".into(),
+        "algo=2ph-ll".into(),
+        "algo=chain".into(),
+    ];
+    o.wait_timeout = Duration::from_secs(20);
+    o.case_timeout = Duration::from_secs(60);
+    o.child_args = vec![
+        "--exact".into(),
+        "child_entry".into(),
+        "--test-threads=1".into(),
+    ];
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.failed, 0, "{}", r.table());
+    assert_eq!(r.passed, 5, "{}", r.table());
+}

@@ -407,6 +407,43 @@ mod tests {
         assert_eq!(&out, b"abc");
     }
 
+    /// The test-only fault mappings: a detached mapping is a snapshot cut off both ways;
+    /// a detached tail shares every page but the last.
+    #[test]
+    fn detached_mappings_lose_writes_as_the_faults_say() {
+        let ps = sys::page_size();
+        let r = ShmRegion::alloc(2 * ps).unwrap();
+        r.write(0, b"old").unwrap();
+        let d = ShmMapping::map_detached(r.export().unwrap()).unwrap();
+        assert!(!d.is_same_process());
+        let mut out = [0u8; 3];
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"old", "the snapshot holds the bytes as of map time");
+        r.write(0, b"new").unwrap();
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"old", "later writes of the owner do not show");
+        d.write(8, b"put").unwrap();
+        r.read(8, &mut out).unwrap();
+        assert_eq!(
+            out, [0; 3],
+            "writes into the snapshot never reach the owner"
+        );
+
+        let t = ShmMapping::map_detached_tail(r.export().unwrap()).unwrap();
+        t.write(16, b"abc").unwrap();
+        r.read(16, &mut out).unwrap();
+        assert_eq!(&out, b"abc", "the first page is shared");
+        t.write(ps + 5, b"xyz").unwrap();
+        r.read(ps + 5, &mut out).unwrap();
+        assert_eq!(out, [0; 3], "the last page is detached");
+        // One page or less: mapped whole, shared.
+        let small = ShmRegion::alloc(64).unwrap();
+        let s = ShmMapping::map_detached_tail(small.export().unwrap()).unwrap();
+        s.write(0, b"one").unwrap();
+        small.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"one");
+    }
+
     /// Rewrite the pid in the header so `map` takes the fd path (as a peer process would).
     fn foreign(mut e: Export) -> Export {
         e.bytes[16..20].copy_from_slice(&0u32.to_le_bytes());

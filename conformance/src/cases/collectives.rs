@@ -147,7 +147,7 @@ fn gaps(ctx: &Ctx, layout: Layout, algo: Option<Algorithm>) -> Result<(), Failur
                 .into(),
         ));
     }
-    if layout == Layout::TwoNodes && (ctx.size < 2 || ctx.size % 2 != 0) {
+    if layout == Layout::TwoNodes && (ctx.size < 2 || !ctx.size.is_multiple_of(2)) {
         return Err(Failure::NotSupported(format!(
             "two virtual nodes need an even number of ranks, not {}",
             ctx.size
