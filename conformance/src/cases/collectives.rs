@@ -9,9 +9,9 @@
 //! *not supported* there, with the reason; it is never silently replaced by the ring the
 //! communicator would fall back to (that ring has its own case).
 //!
-//! **Check.** Inputs are small signed `i32`s (`(7i + 13r) mod 23 − 11`), so sums, minima
-//! and maxima are exact in any order; every rank compares its whole output, poisoned
-//! before the call, with [`reference_reduce`] over every rank's input (or with the
+//! **Check.** Every count runs out of place and in place (send/recv: out of place only).
+//! Inputs are small signed `i32`s (`(7i + 13r) mod 23 − 11`), so sums, minima and maxima
+//! are exact in any order; every rank compares its whole output, poisoned before the call, with [`reference_reduce`] over every rank's input (or with the
 //! gathered / scattered / broadcast bytes). Zero wrong elements are allowed.
 //!
 //! **Faults.** The case hands the run's backend options (e.g. host-emu's test-only
@@ -228,6 +228,26 @@ fn call(
     r.map_err(|e| e.to_string())
 }
 
+fn call_in_place(
+    comm: &mut Communicator,
+    coll: Collective,
+    buf: &mut [u8],
+    count: u64,
+    op: RedOp,
+    root: u32,
+) -> Result<(), String> {
+    let r = match coll {
+        Collective::AllReduce => comm.all_reduce_in_place(buf, count, DTYPE, op),
+        Collective::AllGather => comm.all_gather_in_place(buf, count, DTYPE),
+        Collective::ReduceScatter => comm.reduce_scatter_in_place(buf, count, DTYPE, op),
+        Collective::Broadcast => comm.broadcast_in_place(buf, count, DTYPE, root),
+        Collective::Reduce => comm.reduce_in_place(buf, count, DTYPE, op, root),
+        Collective::AllToAll => comm.all_to_all_in_place(buf, count, DTYPE),
+        Collective::SendRecv => return Err("send/recv has no in-place form".into()),
+    };
+    r.map_err(|e| e.to_string())
+}
+
 /// Tell every other rank whether this step (case tag `k`) succeeded here and hear the
 /// same from them, each receive bounded by the wait timeout. A rank whose call
 /// succeeded must not go on to the next call while a peer has given up: the
@@ -266,27 +286,49 @@ fn settle<T>(ctx: &Ctx, k: u64, mine: Result<T, Failure>) -> Result<T, Failure> 
     }
 }
 
-/// One call of `algo` on `count` elements, checked exactly on this rank.
+/// One call of `algo` on `count` elements (in place: one buffer holding the input where
+/// the collective's in-place layout puts it), checked exactly on this rank.
 fn step(
     ctx: &Ctx,
     comm: &mut Communicator,
     algo: Algorithm,
     count: u64,
     op: RedOp,
+    in_place: bool,
 ) -> Result<(), Failure> {
     let coll = algo.collective();
     let (n, s) = (ctx.size, DTYPE.size());
     let root = n - 1;
     let (fi, fo) = coll.io_factors(n);
     let send = input(ctx.rank, count * u64::from(fi));
-    let mut out = vec![POISON; count as usize * s * fo as usize];
-    call(comm, coll, &send, &mut out, count, op, root).map_err(|e| {
+    let (me, cb) = (ctx.rank as usize, count as usize * s);
+    let ob = cb * fo as usize;
+    let what = if in_place { "in place" } else { "out of place" };
+    let failed = |e: String| {
         Failure::Fail(format!(
-            "{} of {count} {DTYPE} ({op:?}) on rank {}: {e}",
+            "{} of {count} {DTYPE} ({op:?}, {what}) on rank {}: {e}",
             algo.full_name(),
             ctx.rank
         ))
-    })?;
+    };
+    let out = if in_place {
+        let mut buf = vec![POISON; send.len().max(ob)];
+        let at = if coll == Collective::AllGather {
+            me * cb
+        } else {
+            0
+        };
+        buf[at..at + send.len()].copy_from_slice(&send);
+        call_in_place(comm, coll, &mut buf, count, op, root).map_err(failed)?;
+        match coll {
+            Collective::ReduceScatter => buf[me * cb..(me + 1) * cb].to_vec(),
+            _ => buf[..ob].to_vec(),
+        }
+    } else {
+        let mut out = vec![POISON; ob];
+        call(comm, coll, &send, &mut out, count, op, root).map_err(failed)?;
+        out
+    };
     let Some(want) = expected(coll, n, ctx.rank, count, op, root)? else {
         return Ok(());
     };
@@ -301,7 +343,7 @@ fn step(
                 .map_or(0, i32::from_le_bytes)
         };
         fail!(
-            "{} of {count} {DTYPE} ({op:?}) on rank {}: {} wrong elements, first at {first}: got {} want {}",
+            "{} of {count} {DTYPE} ({op:?}, {what}) on rank {}: {} wrong elements, first at {first}: got {} want {}",
             algo.full_name(),
             ctx.rank,
             wrong.len(),
@@ -330,11 +372,28 @@ pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
         );
     }
     let cs = counts(ctx.plan.quick);
-    for (k, &count) in cs.iter().enumerate() {
-        let r = step(ctx, &mut comm, algo, count, op_for(k));
-        settle(ctx, 1 + k as u64, r)?;
+    // Send/recv has no in-place form.
+    let placements: &[bool] = if coll == Collective::SendRecv {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    let mut k = 0;
+    for (i, &count) in cs.iter().enumerate() {
+        for &in_place in placements {
+            k += 1;
+            let r = step(ctx, &mut comm, algo, count, op_for(i), in_place);
+            settle(ctx, k, r)?;
+        }
     }
-    Ok(Some(format!("counts {cs:?}")))
+    Ok(Some(format!(
+        "counts {cs:?}, {}",
+        if placements.len() == 2 {
+            "out of place and in place"
+        } else {
+            "out of place"
+        }
+    )))
 }
 
 /// 22: rank n−1 takes part in one all-reduce, then leaves without joining the next
