@@ -9,7 +9,7 @@
 //! | module | holds |
 //! |---|---|
 //! | [`case`] | [`Case`], outcomes, `ensure!`/`fail!` |
-//! | [`cases`] | the case list and bodies (`setup` builds channels; `p2p` memory+port cases; `special`; `switch`) |
+//! | [`cases`] | the case list and bodies (`setup` builds channels; `p2p` memory+port cases; `special`; `switch`; `collectives`: every collective × algorithm and a dead peer) |
 //! | [`runner`] | [`run`]: ranks as threads or processes, bounded cases, watchdog; the child entry |
 //! | [`report`] | merging ranks, expectations, the table/JSON and `N passed, N failed, N skipped` |
 //! | [`expect`] | expectations files |

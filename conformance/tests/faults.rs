@@ -115,3 +115,110 @@ fn expectations_turn_failures_into_known_failures_and_flag_unexpected_passes() {
     assert_eq!(r.summary_line(), "0 passed, 1 failed, 1 skipped");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `detached-mapping` breaks what the port faults leave alone: memory channels, the
+/// emulated switch and collectives (their peer mappings are private snapshots, so puts
+/// and signals are lost and reads are stale). Every case meant to catch it fails within
+/// the wait bound (never a hang, never a pass), and the same cases pass without it.
+#[test]
+fn detached_mapping_is_caught_in_memory_switch_and_collectives() {
+    let catchers = [
+        MEM,
+        "host-emu/memory/get-after-signal/host-shared",
+        "host-emu/switch/reduce/host-shared,dtype=u32",
+        "host-emu/switch/broadcast/host-shared",
+        "host-emu/switch/barriers/host-shared",
+        "host-emu/all/collective/coll=allreduce,algo=1pa,nodes=1",
+        "host-emu/all/collective/coll=allreduce,algo=ring,nodes=1",
+        "host-emu/all/collective/coll=allgather,algo=allpairs,nodes=1",
+        "host-emu/all/collective/coll=broadcast,algo=chain,nodes=1",
+        "host-emu/all/collective/coll=alltoall,algo=allpairs,nodes=1",
+        "host-emu/all/collective/coll=sendrecv,algo=direct,nodes=1",
+    ];
+    let started = std::time::Instant::now();
+    let r = run_with("detached-mapping", &catchers);
+    let took = started.elapsed();
+    for id in catchers {
+        assert_eq!(
+            status(&r, id),
+            Status::Fail,
+            "{id} did not catch `detached-mapping`"
+        );
+    }
+    // Each failure is a bounded wait (1.5 s here), not a hang: generous margin.
+    assert!(
+        took < Duration::from_secs(120),
+        "detecting the fault took {took:?}"
+    );
+    let clean = run_with("", &catchers);
+    assert_eq!(
+        clean.failed, 0,
+        "the clean backend must pass the same cases"
+    );
+    assert_eq!(clean.passed, catchers.len());
+}
+
+/// `switch-drop-member` corrupts the emulated switch without any error or timeout: a
+/// reduce that misses a member and counts another twice, a broadcast that never reaches
+/// a member. The exact checks of case 15 must see the wrong data.
+#[test]
+fn switch_drop_member_is_caught_by_exact_results() {
+    let catchers = [
+        "host-emu/switch/reduce/host-shared,dtype=u32",
+        "host-emu/switch/reduce/host-shared,dtype=i64",
+        "host-emu/switch/reduce/host-shared,dtype=f64",
+        "host-emu/switch/broadcast/host-shared",
+    ];
+    let r = run_with("switch-drop-member", &catchers);
+    for id in catchers {
+        assert_eq!(
+            status(&r, id),
+            Status::Fail,
+            "{id} did not catch `switch-drop-member`"
+        );
+        let detail = &r.get(id).map(|c| c.detail.clone()).unwrap_or_default();
+        assert!(
+            detail.contains("expected"),
+            "{id} must fail on wrong data, not an error: {detail}"
+        );
+    }
+    let clean = run_with("", &catchers);
+    assert_eq!(
+        clean.failed, 0,
+        "the clean backend must pass the same cases"
+    );
+    assert_eq!(clean.passed, catchers.len());
+}
+
+/// `detached-tail-page` loses only the last page of each peer mapping: a put that ends
+/// there arrives short while other signals still arrive, so data checks (not only
+/// timeouts) must see it; a collective whose semaphore lands in such a page fails
+/// within the wait bound.
+#[test]
+fn detached_tail_page_short_puts_are_caught() {
+    let flush_vis = "host-emu/memory/flush-remote-visible/host-shared";
+    let stress = "host-emu/memory/stress-message-passing/host-shared,rounds=200";
+    let coll = "host-emu/all/collective/coll=allgather,algo=ring,nodes=1";
+    let catchers = [MEM, flush_vis, stress, coll];
+    let r = run_with("detached-tail-page", &catchers);
+    for id in catchers {
+        assert_eq!(
+            status(&r, id),
+            Status::Fail,
+            "{id} did not catch `detached-tail-page`"
+        );
+    }
+    let detail = |id: &str| r.get(id).map(|c| c.detail.clone()).unwrap_or_default();
+    assert!(detail(flush_vis).contains("byte"), "{}", detail(flush_vis));
+    assert!(
+        detail(stress).contains("weak-behaviour"),
+        "{}",
+        detail(stress)
+    );
+    let clean = run_with("", &catchers);
+    assert_eq!(
+        clean.failed, 0,
+        "the clean backend must pass the same cases"
+    );
+    assert_eq!(clean.passed, catchers.len());
+}

@@ -78,6 +78,10 @@ pub struct CommOptions {
     pub tuning: Option<String>,
     /// How waits spin, block and time out (`None`: [`WaitPolicy::for_host`]).
     pub wait: Option<WaitPolicy>,
+    /// `[backend.NAME]` options by backend name, on top of (and replacing per backend)
+    /// those of `COMMHAL_CONFIG`; empty: none. The conformance suite passes its
+    /// backend options here (e.g. host-emu's test-only `faults`).
+    pub backend_options: std::collections::BTreeMap<String, commhal_hal::registry::BackendOptions>,
 }
 
 /// Registered memory from [`Communicator::alloc`]: zero-copy in collectives.
@@ -472,10 +476,11 @@ impl Communicator {
                 }
             });
         }
-        let selection = match &options.backends {
+        let mut selection = match &options.backends {
             Some(list) => Selection::named(list),
             None => Selection::from_env(None)?,
         };
+        selection.options.extend(options.backend_options.clone());
         let backends = catalog.instantiate(&selection, &me, &peers)?;
         let backend = backends
             .into_iter()

@@ -1,7 +1,7 @@
 //! **Test-only** fault injection, so the conformance suite can be seen to fail.
 //!
 //! Set with [`crate::HostEmu::with_faults`] or, for whole runs, the environment:
-//! `COMMHAL_HOST_EMU_FAULTS=signal-before-data,relaxed-signal,early-flush,drop-every-nth-trigger=N`
+//! `COMMHAL_HOST_EMU_FAULTS=signal-before-data,relaxed-signal,early-flush,drop-every-nth-trigger=N,detached-mapping,detached-tail-page,switch-drop-member`
 //! (read by the registry's constructor; also `faults = "..."` in the
 //! `[backend.host-emu]` config table). Never set them outside tests: a faulty
 //! host-emu still *claims* its full [`crate::HostEmu::GUARANTEES`] and breaks them.
@@ -18,6 +18,18 @@
 //! | `drop_every_nth_trigger = Some(n)` | every n-th `write`/`signal` (counted together, from 1) is accepted and silently discarded; `Some(0)` means never |
 //!
 //! Queued writes also land when the port is dropped.
+//!
+//! The other faults act where memory and switch channels (and the collective executor)
+//! meet host-emu: mapping a peer's memory and building a switch group. Those paths copy,
+//! reduce and signal with plain host loads, stores and atomics on the mappings, so the
+//! backend cannot intercept single operations; it can only hand out a broken mapping or
+//! member list:
+//!
+//! | fault | effect |
+//! |---|---|
+//! | `detached_tail_page` | like `detached_mapping` for the *last page* only of a peer mapping longer than a page (the rest is shared; within one process the fd is mapped afresh): a put that ends in that page arrives short while signals in one-page semaphore regions still arrive, so only a data check sees it (a signal whose word lies in such a last page is lost, as with `detached_mapping`) |
+//! | `switch_drop_member` | a switch group's member list (the multicast descriptor and [`crate::HostSwitchGroup`]'s buffers) has this member's own buffer in place of its last peer's: a switch reduce counts this member twice and misses that peer (a wrong result, no error), a broadcast never reaches it, and a barrier no longer waits for it |
+//! | `detached_mapping` | `map` (and a switch group's view of its members) returns a *private snapshot* of the peer's memory, taken at map time (`MAP_PRIVATE`, every page copied): puts and signals into it never reach the peer (a lost put and a lost signal), and reads never see the peer's later writes (a stale get / a stale switch reduce). Within one process the peer's buffer is snapshotted instead of shared |
 
 use commhal_hal::{HalError, Result};
 
@@ -35,6 +47,13 @@ pub struct Faults {
     pub drop_every_nth_trigger: Option<u32>,
     /// `flush` returns before queued writes land.
     pub early_flush: bool,
+    /// A peer's memory mapped here is a private snapshot: writes and signals into it are
+    /// lost, reads of it are stale (memory and switch channels, collectives).
+    pub detached_mapping: bool,
+    /// The last page of a peer mapping longer than a page is a private snapshot.
+    pub detached_tail_page: bool,
+    /// A switch group member's view replaces its last peer's buffer by its own.
+    pub switch_drop_member: bool,
 }
 
 impl Faults {
@@ -43,6 +62,9 @@ impl Faults {
         self.signal_before_data
             || self.relaxed_signal
             || self.early_flush
+            || self.detached_mapping
+            || self.switch_drop_member
+            || self.detached_tail_page
             || self.drop_every_nth_trigger.is_some_and(|n| n > 0)
     }
 
@@ -52,7 +74,8 @@ impl Faults {
     }
 
     /// Parse a comma-separated list: `signal-before-data`, `relaxed-signal`,
-    /// `early-flush`, `drop-every-nth-trigger=N`. Empty means no faults.
+    /// `early-flush`, `drop-every-nth-trigger=N`, `detached-mapping`, `detached-tail-page`, `switch-drop-member`. Empty means
+    /// no faults.
     pub fn parse(spec: &str) -> Result<Faults> {
         let mut f = Faults::default();
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -60,6 +83,9 @@ impl Faults {
                 None if item == "signal-before-data" => f.signal_before_data = true,
                 None if item == "relaxed-signal" => f.relaxed_signal = true,
                 None if item == "early-flush" => f.early_flush = true,
+                None if item == "detached-mapping" => f.detached_mapping = true,
+                None if item == "switch-drop-member" => f.switch_drop_member = true,
+                None if item == "detached-tail-page" => f.detached_tail_page = true,
                 Some(("drop-every-nth-trigger", n)) => {
                     let n: u32 = n.trim().parse().ok().filter(|&n| n > 0).ok_or_else(|| {
                         HalError::Config(format!(
@@ -70,7 +96,7 @@ impl Faults {
                 }
                 _ => {
                     return Err(HalError::Config(format!(
-                        "unknown host-emu fault `{item}`; known: signal-before-data, relaxed-signal, early-flush, drop-every-nth-trigger=N"
+                        "unknown host-emu fault `{item}`; known: signal-before-data, relaxed-signal, early-flush, drop-every-nth-trigger=N, detached-mapping, detached-tail-page, switch-drop-member"
                     )));
                 }
             }
@@ -101,6 +127,15 @@ mod tests {
         assert!(f.signal_before_data && f.early_flush && !f.relaxed_signal);
         assert_eq!(f.drop_every_nth_trigger, Some(3));
         assert!(Faults::parse("relaxed-signal").unwrap().relaxed_signal);
+        let d = Faults::parse("detached-mapping").unwrap();
+        assert!(d.detached_mapping && d.any() && !d.defers_writes());
+        let s = Faults::parse("switch-drop-member").unwrap();
+        assert!(s.switch_drop_member && s.any() && !s.defers_writes());
+        assert!(
+            Faults::parse("detached-tail-page")
+                .unwrap()
+                .detached_tail_page
+        );
         assert!(Faults::parse("bogus").is_err());
         assert!(Faults::parse("drop-every-nth-trigger=0").is_err());
         assert!(Faults::parse("drop-every-nth-trigger=x").is_err());

@@ -171,8 +171,9 @@ impl ShmBuf {
     }
 
     /// Map a peer's export: checks everything, then shares the buffer itself when it
-    /// lives in this process or mmaps the received fd.
-    fn map_export(mut export: Export) -> Result<Arc<ShmBuf>> {
+    /// lives in this process or mmaps the received fd. `detached` (the test-only
+    /// `detached-mapping` fault) maps a private snapshot instead, never the shared pages.
+    fn map_export(mut export: Export, how: MapHow) -> Result<Arc<ShmBuf>> {
         export.check_backend(BACKEND)?;
         let bad = |what: String| {
             HalError::invalid(format!(
@@ -200,7 +201,24 @@ impl ShmBuf {
                 "the fd is not size-sealed (not a host-emu memfd)".into()
             ));
         }
-        if pid == std::process::id() {
+        if how == MapHow::Detached {
+            let map = Mmap::map_private_snapshot(fd.as_fd(), size).map_err(|e| {
+                HalError::io(
+                    format!(
+                        "host-emu: snapshotting a peer's {size}-byte memfd (detached-mapping fault)"
+                    ),
+                    e,
+                )
+            })?;
+            return Ok(Arc::new(ShmBuf {
+                map,
+                fd,
+                len,
+                id: 0,
+                ident,
+            }));
+        }
+        if pid == std::process::id() && how == MapHow::Shared {
             let live = registry().lock().unwrap_or_else(|p| p.into_inner());
             if let Some(buf) = live.get(&id).and_then(Weak::upgrade)
                 && buf.ident == ident
@@ -211,6 +229,14 @@ impl ShmBuf {
         let map = Mmap::map_shared(fd.as_fd(), size).map_err(|e| {
             HalError::io(format!("host-emu: mapping a peer's {size}-byte memfd"), e)
         })?;
+        if how == MapHow::DetachedTail {
+            map.detach_last_page(fd.as_fd()).map_err(|e| {
+                HalError::io(
+                    "host-emu: detaching the last page of a mapping (detached-tail-page fault)",
+                    e,
+                )
+            })?;
+        }
         Ok(Arc::new(ShmBuf {
             map,
             fd,
@@ -219,6 +245,14 @@ impl ShmBuf {
             ident,
         }))
     }
+}
+
+/// How [`ShmBuf::map_export`] maps: shared (correct), or broken by a test-only fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MapHow {
+    Shared,
+    Detached,
+    DetachedTail,
 }
 
 macro_rules! shm_handle {
@@ -286,7 +320,22 @@ impl ShmRegion {
 impl ShmMapping {
     /// Map a peer's [`Export`] (see the module docs for what is checked).
     pub fn map(export: Export) -> Result<ShmMapping> {
-        ShmBuf::map_export(export).map(ShmMapping)
+        ShmBuf::map_export(export, MapHow::Shared).map(ShmMapping)
+    }
+
+    /// Map a peer's [`Export`] as a private snapshot (the test-only `detached-mapping`
+    /// fault, see [`crate::faults`]): the same checks as [`ShmMapping::map`], but writes
+    /// into the result never reach the peer and the peer's later writes never show.
+    pub fn map_detached(export: Export) -> Result<ShmMapping> {
+        ShmBuf::map_export(export, MapHow::Detached).map(ShmMapping)
+    }
+
+    /// Map a peer's [`Export`] shared except its last page, which is a private snapshot
+    /// (the test-only `detached-tail-page` fault, see [`crate::faults`]): writes into
+    /// the last page are lost, so a put ending there arrives short. Regions of one page
+    /// or less are mapped whole.
+    pub fn map_detached_tail(export: Export) -> Result<ShmMapping> {
+        ShmBuf::map_export(export, MapHow::DetachedTail).map(ShmMapping)
     }
 
     /// True when this mapping shares the owner's `ShmBuf` (same process) rather than a
@@ -356,6 +405,43 @@ mod tests {
         let mut out = [0u8; 3];
         m.read(8, &mut out).unwrap();
         assert_eq!(&out, b"abc");
+    }
+
+    /// The test-only fault mappings: a detached mapping is a snapshot cut off both ways;
+    /// a detached tail shares every page but the last.
+    #[test]
+    fn detached_mappings_lose_writes_as_the_faults_say() {
+        let ps = sys::page_size();
+        let r = ShmRegion::alloc(2 * ps).unwrap();
+        r.write(0, b"old").unwrap();
+        let d = ShmMapping::map_detached(r.export().unwrap()).unwrap();
+        assert!(!d.is_same_process());
+        let mut out = [0u8; 3];
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"old", "the snapshot holds the bytes as of map time");
+        r.write(0, b"new").unwrap();
+        d.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"old", "later writes of the owner do not show");
+        d.write(8, b"put").unwrap();
+        r.read(8, &mut out).unwrap();
+        assert_eq!(
+            out, [0; 3],
+            "writes into the snapshot never reach the owner"
+        );
+
+        let t = ShmMapping::map_detached_tail(r.export().unwrap()).unwrap();
+        t.write(16, b"abc").unwrap();
+        r.read(16, &mut out).unwrap();
+        assert_eq!(&out, b"abc", "the first page is shared");
+        t.write(ps + 5, b"xyz").unwrap();
+        r.read(ps + 5, &mut out).unwrap();
+        assert_eq!(out, [0; 3], "the last page is detached");
+        // One page or less: mapped whole, shared.
+        let small = ShmRegion::alloc(64).unwrap();
+        let s = ShmMapping::map_detached_tail(small.export().unwrap()).unwrap();
+        s.write(0, b"one").unwrap();
+        small.read(0, &mut out).unwrap();
+        assert_eq!(&out, b"one");
     }
 
     /// Rewrite the pid in the header so `map` takes the fd path (as a peer process would).

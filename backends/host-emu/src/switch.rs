@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
-use commhal_hal::transport::{SwitchGroup, SwitchMapped};
+use commhal_hal::transport::{MemoryMapped, SwitchGroup, SwitchMapped};
 use commhal_hal::{HalError, Rank, Region, Result};
 
 use crate::memory::{ShmBuf, ShmMapping, ShmRegion};
@@ -83,7 +83,7 @@ impl SwitchMapped for HostEmu {
                     e.len
                 )));
             }
-            peers.push(Some(ShmMapping::map(e)?));
+            peers.push(Some(MemoryMapped::map(self, e)?));
         }
         for (i, &peer) in members.iter().enumerate() {
             if i != me {
@@ -97,13 +97,19 @@ impl SwitchMapped for HostEmu {
                 )));
             }
         }
-        let bufs: Vec<Arc<ShmBuf>> = peers
+        let mut bufs: Vec<Arc<ShmBuf>> = peers
             .iter()
             .map(|p| {
                 p.as_ref()
                     .map_or_else(|| local.buf().clone(), |m| m.buf().clone())
             })
             .collect();
+        if self.faults.switch_drop_member
+            && let Some(k) = (0..members.len()).rev().find(|&i| i != me)
+        {
+            // Test-only fault: this member's own buffer stands in for its last peer's.
+            bufs[k] = local.buf().clone();
+        }
         let mut desc = vec![MCAST_MAGIC, members.len() as u64, len];
         desc.extend(bufs.iter().map(|b| b.addr()));
         Ok(HostSwitchGroup {

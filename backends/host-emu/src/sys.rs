@@ -95,6 +95,77 @@ impl Mmap {
         })
     }
 
+    /// A private (copy-on-write) mapping of the first `len` bytes of `fd` with every page
+    /// already copied: a snapshot of the file as of now, detached from it (writes here
+    /// never reach the file, later writes to the file never show here). Only for the
+    /// test-only `detached-mapping` fault.
+    pub(crate) fn map_private_snapshot(fd: BorrowedFd<'_>, len: u64) -> io::Result<Mmap> {
+        let len_usize =
+            usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let nz = NonZeroUsize::new(len_usize)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: a fresh mapping at an address the kernel picks aliases no Rust object;
+        // the fd is borrowed for the call only.
+        let ptr = unsafe {
+            mmap(
+                None,
+                nz,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE,
+                fd.as_fd(),
+                0,
+            )?
+        };
+        let map = Mmap {
+            ptr: ptr.cast(),
+            len: len_usize,
+        };
+        let page = page_size() as usize;
+        for off in (0..len_usize).step_by(page.max(1)) {
+            let p = map.ptr.as_ptr().wrapping_add(off);
+            // SAFETY: `off < len`, so `p` lies inside the mapping just created, which
+            // nothing else references yet; writing a byte back copies the page.
+            unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
+        }
+        Ok(map)
+    }
+
+    /// Replace the last page of this mapping of `fd` by a private snapshot of it (the
+    /// rest stays shared): writes into that page never reach the file and later writes
+    /// to the file never show there. Does nothing for a mapping of one page or less.
+    /// Only for the test-only `detached-tail-page` fault.
+    pub(crate) fn detach_last_page(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let page = page_size() as usize;
+        if self.len <= page || !self.len.is_multiple_of(page) {
+            return Ok(());
+        }
+        let at = self.len - page;
+        let offset = i64::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let addr = NonZeroUsize::new(self.ptr.as_ptr() as usize + at)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let nz =
+            NonZeroUsize::new(page).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: MAP_FIXED replaces exactly the last page of the mapping this value owns
+        // (page-aligned: mappings start on a page and `len` is a multiple of the page
+        // size); no Rust reference into it exists (accessors copy or return atomics
+        // borrowed from `&self`, and the caller holds the only handle while mapping).
+        let p = unsafe {
+            mmap(
+                Some(addr),
+                nz,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED,
+                fd.as_fd(),
+                offset,
+            )?
+        };
+        let p = p.as_ptr().cast::<u8>();
+        // SAFETY: `p` is the first byte of the page just mapped; writing a byte back
+        // copies the page, detaching it from the file.
+        unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
+        Ok(())
+    }
+
     /// Base address.
     pub(crate) fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64

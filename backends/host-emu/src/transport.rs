@@ -128,7 +128,13 @@ impl MemoryMapped for HostEmu {
     }
 
     fn map(&self, export: Export) -> Result<ShmMapping> {
-        ShmMapping::map(export)
+        if self.faults.detached_mapping {
+            ShmMapping::map_detached(export)
+        } else if self.faults.detached_tail_page {
+            ShmMapping::map_detached_tail(export)
+        } else {
+            ShmMapping::map(export)
+        }
     }
 }
 

@@ -22,9 +22,10 @@
 //! | 18 | `graph-capture` | all |
 //! | 19 | `honest-capabilities` | all |
 //! | 20 | `stress-message-passing`, `stress-strong-signal`, `stress-put-put` | memory, port |
-//!
-//! Collectives (21) are not here yet.
+//! | 21 | `collective/coll=..,algo=..,nodes=..` (host-emu: 1 node; host-tcp: 2 virtual nodes) | all |
+//! | 22 | `collective-dead-peer/nodes=..` | all |
 
+pub mod collectives;
 pub mod p2p;
 pub mod setup;
 pub mod special;
@@ -340,6 +341,36 @@ pub fn all(world: &World) -> Vec<Case> {
         )
         .params(mem),
     );
+    if let Some(layout) = collectives::Layout::for_backend(&plan.backend) {
+        for algo in commhal_algorithms::builders::Algorithm::ALL {
+            let coll = algo.collective();
+            v.push(
+                Case::new(
+                    K::All,
+                    21,
+                    "collective",
+                    "every rank's output of the forced algorithm equals the host reference exactly (odd counts included)",
+                    move |c| collectives::collective(c, layout, algo),
+                )
+                .params(format!(
+                    "coll={},algo={},{}",
+                    coll.name(),
+                    algo.short_name(),
+                    layout.param()
+                )),
+            );
+        }
+        v.push(
+            Case::new(
+                K::All,
+                22,
+                "collective-dead-peer",
+                "a rank that leaves mid-job makes every other rank's pending all-reduce fail within the bound: never a pass, never a hang",
+                move |c| collectives::dead_peer(c, layout),
+            )
+            .params(layout.param()),
+        );
+    }
     v.push(
         Case::new(
             K::All,

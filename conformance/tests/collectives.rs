@@ -1,0 +1,94 @@
+//! Collective cases (21, 22): every collective × algorithm on host-emu (one node) and
+//! host-tcp (two virtual nodes, port channels between them); combinations that cannot
+//! run are reported not supported with a reason, never failed or dropped.
+
+use std::time::Duration;
+
+use commhal_conformance::{Mode, Report, RunOptions, Status, run};
+
+fn run_coll(backend: &str, ranks: u32) -> Report {
+    let mut o = RunOptions::new(backend, ranks);
+    o.quick = true;
+    o.mode = Mode::Threads;
+    o.filter = vec!["/all/collective".into()];
+    o.wait_timeout = Duration::from_secs(20);
+    o.case_timeout = Duration::from_secs(60);
+    let r = run(&o);
+    println!("{}", r.table());
+    r
+}
+
+fn check(r: &Report, not_supported: &[&str]) {
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.failed, 0, "{}", r.table());
+    // 16 algorithms + the dead-peer case
+    assert_eq!(r.cases.len(), 17, "{}", r.table());
+    for c in &r.cases {
+        let listed = not_supported.iter().any(|a| c.id.contains(a));
+        if listed {
+            assert_eq!(c.status, Status::NotSupported, "{}", c.id);
+            assert!(!c.detail.is_empty(), "{}: no reason", c.id);
+        } else {
+            assert_eq!(c.status, Status::Pass, "{}: {}", c.id, c.detail);
+        }
+    }
+}
+
+#[test]
+fn every_collective_and_algorithm_on_one_node() {
+    let r = run_coll("host-emu", 3);
+    check(&r, &[]);
+}
+
+#[test]
+fn multi_node_algorithms_over_host_tcp() {
+    let r = run_coll("host-tcp", 4);
+    check(
+        &r,
+        &[
+            "algo=1pa,",
+            "algo=2pa-ll",
+            "algo=2pa-hb",
+            "algo=rd,",
+            "coll=allgather,algo=allpairs",
+            "coll=reducescatter,algo=allpairs",
+            "coll=reduce,algo=allpairs",
+            "coll=broadcast,algo=direct",
+            "coll=alltoall,",
+            "coll=sendrecv,",
+        ],
+    );
+}
+
+/// The child rank entry for the processes test (a no-op in a normal test run).
+#[test]
+fn child_entry() {
+    if let Some(code) = commhal_conformance::child_main_if_requested() {
+        std::process::exit(code);
+    }
+}
+
+/// Two virtual nodes as two processes: the port paths between processes.
+#[test]
+fn multi_node_algorithms_as_processes() {
+    let mut o = RunOptions::new("host-tcp", 2);
+    o.quick = true;
+    o.mode = Mode::Processes;
+    o.filter = vec![
+        "algo=ring".into(),
+        "algo=2ph-ll".into(),
+        "algo=chain".into(),
+    ];
+    o.wait_timeout = Duration::from_secs(20);
+    o.case_timeout = Duration::from_secs(60);
+    o.child_args = vec![
+        "--exact".into(),
+        "child_entry".into(),
+        "--test-threads=1".into(),
+    ];
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.failed, 0, "{}", r.table());
+    assert_eq!(r.passed, 5, "{}", r.table());
+}
