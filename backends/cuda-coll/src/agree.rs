@@ -19,12 +19,22 @@
 //! any decision computed from it (which buffers are new, whether the signatures agree)
 //! comes out the same on every rank without another round.
 //!
+//! **The signature log** catches calls that differ between ranks on the path that needs
+//! no exchange (the packet kernels): every call appends its signature to this rank's
+//! ring of [`SIG_RING`] entries without waiting for anyone, and later calls (and the
+//! stream sync) compare what the peers have appended since with this rank's own
+//! history. A mismatch is reported from the next call or sync on every rank that sees
+//! it, naming the call, the rank and the field; the mismatched call itself is already
+//! queued, and its kernels time out against the device wait bound. Entries carry a
+//! sequence stamp written before and after the bytes (a seqlock), so a reader skips an
+//! entry its owner overwrote meanwhile rather than reading it torn.
+//!
 //! **A peer that never publishes** fails the exchange: at once when the bootstrap
 //! learns that the peer is gone (its [`Bootstrap::peer_failure`] flag: the peer's
 //! connection closed or it aborted), otherwise after the timeout, naming the rank.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use commhal_backend_host_emu::{ShmBuf, ShmMapping, ShmRegion};
@@ -32,11 +42,19 @@ use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::{AbortFlag, Export};
 
 use crate::error::{CollError, Result};
+use crate::peers::{SIGNATURE_BYTES, Signature};
 
 /// Bytes of one slot: the sequence word, the payload length, the payload.
 pub const SLOT_BYTES: u64 = 512;
 /// Largest payload of one entry.
 pub const MAX_PAYLOAD: usize = (SLOT_BYTES - 16) as usize;
+/// Signatures each rank's log keeps (a peer more than this many calls behind is
+/// checked only on the calls still in the log).
+pub const SIG_RING: u64 = 64;
+/// Bytes of one log entry: the stamp, the signature.
+const SIG_ENTRY: u64 = 8 + SIGNATURE_BYTES as u64;
+/// Bytes of one rank's log: its call count, then the ring.
+const SIG_LOG: u64 = 8 + SIG_RING * SIG_ENTRY;
 /// Tag of the memfd's hand-over at setup.
 const TAG_TABLE: u64 = 0x4147_5245_0000;
 
@@ -51,6 +69,19 @@ pub struct CallTable {
     timeout: Duration,
     /// The bootstrap's peer-failure flag, where it has one.
     failure: Option<Arc<AbortFlag>>,
+    /// This rank's side of the signature log.
+    log: Mutex<SigLog>,
+}
+
+/// What this rank remembers of its own signatures and of what it checked.
+#[derive(Debug)]
+struct SigLog {
+    /// Calls recorded so far.
+    calls: u64,
+    /// Its last [`SIG_RING`] signatures, by call number modulo the ring.
+    mine: Vec<[u8; SIGNATURE_BYTES]>,
+    /// Per rank: the last call of that rank compared (0: none).
+    checked: Vec<u64>,
 }
 
 fn slot_off(rank: u32, seq: u64) -> u64 {
@@ -62,7 +93,7 @@ impl CallTable {
     /// a peer's entry end after `timeout` with an error naming that peer.
     pub fn new(boot: &dyn Bootstrap, timeout: Duration) -> Result<CallTable> {
         let (rank, n) = (boot.rank(), boot.size());
-        let bytes = SLOT_BYTES * 2 * u64::from(n.max(1));
+        let bytes = (SLOT_BYTES * 2 + SIG_LOG) * u64::from(n.max(1));
         let shm = if rank == 0 {
             let region = ShmRegion::alloc(bytes)?;
             let export = region.export()?;
@@ -92,7 +123,77 @@ impl CallTable {
             done: AtomicU64::new(0),
             timeout,
             failure: boot.peer_failure(),
+            log: Mutex::new(SigLog {
+                calls: 0,
+                mine: vec![[0; SIGNATURE_BYTES]; SIG_RING as usize],
+                checked: vec![0; n as usize],
+            }),
         })
+    }
+
+    /// Offset of rank `r`'s signature log.
+    fn log_off(&self, r: u32) -> u64 {
+        SLOT_BYTES * 2 * u64::from(self.n) + u64::from(r) * SIG_LOG
+    }
+
+    fn log_lock(&self) -> Result<std::sync::MutexGuard<'_, SigLog>> {
+        self.log
+            .lock()
+            .map_err(|_| CollError::invalid("call-table signature log poisoned by a panic"))
+    }
+
+    /// Append this call's signature to this rank's log (no waiting).
+    pub fn record(&self, sig: &Signature) -> Result<()> {
+        let mut log = self.log_lock()?;
+        log.calls += 1;
+        let k = log.calls;
+        let bytes = sig.to_bytes();
+        log.mine[(k % SIG_RING) as usize] = bytes;
+        let base = self.log_off(self.rank);
+        let entry = base + 8 + (k % SIG_RING) * SIG_ENTRY;
+        let stamp = self.shm.atomic_u64(entry)?;
+        // seqlock: odd while the bytes change, 2k once they hold call k
+        stamp.store(2 * k - 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.shm.write(entry + 8, &bytes)?;
+        stamp.store(2 * k, Ordering::Release);
+        self.shm.atomic_u64(base)?.store(k, Ordering::Release);
+        Ok(())
+    }
+
+    /// Compare every call the peers recorded since the last check (and this rank has
+    /// recorded too) with this rank's: the first difference as an error naming the
+    /// call, the rank and the field.
+    pub fn check_signatures(&self) -> Result<()> {
+        let mut log = self.log_lock()?;
+        let calls = log.calls;
+        for p in (0..self.n).filter(|&p| p != self.rank) {
+            let base = self.log_off(p);
+            let theirs = self.shm.atomic_u64(base)?.load(Ordering::Acquire);
+            let upto = theirs.min(calls);
+            let from = log.checked[p as usize] + 1;
+            for k in from.max(calls.saturating_sub(SIG_RING - 1)).max(1)..=upto {
+                let entry = base + 8 + (k % SIG_RING) * SIG_ENTRY;
+                let stamp = self.shm.atomic_u64(entry)?;
+                if stamp.load(Ordering::Acquire) != 2 * k {
+                    continue; // overwritten by a later call of that rank, or being written
+                }
+                let mut b = [0u8; SIGNATURE_BYTES];
+                self.shm.read(entry + 8, &mut b)?;
+                fence(Ordering::Acquire);
+                if stamp.load(Ordering::Relaxed) != 2 * k {
+                    continue;
+                }
+                let mine = Signature::from_bytes(&log.mine[(k % SIG_RING) as usize]);
+                if let Some(m) = mine.mismatch(&Signature::from_bytes(&b), p, self.rank) {
+                    return Err(CollError::invalid(format!(
+                        "collective #{k} on the caller's buffers: {m}"
+                    )));
+                }
+            }
+            log.checked[p as usize] = log.checked[p as usize].max(upto);
+        }
+        Ok(())
     }
 
     fn seq_word(&self, rank: u32, seq: u64) -> Result<&AtomicU64> {
@@ -214,6 +315,56 @@ mod tests {
         for e in &got[..2] {
             assert!(e.contains("rank 2 did not reach collective #2"), "{e}");
         }
+    }
+
+    fn sig(count: u64) -> Signature {
+        Signature {
+            coll: 0,
+            dtype: 6,
+            op: 0,
+            in_place: false,
+            root: 0,
+            count,
+            scalar: 0,
+        }
+    }
+
+    #[test]
+    fn matching_signatures_pass_past_the_ring() {
+        on_ranks(3, Duration::from_secs(20), |_, t| {
+            for k in 0..(3 * SIG_RING) {
+                t.record(&sig(k)).expect("record");
+                t.check_signatures().expect("same calls everywhere");
+                if k % 17 == 0 {
+                    t.exchange(b"step").expect("keep the ranks close");
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_different_count_is_named_on_every_rank() {
+        let got = on_ranks(2, Duration::from_secs(20), |r, t| {
+            t.record(&sig(64)).expect("record");
+            t.record(&sig(if r == 1 { 8 } else { 16 })).expect("record");
+            t.exchange(b"both recorded").expect("exchange");
+            t.check_signatures().unwrap_err().to_string()
+        });
+        assert!(
+            got[0].contains("collective #2") && got[0].contains("rank 1"),
+            "{}",
+            got[0]
+        );
+        assert!(
+            got[0].contains("count 8 while rank 0 passed 16"),
+            "{}",
+            got[0]
+        );
+        assert!(
+            got[1].contains("rank 0") && got[1].contains("count 16"),
+            "{}",
+            got[1]
+        );
     }
 
     #[test]

@@ -1307,7 +1307,19 @@ impl Comm {
         self.sync_on(&self.stream, what)
     }
 
+    /// A signature mismatch the call table's log shows wins over the device error it
+    /// causes (the clearer message), before and after the wait.
     fn sync_on(&self, stream: &Stream, what: &str) -> Result<()> {
+        self.table.check_signatures()?;
+        let r = self.wait_and_read_error(stream, what);
+        if r.is_err() {
+            self.table.check_signatures()?;
+        }
+        r
+    }
+
+    /// Wait (bounded) for `stream`, then read the device error words.
+    fn wait_and_read_error(&self, stream: &Stream, what: &str) -> Result<()> {
         let bound = self.tuning.device_timeout * 3 + Duration::from_secs(30);
         driver::sync(stream, bound, what)?;
         let mut w = [0u8; 4];

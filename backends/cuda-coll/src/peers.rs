@@ -88,7 +88,35 @@ pub struct Signature {
     pub count: u64,
 }
 
+/// Bytes of an encoded [`Signature`].
+pub const SIGNATURE_BYTES: usize = 24;
+
 impl Signature {
+    /// The fixed-size encoding (the call table's signature log and entries).
+    pub fn to_bytes(&self) -> [u8; SIGNATURE_BYTES] {
+        let mut b = [0u8; SIGNATURE_BYTES];
+        b[..4].copy_from_slice(&[self.coll, self.dtype, self.op, u8::from(self.in_place)]);
+        b[4..8].copy_from_slice(&self.root.to_le_bytes());
+        b[8..16].copy_from_slice(&self.count.to_le_bytes());
+        b[16..].copy_from_slice(&self.scalar.to_le_bytes());
+        b
+    }
+
+    /// Inverse of [`Signature::to_bytes`].
+    pub fn from_bytes(b: &[u8; SIGNATURE_BYTES]) -> Signature {
+        let mut r = Reader(b);
+        let [coll, dtype, op, in_place] = r.take::<4>().unwrap_or_default();
+        Signature {
+            coll,
+            dtype,
+            op,
+            in_place: in_place != 0,
+            root: r.u32().unwrap_or_default(),
+            count: r.u64().unwrap_or_default(),
+            scalar: r.u64().unwrap_or_default(),
+        }
+    }
+
     /// The first field in which `other` (rank `p`'s) differs from this rank's, as a
     /// message naming both values.
     pub fn mismatch(&self, other: &Signature, p: u32, me: u32) -> Option<String> {
@@ -132,7 +160,7 @@ const KIND_IPC: u8 = 3;
 const ENTRY_MAGIC: u32 = 0x4348_4531; // "CHE1"
 const BUF_BYTES: usize = 1 + 8 + 8 + 8 + 8 + IPC_HANDLE_LEN;
 /// Bytes of an encoded entry.
-pub const ENTRY_BYTES: usize = 4 + 24 + 8 + 2 * BUF_BYTES;
+pub const ENTRY_BYTES: usize = 4 + SIGNATURE_BYTES + 8 + 2 * BUF_BYTES;
 
 fn put_buf(out: &mut Vec<u8>, b: &BufDesc) {
     let (kind, id, base, size, handle) = match b.at {
@@ -194,15 +222,7 @@ impl Entry {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(ENTRY_BYTES);
         v.extend_from_slice(&ENTRY_MAGIC.to_le_bytes());
-        v.extend_from_slice(&[
-            self.sig.coll,
-            self.sig.dtype,
-            self.sig.op,
-            u8::from(self.sig.in_place),
-        ]);
-        v.extend_from_slice(&self.sig.root.to_le_bytes());
-        v.extend_from_slice(&self.sig.count.to_le_bytes());
-        v.extend_from_slice(&self.sig.scalar.to_le_bytes());
+        v.extend_from_slice(&self.sig.to_bytes());
         v.extend_from_slice(&self.nonce.to_le_bytes());
         put_buf(&mut v, &self.input);
         put_buf(&mut v, &self.output);
@@ -217,16 +237,7 @@ impl Entry {
             if r.u32()? != ENTRY_MAGIC {
                 return None;
             }
-            let [coll, dtype, op, in_place] = r.take::<4>()?;
-            let sig = Signature {
-                coll,
-                dtype,
-                op,
-                in_place: in_place != 0,
-                root: r.u32()?,
-                count: r.u64()?,
-                scalar: r.u64()?,
-            };
+            let sig = Signature::from_bytes(&r.take::<SIGNATURE_BYTES>()?);
             let nonce = r.u64()?;
             Some(Entry {
                 sig,
@@ -404,5 +415,6 @@ mod tests {
         assert!(m.contains("rank 2") && m.contains("count 7"), "{m}");
         let c = Signature { root: 1, ..a };
         assert!(a.mismatch(&c, 1, 0).unwrap().contains("root 1"));
+        assert_eq!(Signature::from_bytes(&a.to_bytes()), a);
     }
 }

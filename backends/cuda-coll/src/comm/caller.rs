@@ -23,8 +23,10 @@
 //!
 //! Every rank computes the same kernel from (collective, count, datatype), so the
 //! direct path needs no exchange; the mapped and staged paths exchange the call's
-//! signature too, and a rank that passed a different count, datatype, root or
-//! collective gets an error naming the rank and the field on every rank.
+//! signature too, and a rank that passed a different count, datatype, op, root or
+//! collective gets an error naming the rank and the field on every rank. On the direct
+//! path the same mismatch is found by the call table's signature log
+//! ([`crate::agree`]) at the next call or stream sync.
 
 use clap::ValueEnum;
 use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
@@ -202,6 +204,24 @@ impl Comm {
                 self.n
             )));
         }
+        // every call, on every path, is logged for the ranks to compare (the packet
+        // kernels' path exchanges nothing else)
+        let reduces = coll.redop() == "sum";
+        let sig = Signature {
+            coll: collective_index(coll),
+            dtype: dtype_index(dtype),
+            op: if reduces { op.code() as u8 } else { 0 },
+            scalar: if reduces {
+                op.scalar_bits(dtype.data_type())
+            } else {
+                0
+            },
+            in_place: false,
+            root: if coll.has_root() { root } else { 0 },
+            count,
+        };
+        self.table.check_signatures()?;
+        self.table.record(&sig)?;
         let es = dtype.size();
         let (in_bytes, out_bytes) = byte_sizes(coll, self.n, count, es).ok_or_else(|| {
             CollError::invalid(format!("{} of {count} elements overflows", coll.name()))
