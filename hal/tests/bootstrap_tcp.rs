@@ -61,6 +61,7 @@ fn run_rank() {
     };
     let me = b.rank();
     match scenario.as_str() {
+        "split" => split_pairs(b),
         "full" => full(&b),
         "fds" => fds(&b),
         "peer_dead" => peer_dead(&b),
@@ -177,6 +178,27 @@ fn fds(b: &TcpBootstrap) {
         f.write_all(b" / answered by rank 1").unwrap();
         b.barrier().unwrap();
     }
+}
+
+/// Four processes split into two pairs (odd / even ranks, reversed by key); each pair
+/// passes a memfd and gathers, as a GPU communicator made on a split does at setup.
+fn split_pairs(b: TcpBootstrap) {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    let r = b.rank();
+    let root: std::sync::Arc<dyn Bootstrap> = std::sync::Arc::new(b);
+    let s = commhal_hal::bootstrap::split(root, Some(r % 2), 10 - r)
+        .unwrap()
+        .unwrap();
+    assert_eq!((s.size(), s.rank()), (2, 1 - r / 2), "rank {r}");
+    let all = s.all_gather(&[r as u8]).unwrap();
+    assert_eq!(all.concat(), vec![r as u8 % 2 + 2, r as u8 % 2]);
+    if s.rank() == 0 {
+        let fd = memfd_create("commhal-split", MFdFlags::MFD_CLOEXEC).unwrap();
+        s.send_fds(1, 3, &[fd]).unwrap();
+    } else {
+        assert_eq!(s.recv_fds(0, 3).unwrap().len(), 1);
+    }
+    s.barrier().unwrap();
 }
 
 fn peer_dead(b: &TcpBootstrap) {
@@ -360,6 +382,11 @@ fn four_ranks() {
 #[test]
 fn eight_ranks() {
     run_job(8, "full");
+}
+
+#[test]
+fn split_pairs_pass_descriptors_between_processes() {
+    run_job(4, "split");
 }
 
 #[test]

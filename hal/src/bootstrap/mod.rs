@@ -25,12 +25,14 @@ mod gate;
 mod inproc;
 mod mailbox;
 mod rendezvous;
+mod split;
 mod tcp;
 pub(crate) mod unique_id;
 pub(crate) mod wire;
 
 pub use env::{LaunchEnv, Launcher, Rendezvous};
 pub use inproc::InProcBootstrap;
+pub use split::{SPLIT_USER_TAGS, SplitBootstrap, split};
 pub use tcp::TcpBootstrap;
 pub use unique_id::UniqueId;
 pub use wire::MAX_MESSAGE;
