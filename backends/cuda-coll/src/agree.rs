@@ -264,19 +264,9 @@ mod tests {
         timeout: Duration,
         f: impl Fn(u32, CallTable) -> T + Sync,
     ) -> Vec<T> {
-        let boots = InProcBootstrap::create(n);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = boots
-                .into_iter()
-                .map(|b| {
-                    let f = &f;
-                    s.spawn(move || {
-                        let t = CallTable::new(&b, timeout).expect("table");
-                        f(b.rank(), t)
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        InProcBootstrap::run(n, |b| {
+            let t = CallTable::new(&b, timeout).expect("table");
+            f(b.rank(), t)
         })
     }
 

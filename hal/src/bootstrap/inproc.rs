@@ -43,6 +43,21 @@ impl InProcBootstrap {
             .collect()
     }
 
+    /// Run `f` on every rank of an in-process world of `n`, one thread each; the
+    /// results in rank order. A rank that panics fails the call with that panic.
+    pub fn run<T: Send>(n: u32, f: impl Fn(InProcBootstrap) -> T + Sync) -> Vec<T> {
+        std::thread::scope(|s| {
+            let f = &f;
+            let hs: Vec<_> = Self::create(n)
+                .into_iter()
+                .map(|b| s.spawn(move || f(b)))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        })
+    }
+
     fn check_alive(&self, peer: Rank) -> Result<()> {
         // Our own mailbox records which peers have dropped out.
         match self.boxes[self.rank as usize].dead_reason(peer) {

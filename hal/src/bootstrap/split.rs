@@ -248,20 +248,7 @@ mod tests {
 
     /// `f(rank, bootstrap)` on every rank of an in-process world of `n`, as threads.
     fn world<T: Send>(n: u32, f: impl Fn(Rank, Arc<dyn Bootstrap>) -> T + Sync) -> Vec<T> {
-        let boots = InProcBootstrap::create(n);
-        std::thread::scope(|s| {
-            let hs: Vec<_> = boots
-                .into_iter()
-                .map(|b| {
-                    let f = &f;
-                    s.spawn(move || {
-                        let b: Arc<dyn Bootstrap> = Arc::new(b);
-                        f(b.rank(), b)
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("rank")).collect()
-        })
+        InProcBootstrap::run(n, |b| f(b.rank(), Arc::new(b)))
     }
 
     #[test]
