@@ -41,7 +41,7 @@ use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
 mod caller;
-pub use caller::{BufferPath, CallBufs};
+pub use caller::{BufferPath, CallBufs, Registration};
 
 /// Tag base of the setup messages.
 const TAG_FDS: u64 = 0x434f_4c4c_0000;

@@ -195,5 +195,15 @@ fn caller_buffers_and_bad_input() {
     assert!(e.contains("not device memory"), "{e}");
     let e = ar(inp.addr(), inp.addr() + 8, 64);
     assert!(e.contains("overlap"), "{e}");
+    // registration: cuMemAlloc memory registers; host memory and short ranges do not
+    let m = comm.mem_alloc(1 << 20).expect("mem_alloc");
+    let r = comm.register(m.addr(), 1 << 20).expect("register");
+    assert_eq!((r.ptr, r.len), (m.addr(), 1 << 20));
+    assert!(comm.register(host.as_ptr() as u64, 16).is_err());
+    let e = comm
+        .register(m.addr(), (1 << 20) + 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bytes left in its allocation"), "{e}");
     comm.sync_stream(&stream, "nothing queued").expect("sync");
 }

@@ -51,6 +51,19 @@ pub struct CallBufs {
     pub recv: u64,
 }
 
+/// A buffer checked by [`Comm::register`]: zero-copy in every call while it lives.
+/// Dropping it (NCCL's `ncclCommDeregister`) changes nothing: the peers' mappings
+/// follow the allocation, not the registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    /// Start of the registered range.
+    pub ptr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The allocation's buffer id (unique in this process).
+    pub buffer_id: u64,
+}
+
 /// How this rank's buffers reached the kernels in one call (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BufferPath {
@@ -368,6 +381,32 @@ impl Comm {
             BufferPath::Mapped
         } else {
             BufferPath::Direct
+        })
+    }
+
+    /// Device memory the other ranks can map (NCCL's `ncclMemAlloc`): `cuMemAlloc`
+    /// memory, which every call uses zero-copy (the mapped path) when 16-byte aligned.
+    pub fn mem_alloc(&self, len: u64) -> Result<commhal_cuda_rt::DeviceBuffer> {
+        Ok(commhal_cuda_rt::DeviceBuffer::new(&self.ctx, len)?)
+    }
+
+    /// Check that `[ptr, ptr + len)` can be used zero-copy and prepare its export
+    /// (NCCL's `ncclCommRegister`; local, not collective). Registration is optional:
+    /// any `cuMemAlloc` buffer is mapped on first use and cached. An error says why a
+    /// buffer would be staged instead (not device memory of this device, memory legacy
+    /// CUDA IPC cannot share such as cuMem VMM or pool memory, or too short).
+    pub fn register(&self, ptr: u64, len: u64) -> Result<Registration> {
+        let info = inspect(&self.ctx, "buffer to register", ptr, len)?;
+        if !info.legacy_ipc {
+            return Err(CollError::invalid(format!(
+                "buffer {ptr:#x} cannot be shared through legacy CUDA IPC (cuMem VMM or stream-ordered pool memory): calls on it are staged; allocate it with cudaMalloc / Comm::mem_alloc for zero-copy"
+            )));
+        }
+        crate::peers::export_handle(&self.ctx, &info)?;
+        Ok(Registration {
+            ptr,
+            len,
+            buffer_id: info.buffer_id,
         })
     }
 
