@@ -25,6 +25,10 @@
 # (COMMHAL_GPU_PATH=dma), f16, 1K..1G x32 with --compare nccl and --gate 0, on 4 GPUs
 # when there are 4, else 2; budget default 150 s.
 #
+# GPU_BENCH_SET=p2p: all-to-all and send/recv as grouped sends and receives
+# (`--p2p`, Comm::p2p on the copy engines) on 4 and 2 GPUs against NCCL, then all-reduce
+# on two communicators per process (`--split 2`); budget default 240 s.
+#
 # GPU_BENCH_SET=dense: the closing tables — every collective at every power-of-2 size,
 # 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
 # and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
@@ -60,8 +64,9 @@ case $SET in
   tune) BUDGET=${GPU_BENCH_BUDGET:-500} ;;
   dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
   dense) BUDGET=${GPU_BENCH_BUDGET:-570} ;;
+  p2p) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
-  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, cli, tune or dma" >&2; exit 2 ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, p2p, cli, tune or dma" >&2; exit 2 ;;
 esac
 START=$(date +%s)
 SUMMARY=()
@@ -80,7 +85,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
 NEED=("$G/commhal")
-[[ $SET == default || $SET == extra || $SET == dense || $SET == dma ]] && NEED+=("$G/commhal-gpu-bench")
+[[ $SET == default || $SET == extra || $SET == dense || $SET == dma || $SET == p2p ]] && NEED+=("$G/commhal-gpu-bench")
 for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
@@ -182,6 +187,20 @@ if [[ $SET == dma ]]; then
       step "bench-${N}gpu.log" "$C-dma-${N}gpu" 40 "$N" "$C" -b 1K -e 1G -f 32 -n 20 -w 3 -d half --gate 0 --compare nccl
     done
     unset COMMHAL_GPU_PATH
+  fi
+fi
+
+if [[ $SET == p2p ]]; then
+  # grouped sends and receives (Comm::p2p) as all-to-all and ring send/recv, checked
+  # against NCCL; then two communicators per process (--split 2: groups, then world)
+  for N in 4 2; do
+    ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "p2p-${N}gpu" "$N" "$NGPU")"); continue; }
+    for C in alltoall sendrecv; do
+      step "bench-${N}gpu.log" "$C-p2p-${N}gpu" 60 "$N" "$C" -b 1K -e 1G -f 4 -n 20 -w 3 -d half --p2p --compare nccl
+    done
+  done
+  if ((NGPU >= 4)); then
+    step bench-4gpu.log allreduce-split2-4gpu 60 4 allreduce -b 1K -e 256M -f 16 -n 20 -w 3 -d half --split 2
   fi
 fi
 

@@ -55,6 +55,14 @@ pub const SIG_RING: u64 = 64;
 const SIG_ENTRY: u64 = 8 + SIGNATURE_BYTES as u64;
 /// Bytes of one rank's log: its call count, then the ring.
 const SIG_LOG: u64 = 8 + SIG_RING * SIG_ENTRY;
+/// Receives a receiver may post ahead of its sender's sends, per ordered pair.
+pub const POST_RING: u64 = 16;
+/// Bytes of one posting: the stamp, the length, the payload.
+const POST_SLOT: u64 = 256;
+/// Largest posting payload.
+pub const MAX_POST: usize = (POST_SLOT - 16) as usize;
+/// Bytes of one ordered pair's postings: the sender's consumed count, then the ring.
+const POST_PAIR: u64 = 8 + POST_RING * POST_SLOT;
 /// Tag of the memfd's hand-over at setup.
 const TAG_TABLE: u64 = 0x4147_5245_0000;
 
@@ -93,7 +101,8 @@ impl CallTable {
     /// a peer's entry end after `timeout` with an error naming that peer.
     pub fn new(boot: &dyn Bootstrap, timeout: Duration) -> Result<CallTable> {
         let (rank, n) = (boot.rank(), boot.size());
-        let bytes = (SLOT_BYTES * 2 + SIG_LOG) * u64::from(n.max(1));
+        let n64 = u64::from(n.max(1));
+        let bytes = (SLOT_BYTES * 2 + SIG_LOG) * n64 + POST_PAIR * n64 * n64;
         let shm = if rank == 0 {
             let region = ShmRegion::alloc(bytes)?;
             let export = region.export()?;
@@ -140,6 +149,83 @@ impl CallTable {
         self.log
             .lock()
             .map_err(|_| CollError::invalid("call-table signature log poisoned by a panic"))
+    }
+
+    /// Offset of the postings of the pair `sender -> receiver`.
+    fn pair_off(&self, sender: u32, receiver: u32) -> u64 {
+        (SLOT_BYTES * 2 + SIG_LOG) * u64::from(self.n)
+            + (u64::from(sender) * u64::from(self.n) + u64::from(receiver)) * POST_PAIR
+    }
+
+    /// Wait (bounded, watching the peer-failure flag) until `ready()`; `who` says what
+    /// is waited for, in the error.
+    fn wait_until(&self, who: &str, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while !ready()? {
+            spins = spins.saturating_add(1);
+            if spins > 256 {
+                std::thread::yield_now();
+                if let Some(e) = self.failure.as_ref().and_then(|f| f.check().err()) {
+                    return Err(CollError::invalid(format!("waiting for {who}: {e}")));
+                }
+                if start.elapsed() > self.timeout {
+                    return Err(CollError::invalid(format!(
+                        "waited {:?} for {who}: that rank died, hangs, or called a different sequence of collectives, sends and receives than rank {}",
+                        self.timeout, self.rank
+                    )));
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(())
+    }
+
+    /// As the receiver of the pair `sender -> this rank`, post receive number `seq`
+    /// (1, 2, ... per pair) with `payload` (where the data goes). Waits (bounded) while
+    /// the sender is [`POST_RING`] receives behind.
+    pub fn post(&self, sender: u32, seq: u64, payload: &[u8]) -> Result<()> {
+        if payload.len() > MAX_POST {
+            return Err(CollError::invalid(format!(
+                "posting of {} bytes exceeds the slot's {MAX_POST}",
+                payload.len()
+            )));
+        }
+        let pair = self.pair_off(sender, self.rank);
+        let consumed = self.shm.atomic_u64(pair)?;
+        self.wait_until(
+            &format!("rank {sender} to take this rank's earlier receives"),
+            || Ok(consumed.load(Ordering::Acquire) + POST_RING >= seq),
+        )?;
+        let slot = pair + 8 + (seq % POST_RING) * POST_SLOT;
+        let stamp = self.shm.atomic_u64(slot)?;
+        stamp.store(2 * seq - 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.shm
+            .write(slot + 8, &(payload.len() as u64).to_le_bytes())?;
+        self.shm.write(slot + 16, payload)?;
+        stamp.store(2 * seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// As the sender of the pair `this rank -> receiver`, take the receiver's posting
+    /// number `seq` (waits, bounded, until it is there).
+    pub fn take_post(&self, receiver: u32, seq: u64) -> Result<Vec<u8>> {
+        let pair = self.pair_off(self.rank, receiver);
+        let slot = pair + 8 + (seq % POST_RING) * POST_SLOT;
+        let stamp = self.shm.atomic_u64(slot)?;
+        self.wait_until(
+            &format!("rank {receiver} to post its receive #{seq} from this rank"),
+            || Ok(stamp.load(Ordering::Acquire) == 2 * seq),
+        )?;
+        let mut len = [0u8; 8];
+        self.shm.read(slot + 8, &mut len)?;
+        let len = (u64::from_le_bytes(len) as usize).min(MAX_POST);
+        let mut payload = vec![0u8; len];
+        self.shm.read(slot + 16, &mut payload)?;
+        self.shm.atomic_u64(pair)?.store(seq, Ordering::Release);
+        Ok(payload)
     }
 
     /// Append this call's signature to this rank's log (no waiting).
@@ -217,29 +303,12 @@ impl CallTable {
         self.shm.write(off + 16, mine)?;
         self.seq_word(self.rank, seq)?.store(seq, Ordering::Release);
         let mut out = Vec::with_capacity(self.n as usize);
-        let start = Instant::now();
         for p in 0..self.n {
             let word = self.seq_word(p, seq)?;
-            let mut spins = 0u32;
-            while word.load(Ordering::Acquire) != seq {
-                spins = spins.saturating_add(1);
-                if spins > 256 {
-                    std::thread::yield_now();
-                    if let Some(e) = self.failure.as_ref().and_then(|f| f.check().err()) {
-                        return Err(CollError::invalid(format!(
-                            "collective #{seq} of this communicator: {e}"
-                        )));
-                    }
-                    if start.elapsed() > self.timeout {
-                        return Err(CollError::invalid(format!(
-                            "rank {p} did not reach collective #{seq} of this communicator within {:?}: it died, hangs, or called a different sequence of collectives than rank {}",
-                            self.timeout, self.rank
-                        )));
-                    }
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+            self.wait_until(
+                &format!("rank {p} to reach collective #{seq} of this communicator"),
+                || Ok(word.load(Ordering::Acquire) == seq),
+            )?;
             let o = slot_off(p, seq);
             let mut len = [0u8; 8];
             self.shm.read(o + 8, &mut len)?;
@@ -303,7 +372,7 @@ mod tests {
             t.exchange(b"second").unwrap_err().to_string()
         });
         for e in &got[..2] {
-            assert!(e.contains("rank 2 did not reach collective #2"), "{e}");
+            assert!(e.contains("for rank 2 to reach collective #2"), "{e}");
         }
     }
 
@@ -354,6 +423,54 @@ mod tests {
             got[1].contains("rank 0") && got[1].contains("count 16"),
             "{}",
             got[1]
+        );
+    }
+
+    #[test]
+    fn postings_reach_their_sender_in_order_past_the_ring() {
+        let n = 3u32;
+        let got = on_ranks(n, Duration::from_secs(20), |r, t| {
+            let mut seen = Vec::new();
+            for seq in 1..=(3 * POST_RING) {
+                // every rank receives from every other: post first, then take
+                for p in (0..n).filter(|&p| p != r) {
+                    t.post(p, seq, &[r as u8, p as u8, seq as u8])
+                        .expect("post");
+                }
+                for p in (0..n).filter(|&p| p != r) {
+                    seen.push(t.take_post(p, seq).expect("take"));
+                }
+            }
+            seen
+        });
+        for (r, seen) in got.iter().enumerate() {
+            let mut i = 0;
+            for seq in 1..=(3 * POST_RING) {
+                for p in (0..n).filter(|&p| p != r as u32) {
+                    assert_eq!(
+                        seen[i],
+                        vec![p as u8, r as u8, seq as u8],
+                        "rank {r} seq {seq}"
+                    );
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_receiver_that_never_posts_is_named() {
+        let got = on_ranks(2, Duration::from_millis(300), |r, t| {
+            if r == 0 {
+                t.take_post(1, 1).unwrap_err().to_string()
+            } else {
+                String::new()
+            }
+        });
+        assert!(
+            got[0].contains("rank 1 to post its receive #1"),
+            "{}",
+            got[0]
         );
     }
 

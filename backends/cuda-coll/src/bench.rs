@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use crate::check;
 use crate::cli::{self, Args, Buffers, Collective};
-use crate::comm::{BufferPath, CallBufs, Comm, Kernel, Tuning, kernel_name};
+use crate::comm::{BufferPath, CallBufs, Comm, Kernel, P2pOp, Tuning, kernel_name};
 use crate::driver::{self, Gate, Graph};
 use crate::error::{CollError, Result};
 use crate::nccl::Nccl;
@@ -183,6 +183,48 @@ impl<'a> Bench<'a> {
         }
     }
 
+    /// `--p2p`: the all-to-all (`count` per peer) or the ring send/recv (`count`) as a
+    /// group of sends and receives on the caller buffers.
+    fn p2p_ops(&self, count: u64) -> Vec<P2pOp> {
+        let (r, n, dtype) = (self.comm.rank(), self.comm.size(), self.args.dtype);
+        let chunk = count * dtype.size();
+        if self.args.collective == Collective::Sendrecv {
+            return vec![
+                P2pOp::Send {
+                    buf: self.inp,
+                    count,
+                    dtype,
+                    peer: (r + 1) % n,
+                },
+                P2pOp::Recv {
+                    buf: self.out,
+                    count,
+                    dtype,
+                    peer: (r + n - 1) % n,
+                },
+            ];
+        }
+        (0..n)
+            .flat_map(|p| {
+                let off = u64::from(p) * chunk;
+                [
+                    P2pOp::Send {
+                        buf: self.inp + off,
+                        count,
+                        dtype,
+                        peer: p,
+                    },
+                    P2pOp::Recv {
+                        buf: self.out + off,
+                        count,
+                        dtype,
+                        peer: p,
+                    },
+                ]
+            })
+            .collect()
+    }
+
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
         self.launch_root(which, count, per, in_place, self.args.root)
     }
@@ -198,6 +240,11 @@ impl<'a> Bench<'a> {
         let a = self.args;
         let c = cli::launch_count(a.collective, count, per);
         match which {
+            Impl::Commhal
+                if a.p2p && matches!(a.collective, Collective::Alltoall | Collective::Sendrecv) =>
+            {
+                self.comm.p2p(&self.p2p_ops(c), &self.stream)
+            }
             Impl::Commhal if a.buffers == Buffers::Caller => {
                 let bufs = self.call_bufs(c, in_place);
                 let path = self.comm.launch_on(

@@ -350,6 +350,15 @@ pub struct Args {
     /// operator) on one communicator, one table each; `-d` and `-o` are ignored.
     #[arg(long)]
     pub matrix: bool,
+    /// All-to-all and send/recv through `Comm::p2p` (grouped sends and receives on the
+    /// copy engines) instead of their collective kernels; caller buffers only.
+    #[arg(long)]
+    pub p2p: bool,
+    /// Two communicators in every process: split the ranks into K groups (rank mod K),
+    /// run the benchmark on each group's communicator (the groups at the same time),
+    /// then on the whole world's, both communicators alive throughout.
+    #[arg(long, value_name = "K")]
+    pub split: Option<u32>,
     /// With `--matrix`: only these datatypes (comma-separated; default: all).
     #[arg(long, value_delimiter = ',', requires = "matrix")]
     pub dtypes: Vec<Dtype>,

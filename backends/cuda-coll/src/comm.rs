@@ -41,7 +41,9 @@ use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
 mod caller;
+mod p2p;
 pub use caller::{BufferPath, CallBufs, Registration};
+pub use p2p::P2pOp;
 
 /// Tag base of the setup messages.
 const TAG_FDS: u64 = 0x434f_4c4c_0000;
@@ -261,6 +263,8 @@ pub struct Comm {
     table: crate::agree::CallTable,
     /// Peer allocations a CUDA graph captured: open while this Comm lives.
     pins: Mutex<Vec<Arc<commhal_cuda_rt::ipc::IpcMapping>>>,
+    /// Matched sends and receives per peer ([`Comm::p2p`]).
+    p2p_counts: Mutex<p2p::PairCounts>,
 }
 
 /// What [`Comm::plan`] names for a broadcast / send-recv the tuned thresholds route to
@@ -657,6 +661,7 @@ impl Comm {
             prev_chain: AtomicBool::new(false),
             table,
             pins: Mutex::new(Vec::new()),
+            p2p_counts: Mutex::new(p2p::PairCounts::new(n)),
         })
     }
 

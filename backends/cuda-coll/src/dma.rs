@@ -127,7 +127,7 @@ fn copy_then_signal(
 }
 
 /// On `stream`: write `e` into peer `p`'s flag `kind` from this rank.
-fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
+pub(crate) fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
     // SAFETY: the peer's scratch is mapped for the Comm's lifetime; the flag is 4-aligned.
     unsafe {
         driver::write_value32(
@@ -135,6 +135,33 @@ fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()
             a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
             e,
         )
+    }
+}
+
+/// The main stream waits until every `from` rank wrote `e` into its flag here:
+/// `commhal_coll_dma_wait`, a one-warp kernel bounded by the device wait bound (a
+/// dead peer gives this rank the wait-timeout device error and the stream drains;
+/// `cuStreamWaitValue32` would block it, and the process's exit, for good).
+pub(crate) fn wait_flags(
+    c: &Ctx<'_>,
+    kind: u64,
+    e: u32,
+    from: impl Iterator<Item = u32>,
+) -> Result<()> {
+    let mut args = *c.args;
+    args.count = layout::dma_flag(kind, 0);
+    args.root = e;
+    args.chain_unroll = from.fold(0u32, |m, p| m | (1 << p));
+    if args.chain_unroll == 0 {
+        return Ok(());
+    }
+    // SAFETY: the kernel reads u32 flags of this rank's own scratch (alive for the
+    // Comm's lifetime, the flag rows inside it: layout's tests) and writes only its
+    // error word; `args` is the Comm's own argument block with three fields reused
+    // as the kernel documents.
+    unsafe {
+        c.module
+            .launch("commhal_coll_dma_wait", c.main, 1, 32, &args, false)
     }
 }
 
@@ -491,10 +518,7 @@ impl DmaPath {
         self.wait_all(c, kind, e, (0..a.nranks).filter(|&p| p != a.rank))
     }
 
-    /// The main stream waits until every `from` rank wrote `e` into its flag here:
-    /// `commhal_coll_dma_wait`, a one-warp kernel bounded by the device wait bound (a
-    /// dead peer gives this rank the wait-timeout device error and the stream drains;
-    /// `cuStreamWaitValue32` would block it, and the process's exit, for good).
+    /// See [`wait_flags`].
     fn wait_all(
         &self,
         c: &Ctx<'_>,
@@ -502,21 +526,7 @@ impl DmaPath {
         e: u32,
         from: impl Iterator<Item = u32>,
     ) -> Result<()> {
-        let mut args = *c.args;
-        args.count = layout::dma_flag(kind, 0);
-        args.root = e;
-        args.chain_unroll = from.fold(0u32, |m, p| m | (1 << p));
-        if args.chain_unroll == 0 {
-            return Ok(());
-        }
-        // SAFETY: the kernel reads u32 flags of this rank's own scratch (alive for the
-        // Comm's lifetime, the flag rows inside it: layout's tests) and writes only its
-        // error word; `args` is the Comm's own argument block with three fields reused
-        // as the kernel documents.
-        unsafe {
-            c.module
-                .launch("commhal_coll_dma_wait", c.main, 1, 32, &args, false)
-        }
+        wait_flags(c, kind, e, from)
     }
 
     /// The side streams wait for everything queued so far on `main`.

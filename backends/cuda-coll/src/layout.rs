@@ -30,6 +30,11 @@ pub const DMA_CHUNK: u64 = 3;
 /// The all-reduce ring's copy-engine all-gather steps: [`pair_ce_tag`]`(e, t)` from the
 /// previous rank = its step-`t` segment is in this rank's output.
 pub const DMA_RING: u64 = 4;
+/// Point-to-point: the receiver's stream reached its `s`-th receive from the sender (its
+/// buffer is free), written into the sender's row ([`crate::comm`]'s `p2p`).
+pub const DMA_P2P_READY: u64 = 5;
+/// Point-to-point: the sender's `s`-th copy to the receiver has landed.
+pub const DMA_P2P_DONE: u64 = 6;
 
 /// The 2-rank copy-engine reduce's smallest chunk (bytes): the transfer is cut into
 /// chunks that each leave [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left — 5B/8, then

@@ -50,7 +50,7 @@ pub mod peers;
 pub mod plan_exec;
 pub mod tuning;
 
-pub use comm::{BufferPath, CallBufs, Comm, Registration};
+pub use comm::{BufferPath, CallBufs, Comm, P2pOp, Registration};
 
 /// The example of `docs/gpu-communicator.md`, compiled as a doctest so it keeps building.
 #[cfg(doctest)]

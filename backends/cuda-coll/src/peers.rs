@@ -141,6 +141,21 @@ impl Signature {
     }
 }
 
+impl BufDesc {
+    /// The encoding used in call-table entries and point-to-point postings.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        put_buf(out, self)
+    }
+
+    /// Parse one [`BufDesc::encode_into`] from the front of `bytes`: the description
+    /// and what follows it, or `None` when malformed.
+    pub fn decode(bytes: &[u8]) -> Option<(BufDesc, &[u8])> {
+        let mut r = Reader(bytes);
+        let d = r.buf()?;
+        Some((d, r.0))
+    }
+}
+
 /// One rank's entry of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {

@@ -195,6 +195,37 @@ fn caller_buffers_and_bad_input() {
     assert!(e.contains("not device memory"), "{e}");
     let e = ar(inp.addr(), inp.addr() + 8, 64);
     assert!(e.contains("overlap"), "{e}");
+    // point-to-point to this rank itself: a local copy, matched in order
+    use commhal_cuda_coll::P2pOp;
+    let (src, dst) = (inp.addr(), out.addr() + 16);
+    let ops = [
+        P2pOp::Send {
+            buf: src,
+            count: 1000,
+            dtype,
+            peer: 0,
+        },
+        P2pOp::Recv {
+            buf: dst,
+            count: 1000,
+            dtype,
+            peer: 0,
+        },
+    ];
+    comm.p2p(&ops, &stream).expect("p2p to self");
+    comm.sync_stream(&stream, "p2p").expect("sync");
+    let (mut a, mut b) = (vec![0u8; 4000], vec![0u8; 4000]);
+    inp.read(0, &mut a).expect("read");
+    out.read(16, &mut b).expect("read");
+    assert_eq!(a, b, "p2p to self copies");
+    let bad = [P2pOp::Send {
+        buf: src,
+        count: 4,
+        dtype,
+        peer: 1,
+    }];
+    let e = comm.p2p(&bad, &stream).unwrap_err().to_string();
+    assert!(e.contains("peer 1 is not a rank"), "{e}");
     // registration: cuMemAlloc memory registers; host memory and short ranges do not
     let m = comm.mem_alloc(1 << 20).expect("mem_alloc");
     let r = comm.register(m.addr(), 1 << 20).expect("register");

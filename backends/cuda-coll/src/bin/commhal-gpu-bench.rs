@@ -15,7 +15,55 @@ use commhal_cuda_coll::Result;
 use commhal_cuda_coll::bench;
 use commhal_cuda_coll::cli::Args;
 
+/// `--split K`: a communicator on this rank's group (rank mod K) and one on the world,
+/// in the same process; the benchmark on the group's, then on the world's.
+fn run_split(args: &Args, k: u32) -> Result<bool> {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use commhal_cuda_coll::{CollError, Comm};
+    use commhal_hal::bootstrap::{Bootstrap, split};
+
+    let world: Arc<dyn Bootstrap> = Arc::from(bench::bootstrap_from_env()?);
+    let r = world.rank();
+    if k == 0 || !world.size().is_multiple_of(k) {
+        return Err(CollError::invalid(format!(
+            "--split {k}: the {} ranks must split into equal groups",
+            world.size()
+        )));
+    }
+    let group = split(world.clone(), Some(r % k), r)?
+        .ok_or_else(|| CollError::invalid("--split: this rank joined no group"))?;
+    let device = bench::local_device(world.as_ref())?;
+    let timeout = Duration::from_millis(args.timeout_ms.max(1));
+    let mk = |b: &dyn Bootstrap| {
+        Comm::new(
+            b,
+            device,
+            bench::capacity_for(args, b.size()),
+            args.ll_max,
+            timeout,
+        )
+    };
+    let (mine, all) = (mk(&group)?, mk(world.as_ref())?);
+    let (_, _, wrong_group) = bench::run(args, &group, &mine)?;
+    let (_, _, wrong_world) = bench::run(args, world.as_ref(), &all)?;
+    Ok(wrong_group || wrong_world)
+}
+
 fn run(args: &Args) -> Result<bool> {
+    if let Some(k) = args.split {
+        let wrong = run_split(args, k)?;
+        println!(
+            "# {}",
+            if wrong {
+                "WRONG RESULTS"
+            } else {
+                "all results correct"
+            }
+        );
+        return Ok(wrong);
+    }
     let boot = bench::bootstrap_from_env()?;
     let out = bench::run_rank(args, boot.as_ref())?;
     if args.dead_rank.is_some() {

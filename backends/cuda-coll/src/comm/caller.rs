@@ -145,7 +145,7 @@ fn used(coll: Collective, rank: u32, root: u32) -> (bool, bool) {
 
 /// The allocation behind `ptr`, checked: not null, device memory of `ctx`'s device,
 /// `need` bytes from `ptr` inside it.
-fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<PointerInfo> {
+pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<PointerInfo> {
     if ptr == 0 {
         return Err(CollError::invalid(format!(
             "{what} is null: pass a device pointer with {need} bytes"
