@@ -140,6 +140,14 @@ impl CallTable {
         })
     }
 
+    /// Why the bootstrap gave up on a peer, once it did.
+    pub fn peer_failure(&self) -> Option<String> {
+        self.failure
+            .as_ref()
+            .and_then(|f| f.error())
+            .map(|e| e.to_string())
+    }
+
     /// Offset of rank `r`'s signature log.
     fn log_off(&self, r: u32) -> u64 {
         SLOT_BYTES * 2 * u64::from(self.n) + u64::from(r) * SIG_LOG

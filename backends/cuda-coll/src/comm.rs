@@ -223,6 +223,9 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
 /// One rank's communicator (see the module docs).
 #[derive(Debug)]
 pub struct Comm {
+    /// Stops this Comm's device waits when a peer dies; declared first so it is joined
+    /// before anything it writes into is freed.
+    _watchdog: Option<crate::watchdog::Watchdog>,
     rank: u32,
     n: u32,
     ctx: Arc<Context>,
@@ -632,12 +635,14 @@ impl Comm {
             || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX))
             || (n >= 3 && tuning.ar_ce_min != u64::MAX);
         let table = crate::agree::CallTable::new(boot, device_timeout)?;
+        let watchdog = Self::watchdog(boot, &ctx, scratch.addr() + layout::OFF_ERROR)?;
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
             None
         };
         Ok(Comm {
+            _watchdog: watchdog,
             dma,
             dma_all: use_dma,
             pdl,
@@ -663,6 +668,32 @@ impl Comm {
             pins: Mutex::new(Vec::new()),
             p2p_counts: Mutex::new(p2p::PairCounts::new(n)),
         })
+    }
+
+    /// The watchdog writing [`layout::ERR_PEER_GONE`] into the error word at
+    /// `error_word` when `boot` sees a peer die (none where it cannot tell).
+    fn watchdog(
+        boot: &dyn Bootstrap,
+        ctx: &Arc<Context>,
+        error_word: u64,
+    ) -> Result<Option<crate::watchdog::Watchdog>> {
+        let Some(flag) = boot.peer_failure() else {
+            return Ok(None);
+        };
+        if !crate::dma::available() {
+            return Ok(None); // no stream memory writes in this driver: the wait bound
+        }
+        let stream = Stream::new(ctx)?;
+        let w = crate::watchdog::Watchdog::spawn(flag, crate::watchdog::PERIOD, move |_| {
+            // SAFETY: the error word is in this Comm's scratch, which outlives the
+            // watchdog (joined first when the Comm drops); 4-byte aligned.
+            let r = unsafe { driver::write_value32(&stream, error_word, layout::ERR_PEER_GONE) };
+            if let Err(e) = r {
+                tracing::warn!("watchdog: stopping the device waits failed: {e}");
+            }
+        })
+        .map_err(|e| CollError::invalid(format!("starting the dead-peer watchdog thread: {e}")))?;
+        Ok(Some(w))
     }
 
     /// Run `coll` through a plan compiled to CUDA (`Some((algorithm, blocks))`) instead
@@ -1334,11 +1365,18 @@ impl Comm {
             code = self.plans.error_word()?;
         }
         if code != 0 {
+            // the watchdog's code: name the rank the bootstrap saw go
+            let why = (code == layout::ERR_PEER_GONE)
+                .then(|| self.table.peer_failure())
+                .flatten();
             return Err(CollError::Device {
                 rank: self.rank,
                 code,
                 desc: layout::describe_error(code),
-                what: what.to_string(),
+                what: match why {
+                    Some(why) => format!("{what}: {why}"),
+                    None => what.to_string(),
+                },
             });
         }
         Ok(())

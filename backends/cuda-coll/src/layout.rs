@@ -113,6 +113,9 @@ pub const FLAG_BCAST_STAGED: u32 = 4;
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
+/// Error word written from the host by the watchdog ([`crate::watchdog`]): the
+/// bootstrap saw a peer go; every device wait gives up on a non-zero word.
+pub const ERR_PEER_GONE: u32 = 8;
 
 /// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, an
 /// LL63 region for chains of up to `ll63_max_bytes`, and after it the LL63 small region
@@ -191,6 +194,10 @@ pub fn describe_error(code: u32) -> &'static str {
         ERR_PACKET_TIMEOUT => {
             "an LL packet never arrived (a peer never launched the same collective, died, or \
              the device wait bound is shorter than the collective takes)"
+        }
+        ERR_PEER_GONE => {
+            "a peer is gone (the bootstrap saw its connection close or it aborted); the \
+             device waits stopped"
         }
         _ => "unknown device error code",
     }

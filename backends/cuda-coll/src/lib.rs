@@ -24,6 +24,7 @@
 //! | [`layout`] | scratch layout and the kernel argument block shared with the unit |
 //! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync; the caller's buffers and stream ([`Comm::launch_on`]) |
 //! | [`agree`] | the call table: per-call agreement on buffers and signatures in host shared memory |
+//! | [`watchdog`] | the thread that stops device waits when the bootstrap sees a peer die |
 //! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
 //! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
@@ -49,6 +50,7 @@ pub mod nccl;
 pub mod peers;
 pub mod plan_exec;
 pub mod tuning;
+pub mod watchdog;
 
 pub use comm::{BufferPath, CallBufs, Comm, P2pOp, Registration};
 
