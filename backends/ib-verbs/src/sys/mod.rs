@@ -103,8 +103,10 @@ impl Verbs {
     fn open(path: &str) -> Result<Verbs, LoadError> {
         // SAFETY: loading libibverbs (or the stub) runs its initialisers, which are
         // written to be loaded into any process.
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| LoadError::NotFound(e.to_string()))?;
+        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
+            let detail = std::error::Error::source(&e).map(|s| s.to_string());
+            LoadError::NotFound(detail.unwrap_or_else(|| e.to_string()))
+        })?;
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the symbol is a function with the C signature of
