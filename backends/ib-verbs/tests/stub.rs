@@ -314,3 +314,16 @@ fn no_device_is_unavailable_with_the_count() {
         "{out}"
     );
 }
+
+/// A peer whose queue pair is gone (its port dropped, as when its process exits):
+/// the next flush is `PeerDead` within the bound, never a hang.
+#[test]
+fn a_peer_whose_queue_pair_is_gone_is_peer_dead() {
+    let [mut a, b] = world(4096).unwrap();
+    drop(b);
+    a.port.write(&a.remote, 0, &a.local, 0, 64).unwrap();
+    let started = Instant::now();
+    let e = a.port.flush().unwrap_err();
+    assert!(matches!(e, HalError::PeerDead { rank: 1, .. }), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
