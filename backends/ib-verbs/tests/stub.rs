@@ -63,7 +63,7 @@ fn world(len: u64) -> Result<[Side; 2]> {
     Ok([it.next().unwrap()?, it.next().unwrap()?])
 }
 
-fn side(b: &InProcBootstrap, len: u64) -> Result<Side> {
+fn side(b: &dyn Bootstrap, len: u64) -> Result<Side> {
     let me: Rank = b.rank();
     let t = transport()?;
     let buf = HostRegion::alloc(len)?;
@@ -246,6 +246,7 @@ fn child_entry() {
             transport().unwrap().describe()
         }
         "no-devices" => transport().unwrap_err().to_string(),
+        "survivor" | "leaver" => two_process_rank(&role),
         other => panic!("unknown role {other}"),
     };
     println!("ROLE-OUTPUT<{out}>");
@@ -326,4 +327,60 @@ fn a_peer_whose_queue_pair_is_gone_is_peer_dead() {
     let e = a.port.flush().unwrap_err();
     assert!(matches!(e, HalError::PeerDead { rank: 1, .. }), "{e}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// One rank of [`a_peer_process_that_exits_is_peer_dead`]: rank 1 (`leaver`) exits
+/// without tearing anything down shortly after connecting; rank 0 (`survivor`) keeps
+/// writing and flushing until the flush reports the loss.
+fn two_process_rank(role: &str) -> String {
+    use commhal_hal::bootstrap::{TcpBootstrap, UniqueId};
+    let id: UniqueId = std::env::var("IBVERBS_TEST_ID").unwrap().parse().unwrap();
+    let rank = u32::from(role == "leaver");
+    let b = TcpBootstrap::new(rank, 2, &id, Duration::from_secs(20)).unwrap();
+    let mut s = side(&b, 4096).unwrap();
+    if rank == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+        std::process::exit(0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut rounds = 0u32;
+    while Instant::now() < deadline {
+        s.port.write(&s.remote, 0, &s.local, 0, 64).ok();
+        match s.port.flush() {
+            Ok(()) => rounds += 1,
+            Err(e) => return format!("{e:?} after {rounds} rounds"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    format!("no error after {rounds} rounds")
+}
+
+/// A peer process that exits (its QP never destroyed): the stub sees its pid gone,
+/// the flush is `PeerDead`. Both ranks are child processes sharing a private stub dir.
+#[test]
+fn a_peer_process_that_exits_is_peer_dead() {
+    use commhal_hal::bootstrap::UniqueId;
+    let dir = std::env::temp_dir().join(format!("ibstub-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let id = UniqueId::new_local().unwrap().to_string();
+    let spawn = |role: &str| {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env(ROLE_ENV, role)
+            .env("IBVERBS_TEST_ID", &id)
+            .env("COMMHAL_IBVERBS_STUB_DIR", &dir)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let leaver = spawn("leaver");
+    let survivor = spawn("survivor");
+    let out = survivor.wait_with_output().unwrap();
+    let _ = leaver.wait_with_output();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("PeerDead") && text.contains("IBV_WC_RETRY_EXC_ERR"),
+        "{text}"
+    );
 }
