@@ -36,14 +36,14 @@ fn stub_lib() -> PathBuf {
 const PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_SUITE";
 
 /// Runs the suite in a re-executed copy of this binary whose environment names the
-/// stub (`COMMHAL_IBVERBS_LIB`): the backend's probe reads the environment, and the
-/// rank processes inherit it.
-#[test]
-fn ib_verbs_port_cases_over_the_stub_two_processes() {
+/// stub (`COMMHAL_IBVERBS_LIB`, plus `extra`): the backend's probe reads the
+/// environment, and the rank processes inherit it.
+fn run_suite_with(extra: &[(&str, &str)]) {
     let out = std::process::Command::new(std::env::current_exe().expect("current_exe"))
         .args(["--exact", "suite_parent", "--nocapture", "--test-threads=1"])
         .env(PARENT_ENV, "1")
         .env("COMMHAL_IBVERBS_LIB", stub_lib())
+        .envs(extra.iter().copied())
         .output()
         .expect("re-running the test binary");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -54,6 +54,18 @@ fn ib_verbs_port_cases_over_the_stub_two_processes() {
         "the ib-verbs suite failed (table above)"
     );
     assert!(text.contains("SUITE-OK"), "the suite did not run");
+}
+
+#[test]
+fn ib_verbs_port_cases_over_the_stub_two_processes() {
+    run_suite_with(&[]);
+}
+
+/// The same cases on a device without atomics: signals are 8-byte RDMA WRITEs of a
+/// shadow counter whose starting value is read once with an RDMA READ.
+#[test]
+fn ib_verbs_port_cases_without_device_atomics() {
+    run_suite_with(&[("COMMHAL_IBVERBS_STUB_FAULT", "no-atomics")]);
 }
 
 /// The suite itself (a no-op unless re-executed by the test above).

@@ -8,8 +8,9 @@
 //!   a per-port scratch buffer and is ignored. On a device without atomics
 //!   (`atomic_cap == IBV_ATOMIC_NONE`) it writes the counter's next value instead,
 //!   from a per-port shadow of that counter (exact because the signalling port is the
-//!   counter's only writer, as in cuda-dma) and waits for that write's completion
-//!   before the scratch source is reused.
+//!   counter's only writer, as in cuda-dma; its starting value is read once with an
+//!   8-byte RDMA READ) and waits for that write's completion before the scratch
+//!   source is reused.
 //! * `flush` polls the CQ until every posted request completed, bounded by the flush
 //!   timeout ([`HalError::Timeout`]). A failed completion is mapped to an error that
 //!   says what to check; the QP is then in the error state, so the port stays failed
@@ -25,7 +26,7 @@ use commhal_hal::{HalError, Port, Rank, Region, Result};
 use crate::BACKEND;
 use crate::region::{IbLocal, IbRemote};
 use crate::sys::abi::{self, ibv_wc};
-use crate::sys::{Cq, Qp, Work};
+use crate::sys::{Cq, Qp, Read8, Work};
 use std::sync::Arc;
 
 /// `ENOMEM`: the send queue is full.
@@ -170,6 +171,21 @@ impl IbPort {
         Ok(n)
     }
 
+    /// The current value of a remote counter, read once with an RDMA READ (devices
+    /// without atomics: from then on this port's shadow is exact, being its only writer).
+    fn read_counter(&mut self, remote: u64, rkey: u32) -> Result<u64> {
+        self.post(Work::Read(Read8 {
+            local: self.scratch.addr() + 16,
+            lkey: self.scratch.lkey(),
+            remote,
+            rkey,
+        }))?;
+        self.drain("the RDMA READ of a remote semaphore's starting value")?;
+        let mut b = [0u8; 8];
+        self.scratch_mem.read(16, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
     fn drain(&mut self, what: &str) -> Result<()> {
         self.check_failed()?;
         let deadline = Instant::now() + self.timeout;
@@ -309,12 +325,11 @@ impl Port for IbPort {
             });
         }
         let key = (remote, sem.rkey);
-        let next = self
-            .shadow
-            .get(&key)
-            .copied()
-            .unwrap_or(0)
-            .wrapping_add(add);
+        let current = match self.shadow.get(&key) {
+            Some(&v) => v,
+            None => self.read_counter(remote, sem.rkey)?,
+        };
+        let next = current.wrapping_add(add);
         let scratch = self.scratch.addr() + 8;
         self.scratch_mem.write(8, &next.to_le_bytes())?;
         self.post(Work::Write {

@@ -238,6 +238,13 @@ fn child_entry() {
         "no-atomics" => {
             let mut w = world(2 << 20).unwrap();
             put_signal_round(&mut w).unwrap();
+            // A counter that does not start at 0: its value is read once, then written.
+            let [a, b] = &mut w;
+            b.buf.write(24, &100u64.to_le_bytes()).unwrap();
+            a.port.signal(&a.remote, 24, 1).unwrap();
+            a.port.signal(&a.remote, 24, 2).unwrap();
+            a.port.flush().unwrap();
+            assert_eq!(wait_for(&b.buf, 24, 103), 103);
             "ok".into()
         }
         "ib" => {

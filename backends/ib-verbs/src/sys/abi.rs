@@ -362,7 +362,12 @@ pub const IBV_QP_DEST_QPN: c_int = 1 << 20;
 // enum ibv_wr_opcode
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
+pub const IBV_WR_RDMA_READ: c_uint = 4;
 pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_uint = 6;
+// enum ibv_wc_opcode
+pub const IBV_WC_RDMA_WRITE: c_uint = 1;
+pub const IBV_WC_RDMA_READ: c_uint = 2;
+pub const IBV_WC_FETCH_ADD: c_uint = 4;
 // enum ibv_send_flags
 pub const IBV_SEND_FENCE: c_uint = 1;
 pub const IBV_SEND_SIGNALED: c_uint = 2;

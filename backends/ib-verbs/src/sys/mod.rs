@@ -491,6 +491,22 @@ pub enum Work {
         /// Value added.
         add: u64,
     },
+    /// See [`Read8`].
+    Read(Read8),
+}
+
+/// `IBV_WR_RDMA_READ` of 8 bytes at `remote` into `local` (only used to learn a
+/// remote counter's value on devices without atomics).
+#[derive(Debug, Clone, Copy)]
+pub struct Read8 {
+    /// Local 8-byte destination.
+    pub local: u64,
+    /// Its key.
+    pub lkey: u32,
+    /// Remote address.
+    pub remote: u64,
+    /// Remote key.
+    pub rkey: u32,
 }
 
 /// An RC queue pair. Destroyed on drop.
@@ -688,6 +704,15 @@ impl Qp {
                     swap: 0,
                     rkey,
                 };
+            }
+            Work::Read(r) => {
+                sge = ibv_sge {
+                    addr: r.local,
+                    length: 8,
+                    lkey: r.lkey,
+                };
+                wr.opcode = IBV_WR_RDMA_READ;
+                wr.set_rdma(r.remote, r.rkey);
             }
         }
         wr.sg_list = &mut sge;

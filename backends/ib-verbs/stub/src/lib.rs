@@ -13,7 +13,8 @@
 //!   counter, the first error, and the fetched values of atomics. `ibv_modify_qp` to
 //!   RTR maps the peer's inbox (found by `dest_qp_num`) as this QP's *outbox*.
 //! * **`post_send`** (through `ctx->ops.post_send`, like real providers) copies the
-//!   gathered bytes of an RDMA WRITE, or the add of a FETCH_AND_ADD, into the peer's
+//!   gathered bytes of an RDMA WRITE, the add of a FETCH_AND_ADD, or an RDMA READ of
+//!   at most 8 bytes (longer reads fail with `IBV_WC_LOC_LEN_ERR`), into the peer's
 //!   ring and returns; `ENOMEM` when the ring or the send queue is full (as a full
 //!   send queue on hardware). The data is copied at post time, earlier than a NIC
 //!   would read it.
@@ -66,6 +67,7 @@ const STUB_GID_LINK_LOCAL: [u8; 16] = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 const STUB_LID: u16 = 1;
 const KIND_WRITE: u32 = 0;
 const KIND_FETCH_ADD: u32 = 1;
+const KIND_READ: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -814,6 +816,13 @@ unsafe extern "C" fn post_send(
                     w.wr.compare_add,
                 )
             }
+            IBV_WR_RDMA_READ => {
+                // The stub returns read data through the 8-byte result slots.
+                if sges.len() != 1 || total > 8 {
+                    p.local_err = IBV_WC_LOC_LEN_ERR;
+                }
+                (KIND_READ, 0, w.wr.remote_addr, w.rdma_rkey(), total)
+            }
             _ => return fail(cur, libc::EINVAL),
         };
         if total > u64::from(MAX_MSG) {
@@ -821,7 +830,7 @@ unsafe extern "C" fn post_send(
         }
         for s in sges {
             match lookup(s.lkey, s.addr, u64::from(s.length), 0) {
-                Some(_) if kind == KIND_FETCH_ADD => p.result = Some(s.addr),
+                Some(_) if kind != KIND_WRITE => p.result = Some(s.addr),
                 Some(_) => {}
                 None => p.local_err = IBV_WC_LOC_PROT_ERR,
             }
@@ -921,18 +930,29 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
                     .peer
                     .word(RESULTS_OFF + 8 * (p.seq % SLOTS) as usize)
                     .load(Ordering::Acquire);
-                // SAFETY: `addr` is 8 registered bytes (checked at post time) the
-                // caller keeps alive while the request is outstanding.
-                unsafe { std::ptr::write_unaligned(addr as usize as *mut u64, v) };
+                let n = if p.opcode == IBV_WR_RDMA_READ {
+                    p.byte_len as usize
+                } else {
+                    8
+                };
+                // SAFETY: `addr..addr+n` (n <= 8) is registered memory (checked at post
+                // time) the caller keeps alive while the request is outstanding.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        v.to_le_bytes().as_ptr(),
+                        addr as usize as *mut u8,
+                        n.min(8),
+                    )
+                };
             }
             if p.signaled || status != IBV_WC_SUCCESS {
                 let e = ibv_wc {
                     wr_id: p.wr_id,
                     status,
-                    opcode: if p.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD {
-                        3
-                    } else {
-                        1
+                    opcode: match p.opcode {
+                        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+                        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+                        _ => IBV_WC_RDMA_WRITE,
                     },
                     byte_len: p.byte_len,
                     qp_num: qp.qpn,
@@ -1025,6 +1045,25 @@ fn apply_one(inbox: &Mapping) -> bool {
                         .store(old, Ordering::Release);
                 }
                 Some(_) => status = IBV_WC_REM_INV_REQ_ERR,
+                None => status = IBV_WC_REM_ACCESS_ERR,
+            }
+        } else if kind == KIND_READ {
+            match lookup(rkey, raddr, add, IBV_ACCESS_REMOTE_READ) {
+                Some(a) => {
+                    let mut b = [0u8; 8];
+                    // SAFETY: `a..a+add` (add <= 8, checked by the requester) lies in
+                    // memory registered in this process with remote read access.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            a as usize as *const u8,
+                            b.as_mut_ptr(),
+                            (add as usize).min(8),
+                        )
+                    };
+                    inbox
+                        .word(RESULTS_OFF + 8 * (seq % SLOTS) as usize)
+                        .store(u64::from_le_bytes(b), Ordering::Release);
+                }
                 None => status = IBV_WC_REM_ACCESS_ERR,
             }
         } else {
