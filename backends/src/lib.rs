@@ -7,6 +7,8 @@ pub use commhal_backend_cuda_dma as cuda_dma;
 pub use commhal_backend_cuda_nvlink as cuda_nvlink;
 #[cfg(feature = "host-emu")]
 pub use commhal_backend_host_emu as host_emu;
+#[cfg(feature = "ib-verbs")]
+pub use commhal_backend_ib_verbs as ib_verbs;
 
 pub use commhal_hal::registry;
 
@@ -19,4 +21,6 @@ pub fn link_all() {
     commhal_backend_cuda_nvlink::link();
     #[cfg(feature = "cuda-dma")]
     commhal_backend_cuda_dma::link();
+    #[cfg(feature = "ib-verbs")]
+    commhal_backend_ib_verbs::link();
 }

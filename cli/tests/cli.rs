@@ -7,7 +7,8 @@ fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
     c.env_remove("COMMHAL_BACKENDS")
         .env_remove("COMMHAL_CONFIG")
-        .env_remove("COMMHAL_PLUGIN_PATH");
+        .env_remove("COMMHAL_PLUGIN_PATH")
+        .env_remove("COMMHAL_IBVERBS_LIB");
     c
 }
 
@@ -190,5 +191,49 @@ fn cli_backends_flag_overrides_the_environment() {
     assert!(
         err.contains("unknown backend `no-such-net`") && err.contains("host-emu"),
         "{err}"
+    );
+}
+
+/// `info` on a machine without an RDMA device: ib-verbs says why it is unavailable
+/// (no library; a library listing no device), and says it never ran on hardware.
+#[test]
+fn info_explains_ib_verbs_without_a_device() {
+    let ib_line = |env: &[(&str, String)]| {
+        let out = commhal()
+            .arg("info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .skip_while(|l| !l.starts_with("ib-verbs"))
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(line.contains("never run on RDMA hardware"), "{text}");
+        line
+    };
+    let missing = ib_line(&[("COMMHAL_IBVERBS_LIB", "/nonexistent/libibverbs.so.1".into())]);
+    assert!(
+        missing.contains("unavailable: libibverbs not found at /nonexistent/libibverbs.so.1"),
+        "{missing}"
+    );
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_commhal"));
+    let stub = [
+        bin.parent().unwrap().join("deps"),
+        bin.parent().unwrap().to_path_buf(),
+    ]
+    .iter()
+    .map(|d| d.join("libcommhal_ibverbs_stub.so"))
+    .find(|p| p.is_file())
+    .expect("the stub verbs provider is built with the tests");
+    let none = ib_line(&[
+        ("COMMHAL_IBVERBS_LIB", stub.display().to_string()),
+        ("COMMHAL_IBVERBS_STUB_DEVICES", "0".into()),
+    ]);
+    assert!(
+        none.contains("unavailable: no RDMA device (libibverbs found 0 devices)"),
+        "{none}"
     );
 }

@@ -40,9 +40,10 @@
 //! * **hip-xgmi** (`MemoryMapped` + `PortMapped`) — `hipExtMallocWithFlags` fine-grained
 //!   (uncached) memory; `export` = `hipIpcGetMemHandle` bytes; `map` =
 //!   `hipIpcOpenMemHandle`; the port uses `hipMemcpyAsync` like cuda-dma.
-//! * **ib-verbs** (`PortMapped`) — `register` = `ibv_reg_mr` (GPU memory through
-//!   dma-buf/peermem); `export` = address + rkey + length in [`Export::bytes`], no fds;
-//!   `connect` creates an RC queue pair and exchanges QPN/LID/GID through the
+//! * **ib-verbs** (`PortMapped`; never run on RDMA hardware, only on a stub provider)
+//!   — `register` = `ibv_reg_mr` of host memory (GPU memory through dma-buf/peermem is
+//!   not done); `export` = address + rkey in [`Export::bytes`], no fds;
+//!   `connect` creates an RC queue pair and exchanges QPN/PSN/LID/GID through the
 //!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; `signal` = `IBV_WR_ATOMIC_FETCH_AND_ADD`
 //!   on the 8-byte semaphore (fenced after earlier writes); `flush` polls the CQ until
 //!   every posted work request completed.

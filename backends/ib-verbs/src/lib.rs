@@ -1,0 +1,51 @@
+//! # commhal-backend-ib-verbs — `PortMapped` over RDMA verbs (host side)
+//!
+//! **Status: never run on RDMA hardware.** Everything here has run only against the
+//! stub provider in `stub/` (shared memory between processes of one host); the ABI
+//! layouts follow rdma-core's `infiniband/verbs.h` but were not checked against a
+//! real `libibverbs.so.1` and NIC.
+//!
+//! The host proxy turns each trigger into a verbs request on one RC queue pair:
+//!
+//! | trigger | verbs |
+//! |---|---|
+//! | put | `IBV_WR_RDMA_WRITE` (split at the port's `max_msg_sz`) |
+//! | signal | `IBV_WR_ATOMIC_FETCH_AND_ADD` on the peer's 8-byte word, fenced; without device atomics an 8-byte RDMA WRITE of a shadow counter |
+//! | flush | poll the CQ until every request completed (bounded) |
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`transport`] | [`IbVerbs`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` (register = `ibv_reg_mr`, connect = RC QP set-up through the bootstrap) |
+//! | [`region`] | [`IbLocal`], [`IbRemote`], the export format (address + rkey) |
+//! | [`port`] | [`IbPort`]: write / signal / flush, completion errors mapped to what to check |
+//! | [`device`] | device, port and GID discovery (InfiniBand LID, RoCE v2 GID) |
+//! | `sys` | every `unsafe` line: libloading, the verbs objects, the ops-table calls |
+//! | `register` | the `inventory` registration and `probe` |
+//!
+//! **Library.** `libibverbs.so.1` is opened with `libloading` at run time (path
+//! overridable with `COMMHAL_IBVERBS_LIB` or the `library` option), so the build needs
+//! no vendor package. `ibv_post_send` / `ibv_poll_cq` are called through the
+//! context's ops table as the real header's inline functions do.
+//!
+//! **Memory.** Host memory only so far: host-emu shared memory and
+//! [`commhal_backend_host_emu::HostRegion`]; GPU memory (dma-buf / peermem) is not done.
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod port;
+pub mod region;
+mod register;
+mod sys;
+pub mod transport;
+
+pub use port::IbPort;
+pub use region::{IbLocal, IbRemote};
+pub use register::probe;
+pub use sys::{DEFAULT_LIB, LIB_ENV};
+pub use transport::{FIFO_DEPTH, GUARANTEES, IbOptions, IbVerbs};
+
+/// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
+pub const BACKEND: &str = "ib-verbs";
+
+/// Called by `commhal-backends` so the linker keeps this crate (and its registration).
+pub fn link() {}

@@ -1,0 +1,353 @@
+//! [`IbPort`]: one RC queue pair and its completion queue, driven by the proxy.
+//!
+//! * `write` posts `IBV_WR_RDMA_WRITE`s (split at the port's `max_msg_sz`) and returns
+//!   when they are posted. A full send queue (`ENOMEM`) is drained by polling
+//!   completions, bounded by the flush timeout.
+//! * `signal` posts `IBV_WR_ATOMIC_FETCH_AND_ADD` of `add` on the peer's 8-byte word,
+//!   fenced (`IBV_SEND_FENCE`) after the earlier requests; the fetched value lands in
+//!   a per-port scratch buffer and is ignored. On a device without atomics
+//!   (`atomic_cap == IBV_ATOMIC_NONE`) it writes the counter's next value instead,
+//!   from a per-port shadow of that counter (exact because the signalling port is the
+//!   counter's only writer, as in cuda-dma; its starting value is read once with an
+//!   8-byte RDMA READ) and waits for that write's completion before the scratch
+//!   source is reused.
+//! * `flush` polls the CQ until every posted request completed, bounded by the flush
+//!   timeout ([`HalError::Timeout`]). A failed completion is mapped to an error that
+//!   says what to check; the QP is then in the error state, so the port stays failed
+//!   and every later call returns that error.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use commhal_backend_host_emu::HostRegion;
+use commhal_hal::error::{check_range, check_semaphore_offset};
+use commhal_hal::{HalError, Port, Rank, Region, Result};
+
+use crate::BACKEND;
+use crate::region::{IbLocal, IbRemote};
+use crate::sys::abi::{self, ibv_wc};
+use crate::sys::{Cq, Qp, Read8, Work};
+use std::sync::Arc;
+
+/// `ENOMEM`: the send queue is full.
+const ENOMEM: i32 = 12;
+
+/// A connection to one peer. Owned by the proxy thread.
+#[derive(Debug)]
+pub struct IbPort {
+    qp: Qp,
+    cq: Arc<Cq>,
+    scratch: IbLocal,
+    scratch_mem: HostRegion,
+    peer: Rank,
+    timeout: Duration,
+    max_msg: u64,
+    atomics: bool,
+    outstanding: u64,
+    next_wr: u64,
+    shadow: HashMap<(u64, u32), u64>,
+    failed: Option<String>,
+}
+
+impl IbPort {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        qp: Qp,
+        cq: Arc<Cq>,
+        scratch: IbLocal,
+        scratch_mem: HostRegion,
+        peer: Rank,
+        timeout: Duration,
+        max_msg: u64,
+        atomics: bool,
+    ) -> IbPort {
+        IbPort {
+            qp,
+            cq,
+            scratch,
+            scratch_mem,
+            peer,
+            timeout,
+            max_msg,
+            atomics,
+            outstanding: 0,
+            next_wr: 1,
+            shadow: HashMap::new(),
+            failed: None,
+        }
+    }
+
+    /// The peer rank.
+    pub fn peer(&self) -> Rank {
+        self.peer
+    }
+
+    /// This side's queue pair number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qp_num
+    }
+
+    /// Announce the current value of a remote counter (only used without atomics,
+    /// where signals write `shadow + add`; default 0).
+    pub fn set_semaphore_value(&mut self, sem: &IbRemote, off: u64, value: u64) -> Result<()> {
+        check_semaphore_offset("remote semaphore", off, sem.len)?;
+        self.shadow.insert((sem.addr + off, sem.rkey), value);
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(msg) => Err(HalError::backend(
+                BACKEND,
+                format!(
+                    "the port to rank {} failed earlier and cannot be used: {msg}",
+                    self.peer
+                ),
+            )),
+        }
+    }
+
+    fn fail(&mut self, e: HalError) -> HalError {
+        if self.failed.is_none() {
+            self.failed = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Post `work`, draining completions while the send queue is full.
+    fn post(&mut self, work: Work) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let id = self.next_wr;
+            match self.qp.post(id, work) {
+                Ok(()) => {
+                    self.next_wr += 1;
+                    self.outstanding += 1;
+                    return Ok(());
+                }
+                Err(ENOMEM) => {
+                    if self.poll_some()? == 0 {
+                        if Instant::now() >= deadline {
+                            let e = HalError::Timeout {
+                                what: format!(
+                                    "room in the send queue of the ib-verbs port to rank {} ({} requests outstanding): is the peer alive and its port up?",
+                                    self.peer, self.outstanding
+                                ),
+                                millis: self.timeout.as_millis() as u64,
+                            };
+                            return Err(self.fail(e));
+                        }
+                        std::thread::yield_now();
+                    }
+                }
+                Err(e) => {
+                    let e = HalError::backend(
+                        BACKEND,
+                        format!(
+                            "ibv_post_send to rank {} failed (errno {e}): the queue pair is not ready (RTS) or the request is malformed; check the connection set-up messages",
+                            self.peer
+                        ),
+                    );
+                    return Err(self.fail(e));
+                }
+            }
+        }
+    }
+
+    /// Poll once; returns how many completions arrived (errors fail the port).
+    fn poll_some(&mut self) -> Result<usize> {
+        let mut wc = [ibv_wc::default(); 32];
+        let n = self.cq.poll(&mut wc).map_err(|m| {
+            HalError::backend(BACKEND, format!("{m}: the verbs provider is broken"))
+        })?;
+        for c in &wc[..n] {
+            if c.status != abi::IBV_WC_SUCCESS {
+                let e = wc_error(self.peer, c);
+                return Err(self.fail(e));
+            }
+            self.outstanding = self.outstanding.saturating_sub(1);
+        }
+        Ok(n)
+    }
+
+    /// The current value of a remote counter, read once with an RDMA READ (devices
+    /// without atomics: from then on this port's shadow is exact, being its only writer).
+    fn read_counter(&mut self, remote: u64, rkey: u32) -> Result<u64> {
+        self.post(Work::Read(Read8 {
+            local: self.scratch.addr() + 16,
+            lkey: self.scratch.lkey(),
+            remote,
+            rkey,
+        }))?;
+        self.drain("the RDMA READ of a remote semaphore's starting value")?;
+        let mut b = [0u8; 8];
+        self.scratch_mem.read(16, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    fn drain(&mut self, what: &str) -> Result<()> {
+        self.check_failed()?;
+        let deadline = Instant::now() + self.timeout;
+        let mut idle = 0u32;
+        while self.outstanding > 0 {
+            if self.poll_some()? > 0 {
+                idle = 0;
+                continue;
+            }
+            if Instant::now() >= deadline {
+                let e = HalError::Timeout {
+                    what: format!(
+                        "{what}: {} RDMA requests to rank {} still not completed; is the peer alive and the link up (`ibstat`)?",
+                        self.outstanding, self.peer
+                    ),
+                    millis: self.timeout.as_millis() as u64,
+                };
+                return Err(self.fail(e));
+            }
+            idle += 1;
+            if idle < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A failed work completion, as an error that says what to check.
+pub fn wc_error(peer: Rank, wc: &ibv_wc) -> HalError {
+    let s = wc.status;
+    let hint = match s {
+        abi::IBV_WC_RETRY_EXC_ERR => {
+            return HalError::PeerDead {
+                rank: peer,
+                detail: format!(
+                    "RDMA requests were not acknowledged (IBV_WC_RETRY_EXC_ERR, status {s}): its process or NIC is gone or the path is broken; check the peer, `ibstat`, cabling, and on RoCE the GID index and that both IPs route"
+                ),
+            };
+        }
+        abi::IBV_WC_LOC_LEN_ERR => {
+            "local length error (IBV_WC_LOC_LEN_ERR): a message exceeded the port's max_msg_sz"
+        }
+        abi::IBV_WC_LOC_QP_OP_ERR => {
+            "local QP operation error (IBV_WC_LOC_QP_OP_ERR): the request does not fit the queue pair's attributes"
+        }
+        abi::IBV_WC_LOC_PROT_ERR => {
+            "local protection error (IBV_WC_LOC_PROT_ERR): a source buffer is not registered or was deregistered before the flush"
+        }
+        abi::IBV_WC_WR_FLUSH_ERR => {
+            "flushed (IBV_WC_WR_FLUSH_ERR): the queue pair is in the error state after an earlier failure"
+        }
+        abi::IBV_WC_REM_INV_REQ_ERR => {
+            "remote invalid request (IBV_WC_REM_INV_REQ_ERR): the peer refused the operation; check that it supports atomics and the semaphore is 8-byte aligned"
+        }
+        abi::IBV_WC_REM_ACCESS_ERR => {
+            "remote access error (IBV_WC_REM_ACCESS_ERR): the peer's region is not registered for remote write/atomic or the range is outside it; check that the export came from that peer's live registration"
+        }
+        abi::IBV_WC_REM_OP_ERR => {
+            "remote operation error (IBV_WC_REM_OP_ERR): the peer's NIC could not complete the request"
+        }
+        abi::IBV_WC_RNR_RETRY_EXC_ERR => {
+            "receiver not ready (IBV_WC_RNR_RETRY_EXC_ERR): the peer posted no receive"
+        }
+        abi::IBV_WC_FATAL_ERR => {
+            "fatal NIC error (IBV_WC_FATAL_ERR): check `dmesg` and the device's firmware"
+        }
+        abi::IBV_WC_GENERAL_ERR => "general error (IBV_WC_GENERAL_ERR): check `dmesg`",
+        _ => "see `enum ibv_wc_status` in infiniband/verbs.h",
+    };
+    HalError::backend(
+        BACKEND,
+        format!(
+            "RDMA request to rank {peer} failed with completion status {s} (vendor error {:#x}): {hint}",
+            wc.vendor_err
+        ),
+    )
+}
+
+impl Port for IbPort {
+    type Local = IbLocal;
+    type Remote = IbRemote;
+
+    fn write(
+        &mut self,
+        dst: &IbRemote,
+        dst_off: u64,
+        src: &IbLocal,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.check_failed()?;
+        check_range(
+            &format!("ib-verbs write destination (rank {}'s buffer)", self.peer),
+            dst_off,
+            len,
+            dst.len,
+        )?;
+        check_range(
+            "ib-verbs write source (local buffer)",
+            src_off,
+            len,
+            src.len(),
+        )?;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(self.max_msg);
+            self.post(Work::Write {
+                local: src.addr() + src_off + done,
+                len: n as u32,
+                lkey: src.lkey(),
+                remote: dst.addr + dst_off + done,
+                rkey: dst.rkey,
+            })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn signal(&mut self, sem: &IbRemote, off: u64, add: u64) -> Result<()> {
+        self.check_failed()?;
+        check_semaphore_offset(
+            &format!("ib-verbs semaphore (rank {}'s buffer)", self.peer),
+            off,
+            sem.len,
+        )?;
+        let remote = sem.addr + off;
+        if self.atomics {
+            return self.post(Work::FetchAdd {
+                local: self.scratch.addr(),
+                lkey: self.scratch.lkey(),
+                remote,
+                rkey: sem.rkey,
+                add,
+            });
+        }
+        let key = (remote, sem.rkey);
+        let current = match self.shadow.get(&key) {
+            Some(&v) => v,
+            None => self.read_counter(remote, sem.rkey)?,
+        };
+        let next = current.wrapping_add(add);
+        let scratch = self.scratch.addr() + 8;
+        self.scratch_mem.write(8, &next.to_le_bytes())?;
+        self.post(Work::Write {
+            local: scratch,
+            len: 8,
+            lkey: self.scratch.lkey(),
+            remote,
+            rkey: sem.rkey,
+        })?;
+        self.shadow.insert(key, next);
+        self.drain("the 8-byte signal write (device without atomics)")
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let what = format!(
+            "the ib-verbs port to rank {} to complete its requests",
+            self.peer
+        );
+        self.drain(&what)
+    }
+}

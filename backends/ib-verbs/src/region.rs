@@ -1,0 +1,195 @@
+//! [`IbLocal`] (a registered host buffer), [`IbRemote`] (a peer's buffer: address,
+//! length, rkey) and the export format.
+//!
+//! **Export bytes** (`Export::bytes`, no descriptors, so it crosses hosts):
+//! `b"IBV1"`, address (u64 LE), rkey (u32 LE); the length is `Export::len`.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use commhal_backend_host_emu::{HostRegion, ShmMapping, ShmRegion};
+use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result};
+
+use crate::BACKEND;
+use crate::sys::Mr;
+
+const MAGIC: &[u8; 4] = b"IBV1";
+const EXPORT_LEN: usize = 16;
+
+/// A host buffer registered with `ibv_reg_mr`. Holds the memory's owner, so the
+/// registration never outlives the memory.
+#[derive(Debug, Clone)]
+pub struct IbLocal {
+    pub(crate) mr: Arc<Mr>,
+    addr: u64,
+    len: u64,
+    kind: MemoryKind,
+    _owner: Arc<dyn Any + Send + Sync>,
+}
+
+/// The memory a region stands for, kept alive with the registration; `None` for
+/// memory this backend cannot address (refused: conformance case 17).
+pub(crate) fn host_owner(region: &dyn Region) -> Option<(Arc<dyn Any + Send + Sync>, MemoryKind)> {
+    let any = region.as_any();
+    if let Some(r) = any.downcast_ref::<ShmRegion>() {
+        Some((Arc::new(r.buf().clone()), MemoryKind::HostShared))
+    } else if let Some(m) = any.downcast_ref::<ShmMapping>() {
+        Some((Arc::new(m.buf().clone()), MemoryKind::HostShared))
+    } else if let Some(h) = any.downcast_ref::<HostRegion>() {
+        Some((Arc::new(h.clone()), MemoryKind::HostPinned))
+    } else {
+        any.downcast_ref::<IbLocal>()
+            .map(|l| (l._owner.clone(), l.kind))
+    }
+}
+
+impl IbLocal {
+    pub(crate) fn new(
+        mr: Mr,
+        region: &dyn Region,
+        owner: Arc<dyn Any + Send + Sync>,
+        kind: MemoryKind,
+    ) -> IbLocal {
+        IbLocal {
+            mr: Arc::new(mr),
+            addr: region.addr(),
+            len: region.len(),
+            kind,
+            _owner: owner,
+        }
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.mr.lkey
+    }
+
+    /// The remote key peers use.
+    pub fn rkey(&self) -> u32 {
+        self.mr.rkey
+    }
+
+    /// The export a peer imports.
+    pub fn export(&self) -> Export {
+        let mut bytes = Vec::with_capacity(EXPORT_LEN);
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&self.addr.to_le_bytes());
+        bytes.extend_from_slice(&self.mr.rkey.to_le_bytes());
+        Export {
+            backend: BACKEND.into(),
+            len: self.len,
+            bytes,
+            fds: Vec::new(),
+        }
+    }
+}
+
+impl Region for IbLocal {
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn device(&self) -> Device {
+        Device::HOST
+    }
+    fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A peer's registered buffer: where RDMA writes and atomics go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IbRemote {
+    /// Address in the peer's process.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The peer's remote key.
+    pub rkey: u32,
+}
+
+impl IbRemote {
+    /// Parse an export made by [`IbLocal::export`].
+    pub fn import(export: Export) -> Result<IbRemote> {
+        export.check_backend(BACKEND)?;
+        let b = &export.bytes;
+        if b.len() != EXPORT_LEN || &b[..4] != MAGIC || !export.fds.is_empty() {
+            return Err(HalError::invalid(format!(
+                "not an ib-verbs export ({} bytes, {} descriptors): pass the export exactly as the peer's ib-verbs `export` made it",
+                b.len(),
+                export.fds.len()
+            )));
+        }
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[4..12]);
+        let mut k = [0u8; 4];
+        k.copy_from_slice(&b[12..16]);
+        let addr = u64::from_le_bytes(a);
+        if addr.checked_add(export.len).is_none() {
+            return Err(HalError::invalid(
+                "ib-verbs export describes a range past the end of the address space: it was corrupted",
+            ));
+        }
+        Ok(IbRemote {
+            addr,
+            len: export.len,
+            rkey: u32::from_le_bytes(k),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_reject_foreign_and_damaged_exports() {
+        let e = Export {
+            backend: "host-tcp".into(),
+            len: 8,
+            bytes: vec![0; 16],
+            fds: vec![],
+        };
+        assert!(
+            IbRemote::import(e)
+                .unwrap_err()
+                .to_string()
+                .contains("host-tcp")
+        );
+        let e = Export {
+            backend: BACKEND.into(),
+            len: 8,
+            bytes: vec![0; 3],
+            fds: vec![],
+        };
+        assert!(
+            IbRemote::import(e)
+                .unwrap_err()
+                .to_string()
+                .contains("not an ib-verbs export")
+        );
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&0x1000u64.to_le_bytes());
+        bytes.extend_from_slice(&7u32.to_le_bytes());
+        let r = IbRemote::import(Export {
+            backend: BACKEND.into(),
+            len: 64,
+            bytes,
+            fds: vec![],
+        })
+        .unwrap();
+        assert_eq!(
+            r,
+            IbRemote {
+                addr: 0x1000,
+                len: 64,
+                rkey: 7
+            }
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! ib-verbs over the stub verbs provider (`backends/ib-verbs/stub`), quick tier, two
+//! ranks as two processes: the port cases run on the backend's host path with
+//! host-emu memory as the companion allocator. The stub is shared memory on one
+//! host, not an RDMA device: this checks the backend's verbs usage and error paths,
+//! never hardware behaviour.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use commhal_conformance::{Mode, RunOptions, Status, child_main_if_requested, run};
+
+/// The child rank entry (see `suite.rs`).
+#[test]
+fn child_entry() {
+    if let Some(code) = child_main_if_requested() {
+        std::process::exit(code);
+    }
+}
+
+/// `libcommhal_ibverbs_stub.so`, built by cargo next to this test binary.
+fn stub_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().expect("test binary dir").to_path_buf();
+    [dir.clone(), dir.join("..")]
+        .iter()
+        .map(|d| d.join("libcommhal_ibverbs_stub.so"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "libcommhal_ibverbs_stub.so not found next to {}",
+                dir.display()
+            )
+        })
+}
+
+const PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_SUITE";
+
+/// Runs the suite in a re-executed copy of this binary whose environment names the
+/// stub (`COMMHAL_IBVERBS_LIB`, plus `extra`): the backend's probe reads the
+/// environment, and the rank processes inherit it.
+fn run_suite_with(extra: &[(&str, &str)]) {
+    let out = std::process::Command::new(std::env::current_exe().expect("current_exe"))
+        .args(["--exact", "suite_parent", "--nocapture", "--test-threads=1"])
+        .env(PARENT_ENV, "1")
+        .env("COMMHAL_IBVERBS_LIB", stub_lib())
+        .envs(extra.iter().copied())
+        .output()
+        .expect("re-running the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "the ib-verbs suite failed (table above)"
+    );
+    assert!(text.contains("SUITE-OK"), "the suite did not run");
+}
+
+#[test]
+fn ib_verbs_port_cases_over_the_stub_two_processes() {
+    run_suite_with(&[]);
+}
+
+/// The same cases on a device without atomics: signals are 8-byte RDMA WRITEs of a
+/// shadow counter whose starting value is read once with an RDMA READ.
+#[test]
+fn ib_verbs_port_cases_without_device_atomics() {
+    run_suite_with(&[("COMMHAL_IBVERBS_STUB_FAULT", "no-atomics")]);
+}
+
+/// The suite itself (a no-op unless re-executed by the test above).
+#[test]
+fn suite_parent() {
+    if std::env::var_os(PARENT_ENV).is_none() {
+        return;
+    }
+    let mut o = RunOptions::new("ib-verbs", 2);
+    o.quick = true;
+    o.mode = Mode::Processes;
+    o.filter = vec!["ib-verbs/port/".into(), "honest-capabilities".into()];
+    o.wait_timeout = Duration::from_secs(20);
+    o.case_timeout = Duration::from_secs(60);
+    o.child_args = vec![
+        "--exact".into(),
+        "child_entry".into(),
+        "--test-threads=1".into(),
+    ];
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.failed, 0, "ib-verbs must pass every port case it claims");
+    assert!(r.passed >= 20, "only {} cases passed", r.passed);
+    for c in &r.cases {
+        if c.status != Status::Pass {
+            assert_eq!(c.status, Status::NotSupported, "{}: {}", c.id, c.detail);
+            assert!(
+                c.id.contains("flush-remote-visible") || c.id.contains("peers-independent"),
+                "unexpected not-supported: {} ({})",
+                c.id,
+                c.detail
+            );
+        }
+    }
+    // Peer independence needs a third rank (threads: the stub serves every rank's
+    // device context from this one process).
+    let mut o3 = RunOptions::new("ib-verbs", 3);
+    o3.quick = true;
+    o3.mode = Mode::Threads;
+    o3.filter = vec!["ib-verbs/port/peers-independent".into()];
+    o3.wait_timeout = Duration::from_secs(20);
+    o3.case_timeout = Duration::from_secs(60);
+    let r3 = run(&o3);
+    println!("{}", r3.table());
+    assert!(r3.errors.is_empty(), "{:?}", r3.errors);
+    assert_eq!(
+        (r3.passed, r3.failed),
+        (1, 0),
+        "peers-independent on 3 ranks"
+    );
+    println!("SUITE-OK");
+}
