@@ -315,23 +315,7 @@ impl Comm {
                 }
             };
             let mine = Entry {
-                sig: Signature {
-                    coll: collective_index(coll),
-                    dtype: dtype_index(dtype),
-                    op: if coll.redop() == "sum" {
-                        op.code() as u8
-                    } else {
-                        0
-                    },
-                    scalar: if coll.redop() == "sum" {
-                        op.scalar_bits(dtype.data_type())
-                    } else {
-                        0
-                    },
-                    in_place: false,
-                    root: if coll.has_root() { root } else { 0 },
-                    count,
-                },
+                sig,
                 nonce: process_nonce(),
                 input: describe(a.input[r], &send)?,
                 output: describe(a.output[r], &recv)?,
