@@ -99,6 +99,24 @@ impl Reach {
     pub fn is_yes(&self) -> bool {
         matches!(self, Reach::Yes { .. })
     }
+
+    /// What a port backend checks before it connects rank `me` to rank `peer`: that
+    /// this reach is [`Reach::Yes`] and that the peer is another rank; the error names
+    /// `backend` and says what to do.
+    pub fn check_port(self, backend: &str, me: Rank, peer: Rank) -> crate::Result<()> {
+        if let Reach::No(why) = self {
+            return Err(crate::HalError::unsupported(
+                backend,
+                format!("a port to rank {peer}: {why}"),
+            ));
+        }
+        if me == peer {
+            return Err(crate::HalError::invalid(format!(
+                "rank {me} asked {backend} for a port to itself: connect to another rank"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A string identifying this machine: hostname plus the kernel's boot id, so two

@@ -285,17 +285,7 @@ impl PortMapped for IbVerbs {
     /// posts before the other is ready to receive.
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<IbPort> {
         let (me, peer) = (ctx.local.rank, ctx.remote.rank);
-        if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {
-            return Err(HalError::unsupported(
-                BACKEND,
-                format!("a port to rank {peer}: {why}"),
-            ));
-        }
-        if me == peer {
-            return Err(HalError::invalid(format!(
-                "rank {me} asked ib-verbs for a port to itself: connect to another rank"
-            )));
-        }
+        Transport::reach(self, ctx.local, ctx.remote).check_port(BACKEND, me, peer)?;
         let c = &self.inner.chosen;
         let verr = |what: &str, e: i32, hint: &str| {
             HalError::backend(

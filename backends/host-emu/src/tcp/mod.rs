@@ -192,17 +192,7 @@ impl PortMapped for HostTcp {
     /// under `ctx.tag` (see [`handshake`]); both then start a receiver thread.
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<TcpPort> {
         let (me, peer) = (ctx.local.rank, ctx.remote.rank);
-        if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {
-            return Err(HalError::unsupported(
-                BACKEND,
-                format!("a port to rank {peer}: {why}"),
-            ));
-        }
-        if me == peer {
-            return Err(HalError::invalid(format!(
-                "rank {me} asked host-tcp for a port to itself: connect to another rank"
-            )));
-        }
+        Transport::reach(self, ctx.local, ctx.remote).check_port(BACKEND, me, peer)?;
         let (stream, peer_instance) = if me < peer {
             handshake::listen(ctx, self.instance())?
         } else {
