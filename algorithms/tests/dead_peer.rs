@@ -5,9 +5,11 @@
 //! a word in the middle of the job, as a crashed process does. The bounds (10 s) are
 //! generous for a loaded 2-core machine; the library's own target is about 2 s.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use commhal_algorithms::comm::{CommError, CommOptions, Communicator};
 use commhal_algorithms::{DataType, RedOp};
@@ -78,22 +80,9 @@ fn dead_peer_child() {
 fn a_dead_peer_fails_the_other_ranks_pending_and_later_calls() {
     let n = 4;
     let id = UniqueId::new_local().unwrap().to_string();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..n)
         .map(|r| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "dead_peer_child",
-                    "--nocapture",
-                    "--test-threads",
-                    "1",
-                ])
-                .env(CHILD, "1")
-                .env("COMMHAL_RANK", r.to_string())
-                .env("COMMHAL_WORLD_SIZE", n.to_string())
-                .env("COMMHAL_UNIQUE_ID", &id)
-                .env("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "60000")
+            common::rank_command("dead_peer_child", CHILD, r, n, &id, 60_000)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

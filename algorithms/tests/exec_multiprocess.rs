@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,22 +59,9 @@ fn child_rank() {
 
 fn run_ranks(n: u32) {
     let id = UniqueId::new_local().unwrap().to_string();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..n)
         .map(|r| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "child_rank",
-                    "--nocapture",
-                    "--test-threads",
-                    "1",
-                ])
-                .env(CHILD, "1")
-                .env("COMMHAL_RANK", r.to_string())
-                .env("COMMHAL_WORLD_SIZE", n.to_string())
-                .env("COMMHAL_UNIQUE_ID", &id)
-                .env("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "20000")
+            common::rank_command("child_rank", CHILD, r, n, &id, 20_000)
                 .env("COMMHAL_WAIT_TIMEOUT_MS", "20000")
                 .spawn()
                 .unwrap()

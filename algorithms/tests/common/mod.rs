@@ -182,3 +182,25 @@ fn call_in_place<'b>(
         Collective::SendRecv => unreachable!(),
     }
 }
+
+/// This test binary re-run as rank `r` of `n`: only the test `child`, with `marker`
+/// set (the child test checks it), rendezvous at unique id `id`, every bootstrap step
+/// bounded by `bootstrap_ms`.
+pub fn rank_command(
+    child: &str,
+    marker: &str,
+    r: u32,
+    n: u32,
+    id: &str,
+    bootstrap_ms: u64,
+) -> std::process::Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut c = std::process::Command::new(exe);
+    c.args(["--exact", child, "--nocapture", "--test-threads", "1"])
+        .env(marker, "1")
+        .env("COMMHAL_RANK", r.to_string())
+        .env("COMMHAL_WORLD_SIZE", n.to_string())
+        .env("COMMHAL_UNIQUE_ID", id)
+        .env("COMMHAL_BOOTSTRAP_TIMEOUT_MS", bootstrap_ms.to_string());
+    c
+}
