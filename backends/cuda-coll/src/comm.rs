@@ -727,6 +727,12 @@ impl Comm {
         self.algos.lock().ok().and_then(|m| m[coll_slot(coll)])
     }
 
+    /// What the bootstrap saw when a peer died or the job aborted (`None` while all
+    /// is well): a host-side check, no device access.
+    pub fn peer_failure(&self) -> Option<String> {
+        self.table.peer_failure()
+    }
+
     /// This rank.
     pub fn rank(&self) -> u32 {
         self.rank

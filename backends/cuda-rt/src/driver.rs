@@ -82,6 +82,24 @@ pub fn device_count() -> Result<u32> {
     Ok(n.max(0) as u32)
 }
 
+/// The device of the calling thread's current context (the CUDA runtime's
+/// `cudaGetDevice` after `cudaSetDevice`), `None` when no context is current.
+pub fn current_device() -> Result<Option<u32>> {
+    ensure_init()?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: driver initialised; out-pointer valid.
+    let r = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+    check(r, "cuCtxGetCurrent", || "asking for the current context".into())?;
+    if ctx.is_null() {
+        return Ok(None);
+    }
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a context is current (checked above); out-pointer valid.
+    let r = unsafe { sys::cuCtxGetDevice(&mut dev) };
+    check(r, "cuCtxGetDevice", || "asking for the current device".into())?;
+    Ok(Some(dev.max(0) as u32))
+}
+
 /// The CUresult's name, e.g. `CUDA_ERROR_INVALID_VALUE`.
 pub(crate) fn error_name(r: sys::CUresult) -> String {
     // The enum's Debug is the variant name; it needs no driver call.

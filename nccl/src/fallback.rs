@@ -1,0 +1,329 @@
+//! The real NCCL, opened from `COMMHAL_NCCL_FALLBACK`, for what commhal does not run.
+//!
+//! Every commhal communicator then owns a parallel NCCL communicator over the same
+//! ranks (made at init: rank 0 asks NCCL for an id and sends it over commhal's
+//! bootstrap). A call is routed to it by a rule every rank evaluates the same way (see
+//! [`crate::comm`]), so both sides of every operation meet in the same library.
+//!
+//! When this library is preloaded, NCCL's calls between its own exported functions
+//! resolve to ours (NCCL 2.28's `ncclRedOpCreatePreMulSum` and `ncclCommSplit` call
+//! `ncclCommGetAsyncError` on their communicator): the exported functions hand a
+//! communicator they do not know to the fallback's function of the same name
+//! ([`crate::api`]). Only the primary entry points are called from here
+//! (`ncclBroadcast`, never `ncclBcast`).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use libloading::Library;
+
+use crate::abi::{NcclError, NcclResult, UniqueIdBytes};
+
+type Comm = *mut c_void;
+type Stream = *mut c_void;
+
+/// The functions of the fallback library (optional ones are `None` in older NCCLs).
+#[allow(non_snake_case, missing_docs)]
+#[derive(Debug)]
+pub struct Nccl {
+    _lib: Library,
+    pub path: String,
+    pub GetUniqueId: unsafe extern "C" fn(*mut UniqueIdBytes) -> c_int,
+    pub CommInitRankConfig:
+        unsafe extern "C" fn(*mut Comm, c_int, UniqueIdBytes, c_int, *mut c_void) -> c_int,
+    pub CommInitAll: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int,
+    pub CommSplit: unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void) -> c_int,
+    pub CommShrink: Option<
+        unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, *mut c_void, c_int) -> c_int,
+    >,
+    pub CommFinalize: unsafe extern "C" fn(Comm) -> c_int,
+    pub CommDestroy: unsafe extern "C" fn(Comm) -> c_int,
+    pub CommAbort: unsafe extern "C" fn(Comm) -> c_int,
+    pub CommGetAsyncError: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub GetLastError: unsafe extern "C" fn(Comm) -> *const c_char,
+    pub CommCount: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub CommUserRank: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub CommCuDevice: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
+    pub GroupStart: unsafe extern "C" fn() -> c_int,
+    pub GroupEnd: unsafe extern "C" fn() -> c_int,
+    pub AllReduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        Stream,
+    ) -> c_int,
+    pub AllGather:
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
+    pub ReduceScatter: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        Stream,
+    ) -> c_int,
+    pub Broadcast: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        Comm,
+        Stream,
+    ) -> c_int,
+    pub Reduce: unsafe extern "C" fn(
+        *const c_void,
+        *mut c_void,
+        usize,
+        c_int,
+        c_int,
+        c_int,
+        Comm,
+        Stream,
+    ) -> c_int,
+    pub AlltoAll: Option<
+        unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
+    >,
+    pub Send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
+    pub Recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
+    pub RedOpCreatePreMulSum:
+        unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> c_int,
+    pub RedOpDestroy: unsafe extern "C" fn(c_int, Comm) -> c_int,
+    pub CommRegister: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> c_int,
+    pub CommDeregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
+    pub CommWindowRegister:
+        Option<unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int>,
+    pub CommWindowDeregister: Option<unsafe extern "C" fn(Comm, *mut c_void) -> c_int>,
+    pub DevCommCreate: Option<unsafe extern "C" fn(Comm, *const c_void, *mut c_void) -> c_int>,
+    pub DevCommDestroy: Option<unsafe extern "C" fn(Comm, *const c_void) -> c_int>,
+}
+
+// SAFETY: function pointers into a loaded library (kept open by `_lib`); NCCL's API is
+// callable from any thread.
+unsafe impl Send for Nccl {}
+// SAFETY: as above; the table is immutable after loading.
+unsafe impl Sync for Nccl {}
+
+macro_rules! sym {
+    ($lib:expr, $path:expr, $name:literal) => {{
+        // SAFETY: the symbol's type is NCCL 2.28's prototype of that name (nccl.h).
+        let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) };
+        *s.map_err(|e| {
+            NcclError::usage(format!(
+                "COMMHAL_NCCL_FALLBACK={}: {} missing ({e}): point it at NCCL 2.28's libnccl.so.2",
+                $path, $name
+            ))
+        })?
+    }};
+}
+
+macro_rules! opt_sym {
+    ($lib:expr, $name:literal) => {{
+        // SAFETY: as in `sym!`.
+        let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) };
+        s.ok().map(|s| *s)
+    }};
+}
+
+impl Nccl {
+    fn open(path: &str) -> Result<Nccl, NcclError> {
+        // SAFETY: loading NCCL runs its initialisers, which only set up its own state.
+        let lib = unsafe { Library::new(path) }.map_err(|e| {
+            NcclError::usage(format!(
+                "COMMHAL_NCCL_FALLBACK={path}: cannot load it ({e}): point it at the real libnccl.so.2 (e.g. the nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2)"
+            ))
+        })?;
+        if path.contains("commhal_nccl") {
+            return Err(NcclError::usage(format!(
+                "COMMHAL_NCCL_FALLBACK={path} is this library: point it at the real libnccl.so.2"
+            )));
+        }
+        Ok(Nccl {
+            path: path.to_string(),
+            GetUniqueId: sym!(lib, path, "ncclGetUniqueId"),
+            CommInitRankConfig: sym!(lib, path, "ncclCommInitRankConfig"),
+            CommInitAll: sym!(lib, path, "ncclCommInitAll"),
+            CommSplit: sym!(lib, path, "ncclCommSplit"),
+            CommShrink: opt_sym!(lib, "ncclCommShrink"),
+            CommFinalize: sym!(lib, path, "ncclCommFinalize"),
+            CommDestroy: sym!(lib, path, "ncclCommDestroy"),
+            CommAbort: sym!(lib, path, "ncclCommAbort"),
+            CommGetAsyncError: sym!(lib, path, "ncclCommGetAsyncError"),
+            GetLastError: sym!(lib, path, "ncclGetLastError"),
+            CommCount: sym!(lib, path, "ncclCommCount"),
+            CommUserRank: sym!(lib, path, "ncclCommUserRank"),
+            CommCuDevice: sym!(lib, path, "ncclCommCuDevice"),
+            GroupStart: sym!(lib, path, "ncclGroupStart"),
+            GroupEnd: sym!(lib, path, "ncclGroupEnd"),
+            AllReduce: sym!(lib, path, "ncclAllReduce"),
+            AllGather: sym!(lib, path, "ncclAllGather"),
+            ReduceScatter: sym!(lib, path, "ncclReduceScatter"),
+            Broadcast: sym!(lib, path, "ncclBroadcast"),
+            Reduce: sym!(lib, path, "ncclReduce"),
+            AlltoAll: opt_sym!(lib, "ncclAlltoAll"),
+            Send: sym!(lib, path, "ncclSend"),
+            Recv: sym!(lib, path, "ncclRecv"),
+            RedOpCreatePreMulSum: sym!(lib, path, "ncclRedOpCreatePreMulSum"),
+            RedOpDestroy: sym!(lib, path, "ncclRedOpDestroy"),
+            CommRegister: sym!(lib, path, "ncclCommRegister"),
+            CommDeregister: sym!(lib, path, "ncclCommDeregister"),
+            CommWindowRegister: opt_sym!(lib, "ncclCommWindowRegister"),
+            CommWindowDeregister: opt_sym!(lib, "ncclCommWindowDeregister"),
+            DevCommCreate: opt_sym!(lib, "ncclDevCommCreate"),
+            DevCommDestroy: opt_sym!(lib, "ncclDevCommDestroy"),
+            _lib: lib,
+        })
+    }
+
+    /// `Ok` for ncclSuccess, else the fallback's code with its last error message.
+    /// `comm` is null or a communicator of this library (only passed back to it).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    pub fn check(&self, r: c_int, comm: Comm, what: &str) -> Result<(), NcclError> {
+        if r == 0 {
+            return Ok(());
+        }
+        let detail = if comm.is_null() {
+            String::new()
+        } else {
+            // SAFETY: `comm` is a live communicator of this library; NCCL returns a
+            // NUL-terminated string it owns (or null).
+            let p = unsafe { (self.GetLastError)(comm) };
+            if p.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-null, NUL-terminated (NCCL's contract).
+                let s = unsafe { std::ffi::CStr::from_ptr(p) };
+                format!(": {}", s.to_string_lossy())
+            }
+        };
+        Err(NcclError::new(
+            NcclResult::from_raw(r),
+            format!(
+                "{what} in the fallback NCCL ({}) failed with code {r}{detail}",
+                self.path
+            ),
+        ))
+    }
+}
+
+/// The fallback library, loaded on first use; `None` when `COMMHAL_NCCL_FALLBACK` is
+/// unset. A load failure is an error every time it is asked for.
+pub fn library() -> Result<Option<&'static Nccl>, NcclError> {
+    static LIB: OnceLock<Result<Option<Nccl>, NcclError>> = OnceLock::new();
+    let r = LIB.get_or_init(|| match crate::settings::fallback_path() {
+        None => Ok(None),
+        Some(p) => Nccl::open(&p).map(Some),
+    });
+    match r {
+        Ok(l) => Ok(l.as_ref()),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// One NCCL communicator of the fallback library, destroyed (or aborted) on drop.
+#[derive(Debug)]
+pub struct FallbackComm {
+    /// The library.
+    pub lib: &'static Nccl,
+    /// The raw `ncclComm_t`.
+    pub raw: Comm,
+    /// Abort instead of destroy on drop.
+    pub abort_on_drop: std::sync::atomic::AtomicBool,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread (one call at a time per
+// communicator is the caller's rule, as with NCCL itself).
+unsafe impl Send for FallbackComm {}
+// SAFETY: as above.
+unsafe impl Sync for FallbackComm {}
+
+impl FallbackComm {
+    /// Wrap a communicator the library returned.
+    pub fn new(lib: &'static Nccl, raw: Comm) -> FallbackComm {
+        FallbackComm {
+            lib,
+            raw,
+            abort_on_drop: false.into(),
+        }
+    }
+
+    /// Make one over `boot`'s ranks: rank 0 asks NCCL for an id and broadcasts it.
+    pub fn init(
+        lib: &'static Nccl,
+        boot: &dyn commhal_hal::bootstrap::Bootstrap,
+    ) -> Result<FallbackComm, NcclError> {
+        let mut id = UniqueIdBytes { internal: [0; 128] };
+        if boot.rank() == 0 {
+            // SAFETY: `id` is a valid out-pointer of the right size.
+            let r = unsafe { (lib.GetUniqueId)(&mut id) };
+            lib.check(r, std::ptr::null_mut(), "ncclGetUniqueId")?;
+        }
+        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+        let got = boot.broadcast(0, &bytes)?;
+        if got.len() != 128 {
+            return Err(NcclError::new(
+                NcclResult::InternalError,
+                format!(
+                    "the fallback NCCL id arrived with {} bytes, not 128",
+                    got.len()
+                ),
+            ));
+        }
+        for (d, s) in id.internal.iter_mut().zip(&got) {
+            *d = *s as c_char;
+        }
+        let mut raw: Comm = std::ptr::null_mut();
+        // SAFETY: out-pointer valid; id by value; null config = NCCL's defaults.
+        let r = unsafe {
+            (lib.CommInitRankConfig)(
+                &mut raw,
+                boot.size() as c_int,
+                id,
+                boot.rank() as c_int,
+                std::ptr::null_mut(),
+            )
+        };
+        lib.check(r, raw, "ncclCommInitRankConfig")?;
+        crate::settings::log(|| {
+            format!("rank {}: fallback NCCL communicator {raw:p}", boot.rank())
+        });
+        Ok(FallbackComm::new(lib, raw))
+    }
+}
+
+impl FallbackComm {
+    /// This rank and the rank count, as NCCL numbers them.
+    pub fn rank_and_size(&self) -> Result<(u32, u32), NcclError> {
+        let (mut r, mut n): (c_int, c_int) = (0, 0);
+        // SAFETY: live communicator; valid out-pointers.
+        let rc = unsafe { (self.lib.CommUserRank)(self.raw, &mut r) };
+        self.lib.check(rc, self.raw, "ncclCommUserRank")?;
+        // SAFETY: as above.
+        let rc = unsafe { (self.lib.CommCount)(self.raw, &mut n) };
+        self.lib.check(rc, self.raw, "ncclCommCount")?;
+        Ok((r.max(0) as u32, n.max(0) as u32))
+    }
+}
+
+impl Drop for FallbackComm {
+    fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        let abort = self
+            .abort_on_drop
+            .load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `raw` is a live communicator of `lib`, dropped exactly once.
+        let _ = unsafe {
+            if abort {
+                (self.lib.CommAbort)(self.raw)
+            } else {
+                (self.lib.CommDestroy)(self.raw)
+            }
+        };
+    }
+}
