@@ -20,7 +20,7 @@ pub fn bootstrap_frames(data: &[u8]) {
             Kind::Hello => drop(wire::decode::<Hello>("hello", &f.payload)),
             Kind::Table => drop(wire::decode::<Vec<PeerInfo>>("table", &f.payload)),
             Kind::Abort => drop(wire::decode::<Abort>("abort", &f.payload)),
-            Kind::Data => {}
+            Kind::Data | Kind::Leave => {}
         }
     }
 }

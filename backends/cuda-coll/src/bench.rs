@@ -955,7 +955,8 @@ fn matrix(args: &Args) -> Vec<Args> {
         .collect()
 }
 
-/// `--dead-rank`: rank `dead` leaves after the setup; every other rank queues one
+/// `--dead-rank`: rank `dead` exits the process after the setup (no teardown, as a
+/// crash); every other rank queues one
 /// collective of `args.min_bytes` (whatever path the thresholds pick: kernels or copy
 /// engines) and syncs. `wrong` is set unless the sync failed with a device-side wait
 /// timeout within about the device wait bound (a host-side sync timeout, which leaves
@@ -969,8 +970,11 @@ fn dead_peer_check(args: &Args, comm: &Comm, n: u32, dead: u32) -> Result<Outcom
     }
     let mut out = Outcome::of(comm, Vec::new(), Vec::new(), false);
     if comm.rank() == dead {
-        println!("# rank {dead}: leaving without calling the collective (--dead-rank)");
-        return Ok(out);
+        println!("# rank {dead}: exiting without calling the collective (--dead-rank)");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        // as a crash would: no teardown, so the peers see a failure, not a departure
+        std::process::exit(0);
     }
     let (count, per) = cli::counts(args.collective, args.min_bytes, args.dtype, n);
     let launch_count = cli::launch_count(args.collective, count, per);

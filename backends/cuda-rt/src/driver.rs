@@ -89,14 +89,18 @@ pub fn current_device() -> Result<Option<u32>> {
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: driver initialised; out-pointer valid.
     let r = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
-    check(r, "cuCtxGetCurrent", || "asking for the current context".into())?;
+    check(r, "cuCtxGetCurrent", || {
+        "asking for the current context".into()
+    })?;
     if ctx.is_null() {
         return Ok(None);
     }
     let mut dev: sys::CUdevice = 0;
     // SAFETY: a context is current (checked above); out-pointer valid.
     let r = unsafe { sys::cuCtxGetDevice(&mut dev) };
-    check(r, "cuCtxGetDevice", || "asking for the current device".into())?;
+    check(r, "cuCtxGetDevice", || {
+        "asking for the current device".into()
+    })?;
     Ok(Some(dev.max(0) as u32))
 }
 

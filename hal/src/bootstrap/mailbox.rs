@@ -70,6 +70,13 @@ impl Mailbox {
         self.cv.notify_all();
     }
 
+    /// `from` left on purpose (it dropped its bootstrap after its work): messages to
+    /// and from it fail with `detail`, but it is not a failure of the job.
+    pub fn mark_left(&self, from: Rank, detail: impl Into<String>) {
+        self.lock().dead.entry(from).or_insert(detail.into());
+        self.cv.notify_all();
+    }
+
     /// Whether `peer` is known dead, and why.
     pub fn dead_reason(&self, peer: Rank) -> Option<String> {
         self.lock().dead.get(&peer).cloned()

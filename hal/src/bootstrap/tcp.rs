@@ -155,9 +155,11 @@ impl TcpBootstrap {
 
 /// File every frame from `peer` into the mailbox until the connection ends.
 fn receive_loop(me: Rank, peer: Rank, mut s: TcpStream, mailbox: Arc<Mailbox>) {
+    let mut left = false;
     let why = loop {
         match wire::read_frame(&mut s, MAX_MESSAGE) {
             Ok(Some(f)) if f.kind == Kind::Data => mailbox.put(peer, f.tag, f.payload),
+            Ok(Some(f)) if f.kind == Kind::Leave => left = true,
             Ok(Some(f)) if f.kind == Kind::Abort => {
                 let abort = wire::decode::<wire::Abort>("abort", &f.payload);
                 let what = match &abort {
@@ -184,6 +186,14 @@ fn receive_loop(me: Rank, peer: Rank, mut s: TcpStream, mailbox: Arc<Mailbox>) {
                 );
                 break format!("protocol error: unexpected {:?} frame", f.kind);
             }
+            Ok(None) if left => {
+                let _ = s.shutdown(std::net::Shutdown::Read);
+                mailbox.mark_left(
+                    peer,
+                    "left the job (it dropped its bootstrap after its work)",
+                );
+                return;
+            }
             Ok(None) => {
                 break "closed its bootstrap connection (process exited or dropped its bootstrap)"
                     .into();
@@ -201,10 +211,13 @@ fn receive_loop(me: Rank, peer: Rank, mut s: TcpStream, mailbox: Arc<Mailbox>) {
     mailbox.mark_dead(peer, why);
 }
 
+/// Dropping says goodbye first: the peers see a departure, not a failure (a process
+/// that dies without dropping its bootstrap is a failure).
 impl Drop for TcpBootstrap {
     fn drop(&mut self) {
         for s in self.links.iter().flatten() {
-            let s = s.lock().unwrap_or_else(|p| p.into_inner());
+            let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = wire::write_frame(&mut *s, Kind::Leave, 0, &[]);
             let _ = s.shutdown(std::net::Shutdown::Write);
         }
     }

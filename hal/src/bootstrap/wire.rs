@@ -5,7 +5,7 @@
 //! |-------|---------------------------------------------------|
 //! | 0..4  | magic `CMHL`                                      |
 //! | 4..6  | version (little-endian u16, currently 1)          |
-//! | 6..8  | kind (hello, table, abort, data)                  |
+//! | 6..8  | kind (hello, table, abort, data, leave)           |
 //! | 8..16 | tag (little-endian u64; data frames only)         |
 //! | 16..24| payload length (little-endian u64)                |
 //!
@@ -45,6 +45,9 @@ pub(crate) enum Kind {
     Abort = 3,
     /// Rank → rank: a `send` payload under a tag.
     Data = 4,
+    /// Rank → rank: this rank dropped its bootstrap on purpose; the close that follows
+    /// is a departure, not a failure.
+    Leave = 5,
 }
 
 impl Kind {
@@ -54,6 +57,7 @@ impl Kind {
             2 => Some(Kind::Table),
             3 => Some(Kind::Abort),
             4 => Some(Kind::Data),
+            5 => Some(Kind::Leave),
             _ => None,
         }
     }

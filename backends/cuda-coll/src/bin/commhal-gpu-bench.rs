@@ -3,7 +3,7 @@
 //! every rank with `commhal launch -n N -- commhal-gpu-bench ...` (rank r uses GPU
 //! `COMMHAL_LOCAL_RANK`, else r, modulo the device count). Without a launcher it runs
 //! one rank (a copy). Exit status: 0 ok, 1 wrong results, 2 error. `--dead-rank R`:
-//! rank R leaves after the setup and the others check that their collective fails
+//! rank R exits (as a crash) after the setup and the others check that their collective fails
 //! cleanly (exit 1 on a rank whose sync did not fail).
 //! `commhal bench <collective> --backend cuda-nvlink` runs the same benchmark
 //! ([`commhal_cuda_coll::bench::run_rank`]).
