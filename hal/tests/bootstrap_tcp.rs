@@ -65,6 +65,7 @@ fn run_rank() {
         "full" => full(&b),
         "fds" => fds(&b),
         "peer_dead" => peer_dead(&b),
+        "crash" => crash(&b),
         "missing" => panic!("rank {me} joined although a rank is missing"),
         s => panic!("unknown scenario {s}"),
     }
@@ -210,6 +211,9 @@ fn peer_dead(b: &TcpBootstrap) {
             Err(HalError::PeerDead { rank: 1, detail }) => println!("PEER_DEAD: {detail}"),
             other => panic!("expected PeerDead from rank 1, got {other:?}"),
         }
+        // it dropped its bootstrap: a departure, not a failure of the job
+        let failed = b.peer_failure().is_some_and(|f| f.is_set());
+        println!("FAILURE_FLAG: {failed}");
         assert!(matches!(
             b.recv_fds(1, 5),
             Err(HalError::PeerDead { rank: 1, .. })
@@ -217,6 +221,24 @@ fn peer_dead(b: &TcpBootstrap) {
     } else {
         b.send(0, 5, b"goodbye").unwrap();
     }
+}
+
+/// Rank 1 exits without dropping its bootstrap (as a crash would): rank 0 sees a
+/// failure.
+fn crash(b: &TcpBootstrap) {
+    b.barrier().unwrap();
+    if b.rank() == 1 {
+        use std::io::Write;
+        println!("OK rank 1");
+        let _ = std::io::stdout().flush();
+        std::process::exit(0);
+    }
+    let flag = b.peer_failure().expect("a TCP bootstrap watches its peers");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !flag.is_set() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    println!("FAILURE_FLAG: {}", flag.is_set());
 }
 
 fn run_impostor() {
@@ -398,6 +420,14 @@ fn memfd_passes_between_processes() {
 fn closed_peer_is_peer_dead() {
     let done = run_job(2, "peer_dead");
     assert!(done[0].out.contains("PEER_DEAD: "), "{}", done[0].out);
+    assert!(done[0].out.contains("left the job"), "{}", done[0].out);
+    assert!(done[0].out.contains("FAILURE_FLAG: false"), "{}", done[0].out);
+}
+
+#[test]
+fn crashed_peer_raises_the_failure_flag() {
+    let done = run_job(2, "crash");
+    assert!(done[0].out.contains("FAILURE_FLAG: true"), "{}", done[0].out);
 }
 
 /// Long enough that ranks 1 and 2 join in time even on a loaded 2-core CI machine (the
