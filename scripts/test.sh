@@ -40,4 +40,7 @@ grep -q '^| size | broadcast | reduce | alltoall | sendrecv |$' <<<"$grid"
 step "bench-tables.py on logs in today's format (nccl-tests header and footer)"
 python3 scripts/test-bench-tables.py
 
+step "PyTorch drop-in check (on a GPU host with torch; prints SKIPPED elsewhere)"
+bash scripts/torch-dropin.sh
+
 step "all tests passed"

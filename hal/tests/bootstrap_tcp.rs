@@ -421,13 +421,21 @@ fn closed_peer_is_peer_dead() {
     let done = run_job(2, "peer_dead");
     assert!(done[0].out.contains("PEER_DEAD: "), "{}", done[0].out);
     assert!(done[0].out.contains("left the job"), "{}", done[0].out);
-    assert!(done[0].out.contains("FAILURE_FLAG: false"), "{}", done[0].out);
+    assert!(
+        done[0].out.contains("FAILURE_FLAG: false"),
+        "{}",
+        done[0].out
+    );
 }
 
 #[test]
 fn crashed_peer_raises_the_failure_flag() {
     let done = run_job(2, "crash");
-    assert!(done[0].out.contains("FAILURE_FLAG: true"), "{}", done[0].out);
+    assert!(
+        done[0].out.contains("FAILURE_FLAG: true"),
+        "{}",
+        done[0].out
+    );
 }
 
 /// Long enough that ranks 1 and 2 join in time even on a loaded 2-core CI machine (the
