@@ -165,18 +165,37 @@ pub enum Route {
     Fallback(c_int, String),
 }
 
+/// Where commhal's part of an `ncclUniqueId` starts. The bytes before it hold the
+/// fallback NCCL's own id when one is loaded (NCCL reads only its bootstrap handle, about
+/// 40 bytes, from the front): so the id is valid for both libraries, NCCL's internal calls
+/// of `ncclGetUniqueId` (which the preload routes here) get an id NCCL can use, and the
+/// fallback communicator is made from it without a second exchange.
+pub const ID_OFFSET: usize = 64;
+
+/// The fallback NCCL's id inside `id`, if `ncclGetUniqueId` put one there.
+pub fn nccl_part(id: &UniqueIdBytes) -> Option<UniqueIdBytes> {
+    if id.internal[..ID_OFFSET].iter().all(|&c| c == 0) {
+        return None;
+    }
+    let mut out = UniqueIdBytes { internal: [0; 128] };
+    out.internal[..ID_OFFSET].copy_from_slice(&id.internal[..ID_OFFSET]);
+    Some(out)
+}
+
 /// Parse the id bytes this library's `ncclGetUniqueId` wrote.
 pub fn parse_id(id: &UniqueIdBytes) -> Result<UniqueId, NcclError> {
     let b: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-    if &b[..4] != ID_MAGIC {
+    if &b[ID_OFFSET..ID_OFFSET + 4] != ID_MAGIC {
         return Err(NcclError::invalid(
             "this ncclUniqueId was not made by libcommhal_nccl's ncclGetUniqueId (another NCCL library made it?): every rank must load the same library",
         ));
     }
-    Ok(UniqueId::from_bytes(&b[4..4 + UniqueId::BYTES])?)
+    let at = ID_OFFSET + 4;
+    Ok(UniqueId::from_bytes(&b[at..at + UniqueId::BYTES])?)
 }
 
-/// A fresh id; rank 0's bootstrap listener is bound now, in this process.
+/// A fresh id; rank 0's bootstrap listener is bound now, in this process, and (with a
+/// fallback) the fallback NCCL's root too.
 pub fn new_id() -> Result<UniqueIdBytes, NcclError> {
     let ip = match settings::bootstrap_ip() {
         Some(s) => s.trim().parse().map_err(|_| {
@@ -184,11 +203,16 @@ pub fn new_id() -> Result<UniqueIdBytes, NcclError> {
         })?,
         None => default_route_ip(),
     };
-    let uid = UniqueId::bind(ip)?;
     let mut out = UniqueIdBytes { internal: [0; 128] };
+    if let Some(lib) = crate::fallback::library()? {
+        // SAFETY: a valid out-pointer of NCCL's id size.
+        let r = unsafe { (lib.GetUniqueId)(&mut out) };
+        lib.check(r, std::ptr::null_mut(), "ncclGetUniqueId")?;
+        out.internal[ID_OFFSET..].fill(0);
+    }
+    let uid = UniqueId::bind(ip)?;
     let bytes = uid.to_bytes();
-    for (d, s) in out
-        .internal
+    for (d, s) in out.internal[ID_OFFSET..]
         .iter_mut()
         .zip(ID_MAGIC.iter().chain(bytes.iter()))
     {
@@ -237,10 +261,14 @@ fn wait_bound() -> Result<Duration, NcclError> {
 
 impl Ready {
     /// Make the fallback communicator over `boot` when a fallback library is set
-    /// (collective).
-    fn new_fallback(boot: &Splitter) -> Result<Option<FallbackComm>, NcclError> {
+    /// (collective): from the NCCL id inside the caller's id, else from one rank 0 makes
+    /// and sends over `boot`.
+    fn new_fallback(
+        boot: &Splitter,
+        nccl_id: Option<UniqueIdBytes>,
+    ) -> Result<Option<FallbackComm>, NcclError> {
         Ok(match crate::fallback::library()? {
-            Some(lib) => Some(FallbackComm::init(lib, boot.boot())?),
+            Some(lib) => Some(FallbackComm::init(lib, boot.boot(), nccl_id)?),
             None => None,
         })
     }
@@ -345,13 +373,14 @@ impl NcclComm {
             )));
         }
         let uid = parse_id(id)?;
+        let nccl_id = nccl_part(id);
         let device = current_device()?;
         let (rank, n) = (rank as u32, nranks as u32);
         let comm = Self::with_state(rank, n, device, State::Initializing);
         let setup = move || -> Result<Ready, NcclError> {
             let ctx = Context::new(device)?;
             let boot = Splitter::Root(Arc::new(TcpBootstrap::new(rank, n, &uid, wait_bound()?)?));
-            let fallback = Ready::new_fallback(&boot)?;
+            let fallback = Ready::new_fallback(&boot, nccl_id)?;
             Ready::build(boot, ctx, fallback)
         };
         comm.finish_init(blocking, setup)?;
@@ -902,5 +931,30 @@ impl NcclComm {
             let end = l.check((l.GroupEnd)(), fb.raw, "ncclGroupEnd");
             first_err.and(end)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_carry_commhal_and_the_fallback_nccl_side_by_side() {
+        let mut id = new_id().expect("id");
+        assert!(nccl_part(&id).is_none(), "no fallback loaded in tests");
+        let uid = parse_id(&id).expect("parse");
+        // a fallback's id in the front leaves commhal's part intact
+        for (i, c) in id.internal[..ID_OFFSET].iter_mut().enumerate() {
+            *c = (i as u8 | 1) as std::ffi::c_char;
+        }
+        assert_eq!(parse_id(&id).expect("parse").to_bytes(), uid.to_bytes());
+        let front = nccl_part(&id).expect("the front is there");
+        assert_eq!(front.internal[..ID_OFFSET], id.internal[..ID_OFFSET]);
+        assert!(front.internal[ID_OFFSET..].iter().all(|&c| c == 0));
+        // an id from another library is refused with a message
+        id.internal[ID_OFFSET] = 0;
+        let e = parse_id(&id).expect_err("foreign id");
+        assert_eq!(e.code, NcclResult::InvalidArgument);
+        assert!(e.msg.contains("ncclGetUniqueId"), "{}", e.msg);
     }
 }

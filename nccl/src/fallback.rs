@@ -251,31 +251,17 @@ impl FallbackComm {
         }
     }
 
-    /// Make one over `boot`'s ranks: rank 0 asks NCCL for an id and broadcasts it.
+    /// Make one over `boot`'s ranks from `id` (every rank passes the same), or, without
+    /// one, from an id rank 0 asks NCCL for and broadcasts over `boot`.
     pub fn init(
         lib: &'static Nccl,
         boot: &dyn commhal_hal::bootstrap::Bootstrap,
+        id: Option<UniqueIdBytes>,
     ) -> Result<FallbackComm, NcclError> {
-        let mut id = UniqueIdBytes { internal: [0; 128] };
-        if boot.rank() == 0 {
-            // SAFETY: `id` is a valid out-pointer of the right size.
-            let r = unsafe { (lib.GetUniqueId)(&mut id) };
-            lib.check(r, std::ptr::null_mut(), "ncclGetUniqueId")?;
-        }
-        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-        let got = boot.broadcast(0, &bytes)?;
-        if got.len() != 128 {
-            return Err(NcclError::new(
-                NcclResult::InternalError,
-                format!(
-                    "the fallback NCCL id arrived with {} bytes, not 128",
-                    got.len()
-                ),
-            ));
-        }
-        for (d, s) in id.internal.iter_mut().zip(&got) {
-            *d = *s as c_char;
-        }
+        let id = match id {
+            Some(id) => id,
+            None => Self::exchange_id(lib, boot)?,
+        };
         let mut raw: Comm = std::ptr::null_mut();
         // SAFETY: out-pointer valid; id by value; null config = NCCL's defaults.
         let r = unsafe {
@@ -296,6 +282,34 @@ impl FallbackComm {
 }
 
 impl FallbackComm {
+    /// An NCCL id made by rank 0 and broadcast over `boot`.
+    fn exchange_id(
+        lib: &'static Nccl,
+        boot: &dyn commhal_hal::bootstrap::Bootstrap,
+    ) -> Result<UniqueIdBytes, NcclError> {
+        let mut id = UniqueIdBytes { internal: [0; 128] };
+        if boot.rank() == 0 {
+            // SAFETY: `id` is a valid out-pointer of the right size.
+            let r = unsafe { (lib.GetUniqueId)(&mut id) };
+            lib.check(r, std::ptr::null_mut(), "ncclGetUniqueId")?;
+        }
+        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+        let got = boot.broadcast(0, &bytes)?;
+        if got.len() != 128 {
+            return Err(NcclError::new(
+                NcclResult::InternalError,
+                format!(
+                    "the fallback NCCL id arrived with {} bytes, not 128",
+                    got.len()
+                ),
+            ));
+        }
+        for (d, s) in id.internal.iter_mut().zip(&got) {
+            *d = *s as c_char;
+        }
+        Ok(id)
+    }
+
     /// This rank and the rank count, as NCCL numbers them.
     pub fn rank_and_size(&self) -> Result<(u32, u32), NcclError> {
         let (mut r, mut n): (c_int, c_int) = (0, 0);

@@ -54,10 +54,17 @@ const TORCH_IMPORTS: &[&str] = &[
 ];
 
 fn library_path() -> PathBuf {
-    // target/<profile>/deps/cdylib-<hash> -> target/<profile>/libcommhal_nccl.so
+    // `cargo test` builds the cdylib next to this executable (target/<profile>/deps/);
+    // `cargo build` copies it up to target/<profile>/. Prefer the one cargo test built.
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    dir.join("libcommhal_nccl.so")
+    let deps = exe.parent().expect("deps dir");
+    let here = deps.join("libcommhal_nccl.so");
+    if here.exists() {
+        return here;
+    }
+    deps.parent()
+        .expect("target dir")
+        .join("libcommhal_nccl.so")
 }
 
 fn load() -> Library {
@@ -129,10 +136,12 @@ fn version_ids_and_error_strings() {
             "{}",
             last_error(&lib, std::ptr::null_mut())
         );
+        // commhal's part at offset 64; the front holds the fallback NCCL's id (none here)
         assert_eq!(
-            &id.0[..4].iter().map(|&c| c as u8).collect::<Vec<_>>(),
+            &id.0[64..68].iter().map(|&c| c as u8).collect::<Vec<_>>(),
             b"CHN1"
         );
+        assert!(id.0[..64].iter().all(|&c| c == 0));
     }
 }
 
