@@ -201,7 +201,7 @@ impl std::fmt::Display for NcclError {
 impl From<CollError> for NcclError {
     fn from(e: CollError) -> NcclError {
         let code = match &e {
-            CollError::Invalid(_) => NcclResult::InvalidArgument,
+            CollError::Invalid(_) | CollError::CannotStage(_) => NcclResult::InvalidArgument,
             CollError::Cuda(_) => NcclResult::UnhandledCudaError,
             CollError::Device { code, .. } if *code == commhal_cuda_coll::layout::ERR_PEER_GONE => {
                 NcclResult::RemoteError

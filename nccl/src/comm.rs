@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use commhal_cuda_coll::cli::Collective;
 use commhal_cuda_coll::kernels::ReduceOp;
-use commhal_cuda_coll::{CallBufs, Comm, P2pOp};
+use commhal_cuda_coll::{CallBufs, CollError, Comm, P2pOp};
 use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::{Bootstrap, SplitBootstrap, TcpBootstrap, UniqueId, split};
 
@@ -585,6 +585,24 @@ impl NcclComm {
         }))
     }
 
+    /// The fallback's value of `op` (ops made by `ncclRedOpCreatePreMulSum` have their
+    /// own number there).
+    fn fallback_op_of(&self, op: c_int) -> c_int {
+        if op < crate::abi::NUM_BUILTIN_OPS {
+            return op;
+        }
+        self.ops
+            .lock()
+            .ok()
+            .and_then(|ops| {
+                ops.get((op - crate::abi::NUM_BUILTIN_OPS) as usize)
+                    .copied()
+                    .flatten()
+            })
+            .and_then(|c| c.fallback_op)
+            .unwrap_or(op)
+    }
+
     /// `ncclRedOpCreatePreMulSum`: `scalar` is the host value (`None`: it stays on the
     /// device at `dev_ptr`, and the op runs on the fallback).
     pub fn create_premul(
@@ -719,7 +737,17 @@ impl NcclComm {
                 // SAFETY: the caller's live stream (NCCL's contract); checked against
                 // the device's context.
                 let s = unsafe { Stream::borrowed(&ready.ctx, stream as *mut _) }?;
-                let path = c.launch_on(coll, dt, rop, count, root, bufs, &s)?;
+                let path = match c.launch_on(coll, dt, rop, count, root, bufs, &s) {
+                    Ok(p) => p,
+                    // memory the peers cannot map (cuMem VMM: PyTorch's expandable
+                    // segments), larger than the staging regions: NCCL runs it, when
+                    // there is one (every rank's memory is alike in such jobs)
+                    Err(CollError::CannotStage(why)) if ready.fallback.is_some() => {
+                        let fop = self.fallback_op_of(op);
+                        return self.fallback_coll(&ready, call, fop, stream, &why);
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 settings::log(|| {
                     format!(
                         "rank {}: {} {count} x {} {} -> commhal ({})",
@@ -736,12 +764,14 @@ impl NcclComm {
                 });
                 Ok(())
             }
-            (coll_opt, route) => {
+            (_, route) => {
                 let (fop, why) = match route {
                     Route::Fallback(o, why) => (o, why),
-                    Route::Commhal(_) => (op, ready.why_not.clone().unwrap_or_default()),
+                    Route::Commhal(_) => (
+                        self.fallback_op_of(op),
+                        ready.why_not.clone().unwrap_or_default(),
+                    ),
                 };
-                debug_assert!(coll_opt.is_none() || fop != op || !why.is_empty());
                 self.fallback_coll(&ready, call, fop, stream, &why)
             }
         }

@@ -42,6 +42,11 @@ pub enum CollError {
     /// Bad input.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The caller's buffer cannot be mapped by the peers and is larger than the
+    /// registered regions it would be staged through (a caller with another library at
+    /// hand, such as the NCCL drop-in's fallback, can run the call there).
+    #[error("invalid argument: {0}")]
+    CannotStage(String),
     /// NCCL could not be loaded or a call failed.
     #[error("NCCL: {0}")]
     Nccl(String),

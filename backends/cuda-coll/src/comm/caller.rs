@@ -271,7 +271,7 @@ impl Comm {
         };
         let staged = plan || !shareable(bufs.send, &send) || !shareable(bufs.recv, &recv);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
-            return Err(CollError::invalid(format!(
+            return Err(CollError::CannotStage(format!(
                 "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared through CUDA IPC: cuMem VMM or pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd, 16-byte aligned buffers, or create the communicator with a larger capacity",
                 coll.name(),
                 in_bytes.max(out_bytes),
