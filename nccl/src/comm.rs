@@ -847,6 +847,33 @@ impl NcclComm {
         l.check(rc, c, call.name())
     }
 
+    /// Why a group cannot run on commhal's copy engines because of its buffers: a
+    /// receive buffer the sender cannot open (cuMem VMM memory, such as PyTorch's
+    /// expandable segments). Send buffers are checked as well, so that a rank that only
+    /// sends routes as its receivers do; every rank's memory is alike in such jobs.
+    fn unmappable_buffer(&self, c: &Comm, ops: &[P2pOp]) -> Result<Option<String>, NcclError> {
+        for op in ops {
+            let (P2pOp::Recv {
+                buf,
+                count,
+                dtype,
+                peer,
+            }
+            | P2pOp::Send {
+                buf,
+                count,
+                dtype,
+                peer,
+            }) = *op;
+            if peer != self.rank && count > 0 && !c.peers_can_map(buf, count * dtype.size())? {
+                return Ok(Some(format!(
+                    "buffer {buf:#x} is memory the peers cannot open (cuMem VMM)"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
     /// Run a group's sends and receives on one stream: commhal's copy engines outside a
     /// graph capture, else the fallback.
     pub fn run_p2p(&self, calls: &[Call], stream: usize) -> Result<(), NcclError> {
@@ -891,7 +918,15 @@ impl NcclComm {
             Some(c) => {
                 // SAFETY: the caller's live stream (NCCL's contract).
                 let s = unsafe { Stream::borrowed(&ready.ctx, stream as *mut _) }?;
-                if !s.is_capturing()? {
+                let unmappable = match &ready.fallback {
+                    Some(_) => self.unmappable_buffer(c, &ops)?,
+                    None => None,
+                };
+                if let Some(why) = unmappable {
+                    why
+                } else if s.is_capturing()? {
+                    "send/recv inside a CUDA graph capture".to_string()
+                } else {
                     c.p2p(&ops, &s)?;
                     settings::log(|| {
                         format!(
@@ -902,7 +937,6 @@ impl NcclComm {
                     });
                     return Ok(());
                 }
-                "send/recv inside a CUDA graph capture".to_string()
             }
             None => ready.why_not.clone().unwrap_or_default(),
         };

@@ -394,6 +394,13 @@ impl Comm {
         })
     }
 
+    /// Whether the peers can open `[ptr, ptr + len)` (legacy CUDA IPC: `cudaMalloc` /
+    /// `cuMemAlloc` memory of this device), which a send/recv group needs of its receive
+    /// buffers. Errors for what is not device memory of this device at all.
+    pub fn peers_can_map(&self, ptr: u64, len: u64) -> Result<bool> {
+        Ok(inspect(&self.ctx, "buffer", ptr, len)?.legacy_ipc)
+    }
+
     /// [`Comm::sync`] for a caller's stream.
     pub fn sync_stream(&self, stream: &Stream, what: &str) -> Result<()> {
         self.sync_on(stream, what)
