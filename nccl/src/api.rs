@@ -440,40 +440,53 @@ pub unsafe extern "C" fn ncclGetLastError(comm: CommHandle) -> *const c_char {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommCount(comm: CommHandle, count: *mut c_int) -> NcclResult {
+type IntQuery = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
+
+/// `ncclCommCount` / `ncclCommUserRank` / `ncclCommCuDevice`: one integer about `comm`
+/// (the fallback's function `theirs` answers for the fallback's own communicators).
+fn query_int(
+    name: &str,
+    comm: CommHandle,
+    slot: *mut c_int,
+    theirs: impl FnOnce(&crate::fallback::Nccl) -> IntQuery,
+    ours: impl FnOnce(&NcclComm) -> u32,
+) -> NcclResult {
     if let Some(l) = foreign(comm) {
-        // SAFETY: the fallback's own communicator and the caller's out-pointer, passed back unchanged.
-        return NcclResult::from_raw(unsafe { (l.CommCount)(comm, count) });
+        // SAFETY: the fallback's own communicator and the caller's out-pointer, passed
+        // back unchanged to the fallback's function of the same name.
+        return NcclResult::from_raw(unsafe { theirs(l)(comm, slot) });
     }
-    entry("ncclCommCount", comm, || {
-        *out(count, "count")? = resolve(comm)?.size as c_int;
+    entry(name, comm, || {
+        *out(slot, name)? = ours(resolve(comm)?.as_ref()) as c_int;
         Ok(())
     })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommCount(comm: CommHandle, count: *mut c_int) -> NcclResult {
+    query_int("ncclCommCount", comm, count, |l| l.CommCount, |c| c.size)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommUserRank(comm: CommHandle, rank: *mut c_int) -> NcclResult {
-    if let Some(l) = foreign(comm) {
-        // SAFETY: the fallback's own communicator and the caller's out-pointer, passed back unchanged.
-        return NcclResult::from_raw(unsafe { (l.CommUserRank)(comm, rank) });
-    }
-    entry("ncclCommUserRank", comm, || {
-        *out(rank, "rank")? = resolve(comm)?.rank as c_int;
-        Ok(())
-    })
+    query_int(
+        "ncclCommUserRank",
+        comm,
+        rank,
+        |l| l.CommUserRank,
+        |c| c.rank,
+    )
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommCuDevice(comm: CommHandle, device: *mut c_int) -> NcclResult {
-    if let Some(l) = foreign(comm) {
-        // SAFETY: the fallback's own communicator and the caller's out-pointer, passed back unchanged.
-        return NcclResult::from_raw(unsafe { (l.CommCuDevice)(comm, device) });
-    }
-    entry("ncclCommCuDevice", comm, || {
-        *out(device, "device")? = resolve(comm)?.device as c_int;
-        Ok(())
-    })
+    query_int(
+        "ncclCommCuDevice",
+        comm,
+        device,
+        |l| l.CommCuDevice,
+        |c| c.device,
+    )
 }
 
 // ---------------------------------------------------------------- groups
