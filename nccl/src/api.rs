@@ -367,34 +367,35 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: CommHandle) -> NcclResult {
     entry("ncclCommFinalize", comm, || resolve(comm)?.teardown(false))
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommDestroy(comm: CommHandle) -> NcclResult {
+type CommCall = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `ncclCommDestroy` (`abort == false`) / `ncclCommAbort`: retire the handle, wait for
+/// (or, aborting, stop) the device's work, free. NULL is a no-op, as in NCCL.
+fn end_comm(
+    name: &str,
+    comm: CommHandle,
+    theirs: impl FnOnce(&crate::fallback::Nccl) -> CommCall,
+    abort: bool,
+) -> NcclResult {
     if let Some(l) = foreign(comm) {
-        // SAFETY: the fallback's own communicator, passed back unchanged.
-        return NcclResult::from_raw(unsafe { (l.CommDestroy)(comm) });
+        // SAFETY: the fallback's own communicator, passed back unchanged to the
+        // fallback's function of the same name.
+        return NcclResult::from_raw(unsafe { theirs(l)(comm) });
     }
     if comm.is_null() {
         return NcclResult::Success;
     }
-    entry("ncclCommDestroy", comm, || {
-        let c = retire(comm)?;
-        c.teardown(false)
-    })
+    entry(name, comm, || retire(comm)?.teardown(abort))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommDestroy(comm: CommHandle) -> NcclResult {
+    end_comm("ncclCommDestroy", comm, |l| l.CommDestroy, false)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommAbort(comm: CommHandle) -> NcclResult {
-    if let Some(l) = foreign(comm) {
-        // SAFETY: the fallback's own communicator, passed back unchanged.
-        return NcclResult::from_raw(unsafe { (l.CommAbort)(comm) });
-    }
-    if comm.is_null() {
-        return NcclResult::Success;
-    }
-    entry("ncclCommAbort", comm, || {
-        let c = retire(comm)?;
-        c.teardown(true)
-    })
+    end_comm("ncclCommAbort", comm, |l| l.CommAbort, true)
 }
 
 #[unsafe(no_mangle)]
@@ -914,31 +915,44 @@ pub unsafe extern "C" fn ncclCommWindowDeregister(
 
 // ---------------------------------------------------------------- NCCL's device API
 
-/// NCCL's device-side API (`ncclDevComm`) is NCCL's own: the fallback's communicator.
+/// Run `call` on the fallback's communicator of `comm` when the fallback has `f`:
+/// NCCL's device-side API (`ncclDevComm`) is NCCL's own.
+fn on_fallback_device_api<F: Copy>(
+    name: &str,
+    comm: CommHandle,
+    f: impl FnOnce(&crate::fallback::Nccl) -> Option<F>,
+    call: impl FnOnce(F, *mut c_void) -> c_int,
+) -> NcclResult {
+    entry(name, comm, || {
+        let ready = resolve(comm)?.ready()?;
+        let Some((fb, f)) = ready
+            .fallback
+            .as_ref()
+            .and_then(|fb| f(fb.lib).map(|f| (fb, f)))
+        else {
+            return Err(NcclError::usage(
+                "NCCL's device API (ncclDevComm) runs only on the fallback NCCL: set COMMHAL_NCCL_FALLBACK to NCCL >= 2.28",
+            ));
+        };
+        fb.lib.check(call(f, fb.raw), fb.raw, name)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclDevCommCreate(
     comm: CommHandle,
     reqs: *const c_void,
     dev_comm: *mut c_void,
 ) -> NcclResult {
-    entry("ncclDevCommCreate", comm, || {
-        let c = resolve(comm)?;
-        let ready = c.ready()?;
-        match ready
-            .fallback
-            .as_ref()
-            .and_then(|fb| fb.lib.DevCommCreate.map(|f| (fb, f)))
-        {
-            Some((fb, f)) => {
-                // SAFETY: the caller's arguments, unchanged, on a live communicator.
-                let r = unsafe { f(fb.raw, reqs, dev_comm) };
-                fb.lib.check(r, fb.raw, "ncclDevCommCreate")
-            }
-            None => Err(NcclError::usage(
-                "NCCL's device API (ncclDevComm) runs only on the fallback NCCL: set COMMHAL_NCCL_FALLBACK to NCCL >= 2.28",
-            )),
-        }
-    })
+    on_fallback_device_api(
+        "ncclDevCommCreate",
+        comm,
+        |l| l.DevCommCreate,
+        |f, raw| {
+            // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
+            unsafe { f(raw, reqs, dev_comm) }
+        },
+    )
 }
 
 #[unsafe(no_mangle)]
@@ -946,22 +960,13 @@ pub unsafe extern "C" fn ncclDevCommDestroy(
     comm: CommHandle,
     dev_comm: *const c_void,
 ) -> NcclResult {
-    entry("ncclDevCommDestroy", comm, || {
-        let c = resolve(comm)?;
-        let ready = c.ready()?;
-        match ready
-            .fallback
-            .as_ref()
-            .and_then(|fb| fb.lib.DevCommDestroy.map(|f| (fb, f)))
-        {
-            Some((fb, f)) => {
-                // SAFETY: the caller's arguments, unchanged, on a live communicator.
-                let r = unsafe { f(fb.raw, dev_comm) };
-                fb.lib.check(r, fb.raw, "ncclDevCommDestroy")
-            }
-            None => Err(NcclError::usage(
-                "NCCL's device API (ncclDevComm) runs only on the fallback NCCL: set COMMHAL_NCCL_FALLBACK to NCCL >= 2.28",
-            )),
-        }
-    })
+    on_fallback_device_api(
+        "ncclDevCommDestroy",
+        comm,
+        |l| l.DevCommDestroy,
+        |f, raw| {
+            // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
+            unsafe { f(raw, dev_comm) }
+        },
+    )
 }
