@@ -238,6 +238,19 @@ pub fn current_device() -> Result<u32, NcclError> {
     Ok(commhal_cuda_rt::driver::current_device()?.unwrap_or(0))
 }
 
+/// Say once per process, whatever `COMMHAL_DEBUG` says, that a communicator runs
+/// entirely on the fallback NCCL (the user preloaded commhal to get commhal).
+fn warn_fallback_only(rank: u32, why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use std::io::Write;
+        let line = format!(
+            "commhal-nccl: WARNING: rank {rank}: this communicator runs on the fallback NCCL only: {why}\n"
+        );
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    });
+}
+
 /// This machine, as the ranks compare it (hostname and boot id).
 fn host_key() -> Vec<u8> {
     let mut buf = [0u8; 256];
@@ -291,6 +304,7 @@ impl Ready {
         };
         let mut coll = None;
         if why_not.is_none() {
+            crate::nvrtc::ensure();
             let cap = settings::buffer_bytes().map_err(NcclError::invalid)?;
             match Comm::new(b, ctx.ordinal(), cap, None, wait_bound()?) {
                 Ok(c) => coll = Some(c),
@@ -304,6 +318,9 @@ impl Ready {
             why_not = Some(format!(
                 "rank {bad} could not set up commhal's communicator"
             ));
+        }
+        if let (None, Some(_)) = (&coll, &fallback) {
+            warn_fallback_only(b.rank(), why_not.as_deref().unwrap_or("unknown reason"));
         }
         if coll.is_none() && fallback.is_none() {
             return Err(NcclError::usage(format!(

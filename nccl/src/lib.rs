@@ -16,6 +16,7 @@
 //! | [`group`] | `ncclGroupStart` / `ncclGroupEnd`: the per-thread queue |
 //! | [`memory`] | `ncclMemAlloc`, registrations and windows |
 //! | [`fallback`] | the real NCCL, opened at run time |
+//! | [`nvrtc`] | finding NVRTC next to what the application loaded |
 //! | [`settings`] | every environment variable, declared once; the debug log |
 #![allow(non_snake_case)]
 
@@ -25,4 +26,5 @@ pub mod comm;
 pub mod fallback;
 pub mod group;
 pub mod memory;
+pub mod nvrtc;
 pub mod settings;
