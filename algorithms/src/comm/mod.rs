@@ -32,10 +32,12 @@
 //! per (algorithm, placement, root) and reused; scratch and staging grow (collectively,
 //! deterministically) when a larger message arrives and are reused after that.
 
+mod collectives;
 mod error;
 mod p2p;
 mod shared;
 
+pub use collectives::Collectives;
 pub use error::CommError;
 
 use std::collections::{HashMap, HashSet};

@@ -41,6 +41,7 @@ use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
 mod caller;
+mod collectives;
 mod p2p;
 pub use caller::{BufferPath, CallBufs, Registration};
 pub use p2p::P2pOp;

@@ -238,3 +238,39 @@ fn caller_buffers_and_bad_input() {
     assert!(e.contains("bytes left in its allocation"), "{e}");
     comm.sync_stream(&stream, "nothing queued").expect("sync");
 }
+
+/// The GPU communicator through the `Collectives` trait the host one shares: device
+/// addresses and a stream, on one rank (a copy).
+#[test]
+fn collectives_trait_on_one_gpu() {
+    use commhal_algorithms::comm::Collectives;
+    use commhal_algorithms::{DataType, RedOp};
+    use commhal_cuda_rt::{DeviceBuffer, Stream};
+    if !gpu_or_skip("collectives_trait_on_one_gpu") {
+        return;
+    }
+    let boot = InProcBootstrap::create(1).pop().expect("bootstrap");
+    let mut comm = Comm::new(&boot, 0, 1 << 20, None, Duration::from_secs(5)).expect("comm");
+    let ctx = comm.context().clone();
+    let stream = Stream::new(&ctx).expect("stream");
+    let send = DeviceBuffer::new(&ctx, 4096).expect("send");
+    let recv = DeviceBuffer::new(&ctx, 4096).expect("recv");
+    let data: Vec<u8> = (0..1024u32)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
+    send.write(0, &data).expect("write");
+    Collectives::all_reduce(
+        &mut comm,
+        send.addr(),
+        recv.addr(),
+        1024,
+        DataType::F32,
+        RedOp::Sum,
+        &stream,
+    )
+    .expect("all-reduce through the trait");
+    comm.sync_stream(&stream, "all-reduce").expect("sync");
+    let mut got = vec![0u8; 4096];
+    recv.read(0, &mut got).expect("read");
+    assert_eq!(got, data, "one rank: the all-reduce is a copy");
+}
