@@ -24,7 +24,7 @@ use commhal_cuda_coll::cli::Collective;
 use crate::abi::{
     self, CONFIG_UNDEF_INT, CommHandle, ConfigHead, NcclError, NcclResult, SimInfo, UniqueIdBytes,
 };
-use crate::comm::{Call, NcclComm};
+use crate::comm::{Call, NcclComm, OpUse};
 use crate::fallback::FallbackComm;
 use crate::{group, memory, settings};
 
@@ -85,7 +85,10 @@ fn resolve(h: CommHandle) -> Result<Arc<NcclComm>, NcclError> {
 /// The fallback library when `h` is not one of ours but a communicator of the fallback
 /// NCCL: NCCL calling its own exported functions, which the preload routes here.
 fn foreign(h: CommHandle) -> Option<&'static crate::fallback::Nccl> {
-    if h.is_null() || live().lock().map_or(true, |l| l.contains(&(h as usize))) {
+    if h.is_null()
+        || live().lock().map_or(true, |l| l.contains(&(h as usize)))
+        || !crate::fallback::is_theirs(h)
+    {
         return None;
     }
     let lib = crate::fallback::library().ok().flatten()?;
@@ -93,16 +96,24 @@ fn foreign(h: CommHandle) -> Option<&'static crate::fallback::Nccl> {
     Some(lib)
 }
 
-/// Take `h` out of the live set and return the Arc `publish` leaked.
+/// Take `h` out of the live set and return the Arc `publish` leaked (once: a second
+/// destroy of the same handle finds it gone).
 fn retire(h: CommHandle) -> Result<Arc<NcclComm>, NcclError> {
-    let c = resolve(h)?;
-    if let Ok(mut l) = live().lock() {
-        l.remove(&(h as usize));
+    if h.is_null() {
+        return Err(NcclError::invalid("the communicator is NULL"));
     }
-    // SAFETY: `h` was live (resolve) and is now out of the set, so this releases the
-    // reference `publish` leaked exactly once.
-    unsafe { Arc::decrement_strong_count(h as *const NcclComm) };
-    Ok(c)
+    let mut l = live()
+        .lock()
+        .map_err(|_| NcclError::new(NcclResult::InternalError, "handle table poisoned"))?;
+    if !l.remove(&(h as usize)) {
+        return Err(NcclError::invalid(format!(
+            "communicator {h:p} is not a live communicator of this library (destroyed, or made by another NCCL library)"
+        )));
+    }
+    // SAFETY: `h` came from `Arc::into_raw` in `publish` and was in the live set, which
+    // this call alone removed it from (under the lock): the leaked reference is taken
+    // back exactly once.
+    Ok(unsafe { Arc::from_raw(h as *const NcclComm) })
 }
 
 /// Run `f` as the body of the C function `name`: errors become codes and are kept for
@@ -264,7 +275,9 @@ pub unsafe extern "C" fn ncclCommInitAll(
         };
         let mut raws = vec![std::ptr::null_mut(); ndev as usize];
         // SAFETY: `raws` holds ndev handles; devlist is null or ndev ints (the caller's).
-        let r = unsafe { (lib.CommInitAll)(raws.as_mut_ptr(), ndev, devlist) };
+        let r = crate::fallback::making(|| unsafe {
+            (lib.CommInitAll)(raws.as_mut_ptr(), ndev, devlist)
+        });
         lib.check(r, std::ptr::null_mut(), "ncclCommInitAll")?;
         for (i, raw) in raws.into_iter().enumerate() {
             let dev = if devlist.is_null() {
@@ -341,8 +354,14 @@ pub unsafe extern "C" fn ncclCommShrink(
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: the caller's arguments, unchanged, on a live communicator.
-        let r = unsafe { f(fb.raw, exclude, n_exclude, &mut raw, config.cast(), flags) };
-        fb.lib.check(r, fb.raw, "ncclCommShrink")?;
+        let r = crate::fallback::making(|| unsafe {
+            f(fb.raw, exclude, n_exclude, &mut raw, config.cast(), flags)
+        });
+        // a non-blocking config makes NCCL answer "in progress": the new communicator
+        // exists, and its async error says when it is ready
+        if r != NcclResult::InProgress as c_int {
+            fb.lib.check(r, fb.raw, "ncclCommShrink")?;
+        }
         if !raw.is_null() {
             let fb = FallbackComm::new(fb.lib, raw);
             let (rank, size) = fb.rank_and_size()?;
@@ -542,6 +561,11 @@ fn coll(
                 c.size
             )));
         }
+        let op = if coll.redop() == "sum" {
+            c.resolve_op(op, dtype)?
+        } else {
+            OpUse::NONE
+        };
         let call = Call::Coll {
             coll,
             dtype,

@@ -3,8 +3,9 @@
 //! communicator over the same ranks.
 //!
 //! **Where each call runs** is decided from what every rank passes alike (collective,
-//! datatype, op, whether the stream is capturing), never from one rank's buffers, so
-//! both sides of an operation always meet in the same library:
+//! datatype, op, whether the stream is capturing), so both sides of an operation meet
+//! in the same library — except the memory-kind rows below, decided from each rank's own
+//! buffers on the assumption that every rank's memory is alike:
 //!
 //! | call | runs on |
 //! |---|---|
@@ -14,6 +15,8 @@
 //! | send / recv inside a graph capture | fallback |
 //! | a communicator commhal cannot set up (ranks on several hosts, more than 8 ranks, no VMM) or `COMMHAL_NCCL_DISABLE=1` | fallback, every call |
 //! | `ncclCommInitAll`, `ncclCommShrink`, `ncclDevCommCreate` | fallback |
+//! | memory kind: a collective on memory the peers cannot map, larger than the staging regions | fallback |
+//! | memory kind: a send / recv group with a buffer the peers cannot map | fallback |
 //!
 //! Without a fallback the right-hand "fallback" cases fail with `ncclInvalidUsage` and
 //! a message saying so (`ncclGetLastError`).
@@ -44,8 +47,9 @@ pub enum Call {
         coll: Collective,
         /// `ncclDataType_t`.
         dtype: c_int,
-        /// `ncclRedOp_t` (reducing collectives).
-        op: c_int,
+        /// The reduction, resolved when the call was made (an op made by
+        /// `ncclRedOpCreatePreMulSum` may be destroyed before a group runs the call).
+        op: OpUse,
         /// NCCL's count.
         count: u64,
         /// Broadcast / reduce root.
@@ -156,13 +160,23 @@ pub struct NcclComm {
     pub last_error: Mutex<Option<String>>,
 }
 
-/// Where one call runs.
-#[derive(Debug)]
-pub enum Route {
-    /// commhal, with this reduction.
-    Commhal(ReduceOp),
-    /// The fallback NCCL, with this `ncclRedOp_t`, and why.
-    Fallback(c_int, String),
+/// A call's reduction on each library.
+#[derive(Debug, Clone, Copy)]
+pub struct OpUse {
+    /// commhal's (`None`: the op runs on the fallback only, a device-resident
+    /// pre-multiply scalar).
+    pub ours: Option<ReduceOp>,
+    /// The fallback's `ncclRedOp_t` (its own number for an op made by
+    /// `ncclRedOpCreatePreMulSum`).
+    pub theirs: c_int,
+}
+
+impl OpUse {
+    /// For collectives that do not reduce.
+    pub const NONE: OpUse = OpUse {
+        ours: Some(ReduceOp::Sum),
+        theirs: 0,
+    };
 }
 
 /// Where commhal's part of an `ncclUniqueId` starts. The bytes before it hold the
@@ -306,7 +320,10 @@ impl Ready {
         if why_not.is_none() {
             crate::nvrtc::ensure();
             let cap = settings::buffer_bytes().map_err(NcclError::invalid)?;
-            match Comm::new(b, ctx.ordinal(), cap, None, wait_bound()?) {
+            // the drop-in runs the hand-written kernels; plans (COMMHAL_GPU_ALGO) get
+            // 1 MiB of scratch unless COMMHAL_PLAN_SCRATCH says more
+            match Comm::with_plan_scratch(b, ctx.ordinal(), cap, None, wait_bound()?, Some(1 << 20))
+            {
                 Ok(c) => coll = Some(c),
                 Err(e) => why_not = Some(e.to_string()),
             }
@@ -410,6 +427,16 @@ impl NcclComm {
         blocking: bool,
         setup: impl FnOnce() -> Result<Ready, NcclError> + Send + 'static,
     ) -> Result<(), NcclError> {
+        // a panic in the setup is an error of this communicator, never a state stuck
+        // in `Initializing`
+        let setup = move || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(setup)).unwrap_or_else(|_| {
+                Err(NcclError::new(
+                    NcclResult::InternalError,
+                    "the communicator's setup panicked (a bug in libcommhal_nccl; please report it with COMMHAL_DEBUG=1 output)",
+                ))
+            })
+        };
         if blocking {
             let r = setup();
             let out = r.as_ref().err().cloned();
@@ -501,7 +528,7 @@ impl NcclComm {
             let mut code: c_int = 0;
             // SAFETY: live fallback communicator; valid out-pointer.
             let r = unsafe { (fb.lib.CommGetAsyncError)(fb.raw, &mut code) };
-            if r == 0 && code != 0 && code != NcclResult::InProgress as c_int {
+            if r == 0 && code != 0 {
                 return NcclResult::from_raw(code);
             }
         }
@@ -525,8 +552,9 @@ impl NcclComm {
                 let mut raw: *mut c_void = std::ptr::null_mut();
                 let c = color.map_or(crate::abi::SPLIT_NOCOLOR, |c| c as c_int);
                 // SAFETY: live communicator; valid out-pointer; null config = inherit.
-                let r =
-                    unsafe { (fb.lib.CommSplit)(fb.raw, c, key, &mut raw, std::ptr::null_mut()) };
+                let r = crate::fallback::making(|| unsafe {
+                    (fb.lib.CommSplit)(fb.raw, c, key, &mut raw, std::ptr::null_mut())
+                });
                 fb.lib.check(r, fb.raw, "ncclCommSplit")?;
                 (!raw.is_null()).then(|| FallbackComm::new(fb.lib, raw))
             }
@@ -560,14 +588,18 @@ impl NcclComm {
         Ok(Some(comm))
     }
 
-    /// Resolve `op` for `dtype`: commhal's reduction, or the fallback's op and why.
-    pub fn route_op(&self, op: c_int, dtype: c_int) -> Result<Route, NcclError> {
-        Ok(Route::Commhal(match op {
-            0 => ReduceOp::Sum,
-            1 => ReduceOp::Prod,
-            2 => ReduceOp::Max,
-            3 => ReduceOp::Min,
-            4 => ReduceOp::Avg,
+    /// Resolve `op` for `dtype` on both libraries, when the call is made.
+    pub fn resolve_op(&self, op: c_int, dtype: c_int) -> Result<OpUse, NcclError> {
+        let builtin = |r| OpUse {
+            ours: Some(r),
+            theirs: op,
+        };
+        Ok(match op {
+            0 => builtin(ReduceOp::Sum),
+            1 => builtin(ReduceOp::Prod),
+            2 => builtin(ReduceOp::Max),
+            3 => builtin(ReduceOp::Min),
+            4 => builtin(ReduceOp::Avg),
             o if o >= crate::abi::NUM_BUILTIN_OPS => {
                 let ops = self
                     .ops
@@ -584,14 +616,9 @@ impl NcclComm {
                         c.dtype
                     )));
                 }
-                match c.scalar {
-                    Some(s) => ReduceOp::PreMulSum(s),
-                    None => {
-                        return Ok(Route::Fallback(
-                            c.fallback_op.unwrap_or(o),
-                            "pre-multiplied sum with a device-resident scalar".into(),
-                        ));
-                    }
+                OpUse {
+                    ours: c.scalar.map(ReduceOp::PreMulSum),
+                    theirs: c.fallback_op.unwrap_or(o),
                 }
             }
             o => {
@@ -599,25 +626,7 @@ impl NcclComm {
                     "reduction op {o} is not an ncclRedOp_t (0 sum, 1 prod, 2 max, 3 min, 4 avg, or one made by ncclRedOpCreatePreMulSum)"
                 )));
             }
-        }))
-    }
-
-    /// The fallback's value of `op` (ops made by `ncclRedOpCreatePreMulSum` have their
-    /// own number there).
-    fn fallback_op_of(&self, op: c_int) -> c_int {
-        if op < crate::abi::NUM_BUILTIN_OPS {
-            return op;
-        }
-        self.ops
-            .lock()
-            .ok()
-            .and_then(|ops| {
-                ops.get((op - crate::abi::NUM_BUILTIN_OPS) as usize)
-                    .copied()
-                    .flatten()
-            })
-            .and_then(|c| c.fallback_op)
-            .unwrap_or(op)
+        })
     }
 
     /// `ncclRedOpCreatePreMulSum`: `scalar` is the host value (`None`: it stays on the
@@ -689,12 +698,18 @@ impl NcclComm {
             )));
         };
         ops[i] = None;
+        // the fallback's op lives until the group that may use it has run (calls
+        // resolved their op when they were made, so commhal's side is done)
         if let (Some(fop), Ok(ready)) = (c.fallback_op, self.ready())
-            && let Some(fb) = &ready.fallback
+            && ready.fallback.is_some()
         {
-            // SAFETY: an op of this live fallback communicator.
-            let r = unsafe { (fb.lib.RedOpDestroy)(fop, fb.raw) };
-            fb.lib.check(r, fb.raw, "ncclRedOpDestroy")?;
+            crate::group::after_group(move || {
+                if let Some(fb) = &ready.fallback {
+                    // SAFETY: an op of this fallback communicator, kept alive by `ready`.
+                    let r = unsafe { (fb.lib.RedOpDestroy)(fop, fb.raw) };
+                    let _ = fb.lib.check(r, fb.raw, "ncclRedOpDestroy");
+                }
+            });
         }
         Ok(())
     }
@@ -741,16 +756,11 @@ impl NcclComm {
         };
         let ready = self.ready()?;
         let dt = crate::abi::dtype(dtype)?;
-        let route = if coll.redop() == "sum" {
-            self.route_op(op, dtype)?
-        } else {
-            Route::Commhal(ReduceOp::Sum)
-        };
         if count == 0 {
             return Ok(());
         }
-        match (&ready.coll, route) {
-            (Some(c), Route::Commhal(rop)) => {
+        match (&ready.coll, op.ours) {
+            (Some(c), Some(rop)) => {
                 // SAFETY: the caller's live stream (NCCL's contract); checked against
                 // the device's context.
                 let s = unsafe { Stream::borrowed(&ready.ctx, stream as *mut _) }?;
@@ -758,10 +768,9 @@ impl NcclComm {
                     Ok(p) => p,
                     // memory the peers cannot map (cuMem VMM: PyTorch's expandable
                     // segments), larger than the staging regions: NCCL runs it, when
-                    // there is one (every rank's memory is alike in such jobs)
+                    // there is one (see the module docs for the caveat)
                     Err(CollError::CannotStage(why)) if ready.fallback.is_some() => {
-                        let fop = self.fallback_op_of(op);
-                        return self.fallback_coll(&ready, call, fop, stream, &why);
+                        return self.fallback_coll(&ready, call, op.theirs, stream, &why);
                     }
                     Err(e) => return Err(e.into()),
                 };
@@ -781,15 +790,12 @@ impl NcclComm {
                 });
                 Ok(())
             }
-            (_, route) => {
-                let (fop, why) = match route {
-                    Route::Fallback(o, why) => (o, why),
-                    Route::Commhal(_) => (
-                        self.fallback_op_of(op),
-                        ready.why_not.clone().unwrap_or_default(),
-                    ),
+            (_, ours) => {
+                let why = match ours {
+                    None => "pre-multiplied sum with a device-resident scalar".to_string(),
+                    Some(_) => ready.why_not.clone().unwrap_or_default(),
                 };
-                self.fallback_coll(&ready, call, fop, stream, &why)
+                self.fallback_coll(&ready, call, op.theirs, stream, &why)
             }
         }
     }

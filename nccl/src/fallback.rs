@@ -210,6 +210,34 @@ impl Nccl {
     }
 }
 
+/// The fallback's communicators this library holds (see [`is_theirs`]).
+fn theirs() -> &'static std::sync::Mutex<std::collections::HashSet<usize>> {
+    static T: OnceLock<std::sync::Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+thread_local! {
+    /// This thread is inside a fallback call that makes communicators (NCCL may call
+    /// its exported functions on one before returning it).
+    static MAKING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Run `f`, a fallback call that makes communicators, marking the thread meanwhile.
+pub fn making<T>(f: impl FnOnce() -> T) -> T {
+    MAKING.with(|m| m.set(m.get() + 1));
+    let r = f();
+    MAKING.with(|m| m.set(m.get() - 1));
+    r
+}
+
+/// Whether `h` is the fallback NCCL's own communicator: one it returned to this
+/// library, or any while this thread is inside a fallback call that makes one. Only
+/// those are handed back to NCCL by the exported functions; anything else unknown
+/// (a destroyed commhal handle, garbage) gets an error.
+pub fn is_theirs(h: Comm) -> bool {
+    MAKING.with(|m| m.get() > 0) || theirs().lock().is_ok_and(|t| t.contains(&(h as usize)))
+}
+
 /// The fallback library, loaded on first use; `None` when `COMMHAL_NCCL_FALLBACK` is
 /// unset. A load failure is an error every time it is asked for.
 pub fn library() -> Result<Option<&'static Nccl>, NcclError> {
@@ -244,6 +272,9 @@ unsafe impl Sync for FallbackComm {}
 impl FallbackComm {
     /// Wrap a communicator the library returned.
     pub fn new(lib: &'static Nccl, raw: Comm) -> FallbackComm {
+        if let Ok(mut t) = theirs().lock() {
+            t.insert(raw as usize);
+        }
         FallbackComm {
             lib,
             raw,
@@ -264,7 +295,7 @@ impl FallbackComm {
         };
         let mut raw: Comm = std::ptr::null_mut();
         // SAFETY: out-pointer valid; id by value; null config = NCCL's defaults.
-        let r = unsafe {
+        let r = making(|| unsafe {
             (lib.CommInitRankConfig)(
                 &mut raw,
                 boot.size() as c_int,
@@ -272,7 +303,7 @@ impl FallbackComm {
                 boot.rank() as c_int,
                 std::ptr::null_mut(),
             )
-        };
+        });
         lib.check(r, raw, "ncclCommInitRankConfig")?;
         crate::settings::log(|| {
             format!("rank {}: fallback NCCL communicator {raw:p}", boot.rank())
@@ -327,6 +358,9 @@ impl Drop for FallbackComm {
     fn drop(&mut self) {
         if self.raw.is_null() {
             return;
+        }
+        if let Ok(mut t) = theirs().lock() {
+            t.remove(&(self.raw as usize));
         }
         let abort = self
             .abort_on_drop

@@ -23,10 +23,20 @@ struct Queued {
     stream: usize,
 }
 
+/// Work to do after the outermost group ran (a fallback op's destruction).
+struct Deferred(Box<dyn FnOnce()>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deferred")
+    }
+}
+
 #[derive(Debug, Default)]
 struct Group {
     depth: u32,
     queued: Vec<Queued>,
+    after: Vec<Deferred>,
 }
 
 thread_local! {
@@ -38,8 +48,9 @@ pub fn start() {
     GROUP.with(|g| g.borrow_mut().depth += 1);
 }
 
-/// Leave one level of group; the queue when that was the outermost.
-fn close(what: &str) -> Result<Vec<Queued>, NcclError> {
+/// Leave one level of group; the queue and the deferred work when that was the
+/// outermost.
+fn close(what: &str) -> Result<(Vec<Queued>, Vec<Deferred>), NcclError> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
@@ -49,24 +60,43 @@ fn close(what: &str) -> Result<Vec<Queued>, NcclError> {
         }
         g.depth -= 1;
         Ok(if g.depth == 0 {
-            std::mem::take(&mut g.queued)
+            (std::mem::take(&mut g.queued), std::mem::take(&mut g.after))
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         })
     })
 }
 
+/// Run `f` after the outermost group of this thread has run (now, outside a group).
+pub fn after_group(f: impl FnOnce() + 'static) {
+    let f = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth > 0 {
+            g.after.push(Deferred(Box::new(f)));
+            None
+        } else {
+            Some(f)
+        }
+    });
+    if let Some(f) = f {
+        f();
+    }
+}
+
 /// `ncclGroupEnd`: run the queue when this ends the outermost group.
 pub fn end() -> Result<(), NcclError> {
-    let queued = close("ncclGroupEnd")?;
-    run(queued)
+    let (queued, after) = close("ncclGroupEnd")?;
+    let r = run(queued);
+    after.into_iter().for_each(|d| (d.0)());
+    r
 }
 
 /// `ncclGroupSimulateEnd`: end the group without running it; `info.estimated_time` is
 /// a rough estimate in microseconds (5 µs per call plus its bytes at 300 GB/s, the
 /// NVLink bandwidth commhal's collectives reach on H100).
 pub fn simulate_end(info: &mut SimInfo) -> Result<(), NcclError> {
-    let queued = close("ncclGroupSimulateEnd")?;
+    let (queued, after) = close("ncclGroupSimulateEnd")?;
+    after.into_iter().for_each(|d| (d.0)());
     let mut us = 0f64;
     for q in &queued {
         let (count, dtype) = match q.call {
@@ -105,6 +135,31 @@ pub fn submit(comm: Arc<NcclComm>, call: Call, stream: *mut c_void) -> Result<()
 /// stream. Every call runs even after one fails; the first error is returned (and kept
 /// on its communicator).
 fn run(queued: Vec<Queued>) -> Result<(), NcclError> {
+    // calls that go to the fallback NCCL meet their peers inside one NCCL group, as the
+    // caller grouped them (several devices driven by one thread need that)
+    let nccl = if queued.len() > 1 {
+        crate::fallback::library().ok().flatten()
+    } else {
+        None
+    };
+    if let Some(l) = nccl {
+        // SAFETY: NCCL's group start, no arguments.
+        unsafe { (l.GroupStart)() };
+    }
+    let r = run_calls(queued);
+    match nccl {
+        // SAFETY: closes the group opened above.
+        Some(l) => r.and(l.check(
+            unsafe { (l.GroupEnd)() },
+            std::ptr::null_mut(),
+            "ncclGroupEnd",
+        )),
+        None => r,
+    }
+}
+
+/// [`run`]'s calls, in order.
+fn run_calls(queued: Vec<Queued>) -> Result<(), NcclError> {
     let mut first: Result<(), NcclError> = Ok(());
     let mut keep = |comm: &NcclComm, r: Result<(), NcclError>| {
         if let Err(e) = r {

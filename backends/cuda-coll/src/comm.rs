@@ -459,6 +459,21 @@ impl Comm {
         ll_max: Option<u64>,
         device_timeout: Duration,
     ) -> Result<Comm> {
+        Self::with_plan_scratch(boot, device, capacity, ll_max, device_timeout, None)
+    }
+
+    /// [`Comm::new`] with the plan algorithms' scratch area sized by the caller
+    /// (`None`: room for plans on buffers of `capacity`, 4 × capacity + 1 MiB, unless
+    /// `COMMHAL_PLAN_SCRATCH` says otherwise). A communicator that never runs plans
+    /// (`COMMHAL_GPU_ALGO`, [`Comm::set_algorithm`]) needs only a small one.
+    pub fn with_plan_scratch(
+        boot: &dyn Bootstrap,
+        device: u32,
+        capacity: u64,
+        ll_max: Option<u64>,
+        device_timeout: Duration,
+        plan_scratch: Option<u64>,
+    ) -> Result<Comm> {
         let rank = boot.rank();
         let n = boot.size();
         if n as usize > MAX_RANKS {
@@ -617,6 +632,7 @@ impl Comm {
         let plan_scratch = std::env::var("COMMHAL_PLAN_SCRATCH")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
+            .or(plan_scratch)
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
         let plans = PlanExec::new(boot, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
