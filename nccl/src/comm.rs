@@ -286,6 +286,80 @@ fn wait_bound() -> Result<Duration, NcclError> {
     settings::wait_bound().map_err(NcclError::invalid)
 }
 
+/// What each rank can tell alone about setting up commhal's communicator, exchanged
+/// before anyone starts (a rank that fails inside the collective setup would leave the
+/// others waiting out the bound).
+#[derive(Debug)]
+struct Precheck {
+    host: Vec<u8>,
+    disabled: bool,
+    nvrtc: bool,
+    vmm: bool,
+    buffer_bytes: u64,
+}
+
+impl Precheck {
+    fn local(ctx: &Context, buffer_bytes: u64) -> Precheck {
+        let disabled = settings::disabled();
+        if !disabled {
+            crate::nvrtc::ensure();
+        }
+        Precheck {
+            host: host_key(),
+            disabled,
+            nvrtc: commhal_cuda_rt::nvrtc_available(),
+            vmm: ctx.supports_vmm_fd().unwrap_or(false),
+            buffer_bytes,
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut v = vec![
+            u8::from(self.disabled),
+            u8::from(self.nvrtc),
+            u8::from(self.vmm),
+        ];
+        v.extend_from_slice(&self.buffer_bytes.to_le_bytes());
+        v.extend_from_slice(&self.host);
+        v
+    }
+
+    /// Exchange (collective): `Ok(None)` when every rank can set up commhal's
+    /// communicator, `Ok(Some(why))` when one cannot (all then use the fallback), an
+    /// error when the ranks' settings differ.
+    fn agree(&self, b: &dyn Bootstrap) -> Result<Option<String>, NcclError> {
+        let all = b.all_gather(&self.encode())?;
+        let field = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0) != 0;
+        let bytes = |v: &[u8]| {
+            v.get(3..11)
+                .and_then(|s| s.try_into().ok())
+                .map_or(0, u64::from_le_bytes)
+        };
+        for (r, v) in all.iter().enumerate() {
+            if field(v, 0) != self.disabled || bytes(v) != self.buffer_bytes {
+                return Err(NcclError::usage(format!(
+                    "rank {r} runs with other COMMHAL_NCCL_DISABLE / COMMHAL_NCCL_BUFFER_BYTES settings than rank {}: set the same environment on every rank",
+                    b.rank()
+                )));
+            }
+        }
+        let first = |i: usize| all.iter().position(|v| !field(v, i));
+        Ok(if self.disabled {
+            Some("COMMHAL_NCCL_DISABLE=1".to_string())
+        } else if all.iter().any(|v| v.get(11..) != all[0].get(11..)) {
+            Some("the ranks are on more than one host (commhal's GPU communicator is NVLink within one host)".to_string())
+        } else if let Some(r) = first(1) {
+            Some(format!(
+                "rank {r} cannot load NVRTC 13 (libnvrtc.so.13) for the kernels: put it on the library path or set COMMHAL_NVRTC_DIR"
+            ))
+        } else {
+            first(2).map(|r| {
+                format!("rank {r}'s GPU cannot share cuMem VMM memory through file descriptors")
+            })
+        })
+    }
+}
+
 impl Ready {
     /// Make the fallback communicator over `boot` when a fallback library is set
     /// (collective): from the NCCL id inside the caller's id, else from one rank 0 makes
@@ -308,18 +382,10 @@ impl Ready {
         fallback: Option<FallbackComm>,
     ) -> Result<Ready, NcclError> {
         let b = boot.boot();
-        let hosts = b.all_gather(&host_key())?;
-        let mut why_not = if settings::disabled() {
-            Some("COMMHAL_NCCL_DISABLE=1".to_string())
-        } else if hosts.iter().any(|h| *h != hosts[0]) {
-            Some("the ranks are on more than one host (commhal's GPU communicator is NVLink within one host)".to_string())
-        } else {
-            None
-        };
+        let cap = settings::buffer_bytes().map_err(NcclError::invalid)?;
+        let mut why_not = Precheck::local(&ctx, cap).agree(b)?;
         let mut coll = None;
         if why_not.is_none() {
-            crate::nvrtc::ensure();
-            let cap = settings::buffer_bytes().map_err(NcclError::invalid)?;
             // the drop-in runs the hand-written kernels; plans (COMMHAL_GPU_ALGO) get
             // 1 MiB of scratch unless COMMHAL_PLAN_SCRATCH says more
             match Comm::with_plan_scratch(b, ctx.ordinal(), cap, None, wait_bound()?, Some(1 << 20))
@@ -1024,6 +1090,56 @@ impl NcclComm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn agree_on_two_ranks(
+        mk: impl Fn(u32) -> Precheck + Sync,
+    ) -> Vec<Result<Option<String>, NcclError>> {
+        let boots = commhal_hal::bootstrap::InProcBootstrap::create(2);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = boots
+                .into_iter()
+                .map(|b| {
+                    let mk = &mk;
+                    s.spawn(move || mk(b.rank()).agree(&b))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        })
+    }
+
+    fn pre(nvrtc: bool, host: &[u8], buffer_bytes: u64) -> Precheck {
+        Precheck {
+            host: host.to_vec(),
+            disabled: false,
+            nvrtc,
+            vmm: true,
+            buffer_bytes,
+        }
+    }
+
+    #[test]
+    fn every_rank_decides_alike_before_the_setup() {
+        for r in agree_on_two_ranks(|_| pre(true, b"h", 64)) {
+            assert!(r.expect("agree").is_none());
+        }
+        // one rank without NVRTC: both use the fallback, naming it
+        for r in agree_on_two_ranks(|rank| pre(rank == 0, b"h", 64)) {
+            let why = r.expect("agree").expect("fallback");
+            assert!(why.contains("rank 1 cannot load NVRTC"), "{why}");
+        }
+        for r in agree_on_two_ranks(|rank| pre(true, if rank == 0 { b"a" } else { b"b" }, 64)) {
+            assert!(
+                r.expect("agree")
+                    .expect("fallback")
+                    .contains("more than one host")
+            );
+        }
+        // settings that differ are an error on every rank
+        for r in agree_on_two_ranks(|rank| pre(true, b"h", 64 + u64::from(rank))) {
+            let e = r.expect_err("settings differ");
+            assert!(e.msg.contains("same environment"), "{}", e.msg);
+        }
+    }
 
     #[test]
     fn ids_carry_commhal_and_the_fallback_nccl_side_by_side() {
