@@ -162,6 +162,11 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, commhalStream_t stream);
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, commhalStream_t stream);
 
+/* Fallback only: run on the fallback NCCL (COMMHAL_NCCL_FALLBACK), else ncclInvalidUsage */
+ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, commhalStream_t stream);
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm, commhalStream_t stream);
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
+
 /* Groups */
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);

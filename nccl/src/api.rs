@@ -937,38 +937,16 @@ pub unsafe extern "C" fn ncclCommWindowDeregister(
     deregister("ncclCommWindowDeregister", comm, win)
 }
 
-// ---------------------------------------------------------------- NCCL's device API
+// ---------------------------------------------------------------- fallback-only calls
 
-/// Run `call` on the fallback's communicator of `comm` when the fallback has `f`:
-/// NCCL's device-side API (`ncclDevComm`) is NCCL's own.
-fn on_fallback_device_api<F: Copy>(
-    name: &str,
-    comm: CommHandle,
-    f: impl FnOnce(&crate::fallback::Nccl) -> Option<F>,
-    call: impl FnOnce(F, *mut c_void) -> c_int,
-) -> NcclResult {
-    entry(name, comm, || {
-        let ready = resolve(comm)?.ready()?;
-        let Some((fb, f)) = ready
-            .fallback
-            .as_ref()
-            .and_then(|fb| f(fb.lib).map(|f| (fb, f)))
-        else {
-            return Err(NcclError::usage(
-                "NCCL's device API (ncclDevComm) runs only on the fallback NCCL: set COMMHAL_NCCL_FALLBACK to NCCL >= 2.28",
-            ));
-        };
-        fb.lib.check(call(f, fb.raw), fb.raw, name)
-    })
-}
-
+/// NCCL's device-side API (`ncclDevComm`) is NCCL's own: the fallback's communicator.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclDevCommCreate(
     comm: CommHandle,
     reqs: *const c_void,
     dev_comm: *mut c_void,
 ) -> NcclResult {
-    on_fallback_device_api(
+    on_fallback(
         "ncclDevCommCreate",
         comm,
         |l| l.DevCommCreate,
@@ -984,13 +962,92 @@ pub unsafe extern "C" fn ncclDevCommDestroy(
     comm: CommHandle,
     dev_comm: *const c_void,
 ) -> NcclResult {
-    on_fallback_device_api(
+    on_fallback(
         "ncclDevCommDestroy",
         comm,
         |l| l.DevCommDestroy,
         |f, raw| {
             // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
             unsafe { f(raw, dev_comm) }
+        },
+    )
+}
+
+/// Run `call` on the fallback's communicator of `comm` (NCCL calls commhal does not
+/// implement); `ncclInvalidUsage` without a fallback that has the function.
+fn on_fallback<F: Copy>(
+    name: &str,
+    comm: CommHandle,
+    f: impl FnOnce(&crate::fallback::Nccl) -> Option<F>,
+    call: impl FnOnce(F, *mut c_void) -> c_int,
+) -> NcclResult {
+    entry(name, comm, || {
+        let ready = resolve(comm)?.ready()?;
+        let Some((fb, f)) = ready
+            .fallback
+            .as_ref()
+            .and_then(|fb| f(fb.lib).map(|f| (fb, f)))
+        else {
+            return Err(NcclError::usage(format!(
+                "{name} runs only on the fallback NCCL: set COMMHAL_NCCL_FALLBACK to an NCCL that has it"
+            )));
+        };
+        settings::log(|| format!("{name} -> fallback NCCL (commhal does not implement it)"));
+        fb.lib.check(call(f, fb.raw), fb.raw, name)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclGather(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+    comm: CommHandle,
+    stream: Stream,
+) -> NcclResult {
+    on_fallback(
+        "ncclGather",
+        comm,
+        |l| l.Gather,
+        |f, raw| {
+            // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
+            unsafe { f(send, recv, count, dtype, root, raw, stream) }
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclScatter(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: c_int,
+    root: c_int,
+    comm: CommHandle,
+    stream: Stream,
+) -> NcclResult {
+    on_fallback(
+        "ncclScatter",
+        comm,
+        |l| l.Scatter,
+        |f, raw| {
+            // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
+            unsafe { f(send, recv, count, dtype, root, raw, stream) }
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommRevoke(comm: CommHandle, flags: c_int) -> NcclResult {
+    on_fallback(
+        "ncclCommRevoke",
+        comm,
+        |l| l.CommRevoke,
+        |f, raw| {
+            // SAFETY: the caller's arguments, unchanged, on a live fallback communicator.
+            unsafe { f(raw, flags) }
         },
     )
 }

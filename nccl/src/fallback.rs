@@ -21,6 +21,9 @@ use crate::abi::{NcclError, NcclResult, UniqueIdBytes};
 
 type Comm = *mut c_void;
 type Stream = *mut c_void;
+/// `ncclGather` / `ncclScatter`: send, recv, count, datatype, root, comm, stream.
+pub type RootedCall =
+    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
 
 /// The functions of the fallback library (optional ones are `None` in older NCCLs).
 #[allow(non_snake_case, missing_docs)]
@@ -99,6 +102,9 @@ pub struct Nccl {
         Option<unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int>,
     pub CommWindowDeregister: Option<unsafe extern "C" fn(Comm, *mut c_void) -> c_int>,
     pub DevCommCreate: Option<unsafe extern "C" fn(Comm, *const c_void, *mut c_void) -> c_int>,
+    pub Gather: Option<RootedCall>,
+    pub Scatter: Option<RootedCall>,
+    pub CommRevoke: Option<unsafe extern "C" fn(Comm, c_int) -> c_int>,
     pub DevCommDestroy: Option<unsafe extern "C" fn(Comm, *const c_void) -> c_int>,
 }
 
@@ -174,6 +180,9 @@ impl Nccl {
             CommWindowRegister: opt_sym!(lib, "ncclCommWindowRegister"),
             CommWindowDeregister: opt_sym!(lib, "ncclCommWindowDeregister"),
             DevCommCreate: opt_sym!(lib, "ncclDevCommCreate"),
+            Gather: opt_sym!(lib, "ncclGather"),
+            Scatter: opt_sym!(lib, "ncclScatter"),
+            CommRevoke: opt_sym!(lib, "ncclCommRevoke"),
             DevCommDestroy: opt_sym!(lib, "ncclDevCommDestroy"),
             _lib: lib,
         })

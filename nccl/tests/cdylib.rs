@@ -53,6 +53,9 @@ const TORCH_IMPORTS: &[&str] = &[
     "ncclCommCuDevice",
 ];
 
+/// NCCL 2.28 functions exported beyond PyTorch's imports (they run on the fallback).
+const ALSO_EXPORTED: &[&str] = &["ncclGather", "ncclScatter", "ncclCommRevoke"];
+
 fn library_path() -> PathBuf {
     // `cargo test` builds the cdylib next to this executable (target/<profile>/deps/);
     // `cargo build` copies it up to target/<profile>/. Prefer the one cargo test built.
@@ -93,7 +96,7 @@ fn last_error(lib: &Library, comm: *mut c_void) -> String {
 fn every_symbol_torch_imports_is_exported_and_declared() {
     let lib = load();
     let header = include_str!("../include/commhal_nccl.h");
-    for name in TORCH_IMPORTS {
+    for name in TORCH_IMPORTS.iter().chain(ALSO_EXPORTED) {
         let c = format!("{name}\0");
         // SAFETY: only the address is looked up.
         let s: Result<Symbol<*const c_void>, _> = unsafe { lib.get(c.as_bytes()) };
