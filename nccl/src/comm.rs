@@ -788,10 +788,9 @@ impl NcclComm {
             Err(_) => return Ok(()),
         };
         if abort {
-            if let Some(b) = &ready.boot
-                && let Some(flag) = b.boot().peer_failure()
-            {
-                flag.abort(format!("ncclCommAbort on rank {}", self.rank));
+            // this communicator only: its waits and kernels stop, its siblings go on
+            if let Some(c) = &ready.coll {
+                c.abort(&format!("ncclCommAbort on rank {}", self.rank));
             }
             if let Some(fb) = &ready.fallback {
                 fb.abort_on_drop

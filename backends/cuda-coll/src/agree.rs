@@ -75,8 +75,9 @@ pub struct CallTable {
     /// Exchanges made so far by this rank (the next one is `done + 1`).
     done: AtomicU64,
     timeout: Duration,
-    /// The bootstrap's peer-failure flag, where it has one.
-    failure: Option<Arc<AbortFlag>>,
+    /// The flags every wait watches: the bootstrap's peer-failure flag (where it has
+    /// one) and the communicator's own abort flag.
+    failure: Vec<Arc<AbortFlag>>,
     /// This rank's side of the signature log.
     log: Mutex<SigLog>,
 }
@@ -98,8 +99,13 @@ fn slot_off(rank: u32, seq: u64) -> u64 {
 
 impl CallTable {
     /// Create (rank 0) or map (the others) the table. Collective over `boot`. Waits for
-    /// a peer's entry end after `timeout` with an error naming that peer.
-    pub fn new(boot: &dyn Bootstrap, timeout: Duration) -> Result<CallTable> {
+    /// a peer's entry end after `timeout` with an error naming that peer, or at once
+    /// when the bootstrap sees a peer die or `abort` (this communicator's) is raised.
+    pub fn new(
+        boot: &dyn Bootstrap,
+        timeout: Duration,
+        abort: Arc<AbortFlag>,
+    ) -> Result<CallTable> {
         let (rank, n) = (boot.rank(), boot.size());
         let n64 = u64::from(n.max(1));
         let bytes = (SLOT_BYTES * 2 + SIG_LOG) * n64 + POST_PAIR * n64 * n64;
@@ -131,7 +137,7 @@ impl CallTable {
             n,
             done: AtomicU64::new(0),
             timeout,
-            failure: boot.peer_failure(),
+            failure: boot.peer_failure().into_iter().chain([abort]).collect(),
             log: Mutex::new(SigLog {
                 calls: 0,
                 mine: vec![[0; SIGNATURE_BYTES]; SIG_RING as usize],
@@ -143,8 +149,8 @@ impl CallTable {
     /// Why the bootstrap gave up on a peer, once it did.
     pub fn peer_failure(&self) -> Option<String> {
         self.failure
-            .as_ref()
-            .and_then(|f| f.error())
+            .iter()
+            .find_map(|f| f.error())
             .map(|e| e.to_string())
     }
 
@@ -174,7 +180,7 @@ impl CallTable {
             spins = spins.saturating_add(1);
             if spins > 256 {
                 std::thread::yield_now();
-                if let Some(e) = self.failure.as_ref().and_then(|f| f.check().err()) {
+                if let Some(e) = self.failure.iter().find_map(|f| f.check().err()) {
                     return Err(CollError::invalid(format!("waiting for {who}: {e}")));
                 }
                 if start.elapsed() > self.timeout {
@@ -342,7 +348,7 @@ mod tests {
         f: impl Fn(u32, CallTable) -> T + Sync,
     ) -> Vec<T> {
         InProcBootstrap::run(n, |b| {
-            let t = CallTable::new(&b, timeout).expect("table");
+            let t = CallTable::new(&b, timeout, Arc::new(AbortFlag::new())).expect("table");
             f(b.rank(), t)
         })
     }
@@ -382,6 +388,33 @@ mod tests {
         for e in &got[..2] {
             assert!(e.contains("for rank 2 to reach collective #2"), "{e}");
         }
+    }
+
+    #[test]
+    fn this_communicators_abort_ends_its_waits_and_no_other() {
+        let got = InProcBootstrap::run(2, |b| {
+            let (mine, sibling) = (Arc::new(AbortFlag::new()), Arc::new(AbortFlag::new()));
+            let t = CallTable::new(&b, Duration::from_secs(20), mine.clone()).expect("table");
+            let u = CallTable::new(&b, Duration::from_secs(20), sibling).expect("sibling");
+            t.exchange(b"first").expect("first call");
+            if b.rank() == 1 {
+                return (String::new(), None); // never makes the second call
+            }
+            let t0 = Instant::now();
+            let aborter = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                mine.abort("ncclCommAbort");
+            });
+            let e = t.exchange(b"second").unwrap_err().to_string();
+            aborter.join().expect("aborter");
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "ended by the abort, not the bound"
+            );
+            (e, u.peer_failure())
+        });
+        assert!(got[0].0.contains("ncclCommAbort"), "{}", got[0].0);
+        assert_eq!(got[0].1, None, "the sibling communicator is not aborted");
     }
 
     fn sig(count: u64) -> Signature {

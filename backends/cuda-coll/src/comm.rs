@@ -265,6 +265,9 @@ pub struct Comm {
     prev_chain: AtomicBool,
     /// Where the ranks publish the caller's buffers of calls that reach into peers.
     table: crate::agree::CallTable,
+    /// This communicator's own abort flag ([`Comm::abort`]), watched with the
+    /// bootstrap's peer-failure flag by the call table and the watchdog.
+    abort: Arc<commhal_hal::AbortFlag>,
     /// Peer allocations a CUDA graph captured: open while this Comm lives.
     pins: Mutex<Vec<Arc<commhal_cuda_rt::ipc::IpcMapping>>>,
     /// Matched sends and receives per peer ([`Comm::p2p`]).
@@ -651,8 +654,9 @@ impl Comm {
         let ce_routes = tuning.sendrecv_ce_min != u64::MAX
             || (n == 2 && (tuning.bcast_ce_min != u64::MAX || tuning.reduce_ce_min != u64::MAX))
             || (n >= 3 && tuning.ar_ce_min != u64::MAX);
-        let table = crate::agree::CallTable::new(boot, device_timeout)?;
-        let watchdog = Self::watchdog(boot, &ctx, scratch.addr() + layout::OFF_ERROR)?;
+        let abort = Arc::new(commhal_hal::AbortFlag::new());
+        let table = crate::agree::CallTable::new(boot, device_timeout, abort.clone())?;
+        let watchdog = Self::watchdog(boot, &abort, &ctx, scratch.addr() + layout::OFF_ERROR)?;
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
@@ -682,26 +686,31 @@ impl Comm {
             chain_overlap: AtomicU32::new(chain_overlap),
             prev_chain: AtomicBool::new(false),
             table,
+            abort,
             pins: Mutex::new(Vec::new()),
             p2p_counts: Mutex::new(p2p::PairCounts::new(n)),
         })
     }
 
     /// The watchdog writing [`layout::ERR_PEER_GONE`] into the error word at
-    /// `error_word` when `boot` sees a peer die (none where it cannot tell).
+    /// `error_word` when `boot` sees a peer die or `abort` is raised (none without the
+    /// driver's stream memory writes).
     fn watchdog(
         boot: &dyn Bootstrap,
+        abort: &Arc<commhal_hal::AbortFlag>,
         ctx: &Arc<Context>,
         error_word: u64,
     ) -> Result<Option<crate::watchdog::Watchdog>> {
-        let Some(flag) = boot.peer_failure() else {
-            return Ok(None);
-        };
+        let flags: Vec<_> = boot
+            .peer_failure()
+            .into_iter()
+            .chain([abort.clone()])
+            .collect();
         if !crate::dma::available() {
             return Ok(None); // no stream memory writes in this driver: the wait bound
         }
         let stream = Stream::new(ctx)?;
-        let w = crate::watchdog::Watchdog::spawn(flag, crate::watchdog::PERIOD, move |_| {
+        let w = crate::watchdog::Watchdog::spawn(flags, crate::watchdog::PERIOD, move |_| {
             // SAFETY: the error word is in this Comm's scratch, which outlives the
             // watchdog (joined first when the Comm drops); 4-byte aligned.
             let r = unsafe { driver::write_value32(&stream, error_word, layout::ERR_PEER_GONE) };
@@ -744,8 +753,18 @@ impl Comm {
         self.algos.lock().ok().and_then(|m| m[coll_slot(coll)])
     }
 
-    /// What the bootstrap saw when a peer died or the job aborted (`None` while all
-    /// is well): a host-side check, no device access.
+    /// Stop this communicator's outstanding and later work on this rank (NCCL's
+    /// `ncclCommAbort`), from any thread: its host waits return an error and the
+    /// watchdog stops its kernels' device waits. The rank's other communicators, and
+    /// the peers, are not touched (the peers' waits for this rank end at their bound or
+    /// when this process's bootstrap goes).
+    pub fn abort(&self, why: &str) {
+        self.abort.abort(why);
+    }
+
+    /// What the bootstrap saw when a peer died or the job aborted, or why this
+    /// communicator was aborted (`None` while all is well): a host-side check, no
+    /// device access.
     pub fn peer_failure(&self) -> Option<String> {
         self.table.peer_failure()
     }

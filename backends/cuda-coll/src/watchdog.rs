@@ -4,7 +4,8 @@
 //! scratch) is non-zero, checked every 1024 spins. A peer that dies leaves the others'
 //! waits spinning until the device wait bound; the bootstrap, though, sees its
 //! connection close at once and raises its peer-failure flag. The watchdog is a thread
-//! that polls that flag and, when it rises, runs its action once — for a [`crate::Comm`],
+//! that polls that flag (and the communicator's own abort flag, [`crate::Comm::abort`])
+//! and, when one rises, runs its action once — for a [`crate::Comm`],
 //! writing [`crate::layout::ERR_PEER_GONE`] into the error word with a stream memory
 //! write on a stream of its own (the GPU front end executes it while the spinning
 //! kernels occupy every SM), so the kernels stop, the stream drains and the next sync
@@ -28,9 +29,9 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    /// Poll `flag` every `period`; once it is raised run `fire` with it, once, and end.
+    /// Poll `flags` every `period`; once one is raised run `fire` with it, once, and end.
     pub fn spawn(
-        flag: Arc<AbortFlag>,
+        flags: Vec<Arc<AbortFlag>>,
         period: Duration,
         fire: impl FnOnce(&AbortFlag) + Send + 'static,
     ) -> std::io::Result<Watchdog> {
@@ -40,8 +41,8 @@ impl Watchdog {
             .name("commhal-watchdog".into())
             .spawn(move || {
                 while !quit.load(Ordering::Relaxed) {
-                    if flag.is_set() {
-                        fire(&flag);
+                    if let Some(flag) = flags.iter().find(|f| f.is_set()) {
+                        fire(flag);
                         return;
                     }
                     std::thread::sleep(period);
@@ -73,7 +74,7 @@ mod tests {
     fn fires_once_soon_after_the_flag_rises() {
         let flag = Arc::new(AbortFlag::new());
         let (tx, rx) = mpsc::channel();
-        let _w = Watchdog::spawn(flag.clone(), PERIOD, move |f| {
+        let _w = Watchdog::spawn(vec![flag.clone()], PERIOD, move |f| {
             let _ = tx.send((Instant::now(), f.reason()));
         })
         .expect("spawn");
@@ -92,7 +93,7 @@ mod tests {
         let flag = Arc::new(AbortFlag::new());
         let fired = Arc::new(AtomicBool::new(false));
         let f2 = fired.clone();
-        let w = Watchdog::spawn(flag.clone(), PERIOD, move |_| {
+        let w = Watchdog::spawn(vec![flag.clone()], PERIOD, move |_| {
             f2.store(true, Ordering::SeqCst)
         })
         .expect("spawn");
