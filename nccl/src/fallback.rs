@@ -319,9 +319,7 @@ impl FallbackComm {
         });
         Ok(FallbackComm::new(lib, raw))
     }
-}
 
-impl FallbackComm {
     /// An NCCL id made by rank 0 and broadcast over `boot`.
     fn exchange_id(
         lib: &'static Nccl,
