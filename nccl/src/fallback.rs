@@ -366,9 +366,6 @@ impl Drop for FallbackComm {
         if self.raw.is_null() {
             return;
         }
-        if let Ok(mut t) = theirs().lock() {
-            t.remove(&(self.raw as usize));
-        }
         let abort = self
             .abort_on_drop
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -380,5 +377,11 @@ impl Drop for FallbackComm {
                 (self.lib.CommDestroy)(self.raw)
             }
         };
+        // Only now: NCCL 2.28's destroy calls the exported `ncclCommGetAsyncError` on
+        // this communicator while it tears down (after it ran operations), and that
+        // call reaches this library, which must still hand it back to NCCL.
+        if let Ok(mut t) = theirs().lock() {
+            t.remove(&(self.raw as usize));
+        }
     }
 }
