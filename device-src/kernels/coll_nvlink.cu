@@ -48,6 +48,8 @@
 //   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring from its second
 //                                    reduce-scatter step to its first all-gather step;
 //                                    the copy engines do the first and the rest.
+//   commhal_coll_allreduce_ll63_*    mid sizes: all pairs with LL63 packets (scatter,
+//                                    reduce, gather), no barrier.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //
@@ -2089,6 +2091,122 @@ extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll6
 #endif  // !COLL_RED_OP
 
 // ---------------------------------------------------------------------------------
+// All-reduce over all pairs with LL63 packets (mid sizes, above the LL16 one-shot: the
+// barrier two-shot's traffic with no barrier and no fence). a.count elements, bytes % 16
+// == 0, 16-byte aligned buffers (host). The vectors split into n chunks (partition);
+// rank c reduces chunk c:
+//   scatter  rank r packs chunk p of its input and sends it to rank p, every p != r;
+//   reduce   rank r waits for chunk r from every peer, adds them and its own in rank
+//            order, stores the sum into its output and sends it packed to every peer;
+//   gather   rank r waits for every peer p's sum of chunk p and stores it.
+// Each rank sends 2 (n - 1) / n of the data (x 64/63), the LL16 one-shot (n - 1) x 2.
+// Packets land in half e mod 2 of the receiver's LL63 small region, as the small LL63
+// chains use it: 2 (n - 1) slots of T tiles (T: the tiles of the largest chunk); sender
+// s's scatter slot in receiver q is k = (s - q - 1) mod n, its gather slot n - 1 + k. The
+// host checks that they fit a half. Before its first send a block waits until every peer
+// completed launch e - 2, the last one that used this half (usually long true); the
+// receiver clears every packet it read, so the half is all zeros after each launch.
+// Work: whole warp tiles, taken by the grid's warps in the order scatter, reduce,
+// gather. A warp sends all its scatter tiles before it waits for anything, and every
+// block is resident (host: blocks <= SMs), so the waits cannot form a cycle.
+// In place: rank r overwrites chunk p of its buffer in the gather only after p's sum
+// arrived, which p sent after it received this rank's scatter of the same tile.
+template <typename Op>
+COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 n = a.nranks, r = a.rank;
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u64 T = ll63_tile_count((nvec + n - 1) / n);
+  const u64 slot = T * COLL_LL63_TILE_PKTS * 16;
+  if (e > 2) {
+    if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
+    __syncthreads();
+  }
+  const v16* in = reinterpret_cast<const v16*>(a.in[r]);
+  v16* out = reinterpret_cast<v16*>(a.out[r]);
+  const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
+  const u32 lane = threadIdx.x % 32;
+  const u64 warp0 = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
+  // packet of this lane in tile t of slot k of rank q's half
+  auto pkt = [&](u32 q, u64 k, u64 t) {
+    return reinterpret_cast<u8*>(a.scratch[q] + half_off) + k * slot +
+           (t * COLL_LL63_TILE_PKTS + lane) * 16;
+  };
+  for (u64 i = warp0; i < (u64)(n - 1) * T; i += warps) {  // scatter
+    const u32 p = (r + 1 + (u32)(i / T)) % n;
+    const u64 t = i % T;
+    u64 cb, ce;
+    partition(nvec, n, p, cb, ce);
+    if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
+    u64 w[16];
+    ll63_load(in + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+    if (Op::PRE) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+    }
+    ll63_pack(w, lane);
+    ll63_send(pkt(p, (r + n - p - 1) % n, t), w);
+  }
+  u64 rb, re;
+  partition(nvec, n, r, rb, re);
+  bool ok = true;
+  for (u64 t = warp0; ok && t < ll63_tile_count(re - rb); t += warps) {  // reduce
+    u64 acc[16];
+    for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
+      u64 w[16];
+      if (p == r) {
+        ll63_load(in + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, w);
+        if (Op::PRE) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+        }
+      } else {
+        u8* pk = pkt(r, (p + n - r - 1) % n, t);
+        if (!ll63_recv(a, pk, r, w)) {
+          ok = false;
+          break;
+        }
+        ll63_clear(pk);
+        ll63_unpack(w, lane);
+      }
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+        ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
+    }
+    if (!ok) break;
+    if (Op::FIN) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
+    }
+    ll63_store(out + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, acc);
+    ll63_pack(acc, lane);
+    for (u32 q = 0; q < n; ++q) {
+      if (q != r) ll63_send(pkt(q, n - 1 + (r + n - q - 1) % n, t), acc);
+    }
+  }
+  for (u64 i = warp0; ok && i < (u64)(n - 1) * T; i += warps) {  // gather
+    const u32 p = (r + 1 + (u32)(i / T)) % n;
+    const u64 t = i % T;
+    u64 cb, ce;
+    partition(nvec, n, p, cb, ce);
+    if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
+    u64 w[16];
+    u8* pk = pkt(r, n - 1 + (p + n - r - 1) % n, t);
+    if (!ll63_recv(a, pk, r, w)) break;
+    ll63_clear(pk);
+    ll63_unpack(w, lane);
+    ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+  }
+}
+
+#ifndef COLL_RED_OP
+extern "C" __global__ void commhal_coll_allreduce_ll63_f16(CollArgs a) { allreduce_pairs_ll63<OpF16>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ll63_bf16(CollArgs a) { allreduce_pairs_ll63<OpBF16>(a); }
+extern "C" __global__ void commhal_coll_allreduce_ll63_f32(CollArgs a) { allreduce_pairs_ll63<OpF32>(a); }
+#endif  // !COLL_RED_OP
+
+// ---------------------------------------------------------------------------------
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
 // flags, with the data split into n segments. Reduce-scatter steps s = 0..n-2: rank r
 // sends segment (r - s - 1) mod n — its input for s = 0, else the partial sum that
@@ -2373,6 +2491,7 @@ COLL_TYPED_KERNEL(reduce, (reduce_root<RedT, false>(a)))
 COLL_TYPED_KERNEL(reduce_all, (reduce_root<RedT, true>(a)))
 COLL_TYPED_KERNEL(reduce_chain, reduce_chain<RedT>(a))
 COLL_TYPED_KERNEL(reduce_ll63, reduce_ll63<RedT>(a))
+COLL_TYPED_KERNEL(allreduce_ll63, allreduce_pairs_ll63<RedT>(a))
 COLL_TYPED_KERNEL(allreduce_ring, (ring<RedT, COLL_RING_AR>(a)))
 COLL_TYPED_KERNEL(allreduce_ring_head, (ring<RedT, COLL_RING_AR_HEAD>(a)))
 COLL_TYPED_KERNEL(reducescatter_ring, (ring<RedT, COLL_RING_RS>(a)))

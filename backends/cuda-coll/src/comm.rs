@@ -86,6 +86,9 @@ pub struct Tuning {
     pub bcast_ll63_max: u64,
     /// Largest reduce (bytes) done with the LL63 chain, above the LL16 sizes (0: never).
     pub reduce_ll63_max: u64,
+    /// Largest all-reduce (bytes) done over all pairs with LL63 packets, above `ll_max`
+    /// (0: never; sizes the LL63 small region's halves).
+    pub ar_ll63_max: u64,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub bcast_ce_min: u64,
@@ -170,6 +173,8 @@ pub enum Kernel {
     BroadcastLl63,
     /// Reduce, LL63 chain root+1 -> ... -> root (above the LL16 sizes, 16-byte multiples).
     ReduceLl63,
+    /// All-reduce over all pairs with LL63 packets (mid sizes).
+    AllreduceLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
     /// The ring all-reduce up to its first all-gather step (the copy engines do the
@@ -213,6 +218,7 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         BroadcastChain => "commhal_coll_broadcast_chain",
         BroadcastLl63 => "commhal_coll_broadcast_ll63",
         ReduceLl63 => typed_kernel!(dtype, "commhal_coll_reduce_ll63"),
+        AllreduceLl63 => typed_kernel!(dtype, "commhal_coll_allreduce_ll63"),
         ReduceChain => typed_kernel!(dtype, "commhal_coll_reduce_chain"),
         AllreduceRing => typed_kernel!(dtype, "commhal_coll_allreduce_ring"),
         AllreduceRingHead => typed_kernel!(dtype, "commhal_coll_allreduce_ring_head"),
@@ -353,7 +359,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 26] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 27] {
     [
         ("capacity", capacity),
         (
@@ -410,6 +416,7 @@ fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str,
             "reduce_ll63_max (COMMHAL_COLL_REDUCE_LL63_MAX)",
             t.reduce_ll63_max,
         ),
+        ("ar_ll63_max (COMMHAL_COLL_AR_LL63_MAX)", t.ar_ll63_max),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
             "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
@@ -536,7 +543,17 @@ impl Comm {
         } else {
             0
         };
-        let scratch = VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes))?;
+        // LL63 small region halves: the small chains', or the all-pairs all-reduce's
+        let small_half = if n > 1 {
+            layout::ll63_small_half_bytes(ll63_bytes).max(layout::pairs_half_bytes(
+                tuning.ar_ll63_max.min(capacity.max(4096)),
+                n,
+            ))
+        } else {
+            0
+        };
+        let scratch =
+            VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes, small_half))?;
         scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
@@ -582,7 +599,7 @@ impl Comm {
             ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
             stage_slot_bytes: stage_slot,
             ll63_small_off: layout::off_ll63_small(ll_cap, ll63_bytes),
-            ll63_small_half: layout::ll63_small_half_bytes(ll63_bytes),
+            ll63_small_half: small_half,
             ..CollArgs::default()
         };
         let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));
@@ -863,6 +880,16 @@ impl Comm {
         self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll63_cap
     }
 
+    /// Whether an all-reduce of `bytes` (above the LL16 sizes) runs over all pairs with
+    /// LL63 packets: up to the tuned size, whole 16-byte vectors, and what a rank
+    /// receives fits a parity half of the LL63 small region.
+    fn ar_pairs(&self, bytes: u64) -> bool {
+        self.n > 1
+            && bytes.is_multiple_of(16)
+            && bytes <= self.tuning.ar_ll63_max
+            && layout::pairs_half_bytes(bytes, self.n) <= self.base.ll63_small_half
+    }
+
     /// Grid of an LL63 chain ([`layout::ll63_grid`]).
     fn ll63_grid(&self, bytes: u64) -> (u32, u32) {
         layout::ll63_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
@@ -1021,6 +1048,10 @@ impl Comm {
                 if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
                     let (blocks, threads) = self.ll_grid(bytes / 8);
                     (Kernel::AllreduceLl, blocks, threads)
+                } else if self.ar_pairs(bytes) {
+                    let n = u64::from(self.n);
+                    let (b, t) = self.ll63_grid(bytes / n * (n - 1));
+                    (Kernel::AllreduceLl63, b, t)
                 } else {
                     if self.ring(coll, bytes) {
                         let (b, t) = self
@@ -1445,6 +1476,7 @@ mod tests {
             reduce_all_max: 12,
             bcast_ll63_max: 13,
             reduce_ll63_max: 14,
+            ar_ll63_max: 19,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             reduce_ce_min: 17,
@@ -1566,6 +1598,7 @@ mod tests {
             Kernel::ReduceChain,
             Kernel::BroadcastLl63,
             Kernel::ReduceLl63,
+            Kernel::AllreduceLl63,
             Kernel::AllreduceRing,
             Kernel::AllreduceRingHead,
             Kernel::ReducescatterRing,

@@ -119,9 +119,19 @@ pub const ERR_PEER_GONE: u32 = 8;
 
 /// Bytes of scratch for LL slots holding up to `ll_max_bytes` of data per sender, an
 /// LL63 region for chains of up to `ll63_max_bytes`, and after it the LL63 small region
-/// (two parity halves, [`ll63_small_half_bytes`]).
-pub fn scratch_bytes(ll_max_bytes: u64, ll63_max_bytes: u64) -> u64 {
-    off_ll63_small(ll_max_bytes, ll63_max_bytes) + 2 * ll63_small_half_bytes(ll63_max_bytes)
+/// (two parity halves of `small_half` bytes: [`ll63_small_half_bytes`] or
+/// [`pairs_half_bytes`], the larger).
+pub fn scratch_bytes(ll_max_bytes: u64, ll63_max_bytes: u64, small_half: u64) -> u64 {
+    off_ll63_small(ll_max_bytes, ll63_max_bytes) + 2 * small_half
+}
+
+/// Bytes of a parity half the all-pairs LL63 all-reduce of `bytes` on `n` ranks uses
+/// (`allreduce_pairs_ll63` in the unit): 2 (n - 1) slots of the largest chunk's warp
+/// tiles (0 for 0 bytes).
+pub fn pairs_half_bytes(bytes: u64, n: u32) -> u64 {
+    let n = u64::from(n.max(2));
+    let tiles = (bytes / 16).div_ceil(n).div_ceil(LL63_TILE_VECS);
+    2 * (n - 1) * tiles * LL63_TILE_PKTS * 16
 }
 
 /// 16-byte data vectors in one LL63 warp tile (4 row pairs x 63).
@@ -608,7 +618,7 @@ mod tests {
 
     #[test]
     fn scratch_holds_the_ll_slots() {
-        let s = scratch_bytes(64 << 10, 0);
+        let s = scratch_bytes(64 << 10, 0, 0);
         assert!(s >= OFF_LL + 2 * 8 * (128 << 10));
         assert_eq!(ll_slot_bytes(1000) % 4096, 0);
     }
@@ -644,7 +654,7 @@ mod tests {
         assert_eq!(ll63_grid(512 << 10, 512, 132), (131, 32));
         // 1 MiB: 261 tiles over 131 blocks of 2 warps
         assert_eq!(ll63_grid(1 << 20, 512, 132), (131, 64));
-        let s = scratch_bytes(64 << 10, 1 << 20);
+        let s = scratch_bytes(64 << 10, 1 << 20, ll63_small_half_bytes(1 << 20));
         let small_off = off_ll63_small(64 << 10, 1 << 20);
         assert_eq!(
             small_off,
@@ -657,6 +667,25 @@ mod tests {
             ll63_region_bytes(LL63_SMALL_MAX)
         );
         assert_eq!(ll63_small_half_bytes(0), 0);
+    }
+
+    #[test]
+    fn pairs_half_holds_every_chunk_slot() {
+        // 1 MiB on 4 ranks: chunks of 16384 vectors, 66 tiles, 6 slots
+        assert_eq!(pairs_half_bytes(1 << 20, 4), 6 * 66 * 4096);
+        // it fits the half a 2 MiB LL63 transfer sizes; 2 MiB on 4 ranks does not
+        assert!(pairs_half_bytes(1 << 20, 4) <= ll63_small_half_bytes(LL63_SMALL_MAX));
+        assert!(pairs_half_bytes(2 << 20, 4) > ll63_small_half_bytes(LL63_SMALL_MAX));
+        for n in 2..=8u32 {
+            for bytes in [16u64, 4096, (256 << 10) + 48, 1 << 20] {
+                let h = pairs_half_bytes(bytes, n);
+                // the largest chunk's last tile ends inside its slot, slots don't overlap
+                let chunk = (bytes / 16).div_ceil(u64::from(n));
+                let tiles = chunk.div_ceil(LL63_TILE_VECS);
+                assert_eq!(h, 2 * u64::from(n - 1) * tiles * LL63_TILE_PKTS * 16);
+                assert!(ll63_capacity(h / (2 * u64::from(n - 1))) >= chunk * 16);
+            }
+        }
     }
 
     #[test]

@@ -104,6 +104,13 @@ pub const HEADER: &str = "\
 #                          The tuner times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
+#     allreduce_ll63_max   (optional; absent or 0: never) all-reduces above
+#                          allreduce_ll_max and up to this size run over all pairs
+#                          with LL63 packets (scatter, reduce, gather; no barrier;
+#                          16-byte multiples only, and only while the 2 (n - 1) / n
+#                          of the data a rank receives fits a parity half of the LL63
+#                          small region: about 1 MiB on 4 ranks); below it the
+#                          two-shot or push kernels
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
@@ -223,6 +230,10 @@ pub struct Section {
     /// Largest reduce (bytes) done with the LL63 chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_ll63_max: Option<u64>,
+    /// Largest all-reduce (bytes) done over all pairs with LL63 packets, above
+    /// `allreduce_ll_max` (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_ll63_max: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -416,6 +427,7 @@ static FALLBACK: Section = Section {
     reduce_all_max: None,
     broadcast_ll63_max: None,
     reduce_ll63_max: None,
+    allreduce_ll63_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
@@ -741,6 +753,13 @@ pub fn resolve_with(
         false,
         s.reduce_ll63_max.unwrap_or(0),
     );
+    let ar_ll63_max = pick(
+        None,
+        None,
+        "COMMHAL_COLL_AR_LL63_MAX",
+        false,
+        s.allreduce_ll63_max.unwrap_or(0),
+    );
     let mut unroll = |var: &'static str, file: Option<u64>, default: u64| {
         pick(None, None, var, true, file.unwrap_or(default))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
@@ -822,6 +841,7 @@ pub fn resolve_with(
             reduce_all_max,
             bcast_ll63_max,
             reduce_ll63_max,
+            ar_ll63_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,

@@ -99,6 +99,7 @@ fn local_only(k: Kernel) -> bool {
             | Kernel::SendrecvLl
             | Kernel::BroadcastLl63
             | Kernel::ReduceLl63
+            | Kernel::AllreduceLl63
     )
 }
 
