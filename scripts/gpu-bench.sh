@@ -45,6 +45,16 @@
 # commands); sweeps as $OUT/tune-<N>gpu.json; budget default 500 s. Copy the file to
 # algorithms/tuning/ (and check `git diff`) to commit the tuned thresholds.
 #
+# GPU_BENCH_SET=faults: the fault checks of issue 36 on 4 GPUs, each an all-reduce f16 of
+# 4 KiB and of 1 MiB with a 5 s device wait bound (--timeout-ms 5000): `--dead-rank 3`
+# (rank 3 exits after the setup), `--stop-rank 3` (rank 3 stops itself with SIGSTOP: a
+# hung peer; it is continued and exits 17 s later) and `--abort-after-ms 500` (every
+# rank aborts its communicator while ranks 1-3 wait for rank 0, which never calls);
+# then the abort through `commhal bench --backend cuda-nvlink` (the flags' forwarding).
+# Every rank prints one line: its error, how long it took (for the abort: from the
+# abort) and whether that was the expected error in its bound; a step fails when one
+# was not. Budget default 240 s.
+#
 # Output ($OUT, default ./gpu-out; few files, so they all come back):
 #   bench-<N>gpu.log   every step's output, in order, with a header per step (the tune
 #                      set: tune-<N>gpu.log)
@@ -65,8 +75,9 @@ case $SET in
   dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
   dense) BUDGET=${GPU_BENCH_BUDGET:-570} ;;
   p2p) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
+  faults) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
-  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, p2p, cli, tune or dma" >&2; exit 2 ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, p2p, faults, cli, tune or dma" >&2; exit 2 ;;
 esac
 START=$(date +%s)
 SUMMARY=()
@@ -85,7 +96,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
 NEED=("$G/commhal")
-[[ $SET == default || $SET == extra || $SET == dense || $SET == dma || $SET == p2p ]] && NEED+=("$G/commhal-gpu-bench")
+[[ $SET == default || $SET == extra || $SET == dense || $SET == dma || $SET == p2p || $SET == faults ]] && NEED+=("$G/commhal-gpu-bench")
 for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
@@ -201,6 +212,22 @@ if [[ $SET == p2p ]]; then
   done
   if ((NGPU >= 4)); then
     step bench-4gpu.log allreduce-split2-4gpu 60 4 allreduce -b 1K -e 256M -f 16 -n 20 -w 3 -d half --split 2
+  fi
+fi
+
+if [[ $SET == faults ]]; then
+  # issue 36: a dead peer, a hung (stopped) peer and an abort, each for a small and a
+  # large all-reduce; every rank reports its error and when it came
+  if ((NGPU >= 4)); then
+    F=(-n 1 -w 0 -d half --timeout-ms 5000)
+    for S in 4K 1M; do
+      step bench-4gpu.log "allreduce-dead3-$S-4gpu" 60 4 allreduce -b "$S" -e "$S" "${F[@]}" --dead-rank 3
+      step bench-4gpu.log "allreduce-stop3-$S-4gpu" 90 4 allreduce -b "$S" -e "$S" "${F[@]}" --stop-rank 3
+      step bench-4gpu.log "allreduce-abort500-$S-4gpu" 60 4 allreduce -b "$S" -e "$S" "${F[@]}" --abort-after-ms 500
+    done
+    cmd_step bench-4gpu.log allreduce-abort500-4K-cli-4gpu 60 "$G/commhal" bench allreduce --backend cuda-nvlink --ranks 4 -b 4K -e 4K "${F[@]}" --abort-after-ms 500
+  else
+    SUMMARY+=("$(printf '%-28s SKIPPED (needs 4 GPUs, found %s)' faults "$NGPU")")
   fi
 fi
 

@@ -150,6 +150,20 @@ pub struct BenchArgs {
     /// (cuda-nvlink) Cap on bytes moved per size (iterations shrink) [default: 16G].
     #[arg(long)]
     pub max_bytes_per_size: Option<String>,
+    /// (cuda-nvlink) Fault check instead of a benchmark: rank R exits after the setup
+    /// (a crash); the others report how long until their collective of `-b` bytes fails.
+    #[arg(long, value_name = "R", conflicts_with_all = ["stop_rank", "abort_after_ms"])]
+    pub dead_rank: Option<u32>,
+    /// (cuda-nvlink) Fault check: rank R stops itself (SIGSTOP, a hung peer) after the
+    /// setup; the others report how long until their collective fails (expected: the
+    /// device wait bound, --timeout-ms).
+    #[arg(long, value_name = "R", conflicts_with = "abort_after_ms")]
+    pub stop_rank: Option<u32>,
+    /// (cuda-nvlink) Fault check: every rank but 0 queues a collective that rank 0 never
+    /// joins, and every rank aborts its communicator after T ms; each reports how long
+    /// from its abort to its error.
+    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
+    pub abort_after_ms: Option<u64>,
 }
 
 impl BenchArgs {
@@ -176,6 +190,15 @@ impl BenchArgs {
         }
         if self.max_bytes_per_size.is_some() {
             v.push("--max-bytes-per-size");
+        }
+        if self.dead_rank.is_some() {
+            v.push("--dead-rank");
+        }
+        if self.stop_rank.is_some() {
+            v.push("--stop-rank");
+        }
+        if self.abort_after_ms.is_some() {
+            v.push("--abort-after-ms");
         }
         v
     }

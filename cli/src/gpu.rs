@@ -129,7 +129,9 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         max_bytes_per_size,
         ll_max,
         timeout_ms: a.timeout_ms.unwrap_or(10_000),
-        dead_rank: None,
+        dead_rank: a.dead_rank,
+        stop_rank: a.stop_rank,
+        abort_after_ms: a.abort_after_ms,
         cycle_roots: false,
         matrix: false,
         p2p: false,
@@ -141,7 +143,14 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
     })
     .and_then(|args: Args| {
         args.check_nccl_tests_flags()
+            .and_then(|()| args.check_fault_flags())
             .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
+        if args.fault().is_some() && (a.plot.is_some() || a.output_file.is_some() || a.json) {
+            return Err(
+                "bench --backend cuda-nvlink: a fault check prints one line per rank and no table: drop --plot, -J and --json"
+                    .into(),
+            );
+        }
         Ok(args)
     })
 }
@@ -245,7 +254,8 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
     }
     let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
     let out = bench::run_rank(&args, boot.as_ref()).map_err(|e| e.to_string())?;
-    if out.rank != 0 {
+    if out.rank != 0 || args.fault().is_some() {
+        // a fault check: every rank printed its own outcome; the exit status says the rest
         return Ok(i32::from(out.wrong));
     }
     if a.json {
@@ -431,6 +441,8 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         ll_max: None,
         timeout_ms: t.timeout_ms,
         dead_rank: None,
+        stop_rank: None,
+        abort_after_ms: None,
         cycle_roots: false,
         matrix: false,
         p2p: false,
@@ -715,6 +727,73 @@ mod tests {
         let a = bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch=64"]).unwrap();
         assert_eq!(a.batch, 64);
         assert!(bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch", "0"]).is_err());
+    }
+
+    #[test]
+    fn fault_flags_are_forwarded() {
+        use commhal_cuda_coll::cli::Fault;
+        use std::time::Duration;
+        let gpu = |v: &[&str]| {
+            let mut args = v.to_vec();
+            args.extend(["--backend", "cuda-nvlink"]);
+            bench_args(&args)
+        };
+        assert_eq!(gpu(&["allreduce"]).unwrap().fault(), None);
+        let a = gpu(&["allreduce", "-b", "4K", "--dead-rank", "3"]).unwrap();
+        assert_eq!((a.fault(), a.min_bytes), (Some(Fault::DeadRank(3)), 4096));
+        let a = gpu(&[
+            "allreduce",
+            "-b",
+            "1M",
+            "--stop-rank",
+            "1",
+            "--timeout-ms",
+            "2000",
+        ])
+        .unwrap();
+        assert_eq!(a.fault(), Some(Fault::StopRank(1)));
+        assert_eq!(a.wait_ms(), 2000, "the stopped peer's bound");
+        let a = gpu(&["allreduce", "--abort-after-ms", "300"]).unwrap();
+        assert_eq!(
+            a.fault(),
+            Some(Fault::AbortAfter(Duration::from_millis(300)))
+        );
+        // one check at a time (clap), an abort before the wait bound, no table outputs
+        for (v, want) in [
+            (
+                &["--dead-rank", "1", "--stop-rank", "2"][..],
+                "cannot be used with",
+            ),
+            (
+                &["--dead-rank", "1", "--abort-after-ms", "5"][..],
+                "cannot be used with",
+            ),
+            (
+                &["--stop-rank", "1", "--abort-after-ms", "5"][..],
+                "cannot be used with",
+            ),
+            (&["--abort-after-ms", "0"][..], "--abort-after-ms"),
+            (
+                &["--abort-after-ms", "3000", "--timeout-ms", "2000"][..],
+                "device wait bound (2000 ms)",
+            ),
+            (&["--abort-after-ms", "3000", "-T", "3"][..], "3000 ms"),
+            (&["--stop-rank", "1", "--plot", "x.svg"][..], "drop --plot"),
+            (&["--dead-rank", "1", "-J", "x.json"][..], "drop --plot, -J"),
+            (&["--dead-rank", "1", "--json"][..], "--json"),
+        ] {
+            let mut args = vec!["allreduce"];
+            args.extend(v);
+            let e = gpu(&args).unwrap_err();
+            assert!(e.contains(want), "{v:?}: {want:?} not in {e}");
+        }
+        // GPU-only: named on a host run
+        let b = B::try_parse_from(["x", "allreduce", "--stop-rank", "1"]).unwrap();
+        assert_eq!(b.a.gpu_flags(), ["--stop-rank"]);
+        let b = B::try_parse_from(["x", "allreduce", "--dead-rank", "0"]).unwrap();
+        assert_eq!(b.a.gpu_flags(), ["--dead-rank"]);
+        let b = B::try_parse_from(["x", "allreduce", "--abort-after-ms", "9"]).unwrap();
+        assert_eq!(b.a.gpu_flags(), ["--abort-after-ms"]);
     }
 
     #[test]

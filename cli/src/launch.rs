@@ -11,6 +11,8 @@
 //! the others a short window to report (a rank that notices a dead peer says so within
 //! about 2 s), then stops those still running (SIGTERM, then SIGKILL after the grace
 //! period), naming them as possibly hung, and exits with the first failure's code.
+//! Every signal but SIGKILL is followed by SIGCONT, so a stopped rank (SIGSTOP: a hung
+//! peer in `commhal-gpu-bench --stop-rank`, a debugger) handles it at once.
 //!
 //! Each rank runs in its own process group, so stopping a rank stops whatever it
 //! started too (a shell's children, a sanitizer's target). SIGINT, SIGTERM and SIGHUP
@@ -290,7 +292,7 @@ impl Ranks {
     /// Send `sig` to the process group of every rank still running.
     fn signal(&self, sig: Signal) {
         for r in self.running_ranks() {
-            let _ = killpg(Pid::from_raw(self.pids[r]), sig);
+            signal_group(self.pids[r], sig);
         }
     }
 
@@ -303,6 +305,17 @@ impl Ranks {
             }
         }
         self.signal(Signal::SIGKILL);
+    }
+}
+
+/// Send `sig` to the process group `pgid`, then SIGCONT: a stopped rank (SIGSTOP, a
+/// fault check's hung peer, a debugger's stop) acts on no signal but SIGKILL until it
+/// is continued, so without it SIGTERM would wait out the grace period.
+fn signal_group(pgid: i32, sig: Signal) {
+    let group = Pid::from_raw(pgid);
+    let _ = killpg(group, sig);
+    if sig != Signal::SIGKILL {
+        let _ = killpg(group, Signal::SIGCONT);
     }
 }
 
@@ -341,7 +354,7 @@ fn forward_signals(
             let _ = interrupted.compare_exchange(0, sig as i32, Ordering::SeqCst, Ordering::SeqCst);
             if let Ok(g) = groups.lock() {
                 for &pgid in g.iter() {
-                    let _ = killpg(Pid::from_raw(pgid), sig);
+                    signal_group(pgid, sig);
                 }
             }
         }

@@ -215,3 +215,24 @@ fn launch_names_the_first_failure_and_the_ranks_that_hang() {
     assert!(err.contains("rank 0 failed (exit code 4) first"), "{err}");
     assert!(err.contains("rank(s) 1 still running"), "{err}");
 }
+
+/// A stopped rank (SIGSTOP: a hung peer) does not hold the launch until the grace
+/// period's SIGKILL: SIGTERM is followed by SIGCONT, so it terminates at once.
+#[test]
+fn a_stopped_rank_is_stopped_with_the_others_after_a_failure() {
+    let start = Instant::now();
+    let out = commhal()
+        .args(["launch", "-n", "2", "--grace", "60", "--", "sh", "-c"])
+        .arg("case $COMMHAL_RANK in 0) kill -STOP $$; exit 0;; 1) sleep 0.3; exit 3;; esac")
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 1 failed (exit code 3) first"), "{err}");
+    assert!(err.contains("rank(s) 0 still running"), "{err}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the stopped rank waited for SIGKILL ({took:?})"
+    );
+}

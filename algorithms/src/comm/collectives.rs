@@ -2,7 +2,8 @@
 //! works on. The host [`Communicator`] takes host slices and runs each call to the end;
 //! the GPU communicator (`commhal_cuda_coll::Comm`) takes device addresses and queues
 //! each call on a CUDA stream. Code written against the trait runs on either, chosen by
-//! where the data lives.
+//! where the data lives. For a communicator chosen at run time, its object-safe mirror
+//! is [`super::DynCollectives`].
 //!
 //! Counts are NCCL's: all-reduce, broadcast and reduce count the buffer's elements;
 //! all-gather and reduce-scatter the elements per rank; all-to-all the elements per

@@ -33,11 +33,16 @@
 //! deterministically) when a larger message arrives and are reused after that.
 
 mod collectives;
+mod dynamic;
 mod error;
 mod p2p;
 mod shared;
 
 pub use collectives::Collectives;
+pub use dynamic::{
+    DynCollectives, DynError, DynQueue, DynRecv, DynSend, FromDynQueue, FromDynRecv, FromDynSend,
+    Memory,
+};
 pub use error::CommError;
 
 use std::collections::{HashMap, HashSet};

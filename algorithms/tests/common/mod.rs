@@ -24,21 +24,7 @@ pub fn with_ranks(n: u32, rpn: u32, algo: Option<&str>, f: impl Fn(&mut Communic
             .map(|b| {
                 let algo = algo.map(str::to_string);
                 s.spawn(move || {
-                    let rank = b.rank();
-                    let opts = CommOptions {
-                        backends: Some(vec!["host-emu".into()]),
-                        node: Some(rank / rpn),
-                        algo,
-                        wait: Some(WaitPolicy {
-                            spin_for: Duration::from_micros(2),
-                            yield_for: Duration::from_micros(50),
-                            timeout: Duration::from_secs(20),
-                            ..WaitPolicy::for_host(1)
-                        }),
-                        ..Default::default()
-                    };
-                    let boot: Arc<dyn Bootstrap> = Arc::new(b);
-                    let mut comm = Communicator::new(boot, opts).expect("communicator");
+                    let mut comm = communicator(b, rpn, algo);
                     f(&mut comm);
                 })
             })
@@ -49,6 +35,26 @@ pub fn with_ranks(n: u32, rpn: u32, algo: Option<&str>, f: impl Fn(&mut Communic
             }
         }
     });
+}
+
+/// The host-emu communicator of the rank of `b` (`rpn` ranks per virtual node, an
+/// optional algorithm override), with the harness's wait policy (20 s bound).
+pub fn communicator(b: InProcBootstrap, rpn: u32, algo: Option<String>) -> Communicator {
+    let rank = b.rank();
+    let opts = CommOptions {
+        backends: Some(vec!["host-emu".into()]),
+        node: Some(rank / rpn),
+        algo,
+        wait: Some(WaitPolicy {
+            spin_for: Duration::from_micros(2),
+            yield_for: Duration::from_micros(50),
+            timeout: Duration::from_secs(20),
+            ..WaitPolicy::for_host(1)
+        }),
+        ..Default::default()
+    };
+    let boot: Arc<dyn Bootstrap> = Arc::new(b);
+    Communicator::new(boot, opts).expect("communicator")
 }
 
 /// One collective call to check.

@@ -1,6 +1,8 @@
 //! Command line of `commhal-gpu-bench` (nccl-tests flags) and the pure helpers behind
 //! the table: sizes, counts, busbw factors.
 
+use std::time::Duration;
+
 use clap::{Parser, ValueEnum};
 use commhal_algorithms::dtype::DataType;
 
@@ -329,8 +331,22 @@ pub struct Args {
     /// (a dead peer); every other rank queues one collective of `-b` bytes and reports
     /// what its `sync` returns (expected: an error within the bound, on every rank).
     /// Exit status 0 when every surviving rank got its error, 1 when one did not.
-    #[arg(long, value_name = "RANK")]
+    #[arg(long, value_name = "RANK", conflicts_with_all = ["stop_rank", "abort_after_ms", "split"])]
     pub dead_rank: Option<u32>,
+    /// Robustness check instead of a benchmark: this rank stops itself (SIGSTOP) right
+    /// after the setup — a hung peer, alive but silent — and is continued by a kernel
+    /// timer once the others are done, then exits; every other rank queues one
+    /// collective of `-b` bytes and reports when its `sync` fails (expected: a device
+    /// wait timeout, after about the device wait bound). Exit status as --dead-rank.
+    #[arg(long, value_name = "RANK", conflicts_with_all = ["abort_after_ms", "split"])]
+    pub stop_rank: Option<u32>,
+    /// Robustness check instead of a benchmark: every rank but 0 queues one collective
+    /// of `-b` bytes, which rank 0 never joins, and aborts its communicator
+    /// (`Comm::abort`) from a second thread this many milliseconds later; rank 0 aborts
+    /// at the same time. Each rank reports how long after its abort its `sync` failed
+    /// (expected: the abort's error within 1 s). Less than the device wait bound.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "split")]
+    pub abort_after_ms: Option<u64>,
     /// Broadcast / reduce, out of place: the checked run is n launches back to back
     /// with roots `--root` + 1, + 2, ..., ending at `--root`, and every reduce root
     /// checks its own result (a launch that overwrote a peer's staging or output
@@ -381,6 +397,48 @@ impl Args {
             .max(1)
     }
 
+    /// The fault `--dead-rank`, `--stop-rank` or `--abort-after-ms` asks for (at most
+    /// one: the flags conflict).
+    pub fn fault(&self) -> Option<Fault> {
+        match (self.dead_rank, self.stop_rank, self.abort_after_ms) {
+            (Some(r), _, _) => Some(Fault::DeadRank(r)),
+            (_, Some(r), _) => Some(Fault::StopRank(r)),
+            (_, _, Some(ms)) => Some(Fault::AbortAfter(Duration::from_millis(ms))),
+            _ => None,
+        }
+    }
+
+    /// The fault flags' values that no rank count can make right (the rank itself is
+    /// checked against the run's size when the ranks start).
+    pub fn check_fault_flags(&self) -> Result<(), String> {
+        let n = [
+            self.dead_rank.is_some(),
+            self.stop_rank.is_some(),
+            self.abort_after_ms.is_some(),
+        ]
+        .iter()
+        .filter(|f| **f)
+        .count();
+        if n > 1 {
+            return Err(
+                "--dead-rank, --stop-rank and --abort-after-ms are separate checks: give one"
+                    .into(),
+            );
+        }
+        if self.split.is_some() && n > 0 {
+            return Err("--split runs benchmarks only: drop it for a fault check".into());
+        }
+        if let Some(ms) = self.abort_after_ms
+            && ms >= self.wait_ms()
+        {
+            return Err(format!(
+                "--abort-after-ms {ms}: the abort must come before the device wait bound ({} ms) ends the waits by itself; lower it or raise --timeout-ms",
+                self.wait_ms()
+            ));
+        }
+        Ok(())
+    }
+
     /// nccl-tests' flags with one meaning here: what to do instead of the others.
     pub fn check_nccl_tests_flags(&self) -> Result<(), String> {
         let more_ranks = "start more ranks with `commhal launch -n N` (or `commhal bench --backend cuda-nvlink --ranks N`)";
@@ -417,6 +475,30 @@ impl Args {
             return Err("-T 0: give the device wait bound in seconds, at least 1".into());
         }
         Ok(())
+    }
+}
+
+/// A fault the benchmark injects instead of timing (`--dead-rank`, `--stop-rank`,
+/// `--abort-after-ms`; `crate::bench` runs the check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// This rank exits right after the setup, as a crash.
+    DeadRank(u32),
+    /// This rank stops itself (SIGSTOP) right after the setup: a hung peer.
+    StopRank(u32),
+    /// Every rank aborts its communicator this long after the others queued a
+    /// collective that rank 0 never joins.
+    AbortAfter(Duration),
+}
+
+impl Fault {
+    /// The flag that asked for it, as typed.
+    pub fn flag(&self) -> String {
+        match self {
+            Fault::DeadRank(r) => format!("--dead-rank {r}"),
+            Fault::StopRank(r) => format!("--stop-rank {r}"),
+            Fault::AbortAfter(d) => format!("--abort-after-ms {}", d.as_millis()),
+        }
     }
 }
 
@@ -804,6 +886,74 @@ mod tests {
         let a = Args::try_parse_from(["x", "reduce", "--op", "max"]).unwrap();
         assert_eq!(a.reduce_op(), ReduceOp::Max);
         assert!(Args::try_parse_from(["x", "reduce", "-o", "xor"]).is_err());
+    }
+
+    #[test]
+    fn fault_flags_parse_and_conflict() {
+        let p = |v: &[&str]| Args::try_parse_from(["x", "allreduce"].iter().chain(v));
+        assert_eq!(p(&[]).unwrap().fault(), None);
+        let a = p(&["--dead-rank", "2"]).unwrap();
+        assert_eq!(a.fault(), Some(Fault::DeadRank(2)));
+        let a = p(&["--stop-rank", "1", "-b", "1M"]).unwrap();
+        assert_eq!(
+            (a.fault(), a.min_bytes),
+            (Some(Fault::StopRank(1)), 1 << 20)
+        );
+        assert!(a.check_fault_flags().is_ok());
+        let a = p(&["--abort-after-ms", "250"]).unwrap();
+        assert_eq!(
+            a.fault(),
+            Some(Fault::AbortAfter(Duration::from_millis(250)))
+        );
+        assert!(a.check_fault_flags().is_ok());
+        for f in [
+            Fault::DeadRank(3),
+            Fault::StopRank(0),
+            Fault::AbortAfter(Duration::from_millis(40)),
+        ] {
+            let words: Vec<String> = f.flag().split(' ').map(str::to_string).collect();
+            let w: Vec<&str> = words.iter().map(String::as_str).collect();
+            assert_eq!(p(&w).unwrap().fault(), Some(f), "{}", f.flag());
+        }
+        // one check at a time, and none with --split (which only benchmarks)
+        for v in [
+            &["--dead-rank", "1", "--stop-rank", "2"][..],
+            &["--dead-rank", "1", "--abort-after-ms", "100"][..],
+            &["--stop-rank", "1", "--abort-after-ms", "100"][..],
+            &["--dead-rank", "1", "--split", "2"][..],
+            &["--stop-rank", "1", "--split", "2"][..],
+            &["--abort-after-ms", "100", "--split", "2"][..],
+        ] {
+            let e = p(v).unwrap_err().to_string();
+            assert!(e.contains("cannot be used with"), "{v:?}: {e}");
+        }
+        assert!(p(&["--abort-after-ms", "0"]).is_err());
+        assert!(p(&["--stop-rank", "-1"]).is_err());
+        // the abort must come before the device wait bound ends the waits
+        let e = p(&["--abort-after-ms", "10000"])
+            .unwrap()
+            .check_fault_flags()
+            .unwrap_err();
+        assert!(e.contains("device wait bound (10000 ms)"), "{e}");
+        assert!(
+            p(&["--abort-after-ms", "10000", "--timeout-ms", "20000"])
+                .unwrap()
+                .check_fault_flags()
+                .is_ok()
+        );
+        let e = p(&["--abort-after-ms", "2500", "-T", "2"])
+            .unwrap()
+            .check_fault_flags()
+            .unwrap_err();
+        assert!(e.contains("2000 ms"), "{e}");
+        // built by hand (as `commhal bench` does): the same checks
+        let mut a = p(&[]).unwrap();
+        a.dead_rank = Some(1);
+        a.stop_rank = Some(2);
+        assert!(a.check_fault_flags().unwrap_err().contains("give one"));
+        a.stop_rank = None;
+        a.split = Some(2);
+        assert!(a.check_fault_flags().unwrap_err().contains("--split"));
     }
 
     #[test]

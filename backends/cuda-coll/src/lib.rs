@@ -33,6 +33,7 @@
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
 //! | [`bench`] | the benchmark loop and tables, the tuner's sweep |
+//! | [`hang`] | `--stop-rank`: this process stopped on purpose (SIGSTOP), continued by a kernel timer |
 //! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides, derivation |
 #![warn(missing_docs)]
 
@@ -44,6 +45,7 @@ pub mod comm;
 pub mod dma;
 pub mod driver;
 pub mod error;
+pub mod hang;
 pub mod kernels;
 pub mod layout;
 pub mod nccl;

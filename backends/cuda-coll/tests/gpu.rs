@@ -274,3 +274,103 @@ fn collectives_trait_on_one_gpu() {
     recv.read(0, &mut got).expect("read");
     assert_eq!(got, data, "one rank: the all-reduce is a copy");
 }
+
+/// The GPU communicator chosen at run time, through the object-safe mirror
+/// `DynCollectives` (as `Box<dyn DynCollectives>`): device descriptors and the stream
+/// as a `DynQueue` on one rank (a copy); host slices, no queue or a queue of another
+/// type are errors before anything is queued.
+#[test]
+fn dyn_collectives_on_one_gpu() {
+    use commhal_algorithms::comm::{DynCollectives, DynError, DynQueue, DynRecv, DynSend, Memory};
+    use commhal_algorithms::{DataType, RedOp};
+    use commhal_cuda_rt::{DeviceBuffer, Stream};
+    if !gpu_or_skip("dyn_collectives_on_one_gpu") {
+        return;
+    }
+    let boot = InProcBootstrap::create(1).pop().expect("bootstrap");
+    let comm = Comm::new(&boot, 0, 1 << 20, None, Duration::from_secs(5)).expect("comm");
+    let ctx = comm.context().clone();
+    let mut chosen: Box<dyn DynCollectives> = Box::new(comm);
+    assert_eq!(chosen.memory(), Memory::Device);
+    assert_eq!((chosen.rank(), chosen.size()), (0, 1));
+    let stream = Stream::new(&ctx).expect("stream");
+    let send = DeviceBuffer::new(&ctx, 4096).expect("send");
+    let recv = DeviceBuffer::new(&ctx, 4096).expect("recv");
+    let data: Vec<u8> = (0..1024u32)
+        .flat_map(|i| (i as f32 * 0.25).to_le_bytes())
+        .collect();
+    send.write(0, &data).expect("write");
+    chosen
+        .all_reduce(
+            DynSend::Device(send.addr()),
+            DynRecv::Device(recv.addr()),
+            1024,
+            DataType::F32,
+            RedOp::Sum,
+            DynQueue::of(&stream),
+        )
+        .expect("all-reduce through the trait object");
+    stream.synchronize().expect("sync");
+    let mut got = vec![0u8; 4096];
+    recv.read(0, &mut got).expect("read");
+    assert_eq!(got, data, "one rank: the all-reduce is a copy");
+
+    let host = vec![0u8; 4096];
+    let e = chosen
+        .all_gather(
+            host[..].into(),
+            DynRecv::Device(recv.addr()),
+            1024,
+            DataType::F32,
+            DynQueue::of(&stream),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DynError::WrongMemory {
+                given: Memory::Host,
+                wants: Memory::Device,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = chosen
+        .broadcast(
+            DynSend::Device(send.addr()),
+            DynRecv::Device(recv.addr()),
+            1024,
+            DataType::F32,
+            0,
+            DynQueue::NONE,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("Stream"), "{e}");
+    let e = chosen
+        .reduce(
+            DynSend::Device(send.addr()),
+            DynRecv::Device(recv.addr()),
+            1024,
+            DataType::F32,
+            RedOp::Sum,
+            0,
+            DynQueue::of(&ctx),
+        )
+        .unwrap_err();
+    assert!(matches!(e, DynError::WrongQueue { .. }), "{e:?}");
+    // the communicator's own errors: a null send buffer
+    let e = chosen
+        .all_reduce(
+            DynSend::Device(0),
+            DynRecv::Device(recv.addr()),
+            16,
+            DataType::F32,
+            RedOp::Sum,
+            DynQueue::of(&stream),
+        )
+        .unwrap_err();
+    let call = e.call_error().expect("the communicator's error");
+    assert!(call.is::<commhal_cuda_coll::CollError>(), "{e:?}");
+    assert!(e.to_string().contains("send buffer is null"), "{e}");
+}

@@ -2,9 +2,13 @@
 //! -b 1K -e 1G -f 4 [-r root] ...`: run in
 //! every rank with `commhal launch -n N -- commhal-gpu-bench ...` (rank r uses GPU
 //! `COMMHAL_LOCAL_RANK`, else r, modulo the device count). Without a launcher it runs
-//! one rank (a copy). Exit status: 0 ok, 1 wrong results, 2 error. `--dead-rank R`:
-//! rank R exits (as a crash) after the setup and the others check that their collective fails
-//! cleanly (exit 1 on a rank whose sync did not fail).
+//! one rank (a copy). Exit status: 0 ok, 1 wrong results, 2 error. Fault checks
+//! instead of a benchmark: `--dead-rank R` (rank R exits, as a crash, after the setup),
+//! `--stop-rank R` (rank R stops itself with SIGSTOP: a hung peer) and
+//! `--abort-after-ms T` (every rank aborts its communicator T ms after queuing a
+//! collective that rank 0 never joins); each rank reports its error and how long it
+//! took, and exits 1 when it was not the expected one
+//! ([`commhal_cuda_coll::bench::run_rank`]).
 //! `commhal bench <collective> --backend cuda-nvlink` runs the same benchmark
 //! ([`commhal_cuda_coll::bench::run_rank`]).
 
@@ -66,7 +70,7 @@ fn run(args: &Args) -> Result<bool> {
     }
     let boot = bench::bootstrap_from_env()?;
     let out = bench::run_rank(args, boot.as_ref())?;
-    if args.dead_rank.is_some() {
+    if args.fault().is_some() {
         // every surviving rank printed its own outcome; the exit status says the rest
     } else if out.rank == 0 {
         println!(
@@ -83,7 +87,10 @@ fn run(args: &Args) -> Result<bool> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(e) = args.check_nccl_tests_flags() {
+    if let Err(e) = args
+        .check_nccl_tests_flags()
+        .and_then(|()| args.check_fault_flags())
+    {
         eprintln!("commhal-gpu-bench: {e}");
         return ExitCode::from(2);
     }
