@@ -29,6 +29,7 @@
 //! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
+//! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
 //! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
@@ -47,6 +48,7 @@ pub mod error;
 pub mod kernels;
 pub mod layout;
 pub mod nccl;
+pub mod nccl_lib;
 pub mod peers;
 pub mod plan_exec;
 pub mod tuning;
