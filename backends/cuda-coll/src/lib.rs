@@ -30,7 +30,7 @@
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
-//! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
+//! | [`nccl`] | the comparison (`--compare nccl \| mscclpp`, `--compare-lib`): the library on the same buffers and stream |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
 //! | [`bench`] | the benchmark loop and tables, the tuner's sweep |
