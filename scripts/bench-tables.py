@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""bench-tables.py — commhal-gpu-bench logs (with --compare nccl) to markdown tables.
+"""bench-tables.py — commhal-gpu-bench logs (with --compare or --compare-lib) to markdown
+tables.
 
-    scripts/bench-tables.py LOG...            one table per run: size, commhal µs, NCCL µs,
-                                              ratio, in-place ratio
+    scripts/bench-tables.py LOG...            one table per run: size, commhal µs, the
+                                              compared library's µs, ratio, in-place ratio
     scripts/bench-tables.py --summary LOG...  one line per run: the lowest ratio, every
-                                              size where commhal is slower than NCCL,
-                                              and any cell with wrong elements
+                                              size where commhal is slower than the
+                                              compared library, and any cell with wrong
+                                              elements
     scripts/bench-tables.py --grid LOG...     the runs side by side, per rank count and
                                               dtype, at most 4 collectives per table:
                                               "commhal / NCCL = ratio" (out of place;
@@ -19,10 +21,12 @@ also start a run there, when the current one already has rows or there is none, 
 logs without `####` headers and `--matrix` logs (a table per type) give a run per
 table; the `# commhal: <collective> <type> ranks=N` line names it. nccl-tests' footer
 lines (`# Out of bounds values`, `# Avg bus bandwidth`) are comments and skipped. The
-ratio is NCCL's time / commhal's (> 1: commhal faster), out of place; "ip" is the same
-in place (all-to-all and send/recv have no in-place variant: "-"). The bench prints
-NCCL's rows twice (interleaved, then as their own table); the first of each size is
-used. Python 3 standard library only.
+compared library's rows carry its label in brackets (`[NCCL 2.28.9]`, `[MSCCL++ 0.9.0]`;
+older logs: `[nccl]`, shown as NCCL), which names it in the output. The ratio is its
+time / commhal's (> 1: commhal faster), out of place; "ip" is the same in place
+(all-to-all and send/recv have no in-place variant: "-"). The bench prints its rows
+twice (interleaved, then as their own table); the first of each size is used. Python 3
+standard library only.
 """
 import re
 import signal
@@ -30,7 +34,7 @@ import sys
 
 ROW = re.compile(r"^(?:\[rank 0\])?\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+"
                  r"([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+(-?\d+)"
-                 r"(\s+\[nccl\])?\s*$")
+                 r"(?:\s+\[([^\]]+)\])?\s*$")
 # `# commhal: allreduce half ranks=4 graph=false batch=10` (the table's heading)
 TABLE = re.compile(r"^(?:\[rank 0\]\s*)?# commhal: (\S+) (\S+) ranks=(\d+)")
 NTHREAD = re.compile(r"^(?:\[rank 0\]\s*)?# nThread ")
@@ -53,6 +57,7 @@ class Run:
         e = re.search(r"\(env: (.*)\)$", header)
         self.env = e.group(1).strip() if e else ""
         self.ours, self.nccl = {}, {}
+        self.lib = "NCCL"  # the compared library's label, from its rows' tag
         self.coll = self.args.split()[0] if self.args else "?"
         d = re.search(r"-d\s+(\S+)", self.args)
         self.dtype = d.group(1) if d else "?"
@@ -75,6 +80,8 @@ class Run:
     def add(self, m):
         size = int(m.group(1))
         cell = (float(m.group(6)), float(m.group(8)), int(m.group(7)), int(m.group(9)))
+        if m.group(10):
+            self.lib = "NCCL" if m.group(10) == "nccl" else m.group(10)
         (self.nccl if m.group(10) else self.ours).setdefault(size, cell)
 
     def rows(self):
@@ -115,7 +122,7 @@ def runs(paths):
 
 def table(r):
     print(f"\n### {r.ranks} ranks: `{r.args}`" + (f" (env: {r.env})" if r.env else ""))
-    print("\n| size | commhal µs | NCCL µs | ratio | ip |\n|---|---|---|---|---|")
+    print(f"\n| size | commhal µs | {r.lib} µs | ratio | ip |\n|---|---|---|---|---|")
     for size, a, b, ratio, ip in r.rows():
         wrong = " (WRONG)" if a[2] > 0 or a[3] > 0 else ""
         print(f"| {human(size)} | {a[0]:.2f}{wrong} | {b[0]:.2f} | {ratio:.2f} | "
@@ -125,14 +132,14 @@ def table(r):
 def summary(r):
     rows = list(r.rows())
     if not rows:
-        print(f"{r.ranks} ranks {r.args}: no NCCL rows (run with --compare nccl)")
+        print(f"{r.ranks} ranks {r.args}: no rows of a compared library (run with --compare nccl)")
         return
     low = min(min(x[3], x[4] if x[4] is not None else x[3]) for x in rows)
     below = [f"{human(s)} {ro:.2f}" + (f"/{ip:.2f}" if ip is not None else "")
              for s, _, _, ro, ip in rows if ro < 1.0 or (ip is not None and ip < 1.0)]
     wrong = [human(s) for s, a, _, _, _ in rows if a[2] > 0 or a[3] > 0]
     line = f"{r.ranks} ranks {r.args}: {len(rows)} sizes, lowest ratio {low:.2f}"
-    line += "; below NCCL (out/in place): " + (", ".join(below) if below else "none")
+    line += f"; below {r.lib} (out/in place): " + (", ".join(below) if below else "none")
     if wrong:
         line += "; WRONG at " + ", ".join(wrong)
     print(line)
@@ -146,8 +153,9 @@ def grid(found):
         for i in range(0, len(rs), 4):
             part = rs[i:i + 4]
             names = ", ".join(r.coll for r in part)
-            print(f"\n**{ranks} GPUs, {dtype}: {names}** — µs (commhal / NCCL) = ratio "
-                  "NCCL/commhal, out of place\n")
+            lib = part[0].lib
+            print(f"\n**{ranks} GPUs, {dtype}: {names}** — µs (commhal / {lib}) = ratio "
+                  f"{lib}/commhal, out of place\n")
             print("| size | " + " | ".join(r.coll for r in part) + " |")
             print("|---|" + "---|" * len(part))
             cells = [{s: (a, b, ro) for s, a, b, ro, _ in r.rows()} for r in part]

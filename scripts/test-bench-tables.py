@@ -3,11 +3,11 @@
 
 The committed testdata/gpu-bench-rooted-4gpu.log is an old log (no nccl-tests header or
 footer, every line `[rank 0] `-prefixed); scripts/test.sh checks that it still parses.
-This builds two logs in today's format (nccl-tests' `# nThread` line, `# Using devices`,
+This builds logs in today's format (nccl-tests' `# nThread` line, `# Using devices`,
 the footer, `f8e4m3`-style type names) and checks what bench-tables.py reads from them:
 one with bare lines and no `####` header (`commhal bench --backend cuda-nvlink --ranks N
 --compare nccl > log`), one under `commhal launch` with a `####` header and two --matrix
-tables. The numbers are made up; only the layout is the benchmark's. Exit 0 when all
+tables, and one whose compared rows carry a library's label (`--compare mscclpp`). The numbers are made up; only the layout is the benchmark's. Exit 0 when all
 checks pass. Python 3 standard library only.
 """
 import os
@@ -21,14 +21,15 @@ COLUMNS = """#                                                              out-
 #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)"""
 
 
-def row(size, dtype, esize, t, nccl=False):
-    """One row as backends/cuda-coll/src/bench.rs `fmt_row` prints it."""
+def row(size, dtype, esize, t, lib=None):
+    """One row as backends/cuda-coll/src/bench.rs `fmt_row` prints it (`lib`: the
+    compared library's tag)."""
     cell = f"{t:8.2f} {size / t / 1e3:7.2f} {size / t / 1e3:7.2f} {0:6}"
     line = f"{size:12} {size // esize:13} {dtype:>9} {'sum':>7} {-1:>7} {cell} {cell}"
-    return line + ("   [nccl]" if nccl else "")
+    return line + (f"   [{lib}]" if lib else "")
 
 
-def table(dtype, esize, ours, theirs, ranks=2):
+def table(dtype, esize, ours, theirs, ranks=2, lib="nccl"):
     lines = [
         f"# commhal-gpu-bench: {ranks} ranks, ll_max 131072 B, 512 threads, <= 132 blocks, device wait bound 10s",
         "# nThread 1 nGpus 1 minBytes 1024 maxBytes 4096 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0",
@@ -40,9 +41,10 @@ def table(dtype, esize, ours, theirs, ranks=2):
     lines += ["#", "#", f"# commhal: allreduce {dtype} ranks={ranks} graph=false batch=10", COLUMNS]
     sizes = [1024, 2048, 4096]
     for s, a, b in zip(sizes, ours, theirs):
-        lines += [row(s, dtype, esize, a), row(s, dtype, esize, b, nccl=True)]
+        lines += [row(s, dtype, esize, a), row(s, dtype, esize, b, lib=lib)]
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.2000 ", "#"]
-    lines += ["#", f"# NCCL: allreduce {dtype} ranks={ranks} graph=false batch=10", COLUMNS]
+    name = "NCCL" if lib == "nccl" else lib
+    lines += ["#", f"# {name}: allreduce {dtype} ranks={ranks} graph=false batch=10", COLUMNS]
     lines += [row(s, dtype, esize, b) for s, b in zip(sizes, theirs)]
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0.1000 ", "#"]
     return lines
@@ -91,6 +93,17 @@ def main():
         grid = run(["--grid", launched])
         check("**4 GPUs, half: allreduce**" in grid and "**4 GPUs, f8e4m3: allreduce**" in grid,
               "grid per type", grid)
+
+        labelled = os.path.join(d, "labelled.log")
+        with open(labelled, "w", encoding="utf-8") as f:
+            f.write("\n".join(table("half", 2, [4.0, 5.0, 8.0], [6.0, 5.0, 6.0],
+                                    lib="MSCCL++ 0.9.0")) + "\n")
+        out = run(["--summary", labelled])
+        check(out.strip() == "2 ranks allreduce -d half: 3 sizes, lowest ratio 0.75; "
+              "below MSCCL++ 0.9.0 (out/in place): 4K 0.75/0.75", "labelled summary", out)
+        out = run([labelled])
+        check("| size | commhal µs | MSCCL++ 0.9.0 µs | ratio | ip |" in out
+              and "| 1K | 4.00 | 6.00 | 1.50 | 1.50 |" in out, "labelled table", out)
     print("test-bench-tables.py: all checks passed")
     return 0
 

@@ -90,10 +90,17 @@ pub struct BenchArgs {
     /// the host Communicator; another name is the same as `--backends NAME`.
     #[arg(long)]
     pub backend: Option<String>,
-    /// (cuda-nvlink) Also run NCCL on the same buffers in the same processes,
-    /// alternating with commhal per size; prints both tables and the time ratio.
+    /// (cuda-nvlink) Also run a library with NCCL's C API on the same buffers in the
+    /// same processes, alternating with commhal per size; prints both tables and the
+    /// time ratio, labelled with the library's name and version. `nccl`: libnccl.so.2
+    /// from the loader's search path (LD_LIBRARY_PATH); `mscclpp`: MSCCL++'s
+    /// libmscclpp_nccl.so, from $COMMHAL_MSCCLPP_LIB, else the search path.
     #[arg(long, value_enum)]
     pub compare: Option<commhal_cuda_coll::cli::Compare>,
+    /// (cuda-nvlink) Compare with the library at PATH instead: anything exporting
+    /// NCCL's C API (a name without `/` is searched for as dlopen does).
+    #[arg(long, value_name = "PATH", conflicts_with = "compare")]
+    pub compare_lib: Option<String>,
     /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one
     /// graph): `-G` alone = 5 replays, `-G N` = N replays (nccl-tests' graph launch
     /// count), `-G 0` = no graph.
@@ -172,6 +179,9 @@ impl BenchArgs {
         let mut v = Vec::new();
         if self.compare.is_some() {
             v.push("--compare");
+        }
+        if self.compare_lib.is_some() {
+            v.push("--compare-lib");
         }
         if self.graph > 0 {
             v.push("-G");

@@ -124,6 +124,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         batch: a.batch.unwrap_or(ccli::DEFAULT_BATCH),
         gate: a.gate.unwrap_or(1),
         compare: a.compare,
+        compare_lib: a.compare_lib.as_ref().map(PathBuf::from),
         // rank 0 writes it (never through `commhal launch`'s prefixed stdout)
         json: a.output_file.as_ref().map(PathBuf::from),
         max_bytes_per_size,
@@ -282,8 +283,8 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
     Ok(i32::from(out.wrong))
 }
 
-/// The SVG of a GPU run: busbw and time of commhal (and NCCL) out of place and in
-/// place against size.
+/// The SVG of a GPU run: busbw and time of commhal (and of the compared library,
+/// named by its rows' label) out of place and in place against size.
 pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> Result<String, String> {
     // a zero time is a cell that did not run (no in-place variant)
     let pos = |v: f64, t: f64| if t > 0.0 { v } else { f64::NAN };
@@ -306,9 +307,20 @@ pub fn plot(coll: Collective, n: u32, ours: &[Row], theirs: &[Row]) -> Result<St
         line(ours, "commhal out-of-place", (0x1f, 0x77, 0xb4), false),
         line(ours, "commhal in-place", (0xd6, 0x27, 0x28), true),
     ];
-    if !theirs.is_empty() {
-        series.push(line(theirs, "nccl out-of-place", (0x2c, 0xa0, 0x2c), false));
-        series.push(line(theirs, "nccl in-place", (0xff, 0x7f, 0x0e), true));
+    if let Some(first) = theirs.first() {
+        let name = &first.implementation;
+        series.push(line(
+            theirs,
+            &format!("{name} out-of-place"),
+            (0x2c, 0xa0, 0x2c),
+            false,
+        ));
+        series.push(line(
+            theirs,
+            &format!("{name} in-place"),
+            (0xff, 0x7f, 0x0e),
+            true,
+        ));
     }
     if !coll.in_place_supported() {
         series.retain(|s| !s.name.ends_with(" in-place"));
@@ -436,6 +448,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         batch: t.batch,
         gate: 1,
         compare: None,
+        compare_lib: None,
         json: None,
         max_bytes_per_size: 16 << 30,
         ll_max: None,
@@ -723,6 +736,7 @@ mod tests {
         );
         assert!(!a.print_tables, "--json prints JSON instead of the tables");
         assert_eq!(a.compare, None);
+        assert_eq!(a.compare_lib, None);
         assert_eq!(a.batch, 10, "default: events every 10 launches");
         let a = bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch=64"]).unwrap();
         assert_eq!(a.batch, 64);
@@ -797,6 +811,53 @@ mod tests {
     }
 
     #[test]
+    fn compare_flags_reach_the_gpu_benchmark() {
+        use commhal_cuda_coll::nccl::Comparison;
+        let a = bench_args(&[
+            "allreduce",
+            "--backend",
+            "cuda-nvlink",
+            "--compare",
+            "mscclpp",
+        ])
+        .unwrap();
+        assert_eq!(
+            (a.compare, a.compare_lib.clone()),
+            (Some(Compare::Mscclpp), None)
+        );
+        assert_eq!(a.comparison(), Some(Comparison::Mscclpp));
+        let a = bench_args(&[
+            "allgather",
+            "--backend",
+            "cuda-nvlink",
+            "--compare-lib",
+            "/x.so",
+        ])
+        .unwrap();
+        assert_eq!(a.compare, None);
+        assert_eq!(
+            a.compare_lib.as_deref(),
+            Some(std::path::Path::new("/x.so"))
+        );
+        assert_eq!(a.comparison(), Some(Comparison::Path("/x.so".into())));
+        let e = bench_args(&[
+            "allreduce",
+            "--backend",
+            "cuda-nvlink",
+            "--compare",
+            "nccl",
+            "--compare-lib",
+            "/x.so",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("--compare-lib") && e.contains("cannot be used with"),
+            "{e}"
+        );
+        assert!(bench_args(&["allreduce", "--compare", "msccl"]).is_err());
+    }
+
+    #[test]
     fn bench_mistakes_are_reported_before_any_gpu_work() {
         for (v, want) in [
             (&["allreduce", "-d", "int4"][..], "-d int4"),
@@ -850,6 +911,8 @@ mod tests {
             b.a.gpu_flags(),
             ["--compare", "-G", "--batch", "--timeout-ms"]
         );
+        let b = B::try_parse_from(["x", "allreduce", "--compare-lib", "/x.so"]).unwrap();
+        assert_eq!(b.a.gpu_flags(), ["--compare-lib"]);
         let b = B::try_parse_from(["x", "allreduce"]).unwrap();
         assert!(b.a.gpu_flags().is_empty());
         assert_eq!(b.a.dtype, None, "host default (f32) applied later");
@@ -1040,7 +1103,7 @@ mod tests {
             wrong: 0,
         };
         Row {
-            implementation: "commhal",
+            implementation: "commhal".into(),
             bytes,
             count: bytes / 2,
             iters: 20,
@@ -1073,19 +1136,25 @@ mod tests {
             row(1 << 20, 16.0, 16.5),
             row(1 << 30, 4600.0, 4650.0),
         ];
-        let theirs = vec![
+        let theirs: Vec<Row> = [
             row(1024, 11.0, 11.2),
             row(1 << 20, 21.0, 21.5),
             row(1 << 30, 4500.0, 4550.0),
-        ];
+        ]
+        .into_iter()
+        .map(|r| Row {
+            implementation: "MSCCL++ 0.9.0".into(),
+            ..r
+        })
+        .collect();
         let svg = plot(Collective::Allreduce, 4, &ours, &theirs).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         let texts = crate::bench::svg_texts(&svg);
         for name in [
             "commhal out-of-place",
             "commhal in-place",
-            "nccl out-of-place",
-            "nccl in-place",
+            "MSCCL++ 0.9.0 out-of-place",
+            "MSCCL++ 0.9.0 in-place",
         ] {
             assert_eq!(
                 texts.iter().filter(|t| *t == name).count(),
@@ -1109,10 +1178,10 @@ mod tests {
             assert_eq!(lines_in(&svg, color), vec![3, 2, 3, 2], "{color}");
         }
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
-        // commhal alone: no NCCL line, no NCCL legend
+        // commhal alone: no second library's line, no legend for one
         let svg = plot(Collective::Allreduce, 2, &ours, &[]).unwrap();
         assert_eq!(lines_in(&svg, "#1F77B4"), vec![3, 2, 3, 2]);
-        assert!(lines_in(&svg, "#2CA02C").is_empty() && !svg.contains("nccl"));
+        assert!(lines_in(&svg, "#2CA02C").is_empty() && !svg.contains("MSCCL"));
         // no in-place variant: those lines are left out, not drawn at zero
         let a2a: Vec<Row> = [1024u64, 4096].iter().map(|&b| row(b, 9.0, 0.0)).collect();
         let svg = plot(Collective::Alltoall, 4, &a2a, &a2a).unwrap();

@@ -28,7 +28,8 @@ enum Cmd {
     Launch(launch::LaunchArgs),
     /// Benchmark a collective (nccl-tests table); run under `launch` or with --ranks.
     /// `--backend cuda-nvlink`: the GPU collectives, one process per GPU, optionally
-    /// against NCCL (`--compare nccl`).
+    /// against NCCL or another library with NCCL's API (`--compare nccl | mscclpp`,
+    /// `--compare-lib PATH`).
     Bench(bench::BenchArgs),
     /// Time every candidate GPU kernel per size and write the kernel-choice
     /// thresholds (algorithms/tuning/gpu-cuda-*.toml) for this rank count.

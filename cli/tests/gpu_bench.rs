@@ -126,6 +126,23 @@ fn gpu_argument_mistakes_come_first() {
             "--compare, -G: for the GPU collectives only",
         ),
         (
+            &["bench", "allreduce", "--compare-lib", "/x.so"][..],
+            "--compare-lib: for the GPU collectives only",
+        ),
+        (
+            &[
+                "bench",
+                "allreduce",
+                "--backend",
+                "cuda-nvlink",
+                "--compare",
+                "mscclpp",
+                "--compare-lib",
+                "/x.so",
+            ][..],
+            "cannot be used with",
+        ),
+        (
             &[
                 "--backends",
                 "host-emu",
@@ -159,7 +176,16 @@ fn gpu_argument_mistakes_come_first() {
 fn help_lists_the_gpu_flags() {
     let o = commhal(&["bench", "--help"]);
     let text = String::from_utf8_lossy(&o.stdout);
-    for flag in ["--backend", "--compare", "--graph", "--plot", "--ll-max"] {
+    for flag in [
+        "--backend",
+        "--compare",
+        "mscclpp",
+        "COMMHAL_MSCCLPP_LIB",
+        "--compare-lib",
+        "--graph",
+        "--plot",
+        "--ll-max",
+    ] {
         assert!(text.contains(flag), "{flag} missing in:\n{text}");
     }
     let o = commhal(&["tune", "--help"]);

@@ -1887,8 +1887,13 @@ COMMHAL_DEVICE void ll63_unpack(u64 (&w)[16], u32 lane) {
 // which keeps a waiting warp's L2 traffic low while the link fills the region (polling
 // all 8 every pass halved the bandwidth from 16 MiB up, 4 x H200). With only
 // the second loop every launch paid 8 trips, ~2 us (found in the SASS by review).
+// EAGER (latency-bound transfers, a few tiles per warp: the all-pairs all-reduce and the
+// chains' small transfers): every pass loads all missing
+// packets at once instead, so a packet that lands is seen within one L2 trip rather
+// than after the ones polled before it.
 // The warp's verdict: false = some lane gave up (error stored here, and in the next
 // rank's error word when `next` is another rank).
+template <bool EAGER = false>
 COMMHAL_DEVICE bool ll63_recv(const CollArgs& a, const u8* p, u32 next, u64 (&w)[16]) {
   u32 missing = 0;
 #pragma unroll
@@ -1905,11 +1910,24 @@ COMMHAL_DEVICE bool ll63_recv(const CollArgs& a, const u8* p, u32 next, u64 (&w)
       ok = false;
       break;
     }
+    if (EAGER) {
+      const u32 was = missing;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (missing & (1u << i)) {
-        load_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
-        if ((w[2 * i] & w[2 * i + 1] & COLL_LL63_VALID) != 0) missing &= ~(1u << i);
+      for (int i = 0; i < 8; ++i) {
+        if (was & (1u << i)) load_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if ((was & (1u << i)) && (w[2 * i] & w[2 * i + 1] & COLL_LL63_VALID) != 0)
+          missing &= ~(1u << i);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        if (missing & (1u << i)) {
+          load_volatile_v2u64(p + i * 512, w[2 * i], w[2 * i + 1]);
+          if ((w[2 * i] & w[2 * i + 1] & COLL_LL63_VALID) != 0) missing &= ~(1u << i);
+        }
       }
     }
   }
@@ -2023,7 +2041,9 @@ extern "C" __global__ void commhal_coll_broadcast_ll63(CollArgs a) {
       ll63_send(theirs + pk, w);
       return true;
     }
-    if (!ll63_recv(a, mine + pk, last ? a.rank : next, w)) return false;
+    const u32 down = last ? a.rank : next;
+    if (!(small ? ll63_recv<true>(a, mine + pk, down, w) : ll63_recv(a, mine + pk, down, w)))
+      return false;
     if (!last) ll63_send(theirs + pk, w);
     ll63_clear(mine + pk);
     ll63_unpack(w, lane);
@@ -2064,7 +2084,9 @@ COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
     }
     if (pos > 0) {
       u64 w[16];
-      if (!ll63_recv(a, mine + pk, last ? a.rank : next, w)) return false;
+      const u32 down = last ? a.rank : next;
+      if (!(small ? ll63_recv<true>(a, mine + pk, down, w) : ll63_recv(a, mine + pk, down, w)))
+        return false;
       ll63_clear(mine + pk);
       ll63_unpack(w, lane);
 #pragma unroll
@@ -2163,7 +2185,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
         }
       } else {
         u8* pk = pkt(r, (p + n - r - 1) % n, t);
-        if (!ll63_recv(a, pk, r, w)) {
+        if (!ll63_recv<true>(a, pk, r, w)) {
           ok = false;
           break;
         }
@@ -2193,7 +2215,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
     if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
     u64 w[16];
     u8* pk = pkt(r, n - 1 + (p + n - r - 1) % n, t);
-    if (!ll63_recv(a, pk, r, w)) break;
+    if (!ll63_recv<true>(a, pk, r, w)) break;
     ll63_clear(pk);
     ll63_unpack(w, lane);
     ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);

@@ -2,7 +2,7 @@
 //! the error every internal function returns ([`NcclError`]: a result code and the
 //! message `ncclGetLastError` shows).
 
-use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use commhal_cuda_coll::CollError;
 use commhal_cuda_coll::cli::Dtype;
@@ -70,19 +70,9 @@ impl NcclResult {
 /// `ncclComm_t` points at one of these (see [`crate::comm::NcclComm`]).
 pub type CommHandle = *mut c_void;
 
-/// `ncclUniqueId`: 128 opaque bytes, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct UniqueIdBytes {
-    /// `internal`.
-    pub internal: [c_char; 128],
-}
-
-impl std::fmt::Debug for UniqueIdBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ncclUniqueId { .. }")
-    }
-}
+/// `ncclUniqueId`: 128 opaque bytes, passed by value (the type the fallback's table
+/// passes too).
+pub use commhal_cuda_coll::nccl_lib::UniqueId as UniqueIdBytes;
 
 /// `NCCL_API_MAGIC`, the first check on a config struct.
 pub const API_MAGIC: c_uint = 0xcafe_beef;

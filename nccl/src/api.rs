@@ -25,7 +25,7 @@ use crate::abi::{
     self, CONFIG_UNDEF_INT, CommHandle, ConfigHead, NcclError, NcclResult, SimInfo, UniqueIdBytes,
 };
 use crate::comm::{Call, NcclComm, OpUse};
-use crate::fallback::FallbackComm;
+use crate::fallback::{Check as _, FallbackComm};
 use crate::{group, memory, settings};
 
 type Stream = *mut c_void;

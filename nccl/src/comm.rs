@@ -32,7 +32,7 @@ use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::{Bootstrap, SplitBootstrap, TcpBootstrap, UniqueId, split};
 
 use crate::abi::{NcclError, NcclResult, UniqueIdBytes};
-use crate::fallback::FallbackComm;
+use crate::fallback::{Check as _, FallbackComm};
 use crate::settings;
 
 /// The first bytes of an `ncclUniqueId` this library made.

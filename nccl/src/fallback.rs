@@ -11,202 +11,62 @@
 //! communicator they do not know to the fallback's function of the same name
 //! ([`crate::api`]). Only the primary entry points are called from here
 //! (`ncclBroadcast`, never `ncclBcast`).
+//!
+//! The library is opened into [`commhal_cuda_coll::nccl_lib::NcclLib`], the table of
+//! NCCL's functions that `commhal bench --compare` uses too; this module adds what
+//! is the drop-in's own: the variable, the refusal to load itself, the error codes.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-use libloading::Library;
+pub use commhal_cuda_coll::nccl_lib::RootedCall;
+use commhal_cuda_coll::nccl_lib::{LoadError, NcclLib};
 
 use crate::abi::{NcclError, NcclResult, UniqueIdBytes};
 
 type Comm = *mut c_void;
-type Stream = *mut c_void;
-/// `ncclGather` / `ncclScatter`: send, recv, count, datatype, root, comm, stream.
-pub type RootedCall =
-    unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int;
 
-/// The functions of the fallback library (optional ones are `None` in older NCCLs).
-#[allow(non_snake_case, missing_docs)]
-#[derive(Debug)]
-pub struct Nccl {
-    _lib: Library,
-    pub path: String,
-    pub GetUniqueId: unsafe extern "C" fn(*mut UniqueIdBytes) -> c_int,
-    pub CommInitRankConfig:
-        unsafe extern "C" fn(*mut Comm, c_int, UniqueIdBytes, c_int, *mut c_void) -> c_int,
-    pub CommInitAll: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> c_int,
-    pub CommSplit: unsafe extern "C" fn(Comm, c_int, c_int, *mut Comm, *mut c_void) -> c_int,
-    pub CommShrink: Option<
-        unsafe extern "C" fn(Comm, *mut c_int, c_int, *mut Comm, *mut c_void, c_int) -> c_int,
-    >,
-    pub CommFinalize: unsafe extern "C" fn(Comm) -> c_int,
-    pub CommDestroy: unsafe extern "C" fn(Comm) -> c_int,
-    pub CommAbort: unsafe extern "C" fn(Comm) -> c_int,
-    pub CommGetAsyncError: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub GetLastError: unsafe extern "C" fn(Comm) -> *const c_char,
-    pub CommCount: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub CommUserRank: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub CommCuDevice: unsafe extern "C" fn(Comm, *mut c_int) -> c_int,
-    pub GroupStart: unsafe extern "C" fn() -> c_int,
-    pub GroupEnd: unsafe extern "C" fn() -> c_int,
-    pub AllReduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
-    pub AllGather:
-        unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
-    pub ReduceScatter: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
-    pub Broadcast: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
-    pub Reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        c_int,
-        Comm,
-        Stream,
-    ) -> c_int,
-    pub AlltoAll: Option<
-        unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> c_int,
-    >,
-    pub Send: unsafe extern "C" fn(*const c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
-    pub Recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, Comm, Stream) -> c_int,
-    pub RedOpCreatePreMulSum:
-        unsafe extern "C" fn(*mut c_int, *mut c_void, c_int, c_int, Comm) -> c_int,
-    pub RedOpDestroy: unsafe extern "C" fn(c_int, Comm) -> c_int,
-    pub CommRegister: unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void) -> c_int,
-    pub CommDeregister: unsafe extern "C" fn(Comm, *mut c_void) -> c_int,
-    pub CommWindowRegister:
-        Option<unsafe extern "C" fn(Comm, *mut c_void, usize, *mut *mut c_void, c_int) -> c_int>,
-    pub CommWindowDeregister: Option<unsafe extern "C" fn(Comm, *mut c_void) -> c_int>,
-    pub DevCommCreate: Option<unsafe extern "C" fn(Comm, *const c_void, *mut c_void) -> c_int>,
-    pub Gather: Option<RootedCall>,
-    pub Scatter: Option<RootedCall>,
-    pub CommRevoke: Option<unsafe extern "C" fn(Comm, c_int) -> c_int>,
-    pub DevCommDestroy: Option<unsafe extern "C" fn(Comm, *const c_void) -> c_int>,
-}
+/// The fallback library's functions: the table the benchmark's comparison uses too
+/// ([`commhal_cuda_coll::nccl_lib`]).
+pub type Nccl = NcclLib;
 
-// SAFETY: function pointers into a loaded library (kept open by `_lib`); NCCL's API is
-// callable from any thread.
-unsafe impl Send for Nccl {}
-// SAFETY: as above; the table is immutable after loading.
-unsafe impl Sync for Nccl {}
-
-macro_rules! sym {
-    ($lib:expr, $path:expr, $name:literal) => {{
-        // SAFETY: the symbol's type is NCCL 2.28's prototype of that name (nccl.h).
-        let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) };
-        *s.map_err(|e| {
-            NcclError::usage(format!(
-                "COMMHAL_NCCL_FALLBACK={}: {} missing ({e}): point it at NCCL 2.28's libnccl.so.2",
-                $path, $name
-            ))
-        })?
-    }};
-}
-
-macro_rules! opt_sym {
-    ($lib:expr, $name:literal) => {{
-        // SAFETY: as in `sym!`.
-        let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) };
-        s.ok().map(|s| *s)
-    }};
-}
-
-impl Nccl {
-    fn open(path: &str) -> Result<Nccl, NcclError> {
-        // SAFETY: loading NCCL runs its initialisers, which only set up its own state.
-        let lib = unsafe { Library::new(path) }.map_err(|e| {
-            NcclError::usage(format!(
-                "COMMHAL_NCCL_FALLBACK={path}: cannot load it ({e}): point it at the real libnccl.so.2 (e.g. the nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2)"
-            ))
-        })?;
-        if path.contains("commhal_nccl") {
-            return Err(NcclError::usage(format!(
-                "COMMHAL_NCCL_FALLBACK={path} is this library: point it at the real libnccl.so.2"
-            )));
-        }
-        Ok(Nccl {
-            path: path.to_string(),
-            GetUniqueId: sym!(lib, path, "ncclGetUniqueId"),
-            CommInitRankConfig: sym!(lib, path, "ncclCommInitRankConfig"),
-            CommInitAll: sym!(lib, path, "ncclCommInitAll"),
-            CommSplit: sym!(lib, path, "ncclCommSplit"),
-            CommShrink: opt_sym!(lib, "ncclCommShrink"),
-            CommFinalize: sym!(lib, path, "ncclCommFinalize"),
-            CommDestroy: sym!(lib, path, "ncclCommDestroy"),
-            CommAbort: sym!(lib, path, "ncclCommAbort"),
-            CommGetAsyncError: sym!(lib, path, "ncclCommGetAsyncError"),
-            GetLastError: sym!(lib, path, "ncclGetLastError"),
-            CommCount: sym!(lib, path, "ncclCommCount"),
-            CommUserRank: sym!(lib, path, "ncclCommUserRank"),
-            CommCuDevice: sym!(lib, path, "ncclCommCuDevice"),
-            GroupStart: sym!(lib, path, "ncclGroupStart"),
-            GroupEnd: sym!(lib, path, "ncclGroupEnd"),
-            AllReduce: sym!(lib, path, "ncclAllReduce"),
-            AllGather: sym!(lib, path, "ncclAllGather"),
-            ReduceScatter: sym!(lib, path, "ncclReduceScatter"),
-            Broadcast: sym!(lib, path, "ncclBroadcast"),
-            Reduce: sym!(lib, path, "ncclReduce"),
-            AlltoAll: opt_sym!(lib, "ncclAlltoAll"),
-            Send: sym!(lib, path, "ncclSend"),
-            Recv: sym!(lib, path, "ncclRecv"),
-            RedOpCreatePreMulSum: sym!(lib, path, "ncclRedOpCreatePreMulSum"),
-            RedOpDestroy: sym!(lib, path, "ncclRedOpDestroy"),
-            CommRegister: sym!(lib, path, "ncclCommRegister"),
-            CommDeregister: sym!(lib, path, "ncclCommDeregister"),
-            CommWindowRegister: opt_sym!(lib, "ncclCommWindowRegister"),
-            CommWindowDeregister: opt_sym!(lib, "ncclCommWindowDeregister"),
-            DevCommCreate: opt_sym!(lib, "ncclDevCommCreate"),
-            Gather: opt_sym!(lib, "ncclGather"),
-            Scatter: opt_sym!(lib, "ncclScatter"),
-            CommRevoke: opt_sym!(lib, "ncclCommRevoke"),
-            DevCommDestroy: opt_sym!(lib, "ncclDevCommDestroy"),
-            _lib: lib,
-        })
+/// Open `path` as the fallback, with what to do about each way it can fail.
+fn open(path: &str) -> Result<Nccl, NcclError> {
+    if path.contains("commhal_nccl") {
+        return Err(NcclError::usage(format!(
+            "COMMHAL_NCCL_FALLBACK={path} is this library: point it at the real libnccl.so.2"
+        )));
     }
+    NcclLib::open(path).map_err(|e| match e {
+        LoadError::Open { reason, .. } => NcclError::usage(format!(
+            "COMMHAL_NCCL_FALLBACK={path}: cannot load it ({reason}): point it at the real libnccl.so.2 (e.g. the nvidia-nccl wheel's nvidia/nccl/lib/libnccl.so.2)"
+        )),
+        LoadError::Missing { symbol, reason, .. } => NcclError::usage(format!(
+            "COMMHAL_NCCL_FALLBACK={path}: {symbol} missing ({reason}): point it at NCCL 2.28's libnccl.so.2"
+        )),
+    })
+}
 
+/// Results of the fallback's calls as this library's errors.
+pub trait Check {
     /// `Ok` for ncclSuccess, else the fallback's code with its last error message.
     /// `comm` is null or a communicator of this library (only passed back to it).
-    #[allow(clippy::not_unsafe_ptr_arg_deref)]
-    pub fn check(&self, r: c_int, comm: Comm, what: &str) -> Result<(), NcclError> {
+    fn check(&self, r: c_int, comm: Comm, what: &str) -> Result<(), NcclError>;
+}
+
+impl Check for Nccl {
+    fn check(&self, r: c_int, comm: Comm, what: &str) -> Result<(), NcclError> {
         if r == 0 {
             return Ok(());
         }
         let detail = if comm.is_null() {
             String::new()
         } else {
-            // SAFETY: `comm` is a live communicator of this library; NCCL returns a
-            // NUL-terminated string it owns (or null).
-            let p = unsafe { (self.GetLastError)(comm) };
-            if p.is_null() {
+            let last = self.last_error(comm);
+            if last.is_empty() {
                 String::new()
             } else {
-                // SAFETY: non-null, NUL-terminated (NCCL's contract).
-                let s = unsafe { std::ffi::CStr::from_ptr(p) };
-                format!(": {}", s.to_string_lossy())
+                format!(": {last}")
             }
         };
         Err(NcclError::new(
@@ -253,7 +113,7 @@ pub fn library() -> Result<Option<&'static Nccl>, NcclError> {
     static LIB: OnceLock<Result<Option<Nccl>, NcclError>> = OnceLock::new();
     let r = LIB.get_or_init(|| match crate::settings::fallback_path() {
         None => Ok(None),
-        Some(p) => Nccl::open(&p).map(Some),
+        Some(p) => open(&p).map(Some),
     });
     match r {
         Ok(l) => Ok(l.as_ref()),
@@ -383,5 +243,32 @@ impl Drop for FallbackComm {
         if let Ok(mut t) = theirs().lock() {
             t.remove(&(self.raw as usize));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fallback_that_does_not_open_names_the_variable() {
+        let e = open("/nonexistent/libnccl.so.2").unwrap_err().to_string();
+        assert!(
+            e.contains("COMMHAL_NCCL_FALLBACK=/nonexistent/libnccl.so.2: cannot load it"),
+            "{e}"
+        );
+        let e = open("/opt/x/libcommhal_nccl.so").unwrap_err().to_string();
+        assert!(e.contains("is this library"), "{e}");
+    }
+
+    /// The table's type codes are the ones the exported functions read back.
+    #[test]
+    fn type_codes_round_trip() {
+        use commhal_cuda_coll::nccl_lib::dtype_code;
+        for code in 0..12 {
+            let d = crate::abi::dtype(code).unwrap();
+            assert_eq!(dtype_code(d), code, "{d:?}");
+        }
+        assert!(crate::abi::dtype(12).is_err(), "12 types in NCCL 2.28");
     }
 }

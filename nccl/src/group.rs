@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::abi::{NcclError, NcclResult, SimInfo};
 use crate::comm::{Call, NcclComm};
+use crate::fallback::Check as _;
 
 /// One queued call.
 #[derive(Debug)]

@@ -15,7 +15,7 @@
 //! | [`comm`] | [`comm::NcclComm`]: setup, split, routing of each call |
 //! | [`group`] | `ncclGroupStart` / `ncclGroupEnd`: the per-thread queue |
 //! | [`memory`] | `ncclMemAlloc`, registrations and windows |
-//! | [`fallback`] | the real NCCL, opened at run time |
+//! | [`fallback`] | the real NCCL, opened at run time (the table of `commhal_cuda_coll::nccl_lib`) |
 //! | [`nvrtc`] | finding NVRTC next to what the application loaded |
 //! | [`settings`] | every environment variable, declared once; the debug log |
 #![allow(non_snake_case)]

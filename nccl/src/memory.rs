@@ -14,6 +14,7 @@ use commhal_cuda_rt::{Context, DeviceBuffer};
 
 use crate::abi::{NcclError, NcclResult};
 use crate::comm::NcclComm;
+use crate::fallback::Check as _;
 use crate::settings;
 
 fn allocations() -> &'static Mutex<HashMap<u64, DeviceBuffer>> {

@@ -108,6 +108,18 @@ fn every_symbol_torch_imports_is_exported_and_declared() {
     }
 }
 
+/// The table the benchmark's `--compare-lib` and the fallback open finds every
+/// function it requires in this library, and names it by its file.
+#[test]
+fn the_shared_table_opens_this_library() {
+    use commhal_cuda_coll::nccl_lib::NcclLib;
+    let p = library_path();
+    let lib = NcclLib::open(&p.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(lib.version_code(), Ok(22809));
+    assert_eq!(lib.label(), "commhal-nccl (NCCL API 2.28.9)");
+    assert!(lib.AlltoAll.is_some() && lib.Gather.is_some() && lib.CommShrink.is_some());
+}
+
 #[test]
 fn version_ids_and_error_strings() {
     let lib = load();

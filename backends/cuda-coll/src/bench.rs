@@ -1,4 +1,5 @@
-//! The benchmark loop: per size, per implementation (commhal, then NCCL when
+//! The benchmark loop: per size, per implementation (commhal, then the compared
+//! library — NCCL, MSCCL++, or another with NCCL's API, [`crate::nccl`] — when
 //! comparing), out-of-place then in-place: one checked run on poisoned outputs,
 //! warm-up, then timed iterations, median per rank, combined over ranks as `-a` says
 //! (default: the mean). Rank 0 prints nccl-tests' layout (`# nThread ...`, `# Using
@@ -28,7 +29,7 @@ use crate::cli::{self, Args, Buffers, Collective, Fault};
 use crate::comm::{BufferPath, CallBufs, Comm, Kernel, P2pOp, Tuning, kernel_name};
 use crate::driver::{self, Gate, Graph};
 use crate::error::{CollError, Result};
-use crate::nccl::Nccl;
+use crate::nccl::{LibInfo, Nccl};
 use crate::tuning::{self, Derived, Forced};
 
 /// One direction (out-of-place or in-place) of one row.
@@ -47,8 +48,8 @@ pub struct Cell {
 /// One table row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
-    /// `commhal` or `nccl`.
-    pub implementation: &'static str,
+    /// `commhal`, or the compared library's label (e.g. `NCCL 2.28.9`).
+    pub implementation: String,
     /// Bytes (size column).
     pub bytes: u64,
     /// Elements (count column).
@@ -59,8 +60,33 @@ pub struct Row {
     pub oop: Cell,
     /// In-place.
     pub ip: Cell,
-    /// Kernel used (commhal).
+    /// Kernel used (commhal; the library's label on its rows).
     pub kernel: String,
+}
+
+/// What [`run`] measured on this rank.
+#[derive(Debug, Clone)]
+pub struct Rows {
+    /// commhal's rows.
+    pub ours: Vec<Row>,
+    /// The compared library's rows (empty without a comparison).
+    pub theirs: Vec<Row>,
+    /// The compared library (`None` without a comparison).
+    pub compared: Option<LibInfo>,
+    /// Whether any result was wrong.
+    pub wrong: bool,
+}
+
+impl Rows {
+    /// Nothing measured.
+    pub fn empty() -> Rows {
+        Rows {
+            ours: Vec::new(),
+            theirs: Vec::new(),
+            compared: None,
+            wrong: false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -266,7 +292,7 @@ impl<'a> Bench<'a> {
             Impl::Nccl => {
                 let n = self
                     .nccl
-                    .ok_or_else(|| CollError::Nccl("not initialised".into()))?;
+                    .ok_or_else(|| CollError::Nccl("comparison not initialised".into()))?;
                 // SAFETY: the benchmark's input/output (the caller buffers or the
                 // Comm's registered regions), sized for the largest size, alive while
                 // the Bench lives; synchronised before they are freed.
@@ -631,8 +657,9 @@ fn fmt_row(args: &Args, r: &Row) -> String {
 }
 
 /// Run the whole benchmark on this rank. Returns the rows (every rank) and whether any
-/// result was wrong.
-pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, Vec<Row>, bool)> {
+/// result was wrong. A comparison library that does not open or join on some rank is
+/// the same error on every rank ([`Nccl::init`]).
+pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
     let n = comm.size();
     let rank0 = comm.rank() == 0;
     if args.collective.has_root() && args.root >= n {
@@ -641,22 +668,17 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             args.root
         )));
     }
-    let nccl = if args.compare.is_some() {
-        comm.context().bind()?;
-        match Nccl::init(boot) {
-            Ok(x) => Some(x),
-            Err(e) => {
-                if rank0 && args.print_tables {
-                    println!("# NCCL comparison skipped: {e}");
-                } else if rank0 {
-                    eprintln!("# NCCL comparison skipped: {e}");
-                }
-                None
-            }
+    let nccl = match args.comparison() {
+        Some(which) => {
+            comm.context().bind()?;
+            Some(Nccl::init(boot, &which)?)
         }
-    } else {
-        None
+        None => None,
     };
+    let compared = nccl.as_ref().map(|x| x.info().clone());
+    let their_name = compared
+        .as_ref()
+        .map_or_else(String::new, |c| c.library.clone());
     let print = rank0 && args.print_tables;
     let preamble = nccl_preamble(args, boot, comm)?;
     let b = Bench::new(args, boot, comm, nccl.as_ref())?;
@@ -670,6 +692,15 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
         println!("# buffers: {}", buffers_line(args));
+        if let Some(c) = &compared {
+            println!(
+                "# compared with: {} ({}, ncclGetVersion {})",
+                c.library,
+                c.file,
+                c.version_code
+                    .map_or_else(|| "failed".to_string(), |v| v.to_string())
+            );
+        }
         println!(
             "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {} / reduce chain {}, LL63 max bcast {} / reduce {} / all-reduce {} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} / all-reduce tail (3+ ranks) {} B; from {}",
             t.push_min,
@@ -724,13 +755,13 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
                     None => format!("{k} {g}x{t}"),
                 }
             } else {
-                "nccl".into()
+                their_name.clone()
             };
             let row = Row {
                 implementation: if which == Impl::Commhal {
-                    "commhal"
+                    "commhal".into()
                 } else {
-                    "nccl"
+                    their_name.clone()
                 },
                 bytes: size_bytes,
                 count,
@@ -741,9 +772,9 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             };
             if print {
                 let tag = if which == Impl::Commhal {
-                    ""
+                    String::new()
                 } else {
-                    "   [nccl]"
+                    format!("   [{their_name}]")
                 };
                 println!("{}{tag}", fmt_row(args, &row));
             }
@@ -756,13 +787,14 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
     }
     comm.sync("the end of the benchmark")?;
     if print {
-        // NCCL's interleaved rows are not in commhal's footer: theirs has its own
+        // the compared library's interleaved rows are not in commhal's footer: theirs
+        // has its own
         for line in nccl_footer(&ours) {
             println!("{line}");
         }
     }
     if print && !theirs.is_empty() {
-        header(args, n, "NCCL");
+        header(args, n, &their_name);
         for r in &theirs {
             println!("{}", fmt_row(args, r));
         }
@@ -770,7 +802,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
             println!("{line}");
         }
         println!("#");
-        println!("# ratio nccl_time / commhal_time (> 1: commhal faster)");
+        println!("# ratio {their_name} time / commhal time (> 1: commhal faster)");
         println!("#       size   out-of-place   in-place");
         let ratio = |t: &Cell, o: &Cell| {
             if t.time_us > 0.0 && o.time_us > 0.0 {
@@ -789,14 +821,19 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<(Vec<Row>, 
         }
     }
     drop(nccl);
-    Ok((ours, theirs, any_wrong))
+    Ok(Rows {
+        ours,
+        theirs,
+        compared,
+        wrong: any_wrong,
+    })
 }
 
 /// What the header says about the buffers (`--buffers`).
 fn buffers_line(args: &Args) -> String {
     match args.buffers {
         Buffers::Caller => format!(
-            "the caller's: input and output from cuMemAlloc by the benchmark{}, passed as pointers with a stream (commhal maps them per call through CUDA IPC, or stages them; NCCL gets the same pointers)",
+            "the caller's: input and output from cuMemAlloc by the benchmark{}, passed as pointers with a stream (commhal maps them per call through CUDA IPC, or stages them; a compared library gets the same pointers)",
             if args.buffer_offset > 0 {
                 format!(", both {} bytes into their allocations", args.buffer_offset)
             } else {
@@ -804,7 +841,8 @@ fn buffers_line(args: &Args) -> String {
             }
         ),
         Buffers::Registered => {
-            "the communicator's registered regions (NCCL gets the same pointers)".to_string()
+            "the communicator's registered regions (a compared library gets the same pointers)"
+                .to_string()
         }
     }
 }
@@ -824,8 +862,10 @@ fn provenance(comm: &Comm, args: &Args) -> String {
 pub struct Outcome {
     /// commhal's rows.
     pub ours: Vec<Row>,
-    /// NCCL's rows (empty without `--compare nccl` or when NCCL is missing).
+    /// The compared library's rows (empty without `--compare` / `--compare-lib`).
     pub theirs: Vec<Row>,
+    /// The compared library.
+    pub compared: Option<LibInfo>,
     /// Whether any result was wrong.
     pub wrong: bool,
     /// This rank.
@@ -840,11 +880,12 @@ pub struct Outcome {
 
 impl Outcome {
     /// This rank's outcome on `comm` with these rows.
-    fn of(comm: &Comm, ours: Vec<Row>, theirs: Vec<Row>, wrong: bool) -> Outcome {
+    fn of(comm: &Comm, rows: Rows) -> Outcome {
         Outcome {
-            ours,
-            theirs,
-            wrong,
+            ours: rows.ours,
+            theirs: rows.theirs,
+            compared: rows.compared,
+            wrong: rows.wrong,
             rank: comm.rank(),
             nranks: comm.size(),
             device: comm.context().name().unwrap_or_default(),
@@ -905,13 +946,13 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
     if let Some(fault) = args.fault() {
         return fault_check(args, &comm, n, fault);
     }
-    let mut out = Outcome::of(&comm, Vec::new(), Vec::new(), false);
+    let mut out = Outcome::of(&comm, Rows::empty());
     // `-N`: the whole run again, each cycle printed; the outcome keeps the last rows
     for _cycle in 0..args.cycles.max(1) {
         for a in matrix(args) {
-            let (ours, theirs, wrong) = run(&a, boot, &comm)?;
-            let any = out.wrong || wrong;
-            out = Outcome::of(&comm, ours, theirs, any);
+            let mut rows = run(&a, boot, &comm)?;
+            rows.wrong |= out.wrong;
+            out = Outcome::of(&comm, rows);
         }
     }
     if out.rank == 0
@@ -1033,7 +1074,7 @@ fn fault_check(args: &Args, comm: &Comm, n: u32, fault: Fault) -> Result<Outcome
         )));
     }
     let me = comm.rank();
-    let mut out = Outcome::of(comm, Vec::new(), Vec::new(), false);
+    let mut out = Outcome::of(comm, Rows::empty());
     let (count, per) = cli::counts(args.collective, args.min_bytes, args.dtype, n);
     let launch_count = cli::launch_count(args.collective, count, per);
     let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
@@ -1156,7 +1197,9 @@ fn fault_check(args: &Args, comm: &Comm, n: u32, fault: Fault) -> Result<Outcome
     Ok(out)
 }
 
-/// The JSON document of a run (what `--json` writes).
+/// The JSON document of a run (what `--json` writes): commhal's rows under
+/// `commhal`, the compared library (label, file, version code; null without one) under
+/// `compared_with` and its rows under `compared`.
 pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
     serde_json::json!({
         "collective": args.collective,
@@ -1169,7 +1212,8 @@ pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
         "device": out.device,
         "tuning": format!("{:?}", out.tuning),
         "commhal": out.ours,
-        "nccl": out.theirs,
+        "compared_with": out.compared,
+        "compared": out.theirs,
     })
 }
 
@@ -1926,7 +1970,7 @@ mod tests {
             wrong,
         };
         let row = |oop: Cell, ip: Cell| Row {
-            implementation: "commhal",
+            implementation: "commhal".into(),
             bytes: 1024,
             count: 512,
             iters: 20,

@@ -225,11 +225,16 @@ macro_rules! typed_kernel {
 }
 pub(crate) use typed_kernel;
 
-/// What to compare with.
+/// What to compare with: a library with NCCL's C API, loaded with `dlopen` into the
+/// benchmark's processes and run on the same buffers and stream (see
+/// [`crate::nccl::Comparison`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Compare {
-    /// NCCL, dlopen'd, on the same buffers and stream.
+    /// NCCL: `libnccl.so.2` (else `libnccl.so`) from the dynamic loader's search path.
     Nccl,
+    /// MSCCL++'s NCCL-API library: `$COMMHAL_MSCCLPP_LIB`, else `libmscclpp_nccl.so`
+    /// from the loader's search path.
+    Mscclpp,
 }
 
 /// `commhal-gpu-bench`: NVLink collectives, nccl-tests style, one process per GPU
@@ -310,10 +315,17 @@ pub struct Args {
     /// the GPU, not the host's submission rate; 0 = launch as the host goes.
     #[arg(long, default_value_t = 1)]
     pub gate: u32,
-    /// Also run NCCL on the same buffers, alternating per size, and print the ratio.
-    #[arg(long)]
+    /// Also run a library with NCCL's C API on the same buffers and stream, alternating
+    /// with commhal per size, and print its table and the time ratio, labelled with its
+    /// name and version: `nccl` = libnccl.so.2 from the loader's search path; `mscclpp`
+    /// = MSCCL++'s libmscclpp_nccl.so ($COMMHAL_MSCCLPP_LIB, else the search path).
+    #[arg(long, value_enum)]
     pub compare: Option<Compare>,
-    /// Write every row (and NCCL's) as JSON here (rank 0; nccl-tests' `-J`). A file,
+    /// Compare with the library at PATH instead (anything that exports NCCL's C API; a
+    /// name without `/` is looked up on the loader's search path, as dlopen does).
+    #[arg(long, value_name = "PATH", conflicts_with = "compare")]
+    pub compare_lib: Option<std::path::PathBuf>,
+    /// Write every row (and the compared library's) as JSON here (rank 0; nccl-tests' `-J`). A file,
     /// so `commhal launch`'s `[rank K]` prefixes never reach it.
     #[arg(long, short = 'J', visible_alias = "output_file")]
     pub json: Option<std::path::PathBuf>,
@@ -385,6 +397,11 @@ pub struct Args {
 }
 
 impl Args {
+    /// The library to compare with (`--compare`, `--compare-lib`), if any.
+    pub fn comparison(&self) -> Option<crate::nccl::Comparison> {
+        crate::nccl::Comparison::from_flags(self.compare, self.compare_lib.as_deref())
+    }
+
     /// Whether the timed launches are captured into a CUDA graph (`-G`).
     pub fn graphed(&self) -> bool {
         self.graph > 0
@@ -794,6 +811,32 @@ mod tests {
     }
 
     #[test]
+    fn compare_flags() {
+        use crate::nccl::Comparison;
+        let m = Args::try_parse_from(["x", "allreduce", "--compare", "mscclpp"]).unwrap();
+        assert_eq!(m.compare, Some(Compare::Mscclpp));
+        assert_eq!(m.comparison(), Some(Comparison::Mscclpp));
+        let l = Args::try_parse_from(["x", "allreduce", "--compare-lib", "/x.so"]).unwrap();
+        assert_eq!(
+            l.compare_lib.as_deref(),
+            Some(std::path::Path::new("/x.so"))
+        );
+        assert_eq!(l.comparison(), Some(Comparison::Path("/x.so".into())));
+        let e = Args::try_parse_from([
+            "x",
+            "allreduce",
+            "--compare",
+            "nccl",
+            "--compare-lib",
+            "/x.so",
+        ])
+        .unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+        assert!(Args::try_parse_from(["x", "allreduce", "--compare", "rccl"]).is_err());
+        assert!(Args::try_parse_from(["x", "allreduce", "--compare-lib"]).is_err());
+    }
+
+    #[test]
     fn args_parse_like_nccl_tests() {
         let a = Args::try_parse_from([
             "x",
@@ -826,9 +869,10 @@ mod tests {
         assert_eq!(a.dtype, Dtype::Half);
         assert!(a.graphed());
         assert_eq!(a.compare, Some(Compare::Nccl));
+        assert_eq!(a.comparison(), Some(crate::nccl::Comparison::Nccl));
         let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
         assert_eq!(b.dtype, Dtype::Bfloat16);
-        assert!(!b.graphed() && b.compare.is_none());
+        assert!(!b.graphed() && b.compare.is_none() && b.comparison().is_none());
         assert_eq!(b.batch, DEFAULT_BATCH);
         assert_eq!(DEFAULT_BATCH, 10);
         let one = Args::try_parse_from(["x", "allreduce", "--batch", "1"]).unwrap();

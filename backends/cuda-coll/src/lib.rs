@@ -29,7 +29,8 @@
 //! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
-//! | [`nccl`] | NCCL through cudarc (dlopen) for comparisons |
+//! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
+//! | [`nccl`] | the comparison (`--compare nccl \| mscclpp`, `--compare-lib`): the library on the same buffers and stream |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
 //! | [`bench`] | the benchmark loop and tables, the tuner's sweep |
@@ -49,6 +50,7 @@ pub mod hang;
 pub mod kernels;
 pub mod layout;
 pub mod nccl;
+pub mod nccl_lib;
 pub mod peers;
 pub mod plan_exec;
 pub mod tuning;

@@ -50,9 +50,9 @@ fn run_split(args: &Args, k: u32) -> Result<bool> {
         )
     };
     let (mine, all) = (mk(&group)?, mk(world.as_ref())?);
-    let (_, _, wrong_group) = bench::run(args, &group, &mine)?;
-    let (_, _, wrong_world) = bench::run(args, world.as_ref(), &all)?;
-    Ok(wrong_group || wrong_world)
+    let group_rows = bench::run(args, &group, &mine)?;
+    let world_rows = bench::run(args, world.as_ref(), &all)?;
+    Ok(group_rows.wrong || world_rows.wrong)
 }
 
 fn run(args: &Args) -> Result<bool> {
