@@ -2128,9 +2128,12 @@ extern "C" __global__ void commhal_coll_reduce_ll63_f32(CollArgs a) { reduce_ll6
 // host checks that they fit a half. Before its first send a block waits until every peer
 // completed launch e - 2, the last one that used this half (usually long true); the
 // receiver clears every packet it read, so the half is all zeros after each launch.
-// Work: whole warp tiles, taken by the grid's warps in the order scatter, reduce,
-// gather. A warp sends all its scatter tiles before it waits for anything, and every
-// block is resident (host: blocks <= SMs), so the waits cannot form a cycle.
+// Work: (2n - 1) T warp items, the scatter's (n - 1) T, then the reduce's T, then the
+// gather's (n - 1) T; warp w takes items w, w + W, ... in that order (W warps in the
+// grid; the host gives one warp per item where the grid allows: the phases then run on
+// different warps at once, and a warp's latency is one item's). A warp finished its
+// scatter items before it waits for anything, a reduce waits only for scatters, a gather
+// only for reduces, and every block is resident (host: blocks <= SMs): no wait cycle.
 // In place: rank r overwrites chunk p of its buffer in the gather only after p's sum
 // arrived, which p sent after it received this rank's scatter of the same tile.
 template <typename Op>
@@ -2148,32 +2151,43 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
   v16* out = reinterpret_cast<v16*>(a.out[r]);
   const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
   const u32 lane = threadIdx.x % 32;
-  const u64 warp0 = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
   // packet of this lane in tile t of slot k of rank q's half
   auto pkt = [&](u32 q, u64 k, u64 t) {
     return reinterpret_cast<u8*>(a.scratch[q] + half_off) + k * slot +
            (t * COLL_LL63_TILE_PKTS + lane) * 16;
   };
-  for (u64 i = warp0; i < (u64)(n - 1) * T; i += warps) {  // scatter
-    const u32 p = (r + 1 + (u32)(i / T)) % n;
-    const u64 t = i % T;
-    u64 cb, ce;
-    partition(nvec, n, p, cb, ce);
-    if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
-    u64 w[16];
-    ll63_load(in + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
-    if (Op::PRE) {
+  const u64 S = (u64)(n - 1) * T;  // scatter items [0, S), reduce [S, S + T), gather after
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
+  for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < S + T + S; i += warps) {
+    if (i < S || i >= S + T) {  // scatter or gather: tile t of chunk p, p != r
+      const u64 j = i < S ? i : i - S - T;
+      const u32 p = (r + 1 + (u32)(j / T)) % n;
+      const u64 t = j % T;
+      u64 cb, ce;
+      partition(nvec, n, p, cb, ce);
+      if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
+      u64 w[16];
+      if (i < S) {
+        ll63_load(in + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+        if (Op::PRE) {
 #pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+        }
+        ll63_pack(w, lane);
+        ll63_send(pkt(p, (r + n - p - 1) % n, t), w);
+      } else {
+        u8* pk = pkt(r, n - 1 + (p + n - r - 1) % n, t);
+        if (!ll63_recv<true>(a, pk, r, w)) return;
+        ll63_clear(pk);
+        ll63_unpack(w, lane);
+        ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+      }
+      continue;
     }
-    ll63_pack(w, lane);
-    ll63_send(pkt(p, (r + n - p - 1) % n, t), w);
-  }
-  u64 rb, re;
-  partition(nvec, n, r, rb, re);
-  bool ok = true;
-  for (u64 t = warp0; ok && t < ll63_tile_count(re - rb); t += warps) {  // reduce
+    const u64 t = i - S;  // reduce: tile t of chunk r
+    u64 rb, re;
+    partition(nvec, n, r, rb, re);
+    if (t * COLL_LL63_TILE_VECS >= re - rb) continue;
     u64 acc[16];
     for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
       u64 w[16];
@@ -2185,10 +2199,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
         }
       } else {
         u8* pk = pkt(r, (p + n - r - 1) % n, t);
-        if (!ll63_recv<true>(a, pk, r, w)) {
-          ok = false;
-          break;
-        }
+        if (!ll63_recv<true>(a, pk, r, w)) return;
         ll63_clear(pk);
         ll63_unpack(w, lane);
       }
@@ -2196,7 +2207,6 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
       for (int s = 0; s < 8; ++s)
         ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
     }
-    if (!ok) break;
     if (Op::FIN) {
 #pragma unroll
       for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
@@ -2206,19 +2216,6 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
     for (u32 q = 0; q < n; ++q) {
       if (q != r) ll63_send(pkt(q, n - 1 + (r + n - q - 1) % n, t), acc);
     }
-  }
-  for (u64 i = warp0; ok && i < (u64)(n - 1) * T; i += warps) {  // gather
-    const u32 p = (r + 1 + (u32)(i / T)) % n;
-    const u64 t = i % T;
-    u64 cb, ce;
-    partition(nvec, n, p, cb, ce);
-    if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
-    u64 w[16];
-    u8* pk = pkt(r, n - 1 + (p + n - r - 1) % n, t);
-    if (!ll63_recv<true>(a, pk, r, w)) break;
-    ll63_clear(pk);
-    ll63_unpack(w, lane);
-    ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
   }
 }
 

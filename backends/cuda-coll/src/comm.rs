@@ -1049,8 +1049,9 @@ impl Comm {
                     let (blocks, threads) = self.ll_grid(bytes / 8);
                     (Kernel::AllreduceLl, blocks, threads)
                 } else if self.ar_pairs(bytes) {
-                    let n = u64::from(self.n);
-                    let (b, t) = self.ll63_grid(bytes / n * (n - 1));
+                    let (b, t) = self.ll63_grid(
+                        layout::pairs_items(bytes, self.n) * layout::LL63_TILE_VECS * 16,
+                    );
                     (Kernel::AllreduceLl63, b, t)
                 } else {
                     if self.ring(coll, bytes) {

@@ -125,6 +125,13 @@ pub fn scratch_bytes(ll_max_bytes: u64, ll63_max_bytes: u64, small_half: u64) ->
     off_ll63_small(ll_max_bytes, ll63_max_bytes) + 2 * small_half
 }
 
+/// Warp items of the all-pairs LL63 all-reduce of `bytes` on `n` ranks: (2n - 1) x the
+/// largest chunk's tiles (scatter, reduce, gather; one warp each where the grid allows).
+pub fn pairs_items(bytes: u64, n: u32) -> u64 {
+    let n = u64::from(n.max(2));
+    (2 * n - 1) * (bytes / 16).div_ceil(n).div_ceil(LL63_TILE_VECS)
+}
+
 /// Bytes of a parity half the all-pairs LL63 all-reduce of `bytes` on `n` ranks uses
 /// (`allreduce_pairs_ll63` in the unit): 2 (n - 1) slots of the largest chunk's warp
 /// tiles (0 for 0 bytes).
@@ -673,6 +680,8 @@ mod tests {
     fn pairs_half_holds_every_chunk_slot() {
         // 1 MiB on 4 ranks: chunks of 16384 vectors, 66 tiles, 6 slots
         assert_eq!(pairs_half_bytes(1 << 20, 4), 6 * 66 * 4096);
+        // one warp item per tile of each phase: 3 x 66 scatter, 66 reduce, 3 x 66 gather
+        assert_eq!(pairs_items(1 << 20, 4), 7 * 66);
         // it fits the half a 2 MiB LL63 transfer sizes; 2 MiB on 4 ranks does not
         assert!(pairs_half_bytes(1 << 20, 4) <= ll63_small_half_bytes(LL63_SMALL_MAX));
         assert!(pairs_half_bytes(2 << 20, 4) > ll63_small_half_bytes(LL63_SMALL_MAX));
