@@ -208,24 +208,12 @@ impl NcclLib {
     /// Open `name`: a path (it has a `/`), or a file name the dynamic loader searches
     /// for (`LD_LIBRARY_PATH`, the cache, the system folders), as `dlopen` does.
     pub fn open(name: &str) -> Result<NcclLib, LoadError> {
-        Self::open_scoped(name, false)
-    }
-
-    /// As [`NcclLib::open`]; `global` puts the library's symbols in the process's
-    /// global scope (`RTLD_GLOBAL`), where MSCCL++'s NCCL-API library looks its own
-    /// functions up: opened locally, its `ncclGetUniqueId` crashes (SIGSEGV), as it
-    /// does when Python's ctypes opens it.
-    fn open_scoped(name: &str, global: bool) -> Result<NcclLib, LoadError> {
-        use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_LOCAL, RTLD_NOW};
-        let flags = RTLD_NOW | if global { RTLD_GLOBAL } else { RTLD_LOCAL };
         // SAFETY: loading runs the library's initialisers; a library with NCCL's API
         // only sets up its own state in them.
-        let lib: Library = unsafe { UnixLibrary::open(Some(name), flags) }
-            .map_err(|e| LoadError::Open {
-                name: name.to_string(),
-                reason: e.to_string(),
-            })?
-            .into();
+        let lib = unsafe { Library::new(name) }.map_err(|e| LoadError::Open {
+            name: name.to_string(),
+            reason: e.to_string(),
+        })?;
         let get_version: unsafe extern "C" fn(*mut c_int) -> c_int =
             sym!(lib, name, "ncclGetVersion");
         Ok(NcclLib {
@@ -272,9 +260,9 @@ impl NcclLib {
         })
     }
 
-    /// The first of `names` that the loader finds, opened into the global scope (see
-    /// [`NcclLib::open_scoped`]) and kept loaded for the rest of the process (never
-    /// unloaded: a library with threads or exit handlers of its own must not be). Asking again for the same names returns the same table. A
+    /// The first of `names` that the loader finds, opened and kept loaded for the rest
+    /// of the process (never unloaded: a library with threads or exit handlers of its
+    /// own must not be). Asking again for the same names returns the same table. A
     /// library that loads but lacks a function is an error at once (the search does
     /// not go on past a wrong library); when none loads, the error names them all.
     pub fn open_kept(names: &[String]) -> Result<&'static NcclLib, LoadError> {
@@ -288,7 +276,7 @@ impl NcclLib {
         }
         let mut reasons = Vec::new();
         for name in names {
-            match NcclLib::open_scoped(name, true) {
+            match NcclLib::open(name) {
                 Ok(lib) => {
                     let lib: &'static NcclLib = Box::leak(Box::new(lib));
                     if let Ok(mut k) = kept.lock() {
