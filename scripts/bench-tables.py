@@ -13,7 +13,7 @@ tables.
                                               "commhal / NCCL = ratio" (out of place;
                                               the closing notes' form)
 
-A run starts at a line with `####` (the session scripts' and scripts/gpu-bench.sh's step
+A run starts at a line with `####` (per-run scripts' and scripts/gpu-bench.sh's step
 headers) that names commhal-gpu-bench or `commhal bench`; its rows are rank 0's table
 lines: `[rank 0] `-prefixed (under `commhal launch`) or bare (`--ranks N`, `launch
 --no-prefix`). Logs in nccl-tests' format (a `# nThread ...` line before each table)

@@ -10,7 +10,7 @@
 #   find_nvrtc         print the first directory holding libnvrtc.so.13
 #   gpu_session WHO BUDGET
 #                      the start of a one-off device script (an A/B or a closing run
-#                      written for one device call): gpu_env, multicast off, NVRTC, the
+#                      written for one GPU run): gpu_env, multicast off, NVRTC, the
 #                      kernel cache and bootstrap timeout, W=$OUT, the clock for gpu_step
 #   gpu_step LOG LIMIT "VAR=v ..." CMD...
 #                      run CMD with those variables under LIMIT seconds, appending a
