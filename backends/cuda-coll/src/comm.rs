@@ -86,6 +86,8 @@ pub struct Tuning {
     pub bcast_ll63_max: u64,
     /// Largest reduce (bytes) done with the LL63 chain, above the LL16 sizes (0: never).
     pub reduce_ll63_max: u64,
+    /// Smallest all-reduce (bytes) done over all pairs with LL63 packets.
+    pub ar_ll63_min: u64,
     /// Largest all-reduce (bytes) done over all pairs with LL63 packets, above `ll_max`
     /// (0: never; sizes the LL63 small region's halves).
     pub ar_ll63_max: u64,
@@ -359,7 +361,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 27] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 28] {
     [
         ("capacity", capacity),
         (
@@ -416,6 +418,7 @@ fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str,
             "reduce_ll63_max (COMMHAL_COLL_REDUCE_LL63_MAX)",
             t.reduce_ll63_max,
         ),
+        ("ar_ll63_min (COMMHAL_COLL_AR_LL63_MIN)", t.ar_ll63_min),
         ("ar_ll63_max (COMMHAL_COLL_AR_LL63_MAX)", t.ar_ll63_max),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
@@ -881,11 +884,12 @@ impl Comm {
     }
 
     /// Whether an all-reduce of `bytes` (above the LL16 sizes) runs over all pairs with
-    /// LL63 packets: up to the tuned size, whole 16-byte vectors, and what a rank
+    /// LL63 packets: in the tuned window, whole 16-byte vectors, and what a rank
     /// receives fits a parity half of the LL63 small region.
     fn ar_pairs(&self, bytes: u64) -> bool {
         self.n > 1
             && bytes.is_multiple_of(16)
+            && bytes >= self.tuning.ar_ll63_min
             && bytes <= self.tuning.ar_ll63_max
             && layout::pairs_half_bytes(bytes, self.n) <= self.base.ll63_small_half
     }
@@ -1477,6 +1481,7 @@ mod tests {
             reduce_all_max: 12,
             bcast_ll63_max: 13,
             reduce_ll63_max: 14,
+            ar_ll63_min: 20,
             ar_ll63_max: 19,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,

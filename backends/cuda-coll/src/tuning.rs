@@ -104,8 +104,9 @@ pub const HEADER: &str = "\
 #                          The tuner times LL63 as a last
 #                          candidate and ends the window where the summed time / best
 #                          time is least
-#     allreduce_ll63_max   (optional; absent or 0: never) all-reduces above
-#                          allreduce_ll_max and up to this size run over all pairs
+#     allreduce_ll63_min, allreduce_ll63_max
+#                          (optional; max absent or 0: never) all-reduces above
+#                          allreduce_ll_max, from min and up to max run over all pairs
 #                          with LL63 packets (scatter, reduce, gather; no barrier;
 #                          16-byte multiples only, and only while the 2 (n - 1) / n
 #                          of the data a rank receives fits a parity half of the LL63
@@ -234,6 +235,10 @@ pub struct Section {
     /// `allreduce_ll_max` (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ll63_max: Option<u64>,
+    /// Smallest all-reduce (bytes) done over all pairs with LL63 packets (absent: right
+    /// above `allreduce_ll_max`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_ll63_min: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -428,6 +433,7 @@ static FALLBACK: Section = Section {
     broadcast_ll63_max: None,
     reduce_ll63_max: None,
     allreduce_ll63_max: None,
+    allreduce_ll63_min: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
@@ -753,6 +759,13 @@ pub fn resolve_with(
         false,
         s.reduce_ll63_max.unwrap_or(0),
     );
+    let ar_ll63_min = pick(
+        None,
+        None,
+        "COMMHAL_COLL_AR_LL63_MIN",
+        false,
+        s.allreduce_ll63_min.unwrap_or(0),
+    );
     let ar_ll63_max = pick(
         None,
         None,
@@ -841,6 +854,7 @@ pub fn resolve_with(
             reduce_all_max,
             bcast_ll63_max,
             reduce_ll63_max,
+            ar_ll63_min,
             ar_ll63_max,
             ar_ring_min,
             ag_ring_min,
