@@ -42,7 +42,19 @@ macro_rules! header {
     };
 }
 
-/// Every header, by include name.
+/// One algorithm family (or shared piece) of [`COLL_NVLINK`], by include name
+/// (`coll/allreduce.cuh`).
+macro_rules! coll {
+    ($name:literal) => {
+        Source {
+            name: concat!("coll/", $name),
+            contents: include_str!(concat!("../kernels/coll/", $name)),
+        }
+    };
+}
+
+/// Every header, by include name: the channel headers (`commhal/`) and the
+/// collectives' families (`coll/`).
 pub const HEADERS: &[Source] = &[
     header!("commhal_port.h"),
     header!("handles.h"),
@@ -53,6 +65,21 @@ pub const HEADERS: &[Source] = &[
     header!("port_channel.h"),
     header!("switch_channel.h"),
     header!("plan.h"),
+    coll!("protocol.cuh"),
+    coll!("ops.cuh"),
+    coll!("ll16.cuh"),
+    coll!("ll63.cuh"),
+    coll!("chain.cuh"),
+    coll!("reduce_inputs.cuh"),
+    coll!("copy_engine.cuh"),
+    coll!("allreduce.cuh"),
+    coll!("reducescatter.cuh"),
+    coll!("allgather.cuh"),
+    coll!("broadcast.cuh"),
+    coll!("reduce.cuh"),
+    coll!("ring.cuh"),
+    coll!("alltoall.cuh"),
+    coll!("sendrecv.cuh"),
 ];
 
 /// The conformance kernels (memory channel, packets, port FIFO).
@@ -190,6 +217,17 @@ pub const COLL_NVLINK_TYPED: &[&str] = &[
 /// Every translation unit in this crate.
 pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH, COLL_NVLINK];
 
+/// The text of [`COLL_NVLINK`] and of every `coll/` header it includes, for host
+/// code that checks the unit's `#define`s against its own constants.
+pub fn coll_nvlink_text() -> String {
+    let mut text = String::from(COLL_NVLINK.source.contents);
+    for h in HEADERS.iter().filter(|h| h.name.starts_with("coll/")) {
+        text.push('\n');
+        text.push_str(h.contents);
+    }
+    text
+}
+
 /// Look a header up by include name.
 pub fn header(name: &str) -> Option<&'static Source> {
     HEADERS.iter().find(|h| h.name == name)
@@ -222,18 +260,44 @@ mod tests {
         }
     }
 
-    /// Every listed kernel is defined `extern "C" __global__` in its unit, and every
-    /// such definition is listed.
+    /// The names in one entry-point table of coll_nvlink.cu (`X(name, call)` lines
+    /// after `#define <table>(X)`).
+    fn coll_table(table: &str) -> Vec<String> {
+        let text = COLL_NVLINK.source.contents;
+        let start = text
+            .find(&format!("#define {table}(X)"))
+            .unwrap_or_else(|| panic!("{table} not in coll_nvlink.cu"));
+        text[start..]
+            .lines()
+            .skip(1)
+            .map_while(|l| l.trim().strip_prefix("X("))
+            .map(|rest| rest.split(',').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// Every listed kernel is defined `extern "C" __global__` in its unit (for
+    /// coll_nvlink.cu: generated from its two tables), and every such definition is
+    /// listed.
     #[test]
     fn kernel_lists_match_sources() {
         for unit in KERNEL_UNITS {
             let mut defined = Vec::new();
-            let text = unit.source.contents;
+            if unit.source.name == COLL_NVLINK.source.name {
+                for name in coll_table("COLL_REDUCING_KERNELS") {
+                    for ty in ["f16", "bf16", "f32"] {
+                        defined.push(format!("commhal_coll_{name}_{ty}"));
+                    }
+                }
+                let moving = coll_table("COLL_MOVING_KERNELS");
+                defined.extend(moving.iter().map(|n| format!("commhal_coll_{n}")));
+            }
             let key = "extern \"C\" __global__ void ";
-            // (a `#define` line is a macro, not a definition: see the typed kernels)
-            for line in text
+            // (a `#define` line is a macro, not a definition: see the tables)
+            for line in unit
+                .source
+                .contents
                 .lines()
-                .filter(|l| !l.trim_start().starts_with("#define"))
+                .filter(|l| !l.trim_start().starts_with("#define") && !l.contains("##"))
             {
                 let mut rest = line;
                 while let Some(i) = rest.find(key) {
@@ -245,28 +309,20 @@ mod tests {
                     defined.push(name);
                 }
             }
-            let listed: Vec<String> = unit.kernels.iter().map(|s| s.to_string()).collect();
+            let mut listed: Vec<String> = unit.kernels.iter().map(|s| s.to_string()).collect();
+            defined.sort();
+            listed.sort();
             assert_eq!(defined, listed, "kernel list of {}", unit.source.name);
         }
     }
 
-    /// The typed entry points (`COLL_TYPED_KERNEL(name, ...)` in coll_nvlink.cu) are
-    /// exactly [`COLL_NVLINK_TYPED`], in order.
+    /// The typed entry points (the `COLL_REDUCING_KERNELS` table of coll_nvlink.cu)
+    /// are exactly [`COLL_NVLINK_TYPED`], in order.
     #[test]
     fn typed_kernel_list_matches_the_source() {
-        let key = "COLL_TYPED_KERNEL(";
-        let defined: Vec<String> = COLL_NVLINK
-            .source
-            .contents
-            .lines()
-            .filter_map(|l| l.strip_prefix(key))
-            .map(|rest| {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                format!("commhal_coll_{name}")
-            })
+        let defined: Vec<String> = coll_table("COLL_REDUCING_KERNELS")
+            .iter()
+            .map(|n| format!("commhal_coll_{n}"))
             .collect();
         let listed: Vec<String> = COLL_NVLINK_TYPED.iter().map(|s| s.to_string()).collect();
         assert_eq!(defined, listed);

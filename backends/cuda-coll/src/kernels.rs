@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn typed_options_name_the_units_types() {
-        let src = COLL_NVLINK.source.contents;
+        let src = commhal_device_src::coll_nvlink_text();
         for d in DataType::ALL {
             let o = typed_options(d, ReduceOp::Max);
             let ty = o[0].strip_prefix("-DCOLL_RED_T=").unwrap();

@@ -326,7 +326,7 @@ mod tests {
     use super::*;
 
     fn define(name: &str) -> String {
-        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        let src = commhal_device_src::coll_nvlink_text();
         let key = format!("#define {name} ");
         let line = src
             .lines()
@@ -389,7 +389,7 @@ mod tests {
         );
         assert_eq!(define("COLL_LL63_TILE_VECS"), LL63_TILE_VECS.to_string());
         assert_eq!(define("COLL_LL63_TILE_PKTS"), LL63_TILE_PKTS.to_string());
-        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        let src = commhal_device_src::coll_nvlink_text();
         assert!(
             src.contains("a.scratch[owner] + COLL_OFF_LL +\n                               2 * COLL_MAX_RANKS * a.ll_slot_bytes"),
             "ll63_region in the unit must sit where off_ll63 says"
@@ -431,10 +431,7 @@ mod tests {
         ] {
             let want = format!("#define {} {}", op.define(), op.code());
             assert!(
-                commhal_device_src::COLL_NVLINK
-                    .source
-                    .contents
-                    .contains(&want),
+                commhal_device_src::coll_nvlink_text().contains(&want),
                 "{want}"
             );
         }
@@ -452,7 +449,7 @@ mod tests {
             FLAG_BCAST_STAGED.to_string()
         );
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
-        let src = commhal_device_src::COLL_NVLINK.source.contents;
+        let src = commhal_device_src::coll_nvlink_text();
         assert!(
             src.contains(
                 "sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8,"

@@ -1,0 +1,223 @@
+// coll/allreduce.cuh — all-reduce: one-shot LL16, two-shot, push and all-pairs LL63.
+#pragma once
+#include "coll/ll16.cuh"
+#include "coll/ll63.cuh"
+#include "coll/reduce_inputs.cuh"
+
+// One-shot LL16 all-reduce. count * elem % 8 == 0 (host checks), bytes <= slot/2.
+template <typename Op>
+COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u64 npk = a.count * Op::ELEM / 8;
+  const uint2* in = reinterpret_cast<const uint2*>(a.in[a.rank]);
+  uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  // slot(owner, sender) = scratch[owner] + LL + (parity * MAX_RANKS + sender) * slot_bytes
+  const u64 my_send_off = COLL_OFF_LL + (parity * COLL_MAX_RANKS + a.rank) * a.ll_slot_bytes;
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    const uint2 v = pre8<Op>(a, in[i]);
+    for (u32 p = 0; p < a.nranks; ++p) {
+      if (p == a.rank) continue;
+      store_volatile_v4u32(reinterpret_cast<u8*>(a.scratch[p] + my_send_off) + i * 16, v.x, flag,
+                           v.y, flag);
+    }
+  }
+  bool ok = true;
+  for (u64 i = tid0; i < npk; i += gthreads) {
+    uint2 acc = make_uint2(0, 0);
+    bool first = true;
+    for (u32 p = 0; p < a.nranks; ++p) {  // rank order: identical result on every rank
+      uint2 v;
+      if (p == a.rank) {
+        v = pre8<Op>(a, in[i]);
+      } else {
+        v = ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+      }
+      if (first) {
+        acc = v;
+        first = false;
+      } else {
+        acc = add8<Op>(acc, v);
+      }
+    }
+    out[i] = fin8<Op>(a, acc);
+  }
+}
+
+// Two-shot all-reduce: chunks of whole 16-byte vectors per rank; the tail that is not a
+// whole vector belongs to the last rank. Inputs and outputs 16-byte aligned (host).
+template <typename Op>
+COMMHAL_DEVICE void allreduce_2shot(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u64 bytes = a.count * Op::ELEM;
+  const u64 nvec = bytes / 16;
+  u64 vb, ve;
+  partition(nvec, a.nranks, a.rank, vb, ve);
+  reduce_vectors<Op>(a, 0, vb, ve, 0, true);
+  if (a.rank == a.nranks - 1 && nvec * 16 < bytes) {
+    reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+}
+// Push all-reduce (large sizes): every remote access is a store. Staging area of rank p:
+// [sender][stage_slot_bytes], slot >= ceil(nvec / n) * 16. Block b moves the same
+// chunk-relative vector indices j in both phases on every rank, so the MID barrier
+// between block b of the sender and block b of the owner orders exactly the data block
+// b of the owner then reads. The tail (bytes % 16) is reduced by the last rank reading
+// the peers' inputs directly (as in the two-shot kernel).
+template <typename Op>
+COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u64 bytes = a.count * Op::ELEM;
+  const u64 nvec = bytes / 16;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
+  // phase 1: chunk p of my input -> rank p's staging slot [me]
+  const u64 maxlen = (nvec + n - 1) / n;
+  u64 pvb[COLL_MAX_RANKS], plen[COLL_MAX_RANKS];
+  v16* pdst[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+    if (k < n) {
+      const u32 p = (a.rank + k) % n;
+      u64 b, x;
+      partition(nvec, n, p, b, x);
+      pvb[k] = b;
+      plen[k] = x - b;
+      pdst[k] = reinterpret_cast<v16*>(a.stage[p] + (u64)a.rank * a.stage_slot_bytes);
+    }
+  }
+  for (u64 j = tid0; j < maxlen; j += gthreads) {
+#pragma unroll
+    for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
+      if (k < n && j < plen[k]) pdst[k][j] = in[pvb[k] + j];
+    }
+  }
+  block_barrier(a, COLL_OFF_MID_FLAGS, e);
+  // phase 2: reduce my chunk (local reads), store to every output
+  u64 vb, ve;
+  partition(nvec, n, a.rank, vb, ve);
+  for (u64 j = tid0; vb + j < ve; j += gthreads) {
+    const v16 acc = fin16<Op>(a, sum_staged<Op>(a, in + vb, j));
+#pragma unroll
+    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
+      if (k < n) reinterpret_cast<v16*>(a.out[(a.rank + k) % n])[vb + j] = acc;
+    }
+  }
+  if (a.rank == n - 1 && nvec * 16 < bytes) {
+    reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+}
+// All-reduce over all pairs with LL63 packets (mid sizes, above the LL16 one-shot: the
+// barrier two-shot's traffic with no barrier and no fence). a.count elements, bytes % 16
+// == 0, 16-byte aligned buffers (host). The vectors split into n chunks (partition);
+// rank c reduces chunk c:
+//   scatter  rank r packs chunk p of its input and sends it to rank p, every p != r;
+//   reduce   rank r waits for chunk r from every peer, adds them and its own in rank
+//            order, stores the sum into its output and sends it packed to every peer;
+//   gather   rank r waits for every peer p's sum of chunk p and stores it.
+// Each rank sends 2 (n - 1) / n of the data (x 64/63), the LL16 one-shot (n - 1) x 2.
+// Packets land in half e mod 2 of the receiver's LL63 small region, as the small LL63
+// chains use it: 2 (n - 1) slots of T tiles (T: the tiles of the largest chunk); sender
+// s's scatter slot in receiver q is k = (s - q - 1) mod n, its gather slot n - 1 + k. The
+// host checks that they fit a half. Before its first send a block waits until every peer
+// completed launch e - 2, the last one that used this half (usually long true); the
+// receiver clears every packet it read, so the half is all zeros after each launch.
+// Work: (2n - 1) T warp items, the scatter's (n - 1) T, then the reduce's T, then the
+// gather's (n - 1) T; warp w takes items w, w + W, ... in that order (W warps in the
+// grid; the host gives one warp per item where the grid allows: the phases then run on
+// different warps at once, and a warp's latency is one item's). A warp finished its
+// scatter items before it waits for anything, a reduce waits only for scatters, a gather
+// only for reduces, and every block is resident (host: blocks <= SMs): no wait cycle.
+// In place: rank r overwrites chunk p of its buffer in the gather only after p's sum
+// arrived, which p sent after it received this rank's scatter of the same tile.
+template <typename Op>
+COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 n = a.nranks, r = a.rank;
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u64 T = ll63_tile_count((nvec + n - 1) / n);
+  const u64 slot = T * COLL_LL63_TILE_PKTS * 16;
+  if (e > 2) {
+    if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
+    __syncthreads();
+  }
+  const v16* in = reinterpret_cast<const v16*>(a.in[r]);
+  v16* out = reinterpret_cast<v16*>(a.out[r]);
+  const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
+  const u32 lane = threadIdx.x % 32;
+  // packet of this lane in tile t of slot k of rank q's half
+  auto pkt = [&](u32 q, u64 k, u64 t) {
+    return reinterpret_cast<u8*>(a.scratch[q] + half_off) + k * slot +
+           (t * COLL_LL63_TILE_PKTS + lane) * 16;
+  };
+  const u64 S = (u64)(n - 1) * T;  // scatter items [0, S), reduce [S, S + T), gather after
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
+  for (u64 i = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32; i < S + T + S; i += warps) {
+    if (i < S || i >= S + T) {  // scatter or gather: tile t of chunk p, p != r
+      const u64 j = i < S ? i : i - S - T;
+      const u32 p = (r + 1 + (u32)(j / T)) % n;
+      const u64 t = j % T;
+      u64 cb, ce;
+      partition(nvec, n, p, cb, ce);
+      if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
+      u64 w[16];
+      if (i < S) {
+        ll63_load(in + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+        if (Op::PRE) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+        }
+        ll63_pack(w, lane);
+        ll63_send(pkt(p, (r + n - p - 1) % n, t), w);
+      } else {
+        u8* pk = pkt(r, n - 1 + (p + n - r - 1) % n, t);
+        if (!ll63_recv<true>(a, pk, r, w)) return;
+        ll63_clear(pk);
+        ll63_unpack(w, lane);
+        ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+      }
+      continue;
+    }
+    const u64 t = i - S;  // reduce: tile t of chunk r
+    u64 rb, re;
+    partition(nvec, n, r, rb, re);
+    if (t * COLL_LL63_TILE_VECS >= re - rb) continue;
+    u64 acc[16];
+    for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
+      u64 w[16];
+      if (p == r) {
+        ll63_load(in + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, w);
+        if (Op::PRE) {
+#pragma unroll
+          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+        }
+      } else {
+        u8* pk = pkt(r, (p + n - r - 1) % n, t);
+        if (!ll63_recv<true>(a, pk, r, w)) return;
+        ll63_clear(pk);
+        ll63_unpack(w, lane);
+      }
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+        ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
+    }
+    if (Op::FIN) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
+    }
+    ll63_store(out + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, acc);
+    ll63_pack(acc, lane);
+    for (u32 q = 0; q < n; ++q) {
+      if (q != r) ll63_send(pkt(q, n - 1 + (r + n - q - 1) % n, t), acc);
+    }
+  }
+}

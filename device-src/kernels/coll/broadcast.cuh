@@ -1,0 +1,258 @@
+// coll/broadcast.cuh — broadcast: direct, scatter-forward, LL16, chain and LL63 chain.
+#pragma once
+#include "coll/ll16.cuh"
+#include "coll/chain.cuh"
+#include "coll/ll63.cuh"
+
+// Broadcast and reduce (as all-to-all and send/recv): the direct kernels run between a
+// START and an END block barrier (coll/protocol.cuh; every rank launches the same grid,
+// which the host derives from the collective, the size and the rank count only). Their
+// LL16 variants cannot rely on the parity rule alone: a broadcast's sender never waits
+// on its receivers, so it could run two launches ahead and overwrite a parity slot the
+// owner has not read yet; it first waits on the receiver's done-epoch word
+// (block_wait_peer_done).
+
+// Broadcast, direct: a.count = bytes. The root stores its input a.in[root] into every
+// output (its own skipped when in place: same address); the other ranks only take part
+// in the barriers. The root's egress is (n-1) x bytes, so the host uses this for small
+// sizes and for 2 ranks (where it is the only transfer anyway).
+//   2 ranks, root 0: rank 0 stores out[0] (unless in place) and out[1].
+//   4 ranks, root 2: rank 2 stores, in rotation k = 0..3, p = (2+k)%4 = 2, 3, 0, 1.
+// END barrier: block b of every peer waits for block b of the root, which made its
+// grid-stride slice of the stores before it signalled; all blocks cover all bytes.
+COMMHAL_DEVICE void broadcast(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 root = coll_root(a);
+  if (a.rank == root) {
+    const u64 bytes = a.count;
+    const u64 src = a.in[root];
+    bool aligned = (bytes % 16) == 0 && (src % 16) == 0;
+    for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.out[p] % 16) == 0;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (aligned) {
+      const u64 nvec = bytes / 16;
+      for (u64 v = tid0; v < nvec; v += gthreads) {
+        const v16 x = reinterpret_cast<const v16*>(src)[v];
+        for (u32 k = 0; k < a.nranks; ++k) {
+          const u32 p = (root + k) % a.nranks;
+          if (a.out[p] == src) continue;
+          reinterpret_cast<v16*>(a.out[p])[v] = x;
+        }
+      }
+    } else {
+      for (u32 p = 0; p < a.nranks; ++p) {
+        if (a.out[p] == src) continue;
+        copy_cooperative(reinterpret_cast<void*>(a.out[p]), reinterpret_cast<const void*>(src),
+                         bytes, (u32)tid0, (u32)gthreads);
+      }
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+}
+
+// Broadcast, pull + forward (host: nranks >= 3, every buffer 16-byte aligned — the
+// VMM bases are): a.count = bytes, nvec = bytes / 16 whole vectors split over the
+// m = n-1 non-roots; the k-th non-root is rank (root + 1 + k) % n, so rank r's chunk
+// index is k = (r + n - root - 1) % n (mirrored by layout::bcast_chunk_index).
+//   root: copies its input into its own output (local) unless in place, and the tail
+//     bytes (bytes % 16) into every output. It sends nothing: the others read.
+//   non-root with chunk k: loads chunk k from the ROOT's input (remote loads, two
+//     vectors in flight per thread) and stores it into its own output and into every
+//     other non-root's output.
+// One phase between the START and END barriers (the earlier version pushed chunks from
+// the root, then forwarded them after a MID barrier: two serial phases, 0.54 of NCCL at
+// 1 GiB on 4 GPUs). Traffic: root egress = bytes (its input read once in total);
+// non-root ingress = bytes / m (from the root) + (m-1)/m x bytes (from the others),
+// egress (m-1)/m x bytes; every link carries at most `bytes`, all at the same time.
+// Ordering: START — the root's input is written and every output is free. END — block
+// b of rank q waits for block b of every peer, which made its slice of the stores into
+// q's output (and of the loads from the root's input) before it signalled; all blocks
+// together cover every byte, so when q's kernel completes its output is final and the
+// root's input is no longer read.
+//   4 ranks, root 2: m = 3; k = 0 -> rank 3, k = 1 -> rank 0, k = 2 -> rank 1;
+//     rank 3: k = (3 + 4 - 2 - 1) % 4 = 0, rank 0: (0 + 1) % 4 = 1, rank 1: 2.
+//     Rank 3 stores chunk 0 into out[3], out[0], out[1] (2 = root: skipped).
+//   3 ranks, root 0: m = 2; rank 1 gets chunk 0, rank 2 chunk 1; each stores its chunk
+//     into both non-root outputs.
+COMMHAL_DEVICE void broadcast_sf(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  const u32 n = a.nranks;
+  const u32 m = n - 1;  // >= 2 (host)
+  const u32 root = coll_root(a);
+  const u64 bytes = a.count;
+  const u64 nvec = bytes / 16;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 src = a.in[root];
+  if (a.rank == root) {
+    if (a.out[root] != src) {
+      const v16* s = reinterpret_cast<const v16*>(src);
+      v16* own = reinterpret_cast<v16*>(a.out[root]);
+      for (u64 v = tid0; v < nvec; v += gthreads) own[v] = s[v];
+    }
+    for (u64 i = nvec * 16 + tid0; i < bytes; i += gthreads) {
+      const u8 c = reinterpret_cast<const u8*>(src)[i];
+      for (u32 p = 0; p < n; ++p) {
+        if (a.out[p] != src) reinterpret_cast<u8*>(a.out[p])[i] = c;
+      }
+    }
+  } else {
+    const u32 k = (a.rank + n - root - 1) % n;
+    u64 b, x;
+    partition(nvec, m, k, b, x);
+    const v16* s = reinterpret_cast<const v16*>(src) + b;
+    // destination q = the non-root with chunk (k + q) % m: q = 0 is this rank's own
+    // output, then the other non-roots in rotation (constant indices: registers)
+    v16* dst[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+      if (q < m) dst[q] = reinterpret_cast<v16*>(a.out[(root + 1 + (k + q) % m) % n]) + b;
+    }
+    const u64 len = x - b;
+    u64 j = tid0;
+    for (; j + gthreads < len; j += 2 * gthreads) {
+      const v16 v0 = s[j];
+      const v16 v1 = s[j + gthreads];
+#pragma unroll
+      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+        if (q < m) {
+          dst[q][j] = v0;
+          dst[q][j + gthreads] = v1;
+        }
+      }
+    }
+    if (j < len) {
+      const v16 v0 = s[j];
+#pragma unroll
+      for (u32 q = 0; q < COLL_MAX_RANKS; ++q) {
+        if (q < m) dst[q][j] = v0;
+      }
+    }
+  }
+  block_barrier(a, COLL_OFF_END_FLAGS, e);
+}
+
+// Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).
+// The root stores its input as packets into slot(p, root) of every other rank (and its
+// own output unless in place); every other rank waits for them and stores its output.
+COMMHAL_DEVICE void broadcast_ll(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 flag = (u32)e;
+  const u64 parity = e & 1;
+  const u32 root = coll_root(a);
+  const u64 npk = a.count / 8;
+  const u64 gthreads = (u64)gridDim.x * blockDim.x;
+  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (a.rank == root) {
+    if (e > 2) {
+      if (threadIdx.x < a.nranks && threadIdx.x != root) wait_peer_done(a, threadIdx.x, e - 2);
+      __syncthreads();
+    }
+    const uint2* src = reinterpret_cast<const uint2*>(a.in[root]);
+    uint2* own = reinterpret_cast<uint2*>(a.out[root]);
+    for (u64 i = tid0; i < npk; i += gthreads) {
+      const uint2 v = src[i];
+      for (u32 p = 0; p < a.nranks; ++p) {
+        if (p == root) continue;
+        store_volatile_v4u32(ll_slot(a, p, root, parity) + i * 16, v.x, flag, v.y, flag);
+      }
+      if (reinterpret_cast<const void*>(own) != reinterpret_cast<const void*>(src)) own[i] = v;
+    }
+  } else {
+    bool ok = true;
+    uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
+    for (u64 i = tid0; i < npk; i += gthreads)
+      out[i] = ll_wait(a, ll_slot(a, a.rank, root, parity) + i * 16, flag, ok);
+  }
+}
+
+// Broadcast, chain: a.count = bytes. Position of rank r: (r - root) mod n; the root is
+// position 0 and reads its input; every rank but the last stores the chunk into the
+// next rank, and every rank but the root gets it from the previous one.
+//   Direct (no COLL_FLAG_BCAST_STAGED): the chunk goes into the next rank's output,
+//   which that rank then reads to forward it; the root also fills its own output
+//   (unless in place).
+//   Staged (COLL_FLAG_BCAST_STAGED, host: staging of at least `bytes`): the chunk goes
+//   into the next rank's staging, which that rank copies into its own output and
+//   forwards. One more local store per byte, but no rank ever stores into a peer's
+//   output, so back-to-back broadcasts stream on with credits like the reduce chain.
+//   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
+COMMHAL_DEVICE void broadcast_chain(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root) % n;
+  const bool staged = a.flags & COLL_FLAG_BCAST_STAGED;
+  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
+  const u64 nvec = a.count / 16;
+  const u64 cv = (u64)blockDim.x * chain_unroll(a);
+  const bool last = pos == n - 1;
+  const bool credits =
+      chain_start(a, e, !last, staged ? chain_geometry(nvec, cv, true) : 0) == COLL_CHAIN_CREDITS &&
+      !last;
+  const v16* src = reinterpret_cast<const v16*>(pos == 0   ? a.in[root]
+                                                : staged ? a.stage[a.rank]
+                                                         : a.out[a.rank]);
+  v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
+  v16* dst = reinterpret_cast<v16*>(staged ? a.stage[next] : a.out[next]);
+  const bool copy_own = pos == 0 ? a.in[root] != a.out[root] : staged;
+  bool ok = true;
+  u32 k = 0;
+  for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
+    const u64 tag = chain_tag(e, k);
+    if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
+    if (last && !copy_own) continue;
+    chunk_for(
+        a, c, nvec, [&](u64 v) { return src[v]; },
+        [&](u64 v, v16 x) {
+          if (!last) dst[v] = x;
+          if (copy_own) own[v] = x;
+        });
+    // staged: a rank past the root consumed this round's staging, credit the previous
+    chain_signal(a, next, tag, ok, !last, staged && pos > 0);
+  }
+}
+
+// Broadcast, LL63 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
+// 32. Position (r - root) mod n as in broadcast_chain: the root packs its input and
+// sends; a middle rank forwards the packets unchanged, then unpacks them into its
+// output; the last rank only unpacks. The root copies its input into its own output
+// unless in place.
+//   4 ranks, root 2: 2 -> 3 -> 0 -> 1.
+COMMHAL_DEVICE void broadcast_ll63(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 n = a.nranks;
+  const u32 root = coll_root(a);
+  const u32 pos = (a.rank + n - root) % n;
+  const u32 next = (a.rank + 1) % n;
+  const bool last = pos == n - 1;
+  const u64 nvec = a.count / 16;
+  const bool small = ll63_small(a, nvec);
+  if (!last) ll63_next_free(a, next, e, small);
+  const v16* src = reinterpret_cast<const v16*>(a.in[root]);
+  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
+  const bool copy_own = pos == 0 && a.in[root] != a.out[root];
+  u8* mine = ll63_region_for(a, a.rank, small, e);
+  u8* theirs = ll63_region_for(a, next, small, e);
+  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+    u64 w[16];
+    if (pos == 0) {
+      ll63_load(src, v0, lane, nvec, w);
+      if (copy_own) ll63_store(out, v0, lane, nvec, w);
+      ll63_pack(w, lane);
+      ll63_send(theirs + pk, w);
+      return true;
+    }
+    const u32 down = last ? a.rank : next;
+    if (!(small ? ll63_recv<true>(a, mine + pk, down, w) : ll63_recv(a, mine + pk, down, w)))
+      return false;
+    if (!last) ll63_send(theirs + pk, w);
+    ll63_clear(mine + pk);
+    ll63_unpack(w, lane);
+    ll63_store(out, v0, lane, nvec, w);
+    return true;
+  });
+}

@@ -1,0 +1,240 @@
+// coll/protocol.cuh — the protocol every collective kernel follows: CollArgs (the layout
+// shared with backends/cuda-coll/src/layout.rs), launch epochs, the bounded wait, the
+// per-block barrier and the peers' done-epoch words.
+//
+// Epochs. Every launch on a rank gets epoch e = 1 + the number of launches before it.
+// Launches are matched across ranks (same collective, same size, same order), so e
+// agrees on every rank. It lives in one u64 word per block slot (COLL_OFF_BLOCK_EPOCHS), all
+// equal between launches: block b of a launch reads word b, and stores e into words b,
+// b + grid, b + 2 grid, ... (no other block of the launch reads those), so after the
+// launch every word holds e whatever the grid. The next launch reads them after the
+// kernel boundary (stream order; with PDL after griddepcontrol.wait). No counter, no
+// fence: the end of a kernel publishes nothing (a system-scope release there cost
+// 1.3 µs of every launch, bench/micro/ll_latency.cu).
+// Peers learn a rank's progress from its done-epoch words: block 0 of launch e stores
+// e - 1 at its start (every access of launch e - 1 is over: the kernel boundary is the
+// fence) into word [rank] of COLL_OFF_DONE_EPOCHS in every rank's scratch, its own too,
+// so a rank that needs a peer's progress reads its own memory (see wait_peer_done): a
+// store into a peer costs the storing kernel nothing, a load from one a round trip.
+//
+// Barriers (per block). Block b of rank r stores e into flag[r][b] of every peer
+// (st.release.sys, after __syncthreads, so it publishes the whole block's earlier
+// writes) and waits until its own flag[p][b] >= e for every peer p (ld.acquire.sys, then
+// __syncthreads). Block b of every rank handles the same grid-stride slice, so after the
+// END barrier block b knows every peer's block b finished writing into this rank's
+// output and reading this rank's input; all blocks together cover everything. START
+// barrier: the peer's kernel is running, so the stream work before it (the input being
+// written, the output no longer read) is complete.
+//
+// Chains (broadcast_chain, reduce_chain): ranks in the ring r -> r+1; chunk c (cv =
+// blockDim.x * a.chain_unroll vectors, 1..COLL_CHAIN_UNROLL_MAX) belongs to block
+// c % gridDim.x on every rank.
+// After its round k a block raises chain flag [rank][block] of the next rank to
+// (e << 32) | (k + 1) (st.release.sys after __syncthreads); the next rank's same block
+// waits for it (ld.acquire.sys, then __syncthreads) before it reads the chunk. Values
+// grow across launches (e grows), so a flag never has to be reset; a row per launch
+// parity. Only a start handshake: the chain's own flags order everything a rank reads
+// in this launch, and a rank writes into a peer (output or staging) again only after
+// the next launch's START barrier, i.e. after that peer completed this launch — or,
+// between chains queued back to back, after the next rank alone started it, or (reduce
+// staging) consumed that round (chain_start: neighbour, credits).
+//
+// LL slots are double-buffered by epoch parity: the slot a rank writes in launch e was
+// last written in launch e-2 or earlier, and the owner finished reading it before it
+// could take part in launch e-1, which this rank waited on.
+//
+// Every wait is bounded: after spin_ns nanoseconds (globaltimer) or once the rank's error
+// word is set, the wait stores ERR_WAIT_TIMEOUT / ERR_PACKET_TIMEOUT (first error wins)
+// and gives up; the host reads the error word after the launch and reports it.
+#pragma once
+#include "commhal/commhal_port.h"
+#include "commhal/copy.h"
+
+using namespace commhal;
+
+// ---- layout shared with backends/cuda-coll/src/layout.rs (checked by a test) ----
+#define COLL_MAX_RANKS 8
+#define COLL_MAX_BLOCKS 1024
+#define COLL_OFF_ERROR 12
+// Host copy-engine path (backends/cuda-coll/src/dma.rs): u32 flags [kind][sender], 8 bytes
+// apart, written by peers' cuStreamWriteValue32 and waited on by commhal_coll_dma_wait
+// (no other kernel touches them).
+#define COLL_OFF_DMA_FLAGS 1024
+// The 2-rank copy-engine reduce (dma.rs reduce_pair): the kind of its chunk flag, its
+// smallest chunk in bytes, and the eighths of what is left that stay left after each
+// chunk (layout.rs DMA_CHUNK, PAIR_CE_FLOOR, PAIR_CE_KEEP_EIGHTHS, pair_ce_chunks).
+#define COLL_DMA_CHUNK 3
+#define COLL_PAIR_CE_FLOOR 2097152
+#define COLL_PAIR_CE_KEEP_EIGHTHS 3
+#define COLL_OFF_DONE_EPOCHS 2048
+#define COLL_OFF_START_FLAGS 4096
+#define COLL_OFF_END_FLAGS (COLL_OFF_START_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_MID_FLAGS (COLL_OFF_END_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_FLAGS (COLL_OFF_MID_FLAGS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_CREDITS (COLL_OFF_CHAIN_FLAGS + 2 * COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_CHAIN_LAST (COLL_OFF_CHAIN_CREDITS + COLL_MAX_RANKS * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_BLOCK_EPOCHS (COLL_OFF_CHAIN_LAST + 2 * COLL_MAX_BLOCKS * 8)
+#define COLL_OFF_LL (COLL_OFF_BLOCK_EPOCHS + COLL_MAX_BLOCKS * 8)
+#define COLL_CHAIN_UNROLL_MAX 32
+#define COLL_FLAG_CHAIN_OVERLAP 1
+#define COLL_FLAG_CHAIN_CREDITS 2
+#define COLL_FLAG_BCAST_STAGED 4
+#define COLL_ERR_WAIT_TIMEOUT 1
+#define COLL_ERR_PACKET_TIMEOUT 4
+
+// Passed by value (kernel parameter space). Mirrored by CollArgs in layout.rs.
+struct CollArgs {
+  u64 in[COLL_MAX_RANKS];       // every rank's input, mapped in this process
+  u64 out[COLL_MAX_RANKS];      // every rank's output, mapped in this process
+  u64 scratch[COLL_MAX_RANKS];  // every rank's scratch (flags, LL slots), mapped
+  u64 count;                    // elements (allreduce: all; reducescatter: per rank)
+                                // allgather: bytes per rank
+  u64 spin_ns;                  // bound of every wait, nanoseconds
+  u64 ll_slot_bytes;            // bytes of one LL slot (per parity, per sender)
+  u32 rank;
+  u32 nranks;
+  u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
+  u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
+  u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
+  u32 chain_unroll;             // chain / ring kernels: vectors per thread per chunk (1..32)
+  u64 ll63_small_off;           // LL63 chains: the small region's offset in every scratch
+  u64 ll63_small_half;          // LL63 chains: bytes of one of its parity halves (0: none)
+  u32 flags;                    // COLL_FLAG_* bits
+  u32 flags_pad;
+  u64 scalar;                   // premulsum: the scalar, an element of the type in the
+                                // low bytes (the same on every rank)
+  u32 red_op;                   // COLL_OP_* of the launch (the kernel's op is compiled
+                                // in; kept for debugging and the layout test)
+  u32 red_pad;
+};
+static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8,
+              "CollArgs layout");
+
+COMMHAL_DEVICE u64 now_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+COMMHAL_DEVICE u32* error_word(const CollArgs& a) {
+  return reinterpret_cast<u32*>(a.scratch[a.rank] + COLL_OFF_ERROR);
+}
+
+COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Marks rank p's error word with `code` (first error wins there too).
+COMMHAL_DEVICE void set_peer_error(const CollArgs& a, u32 p, u32 code) {
+  set_error_once(reinterpret_cast<u32*>(a.scratch[p] + COLL_OFF_ERROR), code);
+}
+
+// The bound of every wait, checked at spin s (0, 1, ...; the clock is read every 1024th):
+// true once spin_ns have passed since spin 0 or this rank's error word is set, and then
+// `code` is stored there (first error wins). t0: the caller's, set at spin 0.
+COMMHAL_DEVICE bool spin_expired(const CollArgs& a, u32 s, u64& t0, u32 code) {
+  if ((s & 1023) != 0) return false;
+  const u64 t = now_ns();
+  if (s == 0) {
+    t0 = t;
+    return false;
+  }
+  if (t - t0 <= a.spin_ns && load_relaxed_u32(error_word(a)) == 0) return false;
+  set_error_once(error_word(a), code);
+  return true;
+}
+
+// Bounded wait for *flag >= e. false = gave up (error stored).
+COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
+  u64 t0 = 0;
+  for (u32 i = 0;; ++i) {
+    if (load_acquire(flag) >= e) return true;
+    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
+  }
+}
+
+// Start of every kernel: this launch's epoch (same in every block; see Epochs above).
+// Programmatic dependent launch (sm_90+; the host sets the launch attribute when
+// COMMHAL_COLL_PDL allows it): `griddepcontrol.wait` first — nothing of this kernel
+// runs before the previous kernel on the stream completed and its memory is flushed,
+// exactly as without the attribute — then `launch_dependents`, so the next collective's
+// blocks may already be scheduled (and wait in their own griddepcontrol.wait) while this
+// one runs: the launch latency overlaps this kernel instead of following it. Both are
+// no-ops for a launch without the attribute.
+// Store v into this block's per-block words of a [COLL_MAX_BLOCKS] array: b, b + grid,
+// b + 2 grid, ... (so after a launch every word holds v whatever its grid, and block b
+// of the next launch reads word b). The caller reads word b before, then
+// __syncthreads.
+COMMHAL_DEVICE void store_block_slots(u64* words, u64 v) {
+  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
+       w += (u64)blockDim.x * gridDim.x) {
+    store_relaxed(words + w, v);
+  }
+}
+
+COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
+  __shared__ u64 s_epoch;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  u64* words = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS);
+  if (threadIdx.x == 0) s_epoch = load_relaxed(words + blockIdx.x) + 1;
+  __syncthreads();
+  const u64 e = s_epoch;
+  // word b only after every thread of the block has the value: the __syncthreads above
+  store_block_slots(words, e);
+  if (blockIdx.x == 0 && threadIdx.x < a.nranks) {
+    store_relaxed(reinterpret_cast<u64*>(a.scratch[threadIdx.x] + COLL_OFF_DONE_EPOCHS) + a.rank,
+                  e - 1);
+  }
+  return e;
+}
+
+// This block's slot for sender `from` in a `u64 [sender][COLL_MAX_BLOCKS]` flag row at
+// `off` of rank `owner`'s scratch (START / END / MID flags, chain credits).
+COMMHAL_DEVICE u64* flag_slot(const CollArgs& a, u32 owner, u64 off, u32 from) {
+  return reinterpret_cast<u64*>(a.scratch[owner] + off) + (u64)from * COLL_MAX_BLOCKS +
+         blockIdx.x;
+}
+
+// Block-level barrier with the same block of every peer (see "Barriers" at the top of this file).
+COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
+  __syncthreads();
+  const u32 t = threadIdx.x;
+  if (t < a.nranks && t != a.rank) {
+    store_release(flag_slot(a, t, flags_off, a.rank), e);
+    wait_flag(a, flag_slot(a, a.rank, flags_off, t), e);
+  }
+  __syncthreads();
+}
+// Broadcast and reduce for small sizes, LL16, no barrier. One side only sends (the
+// broadcast root; the reduce non-roots), so nothing would stop it running two launches
+// ahead of a receiver and overwriting a parity slot not yet read: before sending in
+// launch e, a sender waits (thread p of every block, once) until the receiver p has
+// completed launch e-2 — the last launch that used this parity's slot — by reading p's
+// done-epoch word, which p's launch e-1 sets at its start. Usually long true already.
+// (This never waits on a launch the sender's own progress holds back: p's launch e-1
+// needs only launches up to e-1 of its peers, and the sender is at e.)
+
+// Bounded wait until rank p has completed launch `e` or a later one: p's word in this
+// rank's scratch (p stores it there, relaxed, after a kernel boundary, which orders
+// every access of the launches before it; the acquire here orders this rank's later
+// writes into p after them). A local load: no round trip to p.
+COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
+  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e);
+}
+
+// The whole block waits until rank p has completed launch e - back (thread 0 waits, the
+// others at the barrier); nothing when there is no such launch. A sender's check that
+// the packets it is about to overwrite in p were read: back = 2 for parity-halved
+// slots, 1 for a single region.
+COMMHAL_DEVICE void block_wait_peer_done(const CollArgs& a, u32 p, u64 e, u64 back) {
+  if (e <= back) return;
+  if (threadIdx.x == 0) wait_peer_done(a, p, e - back);
+  __syncthreads();
+}
+// Root of a broadcast / reduce, as the host passed it.
+COMMHAL_DEVICE u32 coll_root(const CollArgs& a) { return a.root; }
