@@ -233,7 +233,7 @@ impl<'a> MemoryDevice<'a> {
 
     /// Resolve a bare handle holding host addresses. The handle carries no sizes, so
     /// pass the lengths of its local and remote buffers. `h.expected` is the consumed
-    /// count this view advances (borrowed mutably for `'a`); `h.spin_limit` is ignored
+    /// count this view advances (borrowed mutably for `'a`); `h.wait_ns` is ignored
     /// (the host bounds waits by `policy`).
     ///
     /// # Safety

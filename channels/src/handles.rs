@@ -12,14 +12,14 @@
 //! `remote_semaphore` the peer's inbound counter mapped here (our signal adds 1) ·
 //! `expected` signals consumed so far (a value; one waiter at a time) ·
 //! `error_flag` address of a u32 where device code reports the first error
-//! ([`error_code`]) · `spin_limit` bound on every device wait's spins.
+//! ([`error_code`]) · `wait_ns` bound of every device wait in nanoseconds (`commhal/wait.h`).
 //!
 //! [`PortChannelHandle`] (80 bytes):
 //! `fifo` ring of `fifo_depth` 16-byte [`RawTrigger`]s (16-byte aligned) · `head` u64
 //! claim counter · `tail` u64 count of triggers the proxy finished · `semaphore_id`,
 //! `local_memory_id` (source), `remote_memory_id` (destination): proxy ids the triggers
 //! carry · `reserved` 0 · `local_semaphore` our inbound counter (the peer's proxy adds
-//! 1) · `expected`, `error_flag`, `spin_limit` as above.
+//! 1) · `expected`, `error_flag`, `wait_ns` as above.
 //!
 //! [`SwitchChannelHandle`] (24 bytes): `multicast` the group's multicast address (on
 //! host-emu: the member descriptor `[magic, n, len, base_0..]`) · `unicast` our bound
@@ -34,6 +34,7 @@ pub use commhal_device_src::layout::{
     Trigger as RawTrigger, TriggerFields, error_code, trigger_type,
 };
 
-/// Default bound on device-side spins written into handles (`spin_limit`). The host
-/// executor bounds its waits by time ([`crate::WaitPolicy`]) instead.
-pub const DEFAULT_SPIN_LIMIT: u64 = 1 << 30;
+/// Default bound of every device-side wait written into handles (`wait_ns`, 10 s of
+/// the GPU's global timer; see `commhal/wait.h`). The host executor bounds its waits
+/// with [`crate::WaitPolicy`].
+pub const DEFAULT_WAIT_NS: u64 = 10_000_000_000;

@@ -13,7 +13,7 @@ use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::{MemoryMapped, Rank, Region, Result};
 
 use crate::device::MemoryDevice;
-use crate::handles::{DEFAULT_SPIN_LIMIT, MemoryChannelHandle, error_code};
+use crate::handles::{DEFAULT_WAIT_NS, MemoryChannelHandle, error_code};
 use crate::packet::LlFormat;
 use crate::raw::HostView;
 use crate::semaphore::MemorySemaphore;
@@ -28,7 +28,7 @@ pub struct MemoryChannel<M: MemoryMapped> {
     semaphore: MemorySemaphore,
     /// Device error flag (boxed: its address is in handles and must not move).
     error_flag: Box<AtomicU32>,
-    spin_limit: u64,
+    wait_ns: u64,
 }
 
 impl<M: MemoryMapped> MemoryChannel<M> {
@@ -40,7 +40,7 @@ impl<M: MemoryMapped> MemoryChannel<M> {
             remote,
             semaphore,
             error_flag: Box::new(AtomicU32::new(0)),
-            spin_limit: DEFAULT_SPIN_LIMIT,
+            wait_ns: DEFAULT_WAIT_NS,
         })
     }
 
@@ -72,8 +72,8 @@ impl<M: MemoryMapped> MemoryChannel<M> {
     }
 
     /// Spin bound written into device handles (GPU device code; must be > 0).
-    pub fn set_spin_limit(&mut self, spin_limit: u64) {
-        self.spin_limit = spin_limit.max(1);
+    pub fn set_wait_ns(&mut self, wait_ns: u64) {
+        self.wait_ns = wait_ns.max(1);
     }
 
     /// The first error device code reported through the handle's error flag, if any
@@ -111,7 +111,7 @@ impl<M: MemoryMapped> MemoryChannel<M> {
             remote_semaphore: self.semaphore.remote_counter_addr(),
             expected: self.semaphore.slot().expected(),
             error_flag: &*self.error_flag as *const AtomicU32 as usize as u64,
-            spin_limit: self.spin_limit,
+            wait_ns: self.wait_ns,
         }
     }
 

@@ -17,7 +17,7 @@ use commhal_hal::{HalError, PortMapped, Region, Result};
 
 use crate::device::{PortDevice, PortIds};
 use crate::fifo::Trigger;
-use crate::handles::{DEFAULT_SPIN_LIMIT, PortChannelHandle, error_code};
+use crate::handles::{DEFAULT_WAIT_NS, PortChannelHandle, error_code};
 use crate::proxy::{MemoryId, ProxyBuilder, ProxyShared, SemaphoreId};
 use crate::semaphore::SemaphoreSlot;
 use crate::wait::WaitPolicy;
@@ -35,7 +35,7 @@ pub struct PortChannel<P: PortMapped> {
     policy: WaitPolicy,
     /// Device error flag (boxed: its address is in handles and must not move).
     error_flag: Box<AtomicU32>,
-    spin_limit: u64,
+    wait_ns: u64,
     _p: PhantomData<fn() -> P>,
 }
 
@@ -64,7 +64,7 @@ impl<P: PortMapped> PortChannel<P> {
             policy: WaitPolicy::default(),
             slot: inbound,
             error_flag: Box::new(AtomicU32::new(0)),
-            spin_limit: DEFAULT_SPIN_LIMIT,
+            wait_ns: DEFAULT_WAIT_NS,
             _p: PhantomData,
         })
     }
@@ -122,8 +122,8 @@ impl<P: PortMapped> PortChannel<P> {
     }
 
     /// Spin bound written into device handles (GPU device code; must be > 0).
-    pub fn set_spin_limit(&mut self, spin_limit: u64) {
-        self.spin_limit = spin_limit.max(1);
+    pub fn set_wait_ns(&mut self, wait_ns: u64) {
+        self.wait_ns = wait_ns.max(1);
     }
 
     /// The first error device code reported through the handle's error flag, if any.
@@ -150,7 +150,7 @@ impl<P: PortMapped> PortChannel<P> {
             local_semaphore: self.slot.counter_addr(),
             expected: self.slot.expected(),
             error_flag: &*self.error_flag as *const AtomicU32 as usize as u64,
-            spin_limit: self.spin_limit,
+            wait_ns: self.wait_ns,
         }
     }
 

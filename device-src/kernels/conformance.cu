@@ -34,7 +34,7 @@ extern "C" __global__ void commhal_conf_put_signal(MemoryChannelHandle* h, u64 d
 }
 
 // Message passing, receiver side. One block: thread 0 waits (acquire), then every
-// thread may read. *ok = 1 if the signal arrived before spin_limit.
+// thread may read. *ok = 1 if the signal arrived before wait_ns.
 extern "C" __global__ void commhal_conf_wait(MemoryChannelHandle* h, u32* ok) {
   if (threadIdx.x == 0) *ok = wait(*h) ? 1u : 0u;
 }

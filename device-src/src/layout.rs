@@ -11,13 +11,13 @@ use std::mem::{offset_of, size_of};
 pub mod error_code {
     /// No error.
     pub const NONE: u32 = 0;
-    /// A semaphore wait exceeded `spin_limit`.
+    /// A semaphore wait exceeded `wait_ns`.
     pub const WAIT_TIMEOUT: u32 = 1;
-    /// A FIFO push found the ring full for `spin_limit` spins (proxy not draining).
+    /// A FIFO push found the ring full for `wait_ns` nanoseconds (proxy not draining).
     pub const FIFO_FULL_TIMEOUT: u32 = 2;
-    /// A port flush was not acknowledged within `spin_limit` spins.
+    /// A port flush was not acknowledged within `wait_ns` nanoseconds.
     pub const FLUSH_TIMEOUT: u32 = 3;
-    /// An LL packet did not arrive within `spin_limit` spins.
+    /// An LL packet did not arrive within `wait_ns` nanoseconds.
     pub const PACKET_TIMEOUT: u32 = 4;
     /// A port operation's offset or length does not fit the trigger's 32 bits.
     pub const TRIGGER_RANGE: u32 = 5;
@@ -62,8 +62,8 @@ pub struct MemoryChannelHandle {
     pub expected: u64,
     /// Address of the `u32` error flag.
     pub error_flag: u64,
-    /// Spin bound of every wait; must be > 0.
-    pub spin_limit: u64,
+    /// Bound of every wait in nanoseconds of the GPU's global timer.
+    pub wait_ns: u64,
 }
 
 /// One 16-byte proxy request; bit layout in `handles.h` (and [`Trigger::encode`]).
@@ -179,8 +179,8 @@ pub struct PortChannelHandle {
     pub expected: u64,
     /// Address of the `u32` error flag.
     pub error_flag: u64,
-    /// Spin bound of every wait; must be > 0.
-    pub spin_limit: u64,
+    /// Bound of every wait in nanoseconds of the GPU's global timer.
+    pub wait_ns: u64,
 }
 
 /// Device view of a switch (multicast) channel.
@@ -249,13 +249,13 @@ pub fn field_table() -> Vec<FieldLayout> {
     let mut v = Vec::new();
     v.extend(fields!("MemoryChannelHandle", MemoryChannelHandle, [
         local_buf: u64, remote_buf: u64, local_semaphore: u64, remote_semaphore: u64,
-        expected: u64, error_flag: u64, spin_limit: u64,
+        expected: u64, error_flag: u64, wait_ns: u64,
     ]));
     v.extend(fields!("Trigger", Trigger, [w0: u64, w1: u64]));
     v.extend(fields!("PortChannelHandle", PortChannelHandle, [
         fifo: u64, fifo_depth: u64, head: u64, tail: u64, semaphore_id: u32,
         local_memory_id: u32, remote_memory_id: u32, reserved: u32, local_semaphore: u64,
-        expected: u64, error_flag: u64, spin_limit: u64,
+        expected: u64, error_flag: u64, wait_ns: u64,
     ]));
     v.extend(fields!("SwitchChannelHandle", SwitchChannelHandle, [
         multicast: u64, unicast: u64, size: u64,

@@ -394,13 +394,14 @@ mod tests {
             src.contains("a.scratch[owner] + COLL_OFF_LL +\n                               2 * COLL_MAX_RANKS * a.ll_slot_bytes"),
             "ll63_region in the unit must sit where off_ll63 says"
         );
+        // the kernels report the channels' error codes (commhal/handles.h)
         assert_eq!(
-            define("COLL_ERR_WAIT_TIMEOUT"),
-            ERR_WAIT_TIMEOUT.to_string()
+            ERR_WAIT_TIMEOUT,
+            commhal_device_src::layout::error_code::WAIT_TIMEOUT
         );
         assert_eq!(
-            define("COLL_ERR_PACKET_TIMEOUT"),
-            ERR_PACKET_TIMEOUT.to_string()
+            ERR_PACKET_TIMEOUT,
+            commhal_device_src::layout::error_code::PACKET_TIMEOUT
         );
         // struct CollArgs: 24 pointers, 3 u64, 2 u32, 8 pointers, 1 u64, 2 u32, 2 u64,
         // 2 u32, 1 u64, 2 u32 (the unit static_asserts the same sum)

@@ -446,7 +446,14 @@ mod tests {
             .contents;
         assert!(h.contains("#define PLAN_MAX_SEMS 4096"));
         assert!(h.contains("#define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)"));
-        assert!(h.contains("#define PLAN_ERR_WAIT 1") && h.contains("#define PLAN_ERR_PACKET 4"));
+        assert_eq!(
+            ERR_WAIT,
+            commhal_device_src::layout::error_code::WAIT_TIMEOUT
+        );
+        assert_eq!(
+            ERR_PACKET,
+            commhal_device_src::layout::error_code::PACKET_TIMEOUT
+        );
         assert!(h.contains("static_assert(sizeof(PlanArgs) == 232"));
         assert!(h.contains("#define PLAN_SEM_START (PLAN_MAX_SEMS - 2 * PLAN_MAX_RANKS)"));
         assert_eq!(codegen::MAX_SEMS, 4096 - 2 * MAX_RANKS);

@@ -157,7 +157,7 @@ fn memory_channel_put_signal_wait_loopback() {
             remote_semaphore: misc.addr(),
             expected: i as u64,
             error_flag: misc.addr() + 64,
-            spin_limit: 1 << 30,
+            wait_ns: 10_000_000_000,
         };
         hbuf.write(0, &bytes_of(&h)).unwrap();
         // SAFETY: argument list matches commhal_conf_put_signal / commhal_conf_wait;
@@ -216,7 +216,7 @@ fn wait_without_signal_times_out_with_error_flag() {
         remote_semaphore: misc.addr(),
         expected: 0,
         error_flag: misc.addr() + 64,
-        spin_limit: 1000,
+        wait_ns: 1000,
     };
     hbuf.write(0, &bytes_of(&h)).unwrap();
     misc.write(128, &7u32.to_ne_bytes()).unwrap();
@@ -258,7 +258,7 @@ fn ll8_and_ll16_packets_loopback() {
         remote_semaphore: misc.addr(),
         expected: 0,
         error_flag: misc.addr() + 64,
-        spin_limit: 1 << 30,
+        wait_ns: 10_000_000_000,
     };
     hbuf.write(0, &bytes_of(&h)).unwrap();
     for (put, read, flag) in [
@@ -334,7 +334,7 @@ fn fifo_push_with_host_proxy() {
         local_semaphore: dev.addr() + 256,
         expected: 0,
         error_flag: dev.addr() + 64,
-        spin_limit: 1 << 30,
+        wait_ns: 10_000_000_000,
     };
     let hbuf = DeviceBuffer::new(&ctx, 256).unwrap();
     hbuf.write(0, &bytes_of(&h)).unwrap();

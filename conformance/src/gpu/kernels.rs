@@ -51,7 +51,7 @@ pub mod op {
     /// Thread 0 sleeps `len` ns.
     pub const SLEEP: u32 = 11;
     /// Set the handle's spin limit to `len`.
-    pub const SET_SPIN: u32 = 12;
+    pub const SET_WAIT: u32 = 12;
     /// Spin until local byte `dst` == arg, then acquire fence.
     pub const WAIT_BYTE: u32 = 13;
     /// Port put_with_signal.
@@ -148,9 +148,9 @@ impl GpuOp {
     pub const fn sleep(ns: u64) -> GpuOp {
         GpuOp::new(op::SLEEP, 0, 0, 0, ns)
     }
-    /// Set the handle's spin limit.
-    pub const fn set_spin(spins: u64) -> GpuOp {
-        GpuOp::new(op::SET_SPIN, 0, 0, 0, spins)
+    /// Set the handle's wait bound (`wait_ns`).
+    pub const fn set_wait(ns: u64) -> GpuOp {
+        GpuOp::new(op::SET_WAIT, 0, 0, 0, ns)
     }
     /// Spin until local[off] == value, then acquire.
     pub const fn wait_byte(off: u64, value: u8) -> GpuOp {
@@ -360,7 +360,7 @@ mod tests {
             ("OP_CHECK", op::CHECK),
             ("OP_FLUSH", op::FLUSH),
             ("OP_SLEEP", op::SLEEP),
-            ("OP_SET_SPIN", op::SET_SPIN),
+            ("OP_SET_WAIT", op::SET_WAIT),
             ("OP_WAIT_BYTE", op::WAIT_BYTE),
             ("OP_PUT_SIGNAL", op::PUT_SIGNAL),
             ("OP_PUT_SIGNAL_FLUSH", op::PUT_SIGNAL_FLUSH),

@@ -141,7 +141,7 @@ impl<'w> MemPair<'w> {
             remote_semaphore: self.rsems.addr() + 64 * slot,
             expected,
             error_flag: self.scratch.error_addr(),
-            spin_limit: self.w().spin,
+            wait_ns: self.w().spin,
         }
     }
 
@@ -567,7 +567,7 @@ fn signal_counting(pair: &mut MemPair<'_>, base: u64, k: u32) -> Result<Verdict>
     let mut ops: Vec<GpuOp> = (0..k).map(|_| GpuOp::wait()).collect();
     ops.extend([
         GpuOp::poll(false),
-        GpuOp::set_spin(2000),
+        GpuOp::set_wait(2000),
         GpuOp::wait_times_out(),
     ]);
     pair.script(0, 0, &ops)?;

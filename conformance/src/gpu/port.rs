@@ -165,7 +165,7 @@ impl<'w> PortPair<'w> {
             local_semaphore: self.sems.addr() + 64 * slot,
             expected,
             error_flag: self.scratch.error_addr(),
-            spin_limit: self.w().spin,
+            wait_ns: self.w().spin,
         }
     }
 
@@ -544,7 +544,7 @@ fn counting(pair: &mut PortPair<'_>, wrap: Option<(u64, u64)>, k: u32) -> Result
         let mut ops: Vec<GpuOp> = (0..k).map(|_| GpuOp::wait()).collect();
         ops.extend([
             GpuOp::poll(false),
-            GpuOp::set_spin(2000),
+            GpuOp::set_wait(2000),
             GpuOp::wait_times_out(),
         ]);
         pair.script(0, 1, &ops)?;

@@ -33,7 +33,7 @@ static const u32 OP_FILL = 8;         // local[dst..dst+len] = pattern(seed = ar
 static const u32 OP_CHECK = 9;        // count local[dst..] != pattern(arg), scanning from the end
 static const u32 OP_FLUSH = 10;       // channel flush (port: push FLUSH and wait)
 static const u32 OP_SLEEP = 11;       // thread 0 sleeps len nanoseconds
-static const u32 OP_SET_SPIN = 12;    // h->spin_limit = len
+static const u32 OP_SET_WAIT = 12;    // h->wait_ns = len
 static const u32 OP_WAIT_BYTE = 13;   // spin until local[dst] == (u8)arg, then acquire fence
 static const u32 OP_PUT_SIGNAL = 14;  // port: put_with_signal
 static const u32 OP_PUT_SIGNAL_FLUSH = 15;  // port: put_with_signal_and_flush
@@ -56,11 +56,9 @@ COMMHAL_DEVICE u64 check_range(const u8* p, u64 len, u32 seed, u32 tid, u32 n) {
   }
   return bad;
 }
-COMMHAL_DEVICE bool wait_byte(const u8* p, u8 value, u64 spin_limit) {
-  u64 spins = 0;
-  while (((const volatile u8*)p)[0] != value) {
-    if (++spins >= spin_limit) return false;
-  }
+COMMHAL_DEVICE bool wait_byte(const u8* p, u8 value, const WaitBound& b) {
+  if (!wait_until(b, ERR_WAIT_TIMEOUT, [&] { return ((const volatile u8*)p)[0] == value; }))
+    return false;
   fence_acq_rel();
   return true;
 }
@@ -105,8 +103,8 @@ extern "C" __global__ void commhal_gpu_memory_script(MemoryChannelHandle* h, con
         case OP_POLL: ok = (poll(*h) == (op.arg != 0)); break;
         case OP_FLUSH: ok = flush(*h); break;
         case OP_SLEEP: sleep_ns(op.len); break;
-        case OP_SET_SPIN: h->spin_limit = op.len; break;
-        case OP_WAIT_BYTE: ok = wait_byte(local + op.dst, (u8)op.arg, h->spin_limit); break;
+        case OP_SET_WAIT: h->wait_ns = op.len; break;
+        case OP_WAIT_BYTE: ok = wait_byte(local + op.dst, (u8)op.arg, channel_bound(*h)); break;
         default: break;
       }
     }
@@ -153,8 +151,8 @@ extern "C" __global__ void commhal_gpu_port_script(PortChannelHandle* h, u8* loc
         case OP_WAIT: ok = (port_wait(*h) == (op.arg == 0)); break;
         case OP_POLL: ok = (port_poll(*h) == (op.arg != 0)); break;
         case OP_SLEEP: sleep_ns(op.len); break;
-        case OP_SET_SPIN: h->spin_limit = op.len; break;
-        case OP_WAIT_BYTE: ok = wait_byte(local + op.dst, (u8)op.arg, h->spin_limit); break;
+        case OP_SET_WAIT: h->wait_ns = op.len; break;
+        case OP_WAIT_BYTE: ok = wait_byte(local + op.dst, (u8)op.arg, channel_bound(*h)); break;
         default: break;
       }
     }

@@ -23,9 +23,9 @@ use crate::report::{RankOutcome, RankResult};
 /// Bound on every host wait for device work.
 pub const KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Default spin bound written into handles (`COMMHAL_GPU_SPIN_LIMIT` overrides):
-/// a device wait gives up after this many polls (seconds, not minutes).
-pub const DEFAULT_SPIN_LIMIT: u64 = 1 << 23;
+/// Default bound of every device wait written into handles, in nanoseconds
+/// (`COMMHAL_GPU_WAIT_NS` overrides): seconds, not minutes.
+pub const DEFAULT_WAIT_NS: u64 = 10_000_000_000;
 
 const TAG_BASE: u64 = 0x4750_0000_0000;
 
@@ -108,11 +108,11 @@ impl World {
                     .map_err(|e| HalError::Bootstrap(format!("a peer sent a bad endpoint: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let spin = std::env::var("COMMHAL_GPU_SPIN_LIMIT")
+        let spin = std::env::var("COMMHAL_GPU_WAIT_NS")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .filter(|&v| v > 0)
-            .unwrap_or(DEFAULT_SPIN_LIMIT);
+            .unwrap_or(DEFAULT_WAIT_NS);
         Ok(World {
             boot,
             device,

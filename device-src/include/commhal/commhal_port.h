@@ -102,6 +102,17 @@ COMMHAL_DEVICE u32 set_error_once(u32* p, u32 v) {
   return old;
 }
 COMMHAL_DEVICE void fence_acq_rel() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// Nanoseconds of the GPU's global timer (the bound of every wait, commhal/wait.h).
+COMMHAL_DEVICE u64 now_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // Packets (data and flag in one word). PTX's memory model makes only scalar accesses
 // of up to 64 bits single-copy atomic; a vector access is a set of accesses to its
@@ -169,6 +180,12 @@ COMMHAL_DEVICE u32 set_error_once(u32* p, u32 v) {
   return expected;
 }
 COMMHAL_DEVICE void fence_acq_rel() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
+  return __hip_atomic_load(const_cast<u32*>(p), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+// Nanoseconds: wall_clock64() counts at the constant wall-clock rate, 100 MHz on
+// MI200 / MI300 (not run on AMD hardware).
+COMMHAL_DEVICE u64 now_ns() { return wall_clock64() * 10; }
 COMMHAL_DEVICE void store_volatile_v2u32(void* p, u32 a, u32 b) {
   *reinterpret_cast<volatile u64*>(p) = (u64)a | ((u64)b << 32);
 }

@@ -50,7 +50,7 @@ struct MemoryChannelHandle {
   // Where a timeout is reported (u32 in device or host-mapped memory, host zeroes it).
   u32* error_flag;
   // Upper bound on spin iterations of every wait; must be > 0.
-  u64 spin_limit;
+  u64 wait_ns;
 };
 
 #define COMMHAL_MEMORY_CHANNEL_FIELDS(X)                 \
@@ -60,7 +60,7 @@ struct MemoryChannelHandle {
   X(MemoryChannelHandle, remote_semaphore, 24, 8)        \
   X(MemoryChannelHandle, expected, 32, 8)                \
   X(MemoryChannelHandle, error_flag, 40, 8)              \
-  X(MemoryChannelHandle, spin_limit, 48, 8)
+  X(MemoryChannelHandle, wait_ns, 48, 8)
 #define COMMHAL_MEMORY_CHANNEL_SIZE 56
 
 // ---- Trigger (16 bytes): one request from device code to the host proxy ----------
@@ -125,7 +125,7 @@ struct PortChannelHandle {
   // Where a timeout is reported.
   u32* error_flag;
   // Upper bound on spin iterations of every wait (full ring, flush, semaphore); > 0.
-  u64 spin_limit;
+  u64 wait_ns;
 };
 
 #define COMMHAL_PORT_CHANNEL_FIELDS(X)               \
@@ -140,7 +140,7 @@ struct PortChannelHandle {
   X(PortChannelHandle, local_semaphore, 48, 8)       \
   X(PortChannelHandle, expected, 56, 8)              \
   X(PortChannelHandle, error_flag, 64, 8)            \
-  X(PortChannelHandle, spin_limit, 72, 8)
+  X(PortChannelHandle, wait_ns, 72, 8)
 #define COMMHAL_PORT_CHANNEL_SIZE 80
 
 // ---- SwitchChannelHandle (24 bytes) --------------------------------------------

@@ -43,16 +43,16 @@ COMMHAL_DEVICE void relaxed_signal(const MemoryChannelHandle& h) {
   fetch_add_relaxed(h.remote_semaphore, 1);
 }
 
-// Wait (acquire, bounded by spin_limit) for the next signal. false = timed out, and
-// *error_flag holds ERR_WAIT_TIMEOUT.
+// Wait (acquire, bounded: commhal/wait.h) for the next signal. false = gave up, and
+// *error_flag holds ERR_WAIT_TIMEOUT (or the error that ended the wait).
 COMMHAL_DEVICE bool wait(MemoryChannelHandle& h) {
-  return semaphore_wait(h.local_semaphore, h.expected, h.spin_limit, h.error_flag, true,
+  return semaphore_wait(h.local_semaphore, h.expected, channel_bound(h), true,
                         ERR_WAIT_TIMEOUT);
 }
 
 // As wait() but relaxed: no visibility of the peer's data is promised.
 COMMHAL_DEVICE bool relaxed_wait(MemoryChannelHandle& h) {
-  return semaphore_wait(h.local_semaphore, h.expected, h.spin_limit, h.error_flag, false,
+  return semaphore_wait(h.local_semaphore, h.expected, channel_bound(h), false,
                         ERR_WAIT_TIMEOUT);
 }
 

@@ -21,11 +21,16 @@
 // acquire load loop by thread 0 then __syncthreads(). LL8 packets carry 4 data bytes and
 // a 4-byte flag in one 8-byte store.
 //
-// Every wait is bounded (spin_ns of globaltimer, or the rank's error word already set):
-// it stores PLAN_ERR_WAIT / PLAN_ERR_PACKET once and gives up; the host reads the word.
+// Semaphores are the channels' counting semaphores and packets their LL8 packets
+// (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
+// commhal/wait.h (spin_ns of globaltimer, or the rank's error word already set): it
+// stores ERR_WAIT_TIMEOUT / ERR_PACKET_TIMEOUT once and gives up; the host reads the
+// word.
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/packets.h"
+#include "commhal/semaphore.h"
 
 #define PLAN_MAX_RANKS 8
 #define PLAN_MAX_SEMS 4096
@@ -36,9 +41,6 @@
 #define PLAN_SEM_BYTES (PLAN_MAX_SEMS * 8)
 #define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)
 #define PLAN_DATA_OFF (PLAN_SEM_BYTES + PLAN_STATE_BYTES)
-#define PLAN_ERR_WAIT 1
-#define PLAN_ERR_PACKET 4
-#define PLAN_ERR_DTYPE 8
 
 namespace commhal {
 namespace plan {
@@ -87,21 +89,6 @@ struct Ctx {
   u64 ngrp;   // replica syncs passed in this invocation
 };
 
-COMMHAL_DEVICE u64 now_ns() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
-  u32 v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-COMMHAL_DEVICE bool reached(u64 v, u64 target) {
-  return static_cast<long long>(v - target) >= 0;
-}
 
 COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
   return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_SEM_BYTES);
@@ -194,27 +181,12 @@ COMMHAL_DEVICE void share(const Ctx& c, u64 n, u64 align, u64& lo, u64& hi) {
 }
 
 // ---- synchronisation ----
-COMMHAL_DEVICE bool give_up(const Ctx& c, u32 i, u64& t0) {
-  if ((i & 1023) != 0) return false;
-  const u64 t = now_ns();
-  if (i == 0) {
-    t0 = t;
-    return false;
-  }
-  return t - t0 > c.a->spin_ns || load_relaxed_u32(&c.st->error) != 0;
-}
+// The bound of every wait of this CTA: the rank's error word and spin_ns.
+COMMHAL_DEVICE WaitBound bound(const Ctx& c) { return WaitBound{&c.st->error, c.a->spin_ns}; }
 
-// Bounded wait (one thread) until the counter at p reaches target (acquire); on
-// timeout or an error already set, store PLAN_ERR_WAIT once and give up.
+// Bounded wait (one thread) until the counter at p reaches target (acquire).
 COMMHAL_DEVICE void spin_until(const Ctx& c, const u64* p, u64 target) {
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    if (reached(load_acquire(p), target)) return;
-    if (give_up(c, i, t0)) {
-      set_error_once(&c.st->error, PLAN_ERR_WAIT);
-      return;
-    }
-  }
+  wait_until(bound(c), ERR_WAIT_TIMEOUT, [&] { return counter_reached(load_acquire(p), target); });
 }
 
 // The CTA's earlier writes become visible before the peer's matching wait returns.
@@ -509,22 +481,15 @@ COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64
     } else {
       for (u32 b = 0; b < 4 && 4 * w + b < bytes; ++b) data |= (u32)src[4 * w + b] << (8 * b);
     }
-    store_volatile_v2u32(dst + 8 * w, data, flag);
+    ll8_store(dst + 8 * w, data, flag);
   }
 }
 
 // Wait for LL8 word w of packet area p to carry `flag`; its data (0 after a timeout).
 COMMHAL_DEVICE u32 packet_word(const Ctx& c, const u8* p, u64 w, u32 flag) {
-  u32 data, f;
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    load_volatile_v2u32(p + 8 * w, data, f);
-    if (f == flag) return data;
-    if (give_up(c, i, t0)) {
-      set_error_once(&c.st->error, PLAN_ERR_PACKET);
-      return 0;
-    }
-  }
+  bool ok = true;
+  const u32 data = ll8_wait(p + 8 * w, flag, bound(c), ok);
+  return ok ? data : 0;
 }
 
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet

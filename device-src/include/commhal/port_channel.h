@@ -21,13 +21,9 @@ namespace commhal {
 // ERR_FIFO_FULL_TIMEOUT). On success *slot_out holds the slot's sequence number.
 COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
   const u64 slot = fetch_add_relaxed(h.head, 1);
-  u64 spins = 0;
-  while (slot >= load_acquire(h.tail) + h.fifo_depth) {
-    if (++spins >= h.spin_limit) {
-      set_error_once(h.error_flag, ERR_FIFO_FULL_TIMEOUT);
-      return false;
-    }
-  }
+  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT,
+                  [&] { return slot < load_acquire(h.tail) + h.fifo_depth; }))
+    return false;
   Trigger* p = h.fifo + (slot % h.fifo_depth);
   store_relaxed(&p->w0, t.w0);
   store_release(&p->w1, t.w1);
@@ -37,14 +33,8 @@ COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
 
 // Wait until the proxy finished the trigger with sequence number `slot`.
 COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot) {
-  u64 spins = 0;
-  while (load_acquire(h.tail) <= slot) {
-    if (++spins >= h.spin_limit) {
-      set_error_once(h.error_flag, ERR_FLUSH_TIMEOUT);
-      return false;
-    }
-  }
-  return true;
+  return wait_until(channel_bound(h), ERR_FLUSH_TIMEOUT,
+                    [&] { return load_acquire(h.tail) > slot; });
 }
 
 // Build and push a trigger; rejects offsets/lengths that do not fit 32 bits.
@@ -89,7 +79,7 @@ COMMHAL_DEVICE bool port_put_with_signal_and_flush(PortChannelHandle& h, u64 dst
 }
 // Wait for the next signal the peer's proxy delivered into local_semaphore.
 COMMHAL_DEVICE bool port_wait(PortChannelHandle& h) {
-  return semaphore_wait(h.local_semaphore, h.expected, h.spin_limit, h.error_flag, true,
+  return semaphore_wait(h.local_semaphore, h.expected, channel_bound(h), true,
                         ERR_WAIT_TIMEOUT);
 }
 COMMHAL_DEVICE bool port_poll(PortChannelHandle& h) {

@@ -1,11 +1,20 @@
-// semaphore.h — bounded waits on 64-bit inbound semaphores.
+// semaphore.h — the two ways device code learns that a peer got somewhere, both
+// bounded by commhal/wait.h.
 //
-// A semaphore is a u64 counter in the waiter's memory. A peer (its device code or its
-// proxy) adds 1 per signal. The waiter keeps `expected` = signals consumed so far and
-// waits until the counter reaches expected + 1. Counters wrap at 2^64: "reached" is a
-// signed difference (as in the Rust semaphores), so a counter started near 2^64 works.
+// Counting semaphores (channels). A semaphore is a u64 counter in the waiter's memory.
+// A peer (its device code or its proxy) adds 1 per signal. The waiter keeps `expected`
+// = signals consumed so far and waits until the counter reaches expected + 1. Counters
+// wrap at 2^64: "reached" is a signed difference (as in the Rust semaphores), so a
+// counter started near 2^64 works.
+//
+// Epoch flags (collectives). A u64 word that only grows: the signaller stores its new
+// value — a launch epoch e, or (e << 32) | round — with release, and the waiter waits
+// until the word is >= the value it needs, with acquire. A store needs no read of the
+// remote word (an atomic add over NVLink is a round trip, a store costs the storing
+// thread nothing), and a word that only grows never has to be reset between launches.
 #pragma once
 #include "commhal/handles.h"
+#include "commhal/wait.h"
 
 namespace commhal {
 
@@ -16,22 +25,16 @@ COMMHAL_DEVICE bool counter_reached(u64 v, u64 target) {
 
 // Wait for one more signal. acquire = true: loads with acquire, so every write the
 // signaller released before its signal is visible after this returns true.
-// Spins at most spin_limit times; on timeout stores `timeout_error` into *error_flag
-// (first error wins), leaves `expected` unchanged and returns false.
-COMMHAL_DEVICE bool semaphore_wait(const u64* sem, u64& expected, u64 spin_limit,
-                                   u32* error_flag, bool acquire, u32 timeout_error) {
+// On give-up (commhal/wait.h) stores `timeout_error`, leaves `expected` unchanged and
+// returns false.
+COMMHAL_DEVICE bool semaphore_wait(const u64* sem, u64& expected, const WaitBound& b,
+                                   bool acquire, u32 timeout_error) {
   const u64 target = expected + 1;
-  u64 spins = 0;
-  for (;;) {
-    const u64 v = acquire ? load_acquire(sem) : load_relaxed(sem);
-    if (counter_reached(v, target)) break;
-    if (++spins >= spin_limit) {
-      set_error_once(error_flag, timeout_error);
-      return false;
-    }
-  }
-  expected = target;
-  return true;
+  const bool ok = wait_until(b, timeout_error, [&] {
+    return counter_reached(acquire ? load_acquire(sem) : load_relaxed(sem), target);
+  });
+  if (ok) expected = target;
+  return ok;
 }
 
 // Non-blocking: consume one signal if it has arrived (acquire), else return false.
@@ -41,6 +44,17 @@ COMMHAL_DEVICE bool semaphore_poll(const u64* sem, u64& expected) {
     return true;
   }
   return false;
+}
+
+// Raise epoch flag `flag` (local or a peer's, mapped) to `value`, releasing every
+// write this thread did or observed before (one thread; after __syncthreads when the
+// block's writes must be published).
+COMMHAL_DEVICE void flag_signal(u64* flag, u64 value) { store_release(flag, value); }
+
+// Wait (acquire) until epoch flag `flag` is >= value. false = gave up
+// (ERR_WAIT_TIMEOUT stored).
+COMMHAL_DEVICE bool flag_wait(const u64* flag, u64 value, const WaitBound& b) {
+  return wait_until(b, ERR_WAIT_TIMEOUT, [&] { return load_acquire(flag) >= value; });
 }
 
 }  // namespace commhal

@@ -50,7 +50,7 @@ COMMHAL_DEVICE void allgather_ll(const CollArgs& a) {
     const uint2 v = src[i];
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+      ll16_store(ll_slot(a, p, a.rank, parity) + i * 16, v, flag);
     }
     if (reinterpret_cast<const void*>(own) != reinterpret_cast<const void*>(src)) own[i] = v;
   }
@@ -59,7 +59,7 @@ COMMHAL_DEVICE void allgather_ll(const CollArgs& a) {
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
       reinterpret_cast<uint2*>(out + (u64)p * bytes)[i] =
-          ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+          ll16_wait(ll_slot(a, a.rank, p, parity) + i * 16, flag, bound(a), ok);
     }
   }
 }

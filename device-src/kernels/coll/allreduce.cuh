@@ -21,8 +21,7 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
     const uint2 v = pre8<Op>(a, in[i]);
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      store_volatile_v4u32(reinterpret_cast<u8*>(a.scratch[p] + my_send_off) + i * 16, v.x, flag,
-                           v.y, flag);
+      ll16_store(reinterpret_cast<u8*>(a.scratch[p] + my_send_off) + i * 16, v, flag);
     }
   }
   bool ok = true;
@@ -34,7 +33,7 @@ COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
       if (p == a.rank) {
         v = pre8<Op>(a, in[i]);
       } else {
-        v = ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+        v = ll16_wait(ll_slot(a, a.rank, p, parity) + i * 16, flag, bound(a), ok);
       }
       if (first) {
         acc = v;

@@ -21,7 +21,7 @@ COMMHAL_DEVICE void alltoall_ll(const CollArgs& a) {
     for (u32 k = 1; k < a.nranks; ++k) {
       const u32 p = (a.rank + k) % a.nranks;
       const uint2 v = *reinterpret_cast<const uint2*>(in + p * cb + i * 8);
-      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+      ll16_store(ll_slot(a, p, a.rank, parity) + i * 16, v, flag);
     }
     reinterpret_cast<uint2*>(out + (u64)a.rank * cb)[i] =
         reinterpret_cast<const uint2*>(in + (u64)a.rank * cb)[i];
@@ -31,7 +31,7 @@ COMMHAL_DEVICE void alltoall_ll(const CollArgs& a) {
     for (u32 k = 1; k < a.nranks; ++k) {
       const u32 p = (a.rank + k) % a.nranks;
       reinterpret_cast<uint2*>(out + (u64)p * cb)[i] =
-          ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+          ll16_wait(ll_slot(a, a.rank, p, parity) + i * 16, flag, bound(a), ok);
     }
   }
 }

@@ -157,7 +157,7 @@ COMMHAL_DEVICE void broadcast_ll(const CollArgs& a) {
       const uint2 v = src[i];
       for (u32 p = 0; p < a.nranks; ++p) {
         if (p == root) continue;
-        store_volatile_v4u32(ll_slot(a, p, root, parity) + i * 16, v.x, flag, v.y, flag);
+        ll16_store(ll_slot(a, p, root, parity) + i * 16, v, flag);
       }
       if (reinterpret_cast<const void*>(own) != reinterpret_cast<const void*>(src)) own[i] = v;
     }
@@ -165,7 +165,7 @@ COMMHAL_DEVICE void broadcast_ll(const CollArgs& a) {
     bool ok = true;
     uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
     for (u64 i = tid0; i < npk; i += gthreads)
-      out[i] = ll_wait(a, ll_slot(a, a.rank, root, parity) + i * 16, flag, ok);
+      out[i] = ll16_wait(ll_slot(a, a.rank, root, parity) + i * 16, flag, bound(a), ok);
   }
 }
 

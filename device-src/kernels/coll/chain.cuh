@@ -80,11 +80,11 @@ COMMHAL_DEVICE u32 chain_start(const CollArgs& a, u64 e, bool stores, u64 geomet
       (a.flags & COLL_FLAG_CHAIN_CREDITS) && geometry != 0 && s_last[1] == geometry;
   const u32 n = a.nranks, next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   if (threadIdx.x == 0 && prev != a.rank) {
-    store_release(flag_slot(a, prev, COLL_OFF_START_FLAGS, a.rank), e);
+    flag_signal(flag_slot(a, prev, COLL_OFF_START_FLAGS, a.rank), e);
   }
   // another warp than the one that posted, where the block has one
   if (!credits && threadIdx.x == (blockDim.x > 32 ? 32u : 0u) && stores && next != a.rank) {
-    wait_flag(a, flag_slot(a, a.rank, COLL_OFF_START_FLAGS, next), e);
+    flag_wait(flag_slot(a, a.rank, COLL_OFF_START_FLAGS, next), e, bound(a));
   }
   __syncthreads();
   return credits ? COLL_CHAIN_CREDITS : COLL_CHAIN_NEIGHBOUR;
@@ -98,11 +98,8 @@ COMMHAL_DEVICE bool wait_credit(const CollArgs& a, u32 next, u64 tag) {
   const u64 want = tag - (1ull << 32);  // chain_tag(e - 1, k)
   const u64* credit = chain_credit(a, a.rank, next);
   const u64* start = flag_slot(a, a.rank, COLL_OFF_START_FLAGS, next);
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    if (load_acquire(credit) >= want || load_acquire(start) >= e) return true;
-    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
-  }
+  return wait_until(bound(a), ERR_WAIT_TIMEOUT,
+                    [&] { return load_acquire(credit) >= want || load_acquire(start) >= e; });
 }
 
 // Before round k: wait (thread 0, bounded) for the previous rank's flag, then let the
@@ -115,9 +112,9 @@ COMMHAL_DEVICE bool wait_credit(const CollArgs& a, u32 next, u64 tag) {
 COMMHAL_DEVICE void chain_wait(const CollArgs& a, u32 prev, u32 next, u64 tag, bool& ok,
                                bool from_prev = true, bool credit = false) {
   if (threadIdx.x == 0 && ok) {
-    if (from_prev) ok = wait_flag(a, chain_flag(a, a.rank, prev, tag), tag);
+    if (from_prev) ok = flag_wait(chain_flag(a, a.rank, prev, tag), tag, bound(a));
     if (ok && credit) ok = wait_credit(a, next, tag);
-    if (!ok && next != a.rank) set_peer_error(a, next, COLL_ERR_WAIT_TIMEOUT);
+    if (!ok && next != a.rank) set_peer_error(a, next, ERR_WAIT_TIMEOUT);
   }
   __syncthreads();
 }
@@ -139,9 +136,9 @@ COMMHAL_DEVICE void chain_signal(const CollArgs& a, u32 next, u64 tag, bool ok,
       store_relaxed(flag, tag);
       store_relaxed(cred, tag);
     } else if (signal) {
-      store_release(flag, tag);
+      flag_signal(flag, tag);
     } else if (credit) {
-      store_release(cred, tag);
+      flag_signal(cred, tag);
     }
   }
 }

@@ -40,13 +40,11 @@ COMMHAL_DEVICE void reduce_local(const CollArgs& a) {
 // cyclically (the host's u32 counters wrap, as cuStreamWaitValue32's GEQ), acquiring what
 // the writer's stream made visible before it. false = gave up (error stored).
 COMMHAL_DEVICE bool wait_flag_u32(const CollArgs& a, const u32* flag, u32 want) {
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
+  return wait_until(bound(a), ERR_WAIT_TIMEOUT, [&] {
     u32 v;
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if ((int)(v - want) >= 0) return true;
-    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
-  }
+    return (int)(v - want) >= 0;
+  });
 }
 
 // Bounded wait of the copy-engine path (dma.rs), in place of cuStreamWaitValue32 (which
@@ -56,7 +54,7 @@ COMMHAL_DEVICE bool wait_flag_u32(const CollArgs& a, const u32* flag, u32 want) 
 // every rank p whose bit is set. The peers write the flags with cuStreamWriteValue32
 // after their copies (its default memory barrier: the copy is visible first), so this
 // acquire orders the copied data before everything later on the stream. On a timeout
-// (or this rank's error word already set) it stores COLL_ERR_WAIT_TIMEOUT here and
+// (or this rank's error word already set) it stores ERR_WAIT_TIMEOUT here and
 // returns, so the stream drains and Comm::sync reports the error. Arguments ride in
 // CollArgs: count = byte offset of the flag row (layout::dma_flag(kind, 0)), root = e,
 // chain_unroll = the mask of ranks. One warp; lane p waits for rank p. No epoch, no

@@ -126,8 +126,8 @@ COMMHAL_DEVICE bool ll63_recv(const CollArgs& a, const u8* p, u32 next, u64 (&w)
   u64 t0 = 0;
   bool ok = true;
   for (u32 s = 0; missing != 0; ++s) {
-    if (spin_expired(a, s, t0, COLL_ERR_PACKET_TIMEOUT)) {
-      if (next != a.rank) set_peer_error(a, next, COLL_ERR_PACKET_TIMEOUT);
+    if (wait_expired(bound(a), s, t0, ERR_PACKET_TIMEOUT)) {
+      if (next != a.rank) set_peer_error(a, next, ERR_PACKET_TIMEOUT);
       ok = false;
       break;
     }

@@ -49,6 +49,7 @@
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/semaphore.h"
 
 using namespace commhal;
 
@@ -79,8 +80,6 @@ using namespace commhal;
 #define COLL_FLAG_CHAIN_OVERLAP 1
 #define COLL_FLAG_CHAIN_CREDITS 2
 #define COLL_FLAG_BCAST_STAGED 4
-#define COLL_ERR_WAIT_TIMEOUT 1
-#define COLL_ERR_PACKET_TIMEOUT 4
 
 // Passed by value (kernel parameter space). Mirrored by CollArgs in layout.rs.
 struct CollArgs {
@@ -110,20 +109,8 @@ struct CollArgs {
 static_assert(sizeof(CollArgs) == 24 * 8 + 3 * 8 + 8 + 8 * 8 + 8 + 8 + 2 * 8 + 8 + 2 * 8,
               "CollArgs layout");
 
-COMMHAL_DEVICE u64 now_ns() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 COMMHAL_DEVICE u32* error_word(const CollArgs& a) {
   return reinterpret_cast<u32*>(a.scratch[a.rank] + COLL_OFF_ERROR);
-}
-
-COMMHAL_DEVICE u32 load_relaxed_u32(const u32* p) {
-  u32 v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // Marks rank p's error word with `code` (first error wins there too).
@@ -131,29 +118,9 @@ COMMHAL_DEVICE void set_peer_error(const CollArgs& a, u32 p, u32 code) {
   set_error_once(reinterpret_cast<u32*>(a.scratch[p] + COLL_OFF_ERROR), code);
 }
 
-// The bound of every wait, checked at spin s (0, 1, ...; the clock is read every 1024th):
-// true once spin_ns have passed since spin 0 or this rank's error word is set, and then
-// `code` is stored there (first error wins). t0: the caller's, set at spin 0.
-COMMHAL_DEVICE bool spin_expired(const CollArgs& a, u32 s, u64& t0, u32 code) {
-  if ((s & 1023) != 0) return false;
-  const u64 t = now_ns();
-  if (s == 0) {
-    t0 = t;
-    return false;
-  }
-  if (t - t0 <= a.spin_ns && load_relaxed_u32(error_word(a)) == 0) return false;
-  set_error_once(error_word(a), code);
-  return true;
-}
-
-// Bounded wait for *flag >= e. false = gave up (error stored).
-COMMHAL_DEVICE bool wait_flag(const CollArgs& a, const u64* flag, u64 e) {
-  u64 t0 = 0;
-  for (u32 i = 0;; ++i) {
-    if (load_acquire(flag) >= e) return true;
-    if (spin_expired(a, i, t0, COLL_ERR_WAIT_TIMEOUT)) return false;
-  }
-}
+// The bound of every wait of a launch (commhal/wait.h): this rank's error word, which
+// peers and the host may set too, and a.spin_ns.
+COMMHAL_DEVICE WaitBound bound(const CollArgs& a) { return WaitBound{error_word(a), a.spin_ns}; }
 
 // Start of every kernel: this launch's epoch (same in every block; see Epochs above).
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute when
@@ -205,8 +172,8 @@ COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
   __syncthreads();
   const u32 t = threadIdx.x;
   if (t < a.nranks && t != a.rank) {
-    store_release(flag_slot(a, t, flags_off, a.rank), e);
-    wait_flag(a, flag_slot(a, a.rank, flags_off, t), e);
+    flag_signal(flag_slot(a, t, flags_off, a.rank), e);
+    flag_wait(flag_slot(a, a.rank, flags_off, t), e, bound(a));
   }
   __syncthreads();
 }
@@ -224,7 +191,7 @@ COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
 // every access of the launches before it; the acquire here orders this rank's later
 // writes into p after them). A local load: no round trip to p.
 COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
-  wait_flag(a, reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e);
+  flag_wait(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e, bound(a));
 }
 
 // The whole block waits until rank p has completed launch e - back (thread 0 waits, the

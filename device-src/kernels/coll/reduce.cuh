@@ -82,7 +82,7 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
     block_wait_peer_done(a, root, e, 2);
     for (u64 i = tid0; i < npk; i += gthreads) {
       const uint2 v = pre8<Op>(a, in[i]);
-      store_volatile_v4u32(ll_slot(a, root, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+      ll16_store(ll_slot(a, root, a.rank, parity) + i * 16, v, flag);
     }
   } else {
     bool ok = true;
@@ -91,7 +91,7 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
       uint2 acc = make_uint2(0, 0);
       for (u32 p = 0; p < a.nranks; ++p) {  // rank order
         const uint2 v = (p == root) ? pre8<Op>(a, in[i])
-                                    : ll_wait(a, ll_slot(a, root, p, parity) + i * 16, flag, ok);
+                                    : ll16_wait(ll_slot(a, root, p, parity) + i * 16, flag, bound(a), ok);
         if (p == 0) {
           acc = v;
         } else {

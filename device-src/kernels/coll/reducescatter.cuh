@@ -45,7 +45,7 @@ COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
     for (u32 p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
       const uint2 v = pre8<Op>(a, *reinterpret_cast<const uint2*>(in + p * cb + i * 8));
-      store_volatile_v4u32(ll_slot(a, p, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+      ll16_store(ll_slot(a, p, a.rank, parity) + i * 16, v, flag);
     }
   }
   bool ok = true;
@@ -55,7 +55,7 @@ COMMHAL_DEVICE void reducescatter_ll(const CollArgs& a) {
     for (u32 p = 0; p < a.nranks; ++p) {  // rank order
       const uint2 v =
           (p == a.rank) ? pre8<Op>(a, *reinterpret_cast<const uint2*>(in + a.rank * cb + i * 8))
-                        : ll_wait(a, ll_slot(a, a.rank, p, parity) + i * 16, flag, ok);
+                        : ll16_wait(ll_slot(a, a.rank, p, parity) + i * 16, flag, bound(a), ok);
       if (p == 0) {
         acc = v;
       } else {

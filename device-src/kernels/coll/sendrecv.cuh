@@ -20,12 +20,12 @@ COMMHAL_DEVICE void sendrecv_ll(const CollArgs& a) {
   const uint2* src = reinterpret_cast<const uint2*>(a.in[a.rank]);
   for (u64 i = tid0; i < npk; i += gthreads) {
     const uint2 v = src[i];
-    store_volatile_v4u32(ll_slot(a, next, a.rank, parity) + i * 16, v.x, flag, v.y, flag);
+    ll16_store(ll_slot(a, next, a.rank, parity) + i * 16, v, flag);
   }
   bool ok = true;
   uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
   for (u64 i = tid0; i < npk; i += gthreads)
-    out[i] = ll_wait(a, ll_slot(a, a.rank, prev, parity) + i * 16, flag, ok);
+    out[i] = ll16_wait(ll_slot(a, a.rank, prev, parity) + i * 16, flag, bound(a), ok);
 }
 
 // Send/recv (nccl-tests sendrecv_perf): a.count = bytes; rank r's input goes to the
