@@ -502,7 +502,7 @@ impl Comm {
         }
         let stream = Stream::new(&ctx)?;
         let module = Kernels::new(&ctx)?;
-        let sms = driver::sm_count(&ctx)?;
+        let sms = ctx.sm_count()?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
         let gpu = ctx.name().unwrap_or_default();
@@ -732,8 +732,11 @@ impl Comm {
         let stream = Stream::new(ctx)?;
         let w = crate::watchdog::Watchdog::spawn(flags, crate::watchdog::PERIOD, move |_| {
             // SAFETY: the error word is in this Comm's scratch, which outlives the
-            // watchdog (joined first when the Comm drops); 4-byte aligned.
-            let r = unsafe { driver::write_value32(&stream, error_word, layout::ERR_PEER_GONE) };
+            // watchdog (joined first when the Comm drops); 4-byte aligned; the driver
+            // has stream memory writes (checked above).
+            let r = unsafe {
+                commhal_cuda_rt::memop::write_value32(&stream, error_word, layout::ERR_PEER_GONE)
+            };
             if let Err(e) = r {
                 tracing::warn!("watchdog: stopping the device waits failed: {e}");
             }

@@ -26,7 +26,7 @@
 //! | [`agree`] | the call table: per-call agreement on buffers and signatures in host shared memory |
 //! | [`watchdog`] | the thread that stops device waits when the bootstrap sees a peer die |
 //! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
-//! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
+//! | [`driver`] | [`driver::CollModule`]: a unit's kernels launched with by-value arguments; the bounded stream wait (every driver call is in `commhal-cuda-rt`) |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |

@@ -25,7 +25,7 @@ use commhal_device_src::HEADERS;
 use commhal_hal::bootstrap::Bootstrap;
 
 use crate::cli::{Collective, Dtype};
-use crate::driver::{self, CollModule};
+use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
 
@@ -202,7 +202,7 @@ impl PlanExec {
             areas,
             arch: ctx.arch()?,
             cache: KernelCache::from_env(),
-            sms: driver::sm_count(ctx)?,
+            sms: ctx.sm_count()?,
             threads: env_u32("COMMHAL_PLAN_THREADS")
                 .unwrap_or(512)
                 .clamp(32, 1024)
