@@ -177,7 +177,7 @@ impl<'a> Bench<'a> {
         self.comm.kernels().prepare(self.args.dtype, op)?;
         match &self.caller {
             Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
-            None => self.comm.input().write(0, &input)?,
+            None => self.comm.write_input(0, &input)?,
         }
         drop(input);
         self.boot.barrier()?;

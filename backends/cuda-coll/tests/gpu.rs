@@ -33,8 +33,7 @@ fn one_rank_collectives_copy_exactly() {
     let comm = Comm::new(&boot, 0, 4 << 20, None, Duration::from_secs(5)).expect("comm");
     for dtype in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
         let cap = comm.capacity() / dtype.size();
-        comm.input()
-            .write(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
+        comm.write_input(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
             .expect("input");
         for coll in [
             Collective::Allreduce,
