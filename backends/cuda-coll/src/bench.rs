@@ -20,14 +20,13 @@
 
 use std::time::Duration;
 
-use commhal_cuda_rt::{DeviceBuffer, Event, Stream};
+use commhal_cuda_rt::{DeviceBuffer, Event, Gate, Graph, Stream, copy};
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
 use serde::Serialize;
 
 use crate::check;
 use crate::cli::{self, Args, Buffers, Collective, Fault};
 use crate::comm::{BufferPath, CallBufs, Comm, Kernel, P2pOp, Tuning, kernel_name};
-use crate::driver::{self, Gate, Graph};
 use crate::error::{CollError, Result};
 use crate::nccl::{LibInfo, Nccl};
 use crate::tuning::{self, Derived, Forced};
@@ -178,7 +177,7 @@ impl<'a> Bench<'a> {
         self.comm.kernels().prepare(self.args.dtype, op)?;
         match &self.caller {
             Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
-            None => self.comm.input().write(0, &input)?,
+            None => self.comm.write_input(0, &input)?,
         }
         drop(input);
         self.boot.barrier()?;
@@ -339,20 +338,20 @@ impl<'a> Bench<'a> {
         // SAFETY: every range is inside the benchmark's input/output (count was
         // checked against capacity by the caller), alive until synchronised.
         unsafe {
-            driver::memset_async(s, out, 0xff, full)?;
+            copy::memset_async(s, out, 0xff, full)?;
             if in_place {
                 match self.args.collective {
                     Collective::Allreduce | Collective::Reducescatter | Collective::Reduce => {
-                        driver::copy_async(s, out, inp, full)?
+                        copy::copy_async(s, out, inp, full)?
                     }
                     Collective::Allgather => {
                         let off = u64::from(self.comm.rank()) * per * es;
-                        driver::copy_async(s, out + off, inp, per * es)?
+                        copy::copy_async(s, out + off, inp, per * es)?
                     }
                     // only the root's output holds data; the others stay poisoned
                     Collective::Broadcast => {
                         if self.comm.rank() == self.args.root {
-                            driver::copy_async(s, out, inp, full)?
+                            copy::copy_async(s, out, inp, full)?
                         }
                     }
                     // no in-place variant (never asked for: `cell` skips it)
@@ -387,7 +386,7 @@ impl<'a> Bench<'a> {
         let mut host = vec![0u8; len as usize];
         if len > 0 {
             // SAFETY: [addr, addr+len) lies in this rank's output buffer.
-            unsafe { driver::read(self.comm.context(), addr, &mut host)? };
+            unsafe { copy::read(self.comm.context(), addr, &mut host)? };
         }
         Ok(check::count_wrong(
             a.collective,

@@ -1,9 +1,14 @@
 //! One rank's NVLink collective communicator.
 //!
-//! Setup (once): three cuMem VMM allocations per rank — input, output, scratch (flags,
-//! epoch, LL slots; zeroed) — exported as POSIX fds, passed to every peer over the
-//! bootstrap and mapped there, so every rank addresses every peer's buffers directly.
-//! The benchmark's buffers *are* these registered allocations (zero-copy).
+//! Setup (once): four regions per rank — input, output, scratch (flags, epochs, LL
+//! slots, the error word) and staging — from the `MemoryMapped` backend the HAL selects
+//! (`COMMHAL_BACKENDS` / `COMMHAL_CONFIG`, else the default: cuda-nvlink on CUDA
+//! devices), see [`crate::regions`]. Each is allocated zeroed by the backend, exported
+//! to every peer over the bootstrap and mapped there, so every rank addresses every
+//! peer's buffers directly; the kernels see them as device addresses in
+//! [`CollArgs`]. A backend whose memory is not device memory of this GPU (host-emu) is
+//! refused by [`Comm::new`]. The benchmark's buffers *are* these registered regions
+//! (zero-copy).
 //!
 //! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`,
 //! and for send/recv, 2-rank broadcasts and 2-rank reduces from the tuned
@@ -23,12 +28,11 @@
 //! Broadcast and reduce take a root ([`Comm::launch_rooted`]); reduce leaves the
 //! non-roots' outputs untouched.
 
-use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use commhal_cuda_rt::{Context, Stream, VmmAllocation};
+use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::Bootstrap;
 
 use crate::cli::{Collective, Dtype, typed_kernel};
@@ -37,6 +41,7 @@ use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
 use crate::plan_exec::PlanExec;
+use crate::regions::{MemoryBackend, Regions};
 use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
@@ -46,8 +51,17 @@ mod p2p;
 pub use caller::{BufferPath, CallBufs, Registration};
 pub use p2p::P2pOp;
 
-/// Tag base of the setup messages.
-const TAG_FDS: u64 = 0x434f_4c4c_0000;
+/// Tag base of the region exports (one tag per region).
+const TAG_REGIONS: u64 = 0x434f_4c4c_0000;
+
+/// Index of the input region in the [`Regions`].
+const REGION_INPUT: usize = 0;
+/// Index of the output region.
+const REGION_OUTPUT: usize = 1;
+/// Index of the scratch region (flags, epochs, LL slots, the error word).
+const REGION_SCRATCH: usize = 2;
+/// Index of the staging region.
+const REGION_STAGE: usize = 3;
 
 /// Tuning knobs (from [`crate::tuning`]: data per GPU model and rank count, with
 /// environment overrides).
@@ -240,11 +254,9 @@ pub struct Comm {
     ctx: Arc<Context>,
     stream: Stream,
     module: Kernels,
-    input: VmmAllocation,
-    output: VmmAllocation,
-    scratch: VmmAllocation,
-    _peers: Vec<VmmAllocation>,
-    _stage: VmmAllocation,
+    /// Input, output, scratch and staging of every rank ([`REGION_INPUT`], ...), from
+    /// the HAL's memory backend; their device addresses are in `base`.
+    regions: Regions,
     /// Largest broadcast / reduce (bytes) the LL63 region holds (0: none).
     ll63_cap: u64,
     base: CollArgs,
@@ -463,8 +475,9 @@ fn coll_slot(coll: Collective) -> usize {
 }
 
 impl Comm {
-    /// Set up on `device` with room for `capacity` bytes of input and of output.
-    /// Collective over `boot` (every rank calls it).
+    /// Set up on `device` with room for `capacity` bytes of input and of output, the
+    /// regions from the memory backend `COMMHAL_BACKENDS` / `COMMHAL_CONFIG` select
+    /// (default: cuda-nvlink). Collective over `boot` (every rank calls it).
     pub fn new(
         boot: &dyn Bootstrap,
         device: u32,
@@ -495,14 +508,9 @@ impl Comm {
             )));
         }
         let ctx = Context::new(device)?;
-        if !ctx.supports_vmm_fd()? {
-            return Err(CollError::invalid(format!(
-                "device {device} does not support cuMem VMM with POSIX fd export (needed to map peers)"
-            )));
-        }
         let stream = Stream::new(&ctx)?;
         let module = Kernels::new(&ctx)?;
-        let sms = driver::sm_count(&ctx)?;
+        let sms = ctx.sm_count()?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
         let gpu = ctx.name().unwrap_or_default();
@@ -533,8 +541,6 @@ impl Comm {
         .min()
         .unwrap_or(u64::MAX);
         let capacity = capacity.max(4096);
-        let input = VmmAllocation::new(&ctx, capacity)?;
-        let output = VmmAllocation::new(&ctx, capacity)?;
         // LL slots: the largest LL all-reduce or per-peer LL chunk
         let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
         // LL63 region: the largest LL63 broadcast / reduce the capacity allows
@@ -555,9 +561,6 @@ impl Comm {
         } else {
             0
         };
-        let scratch =
-            VmmAllocation::new(&ctx, layout::scratch_bytes(ll_cap, ll63_bytes, small_half))?;
-        scratch.fill(0)?;
         let stage_used = |min: u64| min > 0 && capacity >= min;
         let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
         let capacity_for_push = n > 1
@@ -570,32 +573,43 @@ impl Comm {
         } else {
             0
         };
-        let stage = VmmAllocation::new(&ctx, (stage_slot * u64::from(n)).max(4096))?;
-        output.fill(0)?;
+        let lens = [
+            ("input region", capacity),
+            ("output region", capacity),
+            (
+                "scratch region",
+                layout::scratch_bytes(ll_cap, ll63_bytes, small_half),
+            ),
+            ("staging region", (stage_slot * u64::from(n)).max(4096)),
+        ];
 
-        // Exchange: sizes and the kernel-geometry settings through all_gather (every rank
-        // must have resolved the same ones, see `check_setup`), fds point to point.
+        // Every rank must have resolved the same sizes and kernel-geometry settings
+        // (`check_setup`): all_gather them before anything is allocated.
         let chain_overlap =
             chain_overlap_wanted(std::env::var("COMMHAL_COLL_CHAIN_OVERLAP").ok().as_deref())?;
         let setup = setup_words(&tuning, capacity, chain_overlap);
-        let mine = [input.size(), output.size(), scratch.size(), stage.size()]
+        let mine = lens
             .iter()
+            .map(|(_, len)| len)
             .chain(setup.iter().map(|(_, v)| v))
             .flat_map(|s| s.to_le_bytes())
             .collect::<Vec<u8>>();
         let sizes = boot.all_gather(&mine)?;
-        let fds = vec![
-            input.export_fd()?,
-            output.export_fd()?,
-            scratch.export_fd()?,
-            stage.export_fd()?,
-        ];
-        for p in 0..n {
-            if p != rank {
-                boot.send_fds(p, TAG_FDS, &fds)?;
-            }
+        for p in (0..n).filter(|&p| p != rank) {
+            let theirs = sizes
+                .get(p as usize)
+                .filter(|b| b.len() == mine.len())
+                .ok_or_else(|| {
+                    CollError::invalid(format!(
+                        "rank {p} sent a malformed size table (a different commhal build?)"
+                    ))
+                })?;
+            check_setup(p, &setup, &theirs[8 * lens.len()..])?;
         }
-        let mut base = CollArgs {
+        // The regions: allocated, exported and mapped by the HAL's memory backend.
+        let memory = MemoryBackend::select(boot, device)?;
+        let regions = memory.share(boot, &lens, TAG_REGIONS)?;
+        let base = CollArgs {
             rank,
             nranks: n,
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
@@ -603,50 +617,13 @@ impl Comm {
             stage_slot_bytes: stage_slot,
             ll63_small_off: layout::off_ll63_small(ll_cap, ll63_bytes),
             ll63_small_half: small_half,
+            input: regions.addrs(REGION_INPUT),
+            output: regions.addrs(REGION_OUTPUT),
+            scratch: regions.addrs(REGION_SCRATCH),
+            stage: regions.addrs(REGION_STAGE),
             ..CollArgs::default()
         };
         let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));
-        let mut peers = Vec::new();
-        for p in 0..n {
-            let i = p as usize;
-            if p == rank {
-                base.input[i] = input.addr();
-                base.output[i] = output.addr();
-                base.scratch[i] = scratch.addr();
-                base.stage[i] = stage.addr();
-                continue;
-            }
-            let theirs = sizes
-                .get(i)
-                .filter(|b| b.len() == mine.len())
-                .ok_or_else(|| {
-                    CollError::invalid(format!(
-                        "rank {p} sent a malformed size table (a different commhal build?)"
-                    ))
-                })?;
-            check_setup(p, &setup, &theirs[32..])?;
-            let size = |k: usize| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&theirs[8 * k..8 * k + 8]);
-                u64::from_le_bytes(b)
-            };
-            let got = boot.recv_fds(p, TAG_FDS)?;
-            if got.len() != 4 {
-                return Err(CollError::invalid(format!(
-                    "rank {p} passed {} fds, expected 4 (input, output, scratch, stage)",
-                    got.len()
-                )));
-            }
-            let a_in = VmmAllocation::import(&ctx, got[0].as_fd(), size(0))?;
-            let a_out = VmmAllocation::import(&ctx, got[1].as_fd(), size(1))?;
-            let a_scr = VmmAllocation::import(&ctx, got[2].as_fd(), size(2))?;
-            let a_stg = VmmAllocation::import(&ctx, got[3].as_fd(), size(3))?;
-            base.stage[i] = a_stg.addr();
-            base.input[i] = a_in.addr();
-            base.output[i] = a_out.addr();
-            base.scratch[i] = a_scr.addr();
-            peers.extend([a_in, a_out, a_scr, a_stg]);
-        }
         boot.barrier()?;
         // Plans (generated kernels): scratch for 4 × capacity (HB plans: 2PA-HB on 4 ranks
         // keeps 2 × count, two copies), and 8n × up to
@@ -657,7 +634,7 @@ impl Comm {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .or(plan_scratch)
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
-        let plans = PlanExec::new(boot, &ctx, plan_scratch, device_timeout)?;
+        let plans = PlanExec::new(boot, &memory, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
         let mut chain_overlap = chain_overlap;
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
@@ -676,7 +653,12 @@ impl Comm {
             || (n >= 3 && tuning.ar_ce_min != u64::MAX);
         let abort = Arc::new(commhal_hal::AbortFlag::new());
         let table = crate::agree::CallTable::new(boot, device_timeout, abort.clone())?;
-        let watchdog = Self::watchdog(boot, &abort, &ctx, scratch.addr() + layout::OFF_ERROR)?;
+        let watchdog = Self::watchdog(
+            boot,
+            &abort,
+            &ctx,
+            base.scratch[rank as usize] + layout::OFF_ERROR,
+        )?;
         let dma = if use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
@@ -692,11 +674,7 @@ impl Comm {
             ctx,
             stream,
             module,
-            input,
-            output,
-            scratch,
-            _peers: peers,
-            _stage: stage,
+            regions,
             ll63_cap,
             base,
             tuning,
@@ -732,8 +710,11 @@ impl Comm {
         let stream = Stream::new(ctx)?;
         let w = crate::watchdog::Watchdog::spawn(flags, crate::watchdog::PERIOD, move |_| {
             // SAFETY: the error word is in this Comm's scratch, which outlives the
-            // watchdog (joined first when the Comm drops); 4-byte aligned.
-            let r = unsafe { driver::write_value32(&stream, error_word, layout::ERR_PEER_GONE) };
+            // watchdog (joined first when the Comm drops); 4-byte aligned; the driver
+            // has stream memory writes (checked above).
+            let r = unsafe {
+                commhal_cuda_rt::memop::write_value32(&stream, error_word, layout::ERR_PEER_GONE)
+            };
             if let Err(e) = r {
                 tracing::warn!("watchdog: stopping the device waits failed: {e}");
             }
@@ -807,19 +788,24 @@ impl Comm {
     }
     /// Device address of this rank's input region.
     pub fn input_addr(&self) -> u64 {
-        self.input.addr()
+        self.base.input[self.rank as usize]
     }
     /// Device address of this rank's output region.
     pub fn output_addr(&self) -> u64 {
-        self.output.addr()
+        self.base.output[self.rank as usize]
     }
     /// Bytes usable in each region.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
-    /// The input allocation (for filling).
-    pub fn input(&self) -> &VmmAllocation {
-        &self.input
+    /// Copy `src` into this rank's input region at `offset` (synchronous,
+    /// bounds-checked against the region).
+    pub fn write_input(&self, offset: u64, src: &[u8]) -> Result<()> {
+        self.regions.write(&self.ctx, REGION_INPUT, offset, src)
+    }
+    /// The memory backend the regions come from (`cuda-nvlink` by default).
+    pub fn memory_backend(&self) -> &str {
+        self.regions.backend()
     }
     /// Tuning in effect.
     pub fn tuning(&self) -> Tuning {
@@ -1437,7 +1423,8 @@ impl Comm {
         let bound = self.tuning.device_timeout * 3 + Duration::from_secs(30);
         driver::sync(stream, bound, what)?;
         let mut w = [0u8; 4];
-        self.scratch.read(layout::OFF_ERROR, &mut w)?;
+        self.regions
+            .read(&self.ctx, REGION_SCRATCH, layout::OFF_ERROR, &mut w)?;
         let mut code = u32::from_le_bytes(w);
         if code == 0 {
             code = self.plans.error_word()?;

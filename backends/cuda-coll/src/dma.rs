@@ -87,13 +87,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use commhal_cuda_rt::{Context, Event, Stream};
 
 use crate::cli::{Collective, Dtype, typed_kernel};
-use crate::driver;
 use crate::error::{CollError, Result};
 use crate::kernels::Kernels;
 use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
+use commhal_cuda_rt::{copy, memop};
 
 /// Stream memory operations this path needs from the driver (the waits are a kernel).
-pub const SYMBOLS: [&str; 1] = ["cuStreamWriteValue32_v2"];
+pub const SYMBOLS: [&str; 1] = [memop::WRITE_VALUE32];
 
 /// Whether this driver has the stream memory operations the path needs.
 pub fn available() -> bool {
@@ -121,21 +121,23 @@ fn copy_then_signal(
     if len > 0 {
         // SAFETY: callers pass ranges inside this Comm's own or mapped peer allocations
         // (sizes checked against the capacity / staging slot).
-        unsafe { driver::copy_async(stream, dst, src, len)? };
+        unsafe { copy::copy_async(stream, dst, src, len)? };
     }
     signal(stream, a, p, kind, e)
 }
 
 /// On `stream`: write `e` into peer `p`'s flag `kind` from this rank.
 pub(crate) fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
-    // SAFETY: the peer's scratch is mapped for the Comm's lifetime; the flag is 4-aligned.
+    // SAFETY: the peer's scratch is mapped for the Comm's lifetime; the flag is
+    // 4-aligned; the path exists only where the driver has the symbol (`SYMBOLS`).
     unsafe {
-        driver::write_value32(
+        memop::write_value32(
             stream,
             a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
             e,
-        )
-    }
+        )?
+    };
+    Ok(())
 }
 
 /// The main stream waits until every `from` rank wrote `e` into its flag here:
@@ -351,7 +353,7 @@ impl DmaPath {
                 let own_dst = a.output[me as usize] + u64::from(me) * cb;
                 if own_dst != src(me) {
                     // SAFETY: own input and output, within capacity (checked by the Comm).
-                    unsafe { driver::copy_async(c.main, own_dst, src(me), cb)? };
+                    unsafe { copy::copy_async(c.main, own_dst, src(me), cb)? };
                 }
                 self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
                 self.join(c.main)
@@ -366,7 +368,7 @@ impl DmaPath {
                     })?;
                     if a.output[me as usize] != src {
                         // SAFETY: own input and output, within capacity.
-                        unsafe { driver::copy_async(c.main, a.output[me as usize], src, bytes)? };
+                        unsafe { copy::copy_async(c.main, a.output[me as usize], src, bytes)? };
                     }
                     self.join(c.main)
                 } else {

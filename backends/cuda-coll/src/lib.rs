@@ -1,7 +1,8 @@
 //! # commhal-cuda-coll — GPU collectives over NVLink peer mappings
 //!
-//! One process per GPU; every rank maps every peer's input, output and scratch
-//! (cuMem VMM fds over the bootstrap), and hand-written kernels
+//! One process per GPU; every rank maps every peer's input, output and scratch (regions
+//! of the memory backend the HAL selects, cuda-nvlink by default: [`regions`]), and
+//! hand-written kernels
 //! (`device-src/kernels/coll_nvlink.cu`) move data with direct loads and stores:
 //!
 //! * all-reduce ≤ `ll_max`: one-shot LL16 (packets carry data and the launch epoch;
@@ -25,8 +26,9 @@
 //! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync; the caller's buffers and stream ([`Comm::launch_on`]) |
 //! | [`agree`] | the call table: per-call agreement on buffers and signatures in host shared memory |
 //! | [`watchdog`] | the thread that stops device waits when the bootstrap sees a peer die |
+//! | [`regions`] | the shared regions from the HAL's memory backend (`COMMHAL_BACKENDS`, default cuda-nvlink): alloc, export, map |
 //! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
-//! | [`driver`] | raw driver calls: module, by-value launch, copies, stream memory operations, graphs |
+//! | [`driver`] | [`driver::CollModule`]: a unit's kernels launched with by-value arguments; the bounded stream wait (every driver call is in `commhal-cuda-rt`) |
 //! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
@@ -53,6 +55,7 @@ pub mod nccl;
 pub mod nccl_lib;
 pub mod peers;
 pub mod plan_exec;
+pub mod regions;
 pub mod tuning;
 pub mod watchdog;
 

@@ -2,9 +2,10 @@
 //! JIT-compiled by NVRTC (disk-cached by source hash, like every device-src unit) and
 //! launched on the [`crate::Comm`]'s stream over the same peer-mapped input and output.
 //!
-//! Setup (collective, once per `Comm`): one more cuMem VMM allocation per rank, the
-//! *plan area* (inbound semaphores, local invocation state, scratch copies — layout in
-//! `device-src/include/commhal/plan.h`), exported and mapped by every peer.
+//! Setup (collective, once per `Comm`): one more region per rank from the `Comm`'s
+//! memory backend ([`crate::regions`]), the *plan area* (inbound semaphores, local
+//! invocation state, scratch copies — layout in `device-src/include/commhal/plan.h`),
+//! exported and mapped by every peer.
 //!
 //! A launch builds (once) the plan for the collective, compiles (once) this rank's
 //! kernel for the dtype and op, and queues it with `blocks × replicas` CTAs; `replicas`
@@ -12,7 +13,6 @@
 //! SM count) up to the SM count, so every CTA is co-resident (waits spin).
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,14 +20,15 @@ use commhal_algorithms::builders::{Algorithm, BuildParams, build};
 use commhal_algorithms::codegen::{self, CudaKernel};
 use commhal_algorithms::{DataType, Plan, RedOp};
 use commhal_cuda_rt::nvrtc::cache::compile_cached;
-use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, VmmAllocation, jit};
+use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, jit};
 use commhal_device_src::HEADERS;
 use commhal_hal::bootstrap::Bootstrap;
 
 use crate::cli::{Collective, Dtype};
-use crate::driver::{self, CollModule};
+use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
+use crate::regions::{MemoryBackend, Regions};
 
 /// Bytes of the semaphore array (`PLAN_SEM_BYTES`).
 pub const SEM_BYTES: u64 = 4096 * 8;
@@ -40,7 +41,7 @@ pub const ERR_WAIT: u32 = 1;
 /// An LL packet never arrived.
 pub const ERR_PACKET: u32 = 4;
 
-const TAG_PLAN_FDS: u64 = 0x504c_414e_0000;
+const TAG_PLAN_AREA: u64 = 0x504c_414e_0000;
 
 /// Kernel argument block, passed by value. Mirrors `struct PlanArgs` in plan.h.
 #[repr(C)]
@@ -135,8 +136,10 @@ pub struct PlanExec {
     rank: u32,
     n: u32,
     ctx: Arc<Context>,
-    area: VmmAllocation,
-    _peers: Vec<VmmAllocation>,
+    /// This rank's plan area and every peer's, mapped (region 0).
+    area: Regions,
+    /// Bytes of each rank's plan area.
+    len: u64,
     areas: [u64; MAX_RANKS],
     arch: String,
     cache: Option<KernelCache>,
@@ -152,57 +155,29 @@ fn env_u32(name: &str) -> Option<u32> {
 
 impl PlanExec {
     /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
-    /// rank, mapped by every peer.
+    /// rank from `memory` (the communicator's memory backend), mapped by every peer.
     pub fn new(
         boot: &dyn Bootstrap,
+        memory: &MemoryBackend,
         ctx: &Arc<Context>,
         scratch_bytes: u64,
         device_timeout: Duration,
     ) -> Result<PlanExec> {
         let (rank, n) = (boot.rank(), boot.size());
-        let area = VmmAllocation::new(ctx, DATA_OFF + scratch_bytes.max(4096))?;
-        area.fill(0)?;
-        let sizes = boot.all_gather(&area.size().to_le_bytes())?;
-        let fd = area.export_fd()?;
-        for p in (0..n).filter(|&p| p != rank) {
-            boot.send_fds(p, TAG_PLAN_FDS, std::slice::from_ref(&fd))?;
-        }
-        let mut areas = [0u64; MAX_RANKS];
-        let mut peers = Vec::new();
-        for p in 0..n {
-            if p == rank {
-                areas[p as usize] = area.addr();
-                continue;
-            }
-            let size = sizes
-                .get(p as usize)
-                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
-                .map(u64::from_le_bytes)
-                .ok_or_else(|| {
-                    CollError::invalid(format!("rank {p} sent a malformed plan-area size"))
-                })?;
-            let got = boot.recv_fds(p, TAG_PLAN_FDS)?;
-            let [fd] = got.as_slice() else {
-                return Err(CollError::invalid(format!(
-                    "rank {p} passed {} fds for its plan area, expected 1",
-                    got.len()
-                )));
-            };
-            let a = VmmAllocation::import(ctx, fd.as_fd(), size)?;
-            areas[p as usize] = a.addr();
-            peers.push(a);
-        }
+        let len = DATA_OFF + scratch_bytes.max(4096);
+        let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
+        let areas = area.addrs(0);
         boot.barrier()?;
         Ok(PlanExec {
             rank,
             n,
             ctx: ctx.clone(),
             area,
-            _peers: peers,
+            len,
             areas,
             arch: ctx.arch()?,
             cache: KernelCache::from_env(),
-            sms: driver::sm_count(ctx)?,
+            sms: ctx.sm_count()?,
             threads: env_u32("COMMHAL_PLAN_THREADS")
                 .unwrap_or(512)
                 .clamp(32, 1024)
@@ -214,13 +189,13 @@ impl PlanExec {
 
     /// Bytes of scratch available to plans.
     pub fn scratch_capacity(&self) -> u64 {
-        self.area.size() - DATA_OFF
+        self.len - DATA_OFF
     }
 
     /// The first device error of a plan kernel on this rank (0: none).
     pub fn error_word(&self) -> Result<u32> {
         let mut w = [0u8; 4];
-        self.area.read(SEM_BYTES, &mut w)?;
+        self.area.read(&self.ctx, 0, SEM_BYTES, &mut w)?;
         Ok(u32::from_le_bytes(w))
     }
 

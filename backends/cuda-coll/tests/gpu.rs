@@ -6,10 +6,11 @@
 
 use std::time::Duration;
 
+use commhal_cuda_coll::Comm;
 use commhal_cuda_coll::check;
 use commhal_cuda_coll::cli::{Collective, Dtype};
 use commhal_cuda_coll::kernels::ReduceOp;
-use commhal_cuda_coll::{Comm, driver};
+use commhal_cuda_rt::copy;
 use commhal_hal::bootstrap::InProcBootstrap;
 
 fn gpu_or_skip(test: &str) -> bool {
@@ -32,8 +33,7 @@ fn one_rank_collectives_copy_exactly() {
     let comm = Comm::new(&boot, 0, 4 << 20, None, Duration::from_secs(5)).expect("comm");
     for dtype in [Dtype::Half, Dtype::Bfloat16, Dtype::Float] {
         let cap = comm.capacity() / dtype.size();
-        comm.input()
-            .write(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
+        comm.write_input(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
             .expect("input");
         for coll in [
             Collective::Allreduce,
@@ -49,7 +49,7 @@ fn one_rank_collectives_copy_exactly() {
                 let (count, per) = commhal_cuda_coll::cli::counts(coll, bytes, dtype, 1);
                 let len = count * dtype.size();
                 // SAFETY: within the output allocation (capacity 4 MiB).
-                unsafe { driver::memset_async(comm.stream(), comm.output_addr(), 0xff, len) }
+                unsafe { copy::memset_async(comm.stream(), comm.output_addr(), 0xff, len) }
                     .expect("poison");
                 let c = if coll.count_is_per_rank() { per } else { count };
                 comm.launch_rooted(coll, dtype, ReduceOp::Sum, c, 0, false)
@@ -57,8 +57,7 @@ fn one_rank_collectives_copy_exactly() {
                 comm.sync("test").expect("sync");
                 let mut out = vec![0u8; len as usize];
                 // SAFETY: within the output allocation.
-                unsafe { driver::read(comm.context(), comm.output_addr(), &mut out) }
-                    .expect("read");
+                unsafe { copy::read(comm.context(), comm.output_addr(), &mut out) }.expect("read");
                 assert_eq!(
                     check::count_wrong(coll, dtype, ReduceOp::Sum, 0, 1, 0, count, per, &out),
                     0,
@@ -140,11 +139,11 @@ fn caller_buffers_and_bad_input() {
                     }
                     let (o, i) = (out.addr() + off, inp.addr() + off);
                     // SAFETY: within the output allocation.
-                    unsafe { driver::memset_async(&stream, out.addr(), 0xff, len + off) }
+                    unsafe { copy::memset_async(&stream, out.addr(), 0xff, len + off) }
                         .expect("poison");
                     if in_place {
                         // SAFETY: both within their allocations.
-                        unsafe { driver::copy_async(&stream, o, i, len) }.expect("copy");
+                        unsafe { copy::copy_async(&stream, o, i, len) }.expect("copy");
                     }
                     let b = if in_place {
                         CallBufs { send: o, recv: o }

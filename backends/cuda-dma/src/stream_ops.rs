@@ -1,31 +1,27 @@
-//! Every driver call of cuda-dma: async copy, stream write-value, stream query.
-//! Each `CUresult` is checked and named in the error.
+//! cuda-dma's stream work, over `commhal-cuda-rt` (which makes every driver call):
+//! async copy, stream write-value, waiting for a stream to drain, with errors as
+//! [`HalError`]s under this backend's name.
 
 use std::time::{Duration, Instant};
 
-use commhal_backend_cuda_nvlink::driver::{check, to_hal};
-use commhal_cuda_rt::Stream;
+use commhal_backend_cuda_nvlink::driver::to_hal;
+use commhal_cuda_rt::{Stream, copy, memop};
 use commhal_hal::{HalError, Result};
-use cudarc::driver::sys;
 
 use crate::BACKEND;
 
 /// The driver entry point used for signals (checked before first use: cudarc panics
 /// on a missing symbol).
-pub(crate) const WRITE_VALUE_SYMBOL: &str = "cuStreamWriteValue64_v2";
+pub(crate) const WRITE_VALUE_SYMBOL: &str = memop::WRITE_VALUE64;
 
 /// Queue a copy of `len` bytes from `src` to `dst` on `stream`.
 ///
 /// Contract: both ranges are device memory addressable by the stream's device and stay
 /// alive until the stream has executed the copy (the port's flush).
 pub(crate) fn memcpy_async(stream: &Stream, dst: u64, src: u64, len: u64) -> Result<()> {
-    stream.context().bind().map_err(|e| to_hal(BACKEND, e))?;
-    // SAFETY: the context of the stream is bound; address validity and lifetime are the
-    // caller's contract (bounds were checked against registered regions).
-    let r = unsafe { sys::cuMemcpyAsync(dst, src, len as usize, stream.raw()) };
-    check(BACKEND, r, "cuMemcpyAsync", || {
-        format!("queueing a {len}-byte copy {src:#x} -> {dst:#x}")
-    })
+    // SAFETY: address validity and lifetime are the caller's contract (bounds were
+    // checked against registered regions, which the port keeps alive until a flush).
+    unsafe { copy::copy_async_uva(stream, dst, src, len) }.map_err(|e| to_hal(BACKEND, e))
 }
 
 /// Queue a stream-ordered 64-bit write of `value` to `addr` (with the default memory
@@ -42,36 +38,8 @@ pub(crate) fn write_value64(stream: &Stream, addr: u64, value: u64) -> Result<()
             ),
         ));
     }
-    stream.context().bind().map_err(|e| to_hal(BACKEND, e))?;
-    // SAFETY: the symbol exists (checked above); the stream's context is bound; the
-    // address contract is the caller's.
-    let r = unsafe {
-        sys::cuStreamWriteValue64_v2(
-            stream.raw(),
-            addr,
-            value,
-            sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
-        )
-    };
-    check(BACKEND, r, "cuStreamWriteValue64", || {
-        format!(
-            "queueing the semaphore write {value} -> {addr:#x} (are stream memory operations enabled?)"
-        )
-    })
-}
-
-/// Has every operation queued on `stream` completed?
-pub(crate) fn query(stream: &Stream) -> Result<bool> {
-    stream.context().bind().map_err(|e| to_hal(BACKEND, e))?;
-    // SAFETY: the stream is alive and its context bound.
-    let r = unsafe { sys::cuStreamQuery(stream.raw()) };
-    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-        return Ok(false);
-    }
-    check(BACKEND, r, "cuStreamQuery", || {
-        "waiting for the port's copies (a fault here means a copy touched bad memory)".into()
-    })?;
-    Ok(true)
+    // SAFETY: the symbol exists (checked above); the address contract is the caller's.
+    unsafe { memop::write_value64(stream, addr, value) }.map_err(|e| to_hal(BACKEND, e))
 }
 
 /// Wait until `stream` drained, polling with back-off; [`HalError::Timeout`] after
@@ -80,7 +48,7 @@ pub(crate) fn wait_drained(stream: &Stream, timeout: Duration, what: &str) -> Re
     let start = Instant::now();
     let mut polls = 0u32;
     loop {
-        if query(stream)? {
+        if stream.query().map_err(|e| to_hal(BACKEND, e))? {
             return Ok(());
         }
         if start.elapsed() >= timeout {

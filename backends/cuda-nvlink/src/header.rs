@@ -22,8 +22,8 @@ use commhal_hal::{HalError, Result};
 
 use crate::BACKEND;
 
-/// Bytes of a `CUipcMemHandle`.
-pub const IPC_HANDLE_LEN: usize = 64;
+/// Bytes of a `CUipcMemHandle` (cuda-rt's constant).
+pub use commhal_cuda_rt::ipc::IPC_HANDLE_LEN;
 
 /// The decoded header of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

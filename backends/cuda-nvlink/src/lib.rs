@@ -9,7 +9,7 @@
 //! | [`memory`] | [`NvlinkMemory`] (a local allocation), [`NvlinkMapping`] (a peer's, mapped here), [`ExportSource`] |
 //! | [`header`] | [`ExportHeader`]: the bytes of an [`Export`](commhal_hal::Export) (pure parse/encode) |
 //! | [`reach`] | [`cuda_reach`]: same host, CUDA devices, `cuDeviceCanAccessPeer` (shared with cuda-dma) |
-//! | [`driver`] | every `unsafe` driver call: IPC handles, peer access, copies, symbol checks |
+//! | [`driver`] | cuda-rt's device count, contexts, peer access and symbol checks, with errors as [`HalError`](commhal_hal::HalError)s (shared with cuda-dma) |
 //! | `register` | the `inventory` registration (`cuda-nvlink`: memory) and `probe` |
 //!
 //! **How memory is shared.**

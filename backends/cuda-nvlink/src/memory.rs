@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use commhal_cuda_rt::{Context, DeviceBuffer, VmmAllocation};
+use commhal_cuda_rt::{Context, DeviceBuffer, VmmAllocation, ipc};
+use commhal_hal::error::check_range;
 use commhal_hal::{Device, DeviceKind, Export, HalError, MemoryKind, Region, Result};
 
 use crate::driver::{self, to_hal};
@@ -126,35 +127,17 @@ impl NvlinkMemory {
     }
     /// Copy `src` to `offset` (synchronous, bounds-checked).
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
-        driver::write_bytes(
-            crate::BACKEND,
-            self.context(),
-            self.addr(),
-            self.len(),
-            offset,
-            src,
-        )
+        write_region(self.context(), self.addr(), self.len(), offset, src)
     }
     /// Copy from `offset` into `dst` (synchronous, bounds-checked).
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        driver::read_bytes(
-            crate::BACKEND,
-            self.context(),
-            self.addr(),
-            self.len(),
-            offset,
-            dst,
-        )
+        read_region(self.context(), self.addr(), self.len(), offset, dst)
     }
-    /// Set every byte (synchronous).
+    /// Set every byte to `value`; returns when they are set.
     pub fn fill(&self, value: u8) -> Result<()> {
-        driver::fill_bytes(
-            crate::BACKEND,
-            self.context(),
-            self.addr(),
-            self.len(),
-            value,
-        )
+        // SAFETY: [addr, addr+len) is this allocation, alive while `self` is.
+        unsafe { commhal_cuda_rt::copy::fill(self.context(), self.addr(), self.len(), value) }
+            .map_err(|e| to_hal(crate::BACKEND, e))
     }
     /// What to export.
     pub fn source(&self) -> ExportSource<'_> {
@@ -167,6 +150,26 @@ impl NvlinkMemory {
             },
         }
     }
+}
+
+/// Synchronous host → device copy into the region `[base, base+size)` at `offset`.
+/// Only called with an allocation or mapping the caller holds, usable in `ctx`.
+fn write_region(ctx: &Context, base: u64, size: u64, offset: u64, src: &[u8]) -> Result<()> {
+    check_range("device write", offset, src.len() as u64, size)?;
+    // SAFETY: the range is inside the caller's live region (checked above), which is
+    // addressable in `ctx`.
+    unsafe { commhal_cuda_rt::copy::write(ctx, base + offset, src) }
+        .map_err(|e| to_hal(crate::BACKEND, e))
+}
+
+/// Synchronous device → host copy from the region `[base, base+size)` at `offset`.
+/// Same contract as [`write_region`].
+fn read_region(ctx: &Context, base: u64, size: u64, offset: u64, dst: &mut [u8]) -> Result<()> {
+    check_range("device read", offset, dst.len() as u64, size)?;
+    // SAFETY: the range is inside the caller's live region (checked above), which is
+    // addressable in `ctx`.
+    unsafe { commhal_cuda_rt::copy::read(ctx, base + offset, dst) }
+        .map_err(|e| to_hal(crate::BACKEND, e))
 }
 
 impl Region for NvlinkMemory {
@@ -234,7 +237,7 @@ pub fn export(backend: &str, src: ExportSource<'_>) -> Result<Export> {
             fds.push(v.export_fd().map_err(|e| to_hal(backend, e))?);
         }
         ExportSource::Legacy { ctx, addr, .. } => {
-            h.ipc_handle = driver::ipc_get_handle(backend, ctx, addr)?;
+            h.ipc_handle = ipc::ipc_handle(ctx, addr).map_err(|e| to_hal(backend, e))?;
         }
     }
     Ok(Export {
@@ -266,7 +269,7 @@ struct MappingInner {
 impl Drop for MappingInner {
     fn drop(&mut self) {
         if let MappingKind::Ipc { ctx, addr } = &self.kind {
-            driver::ipc_close(ctx, *addr);
+            ipc::ipc_close(ctx, *addr);
         }
     }
 }
@@ -312,25 +315,11 @@ impl NvlinkMapping {
     }
     /// Copy `src` to `offset` through the mapping (synchronous, bounds-checked).
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
-        driver::write_bytes(
-            crate::BACKEND,
-            &self.inner.ctx,
-            self.addr(),
-            self.len(),
-            offset,
-            src,
-        )
+        write_region(&self.inner.ctx, self.addr(), self.len(), offset, src)
     }
     /// Copy from `offset` through the mapping (synchronous, bounds-checked).
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        driver::read_bytes(
-            crate::BACKEND,
-            &self.inner.ctx,
-            self.addr(),
-            self.len(),
-            offset,
-            dst,
-        )
+        read_region(&self.inner.ctx, self.addr(), self.len(), offset, dst)
     }
 }
 
@@ -412,7 +401,7 @@ pub fn map_export(backend: &str, ctx: &Arc<Context>, export: Export) -> Result<N
                 "a legacy CUDA IPC export from another host cannot be mapped: CUDA IPC works only between processes of one machine",
             ));
         }
-        let addr = driver::ipc_open(backend, ctx, &h.ipc_handle)?;
+        let addr = ipc::ipc_open(ctx, &h.ipc_handle).map_err(|e| to_hal(backend, e))?;
         MappingKind::Ipc {
             ctx: ctx.clone(),
             addr,

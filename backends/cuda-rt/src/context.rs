@@ -89,6 +89,13 @@ impl Context {
         Ok(v)
     }
 
+    /// Number of streaming multiprocessors of the device.
+    pub fn sm_count(&self) -> Result<u32> {
+        let n =
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        Ok(n.max(0) as u32)
+    }
+
     /// Compute capability `(major, minor)`, e.g. `(9, 0)` on H100/H200.
     pub fn compute_capability(&self) -> Result<(u32, u32)> {
         use sys::CUdevice_attribute::*;

@@ -12,28 +12,38 @@
 //! | [`context`] | [`Context`]: a device's primary context |
 //! | [`stream`] | [`Stream`], [`Event`] (elapsed time) |
 //! | [`memory`] | [`DeviceBuffer`] (`cuMemAlloc`), [`PinnedHostBuffer`] (device-mapped host memory) |
+//! | [`copy`] | copies and fills on raw device addresses: queued on a stream or synchronous |
+//! | [`memop`] | stream memory operations: a stream writes or waits for a 32/64-bit word |
+//! | [`gate`] | [`Gate`]: a stream wait the host releases (timed loops) |
+//! | [`peer`] | peer access between devices (`cuDeviceCanAccessPeer`, `cuCtxEnablePeerAccess`) |
+//! | [`graph`] | [`Graph`]: stream capture and replay |
 //! | [`ipc`] | [`ipc::pointer_info`] (which allocation holds a caller's pointer), legacy CUDA IPC |
 //! | [`vmm`] | [`VmmAllocation`]: cuMem VMM memory exported/imported as POSIX fds |
 //! | [`nvrtc`] | NVRTC compilation with in-memory headers, the on-disk [`KernelCache`] |
-//! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`] |
+//! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`]; launches with a `#[repr(C)]` argument block by value |
 //! | [`jit`] | compile/load the units of `commhal-device-src` |
 #![warn(missing_docs)]
 
 pub mod context;
+pub mod copy;
 pub mod driver;
 pub mod error;
+pub mod gate;
 pub mod graph;
 pub mod ipc;
 pub mod jit;
+pub mod memop;
 pub mod memory;
 pub mod module;
 pub mod nvrtc;
+pub mod peer;
 pub mod probe;
 pub mod stream;
 pub mod vmm;
 
 pub use context::Context;
 pub use error::{CudaError, Result};
+pub use gate::Gate;
 pub use graph::Graph;
 pub use memory::{DeviceBuffer, PinnedHostBuffer};
 pub use module::{Kernel, KernelArg, LaunchConfig, Module};

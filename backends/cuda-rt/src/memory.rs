@@ -85,10 +85,8 @@ impl DeviceBuffer {
 // caller owns, so a bounds check against `size` makes the driver call valid.
 
 pub(crate) fn fill_range(ctx: &Context, base: u64, size: u64, value: u8) -> Result<()> {
-    ctx.bind()?;
     // SAFETY: [base, base+size) is a live allocation of the caller (see above).
-    let r = unsafe { sys::cuMemsetD8_v2(base, value, size as usize) };
-    check(r, "cuMemsetD8", || format!("filling {size} device bytes"))
+    unsafe { crate::copy::memset(ctx, base, size, value) }
 }
 
 pub(crate) fn write_range(
@@ -99,12 +97,8 @@ pub(crate) fn write_range(
     src: &[u8],
 ) -> Result<()> {
     check_bounds("device write", offset, src.len() as u64, size)?;
-    ctx.bind()?;
-    // SAFETY: destination range checked against the live allocation; `src` is a
-    // valid host slice.
-    let r =
-        unsafe { sys::cuMemcpyHtoD_v2(base + offset, src.as_ptr() as *const c_void, src.len()) };
-    check(r, "cuMemcpyHtoD", || format!("writing {} bytes", src.len()))
+    // SAFETY: destination range checked against the live allocation.
+    unsafe { crate::copy::write(ctx, base + offset, src) }
 }
 
 pub(crate) fn read_range(
@@ -115,12 +109,8 @@ pub(crate) fn read_range(
     dst: &mut [u8],
 ) -> Result<()> {
     check_bounds("device read", offset, dst.len() as u64, size)?;
-    ctx.bind()?;
-    // SAFETY: source range checked against the live allocation; `dst` is a valid,
-    // writable host slice.
-    let r =
-        unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, base + offset, dst.len()) };
-    check(r, "cuMemcpyDtoH", || format!("reading {} bytes", dst.len()))
+    // SAFETY: source range checked against the live allocation.
+    unsafe { crate::copy::read(ctx, base + offset, dst) }
 }
 
 impl Drop for DeviceBuffer {

@@ -199,4 +199,90 @@ impl Kernel {
         };
         check(r, "cuLaunchKernel", || format!("launching `{}`", self.name))
     }
+
+    /// Queue the kernel on `stream` with `args` as its one by-value parameter (a
+    /// `#[repr(C)]` argument block). `programmatic`: launch with programmatic stream
+    /// serialization allowed (programmatic dependent launch, `cuLaunchKernelEx`;
+    /// compute capability 9.0+): the kernel may be scheduled before the previous
+    /// kernel on the stream finished, so it must begin with `griddepcontrol.wait`.
+    ///
+    /// The hot path of the collectives: the context is not bound here. Call from a
+    /// thread where the module's context is current (any call of this crate on it
+    /// binds it); otherwise the driver reports `CUDA_ERROR_INVALID_CONTEXT`.
+    ///
+    /// # Safety
+    /// The kernel's only parameter has `A`'s exact layout; every address in `args` is
+    /// device memory usable by the stream's device that stays alive, and sized for
+    /// what the kernel derives from `args`, until the stream is synchronised.
+    pub unsafe fn launch_block<A: Copy>(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: &A,
+        programmatic: bool,
+    ) -> Result<()> {
+        let (gx, gy, gz) = cfg.grid;
+        let (bx, by, bz) = cfg.block;
+        if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
+            return Err(CudaError::invalid(format!(
+                "launch of `{}` with an empty grid {:?} or block {:?}",
+                self.name, cfg.grid, cfg.block
+            )));
+        }
+        let mut copy = *args;
+        let mut params = [&mut copy as *mut A as *mut c_void];
+        if programmatic {
+            // SAFETY: an all-zero launch attribute is a valid (empty) value; the id and
+            // the one union member the driver reads for it are set below.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id =
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let lc = sys::CUlaunchConfig {
+                gridDimX: gx,
+                gridDimY: gy,
+                gridDimZ: gz,
+                blockDimX: bx,
+                blockDimY: by,
+                blockDimZ: bz,
+                sharedMemBytes: cfg.shared_mem_bytes,
+                hStream: stream.raw(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: function and stream alive; one parameter pointer to storage of
+            // the kernel's parameter type that outlives the call (the driver copies
+            // it); `lc` and `attr` outlive the call. Pointer validity: see # Safety.
+            let r = unsafe {
+                sys::cuLaunchKernelEx(&lc, self.raw, params.as_mut_ptr(), std::ptr::null_mut())
+            };
+            return check(r, "cuLaunchKernelEx", || {
+                format!(
+                    "launching `{}` ({:?}x{:?}, programmatic dependent launch)",
+                    self.name, cfg.grid, cfg.block
+                )
+            });
+        }
+        // SAFETY: function and stream alive; one parameter pointer to storage of the
+        // kernel's parameter type that outlives the call (the driver copies it).
+        // Pointer validity: see # Safety.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                self.raw,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                cfg.shared_mem_bytes,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, "cuLaunchKernel", || {
+            format!("launching `{}` ({:?}x{:?})", self.name, cfg.grid, cfg.block)
+        })
+    }
 }

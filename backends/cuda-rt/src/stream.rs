@@ -99,6 +99,21 @@ impl Stream {
         check(r, "cuStreamSynchronize", || "waiting for the stream".into())
     }
 
+    /// Has every operation queued on the stream completed? A kernel fault is an error.
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is alive and its context bound.
+        let r = unsafe { sys::cuStreamQuery(self.raw) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check(r, "cuStreamQuery", || {
+            "asking whether the stream drained (a fault here means queued work touched bad memory)"
+                .into()
+        })?;
+        Ok(true)
+    }
+
     /// Poll until all work queued on the stream finished, for at most `timeout`:
     /// `Ok(true)` once drained, `Ok(false)` when `timeout` passed first (the caller
     /// reports the timeout in its own terms), an error naming `what` on a kernel fault.

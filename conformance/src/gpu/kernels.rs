@@ -1,15 +1,13 @@
-//! Device code of the GPU suite and every `unsafe` driver call it makes: the
-//! device-src conformance kernels, this folder's `script.cu` (a tiny op interpreter),
-//! bounded stream waits, async memset, CUDA graph capture, peer copies.
+//! Device code of the GPU suite and the device work it queues, over `commhal-cuda-rt`:
+//! the device-src conformance kernels, this folder's `script.cu` (a tiny op
+//! interpreter), bounded stream waits, async memset, CUDA graph capture, peer copies.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use commhal_backend_cuda_nvlink::driver::check;
 use commhal_cuda_rt::{Context, Kernel, KernelArg, LaunchConfig, Module, Stream, jit};
 use commhal_device_src::{CONFORMANCE, KernelUnit, Source};
 use commhal_hal::{HalError, Result};
-use cudarc::driver::sys;
 
 const WHO: &str = "gpu-conformance";
 
@@ -302,12 +300,9 @@ pub fn sync(stream: &Stream, timeout: Duration, what: &str) -> Result<()> {
 /// `[addr, addr+len)` is device memory usable by the stream's device, alive until the
 /// stream is synchronised.
 pub unsafe fn memset_async(stream: &Stream, addr: u64, value: u8, len: u64) -> Result<()> {
-    stream.context().bind()?;
     // SAFETY: forwarded contract.
-    let r = unsafe { sys::cuMemsetD8Async(addr, value, len as usize, stream.raw()) };
-    check(WHO, r, "cuMemsetD8Async", || {
-        format!("clearing {len} bytes")
-    })
+    unsafe { commhal_cuda_rt::copy::memset_async(stream, addr, value, len) }
+        .map_err(|e| commhal_backend_cuda_nvlink::driver::to_hal(WHO, e))
 }
 
 /// Queue a peer copy `src` (in `src_ctx`) → `dst` (in `dst_ctx`) on `stream`.
@@ -323,16 +318,9 @@ pub unsafe fn memcpy_peer_async(
     src_ctx: &Context,
     len: u64,
 ) -> Result<()> {
-    let (d, s) = (
-        commhal_backend_cuda_nvlink::driver::raw_context(WHO, dst_ctx)?,
-        commhal_backend_cuda_nvlink::driver::raw_context(WHO, src_ctx)?,
-    );
-    stream.context().bind()?;
-    // SAFETY: forwarded contract; both contexts are live primary contexts.
-    let r = unsafe { sys::cuMemcpyPeerAsync(dst, d, src, s, len as usize, stream.raw()) };
-    check(WHO, r, "cuMemcpyPeerAsync", || {
-        format!("copying {len} bytes between devices")
-    })
+    // SAFETY: forwarded contract.
+    unsafe { commhal_cuda_rt::copy::copy_peer_async(stream, dst, dst_ctx, src, src_ctx, len) }
+        .map_err(|e| commhal_backend_cuda_nvlink::driver::to_hal(WHO, e))
 }
 
 /// CUDA graphs (capture, replay) live in cuda-rt.

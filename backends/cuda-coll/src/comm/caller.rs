@@ -29,12 +29,12 @@
 //! ([`crate::agree`]) at the next call or stream sync.
 
 use clap::ValueEnum;
+use commhal_cuda_rt::copy;
 use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
 use commhal_cuda_rt::{Context, Stream};
 
 use super::{Comm, Kernel};
 use crate::cli::{Collective, Dtype};
-use crate::driver;
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
@@ -341,7 +341,7 @@ impl Comm {
             // SAFETY: the source holds in_bytes (inspected); the destination is this
             // rank's registered region at the kernel's input address, which own_args
             // placed so that in_bytes fit (checked against capacity above).
-            unsafe { driver::copy_async(stream, a.input[r], bufs.send, in_bytes)? };
+            unsafe { copy::copy_async(stream, a.input[r], bufs.send, in_bytes)? };
         }
         let output = a.output[r];
         self.enqueue(
@@ -358,7 +358,7 @@ impl Comm {
         if staged && use_out {
             // SAFETY: as the copy in, the other way: out_bytes from the registered
             // output address into the inspected receive buffer.
-            unsafe { driver::copy_async(stream, bufs.recv, output, out_bytes)? };
+            unsafe { copy::copy_async(stream, bufs.recv, output, out_bytes)? };
         }
         Ok(if staged {
             BufferPath::Staged

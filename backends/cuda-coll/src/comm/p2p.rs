@@ -23,12 +23,12 @@
 //! point-to-point calls again.
 
 use commhal_cuda_rt::Stream;
+use commhal_cuda_rt::copy;
 use commhal_cuda_rt::ipc::PointerInfo;
 
 use super::Comm;
 use super::caller::inspect;
 use crate::cli::Dtype;
-use crate::driver;
 use crate::error::{CollError, Result};
 use crate::layout::{DMA_P2P_DONE, DMA_P2P_READY};
 use crate::peers::{BufDesc, Imports, Where, export_handle, process_nonce};
@@ -217,7 +217,7 @@ impl Comm {
             // SAFETY: the source holds `bytes` (inspected); the destination is the
             // receiver's posted allocation, opened here, with `bytes` from its offset
             // (the receiver inspected it), free since its READY flag.
-            unsafe { driver::copy_async(stream, dst, buf, bytes)? };
+            unsafe { copy::copy_async(stream, dst, buf, bytes)? };
             crate::dma::signal(stream, a, peer, DMA_P2P_DONE, seq as u32)?;
         }
         // 3. to this rank itself: sends and receives matched in order, local copies
@@ -232,7 +232,7 @@ impl Comm {
                 (None, None) => break,
                 (Some((_, src, sb, _)), Some((_, dst, rb, _))) if sb == rb => {
                     // SAFETY: both ranges inspected above (this rank's device memory).
-                    unsafe { driver::copy_async(stream, dst, src, sb)? };
+                    unsafe { copy::copy_async(stream, dst, src, sb)? };
                 }
                 (s, r) => {
                     return Err(CollError::invalid(format!(
