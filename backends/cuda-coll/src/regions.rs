@@ -54,6 +54,7 @@ impl MemoryBackend {
     /// their endpoints for the reach ranking).
     pub fn select(boot: &dyn Bootstrap, device: u32) -> Result<MemoryBackend> {
         commhal_backend_cuda_nvlink::link();
+        commhal_backend_cuda_dma::link();
         let catalog = Catalog::discover()?;
         Self::select_from(&catalog, Selection::from_env(None)?, boot, device)
     }
@@ -86,9 +87,10 @@ impl MemoryBackend {
             }
         }
         let source = source_words(&selection.source);
-        // The backends map for the communicator's device.
+        // The GPU backends (memory and port) work on the communicator's device.
         for entry in catalog.resolve(&selection)? {
-            if !entry.kinds().memory {
+            let kinds = entry.kinds();
+            if !kinds.memory && !kinds.port {
                 continue;
             }
             let opts = selection
