@@ -63,6 +63,7 @@ pub const HEADERS: &[Source] = &[
     header!("copy.h"),
     header!("memory_channel.h"),
     header!("packets.h"),
+    header!("ll63.h"),
     header!("port_channel.h"),
     header!("switch_channel.h"),
     header!("plan.h"),
@@ -218,11 +219,12 @@ pub const COLL_NVLINK_TYPED: &[&str] = &[
 /// Every translation unit in this crate.
 pub const KERNEL_UNITS: &[KernelUnit] = &[CONFORMANCE, SWITCH, COLL_NVLINK];
 
-/// The text of [`COLL_NVLINK`] and of every `coll/` header it includes, for host
-/// code that checks the unit's `#define`s against its own constants.
+/// The text of [`COLL_NVLINK`] and of every header (the `coll/` families and the
+/// channel headers they build on), for host code that checks the unit's `#define`s
+/// against its own constants.
 pub fn coll_nvlink_text() -> String {
     let mut text = String::from(COLL_NVLINK.source.contents);
-    for h in HEADERS.iter().filter(|h| h.name.starts_with("coll/")) {
+    for h in HEADERS {
         text.push('\n');
         text.push_str(h.contents);
     }

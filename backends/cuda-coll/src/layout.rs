@@ -387,8 +387,8 @@ mod tests {
             define("COLL_CHAIN_UNROLL_MAX"),
             CHAIN_UNROLL_MAX.to_string()
         );
-        assert_eq!(define("COLL_LL63_TILE_VECS"), LL63_TILE_VECS.to_string());
-        assert_eq!(define("COLL_LL63_TILE_PKTS"), LL63_TILE_PKTS.to_string());
+        assert_eq!(define("COMMHAL_LL63_TILE_VECS"), LL63_TILE_VECS.to_string());
+        assert_eq!(define("COMMHAL_LL63_TILE_PKTS"), LL63_TILE_PKTS.to_string());
         let src = commhal_device_src::coll_nvlink_text();
         assert!(
             src.contains("a.scratch[owner] + COLL_OFF_LL +\n                               2 * COLL_MAX_RANKS * a.ll_slot_bytes"),

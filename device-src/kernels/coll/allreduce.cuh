@@ -144,7 +144,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
   const u32 n = a.nranks, r = a.rank;
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 T = ll63_tile_count((nvec + n - 1) / n);
-  const u64 slot = T * COLL_LL63_TILE_PKTS * 16;
+  const u64 slot = T * COMMHAL_LL63_TILE_PKTS * 16;
   if (e > 2) {
     if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
     __syncthreads();
@@ -156,7 +156,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
   // packet of this lane in tile t of slot k of rank q's half
   auto pkt = [&](u32 q, u64 k, u64 t) {
     return reinterpret_cast<u8*>(a.scratch[q] + half_off) + k * slot +
-           (t * COLL_LL63_TILE_PKTS + lane) * 16;
+           (t * COMMHAL_LL63_TILE_PKTS + lane) * 16;
   };
   const u64 S = (u64)(n - 1) * T;  // scatter items [0, S), reduce [S, S + T), gather after
   const u64 warps = (u64)gridDim.x * blockDim.x / 32;
@@ -167,10 +167,10 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
       const u64 t = j % T;
       u64 cb, ce;
       partition(nvec, n, p, cb, ce);
-      if (t * COLL_LL63_TILE_VECS >= ce - cb) continue;
+      if (t * COMMHAL_LL63_TILE_VECS >= ce - cb) continue;
       u64 w[16];
       if (i < S) {
-        ll63_load(in + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+        ll63_load(in + cb, t * COMMHAL_LL63_TILE_VECS, lane, ce - cb, w);
         if (Op::PRE) {
 #pragma unroll
           for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
@@ -182,19 +182,19 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
         if (!ll63_recv<true>(a, pk, r, w)) return;
         ll63_clear(pk);
         ll63_unpack(w, lane);
-        ll63_store(out + cb, t * COLL_LL63_TILE_VECS, lane, ce - cb, w);
+        ll63_store(out + cb, t * COMMHAL_LL63_TILE_VECS, lane, ce - cb, w);
       }
       continue;
     }
     const u64 t = i - S;  // reduce: tile t of chunk r
     u64 rb, re;
     partition(nvec, n, r, rb, re);
-    if (t * COLL_LL63_TILE_VECS >= re - rb) continue;
+    if (t * COMMHAL_LL63_TILE_VECS >= re - rb) continue;
     u64 acc[16];
     for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
       u64 w[16];
       if (p == r) {
-        ll63_load(in + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, w);
+        ll63_load(in + rb, t * COMMHAL_LL63_TILE_VECS, lane, re - rb, w);
         if (Op::PRE) {
 #pragma unroll
           for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
@@ -213,7 +213,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
 #pragma unroll
       for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
     }
-    ll63_store(out + rb, t * COLL_LL63_TILE_VECS, lane, re - rb, acc);
+    ll63_store(out + rb, t * COMMHAL_LL63_TILE_VECS, lane, re - rb, acc);
     ll63_pack(acc, lane);
     for (u32 q = 0; q < n; ++q) {
       if (q != r) ll63_send(pkt(q, n - 1 + (r + n - q - 1) % n, t), acc);
