@@ -103,7 +103,9 @@ const OPS: [RedOp; 6] = [
 ];
 
 fn harness() -> std::path::PathBuf {
-    let src = commhal_device_src::COLL_NVLINK.source.contents;
+    let src = commhal_device_src::header("coll/ops.cuh")
+        .expect("coll/ops.cuh is embedded")
+        .contents;
     let start = src
         .find("// ---- element types of RedOp")
         .expect("element types section");
