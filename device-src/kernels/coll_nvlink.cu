@@ -54,7 +54,7 @@
 //   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring from its second
 //                                    reduce-scatter step to its first all-gather step;
 //                                    the copy engines do the first and the rest.
-//   commhal_coll_allreduce_ll63_*    mid sizes: all pairs with LL63 packets (scatter,
+//   commhal_coll_allreduce_ll63_*    mid sizes: LL63 packets in one shot, or over all pairs (scatter,
 //                                    reduce, gather), no barrier.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
@@ -93,7 +93,7 @@
   X(reduce_all, (reduce_root<Op, true>(a)))                     \
   X(reduce_chain, reduce_chain<Op>(a))                          \
   X(reduce_ll63, reduce_ll63<Op>(a))                            \
-  X(allreduce_ll63, allreduce_pairs_ll63<Op>(a))                \
+  X(allreduce_ll63, allreduce_ll63<Op>(a))                      \
   X(allreduce_ring, (ring<Op, COLL_RING_AR>(a)))                \
   X(allreduce_ring_head, (ring<Op, COLL_RING_AR_HEAD>(a)))      \
   X(reducescatter_ring, (ring<Op, COLL_RING_RS>(a)))

@@ -105,6 +105,9 @@ pub struct Tuning {
     /// Largest all-reduce (bytes) done over all pairs with LL63 packets, above `ll_max`
     /// (0: never; sizes the LL63 small region's halves).
     pub ar_ll63_max: u64,
+    /// Largest all-reduce (bytes) of the LL63 window done in one shot instead of over
+    /// all pairs (0: never; with `ar_ll63_max` sizes the LL63 small region's halves).
+    pub ar_ll63_oneshot_max: u64,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub bcast_ce_min: u64,
@@ -373,7 +376,7 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 28] {
+fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 29] {
     [
         ("capacity", capacity),
         (
@@ -432,6 +435,10 @@ fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str,
         ),
         ("ar_ll63_min (COMMHAL_COLL_AR_LL63_MIN)", t.ar_ll63_min),
         ("ar_ll63_max (COMMHAL_COLL_AR_LL63_MAX)", t.ar_ll63_max),
+        (
+            "ar_ll63_oneshot_max (COMMHAL_COLL_AR_LL63_ONESHOT_MAX)",
+            t.ar_ll63_oneshot_max,
+        ),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
             "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
@@ -552,12 +559,16 @@ impl Comm {
         } else {
             0
         };
-        // LL63 small region halves: the small chains', or the all-pairs all-reduce's
+        // LL63 small region halves: the small chains', or the LL63 all-reduce's (all
+        // pairs up to ar_ll63_max, one shot up to ar_ll63_oneshot_max)
         let small_half = if n > 1 {
-            layout::ll63_small_half_bytes(ll63_bytes).max(layout::pairs_half_bytes(
-                tuning.ar_ll63_max.min(capacity.max(4096)),
-                n,
-            ))
+            let ar_max = tuning.ar_ll63_max.min(capacity.max(4096));
+            layout::ll63_small_half_bytes(ll63_bytes)
+                .max(layout::pairs_half_bytes(ar_max, n))
+                .max(layout::oneshot_half_bytes(
+                    tuning.ar_ll63_oneshot_max.min(ar_max),
+                    n,
+                ))
         } else {
             0
         };
@@ -869,15 +880,25 @@ impl Comm {
         self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll63_cap
     }
 
-    /// Whether an all-reduce of `bytes` (above the LL16 sizes) runs over all pairs with
-    /// LL63 packets: in the tuned window, whole 16-byte vectors, and what a rank
-    /// receives fits a parity half of the LL63 small region.
-    fn ar_pairs(&self, bytes: u64) -> bool {
-        self.n > 1
-            && bytes.is_multiple_of(16)
-            && bytes >= self.tuning.ar_ll63_min
-            && bytes <= self.tuning.ar_ll63_max
-            && layout::pairs_half_bytes(bytes, self.n) <= self.base.ll63_small_half
+    /// How an all-reduce of `bytes` (above the LL16 sizes) runs with LL63 packets, if it
+    /// does: `Some(true)` in one shot (up to the tuned `ar_ll63_oneshot_max`),
+    /// `Some(false)` over all pairs; in the tuned window, whole 16-byte vectors, and
+    /// what a rank receives fits a parity half of the LL63 small region.
+    fn ar_ll63(&self, bytes: u64) -> Option<bool> {
+        if self.n < 2
+            || !bytes.is_multiple_of(16)
+            || bytes < self.tuning.ar_ll63_min
+            || bytes > self.tuning.ar_ll63_max
+        {
+            return None;
+        }
+        let half = self.base.ll63_small_half;
+        if bytes <= self.tuning.ar_ll63_oneshot_max
+            && layout::oneshot_half_bytes(bytes, self.n) <= half
+        {
+            return Some(true);
+        }
+        (layout::pairs_half_bytes(bytes, self.n) <= half).then_some(false)
     }
 
     /// Grid of an LL63 chain ([`layout::ll63_grid`]).
@@ -1038,10 +1059,13 @@ impl Comm {
                 if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
                     let (blocks, threads) = self.ll_grid(bytes / 8);
                     (Kernel::AllreduceLl, blocks, threads)
-                } else if self.ar_pairs(bytes) {
-                    let (b, t) = self.ll63_grid(
-                        layout::pairs_items(bytes, self.n) * layout::LL63_TILE_VECS * 16,
-                    );
+                } else if let Some(oneshot) = self.ar_ll63(bytes) {
+                    let items = if oneshot {
+                        layout::oneshot_items(bytes)
+                    } else {
+                        layout::pairs_items(bytes, self.n)
+                    };
+                    let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
                     (Kernel::AllreduceLl63, b, t)
                 } else {
                     if self.ring(coll, bytes) {
@@ -1370,6 +1394,9 @@ impl Comm {
             prev_chain && eager_chain,
             self.staging_holds(bytes),
         );
+        if kernel == Kernel::AllreduceLl63 && self.ar_ll63(bytes) == Some(true) {
+            a.flags |= layout::FLAG_AR_ONESHOT;
+        }
         // the copy-engine route: reduce-scatter step 0 by the copy engine first (the
         // head kernel starts at step 1), its launch number for the tail after the kernel
         let ce_launch = match &self.dma {
@@ -1470,6 +1497,7 @@ mod tests {
             reduce_ll63_max: 14,
             ar_ll63_min: 20,
             ar_ll63_max: 19,
+            ar_ll63_oneshot_max: 21,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             reduce_ce_min: 17,

@@ -109,6 +109,9 @@ pub const FLAG_CHAIN_CREDITS: u32 = 2;
 /// [`CollArgs::flags`]: the broadcast chain goes through the staging areas (each rank
 /// copies into its own output), so it can take credits too.
 pub const FLAG_BCAST_STAGED: u32 = 4;
+/// [`CollArgs::flags`]: the LL63 all-reduce runs in one shot (every rank sends its
+/// whole input to every peer and reduces), not over all pairs.
+pub const FLAG_AR_ONESHOT: u32 = 8;
 /// Device error: a wait on a peer (barrier, chain / ring flag, previous launch) timed out.
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
@@ -139,6 +142,18 @@ pub fn pairs_half_bytes(bytes: u64, n: u32) -> u64 {
     let n = u64::from(n.max(2));
     let tiles = (bytes / 16).div_ceil(n).div_ceil(LL63_TILE_VECS);
     2 * (n - 1) * tiles * LL63_TILE_PKTS * 16
+}
+
+/// Warp items of the one-shot LL63 all-reduce of `bytes`: the tiles of the whole input
+/// (each warp item sends one tile to every peer, then reduces it).
+pub fn oneshot_items(bytes: u64) -> u64 {
+    (bytes / 16).div_ceil(LL63_TILE_VECS)
+}
+
+/// Bytes of a parity half the one-shot LL63 all-reduce of `bytes` on `n` ranks uses
+/// (`allreduce_oneshot_ll63` in the unit): n - 1 slots of the whole input's warp tiles.
+pub fn oneshot_half_bytes(bytes: u64, n: u32) -> u64 {
+    u64::from(n.max(2) - 1) * oneshot_items(bytes) * LL63_TILE_PKTS * 16
 }
 
 /// 16-byte data vectors in one LL63 warp tile (4 row pairs x 63).
@@ -449,6 +464,7 @@ mod tests {
             define("COLL_FLAG_BCAST_STAGED"),
             FLAG_BCAST_STAGED.to_string()
         );
+        assert_eq!(define("COLL_FLAG_AR_ONESHOT"), FLAG_AR_ONESHOT.to_string());
         assert_eq!(std::mem::offset_of!(CollArgs, root), 296);
         let src = commhal_device_src::coll_nvlink_text();
         assert!(

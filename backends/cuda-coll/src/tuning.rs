@@ -239,6 +239,10 @@ pub struct Section {
     /// above `allreduce_ll_max`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ll63_min: Option<u64>,
+    /// Largest all-reduce (bytes) of the LL63 window done in one shot (every rank sends
+    /// its whole input to every peer) instead of over all pairs (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_ll63_oneshot_max: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -434,6 +438,7 @@ static FALLBACK: Section = Section {
     reduce_ll63_max: None,
     allreduce_ll63_max: None,
     allreduce_ll63_min: None,
+    allreduce_ll63_oneshot_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
@@ -773,6 +778,13 @@ pub fn resolve_with(
         false,
         s.allreduce_ll63_max.unwrap_or(0),
     );
+    let ar_ll63_oneshot_max = pick(
+        None,
+        None,
+        "COMMHAL_COLL_AR_LL63_ONESHOT_MAX",
+        false,
+        s.allreduce_ll63_oneshot_max.unwrap_or(0),
+    );
     let mut unroll = |var: &'static str, file: Option<u64>, default: u64| {
         pick(None, None, var, true, file.unwrap_or(default))
             .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
@@ -856,6 +868,7 @@ pub fn resolve_with(
             reduce_ll63_max,
             ar_ll63_min,
             ar_ll63_max,
+            ar_ll63_oneshot_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,

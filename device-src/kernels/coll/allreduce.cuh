@@ -220,3 +220,89 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
     }
   }
 }
+
+// All-reduce in one shot with LL63 packets (COLL_FLAG_AR_ONESHOT; mid sizes where one
+// hop beats the all-pairs kernel's two): every rank packs its whole input once, sends
+// it to every peer, and reduces the n inputs itself. a.count elements, bytes % 16 == 0,
+// 16-byte aligned buffers (host). Each rank sends (n - 1) x the data (x 64/63: half the
+// LL16 one-shot's bytes) and waits for one hop only.
+// Packets land in half e mod 2 of the receiver's LL63 small region: n - 1 slots of T
+// tiles (T: the tiles of the whole input); sender s's slot in receiver q is
+// (s - q - 1) mod n. The host checks that they fit a half (layout::oneshot_half_bytes);
+// reuse as in the all-pairs kernel (wait for every peer's launch e - 2 first; the
+// receiver clears what it read).
+// Work: tile t is warp item t (warp w takes t = w, w + W, ...): first the warp sends
+// each of its tiles to every peer, then, tile by tile, reloads its own input, waits for
+// every peer's packets of the tile and stores the sum in rank order (the same on every
+// rank). In place: a tile's input is loaded for the sends by the warp that later stores
+// its sum, so no store overtakes a load. A warp sends everything before it waits, and
+// every block is resident (host: blocks <= SMs): no wait cycle.
+template <typename Op>
+COMMHAL_DEVICE void allreduce_oneshot_ll63(const CollArgs& a) {
+  const u64 e = coll_begin(a);
+  const u32 n = a.nranks, r = a.rank;
+  const u64 nvec = a.count * Op::ELEM / 16;
+  const u64 T = ll63_tile_count(nvec);
+  const u64 slot = T * COMMHAL_LL63_TILE_PKTS * 16;
+  if (e > 2) {
+    if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
+    __syncthreads();
+  }
+  const v16* in = reinterpret_cast<const v16*>(a.in[r]);
+  v16* out = reinterpret_cast<v16*>(a.out[r]);
+  const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
+  const u32 lane = threadIdx.x % 32;
+  // packet of this lane in tile t of sender s's slot in rank q's half
+  auto pkt = [&](u32 q, u32 s, u64 t) {
+    return reinterpret_cast<u8*>(a.scratch[q] + half_off) + (u64)((s + n - q - 1) % n) * slot +
+           (t * COMMHAL_LL63_TILE_PKTS + lane) * 16;
+  };
+  // this lane's share of the own input's tile t (pre-multiplied for premulsum)
+  auto own = [&](u64 t, u64 (&w)[16]) {
+    ll63_load(in, t * COMMHAL_LL63_TILE_VECS, lane, nvec, w);
+    if (Op::PRE) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+    }
+  };
+  const u64 warps = (u64)gridDim.x * blockDim.x / 32;
+  const u64 first = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  for (u64 t = first; t < T; t += warps) {
+    u64 w[16];
+    own(t, w);
+    ll63_pack(w, lane);
+    for (u32 k = 1; k < n; ++k) ll63_send(pkt((r + k) % n, r, t), w);
+  }
+  for (u64 t = first; t < T; t += warps) {
+    u64 acc[16];
+    for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
+      u64 w[16];
+      if (p == r) {
+        own(t, w);
+      } else {
+        u8* pk = pkt(r, p, t);
+        if (!ll63_recv<true>(a, pk, r, w)) return;
+        ll63_clear(pk);
+        ll63_unpack(w, lane);
+      }
+#pragma unroll
+      for (int s = 0; s < 8; ++s)
+        ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
+    }
+    if (Op::FIN) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
+    }
+    ll63_store(out, t * COMMHAL_LL63_TILE_VECS, lane, nvec, acc);
+  }
+}
+
+// The LL63 all-reduce entry: one shot or all pairs, as the host chose (flags).
+template <typename Op>
+COMMHAL_DEVICE void allreduce_ll63(const CollArgs& a) {
+  if (a.flags & COLL_FLAG_AR_ONESHOT) {
+    allreduce_oneshot_ll63<Op>(a);
+  } else {
+    allreduce_pairs_ll63<Op>(a);
+  }
+}

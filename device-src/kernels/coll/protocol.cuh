@@ -80,6 +80,7 @@ using namespace commhal;
 #define COLL_FLAG_CHAIN_OVERLAP 1
 #define COLL_FLAG_CHAIN_CREDITS 2
 #define COLL_FLAG_BCAST_STAGED 4
+#define COLL_FLAG_AR_ONESHOT 8
 
 // Passed by value (kernel parameter space). Mirrored by CollArgs in layout.rs.
 struct CollArgs {
