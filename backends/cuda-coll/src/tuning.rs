@@ -112,6 +112,12 @@ pub const HEADER: &str = "\
 #                          of the data a rank receives fits a parity half of the LL63
 #                          small region: about 1 MiB on 4 ranks); below it the
 #                          two-shot or push kernels
+#     allreduce_ll63_oneshot_max
+#                          (optional; absent or 0: never) the all-reduces of that
+#                          window up to this size run in one shot instead: every rank
+#                          sends its whole input to every peer as LL63 packets and
+#                          reduces the n inputs (one hop; the parity halves then hold
+#                          n - 1 copies of the input)
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
