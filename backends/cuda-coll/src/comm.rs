@@ -708,13 +708,12 @@ impl Comm {
             return Ok(None); // no stream memory writes in this driver: the wait bound
         }
         let stream = Stream::new(ctx)?;
+        let ops = commhal_backend_cuda_dma::StreamPort::new()?;
         let w = crate::watchdog::Watchdog::spawn(flags, crate::watchdog::PERIOD, move |_| {
             // SAFETY: the error word is in this Comm's scratch, which outlives the
-            // watchdog (joined first when the Comm drops); 4-byte aligned; the driver
-            // has stream memory writes (checked above).
-            let r = unsafe {
-                commhal_cuda_rt::memop::write_value32(&stream, error_word, layout::ERR_PEER_GONE)
-            };
+            // watchdog (joined first when the Comm drops); 4-byte aligned; `ops` proves
+            // the driver has stream memory writes.
+            let r = unsafe { ops.signal32(&stream, error_word, layout::ERR_PEER_GONE) };
             if let Err(e) = r {
                 tracing::warn!("watchdog: stopping the device waits failed: {e}");
             }

@@ -16,6 +16,7 @@ use commhal_hal::{
 use crate::BACKEND;
 use crate::port::DmaPort;
 use crate::region::{DmaLocal, DmaRemote};
+use crate::stream_port::StreamPort;
 
 /// Depth of the proxy FIFO cuda-dma is used with.
 pub const FIFO_DEPTH: u32 = 512;
@@ -157,9 +158,15 @@ impl PortMapped for CudaDma {
                 ctx.local.device.ordinal, self.device
             )));
         }
+        let ops = StreamPort::new().map_err(|e| to_hal(BACKEND, e))?;
         let cu = driver::context(BACKEND, self.device)?;
         let stream = Stream::new(&cu).map_err(|e| to_hal(BACKEND, e))?;
-        Ok(DmaPort::new(stream, ctx.remote.rank, self.flush_timeout))
+        Ok(DmaPort::new(
+            stream,
+            ops,
+            ctx.remote.rank,
+            self.flush_timeout,
+        ))
     }
 }
 
