@@ -264,7 +264,7 @@ impl DmaPath {
     pub fn launch(&self, c: &Ctx<'_>, coll: Collective, dtype: Dtype, count: u64) -> Result<()> {
         if c.main.is_capturing()? {
             return Err(CollError::invalid(
-                "the copy-engine path (COMMHAL_GPU_PATH=dma) cannot be captured into a CUDA graph: its flags are numbered by the host; capture with the default path",
+                "the copy-engine path (COMMHAL_GPU_PATH=dma, or cuda-dma the only backend in COMMHAL_BACKENDS) cannot be captured into a CUDA graph: its flags are numbered by the host; capture with the kernels (COMMHAL_BACKENDS with cuda-nvlink, COMMHAL_GPU_PATH unset)",
             ));
         }
         let a = c.args;

@@ -144,6 +144,11 @@ impl PortMapped for CudaDma {
         })
     }
 
+    /// The import itself: a peer allocation mapped for this transport's device.
+    fn remote_region<'a>(&self, remote: &'a DmaRemote) -> Option<&'a dyn Region> {
+        Some(remote)
+    }
+
     /// No setup traffic: the port needs only reach and a stream.
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<DmaPort> {
         if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {

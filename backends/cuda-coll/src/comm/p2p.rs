@@ -128,6 +128,7 @@ impl Comm {
                 "send/recv groups cannot be captured into a CUDA graph yet: queue them outside the capture",
             ));
         }
+        self.check_copy_engines("send/recv groups")?;
         // the copies and flag writes: cuda-dma's stream operations
         let ce = StreamPort::new().map_err(|_| {
             CollError::invalid(format!(
