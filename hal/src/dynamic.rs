@@ -172,6 +172,12 @@ pub trait DynPortMapped: Send + Sync + Debug {
     fn import(&self, export: Export) -> Result<Box<dyn Any + Send + Sync>>;
     /// [`PortMapped::connect`].
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<Box<dyn DynPort>>;
+    /// [`PortMapped::remote_region`]; `remote` must come from this backend's `import`
+    /// (else an error).
+    fn remote_region<'a>(
+        &self,
+        remote: &'a (dyn Any + Send + Sync),
+    ) -> Result<Option<&'a dyn Region>>;
 }
 
 impl<P: PortMapped> DynPortMapped for P {
@@ -200,6 +206,13 @@ impl<P: PortMapped> DynPortMapped for P {
             name: Transport::name(self).to_string(),
             port,
         }))
+    }
+    fn remote_region<'a>(
+        &self,
+        remote: &'a (dyn Any + Send + Sync),
+    ) -> Result<Option<&'a dyn Region>> {
+        let remote = downcast::<P::Remote>(Transport::name(self), "remote buffer", remote)?;
+        Ok(PortMapped::remote_region(self, remote))
     }
 }
 
@@ -253,6 +266,10 @@ impl PortMapped for Arc<dyn DynPortMapped> {
     }
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<Box<dyn DynPort>> {
         (**self).connect(ctx)
+    }
+    /// A handle from another backend gives `None`.
+    fn remote_region<'a>(&self, remote: &'a Box<dyn Any + Send + Sync>) -> Option<&'a dyn Region> {
+        (**self).remote_region(remote.as_ref()).ok().flatten()
     }
 }
 

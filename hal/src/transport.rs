@@ -29,9 +29,12 @@
 //!   use peer access instead (`cuCtxEnablePeerAccess`, same pointer).
 //! * **cuda-dma** (`PortMapped`) — `register` records a device buffer; `export`/`import`
 //!   reuse the cuda-nvlink mapping so the copy engine can address the peer buffer;
-//!   `write` is `cuMemcpyAsync` on the proxy's stream; `signal` is a stream-ordered
+//!   `write` is `cuMemcpyDtoDAsync` on the proxy's stream; `signal` is a stream-ordered
 //!   write of the semaphore's next value (`cuStreamWriteValue64`) after the copies;
-//!   `flush` synchronises the stream (source reusable *and* remote visible).
+//!   `flush` synchronises the stream (source reusable *and* remote visible). The same
+//!   operations on a caller's stream are `StreamPort` (cuda-dma), which the GPU
+//!   communicator's copy-engine path uses; `remote_region` gives an import's device
+//!   address.
 //! * **cuda-nvls** (`SwitchMapped`) — `create_group`: rank 0 `cuMulticastCreate`s,
 //!   exports the fd to members over the bootstrap, every member `cuMulticastAddDevice`s,
 //!   binds its cuMem allocation (`cuMulticastBindMem`) and maps the multicast handle;
@@ -163,6 +166,17 @@ pub trait PortMapped: Transport {
     fn import(&self, export: Export) -> Result<Self::Remote>;
     /// Connect to one peer; both sides call this with mirrored contexts.
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<Self::Port>;
+    /// An imported peer buffer as a [`Region`] this process's device addresses, for
+    /// backends whose imports are mappings (cuda-dma: a peer allocation mapped for the
+    /// local GPU). Callers that queue their own device work on the peer's memory take
+    /// its address from here (the GPU communicator's copy-engine path, whose regions
+    /// come from a port backend when no memory backend is selected). `None`, the
+    /// default, for backends whose remote buffers are keys rather than addresses
+    /// (host-tcp, ib-verbs).
+    fn remote_region<'a>(&self, remote: &'a Self::Remote) -> Option<&'a dyn Region> {
+        let _ = remote;
+        None
+    }
 }
 
 /// One connection of a port-mapped transport. Called only by the proxy thread.

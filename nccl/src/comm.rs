@@ -1012,6 +1012,9 @@ impl NcclComm {
                 };
                 if let Some(why) = unmappable {
                     why
+                } else if !c.routes().copy_engines {
+                    "send/recv runs on the copy engines, and cuda-dma is not in COMMHAL_BACKENDS"
+                        .to_string()
                 } else if s.is_capturing()? {
                     "send/recv inside a CUDA graph capture".to_string()
                 } else {

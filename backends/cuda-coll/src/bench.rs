@@ -690,6 +690,11 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
             "# commhal-gpu-bench: {} ranks, ll_max {} B, {} threads, <= {} blocks, device wait bound {:?}",
             n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
         );
+        println!(
+            "# links: {} (regions from {}; COMMHAL_BACKENDS / COMMHAL_GPU_PATH)",
+            comm.links(),
+            comm.memory_backend()
+        );
         println!("# buffers: {}", buffers_line(args));
         if let Some(c) = &compared {
             println!(

@@ -1,17 +1,18 @@
 //! One rank's NVLink collective communicator.
 //!
-//! Setup (once): four regions per rank — input, output, scratch (flags, epochs, LL
-//! slots, the error word) and staging — from the `MemoryMapped` backend the HAL selects
-//! (`COMMHAL_BACKENDS` / `COMMHAL_CONFIG`, else the default: cuda-nvlink on CUDA
-//! devices), see [`crate::regions`]. Each is allocated zeroed by the backend, exported
+//! Setup (once): the links that carry the collectives, from the backends the HAL
+//! selects (`COMMHAL_BACKENDS` / `COMMHAL_CONFIG`, else the default: cuda-nvlink and
+//! cuda-dma on CUDA devices; [`crate::regions`]), then four regions per rank — input,
+//! output, scratch (flags, epochs, LL slots, the error word) and staging — from the
+//! memory backend, or registered with cuda-dma when it is the only link. Each is allocated zeroed by the backend, exported
 //! to every peer over the bootstrap and mapped there, so every rank addresses every
 //! peer's buffers directly; the kernels see them as device addresses in
 //! [`CollArgs`]. A backend whose memory is not device memory of this GPU (host-emu) is
 //! refused by [`Comm::new`]. The benchmark's buffers *are* these registered regions
 //! (zero-copy).
 //!
-//! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`,
-//! and for send/recv, 2-rank broadcasts and 2-rank reduces from the tuned
+//! Contract of every collective call: it queues one kernel (with `COMMHAL_GPU_PATH=dma`
+//! or cuda-dma the only link, and for send/recv, 2-rank broadcasts and 2-rank reduces from the tuned
 //! `sendrecv_ce_min` / `bcast_ce_min` / `reduce_ce_min`: copies, stream writes, a bounded
 //! wait kernel and a local (reduce) kernel, see [`crate::dma`]; for all-reduces on 3+
 //! ranks from the tuned `ar_ce_min`: the ring kernel's first half, then copies, stream
@@ -41,7 +42,9 @@ use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
 use crate::plan_exec::PlanExec;
-use crate::regions::{MemoryBackend, Regions};
+use crate::regions::{
+    Links, Regions, Routes, needs_copy_engines, needs_memory_backend, parse_gpu_path,
+};
 use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 
@@ -273,8 +276,13 @@ pub struct Comm {
     /// it (`dma_all`), else for the sizes `bcast_ce_min` / `reduce_ce_min` /
     /// `sendrecv_ce_min` / `ar_ce_min` route to it (`None` when none applies).
     dma: Option<crate::dma::DmaPath>,
-    /// `COMMHAL_GPU_PATH=dma`: every collective on the copy engines.
+    /// Every collective on the copy engines: `COMMHAL_GPU_PATH=dma`, or cuda-dma the
+    /// only link selected (2 or more ranks).
     dma_all: bool,
+    /// The backends the collectives travel over ([`crate::regions`]).
+    links: Links,
+    /// What they allow: kernels into peers, copy engines, everything on copy engines.
+    routes: Routes,
     /// Per collective (`Collective::ALL` order of the algorithms crate): a plan that
     /// replaces the hand-written kernels, with its block count.
     algos: Mutex<[Option<(Algorithm, u32)>; 7]>,
@@ -300,18 +308,6 @@ pub struct Comm {
 /// What [`Comm::plan`] names for a broadcast / send-recv the tuned thresholds route to
 /// the copy engines.
 pub const CE_LABEL: &str = "copy engines";
-
-/// `COMMHAL_GPU_PATH`: unset / `kernels` — the NVLink kernels (SM loads and stores);
-/// `dma` — the copy-engine path ([`crate::dma`]). True for `dma`.
-fn gpu_path(env: Option<&str>) -> Result<bool> {
-    match env.map(str::trim) {
-        None | Some("") | Some("kernels") => Ok(false),
-        Some("dma") => Ok(true),
-        Some(v) => Err(CollError::invalid(format!(
-            "COMMHAL_GPU_PATH={v}: expected `kernels` (default) or `dma`"
-        ))),
-    }
-}
 
 /// How a broadcast / reduce chain that directly follows another chain on the same Comm
 /// gates its stores (`chain_start` in the unit), as [`CollArgs::flags`] bits:
@@ -376,9 +372,18 @@ fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool>
 /// across ranks by number (same grid, block size and chunk on every rank), the kernel
 /// choice must agree for matched calls, and the staging areas peers write into are
 /// sized from the capacity.
-fn setup_words(t: &Tuning, capacity: u64, chain_overlap: u32) -> [(&'static str, u64); 29] {
+fn setup_words(
+    t: &Tuning,
+    capacity: u64,
+    chain_overlap: u32,
+    dma_all: bool,
+) -> [(&'static str, u64); 30] {
     [
         ("capacity", capacity),
+        (
+            "every collective on the copy engines (COMMHAL_BACKENDS, COMMHAL_GPU_PATH)",
+            u64::from(dma_all),
+        ),
         (
             "chain_overlap (COMMHAL_COLL_CHAIN_OVERLAP)",
             u64::from(chain_overlap),
@@ -518,14 +523,21 @@ impl Comm {
         let stream = Stream::new(&ctx)?;
         let module = Kernels::new(&ctx)?;
         let sms = ctx.sm_count()?;
+        // Which links carry the collectives: the backends the HAL selects
+        // (COMMHAL_BACKENDS / COMMHAL_CONFIG, default cuda-nvlink + cuda-dma) and
+        // COMMHAL_GPU_PATH (crate::regions). Collective over `boot`.
+        let path = parse_gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())?;
+        let links = Links::select(boot, device)?;
+        let routes = links.routes(path)?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).
         let gpu = ctx.name().unwrap_or_default();
         let (mut tuning, provenance) =
             crate::tuning::resolve(&gpu, n, sms, ll_max, device_timeout)?;
-        if !crate::dma::available() {
-            // no stream memory operations in this driver: the kernels do everything
-            // (and every rank says so in the setup check below)
+        if !routes.copy_engines || !crate::dma::available() {
+            // no copy engines selected (cuda-dma not in COMMHAL_BACKENDS), or no stream
+            // memory operations in this driver: the kernels do everything (and every
+            // rank says so in the setup check below)
             tuning.bcast_ce_min = u64::MAX;
             tuning.sendrecv_ce_min = u64::MAX;
             tuning.reduce_ce_min = u64::MAX;
@@ -573,7 +585,8 @@ impl Comm {
             0
         };
         let stage_used = |min: u64| min > 0 && capacity >= min;
-        let use_dma = gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())? && n > 1;
+        // (one rank has no peers: its kernels touch only its own memory)
+        let use_dma = routes.dma_all && n > 1;
         let capacity_for_push = n > 1
             && (use_dma
                 || stage_used(push_min)
@@ -598,7 +611,7 @@ impl Comm {
         // (`check_setup`): all_gather them before anything is allocated.
         let chain_overlap =
             chain_overlap_wanted(std::env::var("COMMHAL_COLL_CHAIN_OVERLAP").ok().as_deref())?;
-        let setup = setup_words(&tuning, capacity, chain_overlap);
+        let setup = setup_words(&tuning, capacity, chain_overlap, use_dma);
         let mine = lens
             .iter()
             .map(|(_, len)| len)
@@ -617,9 +630,9 @@ impl Comm {
                 })?;
             check_setup(p, &setup, &theirs[8 * lens.len()..])?;
         }
-        // The regions: allocated, exported and mapped by the HAL's memory backend.
-        let memory = MemoryBackend::select(boot, device)?;
-        let regions = memory.share(boot, &lens, TAG_REGIONS)?;
+        // The regions: allocated, exported and mapped by the HAL's memory backend, else
+        // registered, exported and imported by cuda-dma.
+        let regions = links.share(boot, &lens, TAG_REGIONS)?;
         let base = CollArgs {
             rank,
             nranks: n,
@@ -640,16 +653,26 @@ impl Comm {
         // keeps 2 × count, two copies), and 8n × up to
         // 4 MiB (LL plans: packets double the data, two scratch copies, 2PA-LL's scratch
         // holds 2n × count) unless told otherwise.
-        let plan_scratch = std::env::var("COMMHAL_PLAN_SCRATCH")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .or(plan_scratch)
-            .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
-        let plans = PlanExec::new(boot, &memory, &ctx, plan_scratch, device_timeout)?;
+        let plan_scratch = if routes.kernels {
+            std::env::var("COMMHAL_PLAN_SCRATCH")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .or(plan_scratch)
+                .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20))
+        } else {
+            0 // plans need a memory backend (refused below): the smallest area
+        };
+        let plans = PlanExec::new(boot, &links, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
         let mut chain_overlap = chain_overlap;
         if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
-            for (algo, blocks) in crate::plan_exec::parse_overrides(&v)? {
+            let overrides = crate::plan_exec::parse_overrides(&v)?;
+            if !routes.kernels && !overrides.is_empty() {
+                return Err(needs_memory_backend(&format!(
+                    "COMMHAL_GPU_ALGO={v} (plan algorithms)"
+                )));
+            }
+            for (algo, blocks) in overrides {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
                 chain_overlap = 0;
             }
@@ -679,6 +702,8 @@ impl Comm {
             _watchdog: watchdog,
             dma,
             dma_all: use_dma,
+            links,
+            routes,
             pdl,
             rank,
             n,
@@ -719,13 +744,12 @@ impl Comm {
             return Ok(None); // no stream memory writes in this driver: the wait bound
         }
         let stream = Stream::new(ctx)?;
+        let ops = commhal_backend_cuda_dma::StreamPort::new()?;
         let w = crate::watchdog::Watchdog::spawn(flags, crate::watchdog::PERIOD, move |_| {
             // SAFETY: the error word is in this Comm's scratch, which outlives the
-            // watchdog (joined first when the Comm drops); 4-byte aligned; the driver
-            // has stream memory writes (checked above).
-            let r = unsafe {
-                commhal_cuda_rt::memop::write_value32(&stream, error_word, layout::ERR_PEER_GONE)
-            };
+            // watchdog (joined first when the Comm drops); 4-byte aligned; `ops` proves
+            // the driver has stream memory writes.
+            let r = unsafe { ops.signal32(&stream, error_word, layout::ERR_PEER_GONE) };
             if let Err(e) = r {
                 tracing::warn!("watchdog: stopping the device waits failed: {e}");
             }
@@ -739,6 +763,14 @@ impl Comm {
     /// the same choice before its next call of `coll`. `COMMHAL_GPU_ALGO`
     /// (`allreduce:2pa-hb@4,allgather:ring`) sets it at creation.
     pub fn set_algorithm(&self, coll: Collective, algo: Option<(Algorithm, u32)>) -> Result<()> {
+        if let Some((a, _)) = algo
+            && !self.routes.kernels
+        {
+            return Err(needs_memory_backend(&format!(
+                "the plan algorithm {}",
+                a.full_name()
+            )));
+        }
         if let Some((a, _)) = algo
             && a.collective() != crate::plan_exec::collective_of(coll)
         {
@@ -814,9 +846,36 @@ impl Comm {
     pub fn write_input(&self, offset: u64, src: &[u8]) -> Result<()> {
         self.regions.write(&self.ctx, REGION_INPUT, offset, src)
     }
-    /// The memory backend the regions come from (`cuda-nvlink` by default).
+    /// The backend the regions come from: the memory backend (`cuda-nvlink` by
+    /// default), or `cuda-dma` when it is the only link selected.
     pub fn memory_backend(&self) -> &str {
         self.regions.backend()
+    }
+
+    /// Which backends carry the collectives, in words (the benchmark's header):
+    /// `cuda-nvlink (kernels) + cuda-dma (copy engines: ...)`, `cuda-nvlink (kernels)`,
+    /// `cuda-dma (copy engines)`.
+    pub fn links(&self) -> String {
+        let mut r = self.routes;
+        // a driver without stream memory operations turned the tuned routes off
+        r.copy_engines &= crate::dma::available();
+        r.describe(self.links.memory_name(), self.links.copy_engines_name())
+    }
+
+    /// What the selected backends allow ([`crate::regions::routes`]).
+    pub fn routes(&self) -> Routes {
+        self.routes
+    }
+
+    /// `Ok` when send/recv groups can run: they need the copy engines (cuda-dma).
+    pub(crate) fn check_copy_engines(&self, what: &str) -> Result<()> {
+        if self.routes.copy_engines {
+            return Ok(());
+        }
+        Err(needs_copy_engines(
+            what,
+            self.links.memory_name().unwrap_or("none"),
+        ))
     }
     /// Tuning in effect.
     pub fn tuning(&self) -> Tuning {
@@ -1022,7 +1081,11 @@ impl Comm {
     ) -> (&'static str, u32, u32) {
         let es = dtype.size();
         if self.dma_all && self.algorithm(coll).is_none() {
-            return ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0);
+            return if self.routes.kernels {
+                ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0)
+            } else {
+                ("copy engines (cuda-dma)", 0, 0)
+            };
         }
         if !captured && self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
             return (CE_LABEL, 0, 0);
@@ -1513,12 +1576,12 @@ mod tests {
             device_timeout: Duration::from_secs(1),
         };
         let words = |t: &Tuning, cap: u64| {
-            setup_words(t, cap, 3)
+            setup_words(t, cap, 3, false)
                 .iter()
                 .flat_map(|(_, v)| v.to_le_bytes())
                 .collect::<Vec<u8>>()
         };
-        let mine = setup_words(&t, 1 << 20, 3);
+        let mine = setup_words(&t, 1 << 20, 3, false);
         assert!(check_setup(1, &mine, &words(&t, 1 << 20)).is_ok());
         let other = Tuning {
             ring_unroll: 4,
@@ -1573,14 +1636,6 @@ mod tests {
         assert_eq!(chain_overlap_wanted(Some("0")).unwrap(), 0);
         let e = chain_overlap_wanted(Some("yes")).unwrap_err().to_string();
         assert!(e.contains("COMMHAL_COLL_CHAIN_OVERLAP=yes"), "{e}");
-    }
-
-    #[test]
-    fn gpu_path_parses() {
-        assert!(!gpu_path(None).unwrap());
-        assert!(!gpu_path(Some("kernels")).unwrap());
-        assert!(gpu_path(Some(" dma ")).unwrap());
-        assert!(gpu_path(Some("ce")).is_err());
     }
 
     #[test]

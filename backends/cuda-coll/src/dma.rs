@@ -1,11 +1,15 @@
-//! The copy-engine path (`COMMHAL_GPU_PATH=dma`): every collective as copies made by
-//! the GPU's copy engines — `cuMemcpyAsync` between this rank's buffers and the peers'
-//! mapped ones, the mechanism of the cuda-dma backend — one side stream per peer so the
-//! engines run in parallel, ordered across ranks by flags in every rank's scratch
-//! ([`layout::dma_flag`]: peers write them with 32-bit stream writes, a one-warp bounded
-//! wait kernel reads them), plus one local reduction kernel
+//! The copy-engine path (`COMMHAL_GPU_PATH=dma`, or a selection whose only link is
+//! cuda-dma): every collective as copies made by the GPU's copy engines — cuda-dma's
+//! [`StreamPort`] puts between this rank's buffers and the peers' mapped ones — one side
+//! stream per peer so the engines run in parallel, ordered across ranks by flags in
+//! every rank's scratch ([`layout::dma_flag`]: peers write them with the port's 32-bit
+//! signals, a one-warp bounded wait kernel reads them), plus one local reduction kernel
 //! (`commhal_coll_reduce_local_*`, no remote access) for the reducing collectives. No
-//! SM touches a peer's memory.
+//! SM touches a peer's memory: the kernels of this path read and write only this rank's
+//! own memory, which is why the path runs on regions and links that cuda-dma alone
+//! provides. Every copy and flag write goes through [`StreamPort`] (the same operations
+//! the cuda-dma proxy port queues); nothing here calls the driver's copy or write-value
+//! entry points itself.
 //!
 //! **Protocol of launch `e`** (a host counter; launches are matched across ranks, so it
 //! agrees everywhere):
@@ -90,16 +94,15 @@ use crate::cli::{Collective, Dtype, typed_kernel};
 use crate::error::{CollError, Result};
 use crate::kernels::Kernels;
 use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
-use commhal_cuda_rt::{copy, memop};
+use commhal_backend_cuda_dma::StreamPort;
 
-/// Stream memory operations this path needs from the driver (the waits are a kernel).
-pub const SYMBOLS: [&str; 1] = [memop::WRITE_VALUE32];
+/// Stream memory operations this path needs from the driver (the waits are a kernel):
+/// those of cuda-dma's [`StreamPort`].
+pub const SYMBOLS: [&str; 1] = commhal_backend_cuda_dma::stream_port::SYMBOLS;
 
 /// Whether this driver has the stream memory operations the path needs.
 pub fn available() -> bool {
-    SYMBOLS
-        .iter()
-        .all(|s| commhal_cuda_rt::driver::symbol_present(s))
+    StreamPort::available()
 }
 
 /// Where this rank's contribution lands in peer `p`'s staging: slot `[me]`.
@@ -118,25 +121,29 @@ fn copy_then_signal(
     e: u32,
     (dst, src, len): (u64, u64, u64),
 ) -> Result<()> {
-    if len > 0 {
-        // SAFETY: callers pass ranges inside this Comm's own or mapped peer allocations
-        // (sizes checked against the capacity / staging slot).
-        unsafe { copy::copy_async(stream, dst, src, len)? };
-    }
-    signal(stream, a, p, kind, e)
+    let flag = a.scratch[p as usize] + layout::dma_flag(kind, a.rank);
+    // SAFETY: callers pass ranges inside this Comm's own or mapped peer allocations
+    // (sizes checked against the capacity / staging slot); the peer's scratch is mapped
+    // for the Comm's lifetime and the flag is 4-aligned.
+    unsafe { StreamPort::new()?.put_signal32(stream, (dst, src, len), flag, e)? };
+    Ok(())
+}
+
+/// On `stream`: copy `len` bytes from `src` to `dst` (nothing for 0 bytes), with no
+/// signal (a copy between this rank's own buffers).
+fn put(stream: &Stream, dst: u64, src: u64, len: u64) -> Result<()> {
+    // SAFETY: callers pass this rank's own input and output, within capacity (checked
+    // by the Comm).
+    unsafe { StreamPort::new()?.put(stream, dst, src, len)? };
+    Ok(())
 }
 
 /// On `stream`: write `e` into peer `p`'s flag `kind` from this rank.
 pub(crate) fn signal(stream: &Stream, a: &CollArgs, p: u32, kind: u64, e: u32) -> Result<()> {
+    let flag = a.scratch[p as usize] + layout::dma_flag(kind, a.rank);
     // SAFETY: the peer's scratch is mapped for the Comm's lifetime; the flag is
-    // 4-aligned; the path exists only where the driver has the symbol (`SYMBOLS`).
-    unsafe {
-        memop::write_value32(
-            stream,
-            a.scratch[p as usize] + layout::dma_flag(kind, a.rank),
-            e,
-        )?
-    };
+    // 4-aligned; `StreamPort::new` checked the driver has the symbol.
+    unsafe { StreamPort::new()?.signal32(stream, flag, e)? };
     Ok(())
 }
 
@@ -233,12 +240,11 @@ impl DmaPath {
     /// Side streams for `n - 1` peers on `ctx`. Fails when the driver lacks stream
     /// memory operations.
     pub fn new(ctx: &Arc<Context>, n: u32) -> Result<DmaPath> {
-        for s in SYMBOLS {
-            if !commhal_cuda_rt::driver::symbol_present(s) {
-                return Err(CollError::invalid(format!(
-                    "COMMHAL_GPU_PATH=dma needs stream memory operations ({s}), which this driver lacks: update the driver or unset COMMHAL_GPU_PATH"
-                )));
-            }
+        if !available() {
+            return Err(CollError::invalid(format!(
+                "the copy-engine path needs stream memory operations ({}), which this driver lacks: update the driver, or unset COMMHAL_GPU_PATH and select a memory backend (COMMHAL_BACKENDS=cuda-nvlink)",
+                SYMBOLS.join(", ")
+            )));
         }
         let peers = n.saturating_sub(1) as usize;
         Ok(DmaPath {
@@ -258,7 +264,7 @@ impl DmaPath {
     pub fn launch(&self, c: &Ctx<'_>, coll: Collective, dtype: Dtype, count: u64) -> Result<()> {
         if c.main.is_capturing()? {
             return Err(CollError::invalid(
-                "the copy-engine path (COMMHAL_GPU_PATH=dma) cannot be captured into a CUDA graph: its flags are numbered by the host; capture with the default path",
+                "the copy-engine path (COMMHAL_GPU_PATH=dma, or cuda-dma the only backend in COMMHAL_BACKENDS) cannot be captured into a CUDA graph: its flags are numbered by the host; capture with the kernels (COMMHAL_BACKENDS with cuda-nvlink, COMMHAL_GPU_PATH unset)",
             ));
         }
         let a = c.args;
@@ -352,8 +358,7 @@ impl DmaPath {
                 })?;
                 let own_dst = a.output[me as usize] + u64::from(me) * cb;
                 if own_dst != src(me) {
-                    // SAFETY: own input and output, within capacity (checked by the Comm).
-                    unsafe { copy::copy_async(c.main, own_dst, src(me), cb)? };
+                    put(c.main, own_dst, src(me), cb)?;
                 }
                 self.wait_all(c, DMA_END, e, (1..n).map(peer))?;
                 self.join(c.main)
@@ -367,8 +372,7 @@ impl DmaPath {
                         (a.output[p as usize], src, bytes)
                     })?;
                     if a.output[me as usize] != src {
-                        // SAFETY: own input and output, within capacity.
-                        unsafe { copy::copy_async(c.main, a.output[me as usize], src, bytes)? };
+                        put(c.main, a.output[me as usize], src, bytes)?;
                     }
                     self.join(c.main)
                 } else {

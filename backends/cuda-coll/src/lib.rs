@@ -17,8 +17,10 @@
 //!   direct stores.
 //!
 //! Kernels launch with programmatic dependent launch on sm_90+ (`COMMHAL_COLL_PDL`).
-//! `COMMHAL_GPU_PATH=dma` moves every collective onto the copy engines instead
-//! ([`dma`]).
+//! `COMMHAL_GPU_PATH=dma`, or `COMMHAL_BACKENDS=cuda-dma` alone, moves every collective
+//! onto the copy engines instead ([`dma`], through cuda-dma's `StreamPort`);
+//! `COMMHAL_BACKENDS=cuda-nvlink` alone keeps every collective on the kernels
+//! ([`regions`] maps the selection to the routes).
 //!
 //! | module | holds |
 //! |---|---|
@@ -26,10 +28,10 @@
 //! | [`comm`] | [`Comm`]: setup, buffer exchange, kernel choice, launch, bounded sync; the caller's buffers and stream ([`Comm::launch_on`]) |
 //! | [`agree`] | the call table: per-call agreement on buffers and signatures in host shared memory |
 //! | [`watchdog`] | the thread that stops device waits when the bootstrap sees a peer die |
-//! | [`regions`] | the shared regions from the HAL's memory backend (`COMMHAL_BACKENDS`, default cuda-nvlink): alloc, export, map |
+//! | [`regions`] | the links from the HAL's selection (`COMMHAL_BACKENDS`, default cuda-nvlink + cuda-dma) and the routes they allow; the shared regions: a memory backend's alloc, export, map, or cuda-dma's register, export, import |
 //! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
 //! | [`driver`] | [`driver::CollModule`]: a unit's kernels launched with by-value arguments; the bounded stream wait (every driver call is in `commhal-cuda-rt`) |
-//! | [`dma`] | the copy-engine path: copies on per-peer streams, flag handshakes |
+//! | [`dma`] | the copy-engine path: cuda-dma `StreamPort` puts and signals on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
 //! | [`nccl`] | the comparison (`--compare nccl \| mscclpp`, `--compare-lib`): the library on the same buffers and stream |

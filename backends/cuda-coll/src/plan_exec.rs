@@ -28,7 +28,7 @@ use crate::cli::{Collective, Dtype};
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
-use crate::regions::{MemoryBackend, Regions};
+use crate::regions::{Links, Regions};
 
 /// Bytes of the semaphore array (`PLAN_SEM_BYTES`).
 pub const SEM_BYTES: u64 = 4096 * 8;
@@ -158,7 +158,7 @@ impl PlanExec {
     /// rank from `memory` (the communicator's memory backend), mapped by every peer.
     pub fn new(
         boot: &dyn Bootstrap,
-        memory: &MemoryBackend,
+        memory: &Links,
         ctx: &Arc<Context>,
         scratch_bytes: u64,
         device_timeout: Duration,

@@ -1,40 +1,158 @@
-//! The communicator's shared regions, from a `MemoryMapped` backend the HAL selects.
+//! The links that carry the communicator's collectives, and its shared regions, from the
+//! backends the HAL selects.
 //!
-//! [`MemoryBackend::select`] picks the backend as the host communicator does: the names
-//! in `COMMHAL_BACKENDS` (or the `COMMHAL_CONFIG` file) in their order, else every
+//! [`Links::select`] reads the selection as the host communicator does: the names in
+//! `COMMHAL_BACKENDS` (or the `COMMHAL_CONFIG` file) in their order, else every
 //! available backend ranked by reach over the ranks' endpoints (CUDA devices of one
-//! host: `cuda-nvlink`). The first one with a memory transport is used; by default only
-//! one that reaches every peer. Its `device` option is set to the communicator's device,
-//! so its mappings are usable by that device's kernels.
+//! host: `cuda-nvlink` and `cuda-dma`). It keeps two of them:
 //!
-//! [`MemoryBackend::share`] allocates regions with the backend's `alloc` (zeroed),
-//! sends each peer their exports with the HAL's [`send_export`] (bytes and descriptors
-//! over the bootstrap), maps the peers' exports with `map`, and keeps every region and
-//! mapping alive in [`Regions`], which the kernels see only as device addresses (one
-//! per rank and region: [`Regions::addr`]). A backend whose memory is not device memory
-//! of the communicator's CUDA device (host-emu) is refused with an error naming it and
-//! what to set.
+//! * the first backend with a memory transport (cuda-nvlink): its mappings let the
+//!   kernels' SMs load and store into the peers' memory;
+//! * `cuda-dma`, if selected: the copy engines, driven through its
+//!   [`StreamPort`](commhal_backend_cuda_dma::StreamPort).
+//!
+//! By default only one that reaches every peer. Their `device` option is set to the
+//! communicator's device. Which collective takes which path follows from the pair
+//! ([`routes`]):
+//!
+//! | selection | kernels (SM loads / stores into peers) | copy engines |
+//! |---|---|---|
+//! | memory backend + cuda-dma (the default on a CUDA host) | every collective | the tuned routes (`*_ce_min`), send/recv groups; every collective with `COMMHAL_GPU_PATH=dma` |
+//! | memory backend alone | every collective | none: every `*_ce_min` is off, `COMMHAL_GPU_PATH=dma` and send/recv groups are refused |
+//! | cuda-dma alone | none (`COMMHAL_GPU_PATH=kernels` and plan algorithms are refused) | every collective (the `COMMHAL_GPU_PATH=dma` path), send/recv groups |
+//!
+//! [`Links::share`] allocates the regions and maps every peer's: with a memory backend
+//! through its `alloc` (zeroed), `export` and `map`; with cuda-dma alone through
+//! [`CudaRtRegion::alloc`] (zeroed device memory) and the HAL's port calls `register`,
+//! `export`, `import`, the imports' device addresses from
+//! [`PortMapped::remote_region`](commhal_hal::PortMapped::remote_region). Exports travel
+//! with the HAL's [`send_export`] (bytes and descriptors over the bootstrap). Every
+//! region and mapping stays alive in [`Regions`], which the kernels and the copy
+//! engines see only as device addresses (one per rank and region: [`Regions::addrs`]).
+//! A backend whose memory is not device memory of the communicator's CUDA device
+//! (host-emu) is refused with an error naming it and what to set.
 
+use std::any::Any;
 use std::sync::Arc;
 
+use commhal_backend_cuda_dma::CudaRtRegion;
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
-use commhal_hal::dynamic::DynMemoryMapped;
+use commhal_hal::dynamic::{DynMemoryMapped, DynPortMapped};
 use commhal_hal::registry::{Catalog, Selection, SelectionSource};
 use commhal_hal::{Device, DeviceKind, Endpoint, MemoryKind, Region};
 
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
 
-/// What to tell a user whose selection gives no usable memory backend.
-const SELECT_HINT: &str = "select a CUDA memory backend: COMMHAL_BACKENDS=cuda-nvlink (or unset COMMHAL_BACKENDS and COMMHAL_CONFIG's `backends` for the default)";
+/// What to tell a user whose selection gives no usable backend.
+const SELECT_HINT: &str = "select a CUDA memory backend and the copy engines: COMMHAL_BACKENDS=cuda-nvlink,cuda-dma (cuda-nvlink alone: kernels only; cuda-dma alone: copy engines only; or unset COMMHAL_BACKENDS and COMMHAL_CONFIG's `backends` for the default)";
 
-/// The memory transport the communicator's regions come from.
-#[derive(Debug, Clone)]
-pub struct MemoryBackend {
-    mem: Arc<dyn DynMemoryMapped>,
-    device: Device,
-    /// Where the choice came from, for errors.
-    source: String,
+/// The port backend whose ports are the copy engines.
+pub const COPY_ENGINES: &str = commhal_backend_cuda_dma::BACKEND;
+
+/// `COMMHAL_GPU_PATH`: which path the collectives take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuPath {
+    /// `kernels`: the NVLink kernels (SM loads and stores), with the tuned copy-engine
+    /// routes where cuda-dma is selected.
+    Kernels,
+    /// `dma`: every collective on the copy engines ([`crate::dma`]).
+    Dma,
+}
+
+/// `COMMHAL_GPU_PATH` parsed: `None` when unset or empty (the selection decides).
+pub fn parse_gpu_path(env: Option<&str>) -> Result<Option<GpuPath>> {
+    match env.map(str::trim) {
+        None | Some("") => Ok(None),
+        Some("kernels") => Ok(Some(GpuPath::Kernels)),
+        Some("dma") => Ok(Some(GpuPath::Dma)),
+        Some(v) => Err(CollError::invalid(format!(
+            "COMMHAL_GPU_PATH={v}: expected `kernels` or `dma` (unset: from COMMHAL_BACKENDS)"
+        ))),
+    }
+}
+
+/// Which paths the collectives may take (see the module docs' table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Routes {
+    /// Kernels may address the peers' memory (a memory backend is selected): the
+    /// hand-written kernels, plan algorithms.
+    pub kernels: bool,
+    /// The copy engines are selected (cuda-dma): the tuned copy-engine routes
+    /// (`*_ce_min`) and send/recv groups may run.
+    pub copy_engines: bool,
+    /// Every collective runs on the copy-engine path.
+    pub dma_all: bool,
+}
+
+/// The routes of a selection: `memory` the memory backend's name, `copy_engines`
+/// cuda-dma's (if selected), `path` `COMMHAL_GPU_PATH`. An error for a path the
+/// selection cannot carry, naming the backend to add.
+pub fn routes(
+    memory: Option<&str>,
+    copy_engines: Option<&str>,
+    path: Option<GpuPath>,
+) -> Result<Routes> {
+    match (memory, copy_engines, path) {
+        (None, None, _) => Err(CollError::invalid(format!(
+            "the GPU communicator needs a memory backend (cuda-nvlink: kernels) or cuda-dma (copy engines), and the selection has neither: {SELECT_HINT}"
+        ))),
+        (Some(_), Some(_), p) => Ok(Routes {
+            kernels: true,
+            copy_engines: true,
+            dma_all: p == Some(GpuPath::Dma),
+        }),
+        (Some(m), None, Some(GpuPath::Dma)) => Err(CollError::invalid(format!(
+            "COMMHAL_GPU_PATH=dma runs every collective on the copy engines, which cuda-dma drives, but the backends selected give only `{m}`: add cuda-dma to COMMHAL_BACKENDS (COMMHAL_BACKENDS={m},cuda-dma), or unset COMMHAL_GPU_PATH for the kernels"
+        ))),
+        (Some(_), None, _) => Ok(Routes {
+            kernels: true,
+            copy_engines: false,
+            dma_all: false,
+        }),
+        (None, Some(d), Some(GpuPath::Kernels)) => Err(CollError::invalid(format!(
+            "COMMHAL_GPU_PATH=kernels needs a memory backend through which the kernels address the peers' memory, but the backends selected give only `{d}` (copy engines): add cuda-nvlink to COMMHAL_BACKENDS (COMMHAL_BACKENDS=cuda-nvlink,{d}), or unset COMMHAL_GPU_PATH for the copy engines"
+        ))),
+        (None, Some(_), _) => Ok(Routes {
+            kernels: false,
+            copy_engines: true,
+            dma_all: true,
+        }),
+    }
+}
+
+/// The error for what needs the kernels to address the peers (plan algorithms) when no
+/// memory backend is selected.
+pub fn needs_memory_backend(what: &str) -> CollError {
+    CollError::invalid(format!(
+        "{what} needs the kernels to load and store into the peers' memory, which a memory backend provides, and only {COPY_ENGINES} (copy engines) is selected: add cuda-nvlink to COMMHAL_BACKENDS (COMMHAL_BACKENDS=cuda-nvlink,{COPY_ENGINES})"
+    ))
+}
+
+/// The error for what needs the copy engines (send/recv groups) when cuda-dma is not
+/// selected.
+pub fn needs_copy_engines(what: &str, memory: &str) -> CollError {
+    CollError::invalid(format!(
+        "{what} runs on the copy engines, which {COPY_ENGINES} drives, and the backends selected give only `{memory}` (kernels): add {COPY_ENGINES} to COMMHAL_BACKENDS (COMMHAL_BACKENDS={memory},{COPY_ENGINES})"
+    ))
+}
+
+impl Routes {
+    /// Which backends carry the collectives, for the benchmark's header: e.g.
+    /// `cuda-nvlink (kernels) + cuda-dma (copy engines)`.
+    pub fn describe(&self, memory: Option<&str>, copy_engines: Option<&str>) -> String {
+        let ce = copy_engines.unwrap_or(COPY_ENGINES);
+        match (memory, self.dma_all, self.copy_engines) {
+            (Some(m), false, true) => {
+                format!("{m} (kernels) + {ce} (copy engines: tuned routes, send/recv)")
+            }
+            (Some(m), false, false) => format!("{m} (kernels)"),
+            (Some(m), true, _) => {
+                format!("{ce} (copy engines, COMMHAL_GPU_PATH=dma; regions from {m})")
+            }
+            (None, _, _) => format!("{ce} (copy engines)"),
+        }
+    }
 }
 
 fn source_words(s: &SelectionSource) -> String {
@@ -48,24 +166,37 @@ fn source_words(s: &SelectionSource) -> String {
     }
 }
 
-impl MemoryBackend {
-    /// Select the backend for CUDA device `device` from `COMMHAL_BACKENDS` /
+/// The backends the communicator's collectives travel over: a memory backend, the
+/// copy engines (cuda-dma), or both (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Links {
+    /// The memory backend, by its registry name.
+    memory: Option<(String, Arc<dyn DynMemoryMapped>)>,
+    /// cuda-dma, by its registry name.
+    copy_engines: Option<(String, Arc<dyn DynPortMapped>)>,
+    device: Device,
+    /// Where the choice came from, for errors.
+    source: String,
+}
+
+impl Links {
+    /// Select the backends for CUDA device `device` from `COMMHAL_BACKENDS` /
     /// `COMMHAL_CONFIG` or the default (collective over `boot`: the ranks exchange
     /// their endpoints for the reach ranking).
-    pub fn select(boot: &dyn Bootstrap, device: u32) -> Result<MemoryBackend> {
+    pub fn select(boot: &dyn Bootstrap, device: u32) -> Result<Links> {
         commhal_backend_cuda_nvlink::link();
         commhal_backend_cuda_dma::link();
         let catalog = Catalog::discover()?;
         Self::select_from(&catalog, Selection::from_env(None)?, boot, device)
     }
 
-    /// [`MemoryBackend::select`] from `catalog` and `selection` (no environment read).
+    /// [`Links::select`] from `catalog` and `selection` (no environment read).
     pub fn select_from(
         catalog: &Catalog,
         mut selection: Selection,
         boot: &dyn Bootstrap,
         device: u32,
-    ) -> Result<MemoryBackend> {
+    ) -> Result<Links> {
         let dev = Device {
             kind: DeviceKind::Cuda,
             ordinal: device,
@@ -120,31 +251,48 @@ impl MemoryBackend {
         } else {
             peers.iter().collect()
         };
-        let mem = built
-            .into_iter()
-            .filter_map(|b| b.memory)
-            .find(|m| explicit || targets.iter().all(|p| m.reach(&me, p).is_yes()))
-            .ok_or_else(|| {
-                CollError::invalid(format!(
-                    "the GPU communicator needs a memory-mapped backend whose memory the peers' kernels address, and none of the backends {source} provides one for CUDA device {device} (built: {}): {SELECT_HINT}",
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                ))
-            })?;
-        Ok(MemoryBackend {
-            mem,
+        let reaches = |m: &dyn Fn(&Endpoint) -> bool| explicit || targets.iter().all(|p| m(p));
+        let mut memory = None;
+        let mut copy_engines = None;
+        for b in built {
+            if memory.is_none()
+                && let Some(m) = &b.memory
+                && reaches(&|p| m.reach(&me, p).is_yes())
+            {
+                memory = Some((b.name.clone(), m.clone()));
+            }
+            if copy_engines.is_none()
+                && b.name == COPY_ENGINES
+                && let Some(p) = &b.port
+                && reaches(&|q| p.reach(&me, q).is_yes())
+            {
+                copy_engines = Some((b.name.clone(), p.clone()));
+            }
+        }
+        if memory.is_none() && copy_engines.is_none() {
+            return Err(CollError::invalid(format!(
+                "the GPU communicator needs a memory-mapped backend whose memory the peers' kernels address, or {COPY_ENGINES} (copy engines), and none of the backends {source} provides one for CUDA device {device} (built: {}): {SELECT_HINT}",
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        }
+        Ok(Links {
+            memory,
+            copy_engines,
             device: dev,
             source,
         })
     }
 
-    /// A given backend for CUDA device `device` (tests, callers that built one).
-    pub fn new(mem: Arc<dyn DynMemoryMapped>, device: u32) -> MemoryBackend {
-        MemoryBackend {
-            mem,
+    /// A given memory backend, without the copy engines, for CUDA device `device`
+    /// (tests, callers that built one).
+    pub fn memory_only(mem: Arc<dyn DynMemoryMapped>, device: u32) -> Links {
+        Links {
+            memory: Some((mem.name().to_string(), mem)),
+            copy_engines: None,
             device: Device {
                 kind: DeviceKind::Cuda,
                 ordinal: device,
@@ -153,9 +301,27 @@ impl MemoryBackend {
         }
     }
 
-    /// The backend's name.
+    /// The memory backend's name (`None`: the copy engines carry everything).
+    pub fn memory_name(&self) -> Option<&str> {
+        self.memory.as_ref().map(|(n, _)| n.as_str())
+    }
+
+    /// The copy engines' backend name (`None`: not selected).
+    pub fn copy_engines_name(&self) -> Option<&str> {
+        self.copy_engines.as_ref().map(|(n, _)| n.as_str())
+    }
+
+    /// The routes of this selection under `path` (`COMMHAL_GPU_PATH`), see [`routes`].
+    pub fn routes(&self, path: Option<GpuPath>) -> Result<Routes> {
+        routes(self.memory_name(), self.copy_engines_name(), path)
+    }
+
+    /// The name of the backend the regions come from: the memory backend, else
+    /// cuda-dma.
     pub fn name(&self) -> &str {
-        self.mem.name()
+        self.memory_name()
+            .or(self.copy_engines_name())
+            .unwrap_or("none")
     }
 
     /// `Ok` when `r` is device memory of this communicator's device.
@@ -177,7 +343,9 @@ impl MemoryBackend {
 
     /// Allocate one region per entry of `lens` (`(what, bytes)`, zeroed) on every rank
     /// and map every peer's (collective over `boot`: every rank calls it with the same
-    /// `lens` and `tag`; tags `tag..tag + lens.len()` are used).
+    /// `lens` and `tag`; tags `tag..tag + lens.len()` are used). From the memory
+    /// backend when one is selected, else through cuda-dma's register / export /
+    /// import.
     pub fn share(&self, boot: &dyn Bootstrap, lens: &[(&str, u64)], tag: u64) -> Result<Regions> {
         let (me, n) = (boot.rank(), boot.size());
         if n as usize > MAX_RANKS {
@@ -185,12 +353,14 @@ impl MemoryBackend {
                 "{n} ranks: the GPU communicator maps at most {MAX_RANKS}"
             )));
         }
-        // Call through the trait object: `Arc<dyn DynMemoryMapped>` is itself a
-        // `DynMemoryMapped` whose handles would be boxed twice.
-        let mem: &dyn DynMemoryMapped = self.mem.as_ref();
+        let side = match (&self.memory, &self.copy_engines) {
+            (Some((_, m)), _) => Side::Memory(m.clone()),
+            (None, Some((_, p))) => Side::Port(p.clone()),
+            (None, None) => return Err(routes(None, None, None).unwrap_err()),
+        };
         let mut local = Vec::with_capacity(lens.len());
         for &(what, len) in lens {
-            let r = mem.alloc(self.device, len).map_err(|e| {
+            let r = side.alloc(self.device, len).map_err(|e| {
                 CollError::invalid(format!(
                     "backend `{}` ({}) cannot allocate the GPU communicator's {what} ({len} bytes on CUDA device {}): {e}; {SELECT_HINT}",
                     self.name(),
@@ -203,7 +373,7 @@ impl MemoryBackend {
         }
         for p in (0..n).filter(|&p| p != me) {
             for (k, r) in local.iter().enumerate() {
-                send_export(boot, p, tag + k as u64, &mem.export(r.as_ref())?)?;
+                send_export(boot, p, tag + k as u64, &side.export(r.as_ref())?)?;
             }
         }
         let mut addrs = vec![[0u64; MAX_RANKS]; lens.len()];
@@ -214,15 +384,16 @@ impl MemoryBackend {
                     addrs[k][p as usize] = local[k].addr();
                     continue;
                 }
-                let m = mem.map(recv_export(boot, p, tag + k as u64)?)?;
-                if m.len() < len {
+                let m = side.map(recv_export(boot, p, tag + k as u64)?)?;
+                let r = m.region(&side, self.name())?;
+                if r.len() < len {
                     return Err(CollError::invalid(format!(
                         "rank {p} shared a {}-byte {what} where {len} bytes were expected: every rank must create its Comm with the same capacity and tuning",
-                        m.len()
+                        r.len()
                     )));
                 }
-                self.check_device_memory(m.as_ref(), what)?;
-                addrs[k][p as usize] = m.addr();
+                self.check_device_memory(r, what)?;
+                addrs[k][p as usize] = r.addr();
                 maps.push(m);
             }
         }
@@ -230,8 +401,104 @@ impl MemoryBackend {
             local,
             _maps: maps,
             addrs,
-            backend: self.mem.clone(),
+            backend: side,
         })
+    }
+}
+
+/// Where a [`Links::share`] takes its regions from (kept alive with them).
+#[derive(Debug, Clone)]
+enum Side {
+    /// A memory backend's `alloc` / `export` / `map`.
+    Memory(Arc<dyn DynMemoryMapped>),
+    /// cuda-dma: [`CudaRtRegion::alloc`], then the port's `register` / `export` /
+    /// `import`.
+    Port(Arc<dyn DynPortMapped>),
+}
+
+/// A peer's region mapped here: a memory backend's mapping, or a port backend's import.
+#[derive(Debug)]
+enum Mapped {
+    Memory(Box<dyn Region>),
+    Port(Box<dyn Any + Send + Sync>),
+}
+
+impl Mapped {
+    /// The mapping as a region of this device (a port import through
+    /// `remote_region`; an error when the backend gives no address).
+    fn region(&self, side: &Side, backend: &str) -> Result<&dyn Region> {
+        match (self, side) {
+            (Mapped::Memory(r), _) => Ok(r.as_ref()),
+            (Mapped::Port(r), Side::Port(p)) => {
+                let p: &dyn DynPortMapped = p.as_ref();
+                p.remote_region(r.as_ref())?.ok_or_else(|| {
+                    CollError::invalid(format!(
+                        "backend `{backend}` imports peers' buffers as keys, not device addresses, so the copy engines cannot reach them: {SELECT_HINT}"
+                    ))
+                })
+            }
+            (Mapped::Port(_), Side::Memory(_)) => Err(CollError::invalid(
+                "a port import mixed with a memory backend's regions",
+            )),
+        }
+    }
+}
+
+impl Side {
+    fn name(&self) -> &str {
+        match self {
+            Side::Memory(m) => m.name(),
+            Side::Port(p) => p.name(),
+        }
+    }
+
+    fn alloc(&self, device: Device, len: u64) -> commhal_hal::Result<Box<dyn Region>> {
+        // Call through the trait objects: `Arc<dyn Dyn*>` is itself a `Dyn*` whose
+        // handles would be boxed twice.
+        match self {
+            Side::Memory(m) => {
+                let m: &dyn DynMemoryMapped = m.as_ref();
+                m.alloc(device, len)
+            }
+            Side::Port(p) => {
+                let p: &dyn DynPortMapped = p.as_ref();
+                if device.kind != DeviceKind::Cuda {
+                    return Err(commhal_hal::HalError::invalid(format!(
+                        "cuda-dma registers CUDA device memory only, not {:?} device {}",
+                        device.kind, device.ordinal
+                    )));
+                }
+                let mem = CudaRtRegion::alloc(device.ordinal, len)?;
+                // the registered handle holds the allocation
+                p.register(&mem)
+            }
+        }
+    }
+
+    fn export(&self, r: &dyn Region) -> commhal_hal::Result<commhal_hal::Export> {
+        match self {
+            Side::Memory(m) => {
+                let m: &dyn DynMemoryMapped = m.as_ref();
+                m.export(r)
+            }
+            Side::Port(p) => {
+                let p: &dyn DynPortMapped = p.as_ref();
+                p.export(r)
+            }
+        }
+    }
+
+    fn map(&self, e: commhal_hal::Export) -> commhal_hal::Result<Mapped> {
+        match self {
+            Side::Memory(m) => {
+                let m: &dyn DynMemoryMapped = m.as_ref();
+                Ok(Mapped::Memory(m.map(e)?))
+            }
+            Side::Port(p) => {
+                let p: &dyn DynPortMapped = p.as_ref();
+                Ok(Mapped::Port(p.import(e)?))
+            }
+        }
     }
 }
 
@@ -239,12 +506,12 @@ impl MemoryBackend {
 #[derive(Debug)]
 pub struct Regions {
     local: Vec<Box<dyn Region>>,
-    /// Peers' regions mapped here (kept alive; dropped before the local ones).
-    _maps: Vec<Box<dyn Region>>,
+    /// Peers' regions mapped here (kept alive).
+    _maps: Vec<Mapped>,
     /// `addrs[k][r]`: region `k` of rank `r` as this rank's device addresses it.
     addrs: Vec<[u64; MAX_RANKS]>,
     /// The backend, alive as long as its regions.
-    backend: Arc<dyn DynMemoryMapped>,
+    backend: Side,
 }
 
 impl Regions {
@@ -319,7 +586,7 @@ mod tests {
     fn host_memory_is_refused_naming_the_backend_and_the_fix() {
         let boot = InProcBootstrap::create(1).pop().unwrap();
         let host: Arc<dyn DynMemoryMapped> = Arc::new(commhal_backend_host_emu::HostEmu::new());
-        let e = MemoryBackend::new(host, 0)
+        let e = Links::memory_only(host, 0)
             .share(&boot, &[("scratch", 4096)], 1)
             .unwrap_err()
             .to_string();
@@ -334,7 +601,7 @@ mod tests {
         let boot = InProcBootstrap::create(1).pop().unwrap();
         let catalog = Catalog::with_builtins(commhal_hal::registry::builtin(), None);
         let sel = Selection::resolve(None, Some("host-emu"), None).unwrap();
-        let m = MemoryBackend::select_from(&catalog, sel, &boot, 0).unwrap();
+        let m = Links::select_from(&catalog, sel, &boot, 0).unwrap();
         assert_eq!(m.name(), "host-emu");
         let e = m
             .share(&boot, &[("input", 4096)], 1)
@@ -350,7 +617,7 @@ mod tests {
         let boot = InProcBootstrap::create(1).pop().unwrap();
         let catalog = Catalog::with_builtins(commhal_hal::registry::builtin(), None);
         let sel = Selection::resolve(None, Some("host-tcp"), None).unwrap();
-        let e = MemoryBackend::select_from(&catalog, sel, &boot, 0)
+        let e = Links::select_from(&catalog, sel, &boot, 0)
             .unwrap_err()
             .to_string();
         assert!(e.contains("host-tcp"), "{e}");
@@ -371,7 +638,7 @@ mod tests {
         }
         let boot = InProcBootstrap::create(1).pop().unwrap();
         let sel = Selection::resolve(None, Some("cuda-nvlink"), None).unwrap();
-        let e = MemoryBackend::select_from(&catalog, sel, &boot, 0)
+        let e = Links::select_from(&catalog, sel, &boot, 0)
             .unwrap_err()
             .to_string();
         assert!(e.contains("cuda-nvlink") && e.contains("CUDA"), "{e}");
@@ -386,9 +653,206 @@ mod tests {
         let mut o = commhal_hal::registry::BackendOptions::new();
         o.insert("device".into(), 3.into());
         sel.options.insert("host-emu".into(), o);
-        let e = MemoryBackend::select_from(&catalog, sel, &boot, 1)
+        let e = Links::select_from(&catalog, sel, &boot, 1)
             .unwrap_err()
             .to_string();
         assert!(e.contains("[backend.host-emu] device = 3"), "{e}");
+    }
+
+    #[test]
+    fn gpu_path_parses() {
+        assert_eq!(parse_gpu_path(None).unwrap(), None);
+        assert_eq!(parse_gpu_path(Some(" ")).unwrap(), None);
+        assert_eq!(
+            parse_gpu_path(Some("kernels")).unwrap(),
+            Some(GpuPath::Kernels)
+        );
+        assert_eq!(parse_gpu_path(Some(" dma ")).unwrap(), Some(GpuPath::Dma));
+        let e = parse_gpu_path(Some("ce")).unwrap_err().to_string();
+        assert!(e.contains("COMMHAL_GPU_PATH=ce"), "{e}");
+    }
+
+    /// The selection → routes table of the module docs, and its errors.
+    #[test]
+    fn selections_give_their_routes() {
+        let nv = Some("cuda-nvlink");
+        let dma = Some("cuda-dma");
+        let both = Routes {
+            kernels: true,
+            copy_engines: true,
+            dma_all: false,
+        };
+        let kernels_only = Routes {
+            kernels: true,
+            copy_engines: false,
+            dma_all: false,
+        };
+        let ce_only = Routes {
+            kernels: false,
+            copy_engines: true,
+            dma_all: true,
+        };
+        // memory + cuda-dma: kernels and the tuned routes; everything on the copy
+        // engines with COMMHAL_GPU_PATH=dma
+        assert_eq!(routes(nv, dma, None).unwrap(), both);
+        assert_eq!(routes(nv, dma, Some(GpuPath::Kernels)).unwrap(), both);
+        assert_eq!(
+            routes(nv, dma, Some(GpuPath::Dma)).unwrap(),
+            Routes {
+                dma_all: true,
+                ..both
+            }
+        );
+        // memory alone: kernels only; the copy-engine path is refused
+        assert_eq!(routes(nv, None, None).unwrap(), kernels_only);
+        assert_eq!(
+            routes(nv, None, Some(GpuPath::Kernels)).unwrap(),
+            kernels_only
+        );
+        let e = routes(nv, None, Some(GpuPath::Dma))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("add cuda-dma to COMMHAL_BACKENDS")
+                && e.contains("COMMHAL_BACKENDS=cuda-nvlink,cuda-dma"),
+            "{e}"
+        );
+        // cuda-dma alone: every collective on the copy engines; kernels refused
+        assert_eq!(routes(None, dma, None).unwrap(), ce_only);
+        assert_eq!(routes(None, dma, Some(GpuPath::Dma)).unwrap(), ce_only);
+        let e = routes(None, dma, Some(GpuPath::Kernels))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("add cuda-nvlink to COMMHAL_BACKENDS")
+                && e.contains("COMMHAL_BACKENDS=cuda-nvlink,cuda-dma"),
+            "{e}"
+        );
+        // neither
+        for p in [None, Some(GpuPath::Kernels), Some(GpuPath::Dma)] {
+            let e = routes(None, None, p).unwrap_err().to_string();
+            assert!(e.contains("COMMHAL_BACKENDS=cuda-nvlink,cuda-dma"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_links_are_named_for_the_benchmark() {
+        let nv = Some("cuda-nvlink");
+        let dma = Some("cuda-dma");
+        let d = |m, c, p| routes(m, c, p).unwrap().describe(m, c);
+        assert_eq!(
+            d(nv, dma, None),
+            "cuda-nvlink (kernels) + cuda-dma (copy engines: tuned routes, send/recv)"
+        );
+        assert_eq!(d(nv, None, None), "cuda-nvlink (kernels)");
+        assert_eq!(d(None, dma, None), "cuda-dma (copy engines)");
+        assert_eq!(
+            d(nv, dma, Some(GpuPath::Dma)),
+            "cuda-dma (copy engines, COMMHAL_GPU_PATH=dma; regions from cuda-nvlink)"
+        );
+    }
+
+    #[test]
+    fn what_needs_a_missing_backend_names_it() {
+        let e =
+            needs_memory_backend("COMMHAL_GPU_ALGO=allreduce:ring (plan algorithms)").to_string();
+        assert!(
+            e.contains("COMMHAL_GPU_ALGO") && e.contains("add cuda-nvlink to COMMHAL_BACKENDS"),
+            "{e}"
+        );
+        let e = needs_copy_engines("send/recv groups", "cuda-nvlink").to_string();
+        assert!(
+            e.contains("send/recv groups")
+                && e.contains("add cuda-dma to COMMHAL_BACKENDS")
+                && e.contains("COMMHAL_BACKENDS=cuda-nvlink,cuda-dma"),
+            "{e}"
+        );
+    }
+
+    /// A stand-in registered as `cuda-dma` (host-emu's port transport, always
+    /// available), so selections naming it run without a GPU.
+    static FAKE_DMA: commhal_hal::registry::BackendDescriptor =
+        commhal_hal::registry::BackendDescriptor {
+            name: "cuda-dma",
+            description: "test stand-in",
+            kinds: commhal_hal::TransportKinds {
+                memory: false,
+                port: true,
+                switch: false,
+            },
+            guarantees: commhal_hal::Guarantees::minimal,
+            probe: || commhal_hal::registry::Availability::Available,
+            create: |_| {
+                Ok(commhal_hal::registry::Backend {
+                    name: "cuda-dma".into(),
+                    memory: None,
+                    port: Some(Arc::new(commhal_backend_host_emu::HostEmu::new())),
+                    switch: None,
+                })
+            },
+        };
+
+    fn catalog_with_fake_dma() -> Catalog {
+        commhal_backend_host_emu::link();
+        let mut b: Vec<_> = commhal_hal::registry::builtin()
+            .into_iter()
+            .filter(|d| d.name != "cuda-dma")
+            .collect();
+        b.push(&FAKE_DMA);
+        Catalog::with_builtins(b, None)
+    }
+
+    #[test]
+    fn cuda_dma_alone_carries_everything_and_provides_the_regions() {
+        let boot = InProcBootstrap::create(1).pop().unwrap();
+        let catalog = catalog_with_fake_dma();
+        let sel = Selection::resolve(None, Some("cuda-dma"), None).unwrap();
+        let l = Links::select_from(&catalog, sel, &boot, 0).unwrap();
+        assert_eq!(
+            (l.memory_name(), l.copy_engines_name(), l.name()),
+            (None, Some("cuda-dma"), "cuda-dma")
+        );
+        assert_eq!(
+            l.routes(None).unwrap(),
+            Routes {
+                kernels: false,
+                copy_engines: true,
+                dma_all: true
+            }
+        );
+        assert!(l.routes(Some(GpuPath::Kernels)).is_err());
+        // the regions come from cuda-dma (its allocation needs a GPU here)
+        if !commhal_cuda_rt::probe().is_available() {
+            let e = l
+                .share(&boot, &[("scratch region", 4096)], 1)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("`cuda-dma`") && e.contains("scratch region"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_memory_backend_with_and_without_cuda_dma() {
+        let boot = InProcBootstrap::create(1).pop().unwrap();
+        let catalog = catalog_with_fake_dma();
+        let sel = Selection::resolve(None, Some("host-emu,cuda-dma"), None).unwrap();
+        let l = Links::select_from(&catalog, sel, &boot, 0).unwrap();
+        assert_eq!(
+            (l.memory_name(), l.copy_engines_name(), l.name()),
+            (Some("host-emu"), Some("cuda-dma"), "host-emu")
+        );
+        assert!(l.routes(None).unwrap().copy_engines);
+        // a port backend that is not cuda-dma is no copy engine
+        let sel = Selection::resolve(None, Some("host-emu,host-tcp"), None).unwrap();
+        let l = Links::select_from(&catalog, sel, &boot, 0).unwrap();
+        assert_eq!(
+            (l.memory_name(), l.copy_engines_name()),
+            (Some("host-emu"), None)
+        );
+        let e = l.routes(Some(GpuPath::Dma)).unwrap_err().to_string();
+        assert!(e.contains("COMMHAL_BACKENDS=host-emu,cuda-dma"), "{e}");
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! | trigger | stream operation (one stream per port, in call order) |
 //! |---|---|
-//! | put | `cuMemcpyAsync` local → the peer buffer mapped here (copy engine, DtoD over NVLink/P2P) |
+//! | put | `cuMemcpyDtoDAsync` local → the peer buffer mapped here (copy engine over NVLink/P2P) |
 //! | signal | `cuStreamWriteValue64` of the semaphore's next value (a per-semaphore shadow counter: the proxy is the only writer of that remote counter) |
 //! | flush | wait until the stream drained (polls `cuStreamQuery`, bounded → [`HalError::Timeout`](commhal_hal::HalError)) |
 //!
@@ -14,7 +14,8 @@
 //! | [`transport`] | [`CudaDma`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` |
 //! | [`region`] | [`DmaLocal`] (a registered buffer), [`DmaRemote`] (a peer buffer mapped here), [`CudaRtRegion`] (cuda-rt buffers as regions) |
 //! | [`port`] | [`DmaPort`]: write / signal / flush |
-//! | `stream_ops` | every `unsafe` driver call: async copy, stream write-value, stream query |
+//! | [`stream_port`] | [`StreamPort`]: put / signal on a caller's stream, the one copy-engine code path (the proxy's ports and the GPU communicator's copy-engine path queue through it) |
+//! | `stream_ops` | the port's bounded wait for its stream to drain |
 //! | `register` | the `inventory` registration (`cuda-dma`: port) and `probe` |
 //!
 //! Exports reuse cuda-nvlink's format and mapping (VMM fd, legacy IPC, same-process
@@ -25,11 +26,13 @@ pub mod port;
 pub mod region;
 mod register;
 mod stream_ops;
+pub mod stream_port;
 pub mod transport;
 
 pub use port::DmaPort;
 pub use region::{CudaRtRegion, DmaLocal, DmaRemote};
 pub use register::probe;
+pub use stream_port::StreamPort;
 pub use transport::{CudaDma, FIFO_DEPTH, GUARANTEES};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.

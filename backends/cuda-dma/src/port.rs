@@ -1,4 +1,6 @@
-//! [`DmaPort`]: one connection's stream. Called only by the proxy thread.
+//! [`DmaPort`]: one connection's stream. Called only by the proxy thread. Its copies and
+//! signals are [`StreamPort`] operations on that stream (the same code the GPU
+//! communicator's copy-engine path queues on its own streams).
 //!
 //! **Ordering.** Every operation is queued on the port's one stream in call order, so
 //! a copy starts after the previous one finished (put→put ordered), and a signal's
@@ -17,26 +19,37 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use commhal_backend_cuda_nvlink::driver::to_hal;
 use commhal_cuda_rt::Stream;
 use commhal_hal::error::{check_range, check_semaphore_offset};
 use commhal_hal::{HalError, Port, Rank, Region, Result};
 
+use crate::BACKEND;
 use crate::region::{DmaLocal, DmaRemote};
-use crate::stream_ops;
+use crate::stream_ops::{self, WRITE_VALUE_SYMBOL};
+use crate::stream_port::StreamPort;
 
 /// A port to one peer: a non-blocking stream on the local device.
 #[derive(Debug)]
 pub struct DmaPort {
     stream: Stream,
+    /// The copy-engine operations, queued on `stream`.
+    ops: StreamPort,
     peer: Rank,
     shadow: HashMap<u64, u64>,
     flush_timeout: Duration,
 }
 
 impl DmaPort {
-    pub(crate) fn new(stream: Stream, peer: Rank, flush_timeout: Duration) -> DmaPort {
+    pub(crate) fn new(
+        stream: Stream,
+        ops: StreamPort,
+        peer: Rank,
+        flush_timeout: Duration,
+    ) -> DmaPort {
         DmaPort {
             stream,
+            ops,
             peer,
             shadow: HashMap::new(),
             flush_timeout,
@@ -104,15 +117,18 @@ impl Port for DmaPort {
         )?;
         check_range("port write source (local buffer)", src_off, len, src.len())?;
         self.check_device(dst, "the destination")?;
-        if len == 0 {
-            return Ok(());
+        // SAFETY: both ranges are inside registered / imported device buffers
+        // (checked above) that the caller keeps alive until a flush (the trait's
+        // contract); the destination is mapped for this stream's device (checked).
+        unsafe {
+            self.ops.put(
+                &self.stream,
+                dst.addr() + dst_off,
+                src.addr() + src_off,
+                len,
+            )
         }
-        stream_ops::memcpy_async(
-            &self.stream,
-            dst.addr() + dst_off,
-            src.addr() + src_off,
-            len,
-        )
+        .map_err(|e| to_hal(BACKEND, e))
     }
 
     fn signal(&mut self, sem: &DmaRemote, off: u64, add: u64) -> Result<()> {
@@ -124,7 +140,17 @@ impl Port for DmaPort {
             .copied()
             .unwrap_or(0)
             .wrapping_add(add);
-        stream_ops::write_value64(&self.stream, addr, next)?;
+        if !self.ops.has_signal64() {
+            return Err(HalError::unsupported(
+                BACKEND,
+                format!(
+                    "signals: the driver lacks {WRITE_VALUE_SYMBOL} (stream memory operations); update the NVIDIA driver"
+                ),
+            ));
+        }
+        // SAFETY: the semaphore word is 8-byte aligned inside an imported peer buffer
+        // mapped for this stream's device (checked above), alive until a flush.
+        unsafe { self.ops.signal64(&self.stream, addr, next) }.map_err(|e| to_hal(BACKEND, e))?;
         self.shadow.insert(addr, next);
         Ok(())
     }

@@ -9,6 +9,8 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use commhal_backend_cuda_nvlink::driver::{self, to_hal};
+use commhal_backend_cuda_nvlink::transport::LEGACY_ENV;
 use commhal_backend_cuda_nvlink::{ExportSource, NvlinkMapping, NvlinkMemory};
 use commhal_cuda_rt::{DeviceBuffer, VmmAllocation};
 use commhal_hal::{Device, DeviceKind, HalError, MemoryKind, Region, Result};
@@ -25,6 +27,33 @@ pub enum CudaRtRegion {
 }
 
 impl CudaRtRegion {
+    /// Allocate `len` (> 0) bytes of zeroed device memory on CUDA device `device` that
+    /// cuda-dma registers, exports and its peers import: cuMem VMM memory (exported as a
+    /// POSIX fd, length rounded up to the granularity) where the device has VMM with
+    /// POSIX-fd handles, `cuMemAlloc` memory (legacy CUDA IPC) otherwise or with
+    /// `COMMHAL_CUDA_LEGACY_IPC=1` — the choice cuda-nvlink makes. For users of
+    /// cuda-dma without a memory backend (the GPU communicator's regions when
+    /// cuda-dma is the only link selected). Synchronous (the zeroing waits).
+    pub fn alloc(device: u32, len: u64) -> Result<CudaRtRegion> {
+        if len == 0 {
+            return Err(HalError::invalid(
+                "cannot allocate 0 bytes: ask for at least 1",
+            ));
+        }
+        let ctx = driver::context(BACKEND, device)?;
+        let forced = std::env::var(LEGACY_ENV).is_ok_and(|v| v.trim() == "1");
+        let vmm = !forced && ctx.supports_vmm_fd().map_err(|e| to_hal(BACKEND, e))?;
+        if vmm {
+            let v = VmmAllocation::new(&ctx, len).map_err(|e| to_hal(BACKEND, e))?;
+            v.fill(0).map_err(|e| to_hal(BACKEND, e))?;
+            Ok(CudaRtRegion::Vmm(Arc::new(v)))
+        } else {
+            let b = DeviceBuffer::new(&ctx, len).map_err(|e| to_hal(BACKEND, e))?;
+            b.fill(0).map_err(|e| to_hal(BACKEND, e))?;
+            Ok(CudaRtRegion::Buffer(Arc::new(b)))
+        }
+    }
+
     fn ordinal(&self) -> u32 {
         match self {
             CudaRtRegion::Buffer(b) => b.context().ordinal(),
@@ -143,7 +172,10 @@ impl Region for DmaLocal {
 }
 
 /// A peer's registered buffer, mapped for this port's device: a put destination or
-/// the home of a peer semaphore.
+/// the home of a peer semaphore. As a [`Region`] (what
+/// [`PortMapped::remote_region`](commhal_hal::PortMapped::remote_region) gives), its
+/// address is a device address of the importing device, usable by the copy engines
+/// ([`crate::StreamPort`]) and by nothing that would need a memory backend's promises.
 #[derive(Debug, Clone)]
 pub struct DmaRemote {
     pub(crate) mapping: NvlinkMapping,
@@ -169,6 +201,27 @@ impl DmaRemote {
     /// The underlying mapping.
     pub fn mapping(&self) -> &NvlinkMapping {
         &self.mapping
+    }
+}
+
+impl Region for DmaRemote {
+    fn addr(&self) -> u64 {
+        self.mapping.addr()
+    }
+    fn len(&self) -> u64 {
+        self.mapping.len()
+    }
+    fn device(&self) -> Device {
+        Device {
+            kind: DeviceKind::Cuda,
+            ordinal: DmaRemote::device(self),
+        }
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 

@@ -16,6 +16,7 @@ use commhal_hal::{
 use crate::BACKEND;
 use crate::port::DmaPort;
 use crate::region::{DmaLocal, DmaRemote};
+use crate::stream_port::StreamPort;
 
 /// Depth of the proxy FIFO cuda-dma is used with.
 pub const FIFO_DEPTH: u32 = 512;
@@ -143,6 +144,11 @@ impl PortMapped for CudaDma {
         })
     }
 
+    /// The import itself: a peer allocation mapped for this transport's device.
+    fn remote_region<'a>(&self, remote: &'a DmaRemote) -> Option<&'a dyn Region> {
+        Some(remote)
+    }
+
     /// No setup traffic: the port needs only reach and a stream.
     fn connect(&self, ctx: &PeerContext<'_>) -> Result<DmaPort> {
         if let Reach::No(why) = Transport::reach(self, ctx.local, ctx.remote) {
@@ -157,9 +163,15 @@ impl PortMapped for CudaDma {
                 ctx.local.device.ordinal, self.device
             )));
         }
+        let ops = StreamPort::new().map_err(|e| to_hal(BACKEND, e))?;
         let cu = driver::context(BACKEND, self.device)?;
         let stream = Stream::new(&cu).map_err(|e| to_hal(BACKEND, e))?;
-        Ok(DmaPort::new(stream, ctx.remote.rank, self.flush_timeout))
+        Ok(DmaPort::new(
+            stream,
+            ops,
+            ctx.remote.rank,
+            self.flush_timeout,
+        ))
     }
 }
 

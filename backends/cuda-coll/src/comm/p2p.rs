@@ -22,15 +22,15 @@
 //! pair counters of this communicator no longer match its peers': do not use its
 //! point-to-point calls again.
 
+use commhal_backend_cuda_dma::StreamPort;
 use commhal_cuda_rt::Stream;
-use commhal_cuda_rt::copy;
 use commhal_cuda_rt::ipc::PointerInfo;
 
 use super::Comm;
 use super::caller::inspect;
 use crate::cli::Dtype;
 use crate::error::{CollError, Result};
-use crate::layout::{DMA_P2P_DONE, DMA_P2P_READY};
+use crate::layout::{self, DMA_P2P_DONE, DMA_P2P_READY};
 use crate::peers::{BufDesc, Imports, Where, export_handle, process_nonce};
 
 /// One operation of a point-to-point group.
@@ -128,12 +128,14 @@ impl Comm {
                 "send/recv groups cannot be captured into a CUDA graph yet: queue them outside the capture",
             ));
         }
-        if !crate::dma::available() {
-            return Err(CollError::invalid(format!(
+        self.check_copy_engines("send/recv groups")?;
+        // the copies and flag writes: cuda-dma's stream operations
+        let ce = StreamPort::new().map_err(|_| {
+            CollError::invalid(format!(
                 "send/recv needs the driver's stream memory operations ({}): update the NVIDIA driver",
                 crate::dma::SYMBOLS.join(", ")
-            )));
-        }
+            ))
+        })?;
         // everything checked before anything is posted or queued
         let mut infos: Vec<Option<PointerInfo>> = Vec::with_capacity(ops.len());
         for op in ops {
@@ -214,11 +216,12 @@ impl Comm {
             );
             let dst = Imports::resolve(&self.ctx, peer, nonce, &at, regs, None)?;
             crate::dma::wait_flags(&c, DMA_P2P_READY, seq as u32, std::iter::once(peer))?;
+            let done = a.scratch[peer as usize] + layout::dma_flag(DMA_P2P_DONE, self.rank);
             // SAFETY: the source holds `bytes` (inspected); the destination is the
             // receiver's posted allocation, opened here, with `bytes` from its offset
-            // (the receiver inspected it), free since its READY flag.
-            unsafe { copy::copy_async(stream, dst, buf, bytes)? };
-            crate::dma::signal(stream, a, peer, DMA_P2P_DONE, seq as u32)?;
+            // (the receiver inspected it), free since its READY flag; the DONE flag is
+            // 4-aligned in the receiver's scratch, mapped for the Comm's lifetime.
+            unsafe { ce.put_signal32(stream, (dst, buf, bytes), done, seq as u32)? };
         }
         // 3. to this rank itself: sends and receives matched in order, local copies
         let own = |want_send: bool| {
@@ -232,7 +235,7 @@ impl Comm {
                 (None, None) => break,
                 (Some((_, src, sb, _)), Some((_, dst, rb, _))) if sb == rb => {
                     // SAFETY: both ranges inspected above (this rank's device memory).
-                    unsafe { copy::copy_async(stream, dst, src, sb)? };
+                    unsafe { ce.put(stream, dst, src, sb)? };
                 }
                 (s, r) => {
                     return Err(CollError::invalid(format!(
