@@ -254,10 +254,12 @@ impl PlanExec {
     }
 
     /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks of a plan
-    /// without LL packets: one per 32 KiB of message per block, at most the SM count in
-    /// all and [`MAX_PARTS`] (`COMMHAL_PLAN_REPLICAS` overrides).
+    /// without LL packets: as the hand-written kernels' grid (one 16-byte vector per
+    /// thread), at most the SM count in all and [`MAX_PARTS`] (`COMMHAL_PLAN_REPLICAS`
+    /// overrides). (It was one CTA per 32 KiB: a quarter of the hand kernels' CTAs up
+    /// to 4 MiB.)
     pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
-        self.replicas_for(blocks, bytes, 32 << 10)
+        self.replicas_for(blocks, bytes, 16 * u64::from(self.threads))
     }
 
     /// As [`PlanExec::replicas`], one CTA per `per_cta` bytes.
@@ -275,7 +277,7 @@ impl PlanExec {
     /// CTAs per plan block for `plan`: packet plans take one LL8 word (4 bytes) of the
     /// message per thread, as the hand-written LL kernels one packet per thread (every
     /// packet is waited on by one thread; fewer CTAs serialise the waits); others one
-    /// CTA per 32 KiB.
+    /// 16-byte vector per thread ([`PlanExec::replicas`]).
     fn plan_replicas(&self, plan: &Plan, blocks: u32, bytes: u64) -> u32 {
         if plan.uses_packets() {
             self.replicas_for(blocks, bytes, 4 * u64::from(self.threads))
