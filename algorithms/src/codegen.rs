@@ -7,7 +7,8 @@
 //! What the generator decides statically, from the whole plan (every rank sees the same
 //! plan, so every rank derives the same numbers):
 //! * the index of every semaphore `(src, dst, channel, tag)` in the receiver's inbound
-//!   array, and how many waits one invocation makes on each;
+//!   array (one signalling and one waiting block each, so the k-th signal of part q
+//!   pairs with the k-th wait: plan.h's epoch flags), and that signals and waits match;
 //! * the occurrence number of every LL packet write/read (part of the flag);
 //! * where a block's replicas (several CTAs sharing a plan block's work) must sync
 //!   because an op touches local data that an earlier op split differently.
@@ -16,7 +17,7 @@
 //! too (same ordering contract: visible at the matching wait) and `Flush` only orders
 //! the block. Switch ops need multicast (cuda-nvls) and are refused here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use crate::dtype::{DataType, RedOp};
@@ -25,9 +26,8 @@ use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
 
 /// Name of the generated kernel.
 pub const ENTRY: &str = "commhal_plan";
-/// Inbound semaphores per rank for plan signals (`PLAN_SEM_START` in plan.h: the last
-/// 16 of `PLAN_MAX_SEMS` = 4096 are the start/end handshakes).
-pub const MAX_SEMS: usize = 4096 - 2 * MAX_RANKS as usize;
+/// Inbound semaphores per rank for plan signals (`PLAN_MAX_SEMS` in plan.h).
+pub const MAX_SEMS: usize = 4096;
 /// Plan blocks per rank (`PLAN_MAX_BLOCKS` in plan.h).
 pub const MAX_BLOCKS: usize = 508;
 /// Ranks (`PLAN_MAX_RANKS` in plan.h).
@@ -67,7 +67,8 @@ pub struct CudaKernel {
     pub source: String,
     /// Plan blocks of this rank (the grid is `blocks × replicas` CTAs).
     pub blocks: u32,
-    /// Whether the rank's blocks use the intra-rank barrier (all CTAs co-resident).
+    /// Whether the rank's blocks use the intra-rank barrier (all CTAs co-resident; the
+    /// start / end handshakes are per CTA and need none).
     pub uses_barrier: bool,
 }
 
@@ -103,17 +104,15 @@ type PacketKey = (u32, u32, u32, u32); // (sender, receiver, chunk index, chunk 
 /// Per (rank, block, flat op index): packet occurrences of the op.
 type Occurrences = HashMap<(u32, usize, usize), Vec<u32>>;
 
-/// Semaphore numbering and per-invocation wait counts, from the whole plan.
+/// Semaphore numbering, from the whole plan.
 struct Sems {
     index: HashMap<SemKey, u32>,
-    /// Per receiver: (index, waits per invocation).
-    waits: Vec<BTreeMap<u32, u32>>,
 }
 
 fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
     let flat = plan.flatten();
     let mut keys = BTreeSet::new();
-    let mut signals: HashMap<SemKey, u32> = HashMap::new();
+    let mut signals: HashMap<SemKey, (u32, usize)> = HashMap::new(); // (count, block)
     let mut waits: HashMap<SemKey, (u32, usize)> = HashMap::new(); // (count, block)
     for (r, blocks) in flat.iter().enumerate() {
         let r = r as u32;
@@ -123,7 +122,14 @@ fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
                     Op::Signal { peer, channel, tag } => {
                         let k = (r, *peer, *channel, *tag);
                         keys.insert(k);
-                        *signals.entry(k).or_default() += 1;
+                        let e = signals.entry(k).or_insert((0, b));
+                        if e.1 != b {
+                            return Err(AlgoError::Invalid(format!(
+                                "plan `{}`: rank {r} signals semaphore (to {peer}, {channel:?}, tag {tag}) in blocks {} and {b}; the GPU code generator needs one signalling block per semaphore (give each block its own tag)",
+                                plan.name, e.1
+                            )));
+                        }
+                        e.0 += 1;
                     }
                     Op::Wait { peer, channel, tag } => {
                         let k = (*peer, r, *channel, *tag);
@@ -144,7 +150,6 @@ fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
     }
     let mut index = HashMap::new();
     let mut next = vec![0u32; plan.nranks as usize];
-    let mut per = vec![BTreeMap::new(); plan.nranks as usize];
     for k in keys {
         let dst = k.1 as usize;
         let i = next[dst];
@@ -156,7 +161,7 @@ fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
         }
         next[dst] += 1;
         index.insert(k, i);
-        let s = signals.get(&k).copied().unwrap_or(0);
+        let s = signals.get(&k).map(|s| s.0).unwrap_or(0);
         let w = waits.get(&k).map(|w| w.0).unwrap_or(0);
         if s != w {
             return Err(AlgoError::Invalid(format!(
@@ -164,11 +169,8 @@ fn sems(plan: &Plan) -> Result<Sems, AlgoError> {
                 plan.name, k.0, k.1, k.2, k.3
             )));
         }
-        if w > 0 {
-            per[dst].insert(i, w);
-        }
     }
-    Ok(Sems { index, waits: per })
+    Ok(Sems { index })
 }
 
 /// Packet occurrences: per (rank, block, flat op index) the occurrence of each packet
@@ -240,6 +242,8 @@ struct Gen<'a> {
     writes: Vec<Extent>,
     /// Semaphores this block waits on.
     waited: BTreeSet<u32>,
+    /// (peer, semaphore index in the peer) this block signals.
+    signalled: BTreeSet<(u32, u32)>,
 }
 
 impl Gen<'_> {
@@ -388,12 +392,13 @@ impl Gen<'_> {
             }
             Op::Signal { peer, channel, tag } => {
                 let i = self.sem((me, *peer, *channel, *tag))?;
-                self.line(&format!("signal(c, {peer}u, {i}u);"));
+                self.signalled.insert((*peer, i));
+                self.line(&format!("signal(c, {peer}u, {i}u, ++s{peer}_{i});"));
             }
             Op::Wait { peer, channel, tag } => {
                 let i = self.sem((*peer, me, *channel, *tag))?;
                 self.waited.insert(i);
-                self.line(&format!("w{i} += c.parts; wait(c, {i}u, w{i});"));
+                self.line(&format!("wait(c, {i}u, ++w{i});"));
             }
             Op::Flush { .. } => self.line("__syncthreads();"),
             Op::Reduce { srcs, dst } => {
@@ -579,6 +584,7 @@ pub fn generate_cuda(
             reads: Vec::new(),
             writes: Vec::new(),
             waited: BTreeSet::new(),
+            signalled: BTreeSet::new(),
         };
         let mut flat = 0usize;
         for op in &blk.ops {
@@ -616,21 +622,16 @@ pub fn generate_cuda(
             "  {}if (b == {b}u) {{",
             if b == 0 { "" } else { "else " }
         );
+        // Signal and wait numbers of this invocation (plan.h: flags are (L << 32) | k).
         for i in &g.waited {
-            let _ = writeln!(body, "    u64 w{i} = consumed(c, {i}u);");
+            let _ = writeln!(body, "    u32 w{i} = 0;");
+        }
+        for (p, i) in &g.signalled {
+            let _ = writeln!(body, "    u32 s{p}_{i} = 0;");
         }
         body.push_str(&g.out);
         body.push_str("  }\n");
     }
-    let waits = &sems.waits[rank as usize];
-    let (idx, per): (Vec<String>, Vec<String>) = if waits.is_empty() {
-        (vec!["0".into()], vec!["0".into()])
-    } else {
-        waits
-            .iter()
-            .map(|(i, w)| (i.to_string(), w.to_string()))
-            .unzip()
-    };
     let mut src = String::new();
     let _ = writeln!(
         src,
@@ -655,12 +656,6 @@ pub fn generate_cuda(
     );
     let _ = writeln!(
         src,
-        "__device__ const unsigned short SEMS[] = {{{}}};\n__device__ const u32 PER[] = {{{}}};",
-        idx.join(", "),
-        per.join(", ")
-    );
-    let _ = writeln!(
-        src,
         "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
     if start_sync {
@@ -670,12 +665,7 @@ pub fn generate_cuda(
     if end_sync {
         let _ = writeln!(src, "  end_sync(c, {}u);", plan.nranks);
     }
-    let _ = writeln!(
-        src,
-        "  end(c, SEMS, PER, {}u, {}u, {start_sync}, {end_sync});\n}}",
-        waits.len(),
-        plan.nranks
-    );
+    src.push_str("}\n");
     Ok(CudaKernel {
         unit: format!(
             "plan-{}-r{rank}-{dtype}-{}.cu",
@@ -684,7 +674,7 @@ pub fn generate_cuda(
         ),
         source: src,
         blocks: blocks.len() as u32,
-        uses_barrier: uses_barrier || start_sync || end_sync,
+        uses_barrier,
     })
 }
 
@@ -735,11 +725,6 @@ mod tests {
     fn semaphores_pair_up_and_waits_are_counted() {
         let plan = build(Algorithm::AllReduce2paHb, &BuildParams::new(4)).unwrap();
         let s = sems(&plan).unwrap();
-        // Every receiver's waits are listed with a positive count.
-        for r in 0..4 {
-            assert!(!s.waits[r].is_empty());
-            assert!(s.waits[r].values().all(|&w| w > 0));
-        }
         // Indices are dense per receiver.
         for r in 0..4u32 {
             let mut idx: Vec<u32> = s
@@ -770,7 +755,6 @@ mod tests {
             !ll.contains("start_sync(") && !ll.contains("end_sync("),
             "{ll}"
         );
-        assert!(ll.contains("false, false);"), "{ll}");
         // One rank: nothing to sync with.
         let plan = build(Algorithm::AllGatherAllPairs, &BuildParams::new(1)).unwrap();
         let one = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum)

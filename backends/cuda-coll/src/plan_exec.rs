@@ -10,7 +10,8 @@
 //! A launch builds (once) the plan for the collective, compiles (once) this rank's
 //! kernel for the dtype and op, and queues it with `blocks × replicas` CTAs; `replicas`
 //! grows with the message (every rank derives the same value from the same count and
-//! SM count) up to the SM count, so every CTA is co-resident (waits spin).
+//! SM count) up to the SM count, so every CTA is co-resident (waits spin). Launches use
+//! programmatic dependent launch where the hand-written kernels do (`COMMHAL_COLL_PDL`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,12 +31,20 @@ use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
 use crate::regions::{Links, Regions};
 
-/// Bytes of the semaphore array (`PLAN_SEM_BYTES`).
-pub const SEM_BYTES: u64 = 4096 * 8;
+/// CTAs per plan block at most (`PLAN_MAX_PARTS`).
+pub const MAX_PARTS: u32 = 128;
+/// CTAs per plan kernel at most (`PLAN_MAX_CTAS`).
+pub const MAX_CTAS: u32 = 1024;
+/// Bytes of the semaphore flags, `u64 [sem][part]` (`PLAN_SEM_BYTES`).
+pub const SEM_BYTES: u64 = 4096 * MAX_PARTS as u64 * 8;
+/// Bytes of the handshake flags, `u64 [2][sender][CTA]` (`PLAN_HS_BYTES`).
+pub const HS_BYTES: u64 = 2 * MAX_RANKS as u64 * MAX_CTAS as u64 * 8;
+/// Offset of the local state; its first word is the error word (`PLAN_STATE_OFF`).
+pub const STATE_OFF: u64 = SEM_BYTES + HS_BYTES;
 /// Bytes of the local state (`PLAN_STATE_BYTES`).
-pub const STATE_BYTES: u64 = 4096 + 4096 * 8;
+pub const STATE_BYTES: u64 = 4 * MAX_CTAS as u64 * 8;
 /// Offset of the scratch copies (`PLAN_DATA_OFF`).
-pub const DATA_OFF: u64 = SEM_BYTES + STATE_BYTES;
+pub const DATA_OFF: u64 = STATE_OFF + STATE_BYTES;
 /// Device error codes of plan kernels.
 pub const ERR_WAIT: u32 = 1;
 /// An LL packet never arrived.
@@ -146,6 +155,10 @@ pub struct PlanExec {
     sms: u32,
     threads: u32,
     spin_ns: u64,
+    /// `COMMHAL_PLAN_REPLICAS` (read once, not per launch).
+    replicas_env: Option<u32>,
+    /// Launch with programmatic dependent launch, as the hand-written kernels.
+    pdl: bool,
     loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
 }
 
@@ -168,7 +181,17 @@ impl PlanExec {
         let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
         let areas = area.addrs(0);
         boot.barrier()?;
+        // As cuda-coll's hand-written kernels (`COMMHAL_COLL_PDL`; unset: on from
+        // compute capability 9.0 with cuLaunchKernelEx). The generated kernels begin
+        // with griddepcontrol.wait (plan.h `begin`).
+        let can = ctx.compute_capability()?.0 >= 9
+            && commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx");
+        let pdl = can
+            && std::env::var("COMMHAL_COLL_PDL")
+                .map(|v| v.trim() != "0")
+                .unwrap_or(true);
         Ok(PlanExec {
+            pdl,
             rank,
             n,
             ctx: ctx.clone(),
@@ -183,6 +206,7 @@ impl PlanExec {
                 .clamp(32, 1024)
                 .next_multiple_of(32),
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
+            replicas_env: env_u32("COMMHAL_PLAN_REPLICAS").filter(|&r| r > 0),
             loaded: Mutex::new(HashMap::new()),
         })
     }
@@ -195,7 +219,7 @@ impl PlanExec {
     /// The first device error of a plan kernel on this rank (0: none).
     pub fn error_word(&self) -> Result<u32> {
         let mut w = [0u8; 4];
-        self.area.read(&self.ctx, 0, SEM_BYTES, &mut w)?;
+        self.area.read(&self.ctx, 0, STATE_OFF, &mut w)?;
         Ok(u32::from_le_bytes(w))
     }
 
@@ -229,16 +253,37 @@ impl PlanExec {
         Ok(l)
     }
 
-    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks: one per
-    /// 32 KiB of message per block, at most the SM count in all (`COMMHAL_PLAN_REPLICAS`
-    /// overrides).
+    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks of a plan
+    /// without LL packets: as the hand-written kernels' grid (one 16-byte vector per
+    /// thread), at most the SM count in all and [`MAX_PARTS`] (`COMMHAL_PLAN_REPLICAS`
+    /// overrides). (It was one CTA per 32 KiB: a quarter of the hand kernels' CTAs up
+    /// to 4 MiB.)
     pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
+        self.replicas_for(blocks, bytes, 16 * u64::from(self.threads))
+    }
+
+    /// As [`PlanExec::replicas`], one CTA per `per_cta` bytes.
+    fn replicas_for(&self, blocks: u32, bytes: u64, per_cta: u64) -> u32 {
         let blocks = blocks.max(1);
-        let most = (self.sms / blocks).max(1);
-        let want = env_u32("COMMHAL_PLAN_REPLICAS")
-            .filter(|&r| r > 0)
-            .unwrap_or_else(|| bytes.div_ceil(u64::from(blocks) * (32 << 10)).max(1) as u32);
+        let most = (self.sms / blocks).clamp(1, MAX_PARTS);
+        let want = self.replicas_env.unwrap_or_else(|| {
+            bytes
+                .div_ceil(u64::from(blocks) * per_cta)
+                .clamp(1, u64::from(MAX_PARTS)) as u32
+        });
         want.clamp(1, most)
+    }
+
+    /// CTAs per plan block for `plan`: packet plans take one LL8 word (4 bytes) of the
+    /// message per thread, as the hand-written LL kernels one packet per thread (every
+    /// packet is waited on by one thread; fewer CTAs serialise the waits); others one
+    /// 16-byte vector per thread ([`PlanExec::replicas`]).
+    fn plan_replicas(&self, plan: &Plan, blocks: u32, bytes: u64) -> u32 {
+        if plan.uses_packets() {
+            self.replicas_for(blocks, bytes, 4 * u64::from(self.threads))
+        } else {
+            self.replicas(blocks, bytes)
+        }
     }
 
     /// Queue `algo` for `coll` on `stream`. `input` / `output`: every rank's registered
@@ -309,7 +354,7 @@ impl PlanExec {
             }
         }
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
-        let replicas = self.replicas(l.kernel.blocks, bytes);
+        let replicas = self.plan_replicas(plan, l.kernel.blocks, bytes);
         let args = PlanArgs {
             input: inp,
             output: out,
@@ -326,6 +371,12 @@ impl PlanExec {
         if grid == 0 {
             return Ok(plan.name.clone()); // this rank has nothing to do
         }
+        if grid > MAX_CTAS {
+            return Err(CollError::invalid(format!(
+                "plan {}: {grid} CTAs, the plan runtime holds {MAX_CTAS}",
+                plan.name
+            )));
+        }
         // SAFETY: input/output are the Comm's registered regions (own and mapped
         // peers, alive as long as the Comm) and every chunk the plan touches lies
         // within `spec.elems(count) * es <= capacity` bytes (checked above; in-place
@@ -335,7 +386,7 @@ impl PlanExec {
         // every CTA is resident while others spin.
         unsafe {
             l.module
-                .launch(codegen::ENTRY, stream, grid, self.threads, &args, false)?;
+                .launch(codegen::ENTRY, stream, grid, self.threads, &args, self.pdl)?;
         }
         Ok(plan.name.clone())
     }
@@ -420,7 +471,14 @@ mod tests {
             .unwrap()
             .contents;
         assert!(h.contains("#define PLAN_MAX_SEMS 4096"));
-        assert!(h.contains("#define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)"));
+        assert!(h.contains("#define PLAN_MAX_PARTS 128"));
+        assert!(h.contains("#define PLAN_MAX_CTAS 1024"));
+        assert!(h.contains("#define PLAN_SEM_BYTES (PLAN_MAX_SEMS * PLAN_MAX_PARTS * 8)"));
+        assert!(h.contains("#define PLAN_HS_BYTES (2 * PLAN_MAX_RANKS * PLAN_MAX_CTAS * 8)"));
+        assert!(h.contains("#define PLAN_STATE_OFF (PLAN_HS_OFF + PLAN_HS_BYTES)"));
+        assert!(h.contains("#define PLAN_STATE_BYTES (4 * PLAN_MAX_CTAS * 8)"));
+        assert!(h.contains("#define PLAN_DATA_OFF (PLAN_STATE_OFF + PLAN_STATE_BYTES)"));
+        assert!(h.contains("#define PLAN_HS_OFF PLAN_SEM_BYTES"));
         assert_eq!(
             ERR_WAIT,
             commhal_device_src::layout::error_code::WAIT_TIMEOUT
@@ -430,8 +488,7 @@ mod tests {
             commhal_device_src::layout::error_code::PACKET_TIMEOUT
         );
         assert!(h.contains("static_assert(sizeof(PlanArgs) == 232"));
-        assert!(h.contains("#define PLAN_SEM_START (PLAN_MAX_SEMS - 2 * PLAN_MAX_RANKS)"));
-        assert_eq!(codegen::MAX_SEMS, 4096 - 2 * MAX_RANKS);
+        assert_eq!(codegen::MAX_SEMS, 4096);
         assert_eq!(codegen::MAX_RANKS as usize, MAX_RANKS);
     }
 }

@@ -2,26 +2,43 @@
 //
 // A generated kernel runs one rank's plan: plan block b is carried out by `replicas`
 // consecutive CTAs (blockIdx.x / replicas == b), each doing its 1/replicas share of every
-// data op. Every CTA of a block sends each signal, so a wait expects `replicas`
-// increments per plan-level signal. Host side: backends/cuda-coll/src/plan_exec.rs.
+// data op (its "part"). Host side: backends/cuda-coll/src/plan_exec.rs.
 //
 // Per-rank plan area (one cuMem VMM allocation, mapped by every peer):
-//   [0, PLAN_SEM_BYTES)               inbound semaphores (u64 counters); peers add to them
-//   [PLAN_SEM_BYTES, PLAN_DATA_OFF)   PlanState, touched by this rank only
-//   [PLAN_DATA_OFF, ...)              scratch copies (the plan's scratch_rotation of them)
+//   [0, PLAN_SEM_BYTES)                 inbound semaphore flags u64 [sem][part]; peers
+//                                       store into them
+//   [PLAN_HS_OFF, PLAN_STATE_OFF)       inbound start / end handshake flags
+//                                       u64 [2][sender][CTA]
+//   [PLAN_STATE_OFF, PLAN_DATA_OFF)     PlanState, touched by this rank only
+//   [PLAN_DATA_OFF, ...)                scratch copies (the plan's scratch_rotation)
 //
-// Invocation state lives in device memory so CUDA graph replays work: every CTA reads
-// the epoch and its semaphore bases at its start; the last CTA to finish advances them
-// (stream order makes that safe: the next launch on this rank starts after this one).
-// All launches on a rank are collective (every rank runs the same sequence), so the
-// epoch agrees across ranks; LL flags are derived from it.
+// The protocol of the hand-written collectives (coll/protocol.cuh), so that nothing
+// is counted, reset or fenced at the end of a kernel:
+// * Epochs: launch L (1 + the plan launches before it on this rank; launches are
+//   collective, so L agrees on every rank) lives in one u64 word per CTA slot, all
+//   equal between launches: CTA b reads word b at its start and stores L into words
+//   b, b + grid, b + 2 grid, ... (no other CTA of the launch reads those). The next
+//   launch reads them after the kernel boundary (stream order; with programmatic
+//   dependent launch after griddepcontrol.wait).
+// * Signals are epoch flags (commhal/semaphore.h), not counters: the k-th signal of a
+//   CTA (part q of its plan block) on semaphore s of peer p stores (L << 32) | k into
+//   p's flag [s][q] (release, after __syncthreads: it publishes the whole CTA's
+//   writes); the k-th wait on s waits until flag [s][q] >= (L << 32) | k for every
+//   part q (thread q, acquire, then __syncthreads). Values only grow across launches,
+//   so no base is kept and nothing is reset. One plan block signals a semaphore (the
+//   generator checks), so the parts of the sender and the waiter pair up.
+// * Handshakes (when peers' user buffers are written / read) are per CTA, as the hand
+//   kernels' block barriers: CTA b stores L into flag [start|end][me][b] of every peer
+//   and waits for its own [start|end][p][b]; every rank has the same grid, so after the
+//   start flags CTA b knows every peer's kernel runs, and after the end flags of every
+//   CTA every peer finished. No intra-rank barrier.
+// * The intra-rank barrier and the replica sync are arrival flags, one word per CTA:
+//   (L << 32) | n after the n-th barrier; a CTA waits for every word of the grid (of
+//   its plan block).
+// LL8 packets carry 4 data bytes and a 4-byte flag (epoch and occurrence) in one 8-byte
+// store; scratch copies rotate with the epoch.
 //
-// Memory model: a signal is __syncthreads() then one system-scope release add by thread
-// 0 (cumulative over the CTA's writes, as MSCCL++'s memory channel); a wait is an
-// acquire load loop by thread 0 then __syncthreads(). LL8 packets carry 4 data bytes and
-// a 4-byte flag in one 8-byte store.
-//
-// Semaphores are the channels' counting semaphores and packets their LL8 packets
+// Semaphores and packets are the channels' epoch flags and LL8 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
 // commhal/wait.h (spin_ns of globaltimer, or the rank's error word already set): it
 // stores ERR_WAIT_TIMEOUT / ERR_PACKET_TIMEOUT once and gives up; the host reads the
@@ -35,12 +52,15 @@
 #define PLAN_MAX_RANKS 8
 #define PLAN_MAX_SEMS 4096
 #define PLAN_MAX_BLOCKS 508
-// The last 2 × PLAN_MAX_RANKS inbound semaphores: start and end handshakes, by sender.
-#define PLAN_SEM_START (PLAN_MAX_SEMS - 2 * PLAN_MAX_RANKS)
-#define PLAN_SEM_END (PLAN_MAX_SEMS - PLAN_MAX_RANKS)
-#define PLAN_SEM_BYTES (PLAN_MAX_SEMS * 8)
-#define PLAN_STATE_BYTES (4096 + PLAN_MAX_SEMS * 8)
-#define PLAN_DATA_OFF (PLAN_SEM_BYTES + PLAN_STATE_BYTES)
+// CTAs per plan block (replicas) and CTAs per kernel.
+#define PLAN_MAX_PARTS 128
+#define PLAN_MAX_CTAS 1024
+#define PLAN_SEM_BYTES (PLAN_MAX_SEMS * PLAN_MAX_PARTS * 8)
+#define PLAN_HS_OFF PLAN_SEM_BYTES
+#define PLAN_HS_BYTES (2 * PLAN_MAX_RANKS * PLAN_MAX_CTAS * 8)
+#define PLAN_STATE_OFF (PLAN_HS_OFF + PLAN_HS_BYTES)
+#define PLAN_STATE_BYTES (4 * PLAN_MAX_CTAS * 8)
+#define PLAN_DATA_OFF (PLAN_STATE_OFF + PLAN_STATE_BYTES)
 
 namespace commhal {
 namespace plan {
@@ -62,13 +82,11 @@ static_assert(sizeof(PlanArgs) == 232, "PlanArgs layout");
 
 // The local part of the plan area.
 struct PlanState {
-  u32 error;    // first error code (0: none)
-  u32 pad;
-  u64 epoch;    // invocations completed on this rank
-  u64 barrier;  // intra-rank barrier arrivals in this invocation (reset at the end)
-  u64 done;     // CTAs finished in this invocation (reset at the end)
-  u64 group[PLAN_MAX_BLOCKS];   // per plan block: replica syncs in this invocation
-  u64 consumed[PLAN_MAX_SEMS];  // signals consumed so far, per inbound semaphore
+  u32 error;                    // first error code (0: none)
+  u32 pad[2 * PLAN_MAX_CTAS - 1];
+  u64 epoch[PLAN_MAX_CTAS];     // per CTA slot: plan launches completed on this rank
+  u64 bar[PLAN_MAX_CTAS];       // per CTA: (L << 32) | intra-rank barriers passed
+  u64 grp[PLAN_MAX_CTAS];       // per CTA: (L << 32) | replica syncs passed
 };
 static_assert(sizeof(PlanState) == PLAN_STATE_BYTES, "PlanState layout");
 
@@ -81,73 +99,47 @@ struct Span {
 struct Ctx {
   const PlanArgs* a;
   PlanState* st;
-  u64 epoch;
+  u64 epoch;  // plan launches before this one on this rank
+  u64 hi;     // (epoch + 1) << 32: the high half of this launch's flag values
   u64 scr;    // offset of this invocation's scratch copy inside a plan area
   u32 part;   // this CTA's index within its plan block
   u32 parts;  // replicas
-  u64 nbar;   // barriers passed in this invocation
-  u64 ngrp;   // replica syncs passed in this invocation
+  u32 nbar;   // barriers passed in this invocation
+  u32 ngrp;   // replica syncs passed in this invocation
 };
 
-
 COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
-  return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_SEM_BYTES);
+  return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_STATE_OFF);
 }
 
+// Start of every generated kernel. Programmatic dependent launch (sm_90+; the host sets
+// the attribute as for the hand kernels): griddepcontrol.wait first — nothing runs
+// before the previous kernel on the stream completed and its memory is flushed — then
+// launch_dependents, so the next kernel's launch overlaps this one. No-ops without the
+// attribute.
 COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   __shared__ u64 s_epoch;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   Ctx c;
   c.a = &a;
   c.st = state_of(a);
-  if (threadIdx.x == 0) s_epoch = load_relaxed(&c.st->epoch);
+  if (threadIdx.x == 0) s_epoch = load_relaxed(&c.st->epoch[blockIdx.x]);
   __syncthreads();
   c.epoch = s_epoch;
+  // Word blockIdx.x only after every thread has the value (the __syncthreads above).
+  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < PLAN_MAX_CTAS;
+       w += (u64)blockDim.x * gridDim.x)
+    store_relaxed(&c.st->epoch[w], c.epoch + 1);
+  c.hi = (c.epoch + 1) << 32;
   c.scr = PLAN_DATA_OFF + (c.epoch % a.rotation) * a.scratch_copy_bytes;
   c.part = blockIdx.x % a.replicas;
   c.parts = a.replicas;
   c.nbar = 0;
   c.ngrp = 0;
   return c;
-}
-
-// Signals consumed so far on inbound semaphore idx (read at the start of the kernel).
-COMMHAL_DEVICE u64 consumed(const Ctx& c, u32 idx) {
-  return load_relaxed(&c.st->consumed[idx]);
-}
-
-// Last CTA out: advance the epoch and the semaphore bases, reset the barrier.
-// `sems` / `per` list this rank's inbound semaphores and the waits one invocation makes
-// on each (times replicas is the signals consumed).
-COMMHAL_DEVICE void end(const Ctx& c, const unsigned short* sems, const u32* per, u32 nsems,
-                        u32 nranks, bool start_sync, bool end_sync) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const u64 old = fetch_add_relaxed(&c.st->done, 1);
-    if (old + 1 == gridDim.x) {
-      __threadfence();
-      for (u32 i = 0; i < nsems; ++i) {
-        const u64 v = load_relaxed(&c.st->consumed[sems[i]]);
-        store_relaxed(&c.st->consumed[sems[i]], v + (u64)per[i] * c.parts);
-      }
-      for (u32 p = 0; p < nranks; ++p) {
-        if (p == c.a->rank) continue;
-        if (start_sync) {
-          u64* s = &c.st->consumed[PLAN_SEM_START + p];
-          store_relaxed(s, load_relaxed(s) + 1);
-        }
-        if (end_sync) {
-          u64* s = &c.st->consumed[PLAN_SEM_END + p];
-          store_relaxed(s, load_relaxed(s) + 1);
-        }
-      }
-      for (u32 b = 0; b < gridDim.x / c.parts && b < PLAN_MAX_BLOCKS; ++b)
-        store_relaxed(&c.st->group[b], 0);
-      store_relaxed(&c.st->barrier, 0);
-      store_relaxed(&c.st->done, 0);
-      store_relaxed(&c.st->epoch, c.epoch + 1);
-    }
-  }
 }
 
 // ---- chunk addressing (the arithmetic of ChunkRef::range) ----
@@ -184,24 +176,35 @@ COMMHAL_DEVICE void share(const Ctx& c, u64 n, u64 align, u64& lo, u64& hi) {
 // The bound of every wait of this CTA: the rank's error word and spin_ns.
 COMMHAL_DEVICE WaitBound bound(const Ctx& c) { return WaitBound{&c.st->error, c.a->spin_ns}; }
 
-// Bounded wait (one thread) until the counter at p reaches target (acquire).
-COMMHAL_DEVICE void spin_until(const Ctx& c, const u64* p, u64 target) {
-  wait_until(bound(c), ERR_WAIT_TIMEOUT, [&] { return counter_reached(load_acquire(p), target); });
+// Semaphore flag [idx][part] in `rank`'s plan area.
+COMMHAL_DEVICE u64* sem_flag(const Ctx& c, u32 rank, u32 idx, u32 part) {
+  return reinterpret_cast<u64*>(c.a->area[rank]) + (u64)idx * PLAN_MAX_PARTS + part;
 }
 
-// The CTA's earlier writes become visible before the peer's matching wait returns.
-COMMHAL_DEVICE void signal(const Ctx& c, u32 peer, u32 idx) {
+// The k-th signal (k = 1, 2, ... in this invocation) of this CTA on semaphore idx of
+// `peer`: the CTA's earlier writes become visible before the peer's matching wait
+// returns. One store, no read of the peer's memory.
+COMMHAL_DEVICE void signal(const Ctx& c, u32 peer, u32 idx, u32 k) {
   __syncthreads();
-  if (threadIdx.x == 0)
-    fetch_add_release(reinterpret_cast<u64*>(c.a->area[peer]) + idx, 1);
+  if (threadIdx.x == 0) flag_signal(sem_flag(c, peer, idx, c.part), c.hi | k);
 }
 
-// Wait until this rank's inbound semaphore idx reaches `target` (acquire).
-COMMHAL_DEVICE void wait(const Ctx& c, u32 idx, u64 target) {
-  if (threadIdx.x == 0) {
-    const u64* s = reinterpret_cast<const u64*>(c.a->area[c.a->rank]) + idx;
-    spin_until(c, s, target);
-  }
+// The k-th wait on this rank's inbound semaphore idx: every part of the signalling
+// block has signalled it k times in this invocation (acquire).
+COMMHAL_DEVICE void wait(const Ctx& c, u32 idx, u32 k) {
+  for (u32 q = threadIdx.x; q < c.parts; q += blockDim.x)
+    flag_wait(sem_flag(c, c.a->rank, idx, q), c.hi | k, bound(c));
+  __syncthreads();
+}
+
+// Raise this CTA's arrival word to (L << 32) | n (release, after the CTA's writes) and
+// wait for words [from, to) to reach it.
+COMMHAL_DEVICE void arrive_and_wait(const Ctx& c, u64* words, u32 from, u32 to, u32 n) {
+  __syncthreads();
+  const u64 v = c.hi | n;
+  if (threadIdx.x == 0) flag_signal(&words[blockIdx.x], v);
+  for (u32 t = from + threadIdx.x; t < to; t += blockDim.x)
+    if (t != blockIdx.x) flag_wait(&words[t], v, bound(c));
   __syncthreads();
 }
 
@@ -209,57 +212,45 @@ COMMHAL_DEVICE void wait(const Ctx& c, u32 idx, u64 target) {
 // grid within the SM count).
 COMMHAL_DEVICE void barrier(Ctx& c) {
   c.nbar += 1;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    fetch_add_release(&c.st->barrier, 1);
-    const u64 target = c.nbar * gridDim.x;
-    spin_until(c, &c.st->barrier, target);
-  }
-  __syncthreads();
+  arrive_and_wait(c, c.st->bar, 0, gridDim.x, c.nbar);
 }
 
 // Sync the `replicas` CTAs of this plan block (between data ops whose shares differ).
 COMMHAL_DEVICE void group_sync(Ctx& c) {
   c.ngrp += 1;
-  __syncthreads();
-  if (c.parts > 1 && threadIdx.x == 0) {
-    u64* g = &c.st->group[blockIdx.x / c.parts];
-    fetch_add_release(g, 1);
-    const u64 target = c.ngrp * c.parts;
-    spin_until(c, g, target);
+  if (c.parts == 1) {
+    __syncthreads();
+    return;
   }
-  __syncthreads();
+  const u32 first = blockIdx.x - c.part;
+  arrive_and_wait(c, c.st->grp, first, first + c.parts, c.ngrp);
 }
 
-// Handshake of CTA 0 with every peer's CTA 0 on semaphores [base + sender]: signal
-// every peer, wait for every peer (one thread per peer).
-COMMHAL_DEVICE void handshake(const Ctx& c, u32 base, u32 nranks) {
-  if (blockIdx.x != 0) return;
+// Handshake of this CTA with the same CTA of every peer on flag row `which` (0 start,
+// 1 end): store L into the peer's [which][me][CTA], wait for ours [which][p][CTA].
+COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks) {
   __syncthreads();
   const u32 me = c.a->rank;
-  const u32 p = threadIdx.x;
-  if (p < nranks && p != me) {
-    fetch_add_release(reinterpret_cast<u64*>(c.a->area[p]) + base + me, 1);
-    const u64 target = load_relaxed(&c.st->consumed[base + p]) + 1;
-    const u64* s = reinterpret_cast<const u64*>(c.a->area[me]) + base + p;
-    spin_until(c, s, target);
+  for (u32 p = threadIdx.x; p < nranks; p += blockDim.x) {
+    if (p == me) continue;
+    const u64 row = ((u64)which * PLAN_MAX_RANKS) * PLAN_MAX_CTAS + blockIdx.x;
+    u64* theirs = reinterpret_cast<u64*>(c.a->area[p] + PLAN_HS_OFF) + row + (u64)me * PLAN_MAX_CTAS;
+    const u64* mine =
+        reinterpret_cast<const u64*>(c.a->area[me] + PLAN_HS_OFF) + row + (u64)p * PLAN_MAX_CTAS;
+    flag_signal(theirs, c.hi);
+    flag_wait(mine, c.hi, bound(c));
   }
   __syncthreads();
 }
 
 // Start: no CTA touches a peer's input or output before that peer's kernel runs (its
 // earlier stream work — writing the input, reading the last output — is done).
-COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks) {
-  handshake(c, PLAN_SEM_START, nranks);
-  barrier(c);
-}
+COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks) { handshake(c, 0, nranks); }
 
 // End: the kernel completes only after every peer finished every op (nobody reads
-// this rank's input any more).
-COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks) {
-  barrier(c);
-  handshake(c, PLAN_SEM_END, nranks);
-}
+// this rank's input or writes its output any more): CTA b waits for every peer's CTA b,
+// and every rank runs the same grid.
+COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks) { handshake(c, 1, nranks); }
 
 // ---- data types: storage S, arithmetic A ----
 // Codes (algorithms DataType order): 0 f64, 1 f32, 2 f16, 3 bf16, 4 f8e4m3, 5 f8e5m2,
