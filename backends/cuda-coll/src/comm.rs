@@ -1326,7 +1326,7 @@ impl Comm {
             in_place,
             a,
             &self.stream,
-            (&self.base.input, &self.base.output),
+            (&self.base.input, &self.base.output, self.capacity),
         )
     }
 
@@ -1390,8 +1390,10 @@ impl Comm {
     }
 
     /// Queue a call whose kernel arguments `a` are ready (every rank's addresses as
-    /// the kernel sees them) on `stream`. `plan_bufs`: the registered regions a plan
-    /// algorithm runs on (plans adjust them for in place themselves).
+    /// the kernel sees them) on `stream`. `plan_bufs`: every rank's input and output
+    /// base a plan algorithm runs on (the registered regions, or the caller's buffers
+    /// as the call table resolved them; plans adjust them for in place themselves) and
+    /// the bytes each holds.
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
@@ -1403,7 +1405,7 @@ impl Comm {
         in_place: bool,
         mut a: CollArgs,
         stream: &Stream,
-        plan_bufs: (&[u64; MAX_RANKS], &[u64; MAX_RANKS]),
+        plan_bufs: (&[u64; MAX_RANKS], &[u64; MAX_RANKS], u64),
     ) -> Result<()> {
         let es = dtype.size();
         // the operation queued now is not a chain unless the kernel path below says so
@@ -1427,7 +1429,7 @@ impl Comm {
                 in_place,
                 plan_bufs.0,
                 plan_bufs.1,
-                self.capacity,
+                plan_bufs.2,
             )?;
             return Ok(());
         }

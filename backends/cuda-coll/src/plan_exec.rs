@@ -378,7 +378,9 @@ impl PlanExec {
             )));
         }
         // SAFETY: input/output are the Comm's registered regions (own and mapped
-        // peers, alive as long as the Comm) and every chunk the plan touches lies
+        // peers, alive as long as the Comm), or the caller's buffers, inspected to hold
+        // the call's bytes and mapped through the call table (`capacity` u64::MAX);
+        // every chunk the plan touches lies
         // within `spec.elems(count) * es <= capacity` bytes (checked above; in-place
         // shifts stay inside the output region for the per-rank collectives since the
         // output holds n × count); scratch copies fit the plan area (checked above);

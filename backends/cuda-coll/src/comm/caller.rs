@@ -18,7 +18,7 @@
 //!   is copied out — when a pointer is not 16-byte aligned (the vector kernels load and
 //!   store 16 bytes at a time) or, for a kernel that reaches into peers, when the
 //!   allocation cannot be shared through legacy IPC (cuMem VMM memory, stream-ordered
-//!   pools). A plan algorithm (`COMMHAL_GPU_ALGO`) always stages. Staging is a decision
+//!   pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules. Staging is a decision
 //!   of each rank alone: the peers address whichever buffer it publishes.
 //!
 //! Every rank computes the same kernel from (collective, count, datatype), so the
@@ -270,7 +270,7 @@ impl Comm {
         let shareable = |p: u64, i: &Option<PointerInfo>| {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc))
         };
-        let staged = plan || !shareable(bufs.send, &send) || !shareable(bufs.recv, &recv);
+        let staged = !shareable(bufs.send, &send) || !shareable(bufs.recv, &recv);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
             return Err(CollError::CannotStage(format!(
                 "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared through CUDA IPC: cuMem VMM or pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd, 16-byte aligned buffers, or create the communicator with a larger capacity",
@@ -280,8 +280,9 @@ impl Comm {
                 self.capacity
             )));
         }
-        // plans run out of place on the registered regions (staging copies in first)
-        let stage_in_place = in_place && !plan;
+        // a staged plan runs out of place on the registered regions (staging copies in
+        // first); on the caller's buffers it runs as the call is, in place or not
+        let stage_in_place = in_place && !(plan && staged);
         let mut a = self.own_args(coll, dtype, op, count, root, staged && stage_in_place);
         let r = self.rank as usize;
         let (reg_in, reg_out) = (self.base.input[r], self.base.output[r]);
@@ -344,6 +345,17 @@ impl Comm {
             unsafe { copy::copy_async(stream, a.input[r], bufs.send, in_bytes)? };
         }
         let output = a.output[r];
+        // every rank's buffers for a plan (the registered regions when staged); in
+        // place, as the plan runtime wants them: the output's base, which for an
+        // in-place reduce-scatter is the input (the result lands at rank x count)
+        let plan_in = a.input;
+        let plan_out = if stage_in_place && coll == Collective::Reducescatter {
+            a.input
+        } else {
+            a.output
+        };
+        // the caller's buffers were inspected to hold the call's bytes
+        let plan_cap = if staged { self.capacity } else { u64::MAX };
         self.enqueue(
             coll,
             dtype,
@@ -353,7 +365,7 @@ impl Comm {
             stage_in_place,
             a,
             stream,
-            (&self.base.input, &self.base.output),
+            (&plan_in, &plan_out, plan_cap),
         )?;
         if staged && use_out {
             // SAFETY: as the copy in, the other way: out_bytes from the registered
