@@ -346,14 +346,16 @@ impl Comm {
         }
         let output = a.output[r];
         // every rank's buffers for a plan (the registered regions when staged); in
-        // place, as the plan runtime wants them: the output's base, which for an
-        // in-place reduce-scatter is the input (the result lands at rank x count)
+        // place, as the plan runtime wants them: the base of the one buffer, which is
+        // the input's for a reduce-scatter (the result lands at rank x count) and a
+        // reduce (a non-root publishes no output)
         let plan_in = a.input;
-        let plan_out = if stage_in_place && coll == Collective::Reducescatter {
-            a.input
-        } else {
-            a.output
-        };
+        let plan_out =
+            if stage_in_place && matches!(coll, Collective::Reducescatter | Collective::Reduce) {
+                a.input
+            } else {
+                a.output
+            };
         // the caller's buffers were inspected to hold the call's bytes
         let plan_cap = if staged { self.capacity } else { u64::MAX };
         self.enqueue(
