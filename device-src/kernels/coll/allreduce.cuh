@@ -115,6 +115,59 @@ COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
 }
+// ---- shared by the two LL63 all-reduces ----
+
+// Start of LL63 all-reduce launch e: every peer has completed launch e - 2, the last one
+// that used this parity half of the LL63 small region (usually long true). Returns the
+// half's offset in every rank's scratch.
+COMMHAL_DEVICE u64 ll63_ar_half(const CollArgs& a, u64 e) {
+  if (e > 2) {
+    if (threadIdx.x < a.nranks && threadIdx.x != a.rank) wait_peer_done(a, threadIdx.x, e - 2);
+    __syncthreads();
+  }
+  return a.ll63_small_off + (e & 1) * a.ll63_small_half;
+}
+
+// This lane's share of tile t of `nvec` input vectors at `in`, pre-multiplied for
+// premulsum.
+template <typename Op>
+COMMHAL_DEVICE void ll63_ar_load(const CollArgs& a, const v16* in, u64 t, u64 nvec,
+                                 u64 (&w)[16]) {
+  const u32 lane = threadIdx.x % 32;
+  ll63_load(in, t * COMMHAL_LL63_TILE_VECS, lane, nvec, w);
+  if (Op::PRE) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
+  }
+}
+
+// acc = the n ranks' contributions to one tile summed in rank order (the sum every rank
+// stores is the same), finished (avg): own(w) loads this rank's, packets(p) is where rank
+// p's packets of the tile land here (received, then cleared). false = a receive gave up.
+template <typename Op, typename Own, typename Packets>
+COMMHAL_DEVICE bool ll63_ar_sum(const CollArgs& a, u64 (&acc)[16], Own own, Packets packets) {
+  const u32 lane = threadIdx.x % 32;
+  for (u32 p = 0; p < a.nranks; ++p) {
+    u64 w[16];
+    if (p == a.rank) {
+      own(w);
+    } else {
+      u8* pk = packets(p);
+      if (!ll63_recv<true>(a, pk, a.rank, w)) return false;
+      ll63_clear(pk);
+      ll63_unpack(w, lane);
+    }
+#pragma unroll
+    for (int s = 0; s < 8; ++s)
+      ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
+  }
+  if (Op::FIN) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
+  }
+  return true;
+}
+
 // All-reduce over all pairs with LL63 packets (mid sizes, above the LL16 one-shot: the
 // barrier two-shot's traffic with no barrier and no fence). a.count elements, bytes % 16
 // == 0, 16-byte aligned buffers (host). The vectors split into n chunks (partition);
@@ -145,13 +198,9 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 T = ll63_tile_count((nvec + n - 1) / n);
   const u64 slot = T * COMMHAL_LL63_TILE_PKTS * 16;
-  if (e > 2) {
-    if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
-    __syncthreads();
-  }
+  const u64 half_off = ll63_ar_half(a, e);
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
   v16* out = reinterpret_cast<v16*>(a.out[r]);
-  const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
   const u32 lane = threadIdx.x % 32;
   // packet of this lane in tile t of slot k of rank q's half
   auto pkt = [&](u32 q, u64 k, u64 t) {
@@ -170,11 +219,7 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
       if (t * COMMHAL_LL63_TILE_VECS >= ce - cb) continue;
       u64 w[16];
       if (i < S) {
-        ll63_load(in + cb, t * COMMHAL_LL63_TILE_VECS, lane, ce - cb, w);
-        if (Op::PRE) {
-#pragma unroll
-          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
-        }
+        ll63_ar_load<Op>(a, in + cb, t, ce - cb, w);
         ll63_pack(w, lane);
         ll63_send(pkt(p, (r + n - p - 1) % n, t), w);
       } else {
@@ -191,28 +236,10 @@ COMMHAL_DEVICE void allreduce_pairs_ll63(const CollArgs& a) {
     partition(nvec, n, r, rb, re);
     if (t * COMMHAL_LL63_TILE_VECS >= re - rb) continue;
     u64 acc[16];
-    for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
-      u64 w[16];
-      if (p == r) {
-        ll63_load(in + rb, t * COMMHAL_LL63_TILE_VECS, lane, re - rb, w);
-        if (Op::PRE) {
-#pragma unroll
-          for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
-        }
-      } else {
-        u8* pk = pkt(r, (p + n - r - 1) % n, t);
-        if (!ll63_recv<true>(a, pk, r, w)) return;
-        ll63_clear(pk);
-        ll63_unpack(w, lane);
-      }
-#pragma unroll
-      for (int s = 0; s < 8; ++s)
-        ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
-    }
-    if (Op::FIN) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
-    }
+    if (!ll63_ar_sum<Op>(
+            a, acc, [&](u64 (&w)[16]) { ll63_ar_load<Op>(a, in + rb, t, re - rb, w); },
+            [&](u32 p) { return pkt(r, (p + n - r - 1) % n, t); }))
+      return;
     ll63_store(out + rb, t * COMMHAL_LL63_TILE_VECS, lane, re - rb, acc);
     ll63_pack(acc, lane);
     for (u32 q = 0; q < n; ++q) {
@@ -244,55 +271,29 @@ COMMHAL_DEVICE void allreduce_oneshot_ll63(const CollArgs& a) {
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 T = ll63_tile_count(nvec);
   const u64 slot = T * COMMHAL_LL63_TILE_PKTS * 16;
-  if (e > 2) {
-    if (threadIdx.x < n && threadIdx.x != r) wait_peer_done(a, threadIdx.x, e - 2);
-    __syncthreads();
-  }
+  const u64 half_off = ll63_ar_half(a, e);
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
   v16* out = reinterpret_cast<v16*>(a.out[r]);
-  const u64 half_off = a.ll63_small_off + (e & 1) * a.ll63_small_half;
   const u32 lane = threadIdx.x % 32;
   // packet of this lane in tile t of sender s's slot in rank q's half
   auto pkt = [&](u32 q, u32 s, u64 t) {
     return reinterpret_cast<u8*>(a.scratch[q] + half_off) + (u64)((s + n - q - 1) % n) * slot +
            (t * COMMHAL_LL63_TILE_PKTS + lane) * 16;
   };
-  // this lane's share of the own input's tile t (pre-multiplied for premulsum)
-  auto own = [&](u64 t, u64 (&w)[16]) {
-    ll63_load(in, t * COMMHAL_LL63_TILE_VECS, lane, nvec, w);
-    if (Op::PRE) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
-    }
-  };
   const u64 warps = (u64)gridDim.x * blockDim.x / 32;
   const u64 first = ((u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   for (u64 t = first; t < T; t += warps) {
     u64 w[16];
-    own(t, w);
+    ll63_ar_load<Op>(a, in, t, nvec, w);
     ll63_pack(w, lane);
     for (u32 k = 1; k < n; ++k) ll63_send(pkt((r + k) % n, r, t), w);
   }
   for (u64 t = first; t < T; t += warps) {
     u64 acc[16];
-    for (u32 p = 0; p < n; ++p) {  // rank order: the sum every rank stores is the same
-      u64 w[16];
-      if (p == r) {
-        own(t, w);
-      } else {
-        u8* pk = pkt(r, p, t);
-        if (!ll63_recv<true>(a, pk, r, w)) return;
-        ll63_clear(pk);
-        ll63_unpack(w, lane);
-      }
-#pragma unroll
-      for (int s = 0; s < 8; ++s)
-        ll63_set(acc, s, p == 0 ? ll63_vec(w, s) : add16<Op>(ll63_vec(acc, s), ll63_vec(w, s)));
-    }
-    if (Op::FIN) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
-    }
+    if (!ll63_ar_sum<Op>(
+            a, acc, [&](u64 (&w)[16]) { ll63_ar_load<Op>(a, in, t, nvec, w); },
+            [&](u32 p) { return pkt(r, p, t); }))
+      return;
     ll63_store(out, t * COMMHAL_LL63_TILE_VECS, lane, nvec, acc);
   }
 }
