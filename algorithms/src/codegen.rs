@@ -782,6 +782,48 @@ mod tests {
     }
 
     #[test]
+    fn ll_plans_need_no_handshake_and_one_way_senders_wait_for_progress() {
+        let source = |a: Algorithm, r: u32| {
+            let mut p = BuildParams::new(4);
+            p.root = 1;
+            let plan = build(a, &p).unwrap();
+            generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .source
+        };
+        for a in [
+            Algorithm::AllGatherLl,
+            Algorithm::ReduceScatterLl,
+            Algorithm::BroadcastLl,
+        ] {
+            for r in 0..4 {
+                let s = source(a, r);
+                assert!(
+                    !s.contains("start_sync(") && !s.contains("end_sync("),
+                    "{s}"
+                );
+            }
+        }
+        // All-pairs: every sender hears from its receivers.
+        for a in [Algorithm::AllGatherLl, Algorithm::ReduceScatterLl] {
+            let s = source(a, 2);
+            assert!(
+                !s.contains("wait_done(") && !s.contains("publish_done("),
+                "{s}"
+            );
+        }
+        // Broadcast: the root waits once per receiver, each receiver publishes to it.
+        let root = source(Algorithm::BroadcastLl, 1);
+        for p in [0, 2, 3] {
+            assert_eq!(root.matches(&format!("wait_done(c, {p}u);")).count(), 1);
+        }
+        assert!(!root.contains("publish_done("), "{root}");
+        let recv = source(Algorithm::BroadcastLl, 3);
+        assert!(recv.contains("publish_done(c, 1u);"), "{recv}");
+        assert!(!recv.contains("wait_done("), "{recv}");
+    }
+
+    #[test]
     fn unmatched_signal_is_refused() {
         let mut plan = build(Algorithm::AllReduce2paHb, &BuildParams::new(2)).unwrap();
         plan.ranks[0].blocks[0].ops.push(Op::Signal {
