@@ -65,6 +65,14 @@ done
 for a in direct chain; do
   run "broadcast:$a root$((N - 1))" "broadcast:$a" broadcast "${S[@]}" -d half -r $((N - 1))
 done
+# LL packets into scratch, no handshake (the plan forms of the hand *_ll kernels);
+# broadcast:ll's root is a one-way sender held back by its receivers' progress only.
+L=(-b 1K -e 1M -f 4 -n 20 -w 3 --compare nccl)
+run "allgather:ll" "allgather:ll" allgather "${L[@]}" -d half
+run "reducescatter:ll" "reducescatter:ll" reducescatter "${L[@]}" -d half
+run "reducescatter:ll f32" "reducescatter:ll" reducescatter "${L[@]}" -d float
+run "broadcast:ll root$((N - 1))" "broadcast:ll" broadcast "${L[@]}" -d half -r $((N - 1))
+run "broadcast:ll root0 x500" "broadcast:ll" broadcast -b 1K -e 64K -f 8 -n 500 -w 5 -d half -r 0
 run "reduce:allpairs root$((N - 1))" "reduce:allpairs" reduce "${S[@]}" -d half -r $((N - 1))
 run "alltoall:allpairs" "alltoall:allpairs" alltoall "${S[@]}" -d half
 run "sendrecv:direct" "sendrecv:direct" sendrecv "${S[@]}" -d half

@@ -244,6 +244,10 @@ struct Gen<'a> {
     waited: BTreeSet<u32>,
     /// (peer, semaphore index in the peer) this block signals.
     signalled: BTreeSet<(u32, u32)>,
+    /// Peers this rank writes packets into one way (plan.h `wait_done`).
+    one_way_to: &'a BTreeSet<u32>,
+    /// Of those, the ones this block already waited for.
+    done_waited: BTreeSet<u32>,
 }
 
 impl Gen<'_> {
@@ -441,6 +445,9 @@ impl Gen<'_> {
                 ));
             }
             Op::PutPackets { peer, src, dst, .. } => {
+                if self.one_way_to.contains(peer) && self.done_waited.insert(*peer) {
+                    self.line(&format!("wait_done(c, {peer}u);"));
+                }
                 self.data_op(&[*src], &[], iterations);
                 let occ = self.occurrence(block, flat, 0)?;
                 let s = self.span(src, me, looped, false);
@@ -571,6 +578,12 @@ pub fn generate_cuda(
     } else {
         (false, false)
     };
+    let one_way = plan.one_way_packet_pairs();
+    let one_way_to: BTreeSet<u32> = one_way
+        .iter()
+        .filter(|(s, _)| *s == rank)
+        .map(|(_, r)| *r)
+        .collect();
     let mut body = String::new();
     let mut uses_barrier = false;
     for (b, blk) in blocks.iter().enumerate() {
@@ -585,6 +598,8 @@ pub fn generate_cuda(
             writes: Vec::new(),
             waited: BTreeSet::new(),
             signalled: BTreeSet::new(),
+            one_way_to: &one_way_to,
+            done_waited: BTreeSet::new(),
         };
         let mut flat = 0usize;
         for op in &blk.ops {
@@ -658,6 +673,9 @@ pub fn generate_cuda(
         src,
         "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
+    for (s, _) in one_way.iter().filter(|(_, r)| *r == rank) {
+        let _ = writeln!(src, "  publish_done(c, {s}u);");
+    }
     if start_sync {
         let _ = writeln!(src, "  start_sync(c, {}u);", plan.nranks);
     }
@@ -761,6 +779,48 @@ mod tests {
             .unwrap()
             .source;
         assert!(!one.contains("start_sync("), "{one}");
+    }
+
+    #[test]
+    fn ll_plans_need_no_handshake_and_one_way_senders_wait_for_progress() {
+        let source = |a: Algorithm, r: u32| {
+            let mut p = BuildParams::new(4);
+            p.root = 1;
+            let plan = build(a, &p).unwrap();
+            generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .source
+        };
+        for a in [
+            Algorithm::AllGatherLl,
+            Algorithm::ReduceScatterLl,
+            Algorithm::BroadcastLl,
+        ] {
+            for r in 0..4 {
+                let s = source(a, r);
+                assert!(
+                    !s.contains("start_sync(") && !s.contains("end_sync("),
+                    "{s}"
+                );
+            }
+        }
+        // All-pairs: every sender hears from its receivers.
+        for a in [Algorithm::AllGatherLl, Algorithm::ReduceScatterLl] {
+            let s = source(a, 2);
+            assert!(
+                !s.contains("wait_done(") && !s.contains("publish_done("),
+                "{s}"
+            );
+        }
+        // Broadcast: the root waits once per receiver, each receiver publishes to it.
+        let root = source(Algorithm::BroadcastLl, 1);
+        for p in [0, 2, 3] {
+            assert_eq!(root.matches(&format!("wait_done(c, {p}u);")).count(), 1);
+        }
+        assert!(!root.contains("publish_done("), "{root}");
+        let recv = source(Algorithm::BroadcastLl, 3);
+        assert!(recv.contains("publish_done(c, 1u);"), "{recv}");
+        assert!(!recv.contains("wait_done("), "{recv}");
     }
 
     #[test]

@@ -66,6 +66,7 @@ fn hierarchical_allreduce_on_virtual_nodes() {
 fn every_dtype_and_op_at_one_size() {
     for (algo, n) in [
         ("allreduce:1pa", 3),
+        ("reducescatter:ll", 3),
         ("allreduce:2pa-hb", 4),
         ("allreduce:2pa-ll", 3),
         ("allreduce:ring", 5),
@@ -112,6 +113,32 @@ fn repeated_calls_rotate_scratch_and_flags() {
                 root: 0,
                 in_place: i % 2 == 0,
                 registered: i % 5 == 0,
+                seed: i,
+            };
+            check_case(comm, &case).unwrap_or_else(|e| panic!("call {i} {case:?}: {e}"));
+        }
+    });
+}
+
+#[test]
+fn one_way_packet_senders_never_overrun_a_slow_receiver() {
+    // broadcast:ll's root never hears from the receivers: without the executor's
+    // progress credits it would run several invocations ahead and overwrite a scratch
+    // copy a late receiver has not read yet (its wait for the old flag then times out).
+    with_ranks(3, 3, Some("broadcast:ll"), |comm| {
+        let me = comm.rank();
+        for i in 0..8u64 {
+            if me == 2 && i % 4 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let case = Case {
+                coll: Collective::Broadcast,
+                count: 1000 + i % 2,
+                dtype: DataType::F32,
+                op: RedOp::Sum,
+                root: 0,
+                in_place: false,
+                registered: false,
                 seed: i,
             };
             check_case(comm, &case).unwrap_or_else(|e| panic!("call {i} {case:?}: {e}"));

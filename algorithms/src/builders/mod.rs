@@ -4,9 +4,11 @@
 //! [`crate::validate::validate`] (checked by [`build`] and by the tests).
 
 mod allreduce;
+mod ll;
 mod others;
 
 pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_rd, allreduce_ring};
+pub use ll::{allgather_ll, broadcast_ll, reducescatter_ll};
 pub use others::{
     allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain, broadcast_direct,
     reduce_allpairs, reducescatter_allpairs, reducescatter_ring, sendrecv,
@@ -59,13 +61,19 @@ pub enum Algorithm {
     ReduceAllPairs,
     /// AllToAll all-pairs.
     AllToAllAllPairs,
+    /// AllGather with LL packets into the peers' scratch ([`allgather_ll`]).
+    AllGatherLl,
+    /// ReduceScatter with LL packets into the peers' scratch ([`reducescatter_ll`]).
+    ReduceScatterLl,
+    /// Broadcast with LL packets into the receivers' scratch ([`broadcast_ll`]).
+    BroadcastLl,
     /// Point-to-point transfers ([`BuildParams::pairs`]).
     SendRecv,
 }
 
 impl Algorithm {
-    /// Every algorithm.
-    pub const ALL: [Algorithm; 16] = [
+    /// Every algorithm (`SendRecv` last: tests that skip it take every one before it).
+    pub const ALL: [Algorithm; 19] = [
         Algorithm::AllReduce1pa,
         Algorithm::AllReduce2paLl,
         Algorithm::AllReduce2paHb,
@@ -81,6 +89,9 @@ impl Algorithm {
         Algorithm::BroadcastChain,
         Algorithm::ReduceAllPairs,
         Algorithm::AllToAllAllPairs,
+        Algorithm::AllGatherLl,
+        Algorithm::ReduceScatterLl,
+        Algorithm::BroadcastLl,
         Algorithm::SendRecv,
     ];
 
@@ -90,9 +101,11 @@ impl Algorithm {
         match self {
             AllReduce1pa | AllReduce2paLl | AllReduce2paHb | AllReduce2phLl | AllReduce2phHb
             | AllReduceRing | AllReduceRd => Collective::AllReduce,
-            AllGatherAllPairs | AllGatherRing => Collective::AllGather,
-            ReduceScatterAllPairs | ReduceScatterRing => Collective::ReduceScatter,
-            BroadcastDirect | BroadcastChain => Collective::Broadcast,
+            AllGatherAllPairs | AllGatherRing | AllGatherLl => Collective::AllGather,
+            ReduceScatterAllPairs | ReduceScatterRing | ReduceScatterLl => {
+                Collective::ReduceScatter
+            }
+            BroadcastDirect | BroadcastChain | BroadcastLl => Collective::Broadcast,
             ReduceAllPairs => Collective::Reduce,
             AllToAllAllPairs => Collective::AllToAll,
             SendRecv => Collective::SendRecv,
@@ -115,6 +128,7 @@ impl Algorithm {
             }
             BroadcastDirect | SendRecv => "direct",
             BroadcastChain => "chain",
+            AllGatherLl | ReduceScatterLl | BroadcastLl => "ll",
         }
     }
 
@@ -209,6 +223,9 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         BroadcastChain => broadcast_chain(n, p.root, p.in_place, p.pipeline)?,
         ReduceAllPairs => reduce_allpairs(n, p.root, p.in_place)?,
         AllToAllAllPairs => alltoall_allpairs(n, p.in_place)?,
+        AllGatherLl => allgather_ll(n, p.in_place)?,
+        ReduceScatterLl => reducescatter_ll(n, p.in_place)?,
+        BroadcastLl => broadcast_ll(n, p.root, p.in_place)?,
         SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
     };
     let mut plan = plan;

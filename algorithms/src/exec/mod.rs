@@ -27,7 +27,11 @@
 //!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the
 //!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
 //!   packets start on their own word (see [`run::packet_area_bytes`]);
-//! * scratch rotation: invocation `i` uses copy `i mod scratch_rotation`.
+//! * scratch rotation: invocation `i` uses copy `i mod scratch_rotation`;
+//! * one-way packet senders ([`Plan::one_way_packet_pairs`](crate::plan::Plan::one_way_packet_pairs),
+//!   e.g. the broadcast root of `broadcast:ll`): the receiver signals the sender at the
+//!   end of each invocation and the sender waits for the signal of the invocation
+//!   `scratch_rotation` before its own, so it never overwrites a copy still being read.
 //!
 //! The communicator ([`crate::comm`]) owns the memory and builds the views.
 

@@ -16,7 +16,7 @@ use commhal_channels::packet::{ll_split, ll_word};
 
 use super::port::{Area, PortRange};
 use super::raw::{self, Span};
-use super::sync::{KIND_P2P, KIND_PACKETS, MAX_TAGS, SyncTable, kind_index};
+use super::sync::{CREDIT_TAG, KIND_P2P, KIND_PACKETS, MAX_TAGS, SyncTable, kind_index};
 
 /// P2P-kind semaphore tag of the entry handshake (tags 0 and 1 are send/recv's).
 const ENTRY_TAG: u32 = 2;
@@ -51,6 +51,12 @@ pub struct Prepared {
     /// invocation, so it must know the other has entered the call (its user buffers
     /// staged and no longer read from the previous call).
     pub entry_peers: Vec<u32>,
+    /// Peers this rank writes packets into one way: it waits for their progress first
+    /// ([`SyncTable::await_credit`]).
+    pub credit_to: Vec<u32>,
+    /// Peers that write packets into this rank one way: it reports its progress to
+    /// them at the end of each invocation.
+    pub credit_from: Vec<u32>,
 }
 
 type PacketKey = (u32, u32, u32, u32);
@@ -202,6 +208,17 @@ impl Prepared {
                 }
             })
             .collect();
+        let one_way = plan.one_way_packet_pairs();
+        let credit_to = one_way
+            .iter()
+            .filter(|(s, _)| *s == me)
+            .map(|(_, r)| *r)
+            .collect();
+        let credit_from = one_way
+            .iter()
+            .filter(|(_, r)| *r == me)
+            .map(|(s, _)| *s)
+            .collect();
         Ok(Prepared {
             plan,
             me,
@@ -210,6 +227,8 @@ impl Prepared {
             packet_totals,
             flag_stride,
             entry_peers,
+            credit_to,
+            credit_from,
         })
     }
 
@@ -347,7 +366,15 @@ impl Invocation<'_> {
         for &p in &self.prep.entry_peers {
             self.sync.wait(p, KIND_P2P, ENTRY_TAG)?;
         }
+        let rotation = u64::from(self.prep.plan.scratch_rotation);
+        for &p in &self.prep.credit_to {
+            self.sync.await_credit(p, rotation)?;
+        }
         self.run_blocks()?;
+        // Every packet this rank reads in this invocation has been read.
+        for &s in &self.prep.credit_from {
+            self.sync.signal(s, KIND_P2P, CREDIT_TAG)?;
+        }
         // Packet writes from far peers were waited for without being consumed.
         for &(from, b, n) in &self.prep.packet_totals {
             if self.sync.is_far(from) {

@@ -49,6 +49,9 @@ pub(crate) const KINDS: usize = 5;
 pub(crate) const KIND_P2P: usize = 3;
 /// Kind index of the counters of LL packet writes from far peers (tag: sender block).
 pub(crate) const KIND_PACKETS: usize = 4;
+/// P2P-kind tag of the progress signals of one-way packet receivers
+/// ([`SyncTable::await_credit`]; 0-1 send/recv, 2 the entry handshake, 3 the farewell).
+pub(crate) const CREDIT_TAG: u32 = 4;
 /// Tags per (peer, kind) a plan may use.
 pub const MAX_TAGS: usize = 64;
 /// First semaphore byte.
@@ -103,6 +106,8 @@ pub(crate) struct SyncTable {
     regions: Vec<Span>,
     /// Signals consumed so far, per local slot.
     expected: Vec<AtomicU64>,
+    /// Per peer: invocations in which this rank wrote packets into it one way.
+    credit_calls: Vec<AtomicU64>,
     /// How every wait of this rank spins, blocks and times out.
     pub(crate) tuning: WaitPolicy,
     /// Ports to far peers (`None`: every rank is on this node).
@@ -132,6 +137,7 @@ impl SyncTable {
             expected: (0..n * KINDS * MAX_TAGS)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            credit_calls: (0..n).map(|_| AtomicU64::new(0)).collect(),
             tuning,
             remote: areas
                 .iter()
@@ -248,6 +254,26 @@ impl SyncTable {
         if stopped {
             stop.check()?;
         }
+        Ok(())
+    }
+
+    /// Before an invocation that writes LL packets into `peer` one way
+    /// ([`crate::plan::Plan::one_way_packet_pairs`]; the m-th such invocation of this
+    /// rank, 0-based, counted here): wait until `peer` completed its invocation
+    /// m − `rotation`, i.e. sent `m − rotation + 1` signals on [`CREDIT_TAG`] (the
+    /// receiver sends one at the end of each such invocation, in the same order, as
+    /// collectives are called in the same order everywhere). The copy of scratch this
+    /// invocation writes was last read by the receiver `rotation` invocations of this
+    /// plan before, which is at most its invocation m − `rotation` of this kind.
+    pub(crate) fn await_credit(&self, peer: u32, rotation: u64) -> Result<(), HalError> {
+        let m = self.credit_calls[peer as usize].fetch_add(1, Ordering::Relaxed);
+        let need = (m + 1).saturating_sub(rotation.max(1));
+        let slot = Self::slot(peer, KIND_P2P, CREDIT_TAG);
+        if need == 0 || self.expected[slot].load(Ordering::Relaxed) >= need {
+            return Ok(());
+        }
+        self.wait_for(peer, KIND_P2P, CREDIT_TAG, need)?;
+        self.expected[slot].store(need, Ordering::Relaxed);
         Ok(())
     }
 

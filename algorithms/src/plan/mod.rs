@@ -33,7 +33,10 @@
 //!   scratch: a scratch chunk with elements `[a, b)` lives at bytes `[2*a*s, 2*b*s)` where
 //!   `s` is the element size ([`Plan::scratch_bytes`] accounts for this).
 //! * `scratch_rotation`: the executor keeps that many copies of scratch and uses the
-//!   next one on each invocation (LL flag values change per invocation too).
+//!   next one on each invocation (LL flag values change per invocation too). A rank
+//!   that writes packets into a peer it never hears from in the plan (a one-way
+//!   sender, [`Plan::one_way_packet_pairs`]) is held back by the executor until that
+//!   peer has finished reading the copy it is about to overwrite.
 //! * `Barrier` is **intra-rank**: every block of the rank reaches its k-th barrier before
 //!   any passes it. Cross-rank synchronisation is always signal/wait or packets.
 //! * `Finalize` applies the op's last step (avg: divide by nranks) to a local chunk.
@@ -227,6 +230,55 @@ impl Plan {
                 Op::Loop { body, .. } => body.iter().any(Op::is_packet),
                 o => o.is_packet(),
             })
+    }
+
+    /// `(sender, receiver)` pairs where the sender writes LL packets into the receiver's
+    /// scratch but never hears from it in an invocation (no wait on its signals, no read
+    /// of its packets, in any block): a one-way sender, such as a broadcast root.
+    ///
+    /// A sender that hears from its receiver in every invocation cannot start
+    /// invocation `i` before the receiver started `i − 1` (and so finished `i − 2`),
+    /// which is what rotating scratch over 2 copies needs. A one-way sender has no such
+    /// bound; executors make it wait, before its first packet write of invocation `i`,
+    /// until the receiver finished invocation `i − scratch_rotation` (the last to read
+    /// the copy `i` writes), and make the receiver publish its progress.
+    pub fn one_way_packet_pairs(&self) -> Vec<(u32, u32)> {
+        let n = self.nranks as usize;
+        let mut sends = vec![std::collections::BTreeSet::new(); n];
+        let mut hears = vec![std::collections::BTreeSet::new(); n];
+        for (r, rp) in self.ranks.iter().enumerate() {
+            for b in &rp.blocks {
+                for op in &b.ops {
+                    let ops = match op {
+                        Op::Loop { body, .. } => body.as_slice(),
+                        o => std::slice::from_ref(o),
+                    };
+                    for o in ops {
+                        match o {
+                            Op::PutPackets { peer, .. } if *peer as usize != r => {
+                                sends[r].insert(*peer);
+                            }
+                            Op::Wait { peer, .. } => {
+                                hears[r].insert(*peer);
+                            }
+                            Op::ReadReducePackets { packets, .. } => {
+                                hears[r].extend(packets.iter().map(|(p, _)| *p));
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for r in 0..n {
+            for &p in &sends[r] {
+                if !hears[r].contains(&p) {
+                    out.push((r as u32, p));
+                }
+            }
+        }
+        out
     }
 
     /// Bytes of one scratch copy for `count` elements of `dtype` (packets double it).

@@ -135,6 +135,9 @@ pub fn algorithm_label(a: Algorithm) -> &'static str {
         BroadcastChain => "plan:broadcast:chain",
         ReduceAllPairs => "plan:reduce:allpairs",
         AllToAllAllPairs => "plan:alltoall:allpairs",
+        AllGatherLl => "plan:allgather:ll",
+        ReduceScatterLl => "plan:reducescatter:ll",
+        BroadcastLl => "plan:broadcast:ll",
         SendRecv => "plan:sendrecv:direct",
     }
 }

@@ -43,6 +43,29 @@ fn every_builder_compiles_for_sm_90() {
 }
 
 #[test]
+fn ll_plans_compile_on_every_rank() {
+    // The broadcast root (wait_done) and its receivers (publish_done) differ.
+    if !nvrtc_or_skip("ll_plans_compile_on_every_rank") {
+        return;
+    }
+    for algo in [
+        Algorithm::AllGatherLl,
+        Algorithm::ReduceScatterLl,
+        Algorithm::BroadcastLl,
+    ] {
+        let mut p = params(algo, 3, false);
+        p.root = 1;
+        let plan = build(algo, &p).unwrap_or_else(|e| panic!("{algo:?}: {e}"));
+        for r in 0..3 {
+            let k = generate_cuda(&plan, r, DataType::Bf16, RedOp::Sum)
+                .unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+            compile(&k, "sm_90", None)
+                .unwrap_or_else(|e| panic!("{} r={r}:\n{e}\n{}", plan.name, k.source));
+        }
+    }
+}
+
+#[test]
 fn every_dtype_and_op_compiles_for_sm_90() {
     if !nvrtc_or_skip("every_dtype_and_op_compiles_for_sm_90") {
         return;

@@ -76,6 +76,9 @@ pub fn cross_node_gap(algo: Algorithm) -> Option<&'static str> {
         AllReduce1pa | AllReduce2paLl | AllReduce2paHb => Some(
             "all-pairs plans write LL packets / scratch of every peer through memory channels; across nodes only port-channel rings, chains and 2PH run",
         ),
+        AllGatherLl | ReduceScatterLl | BroadcastLl => Some(
+            "LL plans write packets into every peer's scratch through memory channels; across nodes the communicator would replace it by the ring/chain, which its own case checks",
+        ),
         AllGatherAllPairs | ReduceScatterAllPairs | BroadcastDirect => Some(
             "the plan puts into every peer's memory through memory channels; across nodes the communicator would replace it by the ring/chain, which its own case checks",
         ),

@@ -37,6 +37,16 @@
 //   its plan block).
 // LL8 packets carry 4 data bytes and a 4-byte flag (epoch and occurrence) in one 8-byte
 // store; scratch copies rotate with the epoch.
+// * One-way packet senders (a sender that never hears from its receiver in the plan,
+//   Plan::one_way_packet_pairs: the broadcast:ll root) have nothing in the plan that
+//   bounds how far they run ahead, so the receiver publishes its progress as the hand
+//   kernels' done epochs: CTA 0 of every launch stores the launches this rank completed
+//   into done[me] of the sender's state (one store into peer memory), and the sender
+//   waits, before its first packet write into the receiver, until done reaches the
+//   launch that last read the scratch copy it writes (L − rotation). The receiver is
+//   at most one launch behind in steady state, so that wait is a local load. Senders
+//   that hear from the receiver in every launch need none: to start launch L they saw
+//   a write of the receiver's launch L − 1, so it finished L − 2.
 //
 // Semaphores and packets are the channels' epoch flags and LL8 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
@@ -80,10 +90,12 @@ struct PlanArgs {
 };
 static_assert(sizeof(PlanArgs) == 232, "PlanArgs layout");
 
-// The local part of the plan area.
+// The local part of the plan area. Peers store into `done` only.
 struct PlanState {
   u32 error;                    // first error code (0: none)
-  u32 pad[2 * PLAN_MAX_CTAS - 1];
+  u32 pad0;
+  u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (one-way receivers)
+  u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS];
   u64 epoch[PLAN_MAX_CTAS];     // per CTA slot: plan launches completed on this rank
   u64 bar[PLAN_MAX_CTAS];       // per CTA: (L << 32) | intra-rank barriers passed
   u64 grp[PLAN_MAX_CTAS];       // per CTA: (L << 32) | replica syncs passed
@@ -251,6 +263,23 @@ COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks) { handshake(c, 0, nranks); }
 // this rank's input or writes its output any more): CTA b waits for every peer's CTA b,
 // and every rank runs the same grid.
 COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks) { handshake(c, 1, nranks); }
+
+// One-way receiver: publish this rank's completed plan launches to `sender` (CTA 0 of
+// the grid; every access of launch L − 1 and earlier is over at the kernel boundary).
+COMMHAL_DEVICE void publish_done(const Ctx& c, u32 sender) {
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    flag_signal(&reinterpret_cast<PlanState*>(c.a->area[sender] + PLAN_STATE_OFF)->done[c.a->rank],
+                c.epoch);
+}
+
+// One-way sender, before its first packet write into `receiver` in this launch: wait
+// until the receiver completed the last launch that read the scratch copy this one
+// writes (epoch − rotation, 0-based), i.e. done[receiver] >= epoch + 1 − rotation.
+COMMHAL_DEVICE void wait_done(const Ctx& c, u32 receiver) {
+  const u64 r = c.a->rotation;
+  if (threadIdx.x == 0 && c.epoch + 1 > r) flag_wait(&c.st->done[receiver], c.epoch + 1 - r, bound(c));
+  __syncthreads();
+}
 
 // ---- data types: storage S, arithmetic A ----
 // Codes (algorithms DataType order): 0 f64, 1 f32, 2 f16, 3 bf16, 4 f8e4m3, 5 f8e5m2,
