@@ -64,7 +64,7 @@ pub struct PlanArgs {
     pub area: [u64; MAX_RANKS],
     /// Message elements.
     pub count: u64,
-    /// Bytes of one scratch copy.
+    /// Distance between the two scratch copies (half the plan scratch).
     pub scratch_copy_bytes: u64,
     /// Bound of every device wait (ns).
     pub spin_ns: u64,
@@ -335,12 +335,14 @@ impl PlanExec {
         }
         let copy = codegen::gpu_scratch_copy_bytes(plan, count, dt);
         let rotation = plan.scratch_rotation.max(1);
-        if copy * u64::from(rotation) > self.scratch_capacity() {
+        // Copies sit at fixed places, whatever the plan and size: a launch's copy never
+        // overlaps the other copy, which the previous launch (of any plan or size) may
+        // still be reading on a peer.
+        let stride = self.scratch_capacity() / 2 / 256 * 256;
+        if copy > stride {
             return Err(CollError::invalid(format!(
-                "plan {} needs {} bytes of scratch ({rotation} × {copy}); the plan area has {}: create the Comm with a larger capacity or set COMMHAL_PLAN_SCRATCH",
+                "plan {} needs {copy} bytes of scratch per copy; the plan area holds two copies of {stride}: create the Comm with a larger capacity or set COMMHAL_PLAN_SCRATCH",
                 plan.name,
-                copy * u64::from(rotation),
-                self.scratch_capacity()
             )));
         }
         let (mut inp, mut out) = (*input, *output);
@@ -363,7 +365,7 @@ impl PlanExec {
             output: out,
             area: self.areas,
             count,
-            scratch_copy_bytes: copy,
+            scratch_copy_bytes: stride,
             spin_ns: self.spin_ns,
             replicas,
             rotation,

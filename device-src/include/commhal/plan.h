@@ -81,7 +81,7 @@ struct PlanArgs {
   u64 output[PLAN_MAX_RANKS];  // every rank's output base for this call, mapped here
   u64 area[PLAN_MAX_RANKS];    // every rank's plan area, mapped here
   u64 count;                   // message elements (the plan's `count`)
-  u64 scratch_copy_bytes;      // bytes of one scratch copy
+  u64 scratch_copy_bytes;      // distance between scratch copies (fixed per Comm)
   u64 spin_ns;                 // bound of every wait
   u32 replicas;                // CTAs per plan block
   u32 rotation;                // scratch copies (>= 1)
