@@ -21,8 +21,8 @@ fn run_coll(backend: &str, ranks: u32) -> Report {
 fn check(r: &Report, not_supported: &[&str]) {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.failed, 0, "{}", r.table());
-    // 16 algorithms + the dead-peer case
-    assert_eq!(r.cases.len(), 17, "{}", r.table());
+    // 19 algorithms + the dead-peer case
+    assert_eq!(r.cases.len(), 20, "{}", r.table());
     for c in &r.cases {
         let listed = not_supported.iter().any(|a| c.id.contains(a));
         if listed {
@@ -54,6 +54,7 @@ fn multi_node_algorithms_over_host_tcp() {
             "coll=reducescatter,algo=allpairs",
             "coll=reduce,algo=allpairs",
             "coll=broadcast,algo=direct",
+            "algo=ll,",
             "coll=alltoall,",
             "coll=sendrecv,",
         ],
