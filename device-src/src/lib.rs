@@ -58,6 +58,7 @@ macro_rules! coll {
 pub const HEADERS: &[Source] = &[
     header!("commhal_port.h"),
     header!("handles.h"),
+    header!("launch.h"),
     header!("wait.h"),
     header!("semaphore.h"),
     header!("copy.h"),

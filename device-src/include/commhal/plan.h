@@ -56,6 +56,7 @@
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/launch.h"
 #include "commhal/packets.h"
 #include "commhal/semaphore.h"
 
@@ -124,27 +125,14 @@ COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
   return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_STATE_OFF);
 }
 
-// Start of every generated kernel. Programmatic dependent launch (sm_90+; the host sets
-// the attribute as for the hand kernels): griddepcontrol.wait first — nothing runs
-// before the previous kernel on the stream completed and its memory is flushed — then
-// launch_dependents, so the next kernel's launch overlaps this one. No-ops without the
-// attribute.
+// Start of every generated kernel (commhal/launch.h, as the hand kernels start):
+// programmatic dependent launch, then the plan launches before this one on this rank.
 COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
-  __shared__ u64 s_epoch;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  launch_begin();
   Ctx c;
   c.a = &a;
   c.st = state_of(a);
-  if (threadIdx.x == 0) s_epoch = load_relaxed(&c.st->epoch[blockIdx.x]);
-  __syncthreads();
-  c.epoch = s_epoch;
-  // Word blockIdx.x only after every thread has the value (the __syncthreads above).
-  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < PLAN_MAX_CTAS;
-       w += (u64)blockDim.x * gridDim.x)
-    store_relaxed(&c.st->epoch[w], c.epoch + 1);
+  c.epoch = block_launch_number(c.st->epoch, PLAN_MAX_CTAS) - 1;
   c.hi = (c.epoch + 1) << 32;
   c.scr = PLAN_DATA_OFF + (c.epoch % a.rotation) * a.scratch_copy_bytes;
   c.part = blockIdx.x % a.replicas;

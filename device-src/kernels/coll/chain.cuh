@@ -70,8 +70,8 @@ COMMHAL_DEVICE u32 chain_start(const CollArgs& a, u64 e, bool stores, u64 geomet
     s_last[1] = load_relaxed(last + COLL_MAX_BLOCKS + blockIdx.x);
   }
   __syncthreads();
-  store_block_slots(last, e);
-  store_block_slots(last + COLL_MAX_BLOCKS, geometry);
+  store_block_slots(last, COLL_MAX_BLOCKS, e);
+  store_block_slots(last + COLL_MAX_BLOCKS, COLL_MAX_BLOCKS, geometry);
   if (!(a.flags & COLL_FLAG_CHAIN_OVERLAP) || s_last[0] + 1 != e) {
     block_barrier(a, COLL_OFF_START_FLAGS, e);
     return COLL_CHAIN_FULL;

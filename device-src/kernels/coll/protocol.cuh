@@ -2,15 +2,10 @@
 // shared with backends/cuda-coll/src/layout.rs), launch epochs, the bounded wait, the
 // per-block barrier and the peers' done-epoch words.
 //
-// Epochs. Every launch on a rank gets epoch e = 1 + the number of launches before it.
-// Launches are matched across ranks (same collective, same size, same order), so e
-// agrees on every rank. It lives in one u64 word per block slot (COLL_OFF_BLOCK_EPOCHS), all
-// equal between launches: block b of a launch reads word b, and stores e into words b,
-// b + grid, b + 2 grid, ... (no other block of the launch reads those), so after the
-// launch every word holds e whatever the grid. The next launch reads them after the
-// kernel boundary (stream order; with PDL after griddepcontrol.wait). No counter, no
-// fence: the end of a kernel publishes nothing (a system-scope release there cost
-// 1.3 µs of every launch, bench/micro/ll_latency.cu).
+// Epochs. Every launch on a rank gets epoch e = 1 + the number of launches before it,
+// counted in one u64 word per block slot (COLL_OFF_BLOCK_EPOCHS) with no atomic and no
+// fence (commhal/launch.h). Launches are matched across ranks (same collective, same
+// size, same order), so e agrees on every rank.
 // Peers learn a rank's progress from its done-epoch words: block 0 of launch e stores
 // e - 1 at its start (every access of launch e - 1 is over: the kernel boundary is the
 // fence) into word [rank] of COLL_OFF_DONE_EPOCHS in every rank's scratch, its own too,
@@ -49,6 +44,7 @@
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/launch.h"
 #include "commhal/semaphore.h"
 
 using namespace commhal;
@@ -123,37 +119,13 @@ COMMHAL_DEVICE void set_peer_error(const CollArgs& a, u32 p, u32 code) {
 // peers and the host may set too, and a.spin_ns.
 COMMHAL_DEVICE WaitBound bound(const CollArgs& a) { return WaitBound{error_word(a), a.spin_ns}; }
 
-// Start of every kernel: this launch's epoch (same in every block; see Epochs above).
-// Programmatic dependent launch (sm_90+; the host sets the launch attribute when
-// COMMHAL_COLL_PDL allows it): `griddepcontrol.wait` first — nothing of this kernel
-// runs before the previous kernel on the stream completed and its memory is flushed,
-// exactly as without the attribute — then `launch_dependents`, so the next collective's
-// blocks may already be scheduled (and wait in their own griddepcontrol.wait) while this
-// one runs: the launch latency overlaps this kernel instead of following it. Both are
-// no-ops for a launch without the attribute.
-// Store v into this block's per-block words of a [COLL_MAX_BLOCKS] array: b, b + grid,
-// b + 2 grid, ... (so after a launch every word holds v whatever its grid, and block b
-// of the next launch reads word b). The caller reads word b before, then
-// __syncthreads.
-COMMHAL_DEVICE void store_block_slots(u64* words, u64 v) {
-  for (u64 w = blockIdx.x + (u64)threadIdx.x * gridDim.x; w < COLL_MAX_BLOCKS;
-       w += (u64)blockDim.x * gridDim.x) {
-    store_relaxed(words + w, v);
-  }
-}
-
+// Start of every kernel (commhal/launch.h): programmatic dependent launch, then this
+// launch's epoch (the same in every block; see Epochs above), and block 0 publishes
+// e - 1 as this rank's done epoch to every rank.
 COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
-  __shared__ u64 s_epoch;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-  u64* words = reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS);
-  if (threadIdx.x == 0) s_epoch = load_relaxed(words + blockIdx.x) + 1;
-  __syncthreads();
-  const u64 e = s_epoch;
-  // word b only after every thread of the block has the value: the __syncthreads above
-  store_block_slots(words, e);
+  launch_begin();
+  const u64 e = block_launch_number(
+      reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS), COLL_MAX_BLOCKS);
   if (blockIdx.x == 0 && threadIdx.x < a.nranks) {
     store_relaxed(reinterpret_cast<u64*>(a.scratch[threadIdx.x] + COLL_OFF_DONE_EPOCHS) + a.rank,
                   e - 1);
