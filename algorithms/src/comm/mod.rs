@@ -1289,6 +1289,14 @@ impl Communicator {
             )?;
         }
         let rot = slot.invocations % rotation;
+        // Copies sit at fixed places in the slot's scratch (it only grows, and a new one
+        // is made collectively): with a stride of this call's own size, a call whose
+        // size differs from the previous one could write into the copy a peer is still
+        // reading from that call.
+        let stride = slot
+            .scratch
+            .as_ref()
+            .map_or(0, |s| s.len() as u64 / rotation / 64 * 64);
 
         // Views for every rank.
         let staged = |s: &Option<Shared>, q: usize| -> Area {
@@ -1337,7 +1345,7 @@ impl Communicator {
                 (pi.sub(0, in_bytes as usize), po.sub(0, out_bytes as usize))
             };
             let sc = staged(&slot.scratch, q);
-            let base = (rot * copy) as usize;
+            let base = (rot * stride) as usize;
             slot.bufs[q] = RankBufs {
                 input: input.unwrap_or(Area::EMPTY),
                 output: output.unwrap_or(Area::EMPTY),
