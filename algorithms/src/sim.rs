@@ -361,7 +361,7 @@ pub fn test_inputs(plan: &Plan, count: u64, dtype: DataType, op: RedOp, seed: u6
 }
 
 /// Simulate `plan` under three scheduling policies on [`test_inputs`] and compare with
-/// [`reference`]; an error names the policy, rank and first wrong element.
+/// [`reference()`]; an error names the policy, rank and first wrong element.
 pub fn verify(
     plan: &Plan,
     count: u64,

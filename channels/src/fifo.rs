@@ -278,7 +278,7 @@ impl<W: Word> Ring<'_, W> {
 }
 
 /// A FIFO that owns its ring (host memory). The proxy consumes it; producers push
-/// through [`Fifo::push`] or a device handle.
+/// through [`Fifo::try_push`] or a device handle.
 #[derive(Debug)]
 pub struct Fifo {
     slots: Box<[Slot<AtomicU64>]>,

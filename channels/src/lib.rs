@@ -7,7 +7,7 @@
 //! * [`semaphore`] — monotonic 64-bit counters: signal (release), wait (acquire),
 //!   bounded by a [`WaitPolicy`].
 //! * [`wait`] — spin, yield, then block ([`futex`] on the counter, or sleep), then
-//!   time out: the one counter wait of the stack ([`WaitPolicy::wait_counter`]).
+//!   time out: the one counter wait of the stack ([`WaitPolicy::wait_on`]).
 //! * [`packet`] — LL8/LL16 packets (data + flag in one store), flag epochs.
 //! * [`handles`] — the `#[repr(C)]` device handles; [`device`] executes the device
 //!   functions on host threads (host-emu), cooperatively (`tid`, `nthreads`).

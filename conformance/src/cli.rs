@@ -30,7 +30,7 @@ pub struct ConformanceArgs {
     /// `[backend.NAME]` options as TOML, e.g. `faults = "early-flush"`.
     #[arg(long, default_value = "")]
     pub backend_options: String,
-    /// Expectations file (default conformance/expectations/<backend>.toml).
+    /// Expectations file (default `conformance/expectations/<backend>.toml`).
     #[arg(long)]
     pub expectations: Option<PathBuf>,
     /// Bound of every channel wait, in milliseconds.

@@ -16,9 +16,9 @@
 //! The port is strongly ordered (one TCP stream, one receiver thread), so a signal is
 //! applied after every earlier write of this rank to that peer, from any block. The
 //! receiver thread wakes futex sleepers on the word it added to (the signal hook set in
-//! [`Ports::transport`]), so waits behave as with shared memory.
+//! `Ports::transport`), so waits behave as with shared memory.
 //!
-//! [`Area`] is a buffer as one rank reaches it: a mapped span (this rank, ranks of its
+//! `Area` is a buffer as one rank reaches it: a mapped span (this rank, ranks of its
 //! node), a port range (this rank's registered buffer, far peers' exports), or both.
 //! A far peer's area has **no span**: touching its memory directly is an error.
 

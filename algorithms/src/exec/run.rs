@@ -1,7 +1,7 @@
 //! The interpreter: runs one rank's part of a [`Prepared`] plan over host memory.
 //!
 //! One host thread per block (block 0 on the calling thread), ops in program order.
-//! Data ops are memmoves and the dtype module's reduce kernel over [`Span`]s of this
+//! Data ops are memmoves and the dtype module's reduce kernel over `Span`s of this
 //! rank's and its peers' buffers; reductions and packet reads walk big chunks in
 //! [`PIECE`]-byte pieces so the destination piece stays in cache while every operand is
 //! folded into it.
@@ -52,7 +52,7 @@ pub struct Prepared {
     /// staged and no longer read from the previous call).
     pub entry_peers: Vec<u32>,
     /// Peers this rank writes packets into one way: it waits for their progress first
-    /// ([`SyncTable::await_credit`]).
+    /// (`SyncTable::await_credit`).
     pub credit_to: Vec<u32>,
     /// Peers that write packets into this rank one way: it reports its progress to
     /// them at the end of each invocation.
@@ -262,7 +262,7 @@ impl Default for RankBufs {
 }
 
 /// Bytes of the packet area for `count` elements: 8 per 4 data bytes, plus one spare
-/// word per chunk so chunk starts never share a word (see [`packet_range`]).
+/// word per chunk so chunk starts never share a word (see `packet_range`).
 pub fn packet_area_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
     if !plan.uses_packets() {
         return 0;

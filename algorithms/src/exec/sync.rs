@@ -10,7 +10,7 @@
 //! | `64 + 16·slot` | semaphore `slot`: inbound counter `u64`, sleeping waiters `u64` |
 //!
 //! `slot = (src · KINDS + kind) · MAX_TAGS + tag` for the plan's semaphore key
-//! `(src → this rank, channel kind, tag)`; kind [`KIND_PACKETS`] counts LL packet writes
+//! `(src → this rank, channel kind, tag)`; kind `KIND_PACKETS` counts LL packet writes
 //! that arrived over a port from a far peer (tag = the sender's block).
 //!
 //! **Far peers** (another node, see [`super::port`]): their regions are not mapped here;

@@ -161,7 +161,7 @@ impl Dtype {
     pub fn size(self) -> u64 {
         self.data_type().size() as u64
     }
-    /// Kernel-name suffix of the unit's own instantiations (the one [`typed_kernel!`]
+    /// Kernel-name suffix of the unit's own instantiations (the one `typed_kernel!`
     /// appends): `f16`, `bf16`, `f32`; `""` for the other types, whose kernels live in
     /// the per-(type, op) modules without a suffix ([`crate::kernels`]).
     pub fn suffix(self) -> &'static str {

@@ -37,7 +37,7 @@
 //! | [`nccl`] | the comparison (`--compare nccl \| mscclpp`, `--compare-lib`): the library on the same buffers and stream |
 //! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
 //! | [`check`] | exact inputs and output checks |
-//! | [`bench`] | the benchmark loop and tables, the tuner's sweep |
+//! | [`bench`](mod@bench) | the benchmark loop and tables, the tuner's sweep |
 //! | [`hang`] | `--stop-rank`: this process stopped on purpose (SIGSTOP), continued by a kernel timer |
 //! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides, derivation |
 #![warn(missing_docs)]

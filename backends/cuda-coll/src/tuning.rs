@@ -177,7 +177,7 @@ pub const HEADER: &str = "\
 
 /// One `[ranks.N]` section. The file lists its keys in this order (the renderer
 /// serialises the struct: a new key needs its field here, its line in [`HEADER`], a
-/// value in [`FALLBACK`] and its use in [`resolve_with`]).
+/// value in `FALLBACK` and its use in `resolve_with`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Section {

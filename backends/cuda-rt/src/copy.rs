@@ -1,5 +1,5 @@
 //! Copies and fills on raw device addresses: queued on a stream ([`memset_async`],
-//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`]) or synchronous ([`read`], [`write`], [`fill`]).
+//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`]) or synchronous ([`read`], [`write()`], [`fill`]).
 //!
 //! The owning types ([`DeviceBuffer`](crate::DeviceBuffer),
 //! [`VmmAllocation`](crate::VmmAllocation)) have safe, bounds-checked methods; these

@@ -7,7 +7,7 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`probe`] | [`probe()`]: driver present → cuInit → device count; [`nvrtc_available`] |
+//! | [`probe`](mod@probe) | [`probe()`]: driver present → cuInit → device count; [`nvrtc_available`] |
 //! | [`driver`] | loading/initialising the driver, `CUresult` checks |
 //! | [`context`] | [`Context`]: a device's primary context |
 //! | [`stream`] | [`Stream`], [`Event`] (elapsed time) |

@@ -150,7 +150,7 @@ impl GpuOp {
     pub const fn set_wait(ns: u64) -> GpuOp {
         GpuOp::new(op::SET_WAIT, 0, 0, 0, ns)
     }
-    /// Spin until local[off] == value, then acquire.
+    /// Spin until `local[off] == value`, then acquire.
     pub const fn wait_byte(off: u64, value: u8) -> GpuOp {
         GpuOp::new(op::WAIT_BYTE, value as u32, off, 0, 0)
     }

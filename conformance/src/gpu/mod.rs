@@ -17,7 +17,7 @@
 //!   `ProxyContext::perform`.
 //!
 //! Output (rank 0): the conformance crate's table and `N passed, N failed, N skipped`
-//! (or JSON); every rank exits with the same code. [`bench`] measures latency and
+//! (or JSON); every rank exits with the same code. [`bench`](mod@bench) measures latency and
 //! bandwidth.
 //!
 //! | module | holds |
@@ -27,7 +27,7 @@
 //! | [`memory`] | cuda-nvlink cases |
 //! | [`port`] | cuda-dma cases |
 //! | [`proxy`] | device FIFO + proxy thread |
-//! | [`bench`] | ping-pong latency, put bandwidth, cuMemcpyPeer bandwidth |
+//! | [`bench`](mod@bench) | ping-pong latency, put bandwidth, cuMemcpyPeer bandwidth |
 
 pub mod bench;
 pub mod kernels;

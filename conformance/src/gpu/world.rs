@@ -240,7 +240,7 @@ impl Scratch {
             buf: DeviceBuffer::new(ctx, Self::LEN)?,
         })
     }
-    /// Zero everything and set status[0] = 1 (scripts only ever clear it).
+    /// Zero everything and set `status[0] = 1` (scripts only ever clear it).
     pub fn reset(&self) -> Result<()> {
         self.buf.fill(0)?;
         self.buf.write(1024, &1u32.to_ne_bytes())?;

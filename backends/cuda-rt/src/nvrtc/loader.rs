@@ -80,7 +80,7 @@ pub fn ensure_loaded() -> Result<()> {
 /// For tests that compile device code: make NVRTC loadable from the repository's
 /// `scripts/install-nvrtc.sh` directory (`<repo>/.cache/nvrtc/nvidia/cu13/lib`) when it
 /// is not found otherwise, and say whether it is available. Without NVRTC it prints
-/// "SKIPPED <test>: NVRTC not found" to the real stderr and returns false, or panics
+/// `SKIPPED <test>: NVRTC not found` to the real stderr and returns false, or panics
 /// when `COMMHAL_REQUIRE_NVRTC=1` (CI).
 pub fn nvrtc_or_skip(test: &str) -> bool {
     let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nvrtc/nvidia/cu13/lib");

@@ -3,7 +3,7 @@
 //! looks regions up in.
 //!
 //! * Registering gives a region a process-unique **id** and files a *weak* reference
-//!   under it in the transport's [`RegionTable`]. The registration lives as long as
+//!   under it in the transport's `RegionTable`. The registration lives as long as
 //!   any clone of the returned [`TcpLocal`]; once they are all dropped, incoming frames
 //!   for that id are refused (the sender is told with an error frame).
 //! * A [`TcpRemote`] is just (owner transport instance, region id, length): nothing of
