@@ -155,14 +155,7 @@ impl Kernel {
         cfg: LaunchConfig,
         args: &[KernelArg],
     ) -> Result<()> {
-        let (gx, gy, gz) = cfg.grid;
-        let (bx, by, bz) = cfg.block;
-        if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
-            return Err(CudaError::invalid(format!(
-                "launch of `{}` with an empty grid {:?} or block {:?}",
-                self.name, cfg.grid, cfg.block
-            )));
-        }
+        self.check_dims(&cfg)?;
         let slots: Vec<ArgSlot> = args
             .iter()
             .map(|a| {
@@ -179,25 +172,10 @@ impl Kernel {
         let mut params: Vec<*mut c_void> =
             slots.iter().map(|s| s.0.as_ptr() as *mut c_void).collect();
         self.module.ctx.bind()?;
-        // SAFETY: function and stream alive; `params` holds one pointer per argument
-        // to storage that outlives the call (the driver copies the values); argument
-        // types and pointer validity are the caller's contract (see # Safety).
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                self.raw,
-                gx,
-                gy,
-                gz,
-                bx,
-                by,
-                bz,
-                cfg.shared_mem_bytes,
-                stream.raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(r, "cuLaunchKernel", || format!("launching `{}`", self.name))
+        // SAFETY: `params` holds one pointer per argument to storage that outlives the
+        // call (the driver copies the values); argument types and pointer validity are
+        // the caller's contract (see # Safety).
+        unsafe { self.raw_launch(stream, &cfg, &mut params) }
     }
 
     /// Queue the kernel on `stream` with `args` as its one by-value parameter (a
@@ -221,14 +199,9 @@ impl Kernel {
         args: &A,
         programmatic: bool,
     ) -> Result<()> {
+        self.check_dims(&cfg)?;
         let (gx, gy, gz) = cfg.grid;
         let (bx, by, bz) = cfg.block;
-        if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
-            return Err(CudaError::invalid(format!(
-                "launch of `{}` with an empty grid {:?} or block {:?}",
-                self.name, cfg.grid, cfg.block
-            )));
-        }
         let mut copy = *args;
         let mut params = [&mut copy as *mut A as *mut c_void];
         if programmatic {
@@ -263,9 +236,40 @@ impl Kernel {
                 )
             });
         }
-        // SAFETY: function and stream alive; one parameter pointer to storage of the
-        // kernel's parameter type that outlives the call (the driver copies it).
-        // Pointer validity: see # Safety.
+        // SAFETY: one parameter pointer to storage of the kernel's parameter type that
+        // outlives the call (the driver copies it). Pointer validity: see # Safety.
+        unsafe { self.raw_launch(stream, &cfg, &mut params) }
+    }
+
+    /// Refuse an empty grid or block (the driver's own error would not name the kernel).
+    fn check_dims(&self, cfg: &LaunchConfig) -> Result<()> {
+        let (gx, gy, gz) = cfg.grid;
+        let (bx, by, bz) = cfg.block;
+        if gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 {
+            return Err(CudaError::invalid(format!(
+                "launch of `{}` with an empty grid {:?} or block {:?}",
+                self.name, cfg.grid, cfg.block
+            )));
+        }
+        Ok(())
+    }
+
+    /// `cuLaunchKernel` of this function on `stream` with `params`, checked.
+    ///
+    /// # Safety
+    /// `params` holds one pointer per kernel parameter, each to storage of that
+    /// parameter's type that outlives the call; every address the parameters hold is
+    /// valid for the kernel until the stream is synchronised.
+    unsafe fn raw_launch(
+        &self,
+        stream: &Stream,
+        cfg: &LaunchConfig,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let (gx, gy, gz) = cfg.grid;
+        let (bx, by, bz) = cfg.block;
+        // SAFETY: function and stream alive (borrowed); `params` as this function's
+        // contract says.
         let r = unsafe {
             sys::cuLaunchKernel(
                 self.raw,
