@@ -39,21 +39,10 @@ const POISON: u8 = 0xA5;
 pub struct BenchArgs {
     /// allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv.
     pub collective: String,
-    /// Smallest size in bytes (K, M, G suffixes).
-    #[arg(short = 'b', long = "minbytes", default_value = "1K")]
-    pub min_bytes: String,
-    /// Largest size in bytes (K, M, G suffixes).
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M")]
-    pub max_bytes: String,
-    /// Multiplication factor between sizes.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    pub factor: u64,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    pub iters: u32,
-    /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
-    pub warmup: u32,
+    /// The flags `commhal-gpu-bench` takes too (sizes, iterations, checks, graph
+    /// replays, the compared library, the fault checks).
+    #[command(flatten)]
+    pub common: commhal_cuda_coll::cli::CommonArgs,
     /// Data type (f32, f16, bf16, f64, i32, ...) [default: f32; half with --backend
     /// cuda-nvlink].
     #[arg(short = 'd', long = "datatype")]
@@ -61,12 +50,6 @@ pub struct BenchArgs {
     /// Reduction op (sum, prod, min, max, avg).
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: String,
-    /// Check results (1) or not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
-    pub check: u8,
-    /// Root of broadcast/reduce.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: u32,
     /// Algorithm override (short name, e.g. `ring`, or `collective:name`).
     #[arg(long)]
     pub algo: Option<String>,
@@ -90,49 +73,11 @@ pub struct BenchArgs {
     /// the host Communicator; another name is the same as `--backends NAME`.
     #[arg(long)]
     pub backend: Option<String>,
-    /// (cuda-nvlink) Also run a library with NCCL's C API on the same buffers in the
-    /// same processes, alternating with commhal per size; prints both tables and the
-    /// time ratio, labelled with the library's name and version. `nccl`: libnccl.so.2
-    /// from the loader's search path (LD_LIBRARY_PATH); `mscclpp`: MSCCL++'s
-    /// libmscclpp_nccl.so, from $COMMHAL_MSCCLPP_LIB, else the search path.
-    #[arg(long, value_enum)]
-    pub compare: Option<commhal_cuda_coll::cli::Compare>,
-    /// (cuda-nvlink) Compare with the library at PATH instead: anything exporting
-    /// NCCL's C API (a name without `/` is searched for as dlopen does).
-    #[arg(long, value_name = "PATH", conflicts_with = "compare")]
-    pub compare_lib: Option<String>,
-    /// (cuda-nvlink) Time CUDA graph replays (the `-n` launches captured in one
-    /// graph): `-G` alone = 5 replays, `-G N` = N replays (nccl-tests' graph launch
-    /// count), `-G 0` = no graph.
-    #[arg(short = 'G', long = "graph", value_name = "N", num_args = 0..=1, default_value_t = 0, default_missing_value = "5")]
-    pub graph: u32,
     /// How the time of a size combines the ranks' (nccl-tests' `-a`): 0 = rank 0's,
     /// 1 = mean, 2 = min, 3 = max of the ranks' medians [default: host: the max over
     /// ranks of each iteration, then the median; cuda-nvlink: 1].
     #[arg(short = 'a', long = "average", value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: Option<u8>,
-    /// nccl-tests' `-z` (blocking collectives): host collectives always return done,
-    /// so 0 and 1 time the same; cuda-nvlink launches are asynchronous (0 only).
-    #[arg(short = 'z', long = "blocking", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub blocking: u8,
-    /// nccl-tests' `-t` (threads per process): 1 only, one rank per process.
-    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
-    pub nthreads: u32,
-    /// nccl-tests' `-g` (GPUs per thread): 1 only, one GPU per process.
-    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
-    pub ngpus: u32,
-    /// Run the whole size sweep this many times, printing every cycle (nccl-tests'
-    /// `-N`; 0, forever, is not offered: give a count).
-    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
-    pub cycles: u32,
-    /// Seconds a rank waits for its peers before the run fails (nccl-tests' `-T`)
-    /// [default: host: COMMHAL_WAIT_TIMEOUT_MS, else 30 s; cuda-nvlink: --timeout-ms].
-    #[arg(short = 'T', long = "timeout", value_name = "SECONDS")]
-    pub timeout_s: Option<u64>,
-    /// nccl-tests' `-C` (report CPU time): host times are already host wall clock
-    /// (0 and 1 print the same); cuda-nvlink reports CUDA event time (0 only).
-    #[arg(short = 'C', long = "report_cputime", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
-    pub cputime: u8,
     /// Write the results to FILE from rank 0 (nccl-tests' `-J`): JSON, or CSV when the
     /// name ends in `.csv`; never prefixed by `commhal launch`, unlike stdout.
     #[arg(short = 'J', long = "output_file", value_name = "FILE")]
@@ -147,43 +92,25 @@ pub struct BenchArgs {
     /// launch as the host goes (0) [default: 1].
     #[arg(long)]
     pub gate: Option<u32>,
-    /// (cuda-nvlink) Largest all-reduce done with the one-shot LL kernel (overrides
-    /// the tuning file).
-    #[arg(long)]
-    pub ll_max: Option<String>,
     /// (cuda-nvlink) Device wait bound in milliseconds [default: 10000].
     #[arg(long)]
     pub timeout_ms: Option<u64>,
     /// (cuda-nvlink) Cap on bytes moved per size (iterations shrink) [default: 16G].
     #[arg(long)]
     pub max_bytes_per_size: Option<String>,
-    /// (cuda-nvlink) Fault check instead of a benchmark: rank R exits after the setup
-    /// (a crash); the others report how long until their collective of `-b` bytes fails.
-    #[arg(long, value_name = "R", conflicts_with_all = ["stop_rank", "abort_after_ms"])]
-    pub dead_rank: Option<u32>,
-    /// (cuda-nvlink) Fault check: rank R stops itself (SIGSTOP, a hung peer) after the
-    /// setup; the others report how long until their collective fails (expected: the
-    /// device wait bound, --timeout-ms).
-    #[arg(long, value_name = "R", conflicts_with = "abort_after_ms")]
-    pub stop_rank: Option<u32>,
-    /// (cuda-nvlink) Fault check: every rank but 0 queues a collective that rank 0 never
-    /// joins, and every rank aborts its communicator after T ms; each reports how long
-    /// from its abort to its error.
-    #[arg(long, value_name = "T", value_parser = clap::value_parser!(u64).range(1..))]
-    pub abort_after_ms: Option<u64>,
 }
 
 impl BenchArgs {
     /// GPU-only flags given (named), for the error on host backends.
     pub(crate) fn gpu_flags(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
-        if self.compare.is_some() {
+        if self.common.compare.is_some() {
             v.push("--compare");
         }
-        if self.compare_lib.is_some() {
+        if self.common.compare_lib.is_some() {
             v.push("--compare-lib");
         }
-        if self.graph > 0 {
+        if self.common.graph > 0 {
             v.push("-G");
         }
         if self.batch.is_some() {
@@ -192,7 +119,7 @@ impl BenchArgs {
         if self.gate.is_some() {
             v.push("--gate");
         }
-        if self.ll_max.is_some() {
+        if self.common.ll_max.is_some() {
             v.push("--ll-max");
         }
         if self.timeout_ms.is_some() {
@@ -201,13 +128,13 @@ impl BenchArgs {
         if self.max_bytes_per_size.is_some() {
             v.push("--max-bytes-per-size");
         }
-        if self.dead_rank.is_some() {
+        if self.common.dead_rank.is_some() {
             v.push("--dead-rank");
         }
-        if self.stop_rank.is_some() {
+        if self.common.stop_rank.is_some() {
             v.push("--stop-rank");
         }
-        if self.abort_after_ms.is_some() {
+        if self.common.abort_after_ms.is_some() {
             v.push("--abort-after-ms");
         }
         v
@@ -222,25 +149,25 @@ pub const PREFIX_ENV: &str = "COMMHAL_LAUNCH_PREFIX";
 /// CSV on a stdout that `commhal launch` prefixes: refused before any rank starts
 /// waiting for the others, with what to do instead.
 pub fn check_nccl_tests_flags(args: &BenchArgs) -> Result<(), String> {
-    if args.nthreads != 1 {
+    if args.common.nthreads != 1 {
         return Err(format!(
             "bench: -t {}: one thread per process here; start more ranks with `commhal launch -n N` (or --ranks N)",
-            args.nthreads
+            args.common.nthreads
         ));
     }
-    if args.ngpus != 1 {
+    if args.common.ngpus != 1 {
         return Err(format!(
             "bench: -g {}: one GPU per process here; start more ranks with `commhal launch -n N` (or --ranks N)",
-            args.ngpus
+            args.common.ngpus
         ));
     }
-    if args.cycles == 0 {
+    if args.common.cycles == 0 {
         return Err(
             "bench: -N 0 (run forever) is not offered: give a number of cycles, e.g. -N 1000"
                 .into(),
         );
     }
-    if args.timeout_s == Some(0) {
+    if args.common.timeout_s == Some(0) {
         return Err("bench: -T 0: give the timeout in seconds, at least 1".into());
     }
     if args.json && args.csv {
@@ -354,43 +281,18 @@ struct Row {
     ip_wrong: i64,
 }
 
-/// Parse `1K`, `64M`, `1G`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|v| v.checked_mul(mul))
-        .ok_or_else(|| format!("`{s}` is not a size (use e.g. 4096, 1K, 64M, 1G)"))
-}
-
 /// `-b`/`-e` as bytes, after checking that the size sweep ends: `-b` at least 1 (a
-/// zero start never grows), `-b <= -e`, `-f >= 2`, `-n >= 1`.
+/// zero start never grows) and `-b <= -e` (`-f >= 2` and `-n >= 1` are checked when
+/// the flags are parsed).
 pub fn check_sizes(args: &BenchArgs) -> Result<(u64, u64), String> {
-    let (lo, hi) = (parse_size(&args.min_bytes)?, parse_size(&args.max_bytes)?);
+    let (lo, hi) = (args.common.min_bytes, args.common.max_bytes);
     if lo == 0 {
         return Err(format!(
-            "bench: -b {}: the smallest size must be at least 1 byte (sizes grow by multiplying by -f, so 0 never grows)",
-            args.min_bytes
+            "bench: -b {lo}: the smallest size must be at least 1 byte (sizes grow by multiplying by -f, so 0 never grows)"
         ));
     }
     if lo > hi {
         return Err(format!("bench: -b {lo} is above -e {hi}: pass -b <= -e"));
-    }
-    if args.factor < 2 {
-        return Err(format!(
-            "bench: -f {}: the step factor must be at least 2 so that sizes grow",
-            args.factor
-        ));
-    }
-    if args.iters == 0 {
-        return Err("bench: -n 0: run at least 1 iteration".into());
     }
     Ok((lo, hi))
 }
@@ -454,14 +356,14 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         backends: cli_backends.map(<[String]>::to_vec),
         node: Some(rank / (n / args.nodes)),
         algo,
-        wait: args.timeout_s.map(|s| WaitPolicy {
+        wait: args.common.timeout_s.map(|s| WaitPolicy {
             timeout: Duration::from_secs(s),
             ..WaitPolicy::for_host(n / args.nodes)
         }),
         ..Default::default()
     };
     let mut comm = Communicator::new(boot, opts).map_err(|e| e.to_string())?;
-    let root = args.root;
+    let root = args.common.root;
     if root >= n {
         return Err(format!("-r {root}: root must be below the {n} ranks"));
     }
@@ -471,7 +373,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
     let mut size = lo;
     while size <= hi {
         sizes.push(size);
-        match size.checked_mul(args.factor) {
+        match size.checked_mul(args.common.step_factor) {
             Some(v) => size = v,
             None => break,
         }
@@ -494,7 +396,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         .map_err(|e| e.to_string())?;
 
     let devices = gather_devices(comm.bootstrap().as_ref())?;
-    let steps = sizes.len() as u64 * u64::from(args.cycles);
+    let steps = sizes.len() as u64 * u64::from(args.common.cycles);
     let progress = (rank == 0 && steps > 1).then(|| {
         let pb = indicatif::ProgressBar::new(steps);
         pb.set_style(
@@ -533,7 +435,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
         _ => 1.0,
     };
     let mut rows = Vec::new();
-    for _cycle in 0..args.cycles {
+    for _cycle in 0..args.common.cycles {
         for &size in &sizes {
             let count = size / per_elem;
             if let Some(pb) = &progress {
@@ -569,11 +471,11 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
                     &mut inplace,
                     in_place,
                 );
-                for _ in 0..args.warmup {
+                for _ in 0..args.common.warmup {
                     ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
                 }
-                let mut local = Vec::with_capacity(args.iters as usize);
-                for _ in 0..args.iters {
+                let mut local = Vec::with_capacity(args.common.iters as usize);
+                for _ in 0..args.common.iters {
                     let t0 = Instant::now();
                     ctx.call(&mut comm, &send, &mut recv, &mut inplace, in_place)?;
                     local.push(t0.elapsed().as_secs_f64() * 1e6);
@@ -582,7 +484,7 @@ pub fn run(args: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Str
                     None => max_then_median(comm.bootstrap().as_ref(), &local)?,
                     Some(a) => combine_medians(comm.bootstrap().as_ref(), &mut local, a)?,
                 };
-                wrong[k] = if args.check != 0 {
+                wrong[k] = if args.common.check != 0 {
                     fill(
                         &ctx,
                         &mut comm,
@@ -988,10 +890,10 @@ fn table_header(
         nccl_header_line(
             lo,
             hi,
-            args.factor,
-            args.warmup,
-            args.iters,
-            u32::from(args.check),
+            args.common.step_factor,
+            args.common.warmup,
+            args.common.iters,
+            u32::from(args.common.check),
             0,
         ),
         "#".into(),
@@ -1434,16 +1336,22 @@ mod tests {
             "out.csv",
         ]);
         assert_eq!(
-            (a.average, a.blocking, a.cycles, a.timeout_s, a.cputime),
+            (
+                a.average,
+                a.common.blocking,
+                a.common.cycles,
+                a.common.timeout_s,
+                a.common.cputime
+            ),
             (Some(3), 1, 2, Some(7), 1)
         );
         assert!(output_file_is_csv(a.output_file.as_deref().unwrap_or("")));
         assert!(check_nccl_tests_flags(&a).is_ok());
         // -G alone, -G N, -G 0
-        assert_eq!(args(&["-G"]).graph, 5);
-        assert_eq!(args(&["-G", "3"]).graph, 3);
-        assert_eq!(args(&["-G", "0"]).graph, 0);
-        assert_eq!(args(&["-G", "-b", "2K"]).graph, 5);
+        assert_eq!(args(&["-G"]).common.graph, 5);
+        assert_eq!(args(&["-G", "3"]).common.graph, 3);
+        assert_eq!(args(&["-G", "0"]).common.graph, 0);
+        assert_eq!(args(&["-G", "-b", "2K"]).common.graph, 5);
         assert!(args(&["-G", "2"]).gpu_flags().contains(&"-G"));
         assert!(args(&["-G", "0"]).gpu_flags().is_empty());
         // refused with what to do instead
@@ -1517,14 +1425,5 @@ mod tests {
             .collect();
         assert_eq!(lines, [3, 3, 2, 2, 3, 3, 2, 2]);
         assert!(!text.contains("NaN") && !text.contains("inf"));
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("1K").unwrap(), 1024);
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("x").is_err());
     }
 }

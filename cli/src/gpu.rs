@@ -85,54 +85,31 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
     })?;
     let dtype = parse_dtype(a.dtype.as_deref().unwrap_or("half"))
         .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
-    let min_bytes = ccli::parse_size(&a.min_bytes).map_err(|e| format!("-b: {e}"))?;
-    let max_bytes = ccli::parse_size(&a.max_bytes).map_err(|e| format!("-e: {e}"))?;
-    if min_bytes == 0 || min_bytes > max_bytes || a.factor < 2 || a.iters == 0 {
+    let (min_bytes, max_bytes) = (a.common.min_bytes, a.common.max_bytes);
+    if min_bytes == 0 || min_bytes > max_bytes {
         return bad(format!(
             "need 1 <= -b <= -e (-b {min_bytes}, -e {max_bytes}), -f >= 2 (-f {}) and -n >= 1 (-n {})",
-            a.factor, a.iters
+            a.common.step_factor, a.common.iters
         ));
     }
-    let ll_max = match &a.ll_max {
-        Some(s) => Some(ccli::parse_size(s).map_err(|e| format!("--ll-max: {e}"))?),
-        None => None,
-    };
     let max_bytes_per_size = match &a.max_bytes_per_size {
         Some(s) => ccli::parse_size(s).map_err(|e| format!("--max-bytes-per-size: {e}"))?,
         None => 16 << 30,
     };
     Ok(Args {
         collective,
-        min_bytes,
-        max_bytes,
-        step_factor: a.factor,
-        iters: a.iters,
-        warmup: a.warmup,
+        // the shared flags as parsed: one declaration, the same defaults and parsers
+        common: a.common.clone(),
         dtype,
         op,
         scalar: 1.0,
-        root: a.root,
-        check: u32::from(a.check),
-        graph: a.graph,
         average: a.average.unwrap_or(1),
-        blocking: a.blocking,
-        nthreads: a.nthreads,
-        ngpus: a.ngpus,
-        cycles: a.cycles,
-        timeout_s: a.timeout_s,
-        cputime: a.cputime,
         batch: a.batch.unwrap_or(ccli::DEFAULT_BATCH),
         gate: a.gate.unwrap_or(1),
-        compare: a.compare,
-        compare_lib: a.compare_lib.as_ref().map(PathBuf::from),
         // rank 0 writes it (never through `commhal launch`'s prefixed stdout)
         json: a.output_file.as_ref().map(PathBuf::from),
         max_bytes_per_size,
-        ll_max,
         timeout_ms: a.timeout_ms.unwrap_or(10_000),
-        dead_rank: a.dead_rank,
-        stop_rank: a.stop_rank,
-        abort_after_ms: a.abort_after_ms,
         cycle_roots: false,
         matrix: false,
         p2p: false,
@@ -146,7 +123,7 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         args.check_nccl_tests_flags()
             .and_then(|()| args.check_fault_flags())
             .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
-        if args.fault().is_some() && (a.plot.is_some() || a.output_file.is_some() || a.json) {
+        if args.common.fault().is_some() && (a.plot.is_some() || a.output_file.is_some() || a.json) {
             return Err(
                 "bench --backend cuda-nvlink: a fault check prints one line per rank and no table: drop --plot, -J and --json"
                     .into(),
@@ -255,7 +232,7 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
     }
     let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
     let out = bench::run_rank(&args, boot.as_ref()).map_err(|e| e.to_string())?;
-    if out.rank != 0 || args.fault().is_some() {
+    if out.rank != 0 || args.common.fault().is_some() {
         // a fault check: every rank printed its own outcome; the exit status says the rest
         return Ok(i32::from(out.wrong));
     }
@@ -427,35 +404,37 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
     }
     let args = Args {
         collective: colls[0],
-        min_bytes,
-        max_bytes,
-        step_factor: t.factor,
-        iters: t.iters,
-        warmup: t.warmup,
+        common: ccli::CommonArgs {
+            min_bytes,
+            max_bytes,
+            step_factor: t.factor,
+            iters: t.iters,
+            warmup: t.warmup,
+            root: 0,
+            check: t.check,
+            graph: if t.graph { 5 } else { 0 },
+            blocking: 0,
+            nthreads: 1,
+            ngpus: 1,
+            cycles: 1,
+            timeout_s: None,
+            cputime: 0,
+            compare: None,
+            compare_lib: None,
+            ll_max: None,
+            dead_rank: None,
+            stop_rank: None,
+            abort_after_ms: None,
+        },
         dtype: tune_dtype(&t.dtype)?,
         op: ccli::OpName::Sum,
         scalar: 1.0,
-        root: 0,
-        check: u32::from(t.check),
-        graph: if t.graph { 5 } else { 0 },
         average: 1,
-        blocking: 0,
-        nthreads: 1,
-        ngpus: 1,
-        cycles: 1,
-        timeout_s: None,
-        cputime: 0,
         batch: t.batch,
         gate: 1,
-        compare: None,
-        compare_lib: None,
         json: None,
         max_bytes_per_size: 16 << 30,
-        ll_max: None,
         timeout_ms: t.timeout_ms,
-        dead_rank: None,
-        stop_rank: None,
-        abort_after_ms: None,
         cycle_roots: false,
         matrix: false,
         p2p: false,
@@ -493,7 +472,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             "gpu": out.device,
             "nranks": out.nranks,
             "dtype": args.dtype,
-            "graph": args.graphed(),
+            "graph": args.common.graphed(),
             "batch": args.batch,
             "sweeps": out.sweeps,
             "derived": format!("{:?}", out.derived),
@@ -524,13 +503,13 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
         ),
         sweep: format!(
             "{}..{} x{}, {}, {} iters, {} warm-up, {}",
-            human(args.min_bytes),
-            human(args.max_bytes),
-            args.step_factor,
+            human(args.common.min_bytes),
+            human(args.common.max_bytes),
+            args.common.step_factor,
             args.dtype.name(),
-            args.iters,
-            args.warmup,
-            if args.graphed() {
+            args.common.iters,
+            args.common.warmup,
+            if args.common.graphed() {
                 "graph replays".to_string()
             } else {
                 format!("events every {} launches", args.batch)
@@ -683,16 +662,16 @@ mod tests {
         .unwrap();
         assert_eq!(a.collective, Collective::Allreduce);
         assert_eq!(
-            (a.min_bytes, a.max_bytes, a.step_factor),
+            (a.common.min_bytes, a.common.max_bytes, a.common.step_factor),
             (1024, 1 << 30, 4)
         );
-        assert_eq!((a.iters, a.warmup), (50, 10));
+        assert_eq!((a.common.iters, a.common.warmup), (50, 10));
         assert_eq!(a.dtype, Dtype::Half, "GPU default: half");
-        assert!(a.graphed() && a.print_tables);
-        assert_eq!(a.compare, Some(Compare::Nccl));
-        assert_eq!((a.ll_max, a.gate, a.batch), (Some(64 << 10), 0, 1));
+        assert!(a.common.graphed() && a.print_tables);
+        assert_eq!(a.common.compare, Some(Compare::Nccl));
+        assert_eq!((a.common.ll_max, a.gate, a.batch), (Some(64 << 10), 0, 1));
         assert_eq!((a.timeout_ms, a.max_bytes_per_size), (10_000, 16 << 30));
-        assert_eq!((a.graph, a.average, a.wait_ms()), (5, 1, 10_000));
+        assert_eq!((a.common.graph, a.average, a.wait_ms()), (5, 1, 10_000));
         // nccl-tests' flags: -G N replays, -a, -T seconds, -N cycles, -J FILE.json
         let a = bench_args(&[
             "allreduce",
@@ -715,7 +694,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (a.graph, a.average, a.wait_ms(), a.cycles),
+            (a.common.graph, a.average, a.wait_ms(), a.common.cycles),
             (20, 3, 30_000, 2)
         );
         assert_eq!(a.json.as_deref(), Some(std::path::Path::new("out.json")));
@@ -731,16 +710,109 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (a.collective, a.dtype, a.root),
+            (a.collective, a.dtype, a.common.root),
             (Collective::Broadcast, Dtype::Bfloat16, 2)
         );
         assert!(!a.print_tables, "--json prints JSON instead of the tables");
-        assert_eq!(a.compare, None);
-        assert_eq!(a.compare_lib, None);
+        assert_eq!(a.common.compare, None);
+        assert_eq!(a.common.compare_lib, None);
         assert_eq!(a.batch, 10, "default: events every 10 launches");
         let a = bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch=64"]).unwrap();
         assert_eq!(a.batch, 64);
         assert!(bench_args(&["allreduce", "--backend", "cuda-nvlink", "--batch", "0"]).is_err());
+    }
+
+    /// The flags both commands share come from one declaration
+    /// ([`ccli::CommonArgs`]): `commhal bench` and `commhal-gpu-bench` give the same
+    /// values for the same words, the same defaults, and refuse the same values.
+    #[test]
+    fn shared_flags_parse_alike_in_both_commands() {
+        let bench =
+            |v: &[&str]| B::try_parse_from(["x", "allreduce"].iter().chain(v)).map(|b| b.a.common);
+        let gpu_bench = |v: &[&str]| Args::try_parse_from(["x", "allreduce"].iter().chain(v));
+        let cases: [&[&str]; 7] = [
+            &[],
+            &[
+                "-b", "2K", "-e", "1GiB", "-f", "4", "-n", "50", "-w", "10", "-r", "3", "-c", "0",
+                "-z", "1", "-t", "1", "-g", "1", "-N", "2", "-T", "30", "-C", "1",
+            ],
+            &[
+                "--minbytes=1M",
+                "--maxbytes",
+                "2M",
+                "--stepfactor",
+                "8",
+                "--iters",
+                "7",
+                "--warmup_iters",
+                "0",
+                "--root",
+                "1",
+                "--check",
+                "2",
+                "--graph",
+                "3",
+                "--blocking",
+                "0",
+                "--nthreads",
+                "1",
+                "--ngpus",
+                "2",
+                "--run_cycles",
+                "5",
+                "--timeout",
+                "9",
+                "--report_cputime",
+                "0",
+            ],
+            &["-G", "-b", "4K", "--compare", "mscclpp", "--ll-max", "64K"],
+            &["--compare-lib", "/x.so", "--dead-rank", "2"],
+            &["--stop-rank", "1"],
+            &["--abort-after-ms", "250"],
+        ];
+        for v in cases {
+            let (b, g) = (bench(v), gpu_bench(v));
+            let (b, g) = (
+                b.unwrap_or_else(|e| panic!("bench {v:?}: {e}")),
+                g.unwrap_or_else(|e| panic!("gpu-bench {v:?}: {e}")),
+            );
+            assert_eq!(b, g.common, "{v:?}");
+            // and `commhal bench --backend cuda-nvlink` hands them on as parsed
+            let mut words = vec!["allreduce", "--backend", "cuda-nvlink"];
+            words.extend(v);
+            if let Ok(a) = bench_args(&words) {
+                assert_eq!(a.common, g.common, "{v:?}");
+            }
+        }
+        let d = bench(&[]).unwrap();
+        assert_eq!(
+            (d.min_bytes, d.max_bytes, d.step_factor, d.iters, d.warmup),
+            (1024, 64 << 20, 2, 20, 5),
+            "nccl-tests' defaults"
+        );
+        assert_eq!(
+            (d.root, d.check, d.graph, d.cycles, d.timeout_s),
+            (0, 1, 0, 1, None)
+        );
+        for bad in [
+            &["-b", "x"][..],
+            &["-e", "1Q"],
+            &["-f", "1"],
+            &["-n", "0"],
+            &["-z", "2"],
+            &["-C", "2"],
+            &["-c", "256"],
+            &["--ll-max", "lots"],
+            &["--abort-after-ms", "0"],
+            &["--stop-rank", "-1"],
+            &["--compare", "rccl"],
+            &["--compare", "nccl", "--compare-lib", "/x.so"],
+            &["--dead-rank", "1", "--stop-rank", "2"],
+            &["--stop-rank", "1", "--abort-after-ms", "5"],
+        ] {
+            let (b, g) = (bench(bad).unwrap_err(), gpu_bench(bad).unwrap_err());
+            assert_eq!(b.kind(), g.kind(), "{bad:?}: {b} / {g}");
+        }
     }
 
     #[test]
@@ -752,9 +824,12 @@ mod tests {
             args.extend(["--backend", "cuda-nvlink"]);
             bench_args(&args)
         };
-        assert_eq!(gpu(&["allreduce"]).unwrap().fault(), None);
+        assert_eq!(gpu(&["allreduce"]).unwrap().common.fault(), None);
         let a = gpu(&["allreduce", "-b", "4K", "--dead-rank", "3"]).unwrap();
-        assert_eq!((a.fault(), a.min_bytes), (Some(Fault::DeadRank(3)), 4096));
+        assert_eq!(
+            (a.common.fault(), a.common.min_bytes),
+            (Some(Fault::DeadRank(3)), 4096)
+        );
         let a = gpu(&[
             "allreduce",
             "-b",
@@ -765,11 +840,11 @@ mod tests {
             "2000",
         ])
         .unwrap();
-        assert_eq!(a.fault(), Some(Fault::StopRank(1)));
+        assert_eq!(a.common.fault(), Some(Fault::StopRank(1)));
         assert_eq!(a.wait_ms(), 2000, "the stopped peer's bound");
         let a = gpu(&["allreduce", "--abort-after-ms", "300"]).unwrap();
         assert_eq!(
-            a.fault(),
+            a.common.fault(),
             Some(Fault::AbortAfter(Duration::from_millis(300)))
         );
         // one check at a time (clap), an abort before the wait bound, no table outputs
@@ -822,10 +897,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (a.compare, a.compare_lib.clone()),
+            (a.common.compare, a.common.compare_lib.clone()),
             (Some(Compare::Mscclpp), None)
         );
-        assert_eq!(a.comparison(), Some(Comparison::Mscclpp));
+        assert_eq!(a.common.comparison(), Some(Comparison::Mscclpp));
         let a = bench_args(&[
             "allgather",
             "--backend",
@@ -834,12 +909,15 @@ mod tests {
             "/x.so",
         ])
         .unwrap();
-        assert_eq!(a.compare, None);
+        assert_eq!(a.common.compare, None);
         assert_eq!(
-            a.compare_lib.as_deref(),
+            a.common.compare_lib.as_deref(),
             Some(std::path::Path::new("/x.so"))
         );
-        assert_eq!(a.comparison(), Some(Comparison::Path("/x.so".into())));
+        assert_eq!(
+            a.common.comparison(),
+            Some(Comparison::Path("/x.so".into()))
+        );
         let e = bench_args(&[
             "allreduce",
             "--backend",
@@ -938,10 +1016,13 @@ mod tests {
         let (a, colls) = tune_args(&t.a).unwrap();
         assert_eq!(colls, bench::TUNED.to_vec());
         assert_eq!(
-            (a.min_bytes, a.max_bytes, a.step_factor),
+            (a.common.min_bytes, a.common.max_bytes, a.common.step_factor),
             (1024, 256 << 20, 2)
         );
-        assert_eq!((a.dtype, a.check, a.graph), (Dtype::Half, 1, 0));
+        assert_eq!(
+            (a.dtype, a.common.check, a.common.graph),
+            (Dtype::Half, 1, 0)
+        );
         assert_eq!(a.batch, 10, "the benchmark's default batch");
         assert!(T::try_parse_from(["x", "--out", "f", "--batch", "0"]).is_err());
         let t = T::try_parse_from([
@@ -959,7 +1040,7 @@ mod tests {
         .unwrap();
         let (a, colls) = tune_args(&t.a).unwrap();
         assert_eq!(colls, [Collective::Allgather, Collective::Reducescatter]);
-        assert!(a.graphed() && a.dtype == Dtype::Float && a.batch == 1);
+        assert!(a.common.graphed() && a.dtype == Dtype::Float && a.batch == 1);
         for (v, want) in [
             (&["--collectives", "alltoall"][..], "no kernel choice"),
             (&["--backend", "host-emu"][..], "only cuda-nvlink"),

@@ -251,7 +251,7 @@ impl<'a> Bench<'a> {
     }
 
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
-        self.launch_root(which, count, per, in_place, self.args.root)
+        self.launch_root(which, count, per, in_place, self.args.common.root)
     }
 
     fn launch_root(
@@ -350,7 +350,7 @@ impl<'a> Bench<'a> {
                     }
                     // only the root's output holds data; the others stay poisoned
                     Collective::Broadcast => {
-                        if self.comm.rank() == self.args.root {
+                        if self.comm.rank() == self.args.common.root {
                             copy::copy_async(s, out, inp, full)?
                         }
                     }
@@ -370,16 +370,16 @@ impl<'a> Bench<'a> {
         // the output of each rank that was root, so every rank checks as the root
         let check_root = if a.cycle_roots && a.collective.has_root() && !in_place {
             for k in 1..=n {
-                self.launch_root(which, count, per, false, (a.root + k) % n)?;
+                self.launch_root(which, count, per, false, (a.common.root + k) % n)?;
             }
             if a.collective == Collective::Reduce {
                 self.comm.rank()
             } else {
-                a.root
+                a.common.root
             }
         } else {
             self.launch(which, count, per, in_place)?;
-            a.root
+            a.common.root
         };
         self.comm.sync("the checked run")?;
         let (addr, len) = self.output_region(count, per, in_place, check_root);
@@ -406,14 +406,14 @@ impl<'a> Bench<'a> {
     fn timed(&self, which: Impl, count: u64, per: u64, in_place: bool, iters: u32) -> Result<f64> {
         let ctx = self.comm.context();
         let s = self.comm.stream();
-        let warm = self.args.warmup.min(iters.max(1));
+        let warm = self.args.common.warmup.min(iters.max(1));
         for _ in 0..warm {
             self.launch(which, count, per, in_place)?;
         }
         self.comm.sync("warm-up")?;
         self.boot.barrier()?;
         let mut times = Vec::new();
-        if self.args.graphed() {
+        if self.args.common.graphed() {
             let g = Graph::capture::<CollError>(s, || {
                 for _ in 0..iters {
                     self.launch(which, count, per, in_place)?;
@@ -423,7 +423,7 @@ impl<'a> Bench<'a> {
             g.launch(s)?; // warm replay
             self.comm.sync("graph warm replay")?;
             self.boot.barrier()?;
-            let reps = self.args.graph;
+            let reps = self.args.common.graph;
             let ev: Vec<Event> = (0..=reps)
                 .map(|_| Event::new(ctx))
                 .collect::<std::result::Result<_, _>>()?;
@@ -485,7 +485,7 @@ impl<'a> Bench<'a> {
                 ..Cell::default()
             });
         }
-        let wrong = if self.args.check != 0 {
+        let wrong = if self.args.common.check != 0 {
             self.checked_run(which, count, per, in_place)? as i64
         } else {
             -1
@@ -537,7 +537,7 @@ fn header(args: &Args, n: u32, what: &str) {
         "# {what}: {} {} ranks={n} graph={} batch={}",
         args.collective.name(),
         args.dtype.table_name(),
-        args.graphed(),
+        args.common.graphed(),
         args.batch
     );
     println!(
@@ -577,13 +577,13 @@ fn nccl_preamble(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Vec<S
     let mut v = vec![
         format!(
             "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} agg iters: 1 validation: {} graph: {}",
-            args.min_bytes,
-            args.max_bytes,
-            args.step_factor,
-            args.warmup,
-            args.iters,
-            u32::from(args.check != 0),
-            args.graph
+            args.common.min_bytes,
+            args.common.max_bytes,
+            args.common.step_factor,
+            args.common.warmup,
+            args.common.iters,
+            u32::from(args.common.check != 0),
+            args.common.graph
         ),
         "#".into(),
         "# Using devices".into(),
@@ -646,7 +646,7 @@ fn fmt_row(args: &Args, r: &Row) -> String {
             none => none,
         },
         if args.collective.has_root() {
-            i64::from(args.root)
+            i64::from(args.common.root)
         } else {
             -1
         },
@@ -661,13 +661,13 @@ fn fmt_row(args: &Args, r: &Row) -> String {
 pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
     let n = comm.size();
     let rank0 = comm.rank() == 0;
-    if args.collective.has_root() && args.root >= n {
+    if args.collective.has_root() && args.common.root >= n {
         return Err(CollError::invalid(format!(
             "--root {} is not a rank ({n} ranks)",
-            args.root
+            args.common.root
         )));
     }
-    let nccl = match args.comparison() {
+    let nccl = match args.common.comparison() {
         Some(which) => {
             comm.context().bind()?;
             Some(Nccl::init(boot, &which)?)
@@ -737,13 +737,17 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
         }
         header(args, n, "commhal");
     }
-    for bytes in cli::sizes(args.min_bytes, args.max_bytes, args.step_factor) {
+    for bytes in cli::sizes(
+        args.common.min_bytes,
+        args.common.max_bytes,
+        args.common.step_factor,
+    ) {
         let (count, per) = cli::counts(args.collective, bytes, args.dtype, n);
         if count == 0 {
             continue;
         }
         let size_bytes = count * args.dtype.size();
-        let iters = cli::iters_for(size_bytes, args.iters, args.max_bytes_per_size);
+        let iters = cli::iters_for(size_bytes, args.common.iters, args.max_bytes_per_size);
         let mut impls = vec![Impl::Commhal];
         if nccl.is_some() {
             impls.push(Impl::Nccl);
@@ -755,7 +759,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
             any_wrong |= oop.wrong > 0 || ip.wrong > 0;
             let kernel = if which == Impl::Commhal {
                 let c = cli::launch_count(args.collective, count, per);
-                let (k, g, t) = comm.plan_for(args.collective, args.dtype, c, args.graphed());
+                let (k, g, t) =
+                    comm.plan_for(args.collective, args.dtype, c, args.common.graphed());
                 match b.path.get() {
                     Some(p) => format!("{k} {g}x{t} {}", p.name()),
                     None => format!("{k} {g}x{t}"),
@@ -857,7 +862,7 @@ fn buffers_line(args: &Args) -> String {
 fn provenance(comm: &Comm, args: &Args) -> String {
     let gpu = comm.context().name().unwrap_or_default();
     let timeout = Duration::from_millis(args.wait_ms());
-    match tuning::resolve(&gpu, comm.size(), 1, args.ll_max, timeout) {
+    match tuning::resolve(&gpu, comm.size(), 1, args.common.ll_max, timeout) {
         Ok((_, p)) => p.to_string(),
         Err(e) => format!("? ({e})"),
     }
@@ -933,7 +938,7 @@ pub fn local_device(boot: &dyn Bootstrap) -> Result<u32> {
 /// (`count` is the whole buffer for every collective: all-gather's output,
 /// reduce-scatter's and all-to-all's input).
 pub fn capacity_for(args: &Args, n: u32) -> u64 {
-    let (count, _) = cli::counts(args.collective, args.max_bytes, args.dtype, n);
+    let (count, _) = cli::counts(args.collective, args.common.max_bytes, args.dtype, n);
     count * args.dtype.size()
 }
 
@@ -946,15 +951,15 @@ pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
         boot,
         device,
         capacity_for(args, n),
-        args.ll_max,
+        args.common.ll_max,
         Duration::from_millis(args.wait_ms()),
     )?;
-    if let Some(fault) = args.fault() {
+    if let Some(fault) = args.common.fault() {
         return fault_check(args, &comm, n, fault);
     }
     let mut out = Outcome::of(&comm, Rows::empty());
     // `-N`: the whole run again, each cycle printed; the outcome keeps the last rows
-    for _cycle in 0..args.cycles.max(1) {
+    for _cycle in 0..args.common.cycles.max(1) {
         for a in matrix(args) {
             let mut rows = run(&a, boot, &comm)?;
             rows.wrong |= out.wrong;
@@ -1081,7 +1086,7 @@ fn fault_check(args: &Args, comm: &Comm, n: u32, fault: Fault) -> Result<Outcome
     }
     let me = comm.rank();
     let mut out = Outcome::of(comm, Rows::empty());
-    let (count, per) = cli::counts(args.collective, args.min_bytes, args.dtype, n);
+    let (count, per) = cli::counts(args.collective, args.common.min_bytes, args.dtype, n);
     let launch_count = cli::launch_count(args.collective, count, per);
     let (path, _, _) = comm.plan(args.collective, args.dtype, launch_count);
     let call = format!(
@@ -1100,7 +1105,7 @@ fn fault_check(args: &Args, comm: &Comm, n: u32, fault: Fault) -> Result<Outcome
             args.dtype,
             args.reduce_op(),
             launch_count,
-            args.root,
+            args.common.root,
             false,
         )
         .and_then(|()| comm.sync(&format!("the {flag} check")))
@@ -1211,8 +1216,8 @@ pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
         "collective": args.collective,
         "dtype": args.dtype,
         "nranks": out.nranks,
-        "graph": args.graphed(),
-        "graph_launches": args.graph,
+        "graph": args.common.graphed(),
+        "graph_launches": args.common.graph,
         "average": args.average,
         "batch": args.batch,
         "device": out.device,
@@ -1623,7 +1628,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     for &coll in colls {
         // the copy engines only run outside graph captures, on a driver with stream
         // writes: elsewhere their candidate would time the kernels under its name
-        let ce_usable = !args.graphed() && crate::dma::available();
+        let ce_usable = !args.common.graphed() && crate::dma::available();
         let cands: Vec<Candidate> = candidates(coll, n)
             .into_iter()
             .filter(|c| ce_usable || c.name != "ce")
@@ -1637,11 +1642,11 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             }
             continue;
         }
-        let a = Args {
+        let mut a = Args {
             collective: coll,
-            root: 0,
             ..args.clone()
         };
+        a.common.root = 0;
         let cap = capacity_for(&a, n);
         let mut comms = Vec::new();
         for c in &cands {
@@ -1659,7 +1664,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
                 "# tune {}: {} {n} ranks, {gpu}, graph={} batch={}: µs per launch (out-of-place, mean of the ranks' medians)",
                 coll.name(),
                 a.dtype.table_name(),
-                a.graphed(),
+                a.common.graphed(),
                 a.batch
             );
             let names: Vec<String> = cands.iter().map(|c| format!("{:>16}", c.name)).collect();
@@ -1674,13 +1679,13 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
             choice: Vec::new(),
             ll_chunk_max,
         };
-        for bytes in cli::sizes(a.min_bytes, a.max_bytes, a.step_factor) {
+        for bytes in cli::sizes(a.common.min_bytes, a.common.max_bytes, a.common.step_factor) {
             let (count, per) = cli::counts(coll, bytes, a.dtype, n);
             if count == 0 {
                 continue;
             }
             let (size_bytes, chunk) = (count * es, per * es);
-            let iters = cli::iters_for(size_bytes, a.iters, a.max_bytes_per_size);
+            let iters = cli::iters_for(size_bytes, a.common.iters, a.max_bytes_per_size);
             let launch_count = cli::launch_count(coll, count, per);
             let mut row = Vec::new();
             for (c, b) in cands.iter().zip(&benches) {

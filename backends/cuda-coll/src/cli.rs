@@ -237,6 +237,123 @@ pub enum Compare {
     Mscclpp,
 }
 
+/// The flags `commhal-gpu-bench` and `commhal bench` share — nccl-tests' sweep,
+/// check, graph and rank flags, the library to compare with, the fault checks —
+/// declared once and flattened into both commands' arguments ([`Args::common`],
+/// `commhal bench`'s `BenchArgs`), so that both take them with the same names,
+/// defaults and value parsers.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct CommonArgs {
+    /// Smallest size (bytes; K/M/G suffixes are powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "1K", value_parser = parse_size)]
+    pub min_bytes: u64,
+    /// Largest size (bytes; K/M/G suffixes).
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
+    pub max_bytes: u64,
+    /// Multiplication factor between sizes.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = parse_step_factor)]
+    pub step_factor: u64,
+    /// Timed iterations per size (on the GPUs fewer are used at large sizes, see
+    /// --max-bytes-per-size).
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = parse_iters)]
+    pub iters: u32,
+    /// Warm-up iterations per size.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    pub warmup: u32,
+    /// Root of broadcast / reduce.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: u32,
+    /// Check results (0 = off).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u8,
+    /// Time through CUDA graph replay (iters launches captured into one graph): `-G`
+    /// alone replays it 5 times, `-G N` N times (nccl-tests' graph launch count), `-G
+    /// 0` (the default) launches on the stream. Each replay is one timing group.
+    #[arg(short = 'G', long = "graph", value_name = "N", num_args = 0..=1, default_value_t = 0, default_missing_value = "5")]
+    pub graph: u32,
+    /// nccl-tests' `-z` (blocking collectives): GPU launches are asynchronous on the
+    /// stream, 0 only (`--batch 1` puts an event between every launch); `commhal
+    /// bench`'s host collectives always return done, so 0 and 1 time the same.
+    #[arg(short = 'z', long = "blocking", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub blocking: u8,
+    /// nccl-tests' `-t` (threads per process): 1 only, one rank per process.
+    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
+    pub nthreads: u32,
+    /// nccl-tests' `-g` (GPUs per thread): 1 only, one GPU per process.
+    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
+    pub ngpus: u32,
+    /// Run the whole size sweep this many times, printing every cycle (nccl-tests'
+    /// `-N`; 0, forever, is not offered: give a count).
+    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
+    pub cycles: u32,
+    /// Seconds a rank waits for its peers before the run fails (nccl-tests' `-T`): on
+    /// the GPUs the device wait bound, overriding --timeout-ms [default: GPUs:
+    /// --timeout-ms; `commhal bench` on host backends: COMMHAL_WAIT_TIMEOUT_MS, else 30 s].
+    #[arg(short = 'T', long = "timeout", value_name = "SECONDS")]
+    pub timeout_s: Option<u64>,
+    /// nccl-tests' `-C` (report CPU time): GPU times are CUDA event times (0 only);
+    /// `commhal bench`'s host times are already host wall clock (0 and 1 print the same).
+    #[arg(short = 'C', long = "report_cputime", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub cputime: u8,
+    /// Also run a library with NCCL's C API on the same buffers and stream, alternating
+    /// with commhal per size, and print its table and the time ratio, labelled with its
+    /// name and version: `nccl` = libnccl.so.2 from the loader's search path; `mscclpp`
+    /// = MSCCL++'s libmscclpp_nccl.so ($COMMHAL_MSCCLPP_LIB, else the search path).
+    #[arg(long, value_enum)]
+    pub compare: Option<Compare>,
+    /// Compare with the library at PATH instead (anything that exports NCCL's C API; a
+    /// name without `/` is looked up on the loader's search path, as dlopen does).
+    #[arg(long, value_name = "PATH", conflicts_with = "compare")]
+    pub compare_lib: Option<std::path::PathBuf>,
+    /// Largest all-reduce that uses the one-shot LL kernel (0: never; overrides the
+    /// tuning file).
+    #[arg(long, value_parser = parse_size)]
+    pub ll_max: Option<u64>,
+    /// Robustness check instead of a benchmark: this rank leaves right after the setup
+    /// (a dead peer); every other rank queues one collective of `-b` bytes and reports
+    /// what its `sync` returns (expected: an error within the bound, on every rank).
+    /// Exit status 0 when every surviving rank got its error, 1 when one did not.
+    #[arg(long, value_name = "RANK", conflicts_with_all = ["stop_rank", "abort_after_ms"])]
+    pub dead_rank: Option<u32>,
+    /// Robustness check instead of a benchmark: this rank stops itself (SIGSTOP) right
+    /// after the setup — a hung peer, alive but silent — and is continued by a kernel
+    /// timer once the others are done, then exits; every other rank queues one
+    /// collective of `-b` bytes and reports when its `sync` fails (expected: a device
+    /// wait timeout, after about the device wait bound). Exit status as --dead-rank.
+    #[arg(long, value_name = "RANK", conflicts_with = "abort_after_ms")]
+    pub stop_rank: Option<u32>,
+    /// Robustness check instead of a benchmark: every rank but 0 queues one collective
+    /// of `-b` bytes, which rank 0 never joins, and aborts its communicator
+    /// (`Comm::abort`) from a second thread this many milliseconds later; rank 0 aborts
+    /// at the same time. Each rank reports how long after its abort its `sync` failed
+    /// (expected: the abort's error within 1 s). Less than the device wait bound.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub abort_after_ms: Option<u64>,
+}
+
+impl CommonArgs {
+    /// The library to compare with (`--compare`, `--compare-lib`), if any.
+    pub fn comparison(&self) -> Option<crate::nccl::Comparison> {
+        crate::nccl::Comparison::from_flags(self.compare, self.compare_lib.as_deref())
+    }
+
+    /// Whether the timed launches are captured into a CUDA graph (`-G`).
+    pub fn graphed(&self) -> bool {
+        self.graph > 0
+    }
+
+    /// The fault `--dead-rank`, `--stop-rank` or `--abort-after-ms` asks for (at most
+    /// one: the flags conflict).
+    pub fn fault(&self) -> Option<Fault> {
+        match (self.dead_rank, self.stop_rank, self.abort_after_ms) {
+            (Some(r), _, _) => Some(Fault::DeadRank(r)),
+            (_, Some(r), _) => Some(Fault::StopRank(r)),
+            (_, _, Some(ms)) => Some(Fault::AbortAfter(Duration::from_millis(ms))),
+            _ => None,
+        }
+    }
+}
+
 /// `commhal-gpu-bench`: NVLink collectives, nccl-tests style, one process per GPU
 /// (run under `commhal launch -n N --`).
 #[derive(Debug, Clone, Parser)]
@@ -244,21 +361,9 @@ pub enum Compare {
 pub struct Args {
     /// Collective.
     pub collective: Collective,
-    /// Smallest size (bytes; K/M/G suffixes are powers of 1024).
-    #[arg(short = 'b', long = "minbytes", default_value = "1K", value_parser = parse_size)]
-    pub min_bytes: u64,
-    /// Largest size.
-    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = parse_size)]
-    pub max_bytes: u64,
-    /// Multiplication factor between sizes.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..))]
-    pub step_factor: u64,
-    /// Timed iterations per size (fewer are used at large sizes, see --max-bytes-per-size).
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iters: u32,
-    /// Warm-up iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
-    pub warmup: u32,
+    /// The flags `commhal bench` takes too.
+    #[command(flatten)]
+    pub common: CommonArgs,
     /// Element type.
     #[arg(short = 'd', long = "datatype", default_value = "half")]
     pub dtype: Dtype,
@@ -269,41 +374,10 @@ pub struct Args {
     /// The premulsum scalar (rounded to the element type; the same on every rank).
     #[arg(long, default_value_t = 1.0)]
     pub scalar: f64,
-    /// Root of broadcast / reduce.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    pub root: u32,
-    /// Check results (0 = off).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
-    pub check: u32,
-    /// Time through CUDA graph replay (iters launches captured into one graph): `-G`
-    /// alone replays it 5 times, `-G N` N times (nccl-tests' graph launch count), `-G
-    /// 0` (the default) launches on the stream. Each replay is one timing group.
-    #[arg(short = 'G', long = "graph", value_name = "N", num_args = 0..=1, default_value_t = 0, default_missing_value = "5")]
-    pub graph: u32,
     /// How a size's time combines the ranks' medians (nccl-tests' `-a`): 0 = rank 0's,
     /// 1 = mean, 2 = min, 3 = max.
     #[arg(short = 'a', long = "average", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub average: u8,
-    /// nccl-tests' `-z` (blocking collectives): 0 only, launches are asynchronous on
-    /// the stream (`--batch 1` puts an event between every launch).
-    #[arg(short = 'z', long = "blocking", default_value_t = 0)]
-    pub blocking: u8,
-    /// nccl-tests' `-t` (threads per process): 1 only.
-    #[arg(short = 't', long = "nthreads", default_value_t = 1)]
-    pub nthreads: u32,
-    /// nccl-tests' `-g` (GPUs per thread): 1 only.
-    #[arg(short = 'g', long = "ngpus", default_value_t = 1)]
-    pub ngpus: u32,
-    /// Run the whole benchmark this many times, printing every cycle (nccl-tests'
-    /// `-N`; 0, forever, is not offered).
-    #[arg(short = 'N', long = "run_cycles", default_value_t = 1)]
-    pub cycles: u32,
-    /// Device wait bound in seconds (nccl-tests' `-T`; overrides --timeout-ms).
-    #[arg(short = 'T', long = "timeout", value_name = "SECONDS")]
-    pub timeout_s: Option<u64>,
-    /// nccl-tests' `-C` (report CPU time): 0 only, times are CUDA event times.
-    #[arg(short = 'C', long = "report_cputime", default_value_t = 0)]
-    pub cputime: u8,
     /// Launches per timed group: CUDA events are recorded around every group of this
     /// many back-to-back launches (nccl-tests style: elapsed / launches); the time is
     /// the median over the groups (the last may be shorter). 1 = an event between
@@ -315,16 +389,6 @@ pub struct Args {
     /// the GPU, not the host's submission rate; 0 = launch as the host goes.
     #[arg(long, default_value_t = 1)]
     pub gate: u32,
-    /// Also run a library with NCCL's C API on the same buffers and stream, alternating
-    /// with commhal per size, and print its table and the time ratio, labelled with its
-    /// name and version: `nccl` = libnccl.so.2 from the loader's search path; `mscclpp`
-    /// = MSCCL++'s libmscclpp_nccl.so ($COMMHAL_MSCCLPP_LIB, else the search path).
-    #[arg(long, value_enum)]
-    pub compare: Option<Compare>,
-    /// Compare with the library at PATH instead (anything that exports NCCL's C API; a
-    /// name without `/` is looked up on the loader's search path, as dlopen does).
-    #[arg(long, value_name = "PATH", conflicts_with = "compare")]
-    pub compare_lib: Option<std::path::PathBuf>,
     /// Write every row (and the compared library's) as JSON here (rank 0; nccl-tests' `-J`). A file,
     /// so `commhal launch`'s `[rank K]` prefixes never reach it.
     #[arg(long, short = 'J', visible_alias = "output_file")]
@@ -333,32 +397,9 @@ pub struct Args {
     /// it (at least 3 timed iterations).
     #[arg(long, default_value = "16G", value_parser = parse_size)]
     pub max_bytes_per_size: u64,
-    /// Largest all-reduce that uses the one-shot LL kernel (0: never).
-    #[arg(long, value_parser = parse_size)]
-    pub ll_max: Option<u64>,
     /// Device wait bound in milliseconds (a peer that never arrives → error, not a hang).
     #[arg(long, default_value_t = 10_000)]
     pub timeout_ms: u64,
-    /// Robustness check instead of a benchmark: this rank leaves right after the setup
-    /// (a dead peer); every other rank queues one collective of `-b` bytes and reports
-    /// what its `sync` returns (expected: an error within the bound, on every rank).
-    /// Exit status 0 when every surviving rank got its error, 1 when one did not.
-    #[arg(long, value_name = "RANK", conflicts_with_all = ["stop_rank", "abort_after_ms", "split"])]
-    pub dead_rank: Option<u32>,
-    /// Robustness check instead of a benchmark: this rank stops itself (SIGSTOP) right
-    /// after the setup — a hung peer, alive but silent — and is continued by a kernel
-    /// timer once the others are done, then exits; every other rank queues one
-    /// collective of `-b` bytes and reports when its `sync` fails (expected: a device
-    /// wait timeout, after about the device wait bound). Exit status as --dead-rank.
-    #[arg(long, value_name = "RANK", conflicts_with_all = ["abort_after_ms", "split"])]
-    pub stop_rank: Option<u32>,
-    /// Robustness check instead of a benchmark: every rank but 0 queues one collective
-    /// of `-b` bytes, which rank 0 never joins, and aborts its communicator
-    /// (`Comm::abort`) from a second thread this many milliseconds later; rank 0 aborts
-    /// at the same time. Each rank reports how long after its abort its `sync` failed
-    /// (expected: the abort's error within 1 s). Less than the device wait bound.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "split")]
-    pub abort_after_ms: Option<u64>,
     /// Broadcast / reduce, out of place: the checked run is n launches back to back
     /// with roots `--root` + 1, + 2, ..., ending at `--root`, and every reduce root
     /// checks its own result (a launch that overwrote a peer's staging or output
@@ -385,7 +426,7 @@ pub struct Args {
     /// Two communicators in every process: split the ranks into K groups (rank mod K),
     /// run the benchmark on each group's communicator (the groups at the same time),
     /// then on the whole world's, both communicators alive throughout.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", conflicts_with_all = ["dead_rank", "stop_rank", "abort_after_ms"])]
     pub split: Option<u32>,
     /// With `--matrix`: only these datatypes (comma-separated; default: all).
     #[arg(long, value_delimiter = ',', requires = "matrix")]
@@ -397,41 +438,21 @@ pub struct Args {
 }
 
 impl Args {
-    /// The library to compare with (`--compare`, `--compare-lib`), if any.
-    pub fn comparison(&self) -> Option<crate::nccl::Comparison> {
-        crate::nccl::Comparison::from_flags(self.compare, self.compare_lib.as_deref())
-    }
-
-    /// Whether the timed launches are captured into a CUDA graph (`-G`).
-    pub fn graphed(&self) -> bool {
-        self.graph > 0
-    }
-
     /// The device wait bound in milliseconds: `-T` seconds, else `--timeout-ms`.
     pub fn wait_ms(&self) -> u64 {
-        self.timeout_s
+        self.common
+            .timeout_s
             .map_or(self.timeout_ms, |s| s.saturating_mul(1000))
             .max(1)
-    }
-
-    /// The fault `--dead-rank`, `--stop-rank` or `--abort-after-ms` asks for (at most
-    /// one: the flags conflict).
-    pub fn fault(&self) -> Option<Fault> {
-        match (self.dead_rank, self.stop_rank, self.abort_after_ms) {
-            (Some(r), _, _) => Some(Fault::DeadRank(r)),
-            (_, Some(r), _) => Some(Fault::StopRank(r)),
-            (_, _, Some(ms)) => Some(Fault::AbortAfter(Duration::from_millis(ms))),
-            _ => None,
-        }
     }
 
     /// The fault flags' values that no rank count can make right (the rank itself is
     /// checked against the run's size when the ranks start).
     pub fn check_fault_flags(&self) -> Result<(), String> {
         let n = [
-            self.dead_rank.is_some(),
-            self.stop_rank.is_some(),
-            self.abort_after_ms.is_some(),
+            self.common.dead_rank.is_some(),
+            self.common.stop_rank.is_some(),
+            self.common.abort_after_ms.is_some(),
         ]
         .iter()
         .filter(|f| **f)
@@ -445,7 +466,7 @@ impl Args {
         if self.split.is_some() && n > 0 {
             return Err("--split runs benchmarks only: drop it for a fault check".into());
         }
-        if let Some(ms) = self.abort_after_ms
+        if let Some(ms) = self.common.abort_after_ms
             && ms >= self.wait_ms()
         {
             return Err(format!(
@@ -459,36 +480,36 @@ impl Args {
     /// nccl-tests' flags with one meaning here: what to do instead of the others.
     pub fn check_nccl_tests_flags(&self) -> Result<(), String> {
         let more_ranks = "start more ranks with `commhal launch -n N` (or `commhal bench --backend cuda-nvlink --ranks N`)";
-        if self.nthreads != 1 {
+        if self.common.nthreads != 1 {
             return Err(format!(
                 "-t {}: one thread per process here; {more_ranks}",
-                self.nthreads
+                self.common.nthreads
             ));
         }
-        if self.ngpus != 1 {
+        if self.common.ngpus != 1 {
             return Err(format!(
                 "-g {}: one GPU per process here; {more_ranks}",
-                self.ngpus
+                self.common.ngpus
             ));
         }
-        if self.blocking != 0 {
+        if self.common.blocking != 0 {
             return Err(format!(
                 "-z {}: launches are asynchronous on the stream here; for an event between every launch use --batch 1",
-                self.blocking
+                self.common.blocking
             ));
         }
-        if self.cputime != 0 {
+        if self.common.cputime != 0 {
             return Err(format!(
                 "-C {}: times here are CUDA event times, not CPU times; drop -C",
-                self.cputime
+                self.common.cputime
             ));
         }
-        if self.cycles == 0 {
+        if self.common.cycles == 0 {
             return Err(
                 "-N 0 (run forever) is not offered: give a number of cycles, e.g. -N 1000".into(),
             );
         }
-        if self.timeout_s == Some(0) {
+        if self.common.timeout_s == Some(0) {
             return Err("-T 0: give the device wait bound in seconds, at least 1".into());
         }
         Ok(())
@@ -625,6 +646,26 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .map_err(|_| format!("{s:?} is not a size (examples: 1024, 1K, 64M, 1G)"))?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// `-f`: a factor of at least 2, so that the sizes grow.
+fn parse_step_factor(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(f) if f >= 2 => Ok(f),
+        Ok(f) => Err(format!(
+            "-f {f}: the step factor must be at least 2 so that sizes grow"
+        )),
+        Err(e) => Err(format!("-f {s}: {e}")),
+    }
+}
+
+/// `-n`: at least 1 timed iteration.
+fn parse_iters(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Err("-n 0: run at least 1 iteration".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("-n {s}: {e}")),
+    }
 }
 
 /// The sizes nccl-tests would run: min, min×f, ... ≤ max.
@@ -814,14 +855,17 @@ mod tests {
     fn compare_flags() {
         use crate::nccl::Comparison;
         let m = Args::try_parse_from(["x", "allreduce", "--compare", "mscclpp"]).unwrap();
-        assert_eq!(m.compare, Some(Compare::Mscclpp));
-        assert_eq!(m.comparison(), Some(Comparison::Mscclpp));
+        assert_eq!(m.common.compare, Some(Compare::Mscclpp));
+        assert_eq!(m.common.comparison(), Some(Comparison::Mscclpp));
         let l = Args::try_parse_from(["x", "allreduce", "--compare-lib", "/x.so"]).unwrap();
         assert_eq!(
-            l.compare_lib.as_deref(),
+            l.common.compare_lib.as_deref(),
             Some(std::path::Path::new("/x.so"))
         );
-        assert_eq!(l.comparison(), Some(Comparison::Path("/x.so".into())));
+        assert_eq!(
+            l.common.comparison(),
+            Some(Comparison::Path("/x.so".into()))
+        );
         let e = Args::try_parse_from([
             "x",
             "allreduce",
@@ -862,35 +906,37 @@ mod tests {
         .unwrap();
         assert_eq!(a.collective, Collective::Allreduce);
         assert_eq!(
-            (a.min_bytes, a.max_bytes, a.step_factor),
+            (a.common.min_bytes, a.common.max_bytes, a.common.step_factor),
             (1024, 1 << 30, 4)
         );
-        assert_eq!((a.iters, a.warmup), (50, 10));
+        assert_eq!((a.common.iters, a.common.warmup), (50, 10));
         assert_eq!(a.dtype, Dtype::Half);
-        assert!(a.graphed());
-        assert_eq!(a.compare, Some(Compare::Nccl));
-        assert_eq!(a.comparison(), Some(crate::nccl::Comparison::Nccl));
+        assert!(a.common.graphed());
+        assert_eq!(a.common.compare, Some(Compare::Nccl));
+        assert_eq!(a.common.comparison(), Some(crate::nccl::Comparison::Nccl));
         let b = Args::try_parse_from(["x", "allgather", "-d", "bfloat16"]).unwrap();
         assert_eq!(b.dtype, Dtype::Bfloat16);
-        assert!(!b.graphed() && b.compare.is_none() && b.comparison().is_none());
+        assert!(
+            !b.common.graphed() && b.common.compare.is_none() && b.common.comparison().is_none()
+        );
         assert_eq!(b.batch, DEFAULT_BATCH);
         assert_eq!(DEFAULT_BATCH, 10);
         let one = Args::try_parse_from(["x", "allreduce", "--batch", "1"]).unwrap();
         assert_eq!(one.batch, 1, "an event between every launch");
         let big = Args::try_parse_from(["x", "allreduce", "-n", "40", "--batch=64"]).unwrap();
-        assert_eq!((big.iters, big.batch), (40, 64));
+        assert_eq!((big.common.iters, big.batch), (40, 64));
         assert!(Args::try_parse_from(["x", "allreduce", "--batch", "0"]).is_err());
         assert!(Args::try_parse_from(["x", "allreduce", "--batch", "-1"]).is_err());
         assert!(Args::try_parse_from(["x", "alltoallv"]).is_err());
         let c = Args::try_parse_from(["x", "broadcast", "-r", "3"]).unwrap();
-        assert_eq!((c.collective, c.root), (Collective::Broadcast, 3));
+        assert_eq!((c.collective, c.common.root), (Collective::Broadcast, 3));
         for (name, coll) in [
             ("reduce", Collective::Reduce),
             ("alltoall", Collective::Alltoall),
             ("sendrecv", Collective::Sendrecv),
         ] {
             let a = Args::try_parse_from(["x", name]).unwrap();
-            assert_eq!((a.collective, a.root), (coll, 0));
+            assert_eq!((a.collective, a.common.root), (coll, 0));
             assert_eq!(coll.name(), name);
         }
         assert!(Args::try_parse_from(["x", "allreduce", "-f", "1"]).is_err());
@@ -935,18 +981,18 @@ mod tests {
     #[test]
     fn fault_flags_parse_and_conflict() {
         let p = |v: &[&str]| Args::try_parse_from(["x", "allreduce"].iter().chain(v));
-        assert_eq!(p(&[]).unwrap().fault(), None);
+        assert_eq!(p(&[]).unwrap().common.fault(), None);
         let a = p(&["--dead-rank", "2"]).unwrap();
-        assert_eq!(a.fault(), Some(Fault::DeadRank(2)));
+        assert_eq!(a.common.fault(), Some(Fault::DeadRank(2)));
         let a = p(&["--stop-rank", "1", "-b", "1M"]).unwrap();
         assert_eq!(
-            (a.fault(), a.min_bytes),
+            (a.common.fault(), a.common.min_bytes),
             (Some(Fault::StopRank(1)), 1 << 20)
         );
         assert!(a.check_fault_flags().is_ok());
         let a = p(&["--abort-after-ms", "250"]).unwrap();
         assert_eq!(
-            a.fault(),
+            a.common.fault(),
             Some(Fault::AbortAfter(Duration::from_millis(250)))
         );
         assert!(a.check_fault_flags().is_ok());
@@ -957,7 +1003,7 @@ mod tests {
         ] {
             let words: Vec<String> = f.flag().split(' ').map(str::to_string).collect();
             let w: Vec<&str> = words.iter().map(String::as_str).collect();
-            assert_eq!(p(&w).unwrap().fault(), Some(f), "{}", f.flag());
+            assert_eq!(p(&w).unwrap().common.fault(), Some(f), "{}", f.flag());
         }
         // one check at a time, and none with --split (which only benchmarks)
         for v in [
@@ -992,10 +1038,10 @@ mod tests {
         assert!(e.contains("2000 ms"), "{e}");
         // built by hand (as `commhal bench` does): the same checks
         let mut a = p(&[]).unwrap();
-        a.dead_rank = Some(1);
-        a.stop_rank = Some(2);
+        a.common.dead_rank = Some(1);
+        a.common.stop_rank = Some(2);
         assert!(a.check_fault_flags().unwrap_err().contains("give one"));
-        a.stop_rank = None;
+        a.common.stop_rank = None;
         a.split = Some(2);
         assert!(a.check_fault_flags().unwrap_err().contains("--split"));
     }
@@ -1007,14 +1053,17 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{v:?}: {e}"))
         };
         // -G alone as before (5 replays), -G N replays, -G 0 none
-        assert_eq!((p(&["-G"]).graph, p(&["-G"]).graphed()), (5, true));
-        assert_eq!(p(&["-G", "12", "-b", "2K"]).graph, 12);
-        assert_eq!(p(&["-G", "-b", "2K"]).graph, 5);
-        assert!(!p(&["-G", "0"]).graphed() && !p(&[]).graphed());
+        assert_eq!(
+            (p(&["-G"]).common.graph, p(&["-G"]).common.graphed()),
+            (5, true)
+        );
+        assert_eq!(p(&["-G", "12", "-b", "2K"]).common.graph, 12);
+        assert_eq!(p(&["-G", "-b", "2K"]).common.graph, 5);
+        assert!(!p(&["-G", "0"]).common.graphed() && !p(&[]).common.graphed());
         let a = p(&[
             "-a", "2", "-T", "3", "-N", "4", "-t", "1", "-g", "1", "-z", "0",
         ]);
-        assert_eq!((a.average, a.wait_ms(), a.cycles), (2, 3000, 4));
+        assert_eq!((a.average, a.wait_ms(), a.common.cycles), (2, 3000, 4));
         let j = p(&["-J", "/tmp/r.json"]);
         assert_eq!(j.json.as_deref(), Some(std::path::Path::new("/tmp/r.json")));
         assert!(a.check_nccl_tests_flags().is_ok());

@@ -45,7 +45,7 @@ fn run_split(args: &Args, k: u32) -> Result<bool> {
             b,
             device,
             bench::capacity_for(args, b.size()),
-            args.ll_max,
+            args.common.ll_max,
             timeout,
         )
     };
@@ -70,7 +70,7 @@ fn run(args: &Args) -> Result<bool> {
     }
     let boot = bench::bootstrap_from_env()?;
     let out = bench::run_rank(args, boot.as_ref())?;
-    if args.fault().is_some() {
+    if args.common.fault().is_some() {
         // every surviving rank printed its own outcome; the exit status says the rest
     } else if out.rank == 0 {
         println!(
