@@ -672,6 +672,12 @@ impl Comm {
                     "COMMHAL_GPU_ALGO={v} (plan algorithms)"
                 )));
             }
+            if overrides.len() > 1 {
+                return Err(CollError::invalid(format!(
+                    "COMMHAL_GPU_ALGO={v} names {} plan algorithms; one communicator runs at most one (plans of different collectives number their semaphore words and scratch copies independently, so one could read another's signals): name one, and leave the other collectives to the hand-written kernels",
+                    overrides.len()
+                )));
+            }
             for (algo, blocks) in overrides {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
                 chain_overlap = 0;
@@ -784,7 +790,20 @@ impl Comm {
             .algos
             .lock()
             .map_err(|_| CollError::invalid("algorithm table lock poisoned"))?;
-        m[coll_slot(coll)] = algo;
+        let slot = coll_slot(coll);
+        if let Some((a, _)) = algo
+            && let Some((other, _)) = m
+                .iter()
+                .enumerate()
+                .find_map(|(i, x)| x.filter(|_| i != slot))
+        {
+            return Err(CollError::invalid(format!(
+                "{} while {} is set: one communicator runs at most one plan algorithm (plans number their semaphore words and scratch copies independently); clear the other first",
+                a.full_name(),
+                other.full_name()
+            )));
+        }
+        m[slot] = algo;
         if algo.is_some() {
             self.chain_overlap.store(0, Ordering::Relaxed);
         }

@@ -335,9 +335,11 @@ impl PlanExec {
         }
         let copy = codegen::gpu_scratch_copy_bytes(plan, count, dt);
         let rotation = plan.scratch_rotation.max(1);
-        // Copies sit at fixed places, whatever the plan and size: a launch's copy never
-        // overlaps the other copy, which the previous launch (of any plan or size) may
-        // still be reading on a peer.
+        // Two copies at fixed places, chosen by launch parity for every plan (plan.h
+        // `begin`), whatever the plan's rotation and size: a launch's copy never overlaps
+        // the one the previous launch (of any plan or size) may still be reading on a
+        // peer. (Two launches back is the plan's own business: its handshakes, packet
+        // flags or done-word waits.)
         let stride = self.scratch_capacity() / 2 / 256 * 256;
         if copy > stride {
             return Err(CollError::invalid(format!(

@@ -134,7 +134,8 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   c.st = state_of(a);
   c.epoch = block_launch_number(c.st->epoch, PLAN_MAX_CTAS) - 1;
   c.hi = (c.epoch + 1) << 32;
-  c.scr = PLAN_DATA_OFF + (c.epoch % a.rotation) * a.scratch_copy_bytes;
+  // copy (launch parity): consecutive plan launches, of any plan, use different copies
+  c.scr = PLAN_DATA_OFF + (c.epoch & 1) * a.scratch_copy_bytes;
   c.part = blockIdx.x % a.replicas;
   c.parts = a.replicas;
   c.nbar = 0;
