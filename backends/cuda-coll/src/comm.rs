@@ -347,6 +347,16 @@ fn chain_flags(kernel: Kernel, overlap: u32, after_chain: bool, staging_holds: b
     f
 }
 
+/// `COMMHAL_GPU_ALGO=v` naming `n` plan algorithms: at most one per communicator.
+fn one_plan(v: &str, n: usize) -> Result<()> {
+    if n > 1 {
+        return Err(CollError::invalid(format!(
+            "COMMHAL_GPU_ALGO={v} names {n} plan algorithms; one communicator runs at most one (plans of different collectives number their semaphore words and scratch copies independently, so one could read another's signals): name one, and leave the other collectives to the hand-written kernels"
+        )));
+    }
+    Ok(())
+}
+
 /// Whether to launch the hand-written kernels with programmatic dependent launch
 /// (the next collective is scheduled while the previous one runs and waits in
 /// `griddepcontrol.wait`, hiding the launch latency between back-to-back
@@ -672,12 +682,7 @@ impl Comm {
                     "COMMHAL_GPU_ALGO={v} (plan algorithms)"
                 )));
             }
-            if overrides.len() > 1 {
-                return Err(CollError::invalid(format!(
-                    "COMMHAL_GPU_ALGO={v} names {} plan algorithms; one communicator runs at most one (plans of different collectives number their semaphore words and scratch copies independently, so one could read another's signals): name one, and leave the other collectives to the hand-written kernels",
-                    overrides.len()
-                )));
-            }
+            one_plan(&v, overrides.len())?;
             for (algo, blocks) in overrides {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
                 chain_overlap = 0;
@@ -1620,6 +1625,19 @@ mod tests {
             .to_string();
         assert!(e.contains("capacity"), "{e}");
         assert!(check_setup(3, &mine, &[0u8; 5]).is_err(), "short table");
+    }
+
+    #[test]
+    fn a_second_plan_algorithm_is_refused() {
+        let v = "allreduce:2pa-hb@4,allgather:ring";
+        let n = crate::plan_exec::parse_overrides(v).unwrap().len();
+        let e = one_plan(v, n).unwrap_err().to_string();
+        assert!(
+            e.contains("names 2 plan algorithms") && e.contains("name one"),
+            "{e}"
+        );
+        assert!(one_plan("allreduce:1pa", 1).is_ok());
+        assert!(one_plan("", 0).is_ok());
     }
 
     #[test]
