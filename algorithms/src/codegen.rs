@@ -571,6 +571,21 @@ pub fn generate_cuda(
             blocks.len()
         )));
     }
+    // The runtime pairs CTA b of every rank (handshakes, signal parts): every rank must
+    // launch the same grid, so every rank has the same number of blocks.
+    if let Some((r, other)) = plan
+        .ranks
+        .iter()
+        .enumerate()
+        .find(|(_, x)| x.blocks.len() != blocks.len())
+    {
+        return Err(AlgoError::Invalid(format!(
+            "plan `{}` gives rank {rank} {} blocks and rank {r} {}; the GPU runtime pairs block b of every rank, so every rank needs the same number",
+            plan.name,
+            blocks.len(),
+            other.blocks.len()
+        )));
+    }
     let sems = sems(plan)?;
     let occ = packet_occurrences(plan)?;
     let (start_sync, end_sync) = if plan.nranks > 1 {
@@ -737,6 +752,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ranks_with_different_block_counts_are_refused() {
+        let mut plan = build(Algorithm::AllReduce2paHb, &BuildParams::new(2)).unwrap();
+        plan.ranks[1]
+            .blocks
+            .push(crate::plan::Block { ops: vec![] });
+        let e = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the same number"), "{e}");
     }
 
     #[test]
