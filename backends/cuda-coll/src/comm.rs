@@ -347,11 +347,16 @@ fn chain_flags(kernel: Kernel, overlap: u32, after_chain: bool, staging_holds: b
     f
 }
 
-/// `COMMHAL_GPU_ALGO=v` naming `n` plan algorithms: at most one per communicator.
-fn one_plan(v: &str, n: usize) -> Result<()> {
-    if n > 1 {
+/// The plan algorithms a communicator would run (from `source`): at most one, since
+/// plans of different collectives number their semaphore words and scratch copies
+/// independently, so one could read another's signals. `fix` says what to do instead.
+fn one_plan(plans: impl Iterator<Item = Algorithm>, source: &str, fix: &str) -> Result<()> {
+    let names: Vec<String> = plans.map(|a| a.full_name()).collect();
+    if names.len() > 1 {
         return Err(CollError::invalid(format!(
-            "COMMHAL_GPU_ALGO={v} names {n} plan algorithms; one communicator runs at most one (plans of different collectives number their semaphore words and scratch copies independently, so one could read another's signals): name one, and leave the other collectives to the hand-written kernels"
+            "{source} names {} plan algorithms ({}); one communicator runs at most one (plans of different collectives number their semaphore words and scratch copies independently, so one could read another's signals): {fix}",
+            names.len(),
+            names.join(", ")
         )));
     }
     Ok(())
@@ -682,7 +687,11 @@ impl Comm {
                     "COMMHAL_GPU_ALGO={v} (plan algorithms)"
                 )));
             }
-            one_plan(&v, overrides.len())?;
+            one_plan(
+                overrides.iter().map(|&(a, _)| a),
+                &format!("COMMHAL_GPU_ALGO={v}"),
+                "name one, and leave the other collectives to the hand-written kernels",
+            )?;
             for (algo, blocks) in overrides {
                 algos[algo_slot(algo.collective())] = Some((algo, blocks));
                 chain_overlap = 0;
@@ -796,18 +805,12 @@ impl Comm {
             .lock()
             .map_err(|_| CollError::invalid("algorithm table lock poisoned"))?;
         let slot = coll_slot(coll);
-        if let Some((a, _)) = algo
-            && let Some((other, _)) = m
-                .iter()
-                .enumerate()
-                .find_map(|(i, x)| x.filter(|_| i != slot))
-        {
-            return Err(CollError::invalid(format!(
-                "{} while {} is set: one communicator runs at most one plan algorithm (plans number their semaphore words and scratch copies independently); clear the other first",
-                a.full_name(),
-                other.full_name()
-            )));
-        }
+        let others = m.iter().enumerate().filter(|&(i, _)| i != slot);
+        one_plan(
+            others.filter_map(|(_, x)| *x).chain(algo).map(|(a, _)| a),
+            "set_algorithm",
+            "clear the other first",
+        )?;
         m[slot] = algo;
         if algo.is_some() {
             self.chain_overlap.store(0, Ordering::Relaxed);
@@ -1630,14 +1633,17 @@ mod tests {
     #[test]
     fn a_second_plan_algorithm_is_refused() {
         let v = "allreduce:2pa-hb@4,allgather:ring";
-        let n = crate::plan_exec::parse_overrides(v).unwrap().len();
-        let e = one_plan(v, n).unwrap_err().to_string();
+        let plans = crate::plan_exec::parse_overrides(v).unwrap();
+        let e = one_plan(plans.iter().map(|&(a, _)| a), v, "name one")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("names 2 plan algorithms") && e.contains("name one"),
             "{e}"
         );
-        assert!(one_plan("allreduce:1pa", 1).is_ok());
-        assert!(one_plan("", 0).is_ok());
+        let one = crate::plan_exec::parse_overrides("allreduce:1pa").unwrap();
+        assert!(one_plan(one.iter().map(|&(a, _)| a), "allreduce:1pa", "").is_ok());
+        assert!(one_plan(std::iter::empty(), "", "").is_ok());
     }
 
     #[test]
