@@ -196,7 +196,9 @@ impl From<CollError> for NcclError {
             CollError::Device { code, .. } if *code == commhal_cuda_coll::layout::ERR_PEER_GONE => {
                 NcclResult::RemoteError
             }
-            CollError::Device { .. } | CollError::Timeout { .. } => NcclResult::RemoteError,
+            CollError::Device { .. } | CollError::Timeout { .. } | CollError::Peers(_) => {
+                NcclResult::RemoteError
+            }
             CollError::Hal(_) => NcclResult::SystemError,
             CollError::Nccl(_) => NcclResult::InternalError,
         };

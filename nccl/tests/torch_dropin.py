@@ -57,6 +57,7 @@ import json
 import os
 import struct
 import sys
+import threading
 import time
 import traceback
 import zlib
@@ -629,6 +630,7 @@ class NcclLib:
         "ncclRecv": [_vp, _size, _int, _int, _vp, _vp],
         "ncclGroupStart": [],
         "ncclGroupEnd": [],
+        "ncclCommAbort": [_vp],
     }
 
     def __init__(self, path):
@@ -796,6 +798,73 @@ def ct_destroy_case(ctx):
     return {}
 
 
+# The bound on ncclCommAbort with a collective in flight: abort returns, and the caller's
+# stream drains, within this many seconds (the issue's liveness target).
+ABORT_BOUND_S = 2.0
+
+
+def ct_abort_in_flight_case(ctx, n):
+    """Ranks other than 0 call an all-reduce that rank 0 never joins; 300 ms later a
+    second thread on every rank calls ncclCommAbort, as PyTorch's watchdog does.
+    Small n: a packet kernel that needs no host exchange, so the call returns and its
+    kernel spins on the stream. Large n: the kernel reaches into the peers' buffers, so
+    the call waits on the host for rank 0's entry in the call table. Either way abort
+    must return, the call end and the stream drain within ABORT_BOUND_S of the abort on
+    every rank, and the device stay usable."""
+    nc, dt = need_comm(ctx), torch.float32
+    comm = nc.comm.value
+    buf = torch.zeros(n, dtype=dt, device=ctx.device)
+    got = {}
+
+    def abort_later():
+        time.sleep(0.3)
+        got["t0"] = time.monotonic()
+        got["rc"] = nc.lib.ncclCommAbort(comm)
+        got["abort"] = time.monotonic()
+
+    aborter = threading.Thread(target=abort_later, daemon=True)
+    aborter.start()
+    call_rc, t_call = None, None
+    if ctx.rank != 0:
+        call_rc = nc.lib.ncclAllReduce(
+            buf.data_ptr(), buf.data_ptr(), n, NCCL_DTYPE[dt], NCCL_OP["sum"], comm, stream()
+        )
+        t_call = time.monotonic()
+    aborter.join(timeout=ABORT_BOUND_S + 10)
+    nc.comm = ctypes.c_void_p()
+    if aborter.is_alive():
+        raise NcclError(f"ncclCommAbort has not returned {ABORT_BOUND_S + 10} s after it was called")
+    torch.cuda.current_stream().synchronize()
+    t0 = got["t0"]
+    drained = time.monotonic() - t0
+    probe = ctx.dev(torch.arange(4, dtype=dt)) * 2  # the context survived
+    ctx.sync()
+    mine = {
+        "abort": got["abort"] - t0,
+        "call": None if t_call is None else t_call - t0,  # < 0: returned before the abort
+        "call_rc": call_rc,
+        "drained": drained,
+    }
+    every = [None] * ctx.world
+    dist.all_gather_object(every, mine)  # through torch's own NCCL: one note for all ranks
+    ctx.note(
+        "after the abort: "
+        + "; ".join(
+            f"r{r}: abort {m['abort']:.3f} s"
+            + ("" if m["call"] is None else f", call rc {m['call_rc']} at {m['call']:+.3f} s")
+            + f", drained {m['drained']:.3f} s"
+            for r, m in enumerate(every)
+        )
+    )
+    if got["rc"] != 0:
+        raise NcclError(f"ncclCommAbort returned {got['rc']}")
+    if max(drained, got["abort"] - t0) > ABORT_BOUND_S:
+        raise NcclError(f"abort took {drained:.3f} s, above the {ABORT_BOUND_S} s bound")
+    if probe.tolist() != [0.0, 2.0, 4.0, 6.0]:
+        raise NcclError(f"the device computes wrong after the abort: {probe.tolist()}")
+    return {}
+
+
 def register_ctypes_cases():
     reg = CTYPES_CASES
     case("ctypes_get_version", registry=reg)(ct_version_case)
@@ -850,6 +919,10 @@ def register_ctypes_cases():
             ct_send_recv_case
         )
     case("ctypes_comm_destroy", registry=reg)(ct_destroy_case)
+    # more communicators, each aborted with a call in flight
+    for what, n in (("kernel_spinning", 4096), ("host_waiting", MID)):
+        case(f"ctypes_comm_init_rank_for_{what}", registry=reg)(ct_init_case)
+        case(f"ctypes_comm_abort_{what}", "fp32", n, registry=reg, n=n)(ct_abort_in_flight_case)
 
 
 register_torch_cases()

@@ -181,10 +181,10 @@ impl CallTable {
             if spins > 256 {
                 std::thread::yield_now();
                 if let Some(e) = self.failure.iter().find_map(|f| f.check().err()) {
-                    return Err(CollError::invalid(format!("waiting for {who}: {e}")));
+                    return Err(CollError::Peers(format!("waiting for {who}: {e}")));
                 }
                 if start.elapsed() > self.timeout {
-                    return Err(CollError::invalid(format!(
+                    return Err(CollError::Peers(format!(
                         "waited {:?} for {who}: that rank died, hangs, or called a different sequence of collectives, sends and receives than rank {}",
                         self.timeout, self.rank
                     )));

@@ -50,6 +50,10 @@ pub enum CollError {
     /// NCCL could not be loaded or a call failed.
     #[error("NCCL: {0}")]
     Nccl(String),
+    /// A host-side wait for the peers ended without them: a peer died or left, hangs
+    /// past the wait bound, or this communicator was aborted. The message names which.
+    #[error("{0}")]
+    Peers(String),
 }
 
 impl CollError {
