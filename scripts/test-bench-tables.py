@@ -22,7 +22,7 @@ COLUMNS = """#                                                              out-
 
 
 def row(size, dtype, esize, t, lib=None):
-    """One row as backends/cuda-coll/src/bench.rs `fmt_row` prints it (`lib`: the
+    """One row as tools/gpu-bench/src/bench.rs `fmt_row` prints it (`lib`: the
     compared library's tag)."""
     cell = f"{t:8.2f} {size / t / 1e3:7.2f} {size / t / 1e3:7.2f} {0:6}"
     line = f"{size:12} {size // esize:13} {dtype:>9} {'sum':>7} {-1:>7} {cell} {cell}"

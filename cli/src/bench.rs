@@ -42,7 +42,7 @@ pub struct BenchArgs {
     /// The flags `commhal-gpu-bench` takes too (sizes, iterations, checks, graph
     /// replays, the compared library, the fault checks).
     #[command(flatten)]
-    pub common: commhal_cuda_coll::cli::CommonArgs,
+    pub common: commhal_gpu_bench::cli::CommonArgs,
     /// Data type (f32, f16, bf16, f64, i32, ...) [default: f32; half with --backend
     /// cuda-nvlink].
     #[arg(short = 'd', long = "datatype")]

@@ -5,7 +5,7 @@
 //! by the command itself with `--ranks N` (default: every visible GPU) through the
 //! same launcher (`crate::launch`), which is also how `commhal conformance --backend
 //! cuda-nvlink --ranks N` gets its GPU ranks. Every rank runs
-//! [`commhal_cuda_coll::bench::run_rank`] / [`commhal_cuda_coll::bench::tune`], the
+//! [`commhal_gpu_bench::bench::run_rank`] / [`commhal_gpu_bench::bench::tune`], the
 //! loops `commhal-gpu-bench` runs too; rank 0 prints, plots and writes files.
 //!
 //! Without a usable CUDA driver or GPU the commands stop before starting any rank,
@@ -14,9 +14,9 @@
 use std::path::PathBuf;
 
 use clap::ValueEnum;
-use commhal_cuda_coll::bench::{self, Row};
-use commhal_cuda_coll::cli::{self as ccli, Args, Collective, Dtype};
-use commhal_cuda_coll::tuning;
+use commhal_gpu_bench::bench::{self, Row};
+use commhal_gpu_bench::cli::{self as ccli, Args, Collective, Dtype};
+use commhal_gpu_bench::tune;
 use commhal_hal::bootstrap::LaunchEnv;
 use commhal_hal::registry::Availability;
 
@@ -230,7 +230,7 @@ pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, Stri
     if let Some(n) = plan_ranks("bench --backend cuda-nvlink", a.ranks, 1)? {
         return self_launch(n);
     }
-    let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
+    let boot = commhal_cuda_coll::setup::bootstrap_from_env().map_err(|e| e.to_string())?;
     let out = bench::run_rank(&args, boot.as_ref()).map_err(|e| e.to_string())?;
     if out.rank != 0 || args.common.fault().is_some() {
         // a fault check: every rank printed its own outcome; the exit status says the rest
@@ -454,7 +454,7 @@ pub fn tune(t: &TuneArgs) -> Result<i32, String> {
     if let Some(n) = plan_ranks("tune", t.ranks, 2)? {
         return self_launch(n);
     }
-    let boot = bench::bootstrap_from_env().map_err(|e| e.to_string())?;
+    let boot = commhal_cuda_coll::setup::bootstrap_from_env().map_err(|e| e.to_string())?;
     let out = bench::tune(&args, &colls, boot.as_ref()).map_err(|e| e.to_string())?;
     let code = if out.rank == 0 {
         write_tuning(t, &args, &out)?
@@ -493,9 +493,9 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(format!("tune: reading {origin}: {e}")),
     };
-    let meta = tuning::Meta {
+    let meta = tune::Meta {
         gpu_name: out.device.clone(),
-        date: tuning::today_utc(),
+        date: tune::today_utc(),
         command: command_line(
             std::env::args().skip(1).collect(),
             out.nranks,
@@ -516,7 +516,7 @@ fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i
             }
         ),
     };
-    let file = tuning::merged(
+    let file = tune::merged(
         existing.as_deref().map(|text| (text, origin.as_str())),
         &out.device,
         out.nranks,
@@ -612,8 +612,9 @@ pub fn shell_quote(a: &str) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
-    use commhal_cuda_coll::bench::Cell;
-    use commhal_cuda_coll::cli::Compare;
+    use commhal_cuda_coll::tuning;
+    use commhal_gpu_bench::bench::Cell;
+    use commhal_gpu_bench::cli::Compare;
 
     #[derive(Debug, Parser)]
     struct B {
@@ -817,7 +818,7 @@ mod tests {
 
     #[test]
     fn fault_flags_are_forwarded() {
-        use commhal_cuda_coll::cli::Fault;
+        use commhal_gpu_bench::cli::Fault;
         use std::time::Duration;
         let gpu = |v: &[&str]| {
             let mut args = v.to_vec();
@@ -887,7 +888,7 @@ mod tests {
 
     #[test]
     fn compare_flags_reach_the_gpu_benchmark() {
-        use commhal_cuda_coll::nccl::Comparison;
+        use commhal_gpu_bench::nccl::Comparison;
         let a = bench_args(&[
             "allreduce",
             "--backend",
@@ -1068,7 +1069,7 @@ mod tests {
             candidates: vec!["ll", "two-shot", "push"],
             sizes: sizes.clone(),
             chunks: sizes,
-            choice: tuning::assign(&times),
+            choice: tune::assign(&times),
             times,
             ll_chunk_max: 0,
         };

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 
 use commhal_cuda_coll::CollError;
-use commhal_cuda_coll::cli::Dtype;
+use commhal_cuda_coll::types::Dtype;
 
 /// `ncclResult_t`.
 #[repr(C)]

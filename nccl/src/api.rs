@@ -19,7 +19,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use commhal_cuda_coll::CallBufs;
-use commhal_cuda_coll::cli::Collective;
+use commhal_cuda_coll::types::Collective;
 
 use crate::abi::{
     self, CONFIG_UNDEF_INT, CommHandle, ConfigHead, NcclError, NcclResult, SimInfo, UniqueIdBytes,

@@ -25,8 +25,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use commhal_cuda_coll::cli::Collective;
 use commhal_cuda_coll::kernels::ReduceOp;
+use commhal_cuda_coll::types::Collective;
 use commhal_cuda_coll::{CallBufs, CollError, Comm, P2pOp};
 use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::{Bootstrap, SplitBootstrap, TcpBootstrap, UniqueId, split};

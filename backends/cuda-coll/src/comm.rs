@@ -36,7 +36,6 @@ use std::time::Duration;
 use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::Bootstrap;
 
-use crate::cli::{Collective, Dtype, typed_kernel};
 use crate::driver;
 use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
@@ -45,6 +44,7 @@ use crate::plan_exec::PlanExec;
 use crate::regions::{
     Links, Regions, Routes, needs_copy_engines, needs_memory_backend, parse_gpu_path,
 };
+use crate::types::{Collective, Dtype, typed_kernel};
 use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
 

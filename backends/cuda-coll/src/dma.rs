@@ -90,10 +90,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use commhal_cuda_rt::{Context, Event, Stream};
 
-use crate::cli::{Collective, Dtype, typed_kernel};
 use crate::error::{CollError, Result};
 use crate::kernels::Kernels;
 use crate::layout::{self, CollArgs, DMA_CHUNK, DMA_END, DMA_MID, DMA_RING, DMA_START, partition};
+use crate::types::{Collective, Dtype, typed_kernel};
 use commhal_backend_cuda_dma::StreamPort;
 
 /// Stream memory operations this path needs from the driver (the waits are a kernel):

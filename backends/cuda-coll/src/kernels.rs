@@ -37,11 +37,11 @@ use commhal_algorithms::dtype::{DataType, RedOp};
 use commhal_cuda_rt::{Context, KernelCache, Stream, jit};
 use commhal_device_src::{COLL_NVLINK, COLL_NVLINK_TYPED};
 
-use crate::cli::Dtype;
 use crate::comm::{Kernel, kernel_name};
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::CollArgs;
+use crate::types::Dtype;
 
 /// A reduction operator of the NVLink kernels: the host's [`RedOp`] plus NCCL's
 /// pre-multiplied sum (every input element times `scalar`, rounded to the type, then

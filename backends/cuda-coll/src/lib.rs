@@ -34,31 +34,31 @@
 //! | [`dma`] | the copy-engine path: cuda-dma `StreamPort` puts and signals on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
 //! | [`nccl_lib`] | NCCL's C API as a table of functions opened from a library (the comparison's and commhal-nccl's fallback's) |
-//! | [`nccl`] | the comparison (`--compare nccl \| mscclpp`, `--compare-lib`): the library on the same buffers and stream |
-//! | [`cli`] | `commhal-gpu-bench` flags, sizes, busbw |
-//! | [`check`] | exact inputs and output checks |
-//! | [`bench`](mod@bench) | the benchmark loop and tables, the tuner's sweep |
-//! | [`hang`] | `--stop-rank`: this process stopped on purpose (SIGSTOP), continued by a kernel timer |
-//! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides, derivation |
+//! | [`setup`] | a process's bootstrap from the launcher's environment, and its GPU |
+//! | [`tuning`] | thresholds as data (`algorithms/tuning/gpu-cuda-*.toml`), overrides |
+//! | [`types`] | [`types::Collective`] and [`types::Dtype`]: the collectives and element types as the kernels name them |
+//!
+//! The benchmark (`commhal-gpu-bench`, `commhal bench --backend cuda-nvlink`), its
+//! checks, the comparison with NCCL or MSCCL++ and the tuner live in the tools crate
+//! `commhal-gpu-bench` (`tools/gpu-bench`).
 #![warn(missing_docs)]
 
 pub mod agree;
-pub mod bench;
-pub mod check;
-pub mod cli;
 pub mod comm;
 pub mod dma;
 pub mod driver;
 pub mod error;
-pub mod hang;
 pub mod kernels;
 pub mod layout;
-pub mod nccl;
 pub mod nccl_lib;
+#[doc(hidden)]
+pub mod nccl_stub;
 pub mod peers;
 pub mod plan_exec;
 pub mod regions;
+pub mod setup;
 pub mod tuning;
+pub mod types;
 pub mod watchdog;
 
 pub use comm::{BufferPath, CallBufs, Comm, P2pOp, Registration};

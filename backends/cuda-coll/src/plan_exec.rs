@@ -25,11 +25,11 @@ use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, jit};
 use commhal_device_src::HEADERS;
 use commhal_hal::bootstrap::Bootstrap;
 
-use crate::cli::{Collective, Dtype};
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
 use crate::regions::{Links, Regions};
+use crate::types::{Collective, Dtype};
 
 /// CTAs per plan block at most (`PLAN_MAX_PARTS`).
 pub const MAX_PARTS: u32 = 128;

@@ -34,10 +34,10 @@ use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
 use commhal_cuda_rt::{Context, Stream};
 
 use super::{Comm, Kernel};
-use crate::cli::{Collective, Dtype};
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
+use crate::types::{Collective, Dtype};
 
 /// The caller's buffers of one call: device addresses in this process (NCCL's
 /// `sendbuff` and `recvbuff`). In-place calls follow NCCL: all-reduce, broadcast and

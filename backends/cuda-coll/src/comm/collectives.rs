@@ -6,10 +6,10 @@ use commhal_algorithms::comm::Collectives;
 use commhal_algorithms::{DataType, RedOp};
 use commhal_cuda_rt::Stream;
 
-use crate::cli::{Collective, Dtype};
 use crate::comm::{CallBufs, Comm};
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
+use crate::types::{Collective, Dtype};
 
 impl Dtype {
     /// The datatype of a host-side [`DataType`] (the inverse of [`Dtype::data_type`]).

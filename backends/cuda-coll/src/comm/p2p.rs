@@ -28,10 +28,10 @@ use commhal_cuda_rt::ipc::PointerInfo;
 
 use super::Comm;
 use super::caller::inspect;
-use crate::cli::Dtype;
 use crate::error::{CollError, Result};
 use crate::layout::{self, DMA_P2P_DONE, DMA_P2P_READY};
 use crate::peers::{BufDesc, Imports, Where, export_handle, process_nonce};
+use crate::types::Dtype;
 
 /// One operation of a point-to-point group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

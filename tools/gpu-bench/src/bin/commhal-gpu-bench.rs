@@ -8,16 +8,16 @@
 //! `--abort-after-ms T` (every rank aborts its communicator T ms after queuing a
 //! collective that rank 0 never joins); each rank reports its error and how long it
 //! took, and exits 1 when it was not the expected one
-//! ([`commhal_cuda_coll::bench::run_rank`]).
+//! ([`commhal_gpu_bench::bench::run_rank`]).
 //! `commhal bench <collective> --backend cuda-nvlink` runs the same benchmark
-//! ([`commhal_cuda_coll::bench::run_rank`]).
+//! ([`commhal_gpu_bench::bench::run_rank`]).
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use commhal_cuda_coll::Result;
-use commhal_cuda_coll::bench;
-use commhal_cuda_coll::cli::Args;
+use commhal_gpu_bench::bench;
+use commhal_gpu_bench::cli::Args;
 
 /// `--split K`: a communicator on this rank's group (rank mod K) and one on the world,
 /// in the same process; the benchmark on the group's, then on the world's.
@@ -28,7 +28,7 @@ fn run_split(args: &Args, k: u32) -> Result<bool> {
     use commhal_cuda_coll::{CollError, Comm};
     use commhal_hal::bootstrap::{Bootstrap, split};
 
-    let world: Arc<dyn Bootstrap> = Arc::from(bench::bootstrap_from_env()?);
+    let world: Arc<dyn Bootstrap> = Arc::from(commhal_cuda_coll::setup::bootstrap_from_env()?);
     let r = world.rank();
     if k == 0 || !world.size().is_multiple_of(k) {
         return Err(CollError::invalid(format!(
@@ -38,7 +38,7 @@ fn run_split(args: &Args, k: u32) -> Result<bool> {
     }
     let group = split(world.clone(), Some(r % k), r)?
         .ok_or_else(|| CollError::invalid("--split: this rank joined no group"))?;
-    let device = bench::local_device(world.as_ref())?;
+    let device = commhal_cuda_coll::setup::local_device(world.as_ref())?;
     let timeout = Duration::from_millis(args.timeout_ms.max(1));
     let mk = |b: &dyn Bootstrap| {
         Comm::new(
@@ -68,7 +68,7 @@ fn run(args: &Args) -> Result<bool> {
         );
         return Ok(wrong);
     }
-    let boot = bench::bootstrap_from_env()?;
+    let boot = commhal_cuda_coll::setup::bootstrap_from_env()?;
     let out = bench::run_rank(args, boot.as_ref())?;
     if args.common.fault().is_some() {
         // every surviving rank printed its own outcome; the exit status says the rest

@@ -46,7 +46,7 @@
 use commhal_algorithms::dtype::{DataType, RedOp, reduce_into, reference_reduce};
 
 use crate::cli::{Collective, Dtype};
-use crate::kernels::ReduceOp;
+use commhal_cuda_coll::kernels::ReduceOp;
 
 /// Period of every input pattern (and so of every expected output), in elements.
 pub const PERIOD: u64 = 17;
@@ -330,7 +330,7 @@ pub fn count_wrong(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::all_ops;
+    use commhal_cuda_coll::kernels::all_ops;
 
     const REDUCING: [Collective; 3] = [
         Collective::Allreduce,

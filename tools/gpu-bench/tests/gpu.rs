@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use commhal_cuda_coll::Comm;
-use commhal_cuda_coll::check;
-use commhal_cuda_coll::cli::{Collective, Dtype};
 use commhal_cuda_coll::kernels::ReduceOp;
 use commhal_cuda_rt::copy;
+use commhal_gpu_bench::check;
+use commhal_gpu_bench::cli::{Collective, Dtype};
 use commhal_hal::bootstrap::InProcBootstrap;
 
 fn gpu_or_skip(test: &str) -> bool {
@@ -46,7 +46,7 @@ fn one_rank_collectives_copy_exactly() {
         ] {
             // LL (small), two-shot (large), an uneven count
             for bytes in [1024u64, 1 << 20, 1000 * dtype.size() + 2] {
-                let (count, per) = commhal_cuda_coll::cli::counts(coll, bytes, dtype, 1);
+                let (count, per) = commhal_gpu_bench::cli::counts(coll, bytes, dtype, 1);
                 let len = count * dtype.size();
                 // SAFETY: within the output allocation (capacity 4 MiB).
                 unsafe { copy::memset_async(comm.stream(), comm.output_addr(), 0xff, len) }
@@ -130,7 +130,7 @@ fn caller_buffers_and_bad_input() {
             Collective::Sendrecv,
         ] {
             for bytes in [1024u64, 1 << 20, 1000 * dtype.size() + 4] {
-                let (count, per) = commhal_cuda_coll::cli::counts(coll, bytes, dtype, 1);
+                let (count, per) = commhal_gpu_bench::cli::counts(coll, bytes, dtype, 1);
                 let len = count * dtype.size();
                 let c = if coll.count_is_per_rank() { per } else { count };
                 for in_place in [false, true] {

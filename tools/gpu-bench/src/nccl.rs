@@ -1,6 +1,6 @@
 //! The comparison library of `--compare nccl | mscclpp` and `--compare-lib PATH`: a
 //! library with NCCL's C API, opened with `dlopen` (never linked) through
-//! [`crate::nccl_lib`], run on the same buffers and stream as commhal.
+//! [`commhal_cuda_coll::nccl_lib`], run on the same buffers and stream as commhal.
 //!
 //! Every rank opens the library and the ranks agree on the outcome before any of them
 //! makes a communicator: a rank that cannot open it, or that opened another library
@@ -15,9 +15,9 @@ use commhal_hal::bootstrap::Bootstrap;
 use serde::Serialize;
 
 use crate::cli::{Collective, Compare, Dtype};
-use crate::error::{CollError, Result};
-use crate::kernels::ReduceOp;
-use crate::nccl_lib::{self, NcclLib};
+use commhal_cuda_coll::error::{CollError, Result};
+use commhal_cuda_coll::kernels::ReduceOp;
+use commhal_cuda_coll::nccl_lib::{self, NcclLib};
 
 /// The variable naming MSCCL++'s NCCL-API library for `--compare mscclpp`.
 pub const MSCCLPP_ENV: &str = "COMMHAL_MSCCLPP_LIB";
@@ -314,7 +314,7 @@ impl Nccl {
     }
 
     /// Queue `coll` with the same buffer convention as
-    /// [`crate::comm::Comm::launch_rooted`] (`count` per rank for all-gather,
+    /// [`commhal_cuda_coll::comm::Comm::launch_rooted`] (`count` per rank for all-gather,
     /// reduce-scatter, all-to-all; `root` for broadcast / reduce). All-to-all and
     /// send/recv are ncclSend/ncclRecv pairs in one group (nccl-tests' alltoall and
     /// sendrecv), out of place only.
@@ -488,7 +488,7 @@ mod tests {
     use commhal_hal::bootstrap::InProcBootstrap;
 
     use super::*;
-    use crate::nccl_lib::tests::build_stub;
+    use commhal_cuda_coll::nccl_stub::build_stub;
 
     #[test]
     fn flags_pick_the_library() {

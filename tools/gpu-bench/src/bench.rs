@@ -14,22 +14,24 @@
 //! (default 5) is a group.
 //!
 //! Entry points shared by `commhal-gpu-bench` and `commhal bench --backend
-//! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune`]
+//! cuda-nvlink`: [`run_rank`] (bootstrap → [`Comm`] → [`run`] → JSON) and [`tune()`]
 //! (`commhal tune`: every candidate kernel per size, thresholds derived by
-//! [`crate::tuning`]).
+//! [`commhal_cuda_coll::tuning`]).
 
 use std::time::Duration;
 
+use commhal_cuda_coll::setup::local_device;
 use commhal_cuda_rt::{DeviceBuffer, Event, Gate, Graph, Stream, copy};
-use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
+use commhal_hal::bootstrap::Bootstrap;
 use serde::Serialize;
 
 use crate::check;
 use crate::cli::{self, Args, Buffers, Collective, Fault};
-use crate::comm::{BufferPath, CallBufs, Comm, Kernel, P2pOp, Tuning, kernel_name};
-use crate::error::{CollError, Result};
 use crate::nccl::{LibInfo, Nccl};
-use crate::tuning::{self, Derived, Forced};
+use crate::tune::{self, Derived};
+use commhal_cuda_coll::comm::{BufferPath, CallBufs, Comm, Kernel, P2pOp, Tuning, kernel_name};
+use commhal_cuda_coll::error::{CollError, Result};
+use commhal_cuda_coll::tuning::{self, Forced};
 
 /// One direction (out-of-place or in-place) of one row.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -173,7 +175,7 @@ impl<'a> Bench<'a> {
         let op = self.args.reduce_op();
         let input = check::input_bytes(self.args.dtype, op, self.comm.rank(), cap_elems);
         // every rank compiles the (type, op) module before the first launch, outside any
-        // collective (see crate::kernels)
+        // collective (see commhal_cuda_coll::kernels)
         self.comm.kernels().prepare(self.args.dtype, op)?;
         match &self.caller {
             Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
@@ -905,35 +907,6 @@ impl Outcome {
     }
 }
 
-/// The bootstrap of this process: the launcher's (`commhal launch`, or `commhal bench
-/// --ranks N` which starts one), else a one-rank world.
-pub fn bootstrap_from_env() -> Result<Box<dyn Bootstrap>> {
-    Ok(match LaunchEnv::detect()? {
-        Some(_) => Box::new(TcpBootstrap::from_env()?),
-        None => Box::new(
-            InProcBootstrap::create(1)
-                .pop()
-                .ok_or_else(|| CollError::invalid("no in-process bootstrap"))?,
-        ),
-    })
-}
-
-/// This rank's GPU: `COMMHAL_LOCAL_RANK` (else the rank) modulo the device count.
-pub fn local_device(boot: &dyn Bootstrap) -> Result<u32> {
-    let ndev = commhal_cuda_rt::driver::device_count()?;
-    if ndev == 0 {
-        return Err(commhal_cuda_rt::CudaError::NoDevice(
-            "the driver reports 0 CUDA devices (check CUDA_VISIBLE_DEVICES and nvidia-smi)".into(),
-        )
-        .into());
-    }
-    let local = std::env::var("COMMHAL_LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(boot.rank());
-    Ok(local % ndev)
-}
-
 /// Bytes of input and of output the benchmark registers: the largest size's buffers
 /// (`count` is the whole buffer for every collective: all-gather's output,
 /// reduce-scatter's and all-to-all's input).
@@ -1029,7 +1002,7 @@ pub fn stop_duration(device_timeout: Duration) -> Duration {
 /// may end the waits with, `took` at most `bound` — the time from the launch (for
 /// `--abort-after-ms`, from the abort; `None` when the error came before it).
 fn expected_error(fault: Fault, res: &Result<()>, took: Option<Duration>, bound: Duration) -> bool {
-    use crate::layout::{ERR_PACKET_TIMEOUT, ERR_PEER_GONE, ERR_WAIT_TIMEOUT};
+    use commhal_cuda_coll::layout::{ERR_PACKET_TIMEOUT, ERR_PEER_GONE, ERR_WAIT_TIMEOUT};
     let codes: &[u32] = match fault {
         // the watchdog when the bootstrap sees the rank go, else the waits' own bound
         Fault::DeadRank(_) => &[ERR_WAIT_TIMEOUT, ERR_PACKET_TIMEOUT, ERR_PEER_GONE],
@@ -1499,7 +1472,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                 },
                 applies: |b, _| b >= TUNE_RING_MIN && b.is_multiple_of(16),
             },
-            // last: a window above the LL16 sizes, derived apart (tuning::rooted_windows)
+            // last: a window above the LL16 sizes, derived apart (tune::rooted_windows)
             bcast_ll63,
         ],
         Collective::Reduce => {
@@ -1574,7 +1547,7 @@ pub struct Sweep {
     pub chunks: Vec<u64>,
     /// `times[size][candidate]`.
     pub times: Vec<Vec<Option<f64>>>,
-    /// The kernel chosen per size ([`tuning::assign`]; all-gather and reduce-scatter
+    /// The kernel chosen per size ([`tune::assign`]; all-gather and reduce-scatter
     /// alone — their shared threshold weighs both).
     pub choice: Vec<Option<usize>>,
     /// The LL16 chunk cap in effect (the file's): the rooted collectives' LL16 cap is
@@ -1620,7 +1593,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     let timeout = Duration::from_millis(args.wait_ms());
     let es = args.dtype.size();
     // the most the rooted LL16 cap may be (the file's chunk cap)
-    let ll_chunk_max = crate::tuning::resolve(&gpu, n, 1, None, timeout)
+    let ll_chunk_max = commhal_cuda_coll::tuning::resolve(&gpu, n, 1, None, timeout)
         .map(|(t, _)| t.ll_chunk_max)
         .unwrap_or(0);
     let mut sweeps = Vec::new();
@@ -1628,7 +1601,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
     for &coll in colls {
         // the copy engines only run outside graph captures, on a driver with stream
         // writes: elsewhere their candidate would time the kernels under its name
-        let ce_usable = !args.common.graphed() && crate::dma::available();
+        let ce_usable = !args.common.graphed() && commhal_cuda_coll::dma::available();
         let cands: Vec<Candidate> = candidates(coll, n)
             .into_iter()
             .filter(|c| ce_usable || c.name != "ce")
@@ -1696,7 +1669,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
                 let (k, _, _) = b.comm.plan(coll, a.dtype, launch_count);
                 let want = match c.kernel {
                     Some(kernel) => k == kernel_name(kernel, a.dtype),
-                    None => (k == crate::comm::CE_LABEL) == (c.name == "ce"),
+                    None => (k == commhal_cuda_coll::comm::CE_LABEL) == (c.name == "ce"),
                 };
                 if !want {
                     return Err(CollError::invalid(format!(
@@ -1738,7 +1711,7 @@ pub fn tune(args: &Args, colls: &[Collective], boot: &dyn Bootstrap) -> Result<T
         for comm in &comms {
             comm.sync("the end of the tuner sweep")?;
         }
-        sweep.choice = tuning::assign(&sweep.times);
+        sweep.choice = tune::assign(&sweep.times);
         if rank0 {
             println!("# {}: {}", coll.name(), describe_choice(&sweep));
         }
@@ -1775,8 +1748,8 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     if let Some(s) = find(Collective::Allreduce) {
         match ce_col(s) {
             Some(k) => {
-                d.allreduce(&s.sizes, &tuning::first_columns(&s.times, k));
-                d.allreduce_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
+                d.allreduce(&s.sizes, &tune::first_columns(&s.times, k));
+                d.allreduce_ce_min = tune::ce_suffix(&s.sizes, &s.times, k);
             }
             None => d.allreduce(&s.sizes, &s.times),
         }
@@ -1808,11 +1781,11 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
     if let Some(s) = find(Collective::Sendrecv)
         && let Some(k) = ce_col(s)
     {
-        d.sendrecv_ce_min = tuning::ce_suffix(&s.sizes, &s.times, k);
+        d.sendrecv_ce_min = tune::ce_suffix(&s.sizes, &s.times, k);
     }
     // broadcast / reduce: [ll16, the kernels..., ll63, ce] (ll16 / ll63 / ce where the
     // sweep has them): the copy engines' suffix, the kernels' own thresholds, then the
-    // rooted LL16 cap and both LL63 windows (tuning::rooted_windows), the cap chosen
+    // rooted LL16 cap and both LL63 windows (tune::rooted_windows), the cap chosen
     // for the two collectives together (either alone when only one was swept)
     let mut rooted = Vec::new();
     for c in [Collective::Broadcast, Collective::Reduce] {
@@ -1822,13 +1795,13 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         let mut ce_min = 0;
         let times = match ce {
             Some(k) => {
-                let min = tuning::ce_suffix(&s.sizes, &s.times, k);
+                let min = tune::ce_suffix(&s.sizes, &s.times, k);
                 ce_min = min.unwrap_or(0);
                 match c {
                     Collective::Broadcast => d.broadcast_ce_min = min,
                     _ => d.reduce_ce_min = min,
                 }
-                tuning::first_columns(&s.times, k)
+                tune::first_columns(&s.times, k)
             }
             None => s.times.clone(),
         };
@@ -1837,14 +1810,14 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         let kernels = ll16.map_or(0, |c| c + 1)..ll63.unwrap_or(width);
         // an LL16 column that never ran (a sweep from above its sizes) says nothing
         let ll16 = ll16.filter(|&c| times.iter().any(|r| r.get(c).copied().flatten().is_some()));
-        let kernel_times = tuning::columns(&times, kernels.clone());
+        let kernel_times = tune::columns(&times, kernels.clone());
         match c {
             Collective::Broadcast => d.broadcast(&s.sizes, &kernel_times),
             _ => d.reduce(&s.sizes, &kernel_times),
         }
         // the rooted cap never exceeds the chunk cap, this run's if it derived one
         let cap = s.ll_chunk_max.min(d.ll_chunk_max.unwrap_or(u64::MAX));
-        let options = tuning::rooted_windows(&s.sizes, &times, ll16, ll63, kernels, cap, ce_min);
+        let options = tune::rooted_windows(&s.sizes, &times, ll16, ll63, kernels, cap, ce_min);
         rooted.push((c, ll16.is_some(), options));
     }
     // the cap: least summed cost over the swept collectives with an LL16 column
@@ -1916,7 +1889,7 @@ mod tests {
 
     #[test]
     fn fault_checks_expect_their_own_errors_in_bound() {
-        use crate::layout::{ERR_PACKET_TIMEOUT, ERR_PEER_GONE, ERR_WAIT_TIMEOUT};
+        use commhal_cuda_coll::layout::{ERR_PACKET_TIMEOUT, ERR_PEER_GONE, ERR_WAIT_TIMEOUT};
         let dev = |code| -> Result<()> {
             Err(CollError::Device {
                 rank: 1,
@@ -2165,7 +2138,7 @@ mod tests {
                 .collect(),
             sizes: sizes.to_vec(),
             chunks: chunks.to_vec(),
-            choice: tuning::assign(&times),
+            choice: tune::assign(&times),
             times,
             ll_chunk_max: 0,
         }
@@ -2319,7 +2292,7 @@ mod tests {
         // a sweep without the column (2 ranks): not measured
         let ar2 = Sweep {
             candidates: vec!["ll", "two-shot", "push", "ring"],
-            times: tuning::first_columns(&ar.times, 4),
+            times: tune::first_columns(&ar.times, 4),
             ..ar
         };
         assert_eq!(derive(&[ar2]).allreduce_ce_min, None);
