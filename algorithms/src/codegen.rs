@@ -712,7 +712,8 @@ pub fn generate_cuda(
 }
 
 /// Bytes of one scratch copy on the GPU for `count` elements of `dtype`: the data, or
-/// for packet plans the LL8 area (each chunk on its own words; as the host executor).
+/// for packet plans the packet area (each chunk on its own LL16 packets; as the host
+/// executor places them).
 pub fn gpu_scratch_copy_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
     let bytes = if plan.uses_packets() {
         crate::exec::packet_area_bytes(plan, count, dtype)

@@ -26,7 +26,8 @@
 //! * LL packets: LL8 words (4 data bytes + 4 flag bytes, one release store); the flag
 //!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the
 //!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
-//!   packets start on their own word (see [`run::packet_area_bytes`]);
+//!   packets start on a 16-byte pair of words of their own, where the GPU stores two
+//!   words as one LL16 packet (see [`run::packet_area_bytes`]);
 //! * scratch rotation: invocation `i` uses copy `i mod scratch_rotation`;
 //! * one-way packet senders ([`Plan::one_way_packet_pairs`](crate::plan::Plan::one_way_packet_pairs),
 //!   e.g. the broadcast root of `broadcast:ll`): the receiver signals the sender at the

@@ -261,14 +261,14 @@ impl Default for RankBufs {
     }
 }
 
-/// Bytes of the packet area for `count` elements: 8 per 4 data bytes, plus one spare
-/// word per chunk so chunk starts never share a word (see `packet_range`).
+/// Bytes of the packet area for `count` elements: 16 per 8 data bytes, plus one spare
+/// pair of words per chunk so chunk starts never share a pair (see `packet_range`).
 pub fn packet_area_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
     if !plan.uses_packets() {
         return 0;
     }
     let data = plan.scratch.elems(count) * dtype.size() as u64;
-    8 * (data.div_ceil(4) + plan.scratch.chunks as u64 + 1)
+    16 * (data.div_ceil(8) + plan.scratch.chunks as u64 + 1)
 }
 
 /// Everything one invocation needs.
@@ -291,10 +291,14 @@ fn flag_of(base: u64, k: u32) -> u32 {
     ((base.wrapping_add(k as u64)) % (u32::MAX as u64)) as u32 + 1
 }
 
-/// Word range `[first, first + n)` of a packet chunk in the packet area.
+/// Word range `[first, first + n)` of a packet chunk in the packet area. Word i of a
+/// chunk is `{data word i, flag}`. A chunk starts on a 16-byte pair of words and owns
+/// whole pairs (up to the next chunk's first pair), so that the GPU writes two words as
+/// one LL16 packet (plan.h `packets`, the same arithmetic); the range covers the data
+/// words only.
 fn packet_range(plan: &Plan, c: &ChunkRef, count: u64, s: u64) -> (usize, usize) {
     let (a, b) = plan.chunk_range(c, 0, count);
-    let first = (a * s).div_ceil(4) + c.index as u64;
+    let first = 2 * ((a * s).div_ceil(8) + c.index as u64);
     let n = ((b - a) * s).div_ceil(4);
     (first as usize, n as usize)
 }

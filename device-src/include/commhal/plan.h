@@ -35,8 +35,10 @@
 // * The intra-rank barrier and the replica sync are arrival flags, one word per CTA:
 //   (L << 32) | n after the n-th barrier; a CTA waits for every word of the grid (of
 //   its plan block).
-// LL8 packets carry 4 data bytes and a 4-byte flag (epoch and occurrence) in one 8-byte
-// store; scratch copies rotate with the epoch.
+// LL16 packets carry 8 data bytes, each 4-byte word beside a copy of the 4-byte flag
+// (epoch and occurrence), in one 16-byte store; scratch copies rotate with the epoch.
+// Word for word this is the host executor's LL8 layout (word i = {data i, flag}), so
+// both size and address the packet area alike (exec::packet_range).
 // * One-way packet senders (a sender that never hears from its receiver in the plan,
 //   Plan::one_way_packet_pairs: the broadcast:ll root) have nothing in the plan that
 //   bounds how far they run ahead, so the receiver publishes its progress as the hand
@@ -48,7 +50,7 @@
 //   that hear from the receiver in every launch need none: to start launch L they saw
 //   a write of the receiver's launch L − 1, so it finished L − 2.
 //
-// Semaphores and packets are the channels' epoch flags and LL8 packets
+// Semaphores and packets are the channels' epoch flags and LL16 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
 // commhal/wait.h (spin_ns of globaltimer, or the rank's error word already set): it
 // stores ERR_WAIT_TIMEOUT / ERR_PACKET_TIMEOUT once and gives up; the host reads the
@@ -153,12 +155,14 @@ COMMHAL_DEVICE Span chunk(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, 
   return r;
 }
 
-// LL8 packet area of a scratch chunk: each chunk's packets start on their own word.
+// LL16 packet area of a scratch chunk: packet k carries bytes [8k, 8k + 8) of the chunk;
+// each chunk's packets start on a packet of their own (16-byte aligned: the area's base
+// is), as exec::packet_range places them on the host.
 COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
   const u64 s = first * total / nchunks;
   const u64 e = (first + cnt) * total / nchunks;
   Span r;
-  r.p = reinterpret_cast<u8*>(base + 8 * ((s * esz) / 4 + first));
+  r.p = reinterpret_cast<u8*>(base + 16 * ((s * esz + 7) / 8 + first));
   r.n = e - s;
   return r;
 }
@@ -469,62 +473,60 @@ COMMHAL_DEVICE void finalize_avg(const Ctx& c, u8* dst, u64 n, u32 nranks) {
     d[i] = Ty<DT>::st(Ty<DT>::ld(d[i]) / (A)nranks);
 }
 
-// LL8 flag of a packet write: epoch and occurrence (< 255) in a non-zero u32.
+// Flag of a packet write: epoch and occurrence (< 255) in a non-zero u32.
 COMMHAL_DEVICE u32 ll_flag(const Ctx& c, u32 occ) {
   return (u32)(((c.epoch % 0xFFFFFFull) << 8) | occ) + 1;
 }
 
-// Write n elements of src as LL8 packets at dst (this CTA's share of the words).
+// The 8 bytes [8k, 8k + 8) of src (n bytes), zero past the end.
+COMMHAL_DEVICE uint2 packet_data(const u8* src, u64 bytes, u64 k) {
+  if ((reinterpret_cast<u64>(src) & 7) == 0 && 8 * k + 8 <= bytes)
+    return reinterpret_cast<const uint2*>(src)[k];
+  u32 w[2] = {0, 0};
+  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) w[b / 4] |= (u32)src[8 * k + b] << (8 * (b % 4));
+  return make_uint2(w[0], w[1]);
+}
+
+// Write n elements of src as LL16 packets at dst (this CTA's share of the packets).
 COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64 esz,
                                 u32 flag) {
   const u64 bytes = n * esz;
   u64 elo, ehi;
-  share_elems(c, n, esz, elo, ehi);
-  const u64 lo = elo * esz / 4;
-  const u64 hi = (ehi * esz + 3) / 4;
-  const bool aligned = (reinterpret_cast<u64>(src) & 3) == 0;
-  for (u64 w = lo + threadIdx.x; w < hi; w += blockDim.x) {
-    u32 data = 0;
-    if (aligned && 4 * w + 4 <= bytes) {
-      data = reinterpret_cast<const u32*>(src)[w];
-    } else {
-      for (u32 b = 0; b < 4 && 4 * w + b < bytes; ++b) data |= (u32)src[4 * w + b] << (8 * b);
-    }
-    ll8_store(dst + 8 * w, data, flag);
-  }
+  share_elems(c, n, esz, elo, ehi);  // 16-byte units: whole packets
+  const u64 lo = elo * esz / 8;
+  const u64 hi = (ehi * esz + 7) / 8;
+  for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x)
+    ll16_store(dst + 16 * k, packet_data(src, bytes, k), flag);
 }
 
-// Wait for LL8 word w of packet area p to carry `flag`; its data (0 after a timeout).
-COMMHAL_DEVICE u32 packet_word(const Ctx& c, const u8* p, u64 w, u32 flag) {
+// Wait for LL16 packet k of packet area p to carry `flag`; its data (0 after a timeout).
+COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   bool ok = true;
-  const u32 data = ll8_wait(p + 8 * w, flag, bound(c), ok);
-  return ok ? data : 0;
+  const uint2 data = ll16_wait(p + 16 * k, flag, bound(c), ok);
+  return ok ? data : make_uint2(0, 0);
 }
 
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet
-// area holds the chunk's bytes from its first word. This CTA's share of the words.
+// area holds the chunk's bytes from its first packet. This CTA's share of the packets.
 template <int DT, int OP>
 COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* locals, u32 nl,
                                    const u8* const* pk, const u32* flags, u32 np, u64 n) {
   typedef typename Ty<DT>::S S;
   typedef typename Ty<DT>::A A;
-  // Groups: one word (elements of <= 4 bytes) or two (8-byte elements).
-  const u64 gw = sizeof(S) > 4 ? 2 : 1;
-  const u64 per_group = sizeof(S) > 4 ? 1 : 4 / sizeof(S);
+  const u64 per_packet = 8 / sizeof(S);  // elements of 1, 2, 4 or 8 bytes
   u64 elo, ehi;
   share_elems(c, n, sizeof(S), elo, ehi);
-  const u64 lo = elo / per_group;
-  const u64 hi = (ehi + per_group - 1) / per_group;
+  const u64 lo = elo / per_packet;
+  const u64 hi = (ehi + per_packet - 1) / per_packet;
   S* d = reinterpret_cast<S*>(dst);
-  for (u64 g = lo + threadIdx.x; g < hi; g += blockDim.x) {
+  for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     union {
-      u32 w[2];
+      uint2 v;
       S s[8 / sizeof(S)];
     } got[PLAN_MAX_RANKS];
-    for (u32 k = 0; k < np && k < PLAN_MAX_RANKS; ++k)
-      for (u64 j = 0; j < gw; ++j) got[k].w[j] = packet_word(c, pk[k], g * gw + j, flags[k]);
-    for (u64 e = 0; e < per_group; ++e) {
-      const u64 i = g * per_group + e;
+    for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) got[q].v = packet_at(c, pk[q], k, flags[q]);
+    for (u64 e = 0; e < per_packet; ++e) {
+      const u64 i = k * per_packet + e;
       if (i >= n) break;
       if (nl == 0 && np == 1) {  // unpack: bits as they are
         d[i] = got[0].s[e];
@@ -534,14 +536,14 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
       u32 first = 0;
       if (nl > 0) {
         acc = Ty<DT>::ld(reinterpret_cast<const S*>(locals[0])[i]);
-        for (u32 k = 1; k < nl; ++k)
-          acc = combine<DT, OP>(acc, Ty<DT>::ld(reinterpret_cast<const S*>(locals[k])[i]));
+        for (u32 q = 1; q < nl; ++q)
+          acc = combine<DT, OP>(acc, Ty<DT>::ld(reinterpret_cast<const S*>(locals[q])[i]));
       } else {
         acc = Ty<DT>::ld(got[0].s[e]);
         first = 1;
       }
-      for (u32 k = first; k < np && k < PLAN_MAX_RANKS; ++k)
-        acc = combine<DT, OP>(acc, Ty<DT>::ld(got[k].s[e]));
+      for (u32 q = first; q < np && q < PLAN_MAX_RANKS; ++q)
+        acc = combine<DT, OP>(acc, Ty<DT>::ld(got[q].s[e]));
       d[i] = Ty<DT>::st(acc);
     }
   }
