@@ -58,6 +58,13 @@ fn peer_user_access(plan: &Plan) -> (bool, bool) {
     (any, reads)
 }
 
+/// Whether some rank's kernel reads or writes a peer's user buffers (input or output).
+/// A plan that does not touches the peers only through their scratch, so its caller
+/// need not tell the peers where its buffers are.
+pub fn touches_peer_user_buffers(plan: &Plan) -> bool {
+    peer_user_access(plan).0
+}
+
 /// A generated kernel for one rank.
 #[derive(Debug, Clone)]
 pub struct CudaKernel {
@@ -807,6 +814,32 @@ mod tests {
             .unwrap()
             .source;
         assert!(!one.contains("start_sync("), "{one}");
+    }
+
+    #[test]
+    fn which_plans_touch_peer_user_buffers() {
+        for (a, touches) in [
+            (Algorithm::AllReduce1pa, false),
+            (Algorithm::AllReduce2paLl, false),
+            (Algorithm::AllGatherLl, false),
+            (Algorithm::ReduceScatterLl, false),
+            (Algorithm::BroadcastLl, false),
+            (Algorithm::AllGatherAllPairs, true),
+            (Algorithm::ReduceScatterAllPairs, false),
+            (Algorithm::AllReduce2paHb, true),
+        ] {
+            for in_place in [false, true] {
+                let mut p = BuildParams::new(4);
+                p.in_place = in_place;
+                let plan = build(a, &p).unwrap();
+                assert_eq!(
+                    touches_peer_user_buffers(&plan),
+                    touches,
+                    "{} in place {in_place}",
+                    a.full_name()
+                );
+            }
+        }
     }
 
     #[test]

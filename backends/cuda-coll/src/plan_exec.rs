@@ -95,6 +95,8 @@ struct Loaded {
     plan: Plan,
     module: CollModule,
     kernel: CudaKernel,
+    /// [`codegen::touches_peer_user_buffers`] of the plan.
+    peer_user: bool,
 }
 
 /// The algorithms collective of a cuda-coll collective.
@@ -248,6 +250,7 @@ impl PlanExec {
         let image = compile(&kernel, &self.arch, self.cache.as_ref())?;
         let module = CollModule::load(&self.ctx, &image, &[codegen::ENTRY])?;
         let l = Arc::new(Loaded {
+            peer_user: codegen::touches_peer_user_buffers(&plan),
             plan,
             module,
             kernel,
@@ -289,6 +292,53 @@ impl PlanExec {
         }
     }
 
+    /// The compiled plan of `algo` for this call's shape (built and compiled on first
+    /// use, then cached).
+    fn loaded(
+        &self,
+        algo: Algorithm,
+        blocks: u32,
+        coll: Collective,
+        dtype: Dtype,
+        root: u32,
+        in_place: bool,
+    ) -> Result<Arc<Loaded>> {
+        if algo.collective() != collective_of(coll) {
+            return Err(CollError::invalid(format!(
+                "algorithm {} does not implement {}",
+                algo.full_name(),
+                coll.name()
+            )));
+        }
+        let key = Key {
+            algo,
+            in_place,
+            root: if coll.has_root() { root } else { 0 },
+            dtype: dtype_of(dtype),
+            blocks: blocks.max(1),
+        };
+        self.load(&key, coll)
+    }
+
+    /// Whether the plan `algo` runs for this call reads or writes the peers' user
+    /// buffers. When it does not (the packet plans such as `allreduce:1pa`, the `:ll`
+    /// builders), it reaches the peers only through their plan areas, and the call
+    /// needs no exchange of buffers: the caller's path is direct, as for the hand
+    /// packet kernels.
+    pub fn touches_peer_buffers(
+        &self,
+        algo: Algorithm,
+        blocks: u32,
+        coll: Collective,
+        dtype: Dtype,
+        root: u32,
+        in_place: bool,
+    ) -> Result<bool> {
+        Ok(self
+            .loaded(algo, blocks, coll, dtype, root, in_place)?
+            .peer_user)
+    }
+
     /// Queue `algo` for `coll` on `stream`. `input` / `output`: every rank's registered
     /// regions (each `capacity` bytes); `count` as [`crate::Comm::launch_rooted`].
     #[allow(clippy::too_many_arguments)]
@@ -306,21 +356,7 @@ impl PlanExec {
         output: &[u64; MAX_RANKS],
         capacity: u64,
     ) -> Result<String> {
-        if algo.collective() != collective_of(coll) {
-            return Err(CollError::invalid(format!(
-                "algorithm {} does not implement {}",
-                algo.full_name(),
-                coll.name()
-            )));
-        }
-        let key = Key {
-            algo,
-            in_place,
-            root: if coll.has_root() { root } else { 0 },
-            dtype: dtype_of(dtype),
-            blocks: blocks.max(1),
-        };
-        let l = self.load(&key, coll)?;
+        let l = self.loaded(algo, blocks, coll, dtype, root, in_place)?;
         let plan = &l.plan;
         let es = dtype.size();
         let dt = dtype_of(dtype);

@@ -6,8 +6,9 @@
 //!
 //! - **Direct**: the kernel chosen for the size touches only this rank's own input and
 //!   output (the LL16 and LL63 kernels: the data travels as packets through the peers'
-//!   registered scratch), so the caller's pointers go to the kernel as they are. No
-//!   host work per call beyond the launch.
+//!   registered scratch; likewise a plan whose ops touch only the peers' plan areas,
+//!   such as `allreduce:1pa` and the `:ll` builders), so the caller's pointers go to the kernel
+//!   as they are. No host work per call beyond the launch.
 //! - **Mapped** (zero-copy): the kernel reads or writes the peers' buffers. Every rank
 //!   publishes its buffers in the call table ([`crate::agree`]): a `cuMemAlloc`
 //!   allocation by its legacy IPC handle and offset. Each rank opens its peers'
@@ -184,15 +185,28 @@ fn dtype_index(d: Dtype) -> u8 {
 
 impl Comm {
     /// Whether `coll` of `count` elements runs a kernel or route that addresses the
-    /// peers' inputs or outputs (everything but the packet kernels).
-    fn touches_peer_buffers(&self, coll: Collective, dtype: Dtype, count: u64) -> bool {
-        if self.dma_all || self.algorithm(coll).is_some() {
-            return true;
+    /// peers' inputs or outputs (everything but the packet kernels and the plans that
+    /// reach the peers only through their plan areas).
+    fn touches_peer_buffers(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        root: u32,
+        in_place: bool,
+    ) -> Result<bool> {
+        if self.dma_all {
+            return Ok(true);
+        }
+        if let Some((algo, blocks)) = self.algorithm(coll) {
+            return self
+                .plans
+                .touches_peer_buffers(algo, blocks, coll, dtype, root, in_place);
         }
         if self.ce_route(coll, count * dtype.size()) {
-            return true;
+            return Ok(true);
         }
-        !local_only(self.kernel_plan(coll, dtype, count).0)
+        Ok(!local_only(self.kernel_plan(coll, dtype, count).0))
     }
 
     /// Queue one collective on the caller's buffers and `stream` (see the module docs
@@ -266,7 +280,7 @@ impl Comm {
             .then(|| inspect(&ctx, "recv buffer", bufs.recv, out_bytes))
             .transpose()?;
         let plan = self.algorithm(coll).is_some();
-        let peers = self.touches_peer_buffers(coll, dtype, count);
+        let peers = self.touches_peer_buffers(coll, dtype, count, root, in_place)?;
         let shareable = |p: u64, i: &Option<PointerInfo>| {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc))
         };
