@@ -228,6 +228,22 @@ struct Extent {
     lo: (u64, u64),
     hi: (u64, u64),
     exact: (BufferKind, u32, u32, u32), // the reference itself (buf, index, count, step)
+    looped: bool,                       // a chunk per iteration (step != 0, iterations > 1)
+}
+
+/// What orders two data ops of a block that touch local memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hazard {
+    /// Nothing: disjoint, or split alike by every thread.
+    None,
+    /// `__syncthreads()`: the same share per CTA, possibly other threads.
+    ThisCta,
+    /// `group_sync`: the replicas (CTAs) of the block split it differently.
+    Replicas,
+}
+
+fn eq(a: (u64, u64), b: (u64, u64)) -> bool {
+    (a.0 as u128) * (b.1 as u128) == (b.0 as u128) * (a.1 as u128)
 }
 
 fn le(a: (u64, u64), b: (u64, u64)) -> bool {
@@ -281,38 +297,61 @@ impl Gen<'_> {
             lo: (lo + shift * den, den),
             hi: (hi + shift * den, den),
             exact: (c.buf, c.index, c.count, c.step),
+            looped: c.step != 0 && iterations > 1,
         }
     }
 
-    fn conflicts(a: &Extent, b: &Extent) -> bool {
+    /// How an op touching `a` must be ordered after one that touched `b`.
+    fn conflicts(a: &Extent, b: &Extent) -> Hazard {
         if a.mem != b.mem || a.exact == b.exact {
-            return false;
+            return Hazard::None;
         }
-        if a.exact.0 == b.exact.0 {
+        if !a.looped && !b.looped && eq(a.lo, b.lo) && eq(a.hi, b.hi) {
+            // The same elements of one memory (in place: an input chunk and the output
+            // chunk that aliases it): every data op splits a range among the CTAs the
+            // same way (plan.h `share_elems`), so each CTA touches only its own share;
+            // its threads may map it differently.
+            return Hazard::ThisCta;
+        }
+        let overlap = if a.exact.0 == b.exact.0 {
             // Same buffer and chunking: floor boundaries agree, strict overlap only.
             lt(a.lo, b.hi) && lt(b.lo, a.hi)
         } else {
             // Aliased buffers with different chunking: touching may share an element.
             le(a.lo, b.hi) && le(b.lo, a.hi)
+        };
+        if overlap {
+            Hazard::Replicas
+        } else {
+            Hazard::None
         }
     }
 
     /// Record a data op's local reads and writes; emit a replica sync first if it
-    /// depends on (or overwrites) data an earlier op split differently.
+    /// depends on (or overwrites) data an earlier op split differently, or a CTA
+    /// barrier if only this CTA's threads may have split it differently.
     fn data_op(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], iterations: u32) {
         let r: Vec<Extent> = reads.iter().map(|c| self.extent(c, iterations)).collect();
         let w: Vec<Extent> = writes.iter().map(|c| self.extent(c, iterations)).collect();
-        let hazard = r
+        let worst = r
             .iter()
-            .any(|x| self.writes.iter().any(|y| Self::conflicts(x, y)))
-            || w.iter().any(|x| {
-                self.writes.iter().any(|y| Self::conflicts(x, y))
-                    || self.reads.iter().any(|y| Self::conflicts(x, y))
-            });
-        if hazard {
-            self.line("group_sync(c);");
-            self.reads.clear();
-            self.writes.clear();
+            .flat_map(|x| self.writes.iter().map(move |y| Self::conflicts(x, y)))
+            .chain(w.iter().flat_map(|x| {
+                self.writes
+                    .iter()
+                    .chain(self.reads.iter())
+                    .map(move |y| Self::conflicts(x, y))
+            }))
+            .max()
+            .unwrap_or(Hazard::None);
+        match worst {
+            Hazard::Replicas => {
+                self.line("group_sync(c);");
+                self.reads.clear();
+                self.writes.clear();
+            }
+            Hazard::ThisCta => self.line("__syncthreads();"),
+            Hazard::None => {}
         }
         self.reads.extend(r);
         self.writes.extend(w);
@@ -909,6 +948,26 @@ mod tests {
         }
         let e = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum).unwrap_err();
         assert!(e.to_string().contains("cuda-nvls"), "{e}");
+    }
+
+    #[test]
+    fn in_place_aliases_split_alike_need_only_a_cta_barrier() {
+        // 1PA in place: the packets read the input chunk that the reduction then
+        // writes as output; both split it alike, so no replica sync.
+        let mut p = BuildParams::new(2);
+        p.in_place = true;
+        let plan = build(Algorithm::AllReduce1pa, &p).unwrap();
+        let k = generate_cuda(&plan, 0, DataType::F16, RedOp::Sum).unwrap();
+        let body = &k.source[k.source.find("if (b == 0u)").unwrap()..];
+        assert!(!body.contains("group_sync"), "{body}");
+        let put = body.find("put_packets(").unwrap();
+        let bar = body.find("__syncthreads();").expect("a CTA barrier");
+        let red = body.find("reduce_packets<").unwrap();
+        assert!(put < bar && bar < red, "{body}");
+        // Out of place they touch different memory: nothing between them.
+        let plan = build(Algorithm::AllReduce1pa, &BuildParams::new(2)).unwrap();
+        let k = generate_cuda(&plan, 0, DataType::F16, RedOp::Sum).unwrap();
+        assert!(!k.source.contains("__syncthreads") && !k.source.contains("group_sync(c)"));
     }
 
     #[test]
