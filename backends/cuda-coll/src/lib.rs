@@ -50,6 +50,8 @@ pub mod comm;
 pub mod dma;
 pub mod driver;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hang;
 pub mod kernels;
 pub mod layout;
