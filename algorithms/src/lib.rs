@@ -21,6 +21,8 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod fp8;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod plan;
 pub mod sched;
 pub mod selector;

@@ -206,19 +206,19 @@ impl RecvBuf<'_> {
 /// The per-call signature every rank must agree on (plus buffer ids: zero-copy needs
 /// every rank to pass its buffer of the same `alloc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Signature {
-    collective: u64,
-    count: u64,
-    dtype: u64,
-    op: u64,
-    root: u64,
-    in_place: u64,
-    send: u64,
-    recv: u64,
+pub(crate) struct Signature {
+    pub(crate) collective: u64,
+    pub(crate) count: u64,
+    pub(crate) dtype: u64,
+    pub(crate) op: u64,
+    pub(crate) root: u64,
+    pub(crate) in_place: u64,
+    pub(crate) send: u64,
+    pub(crate) recv: u64,
 }
 
 impl Signature {
-    fn to_bytes(self) -> Vec<u8> {
+    pub(crate) fn to_bytes(self) -> Vec<u8> {
         [
             self.collective,
             self.count,
@@ -233,7 +233,7 @@ impl Signature {
         .flat_map(|v| v.to_le_bytes())
         .collect()
     }
-    fn from_bytes(b: &[u8]) -> Option<Signature> {
+    pub(crate) fn from_bytes(b: &[u8]) -> Option<Signature> {
         let w = |i: usize| {
             b.get(i * 8..i * 8 + 8)
                 .map(|s| u64::from_le_bytes(s.try_into().unwrap_or_default()))
@@ -249,7 +249,7 @@ impl Signature {
             recv: w(7)?,
         })
     }
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let c = Collective::ALL
             .get(self.collective as usize)
             .map(|c| c.name())
@@ -281,6 +281,44 @@ impl Signature {
             buf(self.send),
             buf(self.recv)
         )
+    }
+}
+
+/// Every rank's endpoint from the all-gathered blobs (JSON, blob `r` from rank `r`,
+/// which must name rank `r`: the node layout indexes the endpoints by rank).
+pub(crate) fn decode_endpoints(blobs: &[Vec<u8>]) -> Result<Vec<Endpoint>, CommError> {
+    blobs
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            let e = serde_json::from_slice::<Endpoint>(b).map_err(|e| {
+                HalError::Bootstrap(format!("rank {r} sent a malformed endpoint: {e}"))
+            })?;
+            if e.rank as usize != r {
+                return Err(HalError::Bootstrap(format!(
+                    "rank {r} sent the endpoint of rank {}: every rank must run the same commhal build",
+                    e.rank
+                ))
+                .into());
+            }
+            Ok(e)
+        })
+        .collect()
+}
+
+/// Ranks per node of `n` ranks with these endpoints: nodes must be equal-sized runs of
+/// consecutive ranks for 2PH; `n` (one node) otherwise.
+pub(crate) fn ranks_per_node(endpoints: &[Endpoint], n: u32) -> u32 {
+    let mut nodes: Vec<u32> = endpoints.iter().map(|e| e.node).collect();
+    nodes.dedup();
+    if nodes.len() > 1 && n.is_multiple_of(nodes.len() as u32) {
+        let rpn = n / nodes.len() as u32;
+        let consecutive = endpoints
+            .iter()
+            .all(|e| endpoints[(e.rank / rpn * rpn) as usize].node == e.node);
+        if consecutive { rpn } else { n }
+    } else {
+        n
     }
 }
 
@@ -457,15 +495,7 @@ impl Communicator {
             &serde_json::to_vec(&me)
                 .map_err(|e| CommError::Invalid(format!("encoding the endpoint: {e}")))?,
         )?;
-        let endpoints = blobs
-            .iter()
-            .enumerate()
-            .map(|(r, b)| {
-                serde_json::from_slice::<Endpoint>(b).map_err(|e| {
-                    HalError::Bootstrap(format!("rank {r} sent a malformed endpoint: {e}")).into()
-                })
-            })
-            .collect::<Result<Vec<_>, CommError>>()?;
+        let endpoints = decode_endpoints(&blobs)?;
         let peers: Vec<Endpoint> = endpoints
             .iter()
             .filter(|e| e.rank != rank)
@@ -502,21 +532,9 @@ impl Communicator {
             .clone()
             .ok_or_else(|| CommError::Invalid("selected backend has no memory transport".into()))?;
 
-        // Topology: nodes must be equal-sized runs of consecutive ranks for 2PH.
-        let mut nodes: Vec<u32> = endpoints.iter().map(|e| e.node).collect();
-        nodes.dedup();
-        let rpn = if nodes.len() > 1 && n.is_multiple_of(nodes.len() as u32) {
-            let rpn = n / nodes.len() as u32;
-            let consecutive = endpoints
-                .iter()
-                .all(|e| endpoints[(e.rank / rpn * rpn) as usize].node == e.node);
-            if consecutive { rpn } else { n }
-        } else {
-            n
-        };
         let topo = Topology {
             nranks: n,
-            ranks_per_node: rpn,
+            ranks_per_node: ranks_per_node(&endpoints, n),
         };
         let mut selector = match &options.tuning {
             Some(t) => Selector::from_toml(t)?,
@@ -1455,5 +1473,28 @@ impl Communicator {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blob(rank: Rank, node: u32) -> Vec<u8> {
+        let mut e = Endpoint::this_process(rank, Device::HOST);
+        e.node = node;
+        serde_json::to_vec(&e).unwrap()
+    }
+
+    #[test]
+    fn endpoints_must_name_the_rank_that_sent_them() {
+        let good = [blob(0, 0), blob(1, 0), blob(2, 1), blob(3, 1)];
+        let e = decode_endpoints(&good).unwrap();
+        assert_eq!(ranks_per_node(&e, 4), 2);
+        let bad = [blob(0, 0), blob(1, 1), blob(5, 2)];
+        let err = decode_endpoints(&bad).unwrap_err().to_string();
+        assert!(err.contains("rank 2 sent the endpoint of rank 5"), "{err}");
+        let err = decode_endpoints(&[b"{".to_vec()]).unwrap_err().to_string();
+        assert!(err.contains("rank 0 sent a malformed endpoint"), "{err}");
     }
 }

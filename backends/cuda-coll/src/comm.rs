@@ -50,7 +50,7 @@ use std::sync::Mutex;
 
 mod caller;
 mod collectives;
-mod p2p;
+pub(crate) mod p2p;
 pub use caller::{BufferPath, CallBufs, Registration};
 pub use p2p::P2pOp;
 

@@ -48,6 +48,8 @@ pub mod comm;
 pub mod dma;
 pub mod driver;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kernels;
 pub mod layout;
 pub mod nccl_lib;

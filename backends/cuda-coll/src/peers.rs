@@ -154,6 +154,50 @@ impl BufDesc {
         let d = r.buf()?;
         Some((d, r.0))
     }
+
+    /// The checks [`Imports::resolve`] makes on rank `p`'s description (its owner has
+    /// `nonce`; this process `own`) before it maps anything: for a registered region
+    /// (`reg_in` / `reg_out`: rank `p`'s, as mapped here) the address in this process;
+    /// `None` for an allocation to open, whose offset lies inside it.
+    pub fn check(
+        &self,
+        p: u32,
+        nonce: u64,
+        own: u64,
+        (reg_in, reg_out): (u64, u64),
+    ) -> Result<Option<u64>> {
+        let Where::Ipc { base, size, .. } = self.at else {
+            let reg = if self.at == Where::RegInput {
+                reg_in
+            } else {
+                reg_out
+            };
+            return reg.checked_add(self.off).map(Some).ok_or_else(|| {
+                CollError::invalid(format!(
+                    "rank {p} published offset {:#x} in its registered region, past the end of the address space: every rank must run the same commhal build",
+                    self.off
+                ))
+            });
+        };
+        if nonce == own {
+            return Err(CollError::invalid(format!(
+                "rank {p} runs in this process: the GPU communicator needs one process per rank"
+            )));
+        }
+        if self.off >= size {
+            return Err(CollError::invalid(format!(
+                "rank {p} published offset {} beyond its {size}-byte allocation",
+                self.off
+            )));
+        }
+        // the import cache compares allocations as [base, base + size)
+        if base.checked_add(size).is_none() {
+            return Err(CollError::invalid(format!(
+                "rank {p} published a {size}-byte allocation at {base:#x}, past the end of the address space: every rank must run the same commhal build"
+            )));
+        }
+        Ok(None)
+    }
 }
 
 /// One rank's entry of a call.
@@ -313,6 +357,9 @@ impl Imports {
         (reg_in, reg_out): (u64, u64),
         pin: Option<&Mutex<Vec<Arc<IpcMapping>>>>,
     ) -> Result<u64> {
+        if let Some(addr) = d.check(p, nonce, process_nonce(), (reg_in, reg_out))? {
+            return Ok(addr);
+        }
         let Where::Ipc {
             id,
             base,
@@ -320,24 +367,10 @@ impl Imports {
             handle,
         } = d.at
         else {
-            let reg = if d.at == Where::RegInput {
-                reg_in
-            } else {
-                reg_out
-            };
-            return Ok(reg + d.off);
+            return Err(CollError::invalid(
+                "a registered buffer without its address (check should have given it)",
+            ));
         };
-        if nonce == process_nonce() {
-            return Err(CollError::invalid(format!(
-                "rank {p} runs in this process: the GPU communicator needs one process per rank"
-            )));
-        }
-        if d.off >= size {
-            return Err(CollError::invalid(format!(
-                "rank {p} published offset {} beyond its {size}-byte allocation",
-                d.off
-            )));
-        }
         let mut cache = imports()
             .lock()
             .map_err(|_| CollError::invalid("import cache lock poisoned"))?;
@@ -419,6 +452,44 @@ mod tests {
         let mut bad_kind = b;
         bad_kind[4 + 24 + 8] = 9;
         assert!(Entry::decode(&bad_kind, 0).is_err());
+    }
+
+    #[test]
+    fn descriptions_past_the_address_space_are_errors() {
+        let regs = (0x7f00_0000_0000, 0x7f00_1000_0000);
+        let reg = BufDesc {
+            at: Where::RegOutput,
+            off: 64,
+        };
+        assert_eq!(reg.check(1, 5, 6, regs).unwrap(), Some(0x7f00_1000_0040));
+        let far = BufDesc {
+            off: u64::MAX - 8,
+            ..reg
+        };
+        let e = far.check(1, 5, 6, regs).unwrap_err().to_string();
+        assert!(e.contains("rank 1") && e.contains("address space"), "{e}");
+        let wrap = BufDesc {
+            at: Where::Ipc {
+                id: 1,
+                base: u64::MAX - 16,
+                size: 64,
+                handle: [0; IPC_HANDLE_LEN],
+            },
+            off: 0,
+        };
+        assert!(wrap.check(1, 5, 6, regs).is_err());
+        assert!(BufDesc { off: 64, ..wrap }.check(1, 5, 6, regs).is_err());
+        let same = BufDesc {
+            at: Where::Ipc {
+                id: 1,
+                base: 0x1000,
+                size: 64,
+                handle: [0; IPC_HANDLE_LEN],
+            },
+            off: 0,
+        };
+        assert!(same.check(1, 6, 6, regs).is_err(), "same process");
+        assert_eq!(same.check(1, 5, 6, regs).unwrap(), None);
     }
 
     #[test]

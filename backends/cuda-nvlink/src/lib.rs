@@ -33,6 +33,8 @@
 #![warn(missing_docs)]
 
 pub mod driver;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod header;
 pub mod memory;
 pub mod reach;

@@ -32,6 +32,8 @@
 #![warn(missing_docs)]
 
 pub mod device;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod port;
 pub mod region;
 mod register;

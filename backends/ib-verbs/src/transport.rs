@@ -7,8 +7,8 @@ use commhal_backend_host_emu::HostRegion;
 use commhal_hal::registry::BackendOptions;
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{
-    DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, PortMapped, Reach, Region,
-    Result, SignalStrength, Transport,
+    DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, PortMapped, Rank, Reach,
+    Region, Result, SignalStrength, Transport,
 };
 
 use crate::BACKEND;
@@ -234,8 +234,75 @@ impl Transport for IbVerbs {
     }
 }
 
-/// The connection message: QPN, PSN, LID, MTU, link (1 IB, 2 RoCE), GID.
-const HELLO_LEN: usize = 4 + 4 + 2 + 1 + 1 + 16;
+/// The connection message two ranks exchange through the bootstrap to connect a
+/// queue pair. Layout, little-endian: QPN (u32), PSN (u32), LID (u16), active MTU (u8),
+/// link layer (u8: 1 InfiniBand, 2 RoCE), GID (16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectMsg {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// Starting packet sequence number (24 bits).
+    pub psn: u32,
+    /// Port LID (InfiniBand addressing).
+    pub lid: u16,
+    /// Active MTU (the verbs enum value).
+    pub mtu: u8,
+    /// Link layer of the port.
+    pub link: Link,
+    /// Port GID (RoCE addressing).
+    pub gid: [u8; 16],
+}
+
+impl ConnectMsg {
+    /// Bytes of an encoded message.
+    pub const LEN: usize = 4 + 4 + 2 + 1 + 1 + 16;
+
+    /// The bytes sent to the peer.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(Self::LEN);
+        v.extend_from_slice(&self.qpn.to_le_bytes());
+        v.extend_from_slice(&self.psn.to_le_bytes());
+        v.extend_from_slice(&self.lid.to_le_bytes());
+        v.push(self.mtu);
+        v.push(match self.link {
+            Link::InfiniBand => 1,
+            Link::Roce => 2,
+        });
+        v.extend_from_slice(&self.gid);
+        v
+    }
+
+    /// Decode rank `peer`'s message.
+    pub fn decode(b: &[u8], peer: Rank) -> Result<ConnectMsg> {
+        let Some(b) = <&[u8; Self::LEN]>::try_from(b).ok() else {
+            return Err(HalError::Bootstrap(format!(
+                "rank {peer} sent a {}-byte ib-verbs connection message (expected {}): do both ranks run the same commhal version and backend?",
+                b.len(),
+                Self::LEN
+            )));
+        };
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let link = match b[11] {
+            1 => Link::InfiniBand,
+            2 => Link::Roce,
+            other => {
+                return Err(HalError::Bootstrap(format!(
+                    "rank {peer} sent an ib-verbs connection message with link layer {other} (1 InfiniBand, 2 RoCE): do both ranks run the same commhal version?"
+                )));
+            }
+        };
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[12..28]);
+        Ok(ConnectMsg {
+            qpn: u32_at(0),
+            psn: u32_at(4),
+            lid: u16::from_le_bytes([b[8], b[9]]),
+            mtu: b[10],
+            link,
+            gid,
+        })
+    }
+}
 
 impl PortMapped for IbVerbs {
     type Local = IbLocal;
@@ -318,53 +385,37 @@ impl PortMapped for IbVerbs {
             )
         })?;
         let psn = psn_for(qp.qp_num);
-        let mut hello = Vec::with_capacity(HELLO_LEN);
-        hello.extend_from_slice(&qp.qp_num.to_le_bytes());
-        hello.extend_from_slice(&psn.to_le_bytes());
-        hello.extend_from_slice(&c.port_attr.lid.to_le_bytes());
-        hello.push(c.port_attr.active_mtu as u8);
-        hello.push(match c.link {
-            Link::InfiniBand => 1,
-            Link::Roce => 2,
-        });
-        hello.extend_from_slice(&c.gid);
-        ctx.bootstrap.send(peer, ctx.tag, &hello)?;
-        let theirs = ctx.bootstrap.recv(peer, ctx.tag)?;
-        if theirs.len() != HELLO_LEN {
-            return Err(HalError::Bootstrap(format!(
-                "rank {peer} sent a {}-byte ib-verbs connection message (expected {HELLO_LEN}): do both ranks run the same commhal version and backend?",
-                theirs.len()
-            )));
-        }
-        let u32_at =
-            |i: usize| u32::from_le_bytes([theirs[i], theirs[i + 1], theirs[i + 2], theirs[i + 3]]);
-        let (dest_qpn, rq_psn) = (u32_at(0), u32_at(4));
-        let dlid = u16::from_le_bytes([theirs[8], theirs[9]]);
-        let (their_mtu, their_link) = (u32::from(theirs[10]), theirs[11]);
-        let mut dgid = [0u8; 16];
-        dgid.copy_from_slice(&theirs[12..28]);
-        let my_link = if c.link == Link::InfiniBand { 1 } else { 2 };
-        if their_link != my_link {
+        let hello = ConnectMsg {
+            qpn: qp.qp_num,
+            psn,
+            lid: c.port_attr.lid,
+            mtu: c.port_attr.active_mtu as u8,
+            link: c.link,
+            gid: c.gid,
+        };
+        ctx.bootstrap.send(peer, ctx.tag, &hello.encode())?;
+        let theirs = ConnectMsg::decode(&ctx.bootstrap.recv(peer, ctx.tag)?, peer)?;
+        let name = |l: Link| match l {
+            Link::InfiniBand => "InfiniBand",
+            Link::Roce => "RoCE",
+        };
+        if theirs.link != c.link {
             return Err(HalError::unsupported(
                 BACKEND,
                 format!(
                     "a port to rank {peer}: its RDMA port is {} but this one is {}: pick ports of the same link layer (COMMHAL_IBVERBS_DEVICE / _PORT)",
-                    if their_link == 1 {
-                        "InfiniBand"
-                    } else {
-                        "RoCE"
-                    },
-                    if my_link == 1 { "InfiniBand" } else { "RoCE" }
+                    name(theirs.link),
+                    name(c.link)
                 ),
             ));
         }
         let path = Path {
-            dest_qpn,
-            rq_psn,
-            mtu: c.port_attr.active_mtu.min(their_mtu).max(1),
-            dlid,
+            dest_qpn: theirs.qpn,
+            rq_psn: theirs.psn,
+            mtu: c.port_attr.active_mtu.min(u32::from(theirs.mtu)).max(1),
+            dlid: theirs.lid,
             global: c.link == Link::Roce,
-            dgid,
+            dgid: theirs.gid,
             sgid_index: c.gid_index,
             port: c.port,
         };

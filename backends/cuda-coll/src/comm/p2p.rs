@@ -96,7 +96,7 @@ impl PairCounts {
 }
 
 /// What a receiver posts: its process nonce, the bytes, the buffer.
-fn posting(nonce: u64, bytes: u64, at: &BufDesc) -> Vec<u8> {
+pub(crate) fn posting(nonce: u64, bytes: u64, at: &BufDesc) -> Vec<u8> {
     let mut v = Vec::with_capacity(128);
     v.extend_from_slice(&nonce.to_le_bytes());
     v.extend_from_slice(&bytes.to_le_bytes());
@@ -104,7 +104,7 @@ fn posting(nonce: u64, bytes: u64, at: &BufDesc) -> Vec<u8> {
     v
 }
 
-fn parse_posting(b: &[u8], p: u32) -> Result<(u64, u64, BufDesc)> {
+pub(crate) fn parse_posting(b: &[u8], p: u32) -> Result<(u64, u64, BufDesc)> {
     let parsed = (|| {
         let nonce = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
         let bytes = u64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
