@@ -251,11 +251,19 @@ mod tests {
             pick(Collective::AllReduce, 1 << 30, topo(8, 4)),
             Algorithm::AllReduce2phHb
         );
-        // 7 ranks in nodes of 4 are not whole nodes: 2PH is skipped; recursive doubling
-        // needs one node, so 2pa-hb wins.
+        // 7 ranks in nodes of 4 are not whole nodes: 2PH is skipped, the ring follows.
         assert_eq!(
             pick(Collective::AllReduce, 1024, topo(7, 4)),
-            Algorithm::AllReduce2paHb
+            Algorithm::AllReduceRing
+        );
+        // The other collectives across nodes: rings and the chain.
+        assert_eq!(
+            pick(Collective::AllGather, 1024, topo(8, 4)),
+            Algorithm::AllGatherRing
+        );
+        assert_eq!(
+            pick(Collective::Broadcast, 1 << 20, topo(8, 4)),
+            Algorithm::BroadcastChain
         );
         for c in Collective::ALL {
             s.select(c, 1, topo(3, 3)).unwrap();

@@ -2,10 +2,9 @@
 //! nodes; cross-node traffic goes over `host-tcp` ports, never through shared memory.
 //!
 //! Checked: AllReduce 2PH LL/HB and ring for several dtypes, ops, sizes (0, 1, uneven)
-//! and placements against `sim::reference`; AllGather/ReduceScatter/Broadcast falling
-//! back to port-channel rings; that far peers are never mapped and that bytes, signals
-//! and flushes went over TCP (and nothing does on one node); clear errors for plans
-//! that cannot cross nodes and for send/recv across nodes.
+//! and placements against `sim::reference`; AllGather/ReduceScatter/Broadcast, Reduce,
+//! AllToAll and send/recv across nodes; that far peers are never mapped and that bytes,
+//! signals and flushes went over TCP (and nothing does on one node).
 
 mod common;
 
@@ -103,10 +102,10 @@ fn selector_default_runs_across_nodes() {
     });
 }
 
-/// AllGather, ReduceScatter and Broadcast pick single-node algorithms from the table;
-/// across nodes they fall back to rings (chain) with port channels between nodes.
+/// AllGather, ReduceScatter and Broadcast with the table's choice, across nodes (port
+/// channels between the nodes).
 #[test]
-fn other_collectives_fall_back_to_port_rings() {
+fn other_collectives_cross_nodes() {
     for (n, rpn) in LAYOUTS {
         with_ranks(n, rpn, None, |comm| {
             for coll in [
@@ -152,34 +151,45 @@ fn nothing_goes_over_tcp_on_one_node() {
     });
 }
 
-/// AllToAll has no port-channel variant: across nodes it is refused with a clear error
-/// (and the communicator stays usable); send/recv across nodes is refused too.
+/// Reduce and all-to-all (all-pairs plans whose cross-node puts, signals and waits go
+/// on port channels) and send/recv across nodes: pieces larger than a slot half, both
+/// directions at once, through `host-tcp`.
 #[test]
-fn plans_that_cannot_cross_nodes_are_refused() {
-    with_ranks(4, 2, None, |comm| {
-        let send = vec![0u8; 4 * 16];
-        let mut recv = vec![0u8; 4 * 16];
-        let e = comm
-            .all_to_all(&send, &mut recv, 4, DataType::F32)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("node"), "{e}");
-        // The communicator still works after a refused plan.
-        let case = Case {
-            coll: Collective::AllReduce,
-            count: 10,
-            dtype: DataType::F32,
-            op: RedOp::Sum,
-            root: 0,
-            in_place: false,
-            registered: false,
-            seed: 1,
-        };
-        check_case(comm, &case).unwrap();
-        // Send/recv across nodes: a clear error, not silent wrong data.
-        if comm.rank() == 0 {
-            let e = comm.send(2, &[1, 2, 3]).unwrap_err().to_string();
-            assert!(e.contains("another node"), "{e}");
-        }
-    });
+fn reduce_alltoall_and_send_recv_cross_nodes() {
+    for (n, rpn) in LAYOUTS {
+        with_ranks(n, rpn, None, |comm| {
+            for coll in [Collective::Reduce, Collective::AllToAll] {
+                for (i, count) in [0u64, 1, 301].into_iter().enumerate() {
+                    let case = Case {
+                        coll,
+                        count,
+                        dtype: DataType::I32,
+                        op: RedOp::Max,
+                        root: (n - 1).min(i as u32 * 3),
+                        in_place: i == 2,
+                        registered: i == 1,
+                        seed: count + 11 * n as u64,
+                    };
+                    check_case(comm, &case)
+                        .unwrap_or_else(|e| panic!("n={n} rpn={rpn} {case:?}: {e}"));
+                }
+            }
+            // A ring of sends and receives; rank r's next rank r + rpn is on the next
+            // node. 600 KiB: more than one slot half (256 KiB), so credits turn over.
+            let me = comm.rank();
+            let (next, prev) = ((me + rpn) % n, (me + n - rpn) % n);
+            let len = 600 * 1024 + 3;
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + me as usize * 13) as u8).collect();
+            let mut got = vec![0u8; len];
+            let mut g = comm.group_start();
+            g.send(next, &data).unwrap();
+            g.recv(prev, &mut got).unwrap();
+            g.group_end().unwrap();
+            let want: Vec<u8> = (0..len)
+                .map(|i| (i * 7 + prev as usize * 13) as u8)
+                .collect();
+            assert!(got == want, "rank {me}: wrong bytes from rank {prev}");
+            assert!(comm.port_stats().bytes > 0);
+        });
+    }
 }

@@ -162,8 +162,6 @@ impl Algorithm {
             Algorithm::AllReduce2phLl | Algorithm::AllReduce2phHb => {
                 p.ranks_per_node >= 1 && p.nranks.is_multiple_of(p.ranks_per_node)
             }
-            // Memory channels between arbitrary pairs: one node only.
-            Algorithm::AllReduceRd => p.ranks_per_node >= p.nranks,
             _ => true,
         }
     }
@@ -229,20 +227,17 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
     };
     let mut plan = plan;
-    if matches!(
-        algo,
-        AllReduceRing | AllGatherRing | ReduceScatterRing | BroadcastChain
-    ) {
-        ports_across_nodes(&mut plan, p.ranks_per_node);
-    }
+    ports_across_nodes(&mut plan, p.ranks_per_node);
     crate::validate::validate(&plan, plan.collective, n)?;
     Ok(plan)
 }
 
 /// Put every channel op between ranks of different nodes (`ranks_per_node` consecutive
-/// ranks each) on a port channel: the chain and ring algorithms only put, signal and
-/// wait between neighbours, so this makes them run across nodes. Both ends of a
-/// signal/wait pair change together, so semaphores still match. Does nothing on one node.
+/// ranks each) on a port channel. Every builder reaches its peers by put, signal, wait,
+/// flush and LL packets only (reads of peers' memory are local to a node: none crosses
+/// one), so with this every algorithm runs across nodes, `build` applies it to all. Both
+/// ends of a signal/wait pair change together, so semaphores still match. Does nothing
+/// on one node.
 pub fn ports_across_nodes(plan: &mut Plan, ranks_per_node: u32) {
     let rpn = ranks_per_node.max(1);
     if rpn >= plan.nranks {

@@ -364,7 +364,7 @@ impl<'a> Group<'_, 'a> {
     pub fn group_end(self) -> Result<(), CommError> {
         let c = self.comm;
         c.check_usable()?;
-        let r = c.p2p.run(c.rank, &c.sync, self.ops);
+        let r = c.p2p.run(c.rank, &c.sync, c.ports.as_deref(), self.ops);
         if let Err(e) = &r {
             c.fail(e);
         }
@@ -978,12 +978,6 @@ impl Communicator {
             return Err(CommError::Invalid(format!(
                 "peer {peer} is not another rank of this {}-rank communicator (this is rank {})",
                 self.n, self.rank
-            )));
-        }
-        if self.ports.as_ref().is_some_and(|p| p.is_far(peer)) {
-            return Err(CommError::Invalid(format!(
-                "send/recv between rank {} and rank {peer} on another node is not supported yet (its memory is reached by port only); use a collective, or put both ranks on one node",
-                self.rank
             )));
         }
         Ok(())

@@ -9,6 +9,8 @@
 //! (tag 1). Credits and pieces are counted per message (`ceil(len / HALF)` each side),
 //! so both sides must pass the same byte count. Grouped operations progress together
 //! (a polling loop), so `A: send→B, recv←B` and `B: send→A, recv←A` never deadlock.
+//! A peer on another node is reached by port: pieces are `host-tcp` writes into its
+//! slot and the semaphores `host-tcp` signals, in order on one connection.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,11 +72,45 @@ impl P2p {
             .unwrap_or(Span::EMPTY)
     }
 
+    /// Piece `k` (`data`) into `peer`'s slot for `me`: a store into mapped memory, or a
+    /// port write when `peer` is on another node (the port delivers it before the
+    /// "done" signal that follows on the same connection).
+    fn put_piece(
+        &self,
+        me: Rank,
+        peer: Rank,
+        k: usize,
+        data: &[u8],
+        ports: Option<&Ports>,
+    ) -> Result<(), CommError> {
+        let at = me as usize * SLOT + (k % 2) * HALF;
+        if let Some(ports) = ports.filter(|p| p.is_far(peer)) {
+            let dst = self
+                .mem
+                .area(peer as usize)
+                .sub(at, data.len())
+                .and_then(|a| a.port)
+                .ok_or_else(|| {
+                    CommError::Invalid(format!(
+                        "rank {peer}'s send/recv slot is not reachable by port (internal error)"
+                    ))
+                })?;
+            return ports.write_bytes(peer, &dst, data);
+        }
+        let dst = self
+            .half(peer, me, k)
+            .sub(0, data.len())
+            .unwrap_or(Span::EMPTY);
+        raw::write_from(dst, data);
+        Ok(())
+    }
+
     /// Run a group of sends and receives to completion.
     pub(crate) fn run(
         &self,
         me: Rank,
         sync: &SyncTable,
+        ports: Option<&Ports>,
         ops: Vec<P2pOp<'_>>,
     ) -> Result<(), CommError> {
         let mut work: Vec<Progress<'_>> = ops
@@ -112,8 +148,7 @@ impl P2p {
                         if sync.poll(*peer, KIND_P2P, READY) {
                             let at = k * HALF;
                             let n = HALF.min(data.len() - at);
-                            let dst = self.half(*peer, me, k).sub(0, n).unwrap_or(Span::EMPTY);
-                            raw::write_from(dst, &data[at..at + n]);
+                            self.put_piece(me, *peer, k, &data[at..at + n], ports)?;
                             sync.signal(*peer, KIND_P2P, DONE)?;
                             w.done += 1;
                             moved = true;

@@ -5,9 +5,10 @@
 //! **Where they run.** host-emu: every rank on one node (memory channels, LL packets,
 //! semaphores in mapped memory). host-tcp: the ranks split over two virtual nodes, so
 //! every link between the nodes is a host-tcp port channel (host-emu memory inside a
-//! node, as the communicator always does). An algorithm that cannot cross nodes is
-//! *not supported* there, with the reason; it is never silently replaced by the ring the
-//! communicator would fall back to (that ring has its own case).
+//! node, as the communicator always does). Every algorithm runs there as forced: the
+//! builders put every channel op between nodes on a port channel
+//! (`builders::ports_across_nodes`), so none is replaced by the ring the communicator
+//! falls back to for a plan that cannot cross nodes.
 //!
 //! **Check.** Every count runs out of place and in place (send/recv: out of place only).
 //! Inputs are small signed `i32`s (`(7i + 13r) mod 23 − 11`), so sums, minima and maxima
@@ -64,34 +65,6 @@ impl Layout {
     }
 }
 
-/// Why `algo` cannot run with its ranks split over two nodes (`None`: it can).
-pub fn cross_node_gap(algo: Algorithm) -> Option<&'static str> {
-    use Algorithm::*;
-    match algo {
-        AllReduce2phLl | AllReduce2phHb | AllReduceRing | AllGatherRing | ReduceScatterRing
-        | BroadcastChain => None,
-        AllReduceRd => Some(
-            "recursive doubling exchanges memory-channel data between arbitrary pairs of ranks; across nodes only port-channel rings, chains and 2PH run",
-        ),
-        AllReduce1pa | AllReduce2paLl | AllReduce2paHb => Some(
-            "all-pairs plans write LL packets / scratch of every peer through memory channels; across nodes only port-channel rings, chains and 2PH run",
-        ),
-        AllGatherLl | ReduceScatterLl | BroadcastLl => Some(
-            "LL plans write packets into every peer's scratch through memory channels; across nodes the communicator would replace it by the ring/chain, which its own case checks",
-        ),
-        AllGatherAllPairs | ReduceScatterAllPairs | BroadcastDirect => Some(
-            "the plan puts into every peer's memory through memory channels; across nodes the communicator would replace it by the ring/chain, which its own case checks",
-        ),
-        ReduceAllPairs => Some(
-            "every rank puts into the root's memory through memory channels, and reduce has no port-channel variant yet",
-        ),
-        AllToAllAllPairs => Some("all-to-all has no port-channel variant yet"),
-        SendRecv => Some(
-            "send/recv between ranks on different nodes is not supported yet (a far peer's memory is reached by port only)",
-        ),
-    }
-}
-
 /// Element counts of one case.
 pub fn counts(quick: bool) -> Vec<u64> {
     if quick {
@@ -143,7 +116,7 @@ fn communicator(
 }
 
 /// Not-supported reasons that hold on every rank alike.
-fn gaps(ctx: &Ctx, layout: Layout, algo: Option<Algorithm>) -> Result<(), Failure> {
+fn gaps(ctx: &Ctx, layout: Layout) -> Result<(), Failure> {
     if ctx.device.kind != DeviceKind::Host {
         return Err(Failure::NotSupported(
             "collective cases run on host ranks; GPU collectives are checked by commhal-gpu-bench"
@@ -155,14 +128,6 @@ fn gaps(ctx: &Ctx, layout: Layout, algo: Option<Algorithm>) -> Result<(), Failur
             "two virtual nodes need an even number of ranks, not {}",
             ctx.size
         )));
-    }
-    let gap = match (layout, algo) {
-        (_, None) => None,
-        (Layout::OneNode, Some(_)) => None,
-        (Layout::TwoNodes, Some(a)) => cross_node_gap(a),
-    };
-    if let Some(why) = gap {
-        return Err(Failure::NotSupported(why.to_string()));
     }
     Ok(())
 }
@@ -359,7 +324,7 @@ fn step(
 
 /// 21: `algo` on every count of the plan; every rank checks its output exactly.
 pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
-    gaps(ctx, layout, Some(algo))?;
+    gaps(ctx, layout)?;
     let coll = algo.collective();
     let comm = communicator(ctx, layout, Some(algo), ctx.plan.wait_timeout());
     let mut comm = settle(ctx, 0, comm)?;
@@ -404,7 +369,7 @@ pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
 /// pending call must fail within the bound, never pass and never hang. The case's waits
 /// are bounded by `min(wait timeout, 2 s)` so the expected timeout stays short.
 pub fn dead_peer(ctx: &Ctx, layout: Layout) -> CaseResult {
-    gaps(ctx, layout, None)?;
+    gaps(ctx, layout)?;
     let wait = ctx.plan.wait_timeout().min(Duration::from_secs(2));
     let bound = wait * 3 + Duration::from_secs(5);
     let leaver = ctx.size - 1;
