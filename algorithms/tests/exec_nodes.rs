@@ -102,6 +102,38 @@ fn selector_default_runs_across_nodes() {
     });
 }
 
+/// Hierarchical all-gather and reduce-scatter on 2 and 3 nodes: one copy of each chunk
+/// (partial) crosses each node boundary.
+#[test]
+fn hierarchical_allgather_and_reducescatter() {
+    for (n, rpn) in LAYOUTS {
+        for (spec, coll) in [
+            ("allgather:2ph", Collective::AllGather),
+            ("reducescatter:2ph", Collective::ReduceScatter),
+        ] {
+            with_ranks(n, rpn, Some(spec), |comm| {
+                for (i, count) in COUNTS.into_iter().enumerate() {
+                    for (dtype, op) in [(DataType::I32, RedOp::Sum), (DataType::F32, RedOp::Max)] {
+                        let case = Case {
+                            coll,
+                            count,
+                            dtype,
+                            op,
+                            root: 0,
+                            in_place: i % 2 == 1,
+                            registered: i == 2,
+                            seed: count + 5 * n as u64 + i as u64,
+                        };
+                        check_case(comm, &case)
+                            .unwrap_or_else(|e| panic!("{spec} n={n} rpn={rpn} {case:?}: {e}"));
+                    }
+                }
+                assert!(comm.port_stats().bytes > 0);
+            });
+        }
+    }
+}
+
 /// AllGather, ReduceScatter and Broadcast with the table's choice, across nodes (port
 /// channels between the nodes).
 #[test]

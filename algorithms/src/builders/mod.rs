@@ -10,8 +10,9 @@ mod others;
 pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_rd, allreduce_ring};
 pub use ll::{allgather_ll, broadcast_ll, reducescatter_ll};
 pub use others::{
-    allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain, broadcast_direct,
-    reduce_allpairs, reducescatter_allpairs, reducescatter_ring, sendrecv,
+    allgather_2ph, allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain,
+    broadcast_direct, reduce_allpairs, reducescatter_2ph, reducescatter_allpairs,
+    reducescatter_ring, sendrecv,
 };
 
 use crate::error::AlgoError;
@@ -49,10 +50,14 @@ pub enum Algorithm {
     AllGatherAllPairs,
     /// AllGather ring.
     AllGatherRing,
+    /// AllGather hierarchical, multi-node ([`allgather_2ph`]).
+    AllGather2ph,
     /// ReduceScatter all-pairs.
     ReduceScatterAllPairs,
     /// ReduceScatter ring.
     ReduceScatterRing,
+    /// ReduceScatter hierarchical, multi-node ([`reducescatter_2ph`]).
+    ReduceScatter2ph,
     /// Broadcast: root puts to every rank.
     BroadcastDirect,
     /// Broadcast: pipelined chain from the root.
@@ -73,7 +78,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm (`SendRecv` last: tests that skip it take every one before it).
-    pub const ALL: [Algorithm; 19] = [
+    pub const ALL: [Algorithm; 21] = [
         Algorithm::AllReduce1pa,
         Algorithm::AllReduce2paLl,
         Algorithm::AllReduce2paHb,
@@ -83,8 +88,10 @@ impl Algorithm {
         Algorithm::AllReduceRd,
         Algorithm::AllGatherAllPairs,
         Algorithm::AllGatherRing,
+        Algorithm::AllGather2ph,
         Algorithm::ReduceScatterAllPairs,
         Algorithm::ReduceScatterRing,
+        Algorithm::ReduceScatter2ph,
         Algorithm::BroadcastDirect,
         Algorithm::BroadcastChain,
         Algorithm::ReduceAllPairs,
@@ -101,8 +108,8 @@ impl Algorithm {
         match self {
             AllReduce1pa | AllReduce2paLl | AllReduce2paHb | AllReduce2phLl | AllReduce2phHb
             | AllReduceRing | AllReduceRd => Collective::AllReduce,
-            AllGatherAllPairs | AllGatherRing | AllGatherLl => Collective::AllGather,
-            ReduceScatterAllPairs | ReduceScatterRing | ReduceScatterLl => {
+            AllGatherAllPairs | AllGatherRing | AllGather2ph | AllGatherLl => Collective::AllGather,
+            ReduceScatterAllPairs | ReduceScatterRing | ReduceScatter2ph | ReduceScatterLl => {
                 Collective::ReduceScatter
             }
             BroadcastDirect | BroadcastChain | BroadcastLl => Collective::Broadcast,
@@ -121,6 +128,7 @@ impl Algorithm {
             AllReduce2paHb => "2pa-hb",
             AllReduce2phLl => "2ph-ll",
             AllReduce2phHb => "2ph-hb",
+            AllGather2ph | ReduceScatter2ph => "2ph",
             AllReduceRd => "rd",
             AllReduceRing | AllGatherRing | ReduceScatterRing => "ring",
             AllGatherAllPairs | ReduceScatterAllPairs | ReduceAllPairs | AllToAllAllPairs => {
@@ -159,7 +167,10 @@ impl Algorithm {
     /// Whether it can run with these parameters (e.g. 2PH needs whole nodes).
     pub fn supports(self, p: &BuildParams) -> bool {
         match self {
-            Algorithm::AllReduce2phLl | Algorithm::AllReduce2phHb => {
+            Algorithm::AllReduce2phLl
+            | Algorithm::AllReduce2phHb
+            | Algorithm::AllGather2ph
+            | Algorithm::ReduceScatter2ph => {
                 p.ranks_per_node >= 1 && p.nranks.is_multiple_of(p.ranks_per_node)
             }
             _ => true,
@@ -215,8 +226,10 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         AllReduceRd => allreduce_rd(n, p.in_place)?,
         AllGatherAllPairs => allgather_allpairs(n, p.in_place)?,
         AllGatherRing => allgather_ring(n, p.in_place, p.pipeline)?,
+        AllGather2ph => allgather_2ph(n, p.ranks_per_node, p.in_place)?,
         ReduceScatterAllPairs => reducescatter_allpairs(n, p.in_place)?,
         ReduceScatterRing => reducescatter_ring(n, p.in_place, p.pipeline)?,
+        ReduceScatter2ph => reducescatter_2ph(n, p.ranks_per_node, p.in_place)?,
         BroadcastDirect => broadcast_direct(n, p.root, p.in_place, p.pipeline)?,
         BroadcastChain => broadcast_chain(n, p.root, p.in_place, p.pipeline)?,
         ReduceAllPairs => reduce_allpairs(n, p.root, p.in_place)?,

@@ -446,3 +446,152 @@ pub fn sendrecv(nranks: u32, pairs: &[(u32, u32)], in_place: bool) -> Result<Pla
     }
     Ok(plan)
 }
+
+/// The node of rank `r` and its index in it, for `l` ranks per node.
+fn node_of(r: u32, l: u32) -> (u32, u32) {
+    (r / l, r % l)
+}
+
+fn check_nodes(nranks: u32, ranks_per_node: u32, what: &str) -> Result<(), AlgoError> {
+    check_pos(ranks_per_node, "ranks_per_node", what)?;
+    if !nranks.is_multiple_of(ranks_per_node) {
+        return Err(AlgoError::Invalid(format!(
+            "{what}: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use allpairs or ring"
+        )));
+    }
+    Ok(())
+}
+
+/// AllGather hierarchical (multi-node): `L = ranks_per_node` consecutive ranks form a
+/// node, `M` nodes. Rank (a, l) first puts its input into output chunk `a·L + l` of the
+/// rank with its local index on every other node (the only traffic between nodes: one
+/// copy of each chunk per node) and signals; once those `M − 1` ranks signalled, it
+/// puts the `M` chunks of local index `l` (its own and the received ones) into the same
+/// chunks of every other rank of its node, signals, and waits for them. No scratch.
+pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "allgather_2ph")?;
+    check_nodes(nranks, ranks_per_node, "allgather_2ph")?;
+    let mut plan = Plan::new(Collective::AllGather, "allgather-2ph", nranks, in_place);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (l, m) = (ranks_per_node, nranks / ranks_per_node);
+    plan.output.chunks = nranks;
+    for r in 0..nranks {
+        let (a, li) = node_of(r, l);
+        if !in_place {
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Copy {
+                    src: inp(0),
+                    dst: out(r),
+                },
+            );
+        }
+        let far: Vec<u32> = (0..m).filter(|&b| b != a).map(|b| b * l + li).collect();
+        let near: Vec<u32> = (0..l).filter(|&k| k != li).map(|k| a * l + k).collect();
+        for &q in &far {
+            push(&mut plan, r, 0, put(q, MEM, 0, inp(0), out(r)));
+            push(&mut plan, r, 0, signal(q, MEM, 0));
+        }
+        for &q in &far {
+            push(&mut plan, r, 0, wait(q, MEM, 0));
+        }
+        for &p in &near {
+            for c in 0..m {
+                let k = c * l + li;
+                push(&mut plan, r, 0, put(p, MEM, 1, out(k), out(k)));
+            }
+            push(&mut plan, r, 0, signal(p, MEM, 1));
+        }
+        for &p in &near {
+            push(&mut plan, r, 0, wait(p, MEM, 1));
+        }
+    }
+    Ok(plan)
+}
+
+/// ReduceScatter hierarchical (multi-node): `L = ranks_per_node` consecutive ranks form
+/// a node, `M` nodes; rank (a, l) owns output chunk `a·L + l`. Inside the node, rank
+/// (a, l) receives from every other rank (a, l') its input chunks `c·L + l` for every
+/// node c (scratch slot `l'·M + c`) and reduces them with its own into the node's
+/// partial sums (slots `n + c`); between nodes, it puts partial `c` into slot
+/// `n + M + a` of rank (c, l) (one copy of each partial per node) and reduces its own
+/// partial with the `M − 1` it received into its output. Scratch `(n + 2M) × count`,
+/// rotated over 2 copies (a rank two invocations ahead has seen every reader finish).
+pub fn reducescatter_2ph(
+    nranks: u32,
+    ranks_per_node: u32,
+    in_place: bool,
+) -> Result<Plan, AlgoError> {
+    check_n(nranks, "reducescatter_2ph")?;
+    check_nodes(nranks, ranks_per_node, "reducescatter_2ph")?;
+    let mut plan = Plan::new(
+        Collective::ReduceScatter,
+        "reducescatter-2ph",
+        nranks,
+        in_place,
+    );
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    let (n, l, m) = (nranks, ranks_per_node, nranks / ranks_per_node);
+    let slots = n + 2 * m;
+    plan.input.chunks = n;
+    plan.scratch = BufferSpec {
+        factor: slots,
+        chunks: slots,
+    };
+    plan.scratch_rotation = 2;
+    let partial = |c: u32| scr(n + c);
+    let received = |from_node: u32| scr(n + m + from_node);
+    for r in 0..n {
+        let (a, li) = node_of(r, l);
+        let near: Vec<u32> = (0..l).filter(|&k| k != li).map(|k| a * l + k).collect();
+        let far: Vec<u32> = (0..m).filter(|&c| c != a).map(|c| c * l + li).collect();
+        // Inside the node: rank p = (a, k) gets the chunks of its local index k.
+        for &p in &near {
+            let k = p % l;
+            for c in 0..m {
+                push(
+                    &mut plan,
+                    r,
+                    0,
+                    put(p, MEM, 0, inp(c * l + k), scr(li * m + c)),
+                );
+            }
+            push(&mut plan, r, 0, signal(p, MEM, 0));
+        }
+        for &p in &near {
+            push(&mut plan, r, 0, wait(p, MEM, 0));
+        }
+        for c in 0..m {
+            let mut srcs = vec![inp(c * l + li)];
+            srcs.extend(near.iter().map(|&p| scr((p % l) * m + c)));
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Reduce {
+                    srcs,
+                    dst: partial(c),
+                },
+            );
+        }
+        // Between nodes: partial c goes to the rank (c, l) that owns chunk c·L + l.
+        for &q in &far {
+            push(&mut plan, r, 0, put(q, MEM, 1, partial(q / l), received(a)));
+            push(&mut plan, r, 0, signal(q, MEM, 1));
+        }
+        for &q in &far {
+            push(&mut plan, r, 0, wait(q, MEM, 1));
+        }
+        let mut srcs = vec![partial(a)];
+        srcs.extend(far.iter().map(|&q| received(q / l)));
+        push(&mut plan, r, 0, Op::Reduce { srcs, dst: out(0) });
+        push(&mut plan, r, 0, Op::Finalize { dst: out(0) });
+    }
+    Ok(plan)
+}
