@@ -27,9 +27,11 @@
 //! | [`memory`] | cuda-nvlink cases |
 //! | [`port`] | cuda-dma cases |
 //! | [`proxy`] | device FIFO + proxy thread |
+//! | [`collectives`] | case 21 on GPUs: every collective through the GPU communicator's kernels and every plan algorithm |
 //! | [`bench`](mod@bench) | ping-pong latency, put bandwidth, cuMemcpyPeer bandwidth |
 
 pub mod bench;
+pub mod collectives;
 pub mod kernels;
 pub mod launch;
 pub mod memory;
@@ -130,6 +132,11 @@ fn run_backend(w: &World, backend: &str, rec: &mut Recorder) -> Result<()> {
                 pair.finish()?;
             }
         }
+    }
+    // The collectives take every link the process selected (COMMHAL_BACKENDS), so they
+    // run once, with the memory backend's cases.
+    if backend == "cuda-nvlink" {
+        collectives::run_cases(w, rec);
     }
     Ok(())
 }

@@ -1,0 +1,275 @@
+//! Case 21 on GPUs: every collective through the GPU communicator
+//! ([`commhal_cuda_coll::Comm`], on the caller's buffers and stream), once with the
+//! hand-written kernels the sizes select and once through every plan algorithm that
+//! implements it, on the links the process selected (`COMMHAL_BACKENDS`: kernels over
+//! cuda-nvlink, copy engines over cuda-dma, or both).
+//!
+//! **Check** (as the host cases): `i32` inputs `(7i + 13r) mod 23 − 11`, exact in any
+//! order; outputs poisoned first; every rank compares its whole output with the
+//! reference over every rank's input (Reduce: the root). Counts 1, 7, 1001 and
+//! 300 001 (LL packets, the mid-size kernels, the bandwidth kernels), out of place and
+//! (all but all-to-all and send/recv) in place; sum and max with the kernels, sum with
+//! the plans (they reduce with sum only). Every call is bounded by the device wait
+//! bound, so a broken link fails the case instead of hanging it.
+
+use std::time::Duration;
+
+use commhal_algorithms::builders::Algorithm;
+use commhal_algorithms::{DataType, RedOp, reference_reduce};
+use commhal_cuda_coll::kernels::ReduceOp;
+use commhal_cuda_coll::plan_exec::collective_of;
+use commhal_cuda_coll::types::{Collective, Dtype};
+use commhal_cuda_coll::{CallBufs, Comm};
+use commhal_cuda_rt::DeviceBuffer;
+use commhal_hal::{HalError, Result};
+
+use super::world::{Recorder, Verdict, World};
+
+const NUMBER: u32 = 21;
+const POISON: u8 = 0xA5;
+const ES: u64 = 4; // i32
+const COUNTS: [u64; 4] = [1, 7, 1001, 300_001];
+const QUICK_COUNTS: [u64; 3] = [1, 7, 1001];
+const COLLECTIVES: [Collective; 7] = [
+    Collective::Allreduce,
+    Collective::Allgather,
+    Collective::Reducescatter,
+    Collective::Broadcast,
+    Collective::Reduce,
+    Collective::Alltoall,
+    Collective::Sendrecv,
+];
+
+fn err(e: impl std::fmt::Display) -> HalError {
+    HalError::invalid(e.to_string())
+}
+
+/// Run the collective cases on this rank (every rank, in the same order).
+pub fn run_cases(w: &World, rec: &mut Recorder) {
+    let links = std::env::var("COMMHAL_BACKENDS").unwrap_or_else(|_| "default".into());
+    let counts: &[u64] = if w.quick { &QUICK_COUNTS } else { &COUNTS };
+    let n = w.size() as u64;
+    let capacity = (n * COUNTS[3] * ES).next_multiple_of(1 << 20);
+    let comm = match Comm::new(&w.boot, w.device, capacity, None, Duration::from_secs(10)) {
+        Ok(c) => c,
+        Err(e) => {
+            rec.case(
+                format!("collective/links={links}"),
+                NUMBER,
+                "a GPU communicator",
+                || Ok(Verdict::Fail(format!("Comm::new: {e}"))),
+            );
+            return;
+        }
+    };
+    for coll in COLLECTIVES {
+        let id = format!("collective/coll={},algo=kernels,links={links}", coll.name());
+        rec.case(
+            id,
+            NUMBER,
+            "every rank's output equals the reference",
+            || check_all(&comm, w, coll, counts, &[ReduceOp::Sum, ReduceOp::Max]),
+        );
+    }
+    for algo in Algorithm::ALL {
+        let Some(coll) = COLLECTIVES
+            .into_iter()
+            .find(|&c| collective_of(c) == algo.collective())
+        else {
+            continue;
+        };
+        let id = format!(
+            "collective/coll={},algo={},links={links}",
+            coll.name(),
+            algo.short_name()
+        );
+        rec.case(
+            id,
+            NUMBER,
+            "every rank's output equals the reference",
+            || {
+                if let Err(e) = comm.set_algorithm(coll, Some((algo, 1))) {
+                    return Ok(Verdict::NotSupported(e.to_string()));
+                }
+                let v = check_all(&comm, w, coll, counts, &[ReduceOp::Sum]);
+                comm.set_algorithm(coll, None).map_err(err)?;
+                v
+            },
+        );
+    }
+}
+
+/// Every count and op, out of place and (where NCCL defines it) in place.
+fn check_all(
+    comm: &Comm,
+    w: &World,
+    coll: Collective,
+    counts: &[u64],
+    ops: &[ReduceOp],
+) -> Result<Verdict> {
+    let places: &[bool] = match coll {
+        Collective::Alltoall | Collective::Sendrecv => &[false],
+        _ => &[false, true],
+    };
+    let reduces = matches!(
+        coll,
+        Collective::Allreduce | Collective::Reducescatter | Collective::Reduce
+    );
+    let ops = if reduces { ops } else { &ops[..1] };
+    let mut runs = 0;
+    for &count in counts {
+        for &in_place in places {
+            for (k, &op) in ops.iter().enumerate() {
+                let root = (count as u32 + k as u32) % w.size();
+                if let Some(m) = one(comm, w, coll, count, op, root, in_place)? {
+                    return Ok(Verdict::Fail(format!(
+                        "{} of {count} elements, {}, {}, root {root}: {m}",
+                        coll.name(),
+                        op.name(),
+                        if in_place { "in place" } else { "out of place" }
+                    )));
+                }
+                runs += 1;
+            }
+        }
+    }
+    Ok(Verdict::Pass(Some(format!("{runs} calls, 0 wrong"))))
+}
+
+fn input(rank: u32, elems: u64) -> Vec<u8> {
+    (0..elems)
+        .flat_map(|i| (((i * 7 + u64::from(rank) * 13) % 23) as i32 - 11).to_le_bytes())
+        .collect()
+}
+
+/// Input and output elements of one rank's call (`count` as `Comm::launch_on`).
+fn shape(coll: Collective, n: u64, count: u64) -> (u64, u64) {
+    match coll {
+        Collective::Allgather => (count, n * count),
+        Collective::Reducescatter => (n * count, count),
+        Collective::Alltoall => (n * count, n * count),
+        _ => (count, count),
+    }
+}
+
+/// What rank `me` must hold (`None`: nothing defined, a non-root of Reduce).
+fn expected(
+    coll: Collective,
+    n: u32,
+    me: u32,
+    count: u64,
+    op: RedOp,
+    root: u32,
+) -> Result<Option<Vec<u8>>> {
+    let (ie, _) = shape(coll, u64::from(n), count);
+    let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(r, ie)).collect();
+    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let chunk = (count * ES) as usize;
+    let me_u = me as usize;
+    Ok(match coll {
+        Collective::Allreduce => Some(reference_reduce(&refs, DataType::I32, op).map_err(err)?),
+        Collective::Reduce => (me == root)
+            .then(|| reference_reduce(&refs, DataType::I32, op))
+            .transpose()
+            .map_err(err)?,
+        Collective::Reducescatter => {
+            let all = reference_reduce(&refs, DataType::I32, op).map_err(err)?;
+            Some(all[me_u * chunk..(me_u + 1) * chunk].to_vec())
+        }
+        Collective::Allgather => Some(inputs.concat()),
+        Collective::Broadcast => Some(inputs[root as usize].clone()),
+        Collective::Alltoall => Some(
+            (0..n as usize)
+                .flat_map(|p| inputs[p][me_u * chunk..(me_u + 1) * chunk].to_vec())
+                .collect(),
+        ),
+        Collective::Sendrecv => Some(inputs[((me + n - 1) % n) as usize].clone()),
+    })
+}
+
+fn red_op(op: ReduceOp) -> RedOp {
+    match op {
+        ReduceOp::Max => RedOp::Max,
+        _ => RedOp::Sum,
+    }
+}
+
+/// One call; `Some(what is wrong)` when this rank's output differs.
+fn one(
+    comm: &Comm,
+    w: &World,
+    coll: Collective,
+    count: u64,
+    op: ReduceOp,
+    root: u32,
+    in_place: bool,
+) -> Result<Option<String>> {
+    let (n, me) = (w.size(), w.rank());
+    let (ie, oe) = shape(coll, u64::from(n), count);
+    let mine = input(me, ie);
+    // In place, one buffer: all-gather's input at chunk `me` of the output,
+    // reduce-scatter's output at chunk `me` of the input (NCCL's layout).
+    let len = ie.max(oe) * ES;
+    let buf = DeviceBuffer::new(comm.context(), len).map_err(err)?;
+    let out_buf = DeviceBuffer::new(comm.context(), oe * ES).map_err(err)?;
+    buf.fill(POISON).map_err(err)?;
+    out_buf.fill(POISON).map_err(err)?;
+    let chunk = count * ES;
+    let bufs = if !in_place {
+        buf.write(0, &mine).map_err(err)?;
+        CallBufs {
+            send: buf.addr(),
+            recv: out_buf.addr(),
+        }
+    } else {
+        match coll {
+            Collective::Allgather => {
+                buf.write(u64::from(me) * chunk, &mine).map_err(err)?;
+                CallBufs {
+                    send: buf.addr() + u64::from(me) * chunk,
+                    recv: buf.addr(),
+                }
+            }
+            Collective::Reducescatter => {
+                buf.write(0, &mine).map_err(err)?;
+                CallBufs {
+                    send: buf.addr(),
+                    recv: buf.addr() + u64::from(me) * chunk,
+                }
+            }
+            _ => {
+                buf.write(0, &mine).map_err(err)?;
+                CallBufs {
+                    send: buf.addr(),
+                    recv: buf.addr(),
+                }
+            }
+        }
+    };
+    comm.launch_on(coll, Dtype::Int32, op, count, root, bufs, comm.stream())
+        .map_err(err)?;
+    comm.sync("a conformance collective").map_err(err)?;
+    let Some(want) = expected(coll, n, me, count, red_op(op), root)? else {
+        return Ok(None);
+    };
+    let mut got = vec![0u8; want.len()];
+    let (src, at) = match (in_place, coll) {
+        (false, _) => (&out_buf, 0),
+        (true, Collective::Reducescatter) => (&buf, u64::from(me) * chunk),
+        (true, _) => (&buf, 0),
+    };
+    src.read(at, &mut got).map_err(err)?;
+    let wrong = got
+        .chunks_exact(4)
+        .zip(want.chunks_exact(4))
+        .filter(|(a, b)| a != b)
+        .count();
+    Ok((wrong > 0).then(|| {
+        let first = got
+            .chunks_exact(4)
+            .zip(want.chunks_exact(4))
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        format!("{wrong} wrong elements on rank {me}, the first at {first}")
+    }))
+}
