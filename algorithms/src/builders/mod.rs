@@ -247,10 +247,10 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
 
 /// Put every channel op between ranks of different nodes (`ranks_per_node` consecutive
 /// ranks each) on a port channel. Every builder reaches its peers by put, signal, wait,
-/// flush and LL packets only (reads of peers' memory are local to a node: none crosses
-/// one), so with this every algorithm runs across nodes, `build` applies it to all. Both
-/// ends of a signal/wait pair change together, so semaphores still match. Does nothing
-/// on one node.
+/// flush and LL packets only (none reads a peer's memory: no `Get`, no `ReadReduce`),
+/// so with this every algorithm runs across nodes; `build` applies it to all. Both ends
+/// of a signal/wait pair change together, so semaphores still match. Does nothing on
+/// one node.
 pub fn ports_across_nodes(plan: &mut Plan, ranks_per_node: u32) {
     let rpn = ranks_per_node.max(1);
     if rpn >= plan.nranks {
