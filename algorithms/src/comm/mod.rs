@@ -75,9 +75,8 @@ pub struct CommOptions {
     pub backends: Option<Vec<String>>,
     /// This rank's virtual node (`None`: `COMMHAL_NODE`, else 0). Ranks on different
     /// virtual nodes (or hosts) never map each other's memory: they talk over port
-    /// channels carried by `host-tcp` (multi-node algorithms: AllReduce 2PH and ring;
-    /// AllGather/ReduceScatter ring and Broadcast chain, which the communicator falls
-    /// back to when the selected plan cannot cross nodes).
+    /// channels carried by `host-tcp` (every algorithm crosses nodes that way; the
+    /// table picks 2PH, rings and the chain there).
     pub node: Option<u32>,
     /// Algorithm overrides `collective:algorithm,...` (`None`: `COMMHAL_ALGO`).
     pub algo: Option<String>,
@@ -1213,30 +1212,10 @@ impl Communicator {
                 pipeline,
                 pairs: vec![],
             };
-            let mut plan = build(key.algorithm, &params)?;
-            if let Err(e) = self.check_reach(&plan) {
-                // Across nodes, fall back to the ring (chain) of the collective, which
-                // puts port channels between neighbours on different nodes.
-                let fallback = match coll {
-                    _ if repeat.is_some() => None,
-                    Collective::AllReduce => Some(Algorithm::AllReduceRing),
-                    Collective::AllGather => Some(Algorithm::AllGatherRing),
-                    Collective::ReduceScatter => Some(Algorithm::ReduceScatterRing),
-                    Collective::Broadcast => Some(Algorithm::BroadcastChain),
-                    _ => None,
-                }
-                .filter(|a| *a != key.algorithm && self.topo.nodes() > 1);
-                let Some(alt) = fallback else {
-                    return Err(e);
-                };
-                tracing::debug!(
-                    "{} cannot run across nodes ({e}); using {}",
-                    key.algorithm.full_name(),
-                    alt.full_name()
-                );
-                plan = build(alt, &params)?;
-                self.check_reach(&plan)?;
-            }
+            let plan = build(key.algorithm, &params)?;
+            // every builder crosses nodes by port channels (builders::ports_across_nodes);
+            // this refuses a plan that would not, should one appear
+            self.check_reach(&plan)?;
             let prep = Prepared::new(plan, me)?;
             self.plans.insert(
                 key,
