@@ -234,7 +234,7 @@ struct Extent {
 /// What orders two data ops of a block that touch local memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Hazard {
-    /// Nothing: disjoint, or split alike by every thread.
+    /// Nothing: disjoint.
     None,
     /// `__syncthreads()`: the same share per CTA, possibly other threads.
     ThisCta,
@@ -303,14 +303,15 @@ impl Gen<'_> {
 
     /// How an op touching `a` must be ordered after one that touched `b`.
     fn conflicts(a: &Extent, b: &Extent) -> Hazard {
-        if a.mem != b.mem || a.exact == b.exact {
+        if a.mem != b.mem {
             return Hazard::None;
         }
-        if !a.looped && !b.looped && eq(a.lo, b.lo) && eq(a.hi, b.hi) {
-            // The same elements of one memory (in place: an input chunk and the output
-            // chunk that aliases it): every data op splits a range among the CTAs the
-            // same way (plan.h `share_elems`), so each CTA touches only its own share;
-            // its threads may map it differently.
+        if a.exact == b.exact || (!a.looped && !b.looped && eq(a.lo, b.lo) && eq(a.hi, b.hi)) {
+            // The same elements of one memory (the same reference, or in place an input
+            // chunk and the output chunk that aliases it): every data op splits a range
+            // among the CTAs the same way (plan.h `share_elems`), so each CTA touches
+            // only its own share; but its threads may map the share differently (16-byte
+            // vectors, 8-byte packets, bytes at an unaligned tail).
             return Hazard::ThisCta;
         }
         let overlap = if a.exact.0 == b.exact.0 {
@@ -964,10 +965,25 @@ mod tests {
         let bar = body.find("__syncthreads();").expect("a CTA barrier");
         let red = body.find("reduce_packets<").unwrap();
         assert!(put < bar && bar < red, "{body}");
-        // Out of place they touch different memory: nothing between them.
+        // Out of place they touch different memory: nothing between them. (The
+        // average's finalize, which rereads the output per element, gets a CTA barrier
+        // after the reduction that wrote it per packet.)
         let plan = build(Algorithm::AllReduce1pa, &BuildParams::new(2)).unwrap();
         let k = generate_cuda(&plan, 0, DataType::F16, RedOp::Sum).unwrap();
-        assert!(!k.source.contains("__syncthreads") && !k.source.contains("group_sync(c)"));
+        let body = &k.source[k.source.find("if (b == 0u)").unwrap()..];
+        let (put, red) = (
+            body.find("put_packets(").unwrap(),
+            body.find("reduce_packets<").unwrap(),
+        );
+        assert!(!body[put..red].contains("__syncthreads"), "{body}");
+        assert!(!body.contains("group_sync(c)"), "{body}");
+        let bar = body
+            .find("__syncthreads();")
+            .expect("a CTA barrier before the finalize");
+        assert!(
+            red < bar && bar < body.find("finalize_avg").unwrap(),
+            "{body}"
+        );
     }
 
     #[test]
