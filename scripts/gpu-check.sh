@@ -80,7 +80,8 @@ done
 CONF=$G/commhal-gpu-conformance
 if have $CONF gpu-conformance && have $G/commhal gpu-conformance; then
   if ((NGPU >= 2)); then
-    step conformance-nvlink-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-nvlink
+    # includes case 21 through the GPU communicator: NVRTC compiles every plan on first use
+    step conformance-nvlink-2gpu 200 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-nvlink
     step conformance-dma-2gpu 100 $G/commhal launch -n 2 -- $CONF conformance --backend cuda-dma
     for N in 4 8; do
       ((NGPU >= N)) && step conformance-all-${N}gpu 100 $G/commhal launch -n $N -- $CONF conformance --backend all --quick
