@@ -40,7 +40,7 @@ use crate::driver;
 use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
-use crate::plan_exec::PlanExec;
+use crate::plan_exec::{PlanCall, PlanExec};
 use crate::regions::{
     Links, Regions, Routes, needs_copy_engines, needs_memory_backend, parse_gpu_path,
 };
@@ -1445,19 +1445,16 @@ impl Comm {
                     op.name()
                 )));
             }
-            self.plans.launch(
-                stream,
+            let call = PlanCall {
                 algo,
                 blocks,
                 coll,
                 dtype,
-                count,
                 root,
                 in_place,
-                plan_bufs.0,
-                plan_bufs.1,
-                plan_bufs.2,
-            )?;
+            };
+            self.plans
+                .launch(stream, &call, count, plan_bufs.0, plan_bufs.1, plan_bufs.2)?;
             return Ok(());
         }
         let bytes = count * es;

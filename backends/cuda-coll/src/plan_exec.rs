@@ -99,6 +99,24 @@ struct Loaded {
     peer_user: bool,
 }
 
+/// What one call runs: `algo` with `blocks` plan blocks, for `coll` of `dtype` with
+/// `root`, in place or not. It picks the compiled kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanCall {
+    /// The algorithm.
+    pub algo: Algorithm,
+    /// Plan blocks per rank (at least 1).
+    pub blocks: u32,
+    /// The collective it runs.
+    pub coll: Collective,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Root of a broadcast / reduce (ignored otherwise).
+    pub root: u32,
+    /// NCCL's in-place layout.
+    pub in_place: bool,
+}
+
 /// The algorithms collective of a cuda-coll collective.
 pub fn collective_of(c: Collective) -> commhal_algorithms::Collective {
     use commhal_algorithms::Collective as A;
@@ -294,71 +312,51 @@ impl PlanExec {
         }
     }
 
-    /// The compiled plan of `algo` for this call's shape (built and compiled on first
-    /// use, then cached).
-    fn loaded(
-        &self,
-        algo: Algorithm,
-        blocks: u32,
-        coll: Collective,
-        dtype: Dtype,
-        root: u32,
-        in_place: bool,
-    ) -> Result<Arc<Loaded>> {
-        if algo.collective() != collective_of(coll) {
+    /// The compiled plan of a call (built and compiled on first use, then cached).
+    fn loaded(&self, c: &PlanCall) -> Result<Arc<Loaded>> {
+        if c.algo.collective() != collective_of(c.coll) {
             return Err(CollError::invalid(format!(
                 "algorithm {} does not implement {}",
-                algo.full_name(),
-                coll.name()
+                c.algo.full_name(),
+                c.coll.name()
             )));
         }
         let key = Key {
-            algo,
-            in_place,
-            root: if coll.has_root() { root } else { 0 },
-            dtype: dtype_of(dtype),
-            blocks: blocks.max(1),
+            algo: c.algo,
+            in_place: c.in_place,
+            root: if c.coll.has_root() { c.root } else { 0 },
+            dtype: dtype_of(c.dtype),
+            blocks: c.blocks.max(1),
         };
-        self.load(&key, coll)
+        self.load(&key, c.coll)
     }
 
-    /// Whether the plan `algo` runs for this call reads or writes the peers' user
-    /// buffers. When it does not (the packet plans such as `allreduce:1pa`, the `:ll`
-    /// builders), it reaches the peers only through their plan areas, and the call
-    /// needs no exchange of buffers: the caller's path is direct, as for the hand
-    /// packet kernels.
-    pub fn touches_peer_buffers(
-        &self,
-        algo: Algorithm,
-        blocks: u32,
-        coll: Collective,
-        dtype: Dtype,
-        root: u32,
-        in_place: bool,
-    ) -> Result<bool> {
-        Ok(self
-            .loaded(algo, blocks, coll, dtype, root, in_place)?
-            .peer_user)
+    /// Whether the plan a call runs reads or writes the peers' user buffers. When it
+    /// does not (the packet plans such as `allreduce:1pa`, the `:ll` builders), it
+    /// reaches the peers only through their plan areas, and the call needs no exchange
+    /// of buffers: the caller's path is direct, as for the hand packet kernels.
+    pub fn touches_peer_buffers(&self, c: &PlanCall) -> Result<bool> {
+        Ok(self.loaded(c)?.peer_user)
     }
 
-    /// Queue `algo` for `coll` on `stream`. `input` / `output`: every rank's registered
-    /// regions (each `capacity` bytes); `count` as [`crate::Comm::launch_rooted`].
-    #[allow(clippy::too_many_arguments)]
+    /// Queue a call on `stream`. `input` / `output`: every rank's registered regions
+    /// (each `capacity` bytes); `count` as [`crate::Comm::launch_rooted`].
     pub fn launch(
         &self,
         stream: &Stream,
-        algo: Algorithm,
-        blocks: u32,
-        coll: Collective,
-        dtype: Dtype,
+        c: &PlanCall,
         count: u64,
-        root: u32,
-        in_place: bool,
         input: &[u64; MAX_RANKS],
         output: &[u64; MAX_RANKS],
         capacity: u64,
     ) -> Result<String> {
-        let l = self.loaded(algo, blocks, coll, dtype, root, in_place)?;
+        let PlanCall {
+            coll,
+            dtype,
+            in_place,
+            ..
+        } = *c;
+        let l = self.loaded(c)?;
         let plan = &l.plan;
         let es = dtype.size();
         let dt = dtype_of(dtype);

@@ -38,6 +38,7 @@ use super::{Comm, Kernel};
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
+use crate::plan_exec::PlanCall;
 use crate::types::{Collective, Dtype};
 
 /// The caller's buffers of one call: device addresses in this process (NCCL's
@@ -199,9 +200,14 @@ impl Comm {
             return Ok(true);
         }
         if let Some((algo, blocks)) = self.algorithm(coll) {
-            return self
-                .plans
-                .touches_peer_buffers(algo, blocks, coll, dtype, root, in_place);
+            return self.plans.touches_peer_buffers(&PlanCall {
+                algo,
+                blocks,
+                coll,
+                dtype,
+                root,
+                in_place,
+            });
         }
         if self.ce_route(coll, count * dtype.size()) {
             return Ok(true);
