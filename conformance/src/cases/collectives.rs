@@ -74,7 +74,8 @@ pub fn counts(quick: bool) -> Vec<u64> {
     }
 }
 
-fn input(rank: u32, len: u64) -> Vec<u8> {
+/// Rank `rank`'s input of `len` elements (`i32`, exact in any reduction order).
+pub(crate) fn input(rank: u32, len: u64) -> Vec<u8> {
     (0..len)
         .flat_map(|i| {
             let v = ((i * 7 + u64::from(rank) * 13) % 23) as i32 - 11;
@@ -132,9 +133,10 @@ fn gaps(ctx: &Ctx, layout: Layout) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What rank `me` must hold after `coll` of `count` elements with `op` and `root`
-/// (`None`: nothing defined, e.g. a non-root rank of Reduce).
-fn expected(
+/// What rank `me` must hold after `coll` of `count` elements (NCCL's counts) with `op`
+/// and `root`, from every rank's [`input`] (`None`: nothing defined, e.g. a non-root
+/// rank of Reduce). The GPU collective cases check against it too.
+pub(crate) fn expected(
     coll: Collective,
     n: u32,
     me: u32,

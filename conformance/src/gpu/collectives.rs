@@ -4,9 +4,10 @@
 //! implements it, on the links the process selected (`COMMHAL_BACKENDS`: kernels over
 //! cuda-nvlink, copy engines over cuda-dma, or both).
 //!
-//! **Check** (as the host cases): `i32` inputs `(7i + 13r) mod 23 − 11`, exact in any
-//! order; outputs poisoned first; every rank compares its whole output with the
-//! reference over every rank's input (Reduce: the root). Counts 1, 7, 1001 and
+//! **Check** (the host cases' inputs and reference, `cases::collectives`): `i32` inputs
+//! `(7i + 13r) mod 23 − 11`, exact in any order; outputs poisoned first; every rank
+//! compares its whole output with the reference over every rank's input (Reduce: the
+//! root). Counts 1, 7, 1001 and
 //! 300 001 (LL packets, the mid-size kernels, the bandwidth kernels), out of place and
 //! (all but all-to-all and send/recv) in place; sum and max with the kernels, sum with
 //! the plans (they reduce with sum only). The quick tier (what runs under
@@ -16,8 +17,8 @@
 
 use std::time::Duration;
 
+use commhal_algorithms::RedOp;
 use commhal_algorithms::builders::Algorithm;
-use commhal_algorithms::{DataType, RedOp, reference_reduce};
 use commhal_cuda_coll::kernels::ReduceOp;
 use commhal_cuda_coll::plan_exec::collective_of;
 use commhal_cuda_coll::types::{Collective, Dtype};
@@ -26,6 +27,7 @@ use commhal_cuda_rt::DeviceBuffer;
 use commhal_hal::{HalError, Result};
 
 use super::world::{Recorder, Verdict, World};
+use crate::cases::collectives::{expected, input};
 
 const NUMBER: u32 = 21;
 const POISON: u8 = 0xA5;
@@ -142,55 +144,10 @@ fn check_all(
     Ok(Verdict::Pass(Some(format!("{runs} calls, 0 wrong"))))
 }
 
-fn input(rank: u32, elems: u64) -> Vec<u8> {
-    (0..elems)
-        .flat_map(|i| (((i * 7 + u64::from(rank) * 13) % 23) as i32 - 11).to_le_bytes())
-        .collect()
-}
-
 /// Input and output elements of one rank's call (`count` as `Comm::launch_on`).
-fn shape(coll: Collective, n: u64, count: u64) -> (u64, u64) {
-    match coll {
-        Collective::Allgather => (count, n * count),
-        Collective::Reducescatter => (n * count, count),
-        Collective::Alltoall => (n * count, n * count),
-        _ => (count, count),
-    }
-}
-
-/// What rank `me` must hold (`None`: nothing defined, a non-root of Reduce).
-fn expected(
-    coll: Collective,
-    n: u32,
-    me: u32,
-    count: u64,
-    op: RedOp,
-    root: u32,
-) -> Result<Option<Vec<u8>>> {
-    let (ie, _) = shape(coll, u64::from(n), count);
-    let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(r, ie)).collect();
-    let refs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-    let chunk = (count * ES) as usize;
-    let me_u = me as usize;
-    Ok(match coll {
-        Collective::Allreduce => Some(reference_reduce(&refs, DataType::I32, op).map_err(err)?),
-        Collective::Reduce => (me == root)
-            .then(|| reference_reduce(&refs, DataType::I32, op))
-            .transpose()
-            .map_err(err)?,
-        Collective::Reducescatter => {
-            let all = reference_reduce(&refs, DataType::I32, op).map_err(err)?;
-            Some(all[me_u * chunk..(me_u + 1) * chunk].to_vec())
-        }
-        Collective::Allgather => Some(inputs.concat()),
-        Collective::Broadcast => Some(inputs[root as usize].clone()),
-        Collective::Alltoall => Some(
-            (0..n as usize)
-                .flat_map(|p| inputs[p][me_u * chunk..(me_u + 1) * chunk].to_vec())
-                .collect(),
-        ),
-        Collective::Sendrecv => Some(inputs[((me + n - 1) % n) as usize].clone()),
-    })
+fn shape(coll: Collective, n: u32, count: u64) -> (u64, u64) {
+    let (fi, fo) = collective_of(coll).io_factors(n);
+    (count * u64::from(fi), count * u64::from(fo))
 }
 
 fn red_op(op: ReduceOp) -> RedOp {
@@ -211,7 +168,7 @@ fn one(
     in_place: bool,
 ) -> Result<Option<String>> {
     let (n, me) = (w.size(), w.rank());
-    let (ie, oe) = shape(coll, u64::from(n), count);
+    let (ie, oe) = shape(coll, n, count);
     let mine = input(me, ie);
     // In place, one buffer: all-gather's input at chunk `me` of the output,
     // reduce-scatter's output at chunk `me` of the input (NCCL's layout).
@@ -255,7 +212,9 @@ fn one(
     comm.launch_on(coll, Dtype::Int32, op, count, root, bufs, comm.stream())
         .map_err(err)?;
     comm.sync("a conformance collective").map_err(err)?;
-    let Some(want) = expected(coll, n, me, count, red_op(op), root)? else {
+    let want = expected(collective_of(coll), n, me, count, red_op(op), root)
+        .map_err(|f| err(format!("{f:?}")))?;
+    let Some(want) = want else {
         return Ok(None);
     };
     let mut got = vec![0u8; want.len()];
