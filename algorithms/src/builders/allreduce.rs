@@ -159,12 +159,7 @@ pub fn allreduce_2ph(
     proto: Protocol,
 ) -> Result<Plan, AlgoError> {
     check_n(nranks, "allreduce_2ph")?;
-    check_pos(ranks_per_node, "ranks_per_node", "allreduce_2ph")?;
-    if !nranks.is_multiple_of(ranks_per_node) {
-        return Err(AlgoError::Invalid(format!(
-            "allreduce_2ph: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use 2PA or ring"
-        )));
-    }
+    check_nodes(nranks, ranks_per_node, "allreduce_2ph", "2PA or ring")?;
     let name = match proto {
         Protocol::LL => "allreduce-2ph-ll",
         Protocol::HB => "allreduce-2ph-hb",

@@ -289,6 +289,23 @@ pub(crate) fn check_n(nranks: u32, what: &str) -> Result<(), AlgoError> {
     Ok(())
 }
 
+/// A hierarchical builder's nodes: `ranks_per_node` (> 0) divides `nranks`; else an
+/// error naming `instead`, the algorithms to use.
+pub(crate) fn check_nodes(
+    nranks: u32,
+    ranks_per_node: u32,
+    what: &str,
+    instead: &str,
+) -> Result<(), AlgoError> {
+    check_pos(ranks_per_node, "ranks_per_node", what)?;
+    if !nranks.is_multiple_of(ranks_per_node) {
+        return Err(AlgoError::Invalid(format!(
+            "{what}: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use {instead}"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_pos(v: u32, name: &str, what: &str) -> Result<(), AlgoError> {
     if v == 0 {
         return Err(AlgoError::Invalid(format!(

@@ -452,16 +452,6 @@ fn node_of(r: u32, l: u32) -> (u32, u32) {
     (r / l, r % l)
 }
 
-fn check_nodes(nranks: u32, ranks_per_node: u32, what: &str) -> Result<(), AlgoError> {
-    check_pos(ranks_per_node, "ranks_per_node", what)?;
-    if !nranks.is_multiple_of(ranks_per_node) {
-        return Err(AlgoError::Invalid(format!(
-            "{what}: {nranks} ranks is not a whole number of nodes of {ranks_per_node}; use allpairs or ring"
-        )));
-    }
-    Ok(())
-}
-
 /// AllGather hierarchical (multi-node): `L = ranks_per_node` consecutive ranks form a
 /// node, `M` nodes. Rank (a, l) first puts its input into output chunk `a·L + l` of the
 /// rank with its local index on every other node (the only traffic between nodes: one
@@ -470,7 +460,7 @@ fn check_nodes(nranks: u32, ranks_per_node: u32, what: &str) -> Result<(), AlgoE
 /// chunks of every other rank of its node, signals, and waits for them. No scratch.
 pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result<Plan, AlgoError> {
     check_n(nranks, "allgather_2ph")?;
-    check_nodes(nranks, ranks_per_node, "allgather_2ph")?;
+    check_nodes(nranks, ranks_per_node, "allgather_2ph", "allpairs or ring")?;
     let mut plan = Plan::new(Collective::AllGather, "allgather-2ph", nranks, in_place);
     if nranks == 1 {
         return Ok(single_rank(plan));
@@ -527,7 +517,12 @@ pub fn reducescatter_2ph(
     in_place: bool,
 ) -> Result<Plan, AlgoError> {
     check_n(nranks, "reducescatter_2ph")?;
-    check_nodes(nranks, ranks_per_node, "reducescatter_2ph")?;
+    check_nodes(
+        nranks,
+        ranks_per_node,
+        "reducescatter_2ph",
+        "allpairs or ring",
+    )?;
     let mut plan = Plan::new(
         Collective::ReduceScatter,
         "reducescatter-2ph",
