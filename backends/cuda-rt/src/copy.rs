@@ -115,7 +115,11 @@ pub unsafe fn read(ctx: &Context, src: u64, dst: &mut [u8]) -> Result<()> {
     })
 }
 
-/// Synchronous host → device copy of `src` to `dst`.
+/// Synchronous host → device copy of `src` to `dst`: returns when the bytes are in
+/// device memory (`cuMemcpyHtoD`, then `cuCtxSynchronize`). From pageable host memory
+/// `cuMemcpyHtoD` returns once the bytes are staged for DMA, before they land: a kernel
+/// queued next on a non-blocking stream read the old contents past the first MiB of a
+/// 1.2 MB write (the GPU conformance collective case, every rank wrong from byte 1 MiB).
 ///
 /// # Safety
 /// `[dst, dst + src.len())` is device memory addressable in `ctx` (its own or mapped
@@ -130,7 +134,8 @@ pub unsafe fn write(ctx: &Context, dst: u64, src: &[u8]) -> Result<()> {
     let r = unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr() as *const c_void, src.len()) };
     check(r, "cuMemcpyHtoD", || {
         format!("writing {} bytes at {dst:#x}", src.len())
-    })
+    })?;
+    ctx.synchronize()
 }
 
 /// Set `len` bytes at `addr` to `value` and wait until they are set
@@ -145,11 +150,11 @@ pub unsafe fn fill(ctx: &Context, addr: u64, len: u64, value: u8) -> Result<()> 
     ctx.synchronize()
 }
 
-/// `cuMemsetD8` without the wait (the owning types' `fill`).
+/// `cuMemsetD8` without the wait.
 ///
 /// # Safety
 /// As [`fill`].
-pub(crate) unsafe fn memset(ctx: &Context, addr: u64, len: u64, value: u8) -> Result<()> {
+unsafe fn memset(ctx: &Context, addr: u64, len: u64, value: u8) -> Result<()> {
     ctx.bind()?;
     // SAFETY: context bound; the range is the caller's contract.
     let r = unsafe { sys::cuMemsetD8_v2(addr, value, len as usize) };

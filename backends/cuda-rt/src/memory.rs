@@ -86,7 +86,7 @@ impl DeviceBuffer {
 
 pub(crate) fn fill_range(ctx: &Context, base: u64, size: u64, value: u8) -> Result<()> {
     // SAFETY: [base, base+size) is a live allocation of the caller (see above).
-    unsafe { crate::copy::memset(ctx, base, size, value) }
+    unsafe { crate::copy::fill(ctx, base, size, value) }
 }
 
 pub(crate) fn write_range(

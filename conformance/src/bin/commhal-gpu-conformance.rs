@@ -31,6 +31,10 @@ enum Mode {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Run only the cases whose id contains this text (e.g.
+        /// `coll=reduce,algo=allpairs`); every rank skips the same cases.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Latency and bandwidth between ranks 0 and 1, plus cuMemcpyPeer.
     Bench {
@@ -50,7 +54,8 @@ fn main() {
             backend,
             quick,
             json,
-        } => commhal_conformance::gpu::run(&backend, quick, json),
+            only,
+        } => commhal_conformance::gpu::run(&backend, quick, json, only),
         Mode::Bench { quick, json } => commhal_conformance::gpu::bench::run(quick, json),
     };
     std::process::exit(code);

@@ -15,6 +15,7 @@
 //! bounded by the device wait bound, so a broken link fails the case instead of
 //! hanging it.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use commhal_algorithms::RedOp;
@@ -24,6 +25,7 @@ use commhal_cuda_coll::plan_exec::collective_of;
 use commhal_cuda_coll::types::{Collective, Dtype};
 use commhal_cuda_coll::{CallBufs, Comm};
 use commhal_cuda_rt::DeviceBuffer;
+use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::{HalError, Result};
 
 use super::world::{Recorder, Verdict, World};
@@ -54,7 +56,8 @@ pub fn run_cases(w: &World, rec: &mut Recorder) {
     let counts: &[u64] = if w.quick { &QUICK_COUNTS } else { &COUNTS };
     let n = w.size() as u64;
     let capacity = (n * COUNTS[3] * ES).next_multiple_of(1 << 20);
-    let comm = match Comm::new(&w.boot, w.device, capacity, None, Duration::from_secs(10)) {
+    let new_comm = || Comm::new(&w.boot, w.device, capacity, None, Duration::from_secs(10));
+    let mut comm = match new_comm() {
         Ok(c) => c,
         Err(e) => {
             rec.case(
@@ -66,54 +69,65 @@ pub fn run_cases(w: &World, rec: &mut Recorder) {
             return;
         }
     };
-    for coll in COLLECTIVES {
-        let id = format!("collective/coll={},algo=kernels,links={links}", coll.name());
-        rec.case(
-            id,
-            NUMBER,
-            "every rank's output equals the reference",
-            || check_all(&comm, w, coll, counts, &[ReduceOp::Sum, ReduceOp::Max]),
-        );
-    }
-    if w.quick {
+    let mut cases: Vec<(Collective, Option<Algorithm>)> =
+        COLLECTIVES.into_iter().map(|c| (c, None)).collect();
+    if !w.quick {
         // the quick tier (also what runs under compute-sanitizer): kernels only
-        return;
+        for algo in Algorithm::ALL {
+            if let Some(coll) = COLLECTIVES
+                .into_iter()
+                .find(|&c| collective_of(c) == algo.collective())
+            {
+                cases.push((coll, Some(algo)));
+            }
+        }
     }
-    for algo in Algorithm::ALL {
-        let Some(coll) = COLLECTIVES
-            .into_iter()
-            .find(|&c| collective_of(c) == algo.collective())
-        else {
-            continue;
-        };
-        let id = format!(
-            "collective/coll={},algo={},links={links}",
-            coll.name(),
-            algo.short_name()
-        );
+    for (coll, algo) in cases {
+        let name = algo.map_or("kernels", |a| a.short_name());
+        let id = format!("collective/coll={},algo={name},links={links}", coll.name());
+        // set when a call failed on some rank: the communicator is made anew, so one
+        // failed case does not shift the calls of the cases after it
+        let broken = Cell::new(false);
         rec.case(
             id,
             NUMBER,
             "every rank's output equals the reference",
             || {
+                let Some(algo) = algo else {
+                    let ops = [ReduceOp::Sum, ReduceOp::Max];
+                    return check_all(&comm, w, coll, counts, &ops, &broken);
+                };
                 if let Err(e) = comm.set_algorithm(coll, Some((algo, 1))) {
                     return Ok(Verdict::NotSupported(e.to_string()));
                 }
-                let v = check_all(&comm, w, coll, counts, &[ReduceOp::Sum]);
+                let v = check_all(&comm, w, coll, counts, &[ReduceOp::Sum], &broken);
                 comm.set_algorithm(coll, None).map_err(err)?;
                 v
             },
         );
+        if broken.get() {
+            drop(comm);
+            comm = match new_comm() {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("collective cases: a new communicator after a failed call: {e}");
+                    return;
+                }
+            };
+        }
     }
 }
 
-/// Every count and op, out of place and (where NCCL defines it) in place.
+/// Every count and op, out of place and (where NCCL defines it) in place. A wrong
+/// result is recorded and the calls go on; after each call the ranks tell each other
+/// whether it failed, and a failure anywhere ends the case on every rank (`broken`).
 fn check_all(
     comm: &Comm,
     w: &World,
     coll: Collective,
     counts: &[u64],
     ops: &[ReduceOp],
+    broken: &Cell<bool>,
 ) -> Result<Verdict> {
     let places: &[bool] = match coll {
         Collective::Alltoall | Collective::Sendrecv => &[false],
@@ -124,24 +138,47 @@ fn check_all(
         Collective::Allreduce | Collective::Reducescatter | Collective::Reduce
     );
     let ops = if reduces { ops } else { &ops[..1] };
-    let mut runs = 0;
+    let (mut runs, mut first_wrong) = (0, None);
     for &count in counts {
         for &in_place in places {
             for (k, &op) in ops.iter().enumerate() {
                 let root = (count as u32 + k as u32) % w.size();
-                if let Some(m) = one(comm, w, coll, count, op, root, in_place)? {
-                    return Ok(Verdict::Fail(format!(
-                        "{} of {count} elements, {}, {}, root {root}: {m}",
-                        coll.name(),
-                        op.name(),
-                        if in_place { "in place" } else { "out of place" }
-                    )));
+                let got = one(comm, w, coll, count, op, root, in_place);
+                if let Err(e) = agree(w, &got) {
+                    broken.set(true);
+                    return Err(e);
+                }
+                if let Ok(Some(m)) = got {
+                    first_wrong.get_or_insert_with(|| {
+                        format!(
+                            "{} of {count} elements, {}, {}, root {root}: {m}",
+                            coll.name(),
+                            op.name(),
+                            if in_place { "in place" } else { "out of place" }
+                        )
+                    });
                 }
                 runs += 1;
             }
         }
     }
-    Ok(Verdict::Pass(Some(format!("{runs} calls, 0 wrong"))))
+    Ok(match first_wrong {
+        Some(m) => Verdict::Fail(m),
+        None => Verdict::Pass(Some(format!("{runs} calls, 0 wrong"))),
+    })
+}
+
+/// This rank's call outcome against every rank's: `Err` (this rank's error, or which
+/// rank failed) when a call failed anywhere.
+fn agree(w: &World, mine: &Result<Option<String>>) -> Result<()> {
+    let all = w.boot.all_gather(&[u8::from(mine.is_err())])?;
+    if let Err(e) = mine {
+        return Err(err(e));
+    }
+    match all.iter().position(|b| b.first() != Some(&0)) {
+        Some(r) => Err(err(format!("the call failed on rank {r}"))),
+        None => Ok(()),
+    }
 }
 
 /// Input and output elements of one rank's call (`count` as `Comm::launch_on`).

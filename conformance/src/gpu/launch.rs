@@ -76,5 +76,5 @@ pub fn child_main_if_requested() -> Option<i32> {
     let backend = parts.next().unwrap_or_default().to_string();
     let quick = parts.next() == Some("1");
     let json = parts.next() == Some("1");
-    Some(super::run(&backend, quick, json))
+    Some(super::run(&backend, quick, json, None))
 }

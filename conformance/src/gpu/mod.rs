@@ -57,9 +57,10 @@ pub fn expectations() -> Expectations {
 }
 
 /// Run the GPU conformance cases of `backend` (`cuda-nvlink`, `cuda-dma` or `all`) on
-/// this rank; rank 0 prints the report. Returns the process exit code (0 = nothing
-/// failed), the same on every rank that got as far as the final exchange.
-pub fn run(backend: &str, quick: bool, json: bool) -> i32 {
+/// this rank; rank 0 prints the report. `only`: run only the cases whose id contains
+/// it. Returns the process exit code (0 = nothing failed), the same on every rank that
+/// got as far as the final exchange.
+pub fn run(backend: &str, quick: bool, json: bool, only: Option<String>) -> i32 {
     let backends: Vec<&str> = match backend {
         "all" => BACKENDS.to_vec(),
         b if BACKENDS.contains(&b) => vec![b],
@@ -81,7 +82,10 @@ pub fn run(backend: &str, quick: bool, json: bool) -> i32 {
     };
     let mut code = 0;
     for b in backends {
-        let mut rec = Recorder::default();
+        let mut rec = Recorder {
+            only: only.clone(),
+            ..Recorder::default()
+        };
         let error = run_backend(&w, b, &mut rec).err().map(|e| e.to_string());
         let out = RankOutput {
             rank: w.rank(),

@@ -345,6 +345,8 @@ impl Scratch {
 pub struct Recorder {
     /// In run order.
     pub results: Vec<RankResult>,
+    /// Run only the cases whose id contains this (the same on every rank).
+    pub only: Option<String>,
 }
 
 impl Recorder {
@@ -356,6 +358,9 @@ impl Recorder {
         property: &str,
         body: impl FnOnce() -> Result<Verdict>,
     ) {
+        if self.only.as_ref().is_some_and(|o| !id.contains(o.as_str())) {
+            return;
+        }
         let start = Instant::now();
         let verdict = body().unwrap_or_else(|e| Verdict::Fail(e.to_string()));
         let outcome = match verdict {
