@@ -314,11 +314,15 @@ impl Gen<'_> {
             // vectors, 8-byte packets, bytes at an unaligned tail).
             return Hazard::ThisCta;
         }
-        let overlap = if a.exact.0 == b.exact.0 {
-            // Same buffer and chunking: floor boundaries agree, strict overlap only.
+        let overlap = if a.exact.0 == b.exact.0 || a.mem == 0 {
+            // Elements at floor(x × count) for the rational position x: plan.h `chunk`
+            // cuts at first × total / nchunks with total = count × factor, and the
+            // in-place shifts are whole counts, so two ranges of user memory that only
+            // touch share no element, however each buffer is chunked. Strict overlap.
             lt(a.lo, b.hi) && lt(b.lo, a.hi)
         } else {
-            // Aliased buffers with different chunking: touching may share an element.
+            // Scratch may hold LL packets, laid out unlike these extents: touching may
+            // share a packet.
             le(a.lo, b.hi) && le(b.lo, a.hi)
         };
         if overlap {
@@ -984,6 +988,26 @@ mod tests {
             red < bar && bar < body.find("finalize_avg").unwrap(),
             "{body}"
         );
+    }
+
+    #[test]
+    fn touching_ranges_of_aliased_user_memory_need_no_replica_sync() {
+        // Reduce-scatter in place: the packets read input chunk p != me, the reduction
+        // writes the output, which is input chunk me. Neighbouring chunks share no
+        // element (both cut at whole multiples of count), so no replica sync.
+        for n in [2, 4, 8] {
+            let mut p = BuildParams::new(n);
+            p.in_place = true;
+            for algo in [Algorithm::ReduceScatterLl, Algorithm::AllGatherLl] {
+                let plan = build(algo, &p).unwrap();
+                for r in 0..n {
+                    let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                    assert!(!k.source.contains("group_sync(c)"), "{}", k.source);
+                }
+            }
+        }
+        // Two ops on the same range of user memory still get a CTA barrier, and a
+        // partial overlap a replica sync (the next test).
     }
 
     #[test]

@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn unknown_backend_is_rejected_before_any_device_work() {
-        assert_eq!(run("nope", true, false), 2);
+        assert_eq!(run("nope", true, false, None), 2);
     }
 
     #[test]
