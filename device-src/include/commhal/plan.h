@@ -519,12 +519,40 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
   const u64 lo = elo / per_packet;
   const u64 hi = (ehi + per_packet - 1) / per_packet;
   S* d = reinterpret_cast<S*>(dst);
+  // Whole packets of 8-byte aligned memory move as one 8-byte load / store per buffer
+  // (as the hand LL16 kernels do) instead of one per element; a packet at the end of
+  // the range, or unaligned memory, goes element by element.
+  bool aligned = (reinterpret_cast<u64>(dst) & 7) == 0;
+  aligned = aligned && nl <= PLAN_MAX_RANKS;
+  for (u32 q = 0; q < nl; ++q) aligned = aligned && (reinterpret_cast<u64>(locals[q]) & 7) == 0;
+  typedef union {
+    uint2 v;
+    S s[8 / sizeof(S)];
+  } Packet;
   for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-    union {
-      uint2 v;
-      S s[8 / sizeof(S)];
-    } got[PLAN_MAX_RANKS];
+    Packet got[PLAN_MAX_RANKS];
     for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) got[q].v = packet_at(c, pk[q], k, flags[q]);
+    if (aligned && (k + 1) * per_packet <= n) {
+      Packet out;
+      if (nl == 0 && np == 1) {
+        out.v = got[0].v;
+      } else {
+        Packet loc[PLAN_MAX_RANKS];
+        for (u32 q = 0; q < nl && q < PLAN_MAX_RANKS; ++q)
+          loc[q].v = reinterpret_cast<const uint2*>(locals[q])[k];
+#pragma unroll
+        for (u32 e = 0; e < 8 / sizeof(S); ++e) {
+          A acc = nl > 0 ? Ty<DT>::ld(loc[0].s[e]) : Ty<DT>::ld(got[0].s[e]);
+          for (u32 q = 1; q < nl && q < PLAN_MAX_RANKS; ++q)
+            acc = combine<DT, OP>(acc, Ty<DT>::ld(loc[q].s[e]));
+          for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
+            acc = combine<DT, OP>(acc, Ty<DT>::ld(got[q].s[e]));
+          out.s[e] = Ty<DT>::st(acc);
+        }
+      }
+      reinterpret_cast<uint2*>(dst)[k] = out.v;
+      continue;
+    }
     for (u64 e = 0; e < per_packet; ++e) {
       const u64 i = k * per_packet + e;
       if (i >= n) break;
