@@ -72,7 +72,7 @@ pub fn run_cases(w: &World, rec: &mut Recorder) {
     let mut cases: Vec<(Collective, Option<Algorithm>)> =
         COLLECTIVES.into_iter().map(|c| (c, None)).collect();
     if !w.quick {
-        // the quick tier (also what runs under compute-sanitizer): kernels only
+        // every plan too, except in the quick tier (what runs under compute-sanitizer)
         for algo in Algorithm::ALL {
             if let Some(coll) = COLLECTIVES
                 .into_iter()
