@@ -113,7 +113,7 @@ if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
 fi
 
 # The all-reduce copy-engine route (dma.rs allreduce_ring_first, the head kernel from
-# step 1, allreduce_ring_tail; sessions 15 and 21) forced from 16 bytes (LL capped at 8
+# step 1, allreduce_ring_tail) forced from 16 bytes (LL capped at 8
 # bytes: COMMHAL_COLL_LL_MAX must be > 0), odd sizes and large ones, in and out of place;
 # exit 1 on a wrong element. On every GPU (the route needs 3 ranks).
 if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
