@@ -75,8 +75,11 @@ pub struct CommOptions {
     pub backends: Option<Vec<String>>,
     /// This rank's virtual node (`None`: `COMMHAL_NODE`, else 0). Ranks on different
     /// virtual nodes (or hosts) never map each other's memory: they talk over port
-    /// channels carried by `host-tcp` (every algorithm crosses nodes that way; the
-    /// table picks 2PH, rings and the chain there).
+    /// channels (every algorithm crosses nodes that way; the table picks 2PH, rings and
+    /// the chain there), carried by the first backend of an explicit backend list
+    /// (`backends`, `COMMHAL_BACKENDS`, `COMMHAL_CONFIG`) whose port transport reaches
+    /// every rank on another node with strong signals, e.g. `host-emu,ib-verbs`; by
+    /// `host-tcp` otherwise, and always without an explicit list.
     pub node: Option<u32>,
     /// Algorithm overrides `collective:algorithm,...` (`None`: `COMMHAL_ALGO`).
     pub algo: Option<String>,
@@ -433,7 +436,7 @@ const BYE_TAG: u32 = 3;
 impl Drop for Communicator {
     /// With ranks on other nodes: tell each far peer this rank is done (a port signal
     /// after every earlier op to it) and wait, bounded by the wait timeout, for the
-    /// peer to say the same before the TCP connections close — a peer may still be
+    /// peer to say the same before the port connections close — a peer may still be
     /// flushing to this rank, and its flush needs this rank's receiver to answer.
     /// Skipped on a broken communicator (a peer may be dead).
     fn drop(&mut self) {
@@ -458,6 +461,35 @@ impl Drop for Communicator {
             }
         }
     }
+}
+
+/// The cross-node port backend an explicit backend list asks for: the first selected
+/// backend whose port transport reaches every peer on another node and promises strong
+/// signals (the executor relies on a signal landing after the port's earlier writes).
+/// `None` means host-tcp: without an explicit list, when the list names no such
+/// backend, or when the first one is host-tcp itself (the communicator builds its own,
+/// whose receiver wakes futex sleepers).
+fn cross_node_port(
+    backends: &[commhal_hal::registry::Backend],
+    explicit: bool,
+    me: &Endpoint,
+    peers: &[Endpoint],
+) -> Option<Arc<dyn commhal_hal::dynamic::DynPortMapped>> {
+    if !explicit {
+        return None;
+    }
+    backends
+        .iter()
+        .filter_map(|b| b.port.as_ref())
+        .find(|p| {
+            p.guarantees().signal == commhal_hal::SignalStrength::Strong
+                && peers
+                    .iter()
+                    .filter(|e| !me.same_node(e))
+                    .all(|e| p.reach(me, e).is_yes())
+        })
+        .filter(|p| p.name() != crate::exec::port::HOST_TCP)
+        .cloned()
 }
 
 fn env_u32(name: &str) -> Result<Option<u32>, CommError> {
@@ -518,6 +550,7 @@ impl Communicator {
         };
         selection.options.extend(options.backend_options.clone());
         let backends = catalog.instantiate(&selection, &me, &peers)?;
+        let cross_port = cross_node_port(&backends, selection.backends.is_some(), &me, &peers);
         let backend = backends
             .into_iter()
             .find(|b| b.memory.is_some())
@@ -544,15 +577,24 @@ impl Communicator {
             None => selector.with_env_overrides()?,
         };
         let local_ranks = endpoints.iter().filter(|e| e.host == me.host).count() as u32;
-        let tuning = options
+        let mut tuning = options
             .wait
             .unwrap_or_else(|| WaitPolicy::for_host(local_ranks));
 
         let mut tag_seq = SETUP_TAG_BASE;
-        // Ranks on other nodes: TCP ports, and their memory is never mapped.
+        // Ranks on other nodes: ports, and their memory is never mapped.
         let ports = if endpoints.iter().any(|e| !me.same_node(e)) {
-            let tcp = Ports::transport(tuning.timeout)?;
-            let p = Ports::connect(tcp, bootstrap.as_ref(), &endpoints, rank, tag_seq)?;
+            let transport = match cross_port {
+                Some(t) => t,
+                None => Ports::host_tcp(tuning.timeout)?,
+            };
+            let p = Ports::connect(transport, bootstrap.as_ref(), &endpoints, rank, tag_seq)?;
+            if !p.wakes() {
+                // Far peers' signals land without waking anyone here (an RDMA atomic):
+                // block in short sleeps that re-check the word, not on the futex.
+                tuning.futex = false;
+            }
+            tracing::debug!(rank, port = p.name(), "cross-node port backend");
             Some(Arc::new(p))
         } else {
             None
@@ -628,13 +670,18 @@ impl Communicator {
     pub fn topology(&self) -> Topology {
         self.topo
     }
-    /// What this rank sent over TCP to ranks on other nodes so far (all zero when every
-    /// rank is on this node: then nothing goes over TCP).
+    /// What this rank sent over ports to ranks on other nodes so far (all zero when
+    /// every rank is on this node: then nothing crosses a node).
     pub fn port_stats(&self) -> PortStats {
         self.ports.as_ref().map(|p| p.stats()).unwrap_or_default()
     }
+    /// The port backend carrying traffic to ranks on other nodes (`host-tcp`,
+    /// `ib-verbs`, ...); `None` when every rank is on this node.
+    pub fn port_backend(&self) -> Option<&str> {
+        self.ports.as_ref().map(|p| p.name())
+    }
     /// Ranks whose memory this rank maps (itself and the ranks of its node; ranks on
-    /// other nodes are reached over TCP ports only and never mapped).
+    /// other nodes are reached over ports only and never mapped).
     pub fn mapped_ranks(&self) -> Vec<Rank> {
         (0..self.n)
             .filter(|&q| !self.ports.as_ref().is_some_and(|p| p.is_far(q)))
@@ -1396,7 +1443,7 @@ impl Communicator {
     }
 
     /// Refuse plans that reach across nodes other than by port-channel put, signal,
-    /// wait, flush and LL packets (the only ops `host-tcp` carries); switch ops need
+    /// wait, flush and LL packets (the only ops the cross-node ports carry); switch ops need
     /// every rank on one node.
     fn check_reach(&self, plan: &crate::plan::Plan) -> Result<(), CommError> {
         use crate::plan::{ChannelKind, Op};
@@ -1419,7 +1466,7 @@ impl Communicator {
                         | Op::PutPackets { channel, .. } => {
                             (*channel == ChannelKind::Port, "a memory channel")
                         }
-                        Op::Get { .. } => (false, "a get (host-tcp only writes)"),
+                        Op::Get { .. } => (false, "a get (cross-node ports only write)"),
                         Op::ReadReduce { .. } => (false, "a read-reduce of mapped peer memory"),
                         Op::ReadReducePackets { .. } => (true, ""),
                         Op::SwitchReduce { .. } | Op::SwitchBroadcast { .. } if multi => {

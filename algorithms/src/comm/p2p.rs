@@ -9,8 +9,9 @@
 //! (tag 1). Credits and pieces are counted per message (`ceil(len / HALF)` each side),
 //! so both sides must pass the same byte count. Grouped operations progress together
 //! (a polling loop), so `A: send→B, recv←B` and `B: send→A, recv←A` never deadlock.
-//! A peer on another node is reached by port: pieces are `host-tcp` writes into its
-//! slot and the semaphores `host-tcp` signals, in order on one connection.
+//! A peer on another node is reached by port: pieces are writes of the cross-node port
+//! backend (host-tcp, or ib-verbs) into its slot, and the semaphores are that port's
+//! signals, in order on one connection.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,15 +2,16 @@
 //!
 //! Peers on this rank's node are **mapped** (host-emu export/map through the bootstrap).
 //! Peers on other nodes are **not mapped**: when the communicator has ports
-//! ([`Ports`]), the local region is also registered with `host-tcp` and far peers
-//! exchange `host-tcp` exports (region ids) instead, so they can only be written by port.
+//! ([`Ports`]), the local region is also registered with the cross-node port backend
+//! (host-tcp: a region id; ib-verbs: a memory region, address + rkey) and far peers
+//! exchange that backend's exports instead, so they can only be written by port.
 
 use std::sync::Arc;
 
-use commhal_backend_host_emu::{TcpLocal, TcpRemote};
+use std::any::Any;
+
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::dynamic::DynMemoryMapped;
-use commhal_hal::transport::PortMapped;
 use commhal_hal::{Device, MemoryKind, Region};
 
 use super::CommError;
@@ -27,10 +28,10 @@ pub(crate) struct Shared {
     pub(crate) spans: Vec<Span>,
     len: usize,
     me: usize,
-    /// The local region registered with `host-tcp` (when there are far peers).
-    tcp_local: Option<TcpLocal>,
+    /// The local region registered with the port backend (when there are far peers).
+    port_local: Option<Arc<dyn Region>>,
     /// Far peers' regions as port targets.
-    remotes: Vec<Option<TcpRemote>>,
+    remotes: Vec<Option<Arc<dyn Any + Send + Sync>>>,
 }
 
 /// Tags for setup exchanges; every rank draws them in the same order.
@@ -38,7 +39,7 @@ pub(crate) const SETUP_TAG_BASE: u64 = 0x00C0_4A11_0000_0000;
 
 impl Shared {
     /// Allocate `len` bytes on every rank, map every near peer's and import every far
-    /// peer's `host-tcp` export (collective: every rank calls this in the same order
+    /// peer's port export (collective: every rank calls this in the same order
     /// with the same `len` and `tag`).
     pub(crate) fn alloc(
         mem: &Arc<dyn DynMemoryMapped>,
@@ -63,13 +64,15 @@ impl Shared {
         }
         let (me, n) = (boot.rank(), boot.size());
         let far = |p: u32| ports.is_some_and(|x| x.is_far(p));
-        let tcp_local = match ports {
-            Some(x) if (0..n).any(far) => Some(PortMapped::register(&x.tcp, local.as_ref())?),
+        let port_local: Option<Arc<dyn Region>> = match ports {
+            Some(x) if (0..n).any(far) => {
+                Some(Arc::from(x.transport.register(local.as_ref())?))
+            }
             _ => None,
         };
         for p in (0..n).filter(|&p| p != me) {
-            let export = match (&tcp_local, ports) {
-                (Some(l), Some(x)) if far(p) => PortMapped::export(&x.tcp, l)?,
+            let export = match (&port_local, ports) {
+                (Some(l), Some(x)) if far(p) => x.transport.export(l.as_ref())?,
                 _ => mem.export(local.as_ref())?,
             };
             send_export(boot, p, tag, &export)?;
@@ -90,11 +93,11 @@ impl Shared {
             };
             if let (true, Some(x)) = (far(p), ports) {
                 // Never mapped: a far peer is reached by port only.
-                let r = PortMapped::import(&x.tcp, export)?;
-                if r.len() < len {
-                    return Err(short(r.len()));
+                if export.len < len {
+                    return Err(short(export.len));
                 }
-                remotes[p as usize] = Some(r);
+                let r = x.transport.import(export)?;
+                remotes[p as usize] = Some(Arc::from(r));
                 spans.push(Span::EMPTY);
                 continue;
             }
@@ -111,7 +114,7 @@ impl Shared {
             spans,
             len: len as usize,
             me: me as usize,
-            tcp_local,
+            port_local,
             remotes,
         })
     }
@@ -133,7 +136,7 @@ impl Shared {
             return Area {
                 len: self.len,
                 span: None,
-                port: Some(port(PortBuf::Remote(*r))),
+                port: Some(port(PortBuf::Remote(r.clone()))),
             };
         }
         let span = self.spans.get(q).copied().unwrap_or(Span::EMPTY);
@@ -142,7 +145,7 @@ impl Shared {
             len: span.len,
             span: Some(span),
             port: if q == self.me {
-                self.tcp_local.clone().map(|l| port(PortBuf::Local(l)))
+                self.port_local.clone().map(|l| port(PortBuf::Local(l)))
             } else {
                 None
             },

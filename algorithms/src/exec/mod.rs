@@ -7,7 +7,9 @@
 //! * [`sync`]: semaphores and the packet doorbell in each rank's sync region, waited
 //!   on with [`commhal_channels::WaitPolicy::wait_on`] (spin, yield, futex, timeout).
 //! * [`port`]: ranks on different (virtual) nodes: their memory is never mapped, and
-//!   port-channel ops to them go over `host-tcp` ([`PortStats`] counts them).
+//!   port-channel ops to them go over the cross-node port backend (`host-tcp` by
+//!   default, `ib-verbs` when an explicit backend list names it; [`PortStats`] counts
+//!   them).
 //! * `raw`: every `unsafe` line (spans of host memory).
 //!
 //! **Contract** (the plan module's execution contract, made concrete):
@@ -21,7 +23,7 @@
 //!   add; doing it on the block's thread keeps its ordering and skips the proxy hop);
 //!   `Flush` is then a no-op because every copy has completed when it returns;
 //! * `Port`-channel `Put`/`Signal`/`Flush`/`PutPackets` to a rank on **another node**
-//!   are `host-tcp` port operations on the block's thread ([`port`]); any other access
+//!   are port operations of the cross-node port backend on the block's thread ([`port`]); any other access
 //!   to a far rank's memory is an error (it is not mapped);
 //! * LL packets: LL8 words (4 data bytes + 4 flag bytes, one release store); the flag
 //!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the

@@ -1,46 +1,64 @@
-//! Port channels between ranks on different (virtual) nodes, over `host-tcp`.
+//! Port channels between ranks on different (virtual) nodes, over one port backend.
 //!
 //! Ranks on one node map each other's shared memory and the executor copies straight
 //! into it. Ranks on different nodes never map each other's memory: every buffer is
-//! registered with one [`HostTcp`] per rank, its export (region id, no descriptors) is
-//! sent to far peers, and the executor turns the plan's port-channel ops into port
-//! operations on one [`TcpPort`] per far peer:
+//! registered with one port transport per rank (any [`DynPortMapped`]: `host-tcp` by
+//! default, or the first port backend of an explicit backend list that reaches every
+//! far peer, e.g. `ib-verbs`), its export is sent to far peers, and the executor turns
+//! the plan's port-channel ops into port operations on one [`DynPort`] per far peer:
 //!
 //! | plan op (port channel, far peer) | here |
 //! |---|---|
 //! | `Put` | `write` from the local registered buffer into the peer's |
 //! | `Signal` | `signal` (+1) on the peer's semaphore word in its sync region |
-//! | `Flush` | `flush`: returns when the peer applied every earlier frame |
-//! | `PutPackets` | LL8 words encoded locally, `write` into the peer's packet area, then a `signal` on the peer's packet counter for (this rank, this block) |
+//! | `Flush` | `flush` |
+//! | `PutPackets` | LL8 words encoded locally into registered staging, `write` into the peer's packet area, then a `signal` on the peer's packet counter for (this rank, this block) |
 //!
-//! The port is strongly ordered (one TCP stream, one receiver thread), so a signal is
-//! applied after every earlier write of this rank to that peer, from any block. The
-//! receiver thread wakes futex sleepers on the word it added to (the signal hook set in
-//! `Ports::transport`), so waits behave as with shared memory.
+//! Both backends used here promise strong signals on one connection (host-tcp: one
+//! TCP stream and one receiver thread; ib-verbs: one RC queue pair, the atomic posted
+//! fenced), so a signal is applied after every earlier write of this rank to that
+//! peer, from any block; a backend without strong signals is not chosen.
+//!
+//! **Source reuse.** Plans moved onto port channels by `builders::ports_across_nodes`
+//! were written for memory channels, whose puts complete before the next op. host-tcp
+//! sends a write's bytes before `write` returns; any other backend is flushed after
+//! each write (ib-verbs: the CQ is polled until the NIC has read the source).
+//!
+//! **Waking waiters.** host-tcp's receiver thread wakes futex sleepers on the word it
+//! added to (the signal hook set in `Ports::host_tcp`), so waits behave as with shared
+//! memory. Other backends add to the word without any code of this process running
+//! (ib-verbs: an RDMA atomic), so nobody wakes a futex sleeper: [`Ports::wakes`] is
+//! false and the communicator's waits block in short sleeps instead of futex waits
+//! (`WaitPolicy::futex` off), re-checking the word after each.
 //!
 //! `Area` is a buffer as one rank reaches it: a mapped span (this rank, ranks of its
 //! node), a port range (this rank's registered buffer, far peers' exports), or both.
 //! A far peer's area has **no span**: touching its memory directly is an error.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use commhal_backend_host_emu::tcp::SignalHook;
-use commhal_backend_host_emu::{HostRegion, HostTcp, TcpLocal, TcpPort, TcpRemote};
+use commhal_backend_host_emu::{HostRegion, HostTcp};
 use commhal_hal::bootstrap::Bootstrap;
-use commhal_hal::transport::{PeerContext, Port, PortMapped};
-use commhal_hal::{Endpoint, HalError, Rank};
+use commhal_hal::dynamic::{DynPort, DynPortMapped};
+use commhal_hal::transport::PeerContext;
+use commhal_hal::{Endpoint, HalError, Rank, Region};
 
 use super::raw::Span;
 use crate::comm::CommError;
 
+/// Name of the default cross-node port backend.
+pub(crate) const HOST_TCP: &str = "host-tcp";
+
 /// A registered buffer for port I/O: this rank's own, or a far peer's.
 #[derive(Debug, Clone)]
 pub(crate) enum PortBuf {
-    /// Registered here (a write source).
-    Local(TcpLocal),
-    /// A far peer's export (a write destination).
-    Remote(TcpRemote),
+    /// Registered here (a write source), as the port backend's local handle.
+    Local(Arc<dyn Region>),
+    /// A far peer's export imported by the port backend (a write destination).
+    Remote(Arc<dyn Any + Send + Sync>),
 }
 
 /// `len` bytes at `off` of a registered buffer.
@@ -88,7 +106,8 @@ impl Area {
     }
 }
 
-/// What one rank sent over TCP (its far peers' ports), for tests and logs.
+/// What one rank sent over its cross-node port backend (its far peers' ports), for
+/// tests and logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortStats {
     /// Port writes (puts and packet puts).
@@ -97,19 +116,28 @@ pub struct PortStats {
     pub bytes: u64,
     /// Signals sent.
     pub signals: u64,
-    /// Flushes completed.
+    /// Flushes completed (the plans' flushes, and those after writes that need one).
     pub flushes: u64,
 }
 
-/// One rank's TCP ports to its far peers.
+/// Staging for encoded LL packets: host memory and its registration.
+#[derive(Debug)]
+struct Staging {
+    mem: HostRegion,
+    local: Arc<dyn Region>,
+}
+
+/// One rank's ports to its far peers, over one port backend.
 #[derive(Debug)]
 pub(crate) struct Ports {
-    pub(crate) tcp: HostTcp,
+    pub(crate) transport: Arc<dyn DynPortMapped>,
     /// Per rank: true when it is on another node (never mapped here).
     pub(crate) far: Vec<bool>,
-    ports: Vec<Option<Mutex<TcpPort>>>,
+    ports: Vec<Option<Mutex<Box<dyn DynPort>>>>,
+    /// host-tcp: signals wake futex sleepers, and writes send their source at once.
+    tcp: bool,
     /// Registered staging for encoded LL packets (grown on demand).
-    staging: Mutex<Option<TcpLocal>>,
+    staging: Mutex<Option<Staging>>,
     writes: AtomicU64,
     bytes: AtomicU64,
     signals: AtomicU64,
@@ -124,15 +152,23 @@ fn port_err(peer: Rank, what: &str, e: HalError) -> CommError {
 impl Ports {
     /// A `host-tcp` transport whose receiver threads wake futex sleepers on the
     /// semaphore words they signal.
-    pub(crate) fn transport(timeout: std::time::Duration) -> Result<HostTcp, CommError> {
+    pub(crate) fn host_tcp(
+        timeout: std::time::Duration,
+    ) -> Result<Arc<dyn DynPortMapped>, CommError> {
         let hook: SignalHook = Arc::new(|w: &AtomicU64| commhal_channels::futex::wake(w));
-        Ok(HostTcp::new()?.with_timeout(timeout).with_signal_hook(hook))
+        Ok(Arc::new(
+            HostTcp::new()?
+                .with_timeout(timeout)
+                .with_signal_hook(hook),
+        ))
     }
 
-    /// Connect to every far peer (collective over the bootstrap). Pairs are connected
-    /// in one global order (lower rank first), so no two ranks wait on each other.
+    /// Connect to every far peer over `transport` (collective over the bootstrap).
+    /// Pairs are connected in one global order (lower rank first), so no two ranks wait
+    /// on each other. `transport` must be [`Ports::host_tcp`]'s when it is host-tcp
+    /// (the signal hook).
     pub(crate) fn connect(
-        tcp: HostTcp,
+        transport: Arc<dyn DynPortMapped>,
         boot: &dyn Bootstrap,
         endpoints: &[Endpoint],
         me: Rank,
@@ -141,7 +177,7 @@ impl Ports {
         let n = endpoints.len();
         let here = &endpoints[me as usize];
         let far: Vec<bool> = endpoints.iter().map(|e| !here.same_node(e)).collect();
-        let mut ports: Vec<Option<Mutex<TcpPort>>> = (0..n).map(|_| None).collect();
+        let mut ports: Vec<Option<Mutex<Box<dyn DynPort>>>> = (0..n).map(|_| None).collect();
         for a in 0..n as u32 {
             for b in a + 1..n as u32 {
                 let peer = if a == me {
@@ -160,20 +196,38 @@ impl Ports {
                     remote: &endpoints[peer as usize],
                     tag,
                 };
-                let port = PortMapped::connect(&tcp, &ctx)?;
+                let port = transport.connect(&ctx).inspect_err(|e| {
+                    tracing::debug!(
+                        "rank {me}: connecting to rank {peer} over `{}` failed: {e}",
+                        transport.name()
+                    )
+                })?;
                 ports[peer as usize] = Some(Mutex::new(port));
             }
         }
+        let tcp = transport.name() == HOST_TCP;
         Ok(Ports {
-            tcp,
+            transport,
             far,
             ports,
+            tcp,
             staging: Mutex::new(None),
             writes: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             signals: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
         })
+    }
+
+    /// The port backend's name (`host-tcp`, `ib-verbs`, ...).
+    pub(crate) fn name(&self) -> &str {
+        self.transport.name()
+    }
+
+    /// True when this backend's signals wake futex sleepers on the word they add to
+    /// (host-tcp); otherwise waits on semaphore words must not rely on a wake.
+    pub(crate) fn wakes(&self) -> bool {
+        self.tcp
     }
 
     /// True when `rank` is on another node.
@@ -195,7 +249,7 @@ impl Ports {
     fn with_port<R>(
         &self,
         peer: Rank,
-        f: impl FnOnce(&mut TcpPort) -> commhal_hal::Result<R>,
+        f: impl FnOnce(&mut dyn DynPort) -> commhal_hal::Result<R>,
     ) -> Result<R, CommError> {
         let slot = self
             .ports
@@ -207,10 +261,11 @@ impl Ports {
                 ))
             })?;
         let mut port = slot.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut port).map_err(|e| port_err(peer, "operation", e))
+        f(port.as_mut()).map_err(|e| port_err(peer, "operation", e))
     }
 
-    /// Write `src` (this rank's registered range) into `dst` (the peer's), equal lengths.
+    /// Write `src` (this rank's registered range) into `dst` (the peer's), equal
+    /// lengths. Returns once `src` may be reused (module docs: source reuse).
     pub(crate) fn write(
         &self,
         peer: Rank,
@@ -226,20 +281,36 @@ impl Ports {
         if len == 0 {
             return Ok(());
         }
-        self.with_port(peer, |p| p.write(d, dst.off, s, src.off, len))?;
+        let flush = !self.tcp;
+        self.with_port(peer, |p| {
+            p.write(d.as_ref(), dst.off, s.as_ref(), src.off, len)?;
+            if flush {
+                p.flush()?;
+            }
+            Ok(())
+        })?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len, Ordering::Relaxed);
+        if flush {
+            self.flushes.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
     /// Add 1 to the 64-bit word at `off` of the peer's registered `sem` buffer.
-    pub(crate) fn signal(&self, peer: Rank, sem: &TcpRemote, off: u64) -> Result<(), CommError> {
-        self.with_port(peer, |p| p.signal(sem, off, 1))?;
+    pub(crate) fn signal(
+        &self,
+        peer: Rank,
+        sem: &Arc<dyn Any + Send + Sync>,
+        off: u64,
+    ) -> Result<(), CommError> {
+        self.with_port(peer, |p| p.signal(sem.as_ref(), off, 1))?;
         self.signals.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Wait until the peer applied everything sent to it before.
+    /// Wait until the peer's port completed everything sent to it before, in the
+    /// sense of the backend's flush guarantee.
     pub(crate) fn flush(&self, peer: Rank) -> Result<(), CommError> {
         self.with_port(peer, |p| p.flush())?;
         self.flushes.fetch_add(1, Ordering::Relaxed);
@@ -253,21 +324,23 @@ impl Ports {
         dst: &PortRange,
         bytes: &[u8],
     ) -> Result<(), CommError> {
+        // Held until the write returns, when the staging may be reused (`write`).
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         if staging
             .as_ref()
-            .is_none_or(|s| commhal_hal::Region::len(s) < bytes.len() as u64)
+            .is_none_or(|s| s.mem.len() < bytes.len() as u64)
         {
             let cap = (bytes.len() as u64).max(4096).next_power_of_two();
-            let region = HostRegion::alloc(cap)?;
-            *staging = Some(PortMapped::register(&self.tcp, &region)?);
+            let mem = HostRegion::alloc(cap)?;
+            let local: Arc<dyn Region> = Arc::from(self.transport.register(&mem)?);
+            *staging = Some(Staging { mem, local });
         }
-        let local = staging.as_ref().ok_or_else(|| {
+        let s = staging.as_ref().ok_or_else(|| {
             CommError::Invalid("packet staging buffer missing (internal error)".into())
         })?;
-        local.write(0, bytes)?;
+        s.mem.write(0, bytes)?;
         let src = PortRange {
-            buf: PortBuf::Local(local.clone()),
+            buf: PortBuf::Local(s.local.clone()),
             off: 0,
             len: bytes.len() as u64,
         };

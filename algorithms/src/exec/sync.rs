@@ -14,8 +14,10 @@
 //! that arrived over a port from a far peer (tag = the sender's block).
 //!
 //! **Far peers** (another node, see [`super::port`]): their regions are not mapped here;
-//! a signal to one is a port signal on the same word of its region, applied by its TCP
-//! receiver thread, which also wakes sleepers (futex) on the word.
+//! a signal to one is a port signal on the same word of its region, applied by its
+//! host-tcp receiver thread, which also wakes sleepers (futex) on the word, or by the
+//! peer's NIC (ib-verbs: an RDMA atomic), which wakes nobody: then the communicator's
+//! waits sleep in short slices instead of on the futex (`WaitPolicy::futex` off).
 //!
 //! **Signal** = `fetch_add(1)` on the counter in the *peer's* region (SeqCst, so a
 //! release), then [`wake_sleepers`] (`FUTEX_WAKE` on the counter's low 32 bits if a
@@ -113,7 +115,7 @@ pub(crate) struct SyncTable {
     /// Ports to far peers (`None`: every rank is on this node).
     pub(crate) ports: Option<Arc<Ports>>,
     /// Every far peer's sync region as a port target (`None` for near ranks).
-    remote: Vec<Option<commhal_backend_host_emu::TcpRemote>>,
+    remote: Vec<Option<Arc<dyn std::any::Any + Send + Sync>>>,
     /// When waits give up early.
     pub(crate) stop: Stop,
 }
@@ -142,7 +144,7 @@ impl SyncTable {
             remote: areas
                 .iter()
                 .map(|a| match a.port.as_ref().map(|p| &p.buf) {
-                    Some(PortBuf::Remote(r)) if a.span.is_none() => Some(*r),
+                    Some(PortBuf::Remote(r)) if a.span.is_none() => Some(r.clone()),
                     _ => None,
                 })
                 .collect(),
