@@ -1,8 +1,9 @@
-//! ib-verbs over the stub verbs provider (`backends/ib-verbs/stub`), quick tier, two
-//! ranks as two processes: the port cases run on the backend's host path with
-//! host-emu memory as the companion allocator. The stub is shared memory on one
-//! host, not an RDMA device: this checks the backend's verbs usage and error paths,
-//! never hardware behaviour.
+//! ib-verbs over the stub verbs provider (`backends/ib-verbs/stub`), quick tier: the
+//! port cases on two rank processes (the backend's host path with host-emu memory as
+//! the companion allocator), and the host communicator's collective cases on four rank
+//! processes over two virtual nodes with ib-verbs as the port between the nodes. The
+//! stub is shared memory on one host, not an RDMA device: this checks the backend's
+//! verbs usage and error paths, never hardware behaviour.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -35,13 +36,22 @@ fn stub_lib() -> PathBuf {
 
 const PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_SUITE";
 
+/// Environment that makes `collectives_parent` run.
+const COLL_PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_COLLECTIVES";
+
 /// Runs the suite in a re-executed copy of this binary whose environment names the
 /// stub (`COMMHAL_IBVERBS_LIB`, plus `extra`): the backend's probe reads the
 /// environment, and the rank processes inherit it.
 fn run_suite_with(extra: &[(&str, &str)]) {
+    rerun("suite_parent", PARENT_ENV, extra);
+}
+
+/// Runs the test `parent` in a re-executed copy of this binary with `gate` set and the
+/// stub named (see `run_suite_with`).
+fn rerun(parent: &str, gate: &str, extra: &[(&str, &str)]) {
     let out = std::process::Command::new(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", "suite_parent", "--nocapture", "--test-threads=1"])
-        .env(PARENT_ENV, "1")
+        .args(["--exact", parent, "--nocapture", "--test-threads=1"])
+        .env(gate, "1")
         .env("COMMHAL_IBVERBS_LIB", stub_lib())
         .envs(extra.iter().copied())
         .output()
@@ -117,5 +127,65 @@ fn suite_parent() {
         (1, 0),
         "peers-independent on 3 ranks"
     );
+    println!("SUITE-OK");
+}
+
+/// Case 21 (every collective through every algorithm, results checked exactly) and 22
+/// (a peer leaves mid-job) on four rank processes over two virtual nodes, ib-verbs over
+/// the stub as the port between the nodes; each case checks on every rank that the
+/// communicator's cross-node ports are ib-verbs, not host-tcp.
+#[test]
+fn collectives_across_two_nodes_over_ib_verbs() {
+    rerun("collectives_parent", COLL_PARENT_ENV, &[]);
+}
+
+/// The collective cases themselves (a no-op unless re-executed by the test above).
+#[test]
+fn collectives_parent() {
+    if std::env::var_os(COLL_PARENT_ENV).is_none() {
+        return;
+    }
+    let mut o = RunOptions::new("ib-verbs", 4);
+    o.quick = true;
+    o.mode = Mode::Processes;
+    o.filter = vec!["ib-verbs/all/collective".into()];
+    o.wait_timeout = Duration::from_secs(20);
+    o.case_timeout = Duration::from_secs(120);
+    o.child_args = vec![
+        "--exact".into(),
+        "child_entry".into(),
+        "--test-threads=1".into(),
+    ];
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.failed, 0, "{}", r.table());
+    assert_eq!(
+        r.cases.len(),
+        commhal_algorithms::builders::Algorithm::ALL.len() + 1,
+        "every algorithm and the dead-peer case: {}",
+        r.table()
+    );
+    for c in &r.cases {
+        assert_eq!(c.status, Status::Pass, "{}: {}", c.id, c.detail);
+        if !c.id.contains("collective-dead-peer") {
+            assert!(
+                c.detail.contains("over ib-verbs:") && !c.detail.contains(" 0 signals"),
+                "{}: no signal went over ib-verbs ({})",
+                c.id,
+                c.detail
+            );
+        }
+        if c.id.contains("algo=2ph") {
+            // Hierarchical plans: rank 0 writes its node's data to its peer on the
+            // other node.
+            assert!(
+                !c.detail.contains(" 0 writes"),
+                "{}: no bytes went over ib-verbs ({})",
+                c.id,
+                c.detail
+            );
+        }
+    }
     println!("SUITE-OK");
 }

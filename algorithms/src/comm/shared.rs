@@ -65,14 +65,14 @@ impl Shared {
         let (me, n) = (boot.rank(), boot.size());
         let far = |p: u32| ports.is_some_and(|x| x.is_far(p));
         let port_local: Option<Arc<dyn Region>> = match ports {
-            Some(x) if (0..n).any(far) => {
-                Some(Arc::from(x.transport.register(local.as_ref())?))
-            }
+            Some(x) if (0..n).any(far) => Some(Arc::<dyn Region>::from(
+                x.transport().register(local.as_ref())?,
+            )),
             _ => None,
         };
         for p in (0..n).filter(|&p| p != me) {
             let export = match (&port_local, ports) {
-                (Some(l), Some(x)) if far(p) => x.transport.export(l.as_ref())?,
+                (Some(l), Some(x)) if far(p) => x.transport().export(l.as_ref())?,
                 _ => mem.export(local.as_ref())?,
             };
             send_export(boot, p, tag, &export)?;
@@ -96,8 +96,8 @@ impl Shared {
                 if export.len < len {
                     return Err(short(export.len));
                 }
-                let r = x.transport.import(export)?;
-                remotes[p as usize] = Some(Arc::from(r));
+                let r = x.transport().import(export)?;
+                remotes[p as usize] = Some(Arc::<dyn Any + Send + Sync>::from(r));
                 spans.push(Span::EMPTY);
                 continue;
             }

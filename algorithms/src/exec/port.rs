@@ -130,7 +130,10 @@ struct Staging {
 /// One rank's ports to its far peers, over one port backend.
 #[derive(Debug)]
 pub(crate) struct Ports {
-    pub(crate) transport: Arc<dyn DynPortMapped>,
+    /// Call through [`Ports::transport`]: `Arc<dyn DynPortMapped>` is itself a
+    /// `DynPortMapped` (via the reverse `PortMapped` impl) whose handles would be
+    /// boxed twice and refused by the backend's ports.
+    transport: Arc<dyn DynPortMapped>,
     /// Per rank: true when it is on another node (never mapped here).
     pub(crate) far: Vec<bool>,
     ports: Vec<Option<Mutex<Box<dyn DynPort>>>>,
@@ -157,9 +160,7 @@ impl Ports {
     ) -> Result<Arc<dyn DynPortMapped>, CommError> {
         let hook: SignalHook = Arc::new(|w: &AtomicU64| commhal_channels::futex::wake(w));
         Ok(Arc::new(
-            HostTcp::new()?
-                .with_timeout(timeout)
-                .with_signal_hook(hook),
+            HostTcp::new()?.with_timeout(timeout).with_signal_hook(hook),
         ))
     }
 
@@ -196,7 +197,7 @@ impl Ports {
                     remote: &endpoints[peer as usize],
                     tag,
                 };
-                let port = transport.connect(&ctx).inspect_err(|e| {
+                let port = transport.as_ref().connect(&ctx).inspect_err(|e| {
                     tracing::debug!(
                         "rank {me}: connecting to rank {peer} over `{}` failed: {e}",
                         transport.name()
@@ -221,7 +222,12 @@ impl Ports {
 
     /// The port backend's name (`host-tcp`, `ib-verbs`, ...).
     pub(crate) fn name(&self) -> &str {
-        self.transport.name()
+        self.transport.as_ref().name()
+    }
+
+    /// The port backend, as the trait object itself (see the field).
+    pub(crate) fn transport(&self) -> &dyn DynPortMapped {
+        self.transport.as_ref()
     }
 
     /// True when this backend's signals wake futex sleepers on the word they add to
@@ -332,7 +338,7 @@ impl Ports {
         {
             let cap = (bytes.len() as u64).max(4096).next_power_of_two();
             let mem = HostRegion::alloc(cap)?;
-            let local: Arc<dyn Region> = Arc::from(self.transport.register(&mem)?);
+            let local = Arc::<dyn Region>::from(self.transport().register(&mem)?);
             *staging = Some(Staging { mem, local });
         }
         let s = staging.as_ref().ok_or_else(|| {

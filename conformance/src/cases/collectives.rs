@@ -5,7 +5,10 @@
 //! **Where they run.** host-emu: every rank on one node (memory channels, LL packets,
 //! semaphores in mapped memory). host-tcp: the ranks split over two virtual nodes, so
 //! every link between the nodes is a host-tcp port channel (host-emu memory inside a
-//! node, as the communicator always does). Every algorithm runs there as forced: the
+//! node, as the communicator always does). ib-verbs: the same two virtual nodes with
+//! ib-verbs port channels between them (the communicator's backend list is
+//! `host-emu,ib-verbs`; in CI the verbs provider is the stub, never an RDMA device).
+//! Every algorithm runs there as forced: the
 //! builders put every channel op between nodes on a port channel
 //! (`builders::ports_across_nodes`), so none is replaced by the ring the communicator
 //! falls back to for a plan that cannot cross nodes.
@@ -42,7 +45,8 @@ const DTYPE: DataType = DataType::I32;
 pub enum Layout {
     /// Every rank on one node (host-emu).
     OneNode,
-    /// Two virtual nodes of `ranks / 2` ranks, host-tcp ports between them.
+    /// Two virtual nodes of `ranks / 2` ranks, ports of the run's backend between them
+    /// (host-tcp, or ib-verbs).
     TwoNodes,
 }
 
@@ -51,7 +55,7 @@ impl Layout {
     pub fn for_backend(backend: &str) -> Option<Layout> {
         match backend {
             "host-emu" => Some(Layout::OneNode),
-            "host-tcp" => Some(Layout::TwoNodes),
+            "host-tcp" | "ib-verbs" => Some(Layout::TwoNodes),
             _ => None,
         }
     }
@@ -100,20 +104,37 @@ fn communicator(
         Layout::TwoNodes => ctx.size / 2,
     };
     let mut backend_options = BTreeMap::new();
-    if ctx.plan.backend == "host-emu" {
+    let mut backends = vec!["host-emu".to_string()];
+    if matches!(ctx.plan.backend.as_str(), "host-emu" | "ib-verbs") {
         let o = ctx.plan.options().map_err(Failure::Fail)?;
-        backend_options.insert("host-emu".to_string(), o);
+        backend_options.insert(ctx.plan.backend.clone(), o);
+    }
+    if ctx.plan.backend == "ib-verbs" {
+        // The cross-node port backend: the first port backend of the list that reaches
+        // the other node (host-emu's does not).
+        backends.push(ctx.plan.backend.clone());
     }
     let opts = CommOptions {
-        backends: Some(vec!["host-emu".into()]),
+        backends: Some(backends),
         node: Some(ctx.rank / rpn.max(1)),
         algo: algo.map(|a| a.full_name()),
         wait: Some(WaitPolicy::with_timeout(wait)),
         backend_options,
         ..Default::default()
     };
-    Communicator::new(ctx.boot.clone(), opts)
-        .map_err(|e| Failure::Fail(format!("creating the communicator: {e}")))
+    let comm = Communicator::new(ctx.boot.clone(), opts)
+        .map_err(|e| Failure::Fail(format!("creating the communicator: {e}")))?;
+    if layout == Layout::TwoNodes {
+        // Ports between the nodes come from the run's backend (host-tcp: the default).
+        let want = ctx.plan.backend.as_str();
+        ensure!(
+            comm.port_backend() == Some(want),
+            "rank {}: the ports between the nodes are {:?}, not `{want}`",
+            ctx.rank,
+            comm.port_backend()
+        );
+    }
+    Ok(comm)
 }
 
 /// Not-supported reasons that hold on every rank alike.
@@ -356,8 +377,18 @@ pub fn collective(ctx: &Ctx, layout: Layout, algo: Algorithm) -> CaseResult {
             settle(ctx, k, r)?;
         }
     }
+    let ports = match comm.port_backend() {
+        Some(name) => {
+            let st = comm.port_stats();
+            format!(
+                "; rank {} over {name}: {} writes, {} bytes, {} signals",
+                ctx.rank, st.writes, st.bytes, st.signals
+            )
+        }
+        None => String::new(),
+    };
     Ok(Some(format!(
-        "counts {cs:?}, {}",
+        "counts {cs:?}, {}{ports}",
         if placements.len() == 2 {
             "out of place and in place"
         } else {

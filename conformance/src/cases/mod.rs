@@ -22,7 +22,7 @@
 //! | 18 | `graph-capture` | all |
 //! | 19 | `honest-capabilities` | all |
 //! | 20 | `stress-message-passing`, `stress-strong-signal`, `stress-put-put` | memory, port |
-//! | 21 | `collective/coll=..,algo=..,nodes=..` (host-emu: 1 node; host-tcp: 2 virtual nodes) | all |
+//! | 21 | `collective/coll=..,algo=..,nodes=..` (host-emu: 1 node; host-tcp, ib-verbs: 2 virtual nodes) | all |
 //! | 22 | `collective-dead-peer/nodes=..` | all |
 
 pub mod collectives;
