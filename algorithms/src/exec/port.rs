@@ -27,7 +27,7 @@
 //! **Waking waiters.** host-tcp's receiver thread wakes futex sleepers on the word it
 //! added to (the signal hook set in `Ports::host_tcp`), so waits behave as with shared
 //! memory. Other backends add to the word without any code of this process running
-//! (ib-verbs: an RDMA atomic), so nobody wakes a futex sleeper: [`Ports::wakes`] is
+//! (ib-verbs: an RDMA atomic), so nobody wakes a futex sleeper: `Ports::wakes` is
 //! false and the communicator's waits block in short sleeps instead of futex waits
 //! (`WaitPolicy::futex` off), re-checking the word after each.
 //!
