@@ -6,9 +6,8 @@
 //! (host-tcp: a region id; ib-verbs: a memory region, address + rkey) and far peers
 //! exchange that backend's exports instead, so they can only be written by port.
 
-use std::sync::Arc;
-
 use std::any::Any;
+use std::sync::Arc;
 
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::dynamic::DynMemoryMapped;
