@@ -120,11 +120,12 @@ pub struct PortStats {
     pub flushes: u64,
 }
 
-/// Staging for encoded LL packets: host memory and its registration.
+/// Staging for encoded LL packets: host memory and its registration (dropped first:
+/// fields drop in order, and a registration should not outlive its memory).
 #[derive(Debug)]
 struct Staging {
-    mem: HostRegion,
     local: Arc<dyn Region>,
+    mem: HostRegion,
 }
 
 /// One rank's ports to its far peers, over one port backend.
@@ -339,7 +340,7 @@ impl Ports {
             let cap = (bytes.len() as u64).max(4096).next_power_of_two();
             let mem = HostRegion::alloc(cap)?;
             let local = Arc::<dyn Region>::from(self.transport().register(&mem)?);
-            *staging = Some(Staging { mem, local });
+            *staging = Some(Staging { local, mem });
         }
         let s = staging.as_ref().ok_or_else(|| {
             CommError::Invalid("packet staging buffer missing (internal error)".into())
