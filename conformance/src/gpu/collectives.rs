@@ -144,7 +144,7 @@ fn check_all(
             for (k, &op) in ops.iter().enumerate() {
                 let root = (count as u32 + k as u32) % w.size();
                 let got = one(comm, w, coll, count, op, root, in_place);
-                if let Err(e) = agree(w, &got) {
+                if let Err(e) = agree(&w.boot, &got) {
                     broken.set(true);
                     return Err(e);
                 }
@@ -170,8 +170,8 @@ fn check_all(
 
 /// This rank's call outcome against every rank's: `Err` (this rank's error, or which
 /// rank failed) when a call failed anywhere.
-fn agree(w: &World, mine: &Result<Option<String>>) -> Result<()> {
-    let all = w.boot.all_gather(&[u8::from(mine.is_err())])?;
+fn agree(boot: &dyn Bootstrap, mine: &Result<Option<String>>) -> Result<()> {
+    let all = boot.all_gather(&[u8::from(mine.is_err())])?;
     if let Err(e) = mine {
         return Err(err(e));
     }
@@ -274,4 +274,43 @@ fn one(
             .unwrap_or(0);
         format!("{wrong} wrong elements on rank {me}, the first at {first}")
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use commhal_hal::bootstrap::InProcBootstrap;
+
+    /// One rank's failed call ends the case on every rank; a wrong result does not.
+    #[test]
+    fn a_failed_call_anywhere_fails_every_rank() {
+        let out = InProcBootstrap::run(3, |b| {
+            let mine = match b.rank() {
+                1 => Err(err("rank 1's call failed")),
+                2 => Ok(Some("3 wrong elements".to_string())),
+                _ => Ok(None),
+            };
+            agree(&b, &mine).map_err(|e| e.to_string())
+        });
+        assert!(
+            out[0].as_ref().unwrap_err().contains("failed on rank 1"),
+            "{out:?}"
+        );
+        assert!(
+            out[1]
+                .as_ref()
+                .unwrap_err()
+                .contains("rank 1's call failed"),
+            "{out:?}"
+        );
+        assert!(
+            out[2].as_ref().unwrap_err().contains("failed on rank 1"),
+            "{out:?}"
+        );
+        let out = InProcBootstrap::run(2, |b| {
+            let mine = Ok(Some("wrong".to_string()));
+            agree(&b, &mine).is_ok()
+        });
+        assert_eq!(out, vec![true, true]);
+    }
 }

@@ -385,6 +385,24 @@ impl Recorder {
 mod tests {
     use super::*;
 
+    /// `--only`: the cases whose id lacks the text neither run nor appear.
+    #[test]
+    fn only_runs_the_matching_cases() {
+        let mut rec = Recorder {
+            only: Some("algo=ring".into()),
+            ..Recorder::default()
+        };
+        let mut ran = Vec::new();
+        for id in ["coll=allreduce,algo=ring", "coll=allreduce,algo=rd"] {
+            rec.case(id.into(), 21, "p", || {
+                ran.push(id);
+                Ok(Verdict::Pass(None))
+            });
+        }
+        assert_eq!(ran, ["coll=allreduce,algo=ring"]);
+        assert_eq!(rec.results.len(), 1);
+    }
+
     /// Every round is a matching and the rounds together cover every pair once.
     #[test]
     fn round_robin_covers_every_pair_once() {
