@@ -19,6 +19,7 @@
 //! | [`graph`] | [`Graph`]: stream capture and replay |
 //! | [`ipc`] | [`ipc::pointer_info`] (which allocation holds a caller's pointer), legacy CUDA IPC |
 //! | [`vmm`] | [`VmmAllocation`]: cuMem VMM memory exported/imported as POSIX fds |
+//! | [`dmabuf`] | device memory exported as a dma-buf fd (page-aligned range and offset) for RDMA registration |
 //! | [`nvrtc`] | NVRTC compilation with in-memory headers, the on-disk [`KernelCache`] |
 //! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`]; launches with a `#[repr(C)]` argument block by value |
 //! | [`jit`] | compile/load the units of `commhal-device-src` |
@@ -26,6 +27,7 @@
 
 pub mod context;
 pub mod copy;
+pub mod dmabuf;
 pub mod driver;
 pub mod error;
 pub mod gate;
