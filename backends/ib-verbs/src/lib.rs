@@ -44,7 +44,7 @@ pub use port::IbPort;
 pub use region::{IbLocal, IbRemote};
 pub use register::probe;
 pub use sys::{DEFAULT_LIB, LIB_ENV};
-pub use transport::{FIFO_DEPTH, GUARANTEES, IbOptions, IbVerbs};
+pub use transport::{DmabufRange, FIFO_DEPTH, GUARANTEES, IbOptions, IbVerbs};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.
 pub const BACKEND: &str = "ib-verbs";

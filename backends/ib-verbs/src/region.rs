@@ -16,14 +16,21 @@ use crate::sys::Mr;
 const MAGIC: &[u8; 4] = b"IBV1";
 const EXPORT_LEN: usize = 16;
 
-/// A host buffer registered with `ibv_reg_mr`. Holds the memory's owner, so the
+/// A buffer registered with the NIC: host memory with `ibv_reg_mr`, device memory (or
+/// any dma-buf) with `ibv_reg_dmabuf_mr`. Holds the memory's owner, so the
 /// registration never outlives the memory.
+///
+/// `addr()` is the address work requests use: the host address for host memory, the
+/// MR's IOVA (the device address for GPU memory) for a dma-buf registration.
 #[derive(Debug, Clone)]
 pub struct IbLocal {
     pub(crate) mr: Arc<Mr>,
     addr: u64,
     len: u64,
     kind: MemoryKind,
+    device: Device,
+    /// Registered from a dma-buf: `addr` is an IOVA, not a host address.
+    dmabuf: bool,
     _owner: Arc<dyn Any + Send + Sync>,
 }
 
@@ -39,6 +46,7 @@ pub(crate) fn host_owner(region: &dyn Region) -> Option<(Arc<dyn Any + Send + Sy
         Some((Arc::new(h.clone()), MemoryKind::HostPinned))
     } else {
         any.downcast_ref::<IbLocal>()
+            .filter(|l| !l.dmabuf)
             .map(|l| (l._owner.clone(), l.kind))
     }
 }
@@ -55,8 +63,37 @@ impl IbLocal {
             addr: region.addr(),
             len: region.len(),
             kind,
+            device: Device::HOST,
+            dmabuf: false,
             _owner: owner,
         }
+    }
+
+    /// A dma-buf registration: `addr..addr+len` (IOVAs inside `mr`'s range) of memory
+    /// of `kind` on `device`, owned by `owner`.
+    pub(crate) fn with_range(
+        mr: Mr,
+        addr: u64,
+        len: u64,
+        kind: MemoryKind,
+        device: Device,
+        owner: Arc<dyn Any + Send + Sync>,
+    ) -> IbLocal {
+        IbLocal {
+            mr: Arc::new(mr),
+            addr,
+            len,
+            kind,
+            device,
+            dmabuf: true,
+            _owner: owner,
+        }
+    }
+
+    /// Whether this is a dma-buf registration (`ibv_reg_dmabuf_mr`): its address is
+    /// the MR's IOVA (for GPU memory, the device address), not a host address.
+    pub fn is_dmabuf(&self) -> bool {
+        self.dmabuf
     }
 
     /// The local key.
@@ -92,7 +129,7 @@ impl Region for IbLocal {
         self.len
     }
     fn device(&self) -> Device {
-        Device::HOST
+        self.device
     }
     fn kind(&self) -> MemoryKind {
         self.kind

@@ -1,14 +1,21 @@
 //! [`IbVerbs`]: the transport, its promises and its `PortMapped` side.
 
+use std::any::Any;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
+
+use commhal_backend_cuda_dma::CudaRtRegion;
+use commhal_backend_cuda_nvlink::NvlinkMemory;
+use commhal_backend_cuda_nvlink::driver::to_hal;
+use commhal_cuda_rt::Context as CudaContext;
 
 use commhal_backend_host_emu::HostRegion;
 use commhal_hal::registry::BackendOptions;
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{
-    DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, PortMapped, Rank, Reach,
-    Region, Result, SignalStrength, Transport,
+    Device, DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, MemoryKind,
+    PortMapped, Rank, Reach, Region, Result, SignalStrength, Transport,
 };
 
 use crate::BACKEND;
@@ -54,6 +61,23 @@ pub const GUARANTEES: Guarantees = Guarantees {
     max_transfer: u64::MAX,
     fifo_depth: FIFO_DEPTH,
 };
+
+/// A dma-buf range to register with [`IbVerbs::register_dmabuf`]: `len` bytes at
+/// `offset` of the dma-buf `fd`, addressed by work requests (and peers) as
+/// `iova..iova+len`.
+#[derive(Debug, Clone, Copy)]
+pub struct DmabufRange<'a> {
+    /// The dma-buf (for GPU memory, from `cuMemGetHandleForAddressRange`). Only
+    /// borrowed: it may be closed once the registration returned.
+    pub fd: BorrowedFd<'a>,
+    /// Byte offset into the dma-buf.
+    pub offset: u64,
+    /// Bytes registered.
+    pub len: u64,
+    /// The address work requests use for the first byte (for GPU memory, its device
+    /// address).
+    pub iova: u64,
+}
 
 /// The ib-verbs transport: one device context and protection domain, shared by
 /// clones; one RC queue pair and completion queue per port.
@@ -200,6 +224,131 @@ impl IbVerbs {
         self.inner.chosen.attr.atomics
     }
 
+    /// Whether the loaded libibverbs has `ibv_reg_dmabuf_mr` (rdma-core 34 and newer),
+    /// without which device memory cannot be registered.
+    pub fn dmabuf(&self) -> bool {
+        self.inner.pd.has_dmabuf()
+    }
+
+    /// Register a dma-buf range with `ibv_reg_dmabuf_mr`, as memory of `kind` on
+    /// `device` kept alive by `owner` for the registration's life. The returned
+    /// region's address is `range.iova`. This is what [`PortMapped::register`] does
+    /// for GPU memory after exporting it from the CUDA driver; any dma-buf exporter
+    /// (or a memfd on the stub provider) can be registered the same way.
+    pub fn register_dmabuf(
+        &self,
+        range: DmabufRange<'_>,
+        kind: MemoryKind,
+        device: Device,
+        owner: Arc<dyn Any + Send + Sync>,
+    ) -> Result<IbLocal> {
+        self.reg_dmabuf(range, range.iova, range.len, kind, device, owner)
+    }
+
+    /// [`Self::register_dmabuf`], the returned region being `addr..addr+len` inside
+    /// the registered range.
+    fn reg_dmabuf(
+        &self,
+        range: DmabufRange<'_>,
+        addr: u64,
+        len: u64,
+        kind: MemoryKind,
+        device: Device,
+        owner: Arc<dyn Any + Send + Sync>,
+    ) -> Result<IbLocal> {
+        if range.len == 0 {
+            return Err(HalError::invalid(
+                "ib-verbs cannot register an empty dma-buf range",
+            ));
+        }
+        let inside = addr >= range.iova
+            && addr
+                .checked_add(len)
+                .zip(range.iova.checked_add(range.len))
+                .is_some_and(|(end, rend)| end <= rend);
+        if !inside {
+            return Err(HalError::invalid(format!(
+                "region {addr:#x}+{len} lies outside the dma-buf range registered at IOVA {:#x}+{}",
+                range.iova, range.len
+            )));
+        }
+        let mr = Mr::register_dmabuf(
+            self.inner.pd.clone(),
+            range.fd,
+            range.offset,
+            range.len,
+            range.iova,
+            self.access(),
+        )
+        .map_err(|e| match e {
+            None => no_dmabuf(self.inner.pd.library()),
+            Some(errno) => HalError::backend(
+                BACKEND,
+                format!(
+                    "ibv_reg_dmabuf_mr of {} bytes at offset {} of dma-buf fd {} (IOVA {:#x}) failed (errno {errno}): the NIC driver must support dma-buf (Linux 5.12 or newer, a provider such as mlx5 built with it) and the locked-memory limit (`ulimit -l`) must allow it; where it cannot, stage GPU memory through host memory",
+                    range.len,
+                    range.offset,
+                    range.fd.as_raw_fd(),
+                    range.iova
+                ),
+            ),
+        })?;
+        Ok(IbLocal::with_range(mr, addr, len, kind, device, owner))
+    }
+
+    /// Device memory: the CUDA driver exports the page-aligned range enclosing the
+    /// region as a dma-buf, which is registered with its device address as IOVA.
+    fn register_device(&self, region: &dyn Region) -> Result<IbLocal> {
+        let any = region.as_any();
+        let (owner, ctx): (Arc<dyn Any + Send + Sync>, Arc<CudaContext>) =
+            if let Some(m) = any.downcast_ref::<NvlinkMemory>() {
+                (Arc::new(m.clone()), m.context().clone())
+            } else if let Some(r) = any.downcast_ref::<CudaRtRegion>() {
+                let ctx = match r {
+                    CudaRtRegion::Buffer(b) => b.context().clone(),
+                    CudaRtRegion::Vmm(v) => v.context().clone(),
+                };
+                (Arc::new(r.clone()), ctx)
+            } else {
+                return Err(HalError::Unregistered {
+                    backend: BACKEND.into(),
+                    addr: region.addr(),
+                    len: region.len(),
+                });
+            };
+        if !self.dmabuf() {
+            return Err(no_dmabuf(self.inner.pd.library()));
+        }
+        let buf = commhal_cuda_rt::dmabuf::export(&ctx, region.addr(), region.len()).map_err(|e| {
+            let e = to_hal(BACKEND, e);
+            HalError::backend(
+                BACKEND,
+                format!(
+                    "the CUDA driver did not export {} bytes of device memory at {:#x} as a dma-buf, so the NIC cannot register it: {e}. Stage GPU memory through host memory instead (host-emu buffers registered with ib-verbs)",
+                    region.len(),
+                    region.addr()
+                ),
+            )
+        })?;
+        let range = DmabufRange {
+            fd: buf.fd.as_fd(),
+            offset: 0,
+            len: buf.span.len,
+            iova: buf.span.base,
+        };
+        let local = self.reg_dmabuf(
+            range,
+            region.addr(),
+            region.len(),
+            MemoryKind::Device,
+            region.device(),
+            owner,
+        );
+        // The fd closes here: the MR holds the kernel's own dma-buf reference.
+        drop(buf);
+        local
+    }
+
     fn access(&self) -> i32 {
         let mut a = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
         if self.atomics() {
@@ -232,6 +381,15 @@ impl Transport for IbVerbs {
             Reach::Yes { cost: 80 }
         }
     }
+}
+
+fn no_dmabuf(library: &str) -> HalError {
+    HalError::unsupported(
+        BACKEND,
+        format!(
+            "this libibverbs ({library}) has no ibv_reg_dmabuf_mr (rdma-core >= 34 needed) — GPU memory cannot be registered: install rdma-core 34 or newer, or stage GPU memory through host memory (host-emu buffers registered with ib-verbs)"
+        ),
+    )
 }
 
 /// The connection message two ranks exchange through the bootstrap to connect a
@@ -310,9 +468,19 @@ impl PortMapped for IbVerbs {
     type Port = IbPort;
 
     /// Host memory of host-emu ([`commhal_backend_host_emu::ShmRegion`], mappings) and
-    /// [`HostRegion`], or an [`IbLocal`] again; anything else is
+    /// [`HostRegion`] with `ibv_reg_mr`; device memory of cuda-nvlink
+    /// ([`NvlinkMemory`]) and cuda-dma ([`CudaRtRegion`]) as a dma-buf with
+    /// `ibv_reg_dmabuf_mr`; an [`IbLocal`] again. Anything else is
     /// [`HalError::Unregistered`] (this backend cannot tell whether it stays alive).
     fn register(&self, region: &dyn Region) -> Result<IbLocal> {
+        if let Some(l) = region.as_any().downcast_ref::<IbLocal>()
+            && l.is_dmabuf()
+        {
+            return Ok(l.clone());
+        }
+        if region.kind() == MemoryKind::Device && !region.is_empty() {
+            return self.register_device(region);
+        }
         let Some((owner, kind)) = host_owner(region) else {
             return Err(HalError::Unregistered {
                 backend: BACKEND.into(),

@@ -18,16 +18,21 @@ const TAG: u64 = 77;
 
 /// `libcommhal_ibverbs_stub.so`, next to the test binary (cargo builds it first).
 fn stub_lib() -> PathBuf {
+    built_lib("libcommhal_ibverbs_stub.so")
+}
+
+/// A cdylib dev-dependency `name`, next to the test binary.
+fn built_lib(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().expect("test binary dir").to_path_buf();
     for d in [dir.clone(), dir.join("..")] {
-        let p = d.join("libcommhal_ibverbs_stub.so");
+        let p = d.join(name);
         if p.is_file() {
             return p;
         }
     }
     panic!(
-        "libcommhal_ibverbs_stub.so not found next to {}: run through cargo",
+        "{name} not found next to {}: run through cargo",
         dir.display()
     );
 }
@@ -253,6 +258,27 @@ fn child_entry() {
             transport().unwrap().describe()
         }
         "no-devices" => transport().unwrap_err().to_string(),
+        "no-dmabuf-symbol" => {
+            let t = IbVerbs::new(&IbOptions {
+                library: Some(
+                    built_lib("libcommhal_ibverbs_stub_nodmabuf.so")
+                        .display()
+                        .to_string(),
+                ),
+                ..Default::default()
+            })
+            .unwrap();
+            assert!(!t.dmabuf());
+            let (file, _) = memfd(8192);
+            let e = register_memfd(&t, &file, 4096, 4096, 0x7000_0000_1000).unwrap_err();
+            format!("{e:?}")
+        }
+        "dmabuf-refused" => {
+            let t = transport().unwrap();
+            let (file, _) = memfd(8192);
+            let e = register_memfd(&t, &file, 0, 8192, 0x7000_0000_0000).unwrap_err();
+            e.to_string()
+        }
         "survivor" | "leaver" => two_process_rank(&role),
         other => panic!("unknown role {other}"),
     };
@@ -389,5 +415,274 @@ fn a_peer_process_that_exits_is_peer_dead() {
     assert!(
         text.contains("PeerDead") && text.contains("IBV_WC_RETRY_EXC_ERR"),
         "{text}"
+    );
+}
+
+// ---- dma-buf registration (ibv_reg_dmabuf_mr), a memfd standing in for the dma-buf ----
+
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use commhal_backend_ib_verbs::{DmabufRange, IbLocal};
+use commhal_hal::MemoryKind;
+
+/// A memfd of `len` bytes (zeroed): the test's "dma-buf", and a second descriptor of
+/// it for reading and writing its bytes from the test.
+fn memfd(len: u64) -> (std::fs::File, std::fs::File) {
+    // SAFETY: a NUL-terminated name and no flags beyond close-on-exec.
+    let fd = unsafe { libc::memfd_create(c"ibstub-dmabuf".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor this test owns.
+    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.set_len(len).unwrap();
+    let view = f.try_clone().unwrap();
+    (f, view)
+}
+
+/// Register `len` bytes at `offset` of the memfd as a dma-buf addressed at `iova`,
+/// through a duplicate descriptor closed right after the registration (the MR must
+/// not depend on it, as with a real dma-buf).
+fn register_memfd(
+    t: &IbVerbs,
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+    iova: u64,
+) -> Result<IbLocal> {
+    let dup: OwnedFd = file.as_fd().try_clone_to_owned().unwrap();
+    let r = t.register_dmabuf(
+        DmabufRange {
+            fd: dup.as_fd(),
+            offset,
+            len,
+            iova,
+        },
+        MemoryKind::HostShared,
+        Device::HOST,
+        Arc::new(()),
+    );
+    drop(dup);
+    r
+}
+
+/// One rank of [`writes_signals_and_flush_into_and_out_of_a_dmabuf_region`].
+struct DmaSide {
+    port: IbPort,
+    host: HostRegion,
+    host_reg: IbLocal,
+    dma: IbLocal,
+    view: std::fs::File,
+    peer_host: IbRemote,
+    peer_dma: IbRemote,
+}
+
+const DMA_OFFSET: u64 = 4096;
+const DMA_LEN: u64 = 1 << 20;
+
+fn dma_side(b: &dyn Bootstrap) -> Result<DmaSide> {
+    let me: Rank = b.rank();
+    let t = transport()?;
+    assert!(t.dmabuf(), "the stub exports ibv_reg_dmabuf_mr");
+    let host = HostRegion::alloc(DMA_LEN)?;
+    let host_reg = t.register(&host)?;
+    // The "dma-buf" has a page before the registered range; the IOVA is an address
+    // no host mapping has, so the data path must translate it.
+    let (file, view) = memfd(DMA_OFFSET + DMA_LEN);
+    let iova = 0x7e00_0000_0000 + u64::from(me) * 0x1000_0000;
+    let dma = register_memfd(&t, &file, DMA_OFFSET, DMA_LEN, iova)?;
+    drop(file);
+    assert!(dma.is_dmabuf());
+    assert_eq!(commhal_hal::Region::addr(&dma), iova);
+    // Registering the registration again keeps its MR.
+    assert_eq!(t.register(&dma)?.rkey(), dma.rkey());
+    for (tag, l) in [(1u64, &host_reg), (2, &dma)] {
+        b.send(1 - me, tag, &l.export().bytes)?;
+    }
+    let mut remotes = Vec::new();
+    for tag in [1u64, 2] {
+        let bytes = b.recv(1 - me, tag)?;
+        remotes.push(t.import(commhal_hal::Export {
+            backend: "ib-verbs".into(),
+            len: DMA_LEN,
+            bytes,
+            fds: vec![],
+        })?);
+    }
+    let (l, r) = (
+        Endpoint::this_process(me, Device::HOST),
+        Endpoint::this_process(1 - me, Device::HOST),
+    );
+    let port = t.connect(&PeerContext {
+        bootstrap: b,
+        local: &l,
+        remote: &r,
+        tag: TAG,
+    })?;
+    Ok(DmaSide {
+        port,
+        host,
+        host_reg,
+        dma,
+        view,
+        peer_host: remotes[0],
+        peer_dma: remotes[1],
+    })
+}
+
+fn view_u64(f: &std::fs::File, off: u64) -> u64 {
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, DMA_OFFSET + off).unwrap();
+    u64::from_le_bytes(b)
+}
+
+fn wait_view(f: &std::fs::File, off: u64, want: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = view_u64(f, off);
+        if v == want || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// RDMA WRITE from host memory into the peer's dma-buf region and from a dma-buf
+/// region into the peer's host memory and dma-buf region, fetch-add signals into a
+/// dma-buf region, flush: every byte checked in the memfd's pages.
+#[test]
+fn writes_signals_and_flush_into_and_out_of_a_dmabuf_region() {
+    let boots = InProcBootstrap::create_with_timeout(2, Duration::from_secs(10));
+    let sides: Vec<DmaSide> = std::thread::scope(|s| {
+        let hs: Vec<_> = boots.iter().map(|b| s.spawn(move || dma_side(b))).collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread").unwrap())
+            .collect()
+    });
+    let [mut a, b]: [DmaSide; 2] = sides.try_into().ok().unwrap();
+    let data: Vec<u8> = (0..(600u32 << 10) + 5).map(|i| (i % 253) as u8).collect();
+    let n = data.len() as u64;
+
+    // Host → peer dma-buf, then a signal into the peer's dma-buf word 0.
+    a.host.write(64, &data).unwrap();
+    a.port.write(&a.peer_dma, 128, &a.host_reg, 64, n).unwrap();
+    a.port.signal(&a.peer_dma, 0, 7).unwrap();
+    a.port.signal(&a.peer_dma, 0, 9).unwrap();
+    a.port.flush().unwrap();
+    assert_eq!(
+        wait_view(&b.view, 0, 16),
+        16,
+        "both adds landed in the dma-buf"
+    );
+    let mut got = vec![0u8; data.len()];
+    b.view.read_exact_at(&mut got, DMA_OFFSET + 128).unwrap();
+    assert!(got == data, "the RDMA WRITE landed in the dma-buf's pages");
+    let mut before = [0xffu8; 120];
+    b.view.read_exact_at(&mut before, DMA_OFFSET + 8).unwrap();
+    assert!(before.iter().all(|&x| x == 0), "nothing else was written");
+    let mut page0 = vec![0xffu8; DMA_OFFSET as usize];
+    b.view.read_exact_at(&mut page0, 0).unwrap();
+    assert!(
+        page0.iter().all(|&x| x == 0),
+        "the page before the range is untouched"
+    );
+
+    // Out of a dma-buf region: a's memfd → b's host memory and b's dma-buf.
+    let src: Vec<u8> = (0..4099u32).map(|i| (i % 241) as u8 + 3).collect();
+    a.view.write_all_at(&src, DMA_OFFSET + 8192).unwrap();
+    a.port
+        .write(&a.peer_host, 256, &a.dma, 8192, src.len() as u64)
+        .unwrap();
+    a.port
+        .write(&a.peer_dma, 700_000, &a.dma, 8192, src.len() as u64)
+        .unwrap();
+    a.port.signal(&a.peer_host, 8, 1).unwrap();
+    a.port.flush().unwrap();
+    assert_eq!(wait_for(&b.host, 8, 1), 1);
+    let mut got = vec![0u8; src.len()];
+    b.host.read(256, &mut got).unwrap();
+    assert!(
+        got == src,
+        "the write out of the dma-buf landed in host memory"
+    );
+    b.view
+        .read_exact_at(&mut got, DMA_OFFSET + 700_000)
+        .unwrap();
+    assert!(got == src, "dma-buf to dma-buf");
+
+    // The other direction: b signals into a's dma-buf at the range's last word.
+    let mut b = b;
+    b.port.signal(&b.peer_dma, DMA_LEN - 8, 3).unwrap();
+    b.port.flush().unwrap();
+    assert_eq!(wait_view(&a.view, DMA_LEN - 8, 3), 3);
+    // Past the registered range: refused before posting.
+    assert!(matches!(
+        b.port.write(&b.peer_dma, DMA_LEN, &b.dma, 0, 1),
+        Err(HalError::OutOfRange { .. })
+    ));
+    drop((a.dma, b.dma));
+}
+
+#[test]
+fn a_dmabuf_range_outside_its_registration_or_foreign_device_memory_is_refused() {
+    let t = transport().unwrap();
+    let (file, _) = memfd(4096);
+    // Past the end of the file: the provider refuses (as the kernel checks the size).
+    let e = register_memfd(&t, &file, 0, 8192, 0x7000_0000_0000).unwrap_err();
+    assert!(
+        e.to_string().contains("ibv_reg_dmabuf_mr of 8192 bytes"),
+        "{e}"
+    );
+    #[derive(Debug)]
+    struct Gpu;
+    impl commhal_hal::Region for Gpu {
+        fn addr(&self) -> u64 {
+            0x7f00_0000_0000
+        }
+        fn len(&self) -> u64 {
+            64
+        }
+        fn device(&self) -> Device {
+            Device {
+                kind: commhal_hal::DeviceKind::Cuda,
+                ordinal: 0,
+            }
+        }
+        fn kind(&self) -> MemoryKind {
+            MemoryKind::Device
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+    assert!(matches!(
+        t.register(&Gpu),
+        Err(HalError::Unregistered { .. })
+    ));
+}
+
+#[test]
+fn a_libibverbs_without_reg_dmabuf_mr_says_gpu_memory_cannot_be_registered() {
+    let out = run_child("no-dmabuf-symbol", &[]);
+    assert!(
+        out.contains(
+            "has no ibv_reg_dmabuf_mr (rdma-core >= 34 needed) — GPU memory cannot be registered"
+        ) && out.contains("stage GPU memory through host memory")
+            && out.contains("Unsupported"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_provider_refusing_dmabuf_says_what_to_do() {
+    let out = run_child(
+        "dmabuf-refused",
+        &[("COMMHAL_IBVERBS_STUB_FAULT", "dmabuf-refused")],
+    );
+    assert!(
+        out.contains("ibv_reg_dmabuf_mr of 8192 bytes")
+            && out.contains(&format!("errno {}", libc::EOPNOTSUPP))
+            && out.contains("stage GPU memory through host memory"),
+        "{out}"
     );
 }

@@ -16,6 +16,7 @@ pub mod abi;
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -38,6 +39,7 @@ type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) 
 type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
 type DeallocPd = unsafe extern "C" fn(*mut ibv_pd) -> c_int;
 type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
+type RegDmabufMr = unsafe extern "C" fn(*mut ibv_pd, u64, usize, u64, c_int, c_int) -> *mut ibv_mr;
 type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
 type CreateCq =
     unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
@@ -63,6 +65,8 @@ pub struct Verbs {
     alloc_pd: AllocPd,
     dealloc_pd: DeallocPd,
     reg_mr: RegMr,
+    /// `ibv_reg_dmabuf_mr`: rdma-core 34 and newer only, so looked up optionally.
+    reg_dmabuf_mr: Option<RegDmabufMr>,
     dereg_mr: DeregMr,
     create_cq: CreateCq,
     destroy_cq: DestroyCq,
@@ -128,6 +132,11 @@ impl Verbs {
             alloc_pd: sym!("ibv_alloc_pd"),
             dealloc_pd: sym!("ibv_dealloc_pd"),
             reg_mr: sym!("ibv_reg_mr"),
+            // SAFETY: as in `sym!`: the C signature of ibv_reg_dmabuf_mr in
+            // infiniband/verbs.h (rdma-core >= 34); absent from older libraries.
+            reg_dmabuf_mr: unsafe { lib.get::<RegDmabufMr>(b"ibv_reg_dmabuf_mr\0") }
+                .ok()
+                .map(|s| *s),
             dereg_mr: sym!("ibv_dereg_mr"),
             create_cq: sym!("ibv_create_cq"),
             destroy_cq: sym!("ibv_destroy_cq"),
@@ -136,6 +145,11 @@ impl Verbs {
             modify_qp: sym!("ibv_modify_qp"),
             _lib: lib,
         })
+    }
+
+    /// Whether the library exports `ibv_reg_dmabuf_mr` (rdma-core 34 and newer).
+    pub fn has_dmabuf(&self) -> bool {
+        self.reg_dmabuf_mr.is_some()
     }
 
     /// The path it was loaded from.
@@ -348,6 +362,18 @@ impl Pd {
     }
 }
 
+impl Pd {
+    /// Whether the library can register dma-bufs (`ibv_reg_dmabuf_mr`).
+    pub fn has_dmabuf(&self) -> bool {
+        self.ctx.verbs.has_dmabuf()
+    }
+
+    /// The library's path (for messages).
+    pub fn library(&self) -> &str {
+        self.ctx.verbs.path()
+    }
+}
+
 impl Drop for Pd {
     fn drop(&mut self) {
         // SAFETY: allocated by us; every MR and QP holds an Arc of this PD.
@@ -381,6 +407,42 @@ impl Mr {
         };
         if ptr.is_null() {
             return Err(last_errno());
+        }
+        // SAFETY: a live MR returned by the library.
+        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
+        Ok(Mr {
+            pd,
+            ptr,
+            lkey,
+            rkey,
+        })
+    }
+
+    /// `ibv_reg_dmabuf_mr`: `len` bytes at `offset` of the dma-buf `fd`, addressed by
+    /// work requests as `iova..iova+len`. `Err(None)` when the library lacks the call,
+    /// `Err(Some(errno))` when it fails.
+    ///
+    /// The fd may be closed once this returns: the kernel (`ib_umem_dmabuf_get`)
+    /// takes its own reference on the dma-buf for the MR's life and drops it at
+    /// deregistration, so the registration does not depend on this descriptor. The
+    /// memory behind the dma-buf must stay allocated for the MR's life (the caller
+    /// holds its owner next to the MR).
+    pub fn register_dmabuf(
+        pd: Arc<Pd>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        iova: u64,
+        access: i32,
+    ) -> Result<Mr, Option<i32>> {
+        let Some(reg) = pd.ctx.verbs.reg_dmabuf_mr else {
+            return Err(None);
+        };
+        // SAFETY: live PD; `fd` is open for the call (borrowed); the provider only
+        // takes a reference on the dma-buf and records the range.
+        let ptr = unsafe { reg(pd.ptr, offset, len as usize, iova, fd.as_raw_fd(), access) };
+        if ptr.is_null() {
+            return Err(Some(last_errno()));
         }
         // SAFETY: a live MR returned by the library.
         let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };

@@ -18,6 +18,10 @@
 //!   ring and returns; `ENOMEM` when the ring or the send queue is full (as a full
 //!   send queue on hardware). The data is copied at post time, earlier than a NIC
 //!   would read it.
+//! * **Memory regions**: `ibv_reg_mr` registers host memory as is;
+//!   `ibv_reg_dmabuf_mr` maps the dma-buf fd at the offset (a memfd stands in for a
+//!   dma-buf) and translates the MR's IOVAs to that mapping on both sides of the data
+//!   path.
 //! * **The responder** is one thread per device context (the "NIC"), which applies
 //!   its QPs' incoming requests in order to memory registered in *this* process
 //!   (found by rkey, bounds and access checked): `memcpy` for a WRITE, an atomic
@@ -35,7 +39,7 @@
 //! | `COMMHAL_IBVERBS_STUB_DIR` | directory of the shared files (default: the temp dir) |
 //! | `COMMHAL_IBVERBS_STUB_DEVICES` | number of devices listed (default 1; 0 = none) |
 //! | `COMMHAL_IBVERBS_STUB_LINK` | `roce` (default: Ethernet, GIDs, LID 0) or `ib` (InfiniBand, LID 1) |
-//! | `COMMHAL_IBVERBS_STUB_FAULT` | `wc-error`: every request fails at the responder with `IBV_WC_REM_ACCESS_ERR`; `dead-peer`: every peer looks gone (`IBV_WC_RETRY_EXC_ERR`); `no-atomics`: the device reports `IBV_ATOMIC_NONE` and refuses atomics |
+//! | `COMMHAL_IBVERBS_STUB_FAULT` | `wc-error`: every request fails at the responder with `IBV_WC_REM_ACCESS_ERR`; `dead-peer`: every peer looks gone (`IBV_WC_RETRY_EXC_ERR`); `no-atomics`: the device reports `IBV_ATOMIC_NONE` and refuses atomics; `dmabuf-refused`: `ibv_reg_dmabuf_mr` fails with `EOPNOTSUPP` |
 //!
 //! What it is not: an RDMA device. It checks the ABI the backend speaks and the
 //! backend's handling of completions and errors; timing, ordering of data placement
@@ -75,6 +79,7 @@ enum Fault {
     WcError,
     DeadPeer,
     NoAtomics,
+    DmabufRefused,
 }
 
 #[derive(Debug)]
@@ -100,6 +105,7 @@ fn config() -> &'static Config {
             Ok("wc-error") => Fault::WcError,
             Ok("dead-peer") => Fault::DeadPeer,
             Ok("no-atomics") => Fault::NoAtomics,
+            Ok("dmabuf-refused") => Fault::DmabufRefused,
             _ => Fault::None,
         },
     })
@@ -251,10 +257,14 @@ fn pid_alive(pid: u32) -> bool {
 // ---------------------------------------------------------------------------------
 // Memory regions (process-wide: rkeys are looked up by the responder thread)
 
+/// A registered region: `addr..addr+len` as work requests name it (the host address
+/// for `ibv_reg_mr`, the IOVA for `ibv_reg_dmabuf_mr`), its bytes at host address
+/// `base` in this process.
 #[derive(Debug, Clone, Copy)]
 struct MrInfo {
     addr: u64,
     len: u64,
+    base: u64,
     access: c_int,
 }
 
@@ -263,12 +273,14 @@ fn mrs() -> &'static Mutex<HashMap<u32, MrInfo>> {
     M.get_or_init(Default::default)
 }
 
+/// The host address of `addr..addr+len` in the region of `key`, if it lies inside
+/// and the region allows `need`.
 fn lookup(key: u32, addr: u64, len: u64, need: c_int) -> Option<u64> {
     let map = mrs().lock().ok()?;
     let mr = map.get(&key)?;
     let end = addr.checked_add(len)?;
     (addr >= mr.addr && end <= mr.addr + mr.len && (need == 0 || mr.access & need != 0))
-        .then_some(addr)
+        .then_some(mr.base + (addr - mr.addr))
 }
 
 // ---------------------------------------------------------------------------------
@@ -301,6 +313,8 @@ struct StubPd {
 #[repr(C)]
 struct StubMr {
     c: ibv_mr,
+    /// The dma-buf's mapping (`ibv_reg_dmabuf_mr`), unmapped at deregistration.
+    _dmabuf: Option<Mapping>,
 }
 
 #[repr(C)]
@@ -557,6 +571,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
         MrInfo {
             addr: addr as u64,
             len: length as u64,
+            base: addr as u64,
             access,
         },
     );
@@ -572,6 +587,110 @@ pub unsafe extern "C" fn ibv_reg_mr(
             lkey: key,
             rkey: key,
         },
+        _dmabuf: None,
+    })) as *mut ibv_mr
+}
+
+/// `ibv_reg_dmabuf_mr` (rdma-core >= 34): `length` bytes at `offset` of the dma-buf
+/// `fd`, named `iova..iova+length` by work requests. The stub maps the fd
+/// `MAP_SHARED` at the offset (a memfd stands in for a dma-buf), so the data path
+/// reads and writes the file's pages; like the kernel, which takes its own dma-buf
+/// reference, the mapping keeps the file alive after the caller closes `fd`.
+/// `COMMHAL_IBVERBS_STUB_FAULT=dmabuf-refused` fails it with `EOPNOTSUPP` (a
+/// provider without dma-buf support). Absent from the `stub-nodmabuf` build (cfg
+/// `stub_no_dmabuf`), which stands for a libibverbs older than rdma-core 34.
+#[cfg(not(stub_no_dmabuf))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut ibv_pd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut ibv_mr {
+    if config().fault == Fault::DmabufRefused {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
+    if length == 0 || fd < 0 || iova.checked_add(length as u64).is_none() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    if access & IBV_ACCESS_REMOTE_ATOMIC != 0 && config().fault == Fault::NoAtomics {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+    let skip = offset % page;
+    let Some(map_len) = (length as u64).checked_add(skip) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: maps `map_len` bytes of the caller's fd from a page-aligned offset at an
+    // address the kernel picks; a range past the file's end faults only when touched
+    // and the responder touches only registered bytes.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            (offset - skip) as libc::off_t,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        set_errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
+        );
+        return std::ptr::null_mut();
+    }
+    let mapping = Mapping {
+        ptr: p.cast(),
+        len: map_len as usize,
+    };
+    // The file must cover the registered bytes (the kernel checks the dma-buf size).
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is open (mmap succeeded on it); `st` is writable.
+    let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+    // SAFETY: fstat filled it on success; all-zero is valid otherwise.
+    let size = unsafe { st.assume_init() }.st_size.max(0) as u64;
+    if r != 0 || size < offset + length as u64 {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    static NEXT_KEY: AtomicU32 = AtomicU32::new(0x8000_0000);
+    let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    let Ok(mut map) = mrs().lock() else {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    };
+    map.insert(
+        key,
+        MrInfo {
+            addr: iova,
+            len: length as u64,
+            base: mapping.ptr as u64 + skip,
+            access,
+        },
+    );
+    // SAFETY: `pd` is a live StubPd from ibv_alloc_pd.
+    let context = unsafe { (*pd).context };
+    Box::into_raw(Box::new(StubMr {
+        c: ibv_mr {
+            context,
+            pd,
+            addr: iova as usize as *mut c_void,
+            length,
+            handle: key,
+            lkey: key,
+            rkey: key,
+        },
+        _dmabuf: Some(mapping),
     })) as *mut ibv_mr
 }
 
@@ -828,10 +947,12 @@ unsafe extern "C" fn post_send(
         if total > u64::from(MAX_MSG) {
             p.local_err = IBV_WC_LOC_LEN_ERR;
         }
+        // Host addresses of the gathered bytes (the sges name MR addresses / IOVAs).
+        let mut local = Vec::with_capacity(sges.len());
         for s in sges {
             match lookup(s.lkey, s.addr, u64::from(s.length), 0) {
-                Some(_) if kind != KIND_WRITE => p.result = Some(s.addr),
-                Some(_) => {}
+                Some(h) if kind != KIND_WRITE => p.result = Some(h),
+                Some(h) => local.push((h, s.length)),
                 None => p.local_err = IBV_WC_LOC_PROT_ERR,
             }
         }
@@ -852,14 +973,14 @@ unsafe extern "C" fn post_send(
             out.peer.ring_write(head, &hdr);
             let mut pos = head + MSG_HDR;
             if kind == KIND_WRITE {
-                for s in sges {
-                    // SAFETY: the sge lies in a registered region (checked above) that
-                    // the caller keeps alive while the request is outstanding.
-                    let src = unsafe {
-                        std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
-                    };
+                for &(h, n) in &local {
+                    // SAFETY: the sge lies in a registered region (checked above, `h` its
+                    // host address) that the caller keeps alive while the request is
+                    // outstanding.
+                    let src =
+                        unsafe { std::slice::from_raw_parts(h as usize as *const u8, n as usize) };
                     out.peer.ring_write(pos, src);
-                    pos += u64::from(s.length);
+                    pos += u64::from(n);
                 }
             }
             out.peer.word(H_HEAD).store(head + size, Ordering::Release);
