@@ -15,7 +15,7 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`transport`] | [`IbVerbs`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` (register = `ibv_reg_mr`, connect = RC QP set-up through the bootstrap) |
+//! | [`transport`] | [`IbVerbs`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` (register = `ibv_reg_mr`, or `ibv_reg_dmabuf_mr` for device memory, connect = RC QP set-up through the bootstrap) |
 //! | [`region`] | [`IbLocal`], [`IbRemote`], the export format (address + rkey) |
 //! | [`port`] | [`IbPort`]: write / signal / flush, completion errors mapped to what to check |
 //! | [`device`] | device, port and GID discovery (InfiniBand LID, RoCE v2 GID) |
@@ -27,8 +27,15 @@
 //! no vendor package. `ibv_post_send` / `ibv_poll_cq` are called through the
 //! context's ops table as the real header's inline functions do.
 //!
-//! **Memory.** Host memory only so far: host-emu shared memory and
-//! [`commhal_backend_host_emu::HostRegion`]; GPU memory (dma-buf / peermem) is not done.
+//! **Memory.** Host memory (host-emu shared memory and
+//! [`commhal_backend_host_emu::HostRegion`]) with `ibv_reg_mr`. Device memory
+//! (cuda-nvlink and cuda-dma allocations) with `ibv_reg_dmabuf_mr`: the CUDA driver
+//! exports the page-aligned range enclosing the region as a dma-buf
+//! (`cuMemGetHandleForAddressRange`), registered with the device address as IOVA;
+//! [`IbVerbs::register_dmabuf`] registers any dma-buf fd. `ibv_reg_dmabuf_mr` is
+//! optional (rdma-core >= 34). Checked only against the stub, with a memfd standing
+//! in for the dma-buf: the CUDA export and a real NIC have never run. Ports still
+//! serve host ranks only ([`IbVerbs`]'s `reach`); peermem is not used.
 #![warn(missing_docs)]
 
 pub mod device;

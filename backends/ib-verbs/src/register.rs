@@ -42,7 +42,7 @@ fn create(options: &BackendOptions) -> Result<Backend> {
 inventory::submit! {
     BackendDescriptor {
         name: BACKEND,
-        description: "RDMA verbs port transport (RC queue pairs: RDMA WRITE, atomic fetch-add signals) over libibverbs, host memory; tested only against a stub provider, never run on RDMA hardware",
+        description: "RDMA verbs port transport (RC queue pairs: RDMA WRITE, atomic fetch-add signals) over libibverbs, host memory (GPU memory registers as dma-buf; ports serve host ranks); tested only against a stub provider, never run on RDMA hardware",
         kinds: TransportKinds { memory: false, port: true, switch: false },
         guarantees: || -> Guarantees { GUARANTEES },
         probe,

@@ -365,13 +365,15 @@ impl Transport for IbVerbs {
     fn guarantees(&self) -> Guarantees {
         GUARANTEES
     }
-    /// Host memory only for now (GPU memory needs dma-buf registration): yes, cost
-    /// 80 across hosts or virtual nodes (ahead of host-tcp's 100); cost 70 on one node
-    /// (behind shared memory; loopback through the NIC).
+    /// Host ranks only: yes, cost 80 across hosts or virtual nodes (ahead of
+    /// host-tcp's 100); cost 70 on one node (behind shared memory; loopback through
+    /// the NIC). GPU ranks are refused: device memory registers (dma-buf), but a port
+    /// between GPU ranks has never run on a GPU with an RDMA NIC, so the executor keeps
+    /// staging their data through host memory.
     fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach {
         if local.device.kind != DeviceKind::Host || remote.device.kind != DeviceKind::Host {
             return Reach::No(format!(
-                "ib-verbs registers host memory only so far (ranks drive {:?} and {:?})",
+                "ib-verbs ports serve host ranks only (ranks drive {:?} and {:?}): GPU memory is staged through host memory",
                 local.device.kind, remote.device.kind
             ));
         }
