@@ -90,6 +90,25 @@ impl RunOptions {
         }
     }
 
+    /// What this crate's integration tests run: the quick tier in `mode`, 20 s waits,
+    /// 60 s per case, only the cases matching `filter` (none: every case); rank
+    /// processes re-execute the test binary's `child_entry` test (which calls
+    /// [`crate::child_main_if_requested`]).
+    pub fn for_test(backend: &str, ranks: u32, mode: Mode, filter: &[&str]) -> RunOptions {
+        let mut o = RunOptions::new(backend, ranks);
+        o.quick = true;
+        o.mode = mode;
+        o.filter = filter.iter().map(|f| f.to_string()).collect();
+        o.wait_timeout = Duration::from_secs(20);
+        o.case_timeout = Duration::from_secs(60);
+        o.child_args = vec![
+            "--exact".into(),
+            "child_entry".into(),
+            "--test-threads=1".into(),
+        ];
+        o
+    }
+
     fn plan(&self) -> Plan {
         Plan {
             backend: self.backend.clone(),

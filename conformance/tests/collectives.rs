@@ -2,17 +2,10 @@
 //! host-tcp (two virtual nodes, port channels between them); every combination runs
 //! and passes on both.
 
-use std::time::Duration;
-
 use commhal_conformance::{Mode, Report, RunOptions, Status, run};
 
 fn run_coll(backend: &str, ranks: u32) -> Report {
-    let mut o = RunOptions::new(backend, ranks);
-    o.quick = true;
-    o.mode = Mode::Threads;
-    o.filter = vec!["/all/collective".into()];
-    o.wait_timeout = Duration::from_secs(20);
-    o.case_timeout = Duration::from_secs(60);
+    let o = RunOptions::for_test(backend, ranks, Mode::Threads, &["/all/collective"]);
     let r = run(&o);
     println!("{}", r.table());
     r
@@ -62,21 +55,8 @@ fn child_entry() {
 /// Two virtual nodes as two processes: the port paths between processes.
 #[test]
 fn multi_node_algorithms_as_processes() {
-    let mut o = RunOptions::new("host-tcp", 2);
-    o.quick = true;
-    o.mode = Mode::Processes;
-    o.filter = vec![
-        "algo=ring".into(),
-        "algo=2ph-ll".into(),
-        "algo=chain".into(),
-    ];
-    o.wait_timeout = Duration::from_secs(20);
-    o.case_timeout = Duration::from_secs(60);
-    o.child_args = vec![
-        "--exact".into(),
-        "child_entry".into(),
-        "--test-threads=1".into(),
-    ];
+    let filter = ["algo=ring", "algo=2ph-ll", "algo=chain"];
+    let o = RunOptions::for_test("host-tcp", 2, Mode::Processes, &filter);
     let r = run(&o);
     println!("{}", r.table());
     assert!(r.errors.is_empty(), "{:?}", r.errors);

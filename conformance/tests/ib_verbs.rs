@@ -84,17 +84,8 @@ fn suite_parent() {
     if std::env::var_os(PARENT_ENV).is_none() {
         return;
     }
-    let mut o = RunOptions::new("ib-verbs", 2);
-    o.quick = true;
-    o.mode = Mode::Processes;
-    o.filter = vec!["ib-verbs/port/".into(), "honest-capabilities".into()];
-    o.wait_timeout = Duration::from_secs(20);
-    o.case_timeout = Duration::from_secs(60);
-    o.child_args = vec![
-        "--exact".into(),
-        "child_entry".into(),
-        "--test-threads=1".into(),
-    ];
+    let filter = ["ib-verbs/port/", "honest-capabilities"];
+    let o = RunOptions::for_test("ib-verbs", 2, Mode::Processes, &filter);
     let r = run(&o);
     println!("{}", r.table());
     assert!(r.errors.is_empty(), "{:?}", r.errors);
@@ -113,13 +104,8 @@ fn suite_parent() {
     }
     // Peer independence needs a third rank (threads: the stub serves every rank's
     // device context from this one process).
-    let mut o3 = RunOptions::new("ib-verbs", 3);
-    o3.quick = true;
-    o3.mode = Mode::Threads;
-    o3.filter = vec!["ib-verbs/port/peers-independent".into()];
-    o3.wait_timeout = Duration::from_secs(20);
-    o3.case_timeout = Duration::from_secs(60);
-    let r3 = run(&o3);
+    let filter = ["ib-verbs/port/peers-independent"];
+    let r3 = run(&RunOptions::for_test("ib-verbs", 3, Mode::Threads, &filter));
     println!("{}", r3.table());
     assert!(r3.errors.is_empty(), "{:?}", r3.errors);
     assert_eq!(
@@ -145,17 +131,8 @@ fn collectives_parent() {
     if std::env::var_os(COLL_PARENT_ENV).is_none() {
         return;
     }
-    let mut o = RunOptions::new("ib-verbs", 4);
-    o.quick = true;
-    o.mode = Mode::Processes;
-    o.filter = vec!["ib-verbs/all/collective".into()];
-    o.wait_timeout = Duration::from_secs(20);
+    let mut o = RunOptions::for_test("ib-verbs", 4, Mode::Processes, &["ib-verbs/all/collective"]);
     o.case_timeout = Duration::from_secs(120);
-    o.child_args = vec![
-        "--exact".into(),
-        "child_entry".into(),
-        "--test-threads=1".into(),
-    ];
     let r = run(&o);
     println!("{}", r.table());
     assert!(r.errors.is_empty(), "{:?}", r.errors);

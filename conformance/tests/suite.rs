@@ -1,8 +1,6 @@
 //! host-emu, quick tier: every claimed guarantee passes, with ranks as threads and with
 //! ranks as two processes (this test binary re-executed as `child_entry`).
 
-use std::time::Duration;
-
 use commhal_conformance::{Mode, Report, RunOptions, Status, child_main_if_requested, run};
 
 /// The child rank entry: a no-op in a normal test run; in a re-executed rank process
@@ -15,17 +13,7 @@ fn child_entry() {
 }
 
 fn opts(mode: Mode, ranks: u32) -> RunOptions {
-    let mut o = RunOptions::new("host-emu", ranks);
-    o.quick = true;
-    o.mode = mode;
-    o.wait_timeout = Duration::from_secs(20);
-    o.case_timeout = Duration::from_secs(60);
-    o.child_args = vec![
-        "--exact".into(),
-        "child_entry".into(),
-        "--test-threads=1".into(),
-    ];
-    o
+    RunOptions::for_test("host-emu", ranks, mode, &[])
 }
 
 fn check_clean(r: &Report) {
