@@ -408,14 +408,19 @@ impl Mr {
         if ptr.is_null() {
             return Err(last_errno());
         }
+        Ok(Mr::from_raw(pd, ptr))
+    }
+
+    /// An MR the library just returned (non-null), with its keys.
+    fn from_raw(pd: Arc<Pd>, ptr: *mut ibv_mr) -> Mr {
         // SAFETY: a live MR returned by the library.
         let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
-        Ok(Mr {
+        Mr {
             pd,
             ptr,
             lkey,
             rkey,
-        })
+        }
     }
 
     /// `ibv_reg_dmabuf_mr`: `len` bytes at `offset` of the dma-buf `fd`, addressed by
@@ -444,14 +449,7 @@ impl Mr {
         if ptr.is_null() {
             return Err(Some(last_errno()));
         }
-        // SAFETY: a live MR returned by the library.
-        let (lkey, rkey) = unsafe { ((*ptr).lkey, (*ptr).rkey) };
-        Ok(Mr {
-            pd,
-            ptr,
-            lkey,
-            rkey,
-        })
+        Ok(Mr::from_raw(pd, ptr))
     }
 }
 
