@@ -68,6 +68,20 @@ fn world(len: u64) -> Result<[Side; 2]> {
     Ok([it.next().unwrap()?, it.next().unwrap()?])
 }
 
+/// Rank `me`'s port to the other rank of a 2-rank world (both in this process).
+fn connect(t: &IbVerbs, b: &dyn Bootstrap, me: Rank) -> Result<IbPort> {
+    let (l, r) = (
+        Endpoint::this_process(me, Device::HOST),
+        Endpoint::this_process(1 - me, Device::HOST),
+    );
+    t.connect(&PeerContext {
+        bootstrap: b,
+        local: &l,
+        remote: &r,
+        tag: TAG,
+    })
+}
+
 fn side(b: &dyn Bootstrap, len: u64) -> Result<Side> {
     let me: Rank = b.rank();
     let t = transport()?;
@@ -81,16 +95,7 @@ fn side(b: &dyn Bootstrap, len: u64) -> Result<Side> {
         bytes: theirs,
         fds: vec![],
     })?;
-    let (l, r) = (
-        Endpoint::this_process(me, Device::HOST),
-        Endpoint::this_process(1 - me, Device::HOST),
-    );
-    let port = t.connect(&PeerContext {
-        bootstrap: b,
-        local: &l,
-        remote: &r,
-        tag: TAG,
-    })?;
+    let port = connect(&t, b, me)?;
     Ok(Side {
         port,
         buf,
@@ -509,16 +514,7 @@ fn dma_side(b: &dyn Bootstrap) -> Result<DmaSide> {
             fds: vec![],
         })?);
     }
-    let (l, r) = (
-        Endpoint::this_process(me, Device::HOST),
-        Endpoint::this_process(1 - me, Device::HOST),
-    );
-    let port = t.connect(&PeerContext {
-        bootstrap: b,
-        local: &l,
-        remote: &r,
-        tag: TAG,
-    })?;
+    let port = connect(&t, b, me)?;
     Ok(DmaSide {
         port,
         host,
