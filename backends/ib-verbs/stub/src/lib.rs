@@ -562,32 +562,41 @@ pub unsafe extern "C" fn ibv_reg_mr(
         return std::ptr::null_mut();
     }
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
+    let info = MrInfo {
+        addr: addr as u64,
+        len: length as u64,
+        base: addr as u64,
+        access,
+    };
+    // SAFETY: `pd` is a live StubPd from ibv_alloc_pd (the caller's contract).
+    unsafe { new_mr(pd, key, info, None) }
+}
+
+/// Record MR `key` (its range and where its bytes live) and return its `ibv_mr`;
+/// null with `errno` set when the table is unusable.
+///
+/// # Safety
+/// `pd` is a live StubPd from ibv_alloc_pd.
+unsafe fn new_mr(pd: *mut ibv_pd, key: u32, info: MrInfo, dmabuf: Option<Mapping>) -> *mut ibv_mr {
+    let (addr, length) = (info.addr, info.len);
     let Ok(mut map) = mrs().lock() else {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
     };
-    map.insert(
-        key,
-        MrInfo {
-            addr: addr as u64,
-            len: length as u64,
-            base: addr as u64,
-            access,
-        },
-    );
+    map.insert(key, info);
     // SAFETY: `pd` is a live StubPd from ibv_alloc_pd.
     let context = unsafe { (*pd).context };
     Box::into_raw(Box::new(StubMr {
         c: ibv_mr {
             context,
             pd,
-            addr,
-            length,
+            addr: addr as usize as *mut c_void,
+            length: length as usize,
             handle: key,
             lkey: key,
             rkey: key,
         },
-        _dmabuf: None,
+        _dmabuf: dmabuf,
     })) as *mut ibv_mr
 }
 
@@ -665,33 +674,14 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     }
     static NEXT_KEY: AtomicU32 = AtomicU32::new(0x8000_0000);
     let key = NEXT_KEY.fetch_add(1, Ordering::Relaxed);
-    let Ok(mut map) = mrs().lock() else {
-        set_errno(libc::ENOMEM);
-        return std::ptr::null_mut();
+    let info = MrInfo {
+        addr: iova,
+        len: length as u64,
+        base: mapping.ptr as u64 + skip,
+        access,
     };
-    map.insert(
-        key,
-        MrInfo {
-            addr: iova,
-            len: length as u64,
-            base: mapping.ptr as u64 + skip,
-            access,
-        },
-    );
-    // SAFETY: `pd` is a live StubPd from ibv_alloc_pd.
-    let context = unsafe { (*pd).context };
-    Box::into_raw(Box::new(StubMr {
-        c: ibv_mr {
-            context,
-            pd,
-            addr: iova as usize as *mut c_void,
-            length,
-            handle: key,
-            lkey: key,
-            rkey: key,
-        },
-        _dmabuf: Some(mapping),
-    })) as *mut ibv_mr
+    // SAFETY: `pd` is a live StubPd from ibv_alloc_pd (the caller's contract).
+    unsafe { new_mr(pd, key, info, Some(mapping)) }
 }
 
 #[unsafe(no_mangle)]
