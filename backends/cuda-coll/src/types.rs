@@ -24,6 +24,17 @@ pub enum Collective {
 }
 
 impl Collective {
+    /// Every collective, in declaration order.
+    pub const ALL: [Collective; 7] = [
+        Collective::Allreduce,
+        Collective::Allgather,
+        Collective::Reducescatter,
+        Collective::Broadcast,
+        Collective::Reduce,
+        Collective::Alltoall,
+        Collective::Sendrecv,
+    ];
+
     /// Name as nccl-tests prints it.
     pub fn name(self) -> &'static str {
         match self {

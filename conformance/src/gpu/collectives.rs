@@ -36,15 +36,6 @@ const POISON: u8 = 0xA5;
 const ES: u64 = 4; // i32
 const COUNTS: [u64; 4] = [1, 7, 1001, 300_001];
 const QUICK_COUNTS: [u64; 3] = [1, 7, 1001];
-const COLLECTIVES: [Collective; 7] = [
-    Collective::Allreduce,
-    Collective::Allgather,
-    Collective::Reducescatter,
-    Collective::Broadcast,
-    Collective::Reduce,
-    Collective::Alltoall,
-    Collective::Sendrecv,
-];
 
 fn err(e: impl std::fmt::Display) -> HalError {
     HalError::invalid(e.to_string())
@@ -70,11 +61,11 @@ pub fn run_cases(w: &World, rec: &mut Recorder) {
         }
     };
     let mut cases: Vec<(Collective, Option<Algorithm>)> =
-        COLLECTIVES.into_iter().map(|c| (c, None)).collect();
+        Collective::ALL.into_iter().map(|c| (c, None)).collect();
     if !w.quick {
         // every plan too, except in the quick tier (what runs under compute-sanitizer)
         for algo in Algorithm::ALL {
-            if let Some(coll) = COLLECTIVES
+            if let Some(coll) = Collective::ALL
                 .into_iter()
                 .find(|&c| collective_of(c) == algo.collective())
             {

@@ -35,15 +35,7 @@ fn one_rank_collectives_copy_exactly() {
         let cap = comm.capacity() / dtype.size();
         comm.write_input(0, &check::input_bytes(dtype, ReduceOp::Sum, 0, cap))
             .expect("input");
-        for coll in [
-            Collective::Allreduce,
-            Collective::Allgather,
-            Collective::Reducescatter,
-            Collective::Broadcast,
-            Collective::Reduce,
-            Collective::Alltoall,
-            Collective::Sendrecv,
-        ] {
+        for coll in Collective::ALL {
             // LL (small), two-shot (large), an uneven count
             for bytes in [1024u64, 1 << 20, 1000 * dtype.size() + 2] {
                 let (count, per) = commhal_gpu_bench::cli::counts(coll, bytes, dtype, 1);
@@ -120,15 +112,7 @@ fn caller_buffers_and_bad_input() {
     let pattern = check::input_bytes(dtype, ReduceOp::Sum, 0, (4 << 20) / 4);
     for off in [0u64, 2] {
         inp.write(off, &pattern).expect("input");
-        for coll in [
-            Collective::Allreduce,
-            Collective::Allgather,
-            Collective::Reducescatter,
-            Collective::Broadcast,
-            Collective::Reduce,
-            Collective::Alltoall,
-            Collective::Sendrecv,
-        ] {
+        for coll in Collective::ALL {
             for bytes in [1024u64, 1 << 20, 1000 * dtype.size() + 4] {
                 let (count, per) = commhal_gpu_bench::cli::counts(coll, bytes, dtype, 1);
                 let len = count * dtype.size();
