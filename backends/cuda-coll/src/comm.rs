@@ -824,6 +824,25 @@ impl Comm {
         self.algos.lock().ok().and_then(|m| m[coll_slot(coll)])
     }
 
+    /// The plan call of a collective when a plan algorithm is set for it.
+    fn plan_call(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        root: u32,
+        in_place: bool,
+    ) -> Option<PlanCall> {
+        let (algo, blocks) = self.algorithm(coll)?;
+        Some(PlanCall {
+            algo,
+            blocks,
+            coll,
+            dtype,
+            root,
+            in_place,
+        })
+    }
+
     /// Stop this communicator's outstanding and later work on this rank (NCCL's
     /// `ncclCommAbort`), from any thread: its host waits return an error and the
     /// watchdog stops its kernels' device waits. The rank's other communicators, and
@@ -1437,7 +1456,7 @@ impl Comm {
         let es = dtype.size();
         // the operation queued now is not a chain unless the kernel path below says so
         let prev_chain = self.prev_chain.swap(false, Ordering::Relaxed);
-        if let Some((algo, blocks)) = self.algorithm(coll) {
+        if let Some(call) = self.plan_call(coll, dtype, root, in_place) {
             if op != ReduceOp::Sum && coll.redop() == "sum" {
                 return Err(CollError::invalid(format!(
                     "{} with op {}: the plan algorithms reduce with sum only; clear the algorithm to use the NVLink kernels",
@@ -1445,14 +1464,6 @@ impl Comm {
                     op.name()
                 )));
             }
-            let call = PlanCall {
-                algo,
-                blocks,
-                coll,
-                dtype,
-                root,
-                in_place,
-            };
             self.plans
                 .launch(stream, &call, count, plan_bufs.0, plan_bufs.1, plan_bufs.2)?;
             return Ok(());

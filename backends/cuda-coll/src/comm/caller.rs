@@ -38,7 +38,6 @@ use super::{Comm, Kernel};
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
-use crate::plan_exec::PlanCall;
 use crate::types::{Collective, Dtype};
 
 /// The caller's buffers of one call: device addresses in this process (NCCL's
@@ -199,15 +198,8 @@ impl Comm {
         if self.dma_all {
             return Ok(true);
         }
-        if let Some((algo, blocks)) = self.algorithm(coll) {
-            return self.plans.touches_peer_buffers(&PlanCall {
-                algo,
-                blocks,
-                coll,
-                dtype,
-                root,
-                in_place,
-            });
+        if let Some(call) = self.plan_call(coll, dtype, root, in_place) {
+            return self.plans.touches_peer_buffers(&call);
         }
         if self.ce_route(coll, count * dtype.size()) {
             return Ok(true);
