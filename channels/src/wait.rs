@@ -18,15 +18,11 @@ use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use commhal_hal::HalError;
+use commhal_hal::settings::Setting;
+use commhal_hal::settings::host::{WAIT_SPIN_US, WAIT_TIMEOUT_MS, WAIT_YIELD_US};
 
 use crate::sync;
 
-/// Environment variable overriding the default timeout, in milliseconds.
-pub const TIMEOUT_ENV: &str = "COMMHAL_WAIT_TIMEOUT_MS";
-/// Environment variable overriding [`WaitPolicy::for_host`]'s spin time, in µs.
-pub const SPIN_ENV: &str = "COMMHAL_WAIT_SPIN_US";
-/// Environment variable overriding [`WaitPolicy::for_host`]'s yield time, in µs.
-pub const YIELD_ENV: &str = "COMMHAL_WAIT_YIELD_US";
 /// Longest single `FUTEX_WAIT` of a futex-blocking wait (it then re-checks).
 pub const FUTEX_SLICE: Duration = Duration::from_millis(50);
 
@@ -54,32 +50,24 @@ pub struct WaitPolicy {
     pub timeout: Duration,
 }
 
-fn env_parse(var: &str) -> Option<u64> {
-    std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok())
+/// The wait timeout when `COMMHAL_WAIT_TIMEOUT_MS` is not set (its declared default).
+pub fn default_timeout() -> Duration {
+    Duration::from_millis(WAIT_TIMEOUT_MS.default_number())
 }
 
-/// The wait timeout when `COMMHAL_WAIT_TIMEOUT_MS` is not set.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Parse a `COMMHAL_WAIT_TIMEOUT_MS` value (`None` or empty: [`DEFAULT_TIMEOUT`]).
+/// Parse a `COMMHAL_WAIT_TIMEOUT_MS` value (`None` or empty: [`default_timeout`]).
 /// Anything but a positive whole number of milliseconds is an error: `0` would make
 /// every wait fail at once, and a typo silently meaning "30 s" hides the mistake.
 pub fn timeout_from_value(value: Option<&str>) -> Result<Duration, HalError> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(DEFAULT_TIMEOUT),
-        Some(v) => match v.parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-            _ => Err(HalError::Config(format!(
-                "{TIMEOUT_ENV}={v:?} is not a positive number of milliseconds: set it to e.g. 30000, or unset it for the default ({} ms)",
-                DEFAULT_TIMEOUT.as_millis()
-            ))),
-        },
-    }
+    let value = value.map(str::to_string);
+    Ok(Duration::from_millis(
+        WAIT_TIMEOUT_MS.number_or_default_in(&|_| value.clone())?,
+    ))
 }
 
 /// The wait timeout from `COMMHAL_WAIT_TIMEOUT_MS` (see [`timeout_from_value`]).
 pub fn timeout_from_env() -> Result<Duration, HalError> {
-    timeout_from_value(std::env::var(TIMEOUT_ENV).ok().as_deref())
+    Ok(Duration::from_millis(WAIT_TIMEOUT_MS.number_or_default()?))
 }
 
 impl Default for WaitPolicy {
@@ -90,8 +78,8 @@ impl Default for WaitPolicy {
     fn default() -> Self {
         static WARNED: std::sync::Once = std::sync::Once::new();
         let timeout = timeout_from_env().unwrap_or_else(|e| {
-            WARNED.call_once(|| tracing::warn!("{e}; using {} ms", DEFAULT_TIMEOUT.as_millis()));
-            DEFAULT_TIMEOUT
+            WARNED.call_once(|| tracing::warn!("{e}; using the default"));
+            default_timeout()
         });
         WaitPolicy {
             spins: 1000,
@@ -124,12 +112,22 @@ impl WaitPolicy {
             .map(|n| n.get() as u32)
             .unwrap_or(1);
         let over = local_ranks > cores;
-        let us = |var: &str, default: u64| Duration::from_micros(env_parse(var).unwrap_or(default));
+        // an invalid value is logged and the default used: the policy has no error path
+        let us = |s: &Setting, default: u64| {
+            Duration::from_micros(
+                s.number()
+                    .unwrap_or_else(|e| {
+                        tracing::warn!("{e}; using {default} µs");
+                        None
+                    })
+                    .unwrap_or(default),
+            )
+        };
         WaitPolicy {
             spins: 0,
-            spin_for: us(SPIN_ENV, if over { 2 } else { 100 }),
+            spin_for: us(&WAIT_SPIN_US, if over { 2 } else { 100 }),
             yields: 0,
-            yield_for: us(YIELD_ENV, if over { 200 } else { 0 }),
+            yield_for: us(&WAIT_YIELD_US, if over { 200 } else { 0 }),
             futex: true,
             ..WaitPolicy::default()
         }
@@ -353,14 +351,14 @@ mod tests {
 
     #[test]
     fn timeout_values() {
-        assert_eq!(timeout_from_value(None).unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(timeout_from_value(None).unwrap(), default_timeout());
         assert_eq!(
             timeout_from_value(Some(" 250 ")).unwrap(),
             Duration::from_millis(250)
         );
         for bad in ["abc", "-5", "0", "1.5"] {
             let e = timeout_from_value(Some(bad)).unwrap_err().to_string();
-            assert!(e.contains(TIMEOUT_ENV) && e.contains(bad), "{e}");
+            assert!(e.contains(WAIT_TIMEOUT_MS.env) && e.contains(bad), "{e}");
         }
     }
 

@@ -11,10 +11,17 @@ pub struct InfoArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Print every setting (environment variable and tuning key) instead: its values,
+    /// default and meaning, and its value where the environment sets it.
+    #[arg(long)]
+    pub settings: bool,
 }
 
 /// Print every backend.
 pub fn run(args: &InfoArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
+    if args.settings {
+        return settings(args.json);
+    }
     let catalog = Catalog::discover().map_err(|e| e.to_string())?;
     let infos = catalog.infos();
     let errors: Vec<String> = catalog.errors().iter().map(|e| e.to_string()).collect();
@@ -97,4 +104,41 @@ fn print_backend(info: &BackendInfo) {
     };
     println!("    max transfer: {max}   fifo depth: {}", g.fifo_depth);
     println!();
+}
+
+/// `commhal info --settings`: the declared settings, and any set to a value they refuse.
+fn settings(json: bool) -> Result<i32, String> {
+    use commhal_hal::settings::{self, Kind};
+    let env = settings::process_env;
+    if json {
+        let rows: Vec<_> = settings::all()
+            .map(|s| {
+                serde_json::json!({
+                    "variable": s.env,
+                    "values": s.expected(),
+                    "default": s.default,
+                    "read_by": s.read_by,
+                    "doc": s.doc,
+                    "set": s.raw_in(&env),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        print!("{}", settings::render_text(&env));
+    }
+    // a value its declaration refuses is reported here too, so a deployment can check
+    // its environment before starting a job
+    let bad: Vec<String> = settings::all()
+        .filter_map(|s| match s.kind {
+            Kind::Number { .. } => s.number().err().map(|e| e.to_string()),
+            Kind::Flag => s.flag().err().map(|e| e.to_string()),
+            Kind::Choice(_) => s.choice().err().map(|e| e.to_string()),
+            Kind::Text(_) => None,
+        })
+        .collect();
+    for b in &bad {
+        eprintln!("commhal info: {b}");
+    }
+    Ok(if bad.is_empty() { 0 } else { 2 })
 }

@@ -8,6 +8,7 @@
 //! * [`topology`]: ranks, devices, endpoints and reach.
 //! * [`bootstrap`]: out-of-band exchange between ranks (TCP and in-process).
 //! * [`registry`]: built-in backend discovery (inventory) and selection by config.
+//! * [`settings`]: every environment variable and tuning key, declared once.
 //! * [`plugin`]: out-of-tree backends loaded from a versioned C table (libloading).
 //! * [`error`]: the error every API returns.
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ pub mod guarantees;
 pub mod memory;
 pub mod plugin;
 pub mod registry;
+pub mod settings;
 pub mod topology;
 pub mod transport;
 
