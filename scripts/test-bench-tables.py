@@ -3,7 +3,7 @@
 
 The committed testdata/gpu-bench-rooted-4gpu.log is an old log (no nccl-tests header or
 footer, every line `[rank 0] `-prefixed); scripts/test.sh checks that it still parses.
-This builds logs in today's format (nccl-tests' `# nThread` line, `# Using devices`,
+This builds logs in the current format (nccl-tests' `# nThread` line, `# Using devices`,
 the footer, `f8e4m3`-style type names) and checks what bench-tables.py reads from them:
 one with bare lines and no `####` header (`commhal bench --backend cuda-nvlink --ranks N
 --compare nccl > log`), one under `commhal launch` with a `####` header and two --matrix

@@ -40,7 +40,7 @@ grid=$(python3 scripts/bench-tables.py --grid "$log")
 grep -q '^| size | broadcast | reduce | alltoall | sendrecv |$' <<<"$grid"
 [[ $(grep -c '^| [0-9]' <<<"$grid") -eq 21 ]]
 
-step "bench-tables.py on logs in today's format (nccl-tests header and footer)"
+step "bench-tables.py on logs in the current format (nccl-tests header and footer)"
 python3 scripts/test-bench-tables.py
 
 step "PyTorch drop-in check (on a GPU host with torch; prints SKIPPED elsewhere)"

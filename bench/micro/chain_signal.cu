@@ -20,7 +20,7 @@
 // second argument one launch per iteration, back to back (the launch cost included, as in
 // commhal's bench).
 //
-//   sync     as commhal today: thread 0 waits for the incoming flag, __syncthreads, all
+//   sync     as commhal's chains: thread 0 waits for the incoming flag, __syncthreads, all
 //            512 threads copy the chunk into the next GPU, __syncthreads, thread 0
 //            st.release.sys the outgoing flag.
 //   async    warp 0 lane 0 waits for the incoming flags and publishes "round k arrived"
