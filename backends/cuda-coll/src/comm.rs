@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::settings::gpu::{COLL_CHAIN_OVERLAP, COLL_PDL, GPU_ALGO, PLAN_SCRATCH};
+use commhal_hal::settings::{Env, process_env};
 
 use crate::driver;
 use crate::error::{CollError, Result};
@@ -317,15 +319,17 @@ pub const CE_LABEL: &str = "copy engines";
 /// and the broadcast chain goes through the staging areas where they hold the buffer,
 /// so a reduce or broadcast chain after one of the same geometry streams on behind it,
 /// gated per round by the next rank's credits. Every rank must agree (a setup word).
-fn chain_overlap_wanted(env: Option<&str>) -> Result<u32> {
-    match env.map(str::trim) {
-        None | Some("") | Some("2") => Ok(layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS),
-        Some("1") => Ok(layout::FLAG_CHAIN_OVERLAP),
+fn chain_overlap_wanted(env: Env<'_>) -> Result<u32> {
+    match COLL_CHAIN_OVERLAP.choice_in(env).map_err(setting_error)? {
         Some("0") => Ok(0),
-        Some(v) => Err(CollError::invalid(format!(
-            "COMMHAL_COLL_CHAIN_OVERLAP={v}: expected 0, 1 or 2"
-        ))),
+        Some("1") => Ok(layout::FLAG_CHAIN_OVERLAP),
+        _ => Ok(layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS),
     }
+}
+
+/// A setting's refusal as the error `Comm::new` returns.
+fn setting_error(e: commhal_hal::settings::SettingError) -> CollError {
+    CollError::invalid(e.to_string())
 }
 
 /// [`CollArgs::flags`] of one launch of `kernel`: `overlap` (the Comm's
@@ -367,18 +371,18 @@ fn one_plan(plans: impl Iterator<Item = Algorithm>, source: &str, fix: &str) -> 
 /// `griddepcontrol.wait`, hiding the launch latency between back-to-back
 /// collectives). `COMMHAL_COLL_PDL`: `1` on, `0` off, unset: on where the GPU can
 /// (compute capability 9.0 or newer, driver with `cuLaunchKernelEx`).
-fn pdl_wanted(env: Option<&str>, cc_major: u32, launch_ex: bool) -> Result<bool> {
+fn pdl_wanted(env: Env<'_>, cc_major: u32, launch_ex: bool) -> Result<bool> {
     let can = cc_major >= 9 && launch_ex;
-    match env.map(str::trim) {
-        None | Some("") => Ok(can),
-        Some("0") => Ok(false),
-        Some("1") if can => Ok(true),
-        Some("1") => Err(CollError::invalid(format!(
-            "COMMHAL_COLL_PDL=1, but programmatic dependent launch needs compute capability 9.0+ and cuLaunchKernelEx (this GPU: {cc_major}.x, cuLaunchKernelEx {}): unset it",
+    if COLL_PDL.raw_in(env).is_none() {
+        return Ok(can);
+    }
+    match COLL_PDL.flag_in(env).map_err(setting_error)? {
+        false => Ok(false),
+        true if can => Ok(true),
+        true => Err(CollError::invalid(format!(
+            "{}=1, but programmatic dependent launch needs compute capability 9.0+ and cuLaunchKernelEx (this GPU: {cc_major}.x, cuLaunchKernelEx {}): unset it",
+            COLL_PDL.env,
             if launch_ex { "present" } else { "missing" }
-        ))),
-        Some(v) => Err(CollError::invalid(format!(
-            "COMMHAL_COLL_PDL={v}: expected 0 or 1"
         ))),
     }
 }
@@ -541,7 +545,7 @@ impl Comm {
         // Which links carry the collectives: the backends the HAL selects
         // (COMMHAL_BACKENDS / COMMHAL_CONFIG, default cuda-nvlink + cuda-dma) and
         // COMMHAL_GPU_PATH (crate::regions). Collective over `boot`.
-        let path = parse_gpu_path(std::env::var("COMMHAL_GPU_PATH").ok().as_deref())?;
+        let path = parse_gpu_path(&process_env)?;
         let links = Links::select(boot, device)?;
         let routes = links.routes(path)?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
@@ -624,8 +628,7 @@ impl Comm {
 
         // Every rank must have resolved the same sizes and kernel-geometry settings
         // (`check_setup`): all_gather them before anything is allocated.
-        let chain_overlap =
-            chain_overlap_wanted(std::env::var("COMMHAL_COLL_CHAIN_OVERLAP").ok().as_deref())?;
+        let chain_overlap = chain_overlap_wanted(&process_env)?;
         let setup = setup_words(&tuning, capacity, chain_overlap, use_dma);
         let mine = lens
             .iter()
@@ -669,9 +672,9 @@ impl Comm {
         // 4 MiB (LL plans: packets double the data, two scratch copies, 2PA-LL's scratch
         // holds 2n × count) unless told otherwise.
         let plan_scratch = if routes.kernels {
-            std::env::var("COMMHAL_PLAN_SCRATCH")
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
+            PLAN_SCRATCH
+                .number()
+                .map_err(setting_error)?
                 .or(plan_scratch)
                 .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20))
         } else {
@@ -680,16 +683,18 @@ impl Comm {
         let plans = PlanExec::new(boot, &links, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
         let mut chain_overlap = chain_overlap;
-        if let Ok(v) = std::env::var("COMMHAL_GPU_ALGO") {
-            let overrides = crate::plan_exec::parse_overrides(&v)?;
+        if let Some(v) = GPU_ALGO.text() {
+            let var = GPU_ALGO.env;
+            let overrides = crate::plan_exec::parse_overrides(&v)
+                .map_err(|e| CollError::invalid(format!("{var}={v}: {e}")))?;
             if !routes.kernels && !overrides.is_empty() {
                 return Err(needs_memory_backend(&format!(
-                    "COMMHAL_GPU_ALGO={v} (plan algorithms)"
+                    "{var}={v} (plan algorithms)"
                 )));
             }
             one_plan(
                 overrides.iter().map(|&(a, _)| a),
-                &format!("COMMHAL_GPU_ALGO={v}"),
+                &format!("{var}={v}"),
                 "name one, and leave the other collectives to the hand-written kernels",
             )?;
             for (algo, blocks) in overrides {
@@ -698,7 +703,7 @@ impl Comm {
             }
         }
         let pdl = pdl_wanted(
-            std::env::var("COMMHAL_COLL_PDL").ok().as_deref(),
+            &process_env,
             ctx.compute_capability()?.0,
             commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx"),
         )?;
@@ -1657,7 +1662,7 @@ mod tests {
     #[test]
     fn chain_flags_only_for_chains_after_chains() {
         use layout::{FLAG_BCAST_STAGED as S, FLAG_CHAIN_CREDITS as C, FLAG_CHAIN_OVERLAP as O};
-        let on = chain_overlap_wanted(None).unwrap();
+        let on = chain_overlap_wanted(&|_| None).unwrap();
         // the first chain of a run (or one after a capture / another op): full barrier
         assert_eq!(chain_flags(Kernel::ReduceChain, on, false, true), 0);
         assert_eq!(chain_flags(Kernel::ReduceChain, on, true, true), O | C);
@@ -1680,26 +1685,38 @@ mod tests {
     #[test]
     fn chain_overlap_parses() {
         let both = layout::FLAG_CHAIN_OVERLAP | layout::FLAG_CHAIN_CREDITS;
-        assert_eq!(chain_overlap_wanted(None).unwrap(), both);
-        assert_eq!(chain_overlap_wanted(Some(" 2 ")).unwrap(), both);
+        assert_eq!(chain_overlap_wanted(&|_| None).unwrap(), both);
+        assert_eq!(chain_overlap_wanted(&value(" 2 ")).unwrap(), both);
         assert_eq!(
-            chain_overlap_wanted(Some("1")).unwrap(),
+            chain_overlap_wanted(&value("1")).unwrap(),
             layout::FLAG_CHAIN_OVERLAP
         );
-        assert_eq!(chain_overlap_wanted(Some("0")).unwrap(), 0);
-        let e = chain_overlap_wanted(Some("yes")).unwrap_err().to_string();
-        assert!(e.contains("COMMHAL_COLL_CHAIN_OVERLAP=yes"), "{e}");
+        assert_eq!(chain_overlap_wanted(&value("0")).unwrap(), 0);
+        let e = chain_overlap_wanted(&value("yes")).unwrap_err().to_string();
+        assert!(
+            e.contains("COMMHAL_COLL_CHAIN_OVERLAP=\"yes\"") && e.contains("one of 0, 1, 2"),
+            "{e}"
+        );
+    }
+
+    /// Every variable reads `v` (a one-setting environment).
+    fn value(v: &'static str) -> impl Fn(&str) -> Option<String> {
+        move |_| Some(v.to_string())
     }
 
     #[test]
     fn pdl_follows_the_gpu_and_the_environment() {
-        assert!(pdl_wanted(None, 9, true).unwrap());
-        assert!(!pdl_wanted(None, 8, true).unwrap());
-        assert!(!pdl_wanted(None, 9, false).unwrap());
-        assert!(!pdl_wanted(Some("0"), 9, true).unwrap());
-        assert!(pdl_wanted(Some("1"), 10, true).unwrap());
-        assert!(pdl_wanted(Some("1"), 8, true).is_err());
-        assert!(pdl_wanted(Some("yes"), 9, true).is_err());
+        assert!(pdl_wanted(&|_| None, 9, true).unwrap());
+        assert!(!pdl_wanted(&|_| None, 8, true).unwrap());
+        assert!(!pdl_wanted(&|_| None, 9, false).unwrap());
+        assert!(!pdl_wanted(&value("0"), 9, true).unwrap());
+        assert!(pdl_wanted(&value("1"), 10, true).unwrap());
+        let e = pdl_wanted(&value("1"), 8, true).unwrap_err().to_string();
+        assert!(e.contains("COMMHAL_COLL_PDL=1") && e.contains("8.x"), "{e}");
+        let e = pdl_wanted(&value("maybe"), 9, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("COMMHAL_COLL_PDL=\"maybe\""), "{e}");
     }
 
     #[test]

@@ -24,6 +24,8 @@ use commhal_cuda_rt::nvrtc::cache::compile_cached;
 use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, jit};
 use commhal_device_src::HEADERS;
 use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::settings::SettingError;
+use commhal_hal::settings::gpu::{COLL_PDL, PLAN_REPLICAS, PLAN_THREADS};
 
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
@@ -187,10 +189,6 @@ pub struct PlanExec {
     loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
 }
 
-fn env_u32(name: &str) -> Option<u32> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 impl PlanExec {
     /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
     /// rank from `memory` (the communicator's memory backend), mapped by every peer.
@@ -211,10 +209,10 @@ impl PlanExec {
         // with griddepcontrol.wait (plan.h `begin`).
         let can = ctx.compute_capability()?.0 >= 9
             && commhal_cuda_rt::driver::symbol_present("cuLaunchKernelEx");
-        let pdl = can
-            && std::env::var("COMMHAL_COLL_PDL")
-                .map(|v| v.trim() != "0")
-                .unwrap_or(true);
+        let invalid = |e: SettingError| CollError::invalid(e.to_string());
+        let pdl = can && (!COLL_PDL.is_set() || COLL_PDL.flag().map_err(invalid)?);
+        // 32..=1024, rounded up to whole warps
+        let threads = PLAN_THREADS.number_or_default().map_err(invalid)? as u32;
         Ok(PlanExec {
             pdl,
             rank,
@@ -226,12 +224,9 @@ impl PlanExec {
             arch: ctx.arch()?,
             cache: KernelCache::from_env(),
             sms: ctx.sm_count()?,
-            threads: env_u32("COMMHAL_PLAN_THREADS")
-                .unwrap_or(512)
-                .clamp(32, 1024)
-                .next_multiple_of(32),
+            threads: threads.next_multiple_of(32),
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-            replicas_env: env_u32("COMMHAL_PLAN_REPLICAS").filter(|&r| r > 0),
+            replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
             loaded: Mutex::new(HashMap::new()),
         })
     }

@@ -39,6 +39,8 @@ use commhal_backend_cuda_dma::CudaRtRegion;
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::dynamic::{DynMemoryMapped, DynPortMapped};
 use commhal_hal::registry::{Catalog, Selection, SelectionSource};
+use commhal_hal::settings::Env;
+use commhal_hal::settings::gpu::GPU_PATH;
 use commhal_hal::{Device, DeviceKind, Endpoint, MemoryKind, Region};
 
 use crate::error::{CollError, Result};
@@ -60,15 +62,15 @@ pub enum GpuPath {
     Dma,
 }
 
-/// `COMMHAL_GPU_PATH` parsed: `None` when unset or empty (the selection decides).
-pub fn parse_gpu_path(env: Option<&str>) -> Result<Option<GpuPath>> {
-    match env.map(str::trim) {
-        None | Some("") => Ok(None),
+/// `COMMHAL_GPU_PATH` from `env`: `None` when unset or empty (the selection decides).
+pub fn parse_gpu_path(env: Env<'_>) -> Result<Option<GpuPath>> {
+    match GPU_PATH
+        .choice_in(env)
+        .map_err(|e| CollError::invalid(e.to_string()))?
+    {
         Some("kernels") => Ok(Some(GpuPath::Kernels)),
-        Some("dma") => Ok(Some(GpuPath::Dma)),
-        Some(v) => Err(CollError::invalid(format!(
-            "COMMHAL_GPU_PATH={v}: expected `kernels` or `dma` (unset: from COMMHAL_BACKENDS)"
-        ))),
+        Some(_) => Ok(Some(GpuPath::Dma)),
+        None => Ok(None),
     }
 }
 
@@ -661,15 +663,19 @@ mod tests {
 
     #[test]
     fn gpu_path_parses() {
-        assert_eq!(parse_gpu_path(None).unwrap(), None);
-        assert_eq!(parse_gpu_path(Some(" ")).unwrap(), None);
+        let value = |v: &'static str| move |_: &str| Some(v.to_string());
+        assert_eq!(parse_gpu_path(&|_| None).unwrap(), None);
+        assert_eq!(parse_gpu_path(&value(" ")).unwrap(), None);
         assert_eq!(
-            parse_gpu_path(Some("kernels")).unwrap(),
+            parse_gpu_path(&value("kernels")).unwrap(),
             Some(GpuPath::Kernels)
         );
-        assert_eq!(parse_gpu_path(Some(" dma ")).unwrap(), Some(GpuPath::Dma));
-        let e = parse_gpu_path(Some("ce")).unwrap_err().to_string();
-        assert!(e.contains("COMMHAL_GPU_PATH=ce"), "{e}");
+        assert_eq!(parse_gpu_path(&value(" dma ")).unwrap(), Some(GpuPath::Dma));
+        let e = parse_gpu_path(&value("ce")).unwrap_err().to_string();
+        assert!(
+            e.contains("COMMHAL_GPU_PATH=\"ce\"") && e.contains("one of kernels, dma"),
+            "{e}"
+        );
     }
 
     /// The selection → routes table of the module docs, and its errors.

@@ -9,15 +9,11 @@
 //!
 //! 1. `COMMHAL_GPU_TUNING=/path.toml` — a whole file in the same format, used instead
 //!    of the embedded ones (its `gpu` prefixes are not checked);
-//! 2. `COMMHAL_COLL_LL_MAX`, `COMMHAL_COLL_PUSH_MIN`, `COMMHAL_COLL_LL_CHUNK_MAX`,
-//!    `COMMHAL_COLL_BCAST_SF_MIN`, `COMMHAL_COLL_THREADS`, `COMMHAL_COLL_MAX_BLOCKS`,
-//!    `COMMHAL_COLL_RS_PUSH_MIN`, `COMMHAL_COLL_RS_PUSH_MAX`,
-//!    `COMMHAL_COLL_BCAST_CHAIN_MIN`, `COMMHAL_COLL_REDUCE_CHAIN_MIN`,
-//!    `COMMHAL_COLL_AR_RING_MIN`, `COMMHAL_COLL_AG_RING_MIN`,
-//!    `COMMHAL_COLL_RS_RING_MIN` (0: never),
-//!    `COMMHAL_COLL_CHAIN_UNROLL`, `COMMHAL_COLL_RING_UNROLL` (1..=32) (same meaning as before the file existed: `LL_MAX`, `LL_CHUNK_MAX`, `THREADS`,
-//!    `MAX_BLOCKS` must be > 0; `PUSH_MIN=0` never pushes; `BCAST_SF_MIN=0` always
-//!    scatters + forwards; `LL_CHUNK_MAX=0` never uses the LL16 chunk kernels);
+//! 2. one variable per key (`COMMHAL_COLL_LL_MAX` for `allreduce_ll_max`, ...): each
+//!    threshold is declared once, variable and key together, in
+//!    [`commhal_hal::settings::gpu`] (the table in docs/tuning.md, `commhal info
+//!    --settings`). A value outside the declared range is an error, in the file or the
+//!    variable;
 //! 3. the `ll_max` argument of [`Comm::new`](crate::Comm::new) (`--ll-max`);
 //! 4. [`with_forced`]: the tuner's per-candidate choice (this thread only).
 //!
@@ -32,12 +28,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use commhal_hal::settings::gpu::{self as decl, GPU_TUNING};
+use commhal_hal::settings::{Env, Setting};
+
 use crate::comm::Tuning;
 use crate::error::{CollError, Result};
 use crate::layout;
-
-/// Environment variable naming a tuning file to use instead of the embedded ones.
-pub const TUNING_ENV: &str = "COMMHAL_GPU_TUNING";
 
 /// The embedded tuning files, `(name, text)`; the first is the fallback for GPUs no
 /// file names.
@@ -158,16 +154,10 @@ pub const HEADER: &str = "\
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
-# instead of the built-in one), then COMMHAL_COLL_LL_MAX, COMMHAL_COLL_PUSH_MIN,
-# COMMHAL_COLL_LL_CHUNK_MAX, COMMHAL_COLL_BCAST_REDUCE_LL_MAX, COMMHAL_COLL_BCAST_SF_MIN,
-# COMMHAL_COLL_THREADS, COMMHAL_COLL_MAX_BLOCKS, COMMHAL_COLL_RS_PUSH_MIN,
-# COMMHAL_COLL_RS_PUSH_MAX, COMMHAL_COLL_BCAST_CHAIN_MIN, COMMHAL_COLL_REDUCE_CHAIN_MIN,
-# COMMHAL_COLL_REDUCE_ALL_MAX, COMMHAL_COLL_BCAST_LL63_MAX, COMMHAL_COLL_REDUCE_LL63_MAX,
-# COMMHAL_COLL_BCAST_CE_MIN, COMMHAL_COLL_SENDRECV_CE_MIN, COMMHAL_COLL_REDUCE_CE_MIN,
-# COMMHAL_COLL_AR_CE_MIN,
-# COMMHAL_COLL_AR_RING_MIN, COMMHAL_COLL_AG_RING_MIN, COMMHAL_COLL_RS_RING_MIN,
-# COMMHAL_COLL_CHAIN_UNROLL, COMMHAL_COLL_RING_UNROLL, COMMHAL_COLL_REDUCE_CHAIN_UNROLL,
-# then --ll-max of the benchmark.
+# instead of the built-in one), then one variable per key (COMMHAL_COLL_LL_MAX for
+# allreduce_ll_max, ...: the table of every setting in docs/tuning.md, or `commhal info
+# --settings`), then --ll-max of the benchmark. A value outside its key's range is an
+# error, here or in the variable.
 #
 # Regenerate on the GPUs (one run per rank count; each run rewrites its own [ranks.N]
 # section and keeps the others):
@@ -175,8 +165,9 @@ pub const HEADER: &str = "\
 ";
 
 /// One `[ranks.N]` section. The file lists its keys in this order (the renderer
-/// serialises the struct: a new key needs its field here, its line in [`HEADER`], a
-/// value in `FALLBACK` and its use in `resolve_with`).
+/// serialises the struct: a new key needs its field here, its line in [`HEADER`], its
+/// declaration in [`commhal_hal::settings::gpu`], a value in `FALLBACK` and its use in
+/// `resolve_with`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Section {
@@ -273,10 +264,12 @@ pub struct Section {
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reducescatter_ring_min: Option<u64>,
-    /// Vectors per thread in one chain chunk (1..=32; absent: [`DEFAULT_CHAIN_UNROLL`]).
+    /// Vectors per thread in one chain chunk (1..=32; absent: `COMMHAL_COLL_CHAIN_UNROLL`'s
+    /// declared default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain_unroll: Option<u64>,
-    /// Vectors per thread in one ring chunk (1..=32; absent: [`DEFAULT_RING_UNROLL`]).
+    /// Vectors per thread in one ring chunk (1..=32; absent: `COMMHAL_COLL_RING_UNROLL`'s
+    /// declared default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ring_unroll: Option<u64>,
     /// Vectors per thread in one chunk of the reduce chain (1..=32; absent:
@@ -328,19 +321,7 @@ impl TuningFile {
                         layout::MAX_RANKS
                     ))
                 })?;
-            if !(32..=512).contains(&s.threads) {
-                return Err(bad(format!(
-                    "[ranks.{n}] threads = {}: must be 32..=512",
-                    s.threads
-                )));
-            }
-            if s.max_blocks > layout::MAX_BLOCKS {
-                return Err(bad(format!(
-                    "[ranks.{n}] max_blocks = {}: must be 0 (the SM count) ..= {}",
-                    s.max_blocks,
-                    layout::MAX_BLOCKS
-                )));
-            }
+            check_section(n, &s).map_err(bad)?;
             ranks.insert(n, s);
         }
         if ranks.is_empty() {
@@ -418,6 +399,29 @@ impl TuningFile {
     }
 }
 
+/// Every key of `s` in the range its declaration gives (the declaration of the key's
+/// variable in [`commhal_hal::settings::gpu`]); the message says which is not.
+fn check_section(n: u32, s: &Section) -> std::result::Result<(), String> {
+    let table = toml::Value::try_from(s)
+        .map_err(|e| format!("[ranks.{n}]: cannot read it back as TOML: {e}"))?;
+    let Some(table) = table.as_table() else {
+        return Err(format!("[ranks.{n}] is not a table"));
+    };
+    for (key, value) in table {
+        let (Some(setting), Some(v)) = (decl::threshold(key), value.as_integer()) else {
+            continue;
+        };
+        if setting.parse_number(&v.to_string()).is_err() {
+            return Err(format!(
+                "[ranks.{n}] {key} = {v}: expected {} (as {})",
+                setting.expected(),
+                setting.env
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn or_dash(s: &str) -> &str {
     if s.is_empty() { "-" } else { s }
 }
@@ -458,17 +462,8 @@ pub static FALLBACK: Section = Section {
     max_blocks: 0,
 };
 
-/// Vectors per thread in a chain chunk when the section does not say.
-pub const DEFAULT_CHAIN_UNROLL: u64 = 4;
-
-/// Vectors per thread in a ring chunk when the section does not say: 16 was the fastest
-/// or tied of the unrolls measured on 4 and 8 H200s (4 ranks, all-reduce 1 GiB: 4 / 8 / 16
-/// = 4987 / 4430 / 4408 µs, 32 a tie; 8 ranks, 1 GiB: all-gather 2815 / 2600 / 2576 / 2585
-/// µs, reduce-scatter 3160 / 2708 / 2654 / 2656). An 8-rank section without the key ran
-/// the rings at 4 and lost to NCCL by 2-13 %.
-pub const DEFAULT_RING_UNROLL: u64 = 16;
-
-/// Largest per-peer LL chunk any setting can ask for (bytes).
+/// Largest per-peer LL chunk any setting can ask for (bytes): the top of
+/// `COMMHAL_COLL_LL_CHUNK_MAX`'s declared range.
 pub const LL_CHUNK_CAP: u64 = 4 << 20;
 
 /// Where the thresholds in effect come from.
@@ -598,9 +593,21 @@ pub fn resolve(
     ll_max: Option<u64>,
     device_timeout: Duration,
 ) -> Result<(Tuning, Provenance)> {
-    resolve_with(gpu, ranks, sms, ll_max, device_timeout, &|k| {
-        std::env::var(k).ok()
-    })
+    resolve_with(
+        gpu,
+        ranks,
+        sms,
+        ll_max,
+        device_timeout,
+        &commhal_hal::settings::process_env,
+    )
+}
+
+/// A setting's value from `env` (`None`: unset), or the error that names it.
+fn env_number(setting: &Setting, env: Env<'_>) -> Result<Option<u64>> {
+    setting
+        .number_in(env)
+        .map_err(|e| CollError::invalid(e.to_string()))
 }
 
 /// [`resolve`] with the environment given as a function (tests).
@@ -610,17 +617,19 @@ pub fn resolve_with(
     sms: u32,
     ll_max_arg: Option<u64>,
     device_timeout: Duration,
-    env: &dyn Fn(&str) -> Option<String>,
+    env: Env<'_>,
 ) -> Result<(Tuning, Provenance)> {
-    let (file_name, file, gpu_matched) = match env(TUNING_ENV).filter(|p| !p.trim().is_empty()) {
+    let var = GPU_TUNING.env;
+    let (file_name, file, gpu_matched) = match GPU_TUNING.raw_in(env) {
         Some(path) => {
-            let text = std::fs::read_to_string(path.trim()).map_err(|e| {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
                 CollError::invalid(format!(
-                    "{TUNING_ENV}={path}: cannot read it ({e}); point it at a tuning TOML or unset it"
+                    "{var}={path}: cannot read it ({e}); point it at a tuning TOML or unset it"
                 ))
             })?;
-            let origin = format!("{path} ({TUNING_ENV})");
-            (path.clone(), TuningFile::parse(&text, &origin)?, true)
+            let origin = format!("{path} ({var})");
+            let parsed = TuningFile::parse(&text, &origin)?;
+            (path, parsed, true)
         }
         None => {
             let (name, f, matched) = embedded_for(gpu)?;
@@ -630,232 +639,201 @@ pub fn resolve_with(
     let (key, s) = file.section(ranks);
     let mut overrides = Vec::new();
     let forced = FORCED.with(Cell::get).unwrap_or_default();
-    let env_u64 = |name: &'static str, positive: bool| -> Option<u64> {
-        let v = env(name)?;
-        match v.trim().parse::<u64>() {
-            Ok(x) if !positive || x > 0 => Some(x),
-            _ => {
-                tracing::warn!(
-                    "{name}={v:?} ignored: expected {} integer",
-                    if positive { "a positive" } else { "an" }
-                );
-                None
-            }
-        }
-    };
+    // Strongest first: the tuner's forced value, the argument, the variable, the file.
+    // The variable is read (and refused when invalid) even where something stronger
+    // wins, so a typo is refused wherever it is set.
     let mut pick = |forced: Option<u64>,
                     arg: Option<(Option<u64>, &'static str)>,
-                    var: &'static str,
-                    positive: bool,
+                    setting: &'static Setting,
                     file: u64|
-     -> u64 {
+     -> Result<u64> {
+        let from_env = env_number(setting, env)?;
         if let Some(v) = forced {
             overrides.push("forced");
-            return v;
+            return Ok(v);
         }
         if let Some((Some(v), what)) = arg {
             overrides.push(what);
-            return v;
+            return Ok(v);
         }
-        if let Some(v) = env_u64(var, positive) {
-            overrides.push(var);
-            return v;
+        if let Some(v) = from_env {
+            overrides.push(setting.env);
+            return Ok(v);
         }
-        file
+        Ok(file)
     };
+    // an optional key the file leaves out: its declared default
+    let absent =
+        |file: Option<u64>, setting: &Setting| file.unwrap_or_else(|| setting.default_number());
     let ll_max = pick(
         forced.ll_max,
         Some((ll_max_arg, "ll_max argument")),
-        "COMMHAL_COLL_LL_MAX",
-        true,
+        &decl::COLL_LL_MAX,
         s.allreduce_ll_max,
-    );
+    )?;
     let push_min = pick(
         forced.push_min,
         None,
-        "COMMHAL_COLL_PUSH_MIN",
-        false,
+        &decl::COLL_PUSH_MIN,
         s.allreduce_push_min,
-    );
+    )?;
     let rs_push_min = pick(
         forced.rs_push_min,
         None,
-        "COMMHAL_COLL_RS_PUSH_MIN",
-        false,
+        &decl::COLL_RS_PUSH_MIN,
         s.reducescatter_push_min.unwrap_or(s.allreduce_push_min),
-    );
+    )?;
     let rs_push_max = pick(
         forced.rs_push_max,
         None,
-        "COMMHAL_COLL_RS_PUSH_MAX",
-        true,
-        s.reducescatter_push_max.unwrap_or(u64::MAX),
-    );
+        &decl::COLL_RS_PUSH_MAX,
+        absent(s.reducescatter_push_max, &decl::COLL_RS_PUSH_MAX),
+    )?;
     // optional minimums: 0 (or absent) = never, stored as u64::MAX so `bytes >= min` is
     // the whole test
-    let mut min_or_never = |forced: Option<u64>, var: &'static str, file: Option<u64>| match pick(
-        forced,
-        None,
-        var,
-        false,
-        file.unwrap_or(0),
-    ) {
-        0 => u64::MAX,
-        v => v,
-    };
+    let mut min_or_never =
+        |forced: Option<u64>, setting: &'static Setting, file: Option<u64>| -> Result<u64> {
+            Ok(match pick(forced, None, setting, absent(file, setting))? {
+                0 => u64::MAX,
+                v => v,
+            })
+        };
     let bcast_chain_min = min_or_never(
         forced.bcast_chain_min,
-        "COMMHAL_COLL_BCAST_CHAIN_MIN",
+        &decl::COLL_BCAST_CHAIN_MIN,
         s.broadcast_chain_min,
-    );
+    )?;
     let reduce_chain_min = min_or_never(
         forced.reduce_chain_min,
-        "COMMHAL_COLL_REDUCE_CHAIN_MIN",
+        &decl::COLL_REDUCE_CHAIN_MIN,
         s.reduce_chain_min,
-    );
+    )?;
     let ar_ring_min = min_or_never(
         forced.ar_ring_min,
-        "COMMHAL_COLL_AR_RING_MIN",
+        &decl::COLL_AR_RING_MIN,
         s.allreduce_ring_min,
-    );
+    )?;
     let ag_ring_min = min_or_never(
         forced.ag_ring_min,
-        "COMMHAL_COLL_AG_RING_MIN",
+        &decl::COLL_AG_RING_MIN,
         s.allgather_ring_min,
-    );
+    )?;
     let rs_ring_min = min_or_never(
         forced.rs_ring_min,
-        "COMMHAL_COLL_RS_RING_MIN",
+        &decl::COLL_RS_RING_MIN,
         s.reducescatter_ring_min,
-    );
+    )?;
     let bcast_ce_min = min_or_never(
         forced.bcast_ce_min,
-        "COMMHAL_COLL_BCAST_CE_MIN",
+        &decl::COLL_BCAST_CE_MIN,
         s.broadcast_ce_min,
-    );
+    )?;
     let sendrecv_ce_min = min_or_never(
         forced.sendrecv_ce_min,
-        "COMMHAL_COLL_SENDRECV_CE_MIN",
+        &decl::COLL_SENDRECV_CE_MIN,
         s.sendrecv_ce_min,
-    );
+    )?;
     let reduce_ce_min = min_or_never(
         forced.reduce_ce_min,
-        "COMMHAL_COLL_REDUCE_CE_MIN",
+        &decl::COLL_REDUCE_CE_MIN,
         s.reduce_ce_min,
-    );
-    let ar_ce_min = min_or_never(
-        forced.ar_ce_min,
-        "COMMHAL_COLL_AR_CE_MIN",
-        s.allreduce_ce_min,
-    );
+    )?;
+    let ar_ce_min = min_or_never(forced.ar_ce_min, &decl::COLL_AR_CE_MIN, s.allreduce_ce_min)?;
     let reduce_all_max = pick(
         forced.reduce_all_max,
         None,
-        "COMMHAL_COLL_REDUCE_ALL_MAX",
-        false,
-        s.reduce_all_max.unwrap_or(0),
-    );
+        &decl::COLL_REDUCE_ALL_MAX,
+        absent(s.reduce_all_max, &decl::COLL_REDUCE_ALL_MAX),
+    )?;
     let bcast_ll63_max = pick(
         forced.bcast_ll63_max,
         None,
-        "COMMHAL_COLL_BCAST_LL63_MAX",
-        false,
-        s.broadcast_ll63_max.unwrap_or(0),
-    );
+        &decl::COLL_BCAST_LL63_MAX,
+        absent(s.broadcast_ll63_max, &decl::COLL_BCAST_LL63_MAX),
+    )?;
     let reduce_ll63_max = pick(
         forced.reduce_ll63_max,
         None,
-        "COMMHAL_COLL_REDUCE_LL63_MAX",
-        false,
-        s.reduce_ll63_max.unwrap_or(0),
-    );
+        &decl::COLL_REDUCE_LL63_MAX,
+        absent(s.reduce_ll63_max, &decl::COLL_REDUCE_LL63_MAX),
+    )?;
     let ar_ll63_min = pick(
         None,
         None,
-        "COMMHAL_COLL_AR_LL63_MIN",
-        false,
-        s.allreduce_ll63_min.unwrap_or(0),
-    );
+        &decl::COLL_AR_LL63_MIN,
+        absent(s.allreduce_ll63_min, &decl::COLL_AR_LL63_MIN),
+    )?;
     let ar_ll63_max = pick(
         None,
         None,
-        "COMMHAL_COLL_AR_LL63_MAX",
-        false,
-        s.allreduce_ll63_max.unwrap_or(0),
-    );
+        &decl::COLL_AR_LL63_MAX,
+        absent(s.allreduce_ll63_max, &decl::COLL_AR_LL63_MAX),
+    )?;
     let ar_ll63_oneshot_max = pick(
         None,
         None,
-        "COMMHAL_COLL_AR_LL63_ONESHOT_MAX",
-        false,
-        s.allreduce_ll63_oneshot_max.unwrap_or(0),
-    );
-    let mut unroll = |var: &'static str, file: Option<u64>, default: u64| {
-        pick(None, None, var, true, file.unwrap_or(default))
-            .clamp(1, u64::from(layout::CHAIN_UNROLL_MAX)) as u32
-    };
-    let chain_unroll = unroll(
-        "COMMHAL_COLL_CHAIN_UNROLL",
-        s.chain_unroll,
-        DEFAULT_CHAIN_UNROLL,
-    );
-    let ring_unroll = unroll(
-        "COMMHAL_COLL_RING_UNROLL",
-        s.ring_unroll,
-        DEFAULT_RING_UNROLL,
-    );
-    let reduce_chain_unroll = unroll(
-        "COMMHAL_COLL_REDUCE_CHAIN_UNROLL",
-        s.reduce_chain_unroll,
-        u64::from(chain_unroll),
-    );
+        &decl::COLL_AR_LL63_ONESHOT_MAX,
+        absent(
+            s.allreduce_ll63_oneshot_max,
+            &decl::COLL_AR_LL63_ONESHOT_MAX,
+        ),
+    )?;
+    // unrolls: 1..=32 in the file (TuningFile::parse) and the variable
+    let chain_unroll = pick(
+        None,
+        None,
+        &decl::COLL_CHAIN_UNROLL,
+        absent(s.chain_unroll, &decl::COLL_CHAIN_UNROLL),
+    )? as u32;
+    let ring_unroll = pick(
+        None,
+        None,
+        &decl::COLL_RING_UNROLL,
+        absent(s.ring_unroll, &decl::COLL_RING_UNROLL),
+    )? as u32;
+    let reduce_chain_unroll = pick(
+        None,
+        None,
+        &decl::COLL_REDUCE_CHAIN_UNROLL,
+        s.reduce_chain_unroll.unwrap_or(u64::from(chain_unroll)),
+    )? as u32;
+    // the file's 0: never (u64::MAX); the variable's 0: always
     let bcast_sf_min = pick(
         forced.bcast_sf_min,
         None,
-        "COMMHAL_COLL_BCAST_SF_MIN",
-        false,
+        &decl::COLL_BCAST_SF_MIN,
         if s.broadcast_sf_min == 0 {
             u64::MAX
         } else {
             s.broadcast_sf_min
         },
-    );
+    )?;
     let ll_chunk_max = pick(
         forced.ll_chunk_max,
         None,
-        "COMMHAL_COLL_LL_CHUNK_MAX",
-        false, // 0: no LL16 chunks (every per-peer transfer on its bulk kernel)
+        &decl::COLL_LL_CHUNK_MAX, // 0: no LL16 chunks (every per-peer transfer on its bulk kernel)
         s.allgather_reducescatter_ll_chunk_max,
-    )
+    )?
     // the LL slots are sized for max(ll_max, ll_chunk_max) (Comm::new); beyond 4 MiB
     // per peer LL never pays (twice the bytes on the wire) and the slots would be large
+    // (the declared range ends there; the tuner's forced values are capped here)
     .min(if ll_max == 0 { 0 } else { LL_CHUNK_CAP }); // ll_max 0: no LL at all
     // the rooted collectives' own LL16 cap, never above the chunk cap (so forcing
     // ll_chunk_max to 0, as the tuner's candidates do, turns it off too)
     let rooted_ll_max = pick(
         forced.rooted_ll_max,
         None,
-        "COMMHAL_COLL_BCAST_REDUCE_LL_MAX",
-        false,
-        s.broadcast_reduce_ll_max.unwrap_or(u64::MAX),
-    )
+        &decl::COLL_BCAST_REDUCE_LL_MAX,
+        absent(s.broadcast_reduce_ll_max, &decl::COLL_BCAST_REDUCE_LL_MAX),
+    )?
     .min(ll_chunk_max);
-    let threads = pick(
-        None,
-        None,
-        "COMMHAL_COLL_THREADS",
-        true,
-        u64::from(s.threads),
-    )
-    .clamp(32, 512) as u32; // 1024 runs out of registers in the two-shot kernels
-    let max_blocks = pick(
-        None,
-        None,
-        "COMMHAL_COLL_MAX_BLOCKS",
-        true,
-        u64::from(if s.max_blocks == 0 { sms } else { s.max_blocks }),
-    )
-    .clamp(1, u64::from(layout::MAX_BLOCKS)) as u32;
+    // 32..=512 in the file and the variable (1024 runs out of registers in the
+    // two-shot kernels)
+    let threads = pick(None, None, &decl::COLL_THREADS, u64::from(s.threads))? as u32;
+    let max_blocks = match pick(None, None, &decl::COLL_MAX_BLOCKS, u64::from(s.max_blocks))? {
+        0 => sms.clamp(1, layout::MAX_BLOCKS),
+        b => b as u32, // 1..=MAX_BLOCKS in the file and the variable
+    };
     overrides.dedup();
     Ok((
         Tuning {
@@ -986,7 +964,10 @@ mod tests {
         let rendered = f.render().unwrap();
         if rendered != text {
             // COMMHAL_RERENDER=1: write the rendering over the file (then check the diff)
-            if std::env::var_os("COMMHAL_RERENDER").is_some() {
+            if commhal_hal::settings::tests::RERENDER
+                .flag()
+                .unwrap_or_else(|e| panic!("{e}"))
+            {
                 let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../algorithms/tuning/");
                 std::fs::write(format!("{path}{name}"), &rendered).unwrap();
             }
@@ -1069,6 +1050,17 @@ mod tests {
                 ok.replace("max_blocks = 0", "max_blocks = 5000"),
                 "max_blocks",
             ),
+            (
+                format!("{ok}ring_unroll = 99\n"),
+                "ring_unroll = 99: expected a whole number in 1..=32 (as COMMHAL_COLL_RING_UNROLL)",
+            ),
+            (
+                ok.replace(
+                    "allgather_reducescatter_ll_chunk_max = 1",
+                    "allgather_reducescatter_ll_chunk_max = 8388608",
+                ),
+                "0..=4194304",
+            ),
             (ok.replace("gpu = [\"X\"]", "gpu = []"), "prefix"),
             (
                 ok.replace("tuned = false", "tuned = false\nll_maxx = 3"),
@@ -1095,7 +1087,7 @@ mod tests {
                 ("COMMHAL_COLL_PUSH_MIN", "0"),
                 ("COMMHAL_COLL_LL_CHUNK_MAX", "1048576"),
                 ("COMMHAL_COLL_BCAST_SF_MIN", "0"),
-                ("COMMHAL_COLL_THREADS", "4096"),
+                ("COMMHAL_COLL_THREADS", "256"),
                 ("COMMHAL_COLL_MAX_BLOCKS", "64"),
             ],
         );
@@ -1107,10 +1099,10 @@ mod tests {
             "not capped: the slots are sized for both"
         );
         assert_eq!(t.bcast_sf_min, 0, "env 0: always scatter + forward");
-        assert_eq!(t.threads, 512, "clamped");
+        assert_eq!(t.threads, 256);
         assert_eq!(t.max_blocks, 64);
         assert_eq!(p.overrides.len(), 6, "{p}");
-        // 0 chunks: no LL16 chunk kernels (not ignored, unlike LL_MAX=0 below)
+        // 0 chunks: no LL16 chunk kernels
         let (t, _) = resolve_env(
             "NVIDIA H200",
             4,
@@ -1118,18 +1110,22 @@ mod tests {
             &[("COMMHAL_COLL_LL_CHUNK_MAX", "0")],
         );
         assert_eq!(t.ll_chunk_max, 0);
-        // malformed or zero values of positive-only variables are ignored
+        // LL_MAX 0, as the file's 0 and the argument's: no LL kernels at all;
+        // MAX_BLOCKS 0, as the file's 0: the SM count
         let (t, p) = resolve_env(
             "NVIDIA H200",
             4,
             None,
             &[
                 ("COMMHAL_COLL_LL_MAX", "0"),
-                ("COMMHAL_COLL_THREADS", "lots"),
+                ("COMMHAL_COLL_MAX_BLOCKS", "0"),
             ],
         );
-        assert_eq!((t.ll_max, t.threads), (128 << 10, 512));
-        assert!(p.overrides.is_empty());
+        assert_eq!((t.ll_max, t.ll_chunk_max, t.max_blocks), (0, 0, 132));
+        assert!(p.overrides.contains(&"COMMHAL_COLL_LL_MAX"), "{p}");
+        // byte thresholds take K / M / G
+        let (t, _) = resolve_env("NVIDIA H200", 4, None, &[("COMMHAL_COLL_PUSH_MIN", "8M")]);
+        assert_eq!(t.push_min, 8 << 20);
         // the argument beats the variable; forced beats both
         let (t, p) = resolve_env(
             "NVIDIA H200",
@@ -1157,6 +1153,109 @@ mod tests {
         // restored afterwards
         let (t, _) = resolve_env("NVIDIA H200", 4, None, &[]);
         assert_eq!(t.ll_max, 128 << 10);
+    }
+
+    fn resolve_err(n: u32, arg: Option<u64>, vars: &[(&str, &str)]) -> String {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let env = move |k: &str| vars.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone());
+        resolve_with("NVIDIA H200", n, 132, arg, Duration::from_secs(1), &env)
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// A variable outside its declared range is refused with a message that names it,
+    /// the value and the range (it was once ignored with a warning, or clamped).
+    #[test]
+    fn invalid_variables_are_errors_that_name_them() {
+        for (var, bad, range) in [
+            ("COMMHAL_COLL_THREADS", "4096", "32..=512"),
+            ("COMMHAL_COLL_THREADS", "lots", "32..=512"),
+            ("COMMHAL_COLL_THREADS", "0", "32..=512"),
+            ("COMMHAL_COLL_RING_UNROLL", "0", "1..=32"),
+            ("COMMHAL_COLL_CHAIN_UNROLL", "33", "1..=32"),
+            ("COMMHAL_COLL_REDUCE_CHAIN_UNROLL", "99", "1..=32"),
+            ("COMMHAL_COLL_MAX_BLOCKS", "5000", "0..=1024"),
+            ("COMMHAL_COLL_LL_CHUNK_MAX", "8M", "0..=4194304"),
+            ("COMMHAL_COLL_LL_MAX", "-1", "0.."),
+            ("COMMHAL_COLL_PUSH_MIN", "1.5", "0.."),
+            ("COMMHAL_COLL_AR_RING_MIN", "never", "0.."),
+            ("COMMHAL_COLL_BCAST_SF_MIN", "1 MiB", "0.."),
+        ] {
+            let e = resolve_err(4, None, &[(var, bad)]);
+            assert!(
+                e.contains(var) && e.contains(bad) && e.contains(range),
+                "{var}={bad}: {e}"
+            );
+        }
+        // refused even where the argument or the tuner's forced value wins
+        let e = resolve_err(4, Some(4096), &[("COMMHAL_COLL_LL_MAX", "big")]);
+        assert!(e.contains("COMMHAL_COLL_LL_MAX"), "{e}");
+        let e = with_forced(
+            Forced {
+                push_min: Some(0),
+                ..Forced::default()
+            },
+            || resolve_err(4, None, &[("COMMHAL_COLL_PUSH_MIN", "x")]),
+        );
+        assert!(e.contains("COMMHAL_COLL_PUSH_MIN"), "{e}");
+    }
+
+    /// The declared defaults are the built-in section's values (the table in the docs
+    /// shows them), and the declared ranges the ones the kernels and the layout allow.
+    #[test]
+    fn declarations_match_the_built_in_values() {
+        let table = toml::Value::try_from(&FALLBACK).unwrap();
+        let mut keys = 0;
+        for (key, value) in table.as_table().unwrap() {
+            let Some(setting) = decl::threshold(key) else {
+                continue;
+            };
+            keys += 1;
+            assert_eq!(
+                setting.default_number(),
+                value.as_integer().unwrap() as u64,
+                "{key}"
+            );
+        }
+        assert_eq!(keys, 6, "the built-in section's required keys");
+        assert_eq!(
+            decl::COLL_RS_PUSH_MIN.default_number(),
+            FALLBACK.allreduce_push_min,
+            "absent: allreduce_push_min"
+        );
+        assert_eq!(
+            decl::COLL_REDUCE_CHAIN_UNROLL.default_number(),
+            decl::COLL_CHAIN_UNROLL.default_number(),
+            "absent: chain_unroll"
+        );
+        let range = |s: &Setting| match s.kind {
+            commhal_hal::settings::Kind::Number { min, max, .. } => (min, max),
+            _ => panic!("{} is not a number", s.env),
+        };
+        assert_eq!(range(&decl::COLL_LL_CHUNK_MAX), (0, LL_CHUNK_CAP));
+        assert_eq!(
+            range(&decl::COLL_MAX_BLOCKS),
+            (0, u64::from(layout::MAX_BLOCKS))
+        );
+        for s in [
+            &decl::COLL_CHAIN_UNROLL,
+            &decl::COLL_RING_UNROLL,
+            &decl::COLL_REDUCE_CHAIN_UNROLL,
+        ] {
+            assert_eq!(
+                range(s),
+                (1, u64::from(layout::CHAIN_UNROLL_MAX)),
+                "{}",
+                s.env
+            );
+        }
+        assert_eq!(
+            range(&commhal_hal::settings::gpu::PLAN_REPLICAS).1,
+            u64::from(crate::plan_exec::MAX_PARTS)
+        );
     }
 
     #[test]
@@ -1204,7 +1303,7 @@ mod tests {
         let text = "gpu = [\"Other\"]\n[ranks.4]\ntuned = true\nallreduce_ll_max = 4096\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 8192\nbroadcast_sf_min = 0\nthreads = 256\nmax_blocks = 16\n";
         std::fs::write(&path, text).unwrap();
         let p = path.to_string_lossy().to_string();
-        let (t, prov) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        let (t, prov) = resolve_env("NVIDIA H200", 2, None, &[(GPU_TUNING.env, &p)]);
         assert_eq!(t.ll_max, 4096);
         assert_eq!(t.ll_chunk_max, 8192, "not capped at ll_max");
         assert_eq!(t.push_min, 0);
@@ -1215,7 +1314,7 @@ mod tests {
         assert!(prov.tuned && prov.file == p && prov.ranks == 4, "{prov}");
         // the optional reduce-scatter key, and its variable
         std::fs::write(&path, format!("{text}reducescatter_push_min = 4096\n")).unwrap();
-        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(GPU_TUNING.env, &p)]);
         assert_eq!((t.push_min, t.rs_push_min), (0, 4096));
         assert_eq!(t.rs_push_max, u64::MAX, "absent: no limit");
         std::fs::write(
@@ -1223,10 +1322,10 @@ mod tests {
             format!("{text}reducescatter_push_min = 4096\nreducescatter_push_max = 8192\n"),
         )
         .unwrap();
-        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(GPU_TUNING.env, &p)]);
         assert_eq!((t.rs_push_min, t.rs_push_max), (4096, 8192));
-        // chains and rings: absent = never (u64::MAX), 0 = never, unroll default 4 / 16,
-        // clamped to 1..=32; variables beat the file
+        // chains and rings: absent = never (u64::MAX), 0 = never, unroll default 4 / 16;
+        // variables beat the file
         assert_eq!(
             (t.bcast_chain_min, t.reduce_chain_min),
             (u64::MAX, u64::MAX)
@@ -1239,11 +1338,11 @@ mod tests {
         std::fs::write(
             &path,
             format!(
-                "{text}broadcast_chain_min = 0\nreduce_chain_min = 64\nallreduce_ring_min = 128\nallgather_ring_min = 256\nreducescatter_ring_min = 512\nchain_unroll = 8\nring_unroll = 99\n"
+                "{text}broadcast_chain_min = 0\nreduce_chain_min = 64\nallreduce_ring_min = 128\nallgather_ring_min = 256\nreducescatter_ring_min = 512\nchain_unroll = 8\nring_unroll = 32\n"
             ),
         )
         .unwrap();
-        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(TUNING_ENV, &p)]);
+        let (t, _) = resolve_env("NVIDIA H200", 2, None, &[(GPU_TUNING.env, &p)]);
         assert_eq!((t.bcast_chain_min, t.reduce_chain_min), (u64::MAX, 64));
         assert_eq!(
             (t.ar_ring_min, t.ag_ring_min, t.rs_ring_min),
@@ -1255,7 +1354,7 @@ mod tests {
             2,
             None,
             &[
-                (TUNING_ENV, &p),
+                (GPU_TUNING.env, &p),
                 ("COMMHAL_COLL_AR_RING_MIN", "0"),
                 ("COMMHAL_COLL_RING_UNROLL", "2"),
             ],
@@ -1269,7 +1368,7 @@ mod tests {
             "NVIDIA H200",
             2,
             None,
-            &[(TUNING_ENV, &p), ("COMMHAL_COLL_RS_PUSH_MIN", "0")],
+            &[(GPU_TUNING.env, &p), ("COMMHAL_COLL_RS_PUSH_MIN", "0")],
         );
         assert_eq!(t.rs_push_min, 0);
         // a variable still beats the file
@@ -1277,22 +1376,25 @@ mod tests {
             "NVIDIA H200",
             2,
             None,
-            &[(TUNING_ENV, &p), ("COMMHAL_COLL_PUSH_MIN", "1024")],
+            &[(GPU_TUNING.env, &p), ("COMMHAL_COLL_PUSH_MIN", "1024")],
         );
         assert_eq!(t.push_min, 1024);
         // unreadable and malformed files are errors that name the variable
         let missing = dir.join("missing.toml").to_string_lossy().to_string();
-        let env = |k: &str| (k == TUNING_ENV).then(|| missing.clone());
+        let env = |k: &str| (k == GPU_TUNING.env).then(|| missing.clone());
         let e = resolve_with("X", 2, 1, None, Duration::from_secs(1), &env)
             .unwrap_err()
             .to_string();
-        assert!(e.contains(TUNING_ENV) && e.contains("cannot read"), "{e}");
+        assert!(
+            e.contains(GPU_TUNING.env) && e.contains("cannot read"),
+            "{e}"
+        );
         std::fs::write(&path, "gpu = 3").unwrap();
-        let env = |k: &str| (k == TUNING_ENV).then(|| p.clone());
+        let env = |k: &str| (k == GPU_TUNING.env).then(|| p.clone());
         let e = resolve_with("X", 2, 1, None, Duration::from_secs(1), &env)
             .unwrap_err()
             .to_string();
-        assert!(e.contains(TUNING_ENV), "{e}");
+        assert!(e.contains(GPU_TUNING.env), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
