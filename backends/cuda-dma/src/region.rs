@@ -10,7 +10,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use commhal_backend_cuda_nvlink::driver::{self, to_hal};
-use commhal_backend_cuda_nvlink::transport::LEGACY_ENV;
+use commhal_backend_cuda_nvlink::transport::legacy_ipc_from_env;
 use commhal_backend_cuda_nvlink::{ExportSource, NvlinkMapping, NvlinkMemory};
 use commhal_cuda_rt::{DeviceBuffer, VmmAllocation};
 use commhal_hal::{Device, DeviceKind, HalError, MemoryKind, Region, Result};
@@ -41,7 +41,7 @@ impl CudaRtRegion {
             ));
         }
         let ctx = driver::context(BACKEND, device)?;
-        let forced = std::env::var(LEGACY_ENV).is_ok_and(|v| v.trim() == "1");
+        let forced = legacy_ipc_from_env()?;
         let vmm = !forced && ctx.supports_vmm_fd().map_err(|e| to_hal(BACKEND, e))?;
         if vmm {
             let v = VmmAllocation::new(&ctx, len).map_err(|e| to_hal(BACKEND, e))?;

@@ -7,6 +7,8 @@ use commhal_backend_cuda_nvlink::memory as nvmem;
 use commhal_backend_cuda_nvlink::transport::options_device_and_legacy;
 use commhal_cuda_rt::Stream;
 use commhal_hal::registry::BackendOptions;
+use commhal_hal::settings::gpu::CUDA_DMA_FLUSH_TIMEOUT_MS;
+use commhal_hal::settings::{Env, process_env};
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{
     Endpoint, Export, FlushMeaning, Guarantees, HalError, PortMapped, Reach, Region, Result,
@@ -43,9 +45,6 @@ pub const GUARANTEES: Guarantees = Guarantees {
     max_transfer: u64::MAX,
     fifo_depth: FIFO_DEPTH,
 };
-
-/// Environment variable: bound on a port flush, in milliseconds (default 30000).
-pub const FLUSH_TIMEOUT_ENV: &str = "COMMHAL_CUDA_DMA_FLUSH_TIMEOUT_MS";
 
 /// The cuda-dma transport: ports, imports and streams live on [`CudaDma::device`].
 #[derive(Debug, Clone)]
@@ -98,15 +97,12 @@ impl CudaDma {
 }
 
 fn flush_timeout_from_env() -> Result<u64> {
-    match std::env::var(FLUSH_TIMEOUT_ENV) {
-        Err(_) => Ok(30_000),
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(ms),
-            _ => Err(HalError::Config(format!(
-                "{FLUSH_TIMEOUT_ENV}={v:?} is not a positive number of milliseconds"
-            ))),
-        },
-    }
+    flush_timeout_in(&process_env)
+}
+
+/// `COMMHAL_CUDA_DMA_FLUSH_TIMEOUT_MS` from `env` (its declared default when unset).
+fn flush_timeout_in(env: Env<'_>) -> Result<u64> {
+    Ok(CUDA_DMA_FLUSH_TIMEOUT_MS.number_or_default_in(env)?)
 }
 
 impl Transport for CudaDma {
@@ -215,6 +211,21 @@ mod tests {
             CudaDma::from_options(&o),
             Err(HalError::Config(_))
         ));
+    }
+
+    #[test]
+    fn the_flush_timeout_variable_is_checked() {
+        assert_eq!(flush_timeout_in(&|_| None).unwrap(), 30_000);
+        assert_eq!(flush_timeout_in(&|_| Some(" 250 ".into())).unwrap(), 250);
+        for bad in ["0", "soon", "-1", "1.5"] {
+            let e = flush_timeout_in(&|_| Some(bad.into())).unwrap_err();
+            let text = e.to_string();
+            assert!(matches!(e, HalError::Config(_)), "{e:?}");
+            assert!(
+                text.contains("COMMHAL_CUDA_DMA_FLUSH_TIMEOUT_MS") && text.contains(bad),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! [`CudaNvlink`]: the transport, its promises and its `MemoryMapped` side.
 
 use commhal_hal::registry::BackendOptions;
+use commhal_hal::settings::gpu::{CUDA_DEVICE, CUDA_LEGACY_IPC};
+use commhal_hal::settings::{Env, process_env};
 use commhal_hal::{
     Device, DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, MemoryMapped, Reach,
     Result, SignalStrength, Transport,
@@ -41,11 +43,15 @@ pub const GUARANTEES: Guarantees = Guarantees {
     fifo_depth: 0,
 };
 
-/// Environment variable: the CUDA device `map` targets (default: `COMMHAL_LOCAL_RANK`
-/// modulo the device count, else 0).
-pub const DEVICE_ENV: &str = "COMMHAL_CUDA_DEVICE";
-/// Environment variable: `1` forces legacy CUDA IPC instead of cuMem VMM fds.
-pub const LEGACY_ENV: &str = "COMMHAL_CUDA_LEGACY_IPC";
+/// The variable that forces legacy CUDA IPC instead of cuMem VMM fds (declared as
+/// [`CUDA_LEGACY_IPC`]; read it with [`legacy_ipc_from_env`]).
+pub const LEGACY_ENV: &str = CUDA_LEGACY_IPC.env;
+
+/// `COMMHAL_CUDA_LEGACY_IPC`: whether legacy CUDA IPC is forced; an error names a value
+/// that is not a flag.
+pub fn legacy_ipc_from_env() -> Result<bool> {
+    Ok(CUDA_LEGACY_IPC.flag_in(&process_env)?)
+}
 
 /// The cuda-nvlink transport. `alloc` takes the device explicitly; `map` maps for
 /// [`CudaNvlink::device`].
@@ -95,6 +101,15 @@ impl CudaNvlink {
 
 /// Resolve `device` and `legacy_ipc` from options, then the environment.
 pub fn options_device_and_legacy(backend: &str, options: &BackendOptions) -> Result<(u32, bool)> {
+    device_and_legacy_in(backend, options, &process_env)
+}
+
+/// [`options_device_and_legacy`] with the environment `env`.
+fn device_and_legacy_in(
+    backend: &str,
+    options: &BackendOptions,
+    env: Env<'_>,
+) -> Result<(u32, bool)> {
     let device = match options.get("device") {
         Some(v) => match v.as_integer() {
             Some(d) if d >= 0 && d <= i64::from(u32::MAX) => d as u32,
@@ -104,7 +119,7 @@ pub fn options_device_and_legacy(backend: &str, options: &BackendOptions) -> Res
                 )));
             }
         },
-        None => default_device(backend)?,
+        None => default_device(backend, env)?,
     };
     let legacy = match options.get("legacy_ipc") {
         Some(v) => v.as_bool().ok_or_else(|| {
@@ -112,16 +127,14 @@ pub fn options_device_and_legacy(backend: &str, options: &BackendOptions) -> Res
                 "[backend.{backend}] legacy_ipc must be true or false, got {v}"
             ))
         })?,
-        None => std::env::var(LEGACY_ENV).is_ok_and(|v| v.trim() == "1"),
+        None => CUDA_LEGACY_IPC.flag_in(env)?,
     };
     Ok((device, legacy))
 }
 
-fn default_device(backend: &str) -> Result<u32> {
-    if let Ok(v) = std::env::var(DEVICE_ENV) {
-        return v.trim().parse().map_err(|_| {
-            HalError::Config(format!("{DEVICE_ENV}={v:?} is not a CUDA device ordinal"))
-        });
+fn default_device(backend: &str, env: Env<'_>) -> Result<u32> {
+    if let Some(d) = CUDA_DEVICE.number_in(env)? {
+        return Ok(d as u32); // 0..=u32::MAX
     }
     if let Ok(v) = std::env::var("COMMHAL_LOCAL_RANK")
         && let Ok(r) = v.trim().parse::<u32>()
@@ -224,6 +237,48 @@ mod tests {
         assert!(options_device_and_legacy(BACKEND, &o).is_err());
         o.insert("legacy_ipc".into(), true.into());
         assert_eq!(options_device_and_legacy(BACKEND, &o).unwrap(), (2, true));
+    }
+
+    /// The variables, where no option says: a value that is not a device ordinal or a
+    /// flag is an error naming the variable (`COMMHAL_CUDA_LEGACY_IPC=yes` once meant
+    /// off, silently).
+    #[test]
+    fn the_variables_are_checked() {
+        let o = BackendOptions::new();
+        let env = |device: &'static str, legacy: &'static str| {
+            move |k: &str| match k {
+                "COMMHAL_CUDA_DEVICE" => Some(device.to_string()),
+                "COMMHAL_CUDA_LEGACY_IPC" => Some(legacy.to_string()),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            device_and_legacy_in(BACKEND, &o, &env("3", "1")).unwrap(),
+            (3, true)
+        );
+        assert_eq!(
+            device_and_legacy_in(BACKEND, &o, &env("0", "")).unwrap(),
+            (0, false)
+        );
+        for (device, legacy, var, bad) in [
+            ("gpu1", "0", "COMMHAL_CUDA_DEVICE", "gpu1"),
+            ("-1", "0", "COMMHAL_CUDA_DEVICE", "-1"),
+            ("1", "maybe", "COMMHAL_CUDA_LEGACY_IPC", "maybe"),
+            ("1", "2", "COMMHAL_CUDA_LEGACY_IPC", "2"),
+        ] {
+            let e = device_and_legacy_in(BACKEND, &o, &env(device, legacy)).unwrap_err();
+            let text = e.to_string();
+            assert!(matches!(e, HalError::Config(_)), "{e:?}");
+            assert!(text.contains(var) && text.contains(bad), "{text}");
+        }
+        // an option wins over its variable, which is then not read
+        let mut o = BackendOptions::new();
+        o.insert("device".into(), 1.into());
+        o.insert("legacy_ipc".into(), false.into());
+        assert_eq!(
+            device_and_legacy_in(BACKEND, &o, &env("x", "x")).unwrap(),
+            (1, false)
+        );
     }
 
     #[test]

@@ -28,7 +28,10 @@ fn gpu_or_skip(test: &str) -> Option<Arc<Context>> {
         }
         return Some(Context::new(0).expect("context on device 0"));
     }
-    if std::env::var("COMMHAL_REQUIRE_GPU").as_deref() == Ok("1") {
+    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+        .flag()
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    if require {
         panic!("{test}: COMMHAL_REQUIRE_GPU=1 but {a:?}");
     }
     let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {a:?}");

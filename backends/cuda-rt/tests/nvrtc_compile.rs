@@ -243,7 +243,10 @@ fn every_kernel_fits_512_threads_without_spills() {
                 && let Some(n) = rest.strip_suffix_registers()
             {
                 seen += 1;
-                if std::env::var_os("COMMHAL_PRINT_REGISTERS").is_some() {
+                if commhal_hal::settings::gpu::PRINT_REGISTERS
+                    .flag()
+                    .unwrap_or_else(|e| panic!("{e}"))
+                {
                     eprintln!("{entry}: {n} registers");
                 }
                 assert!(

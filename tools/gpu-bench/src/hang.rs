@@ -71,7 +71,7 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    const CHILD: &str = "COMMHAL_TEST_STOP_CHILD";
+    use commhal_hal::settings::gpu::TEST_STOP_CHILD;
 
     /// The process state letter of `pid` (`T`: stopped).
     fn state(pid: u32) -> Option<char> {
@@ -88,7 +88,7 @@ mod tests {
     /// in the test run itself).
     #[test]
     fn stop_child() {
-        if std::env::var_os(CHILD).is_none() {
+        if !TEST_STOP_CHILD.flag().unwrap_or_else(|e| panic!("{e}")) {
             return;
         }
         let gone = stop_for(Duration::from_millis(400)).expect("stop");
@@ -100,7 +100,7 @@ mod tests {
     fn a_stopped_process_is_continued_by_its_timer() {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "hang::tests::stop_child", "--nocapture"])
-            .env(CHILD, "1")
+            .env(TEST_STOP_CHILD.env, "1")
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("spawn the test binary");

@@ -18,9 +18,7 @@ use crate::cli::{Collective, Compare, Dtype};
 use commhal_cuda_coll::error::{CollError, Result};
 use commhal_cuda_coll::kernels::ReduceOp;
 use commhal_cuda_coll::nccl_lib::{self, NcclLib};
-
-/// The variable naming MSCCL++'s NCCL-API library for `--compare mscclpp`.
-pub const MSCCLPP_ENV: &str = "COMMHAL_MSCCLPP_LIB";
+use commhal_hal::settings::gpu::MSCCLPP_LIB;
 
 /// Which library to compare with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +74,7 @@ impl Comparison {
         mscclpp_env: Option<&OsStr>,
     ) -> std::result::Result<&'static NcclLib, String> {
         let names = self.candidates(mscclpp_env);
+        let var = MSCCLPP_LIB.env;
         NcclLib::open_kept(&names).map_err(|e| {
             let what = match (self, &e) {
                 (_, nccl_lib::LoadError::Missing { .. }) => {
@@ -83,11 +82,11 @@ impl Comparison {
                 }
                 (Comparison::Nccl, _) => "put NCCL's libnccl.so.2 on LD_LIBRARY_PATH (source .gpu/env.sh for the nvidia-nccl wheel's), or name a library with --compare-lib PATH".to_string(),
                 (Comparison::Mscclpp, _) if mscclpp_env.is_some_and(|v| !v.is_empty()) => format!(
-                    "{MSCCLPP_ENV}={}: point {MSCCLPP_ENV} at MSCCL++'s libmscclpp_nccl.so (its libmscclpp.so.0 must be on LD_LIBRARY_PATH too)",
+                    "{var}={}: point {var} at MSCCL++'s libmscclpp_nccl.so (its libmscclpp.so.0 must be on LD_LIBRARY_PATH too)",
                     names[0]
                 ),
                 (Comparison::Mscclpp, _) => format!(
-                    "set {MSCCLPP_ENV} to the path of MSCCL++'s libmscclpp_nccl.so, or put its folder on LD_LIBRARY_PATH (its libmscclpp.so.0 must be found too)"
+                    "set {var} to the path of MSCCL++'s libmscclpp_nccl.so, or put its folder on LD_LIBRARY_PATH (its libmscclpp.so.0 must be found too)"
                 ),
                 (Comparison::Path(_), _) => "give the path of a library that exports NCCL's C API (e.g. libnccl.so.2, MSCCL++'s libmscclpp_nccl.so)".to_string(),
             };
@@ -97,7 +96,7 @@ impl Comparison {
 
     /// [`Comparison::open_with`] with this process's `COMMHAL_MSCCLPP_LIB`.
     pub fn open(&self) -> std::result::Result<&'static NcclLib, String> {
-        self.open_with(std::env::var_os(MSCCLPP_ENV).as_deref())
+        self.open_with(MSCCLPP_LIB.text().as_deref().map(OsStr::new))
     }
 }
 

@@ -14,7 +14,9 @@ use commhal_gpu_bench::cli::{Collective, Dtype};
 use commhal_hal::bootstrap::InProcBootstrap;
 
 fn gpu_or_skip(test: &str) -> bool {
-    let require = std::env::var("COMMHAL_REQUIRE_GPU").as_deref() == Ok("1");
+    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+        .flag()
+        .unwrap_or_else(|e| panic!("{e}"));
     let ok = commhal_cuda_rt::probe().is_available() && commhal_cuda_rt::nvrtc_available();
     if !ok {
         assert!(!require, "{test}: COMMHAL_REQUIRE_GPU=1 but no GPU/NVRTC");

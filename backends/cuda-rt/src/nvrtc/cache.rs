@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use commhal_hal::settings::gpu::CACHE_DIR;
 use sha2::{Digest, Sha256};
 
 use super::{CompileRequest, CompiledImage, ImageKind};
@@ -39,10 +40,10 @@ impl KernelCache {
 
     /// The default directory from the environment; `None` when no variable gives one.
     pub fn from_env() -> Option<Self> {
-        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-        if let Some(d) = nonempty("COMMHAL_CACHE_DIR") {
+        if let Some(d) = CACHE_DIR.text() {
             return Some(Self::new(d));
         }
+        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
         if let Some(d) = nonempty("XDG_CACHE_HOME") {
             return Some(Self::new(PathBuf::from(d).join("commhal")));
         }

@@ -10,10 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use crate::error::{CudaError, Result};
+use commhal_hal::settings::gpu::{NVRTC_DIR, REQUIRE_NVRTC};
 
-/// Environment variable naming a directory that holds libnvrtc.so.13.
-pub const NVRTC_DIR_ENV: &str = "COMMHAL_NVRTC_DIR";
+use crate::error::{CudaError, Result};
 
 fn find(dir: &Path, prefix: &str) -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -63,7 +62,7 @@ pub fn ensure_loaded() -> Result<()> {
     if OK.get().is_some() {
         return Ok(());
     }
-    if let Some(dir) = std::env::var_os(NVRTC_DIR_ENV) {
+    if let Some(dir) = NVRTC_DIR.text() {
         preload_nvrtc_from(Path::new(&dir))?;
     }
     // SAFETY: only tries to dlopen the candidate names and drops the handles; calls
@@ -90,7 +89,10 @@ pub fn nvrtc_or_skip(test: &str) -> bool {
     if crate::nvrtc_available() {
         return true;
     }
-    if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
+    if REQUIRE_NVRTC
+        .flag()
+        .unwrap_or_else(|e| panic!("{test}: {e}"))
+    {
         panic!(
             "{test}: COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found: run scripts/install-nvrtc.sh"
         );
