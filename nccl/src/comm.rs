@@ -212,8 +212,11 @@ pub fn parse_id(id: &UniqueIdBytes) -> Result<UniqueId, NcclError> {
 /// fallback) the fallback NCCL's root too.
 pub fn new_id() -> Result<UniqueIdBytes, NcclError> {
     let ip = match settings::bootstrap_ip() {
-        Some(s) => s.trim().parse().map_err(|_| {
-            NcclError::invalid(format!("COMMHAL_BOOTSTRAP_IP={s}: not an IP address"))
+        Some(s) => s.parse().map_err(|_| {
+            NcclError::invalid(format!(
+                "{}={s}: not an IP address",
+                commhal_hal::settings::nccl::BOOTSTRAP_IP.env
+            ))
         })?,
         None => default_route_ip(),
     };
@@ -299,18 +302,18 @@ struct Precheck {
 }
 
 impl Precheck {
-    fn local(ctx: &Context, buffer_bytes: u64) -> Precheck {
-        let disabled = settings::disabled();
+    fn local(ctx: &Context, buffer_bytes: u64) -> Result<Precheck, NcclError> {
+        let disabled = settings::disabled().map_err(NcclError::invalid)?;
         if !disabled {
             crate::nvrtc::ensure();
         }
-        Precheck {
+        Ok(Precheck {
             host: host_key(),
             disabled,
             nvrtc: commhal_cuda_rt::nvrtc_available(),
             vmm: ctx.supports_vmm_fd().unwrap_or(false),
             buffer_bytes,
-        }
+        })
     }
 
     fn encode(&self) -> Vec<u8> {
@@ -382,8 +385,11 @@ impl Ready {
         fallback: Option<FallbackComm>,
     ) -> Result<Ready, NcclError> {
         let b = boot.boot();
+        // a setting its declaration refuses fails the call here, before the ranks
+        // decide between commhal and the fallback
+        settings::check().map_err(NcclError::invalid)?;
         let cap = settings::buffer_bytes().map_err(NcclError::invalid)?;
-        let mut why_not = Precheck::local(&ctx, cap).agree(b)?;
+        let mut why_not = Precheck::local(&ctx, cap)?.agree(b)?;
         let mut coll = None;
         if why_not.is_none() {
             // the drop-in runs the hand-written kernels; plans (COMMHAL_GPU_ALGO) get

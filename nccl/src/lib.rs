@@ -17,7 +17,7 @@
 //! | [`memory`] | `ncclMemAlloc`, registrations and windows |
 //! | [`fallback`] | the real NCCL, opened at run time (the table of `commhal_cuda_coll::nccl_lib`) |
 //! | [`nvrtc`] | finding NVRTC next to what the application loaded |
-//! | [`settings`] | every environment variable, declared once; the debug log |
+//! | [`settings`] | the environment variables, read through their declarations in `commhal_hal::settings`; the debug log |
 #![allow(non_snake_case)]
 
 pub mod abi;

@@ -1,104 +1,84 @@
-//! Every environment variable the library reads, declared once, and the log it writes.
+//! The environment variables the library reads, through their declarations in
+//! [`commhal_hal::settings::nccl`] (and, for the GPU communicator under it,
+//! [`commhal_hal::settings::gpu`]), and the log it writes.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// One setting: its variable, default and meaning (the README's table is this list).
-#[derive(Debug)]
-pub struct Setting {
-    /// The environment variable.
-    pub name: &'static str,
-    /// Its value when unset, as text.
-    pub default: &'static str,
-    /// What it does.
-    pub doc: &'static str,
-}
-
-/// The settings, in the order the docs list them.
-pub const SETTINGS: &[Setting] = &[
-    Setting {
-        name: "COMMHAL_NCCL_FALLBACK",
-        default: "",
-        doc: "path of the real libnccl.so.2; every communicator then also makes an NCCL communicator, and calls commhal does not run go there (unset: they fail with ncclInvalidUsage)",
-    },
-    Setting {
-        name: "COMMHAL_DEBUG",
-        default: "0",
-        doc: "1: log every call to stderr with where it ran (commhal and its buffer path, or NCCL and why)",
-    },
-    Setting {
-        name: "COMMHAL_NCCL_BUFFER_BYTES",
-        default: "67108864",
-        doc: "bytes of the registered input and output regions per communicator: the largest call that can be staged (unaligned pointers, cuMem VMM memory)",
-    },
-    Setting {
-        name: "COMMHAL_NCCL_WAIT_S",
-        default: "600",
-        doc: "seconds a device wait or a bootstrap step may last before the call fails (a dead peer is seen at once: this bounds only a peer that is alive but never calls)",
-    },
-    Setting {
-        name: "COMMHAL_NCCL_DISABLE",
-        default: "0",
-        doc: "1: commhal runs nothing; every communicator is the fallback NCCL's (needs COMMHAL_NCCL_FALLBACK): an A/B switch without changing the preload",
-    },
-    Setting {
-        name: "COMMHAL_BOOTSTRAP_IP",
-        default: "",
-        doc: "address rank 0's bootstrap listens on (unset: the address of the default route, else loopback)",
-    },
-];
-
-fn var(name: &str) -> Option<String> {
-    debug_assert!(
-        SETTINGS.iter().any(|s| s.name == name),
-        "{name} is not declared"
-    );
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
+use commhal_hal::settings::nccl::{
+    BOOTSTRAP_IP, DEBUG, NCCL_BUFFER_BYTES, NCCL_DISABLE, NCCL_FALLBACK, NCCL_WAIT_S,
+};
+use commhal_hal::settings::{self, Env, Kind, SetBy, Setting, SettingError};
 
 /// `COMMHAL_NCCL_FALLBACK`.
 pub fn fallback_path() -> Option<String> {
-    var("COMMHAL_NCCL_FALLBACK")
+    NCCL_FALLBACK.text()
 }
 
-/// `COMMHAL_DEBUG`, read once.
+/// `COMMHAL_DEBUG`, read once. A value that is not a flag is refused by
+/// `ncclCommInitRank` ([`check`]); until then it is reported once and logging stays off.
 pub fn debug() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| {
-        var("COMMHAL_DEBUG").is_some_and(|v| !matches!(v.trim(), "0" | "off" | "OFF" | "WARN"))
+        DEBUG.flag().unwrap_or_else(|e| {
+            warn(&format!("{e}; logging stays off"));
+            false
+        })
     })
 }
 
 /// `COMMHAL_NCCL_DISABLE`.
-pub fn disabled() -> bool {
-    var("COMMHAL_NCCL_DISABLE").is_some_and(|v| v.trim() == "1")
+pub fn disabled() -> Result<bool, String> {
+    NCCL_DISABLE.flag().map_err(|e| e.to_string())
 }
 
 /// `COMMHAL_BOOTSTRAP_IP`.
 pub fn bootstrap_ip() -> Option<String> {
-    var("COMMHAL_BOOTSTRAP_IP")
-}
-
-fn number(name: &str, default: u64) -> Result<u64, String> {
-    match var(name) {
-        None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("{name}={v}: expected a positive integer")),
-    }
+    BOOTSTRAP_IP.text()
 }
 
 /// `COMMHAL_NCCL_BUFFER_BYTES`.
 pub fn buffer_bytes() -> Result<u64, String> {
-    number("COMMHAL_NCCL_BUFFER_BYTES", 64 << 20)
+    NCCL_BUFFER_BYTES
+        .number_or_default()
+        .map_err(|e| e.to_string())
 }
 
 /// `COMMHAL_NCCL_WAIT_S`.
 pub fn wait_bound() -> Result<Duration, String> {
-    number("COMMHAL_NCCL_WAIT_S", 600).map(Duration::from_secs)
+    NCCL_WAIT_S
+        .number_or_default()
+        .map(Duration::from_secs)
+        .map_err(|e| e.to_string())
+}
+
+/// Every setting the library and, unless `COMMHAL_NCCL_DISABLE` is on, the GPU
+/// communicator under it read, against its declaration: the first one set to a value
+/// its declaration refuses. `ncclCommInitRank` fails with it, rather than falling back
+/// to NCCL or running with part of the environment ignored.
+pub fn check() -> Result<(), String> {
+    check_in(&settings::process_env)
+}
+
+/// [`check`] with the environment `env`.
+pub fn check_in(env: Env<'_>) -> Result<(), String> {
+    let disabled = NCCL_DISABLE.flag_in(env).map_err(|e| e.to_string())?;
+    let gpu: &[&Setting] = if disabled { &[] } else { settings::gpu::ALL };
+    settings::nccl::ALL
+        .iter()
+        .chain(gpu)
+        .filter(|s| s.set_by == SetBy::User)
+        .try_for_each(|s| check_one(s, env))
+        .map_err(|e| e.to_string())
+}
+
+fn check_one(s: &Setting, env: Env<'_>) -> Result<(), SettingError> {
+    match s.kind {
+        Kind::Flag => s.flag_in(env).map(drop),
+        Kind::Number { .. } => s.number_in(env).map(drop),
+        Kind::Choice(_) => s.choice_in(env).map(drop),
+        Kind::Text(_) => Ok(()),
+    }
 }
 
 /// Write `msg` to stderr when [`debug`] is on.
@@ -108,5 +88,83 @@ pub fn log(msg: impl FnOnce() -> String) {
         // one write per line, so that ranks sharing a terminal do not interleave
         let line = format!("commhal-nccl: {}\n", msg());
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
+
+/// Write a warning to stderr, whatever [`debug`] says.
+fn warn(msg: &str) {
+    use std::io::Write;
+    let line = format!("commhal-nccl: WARNING: {msg}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_valid_environment_passes() {
+        check_in(&env_of(&[])).unwrap();
+        check_in(&env_of(&[
+            ("COMMHAL_DEBUG", "1"),
+            ("COMMHAL_NCCL_BUFFER_BYTES", "128M"),
+            ("COMMHAL_NCCL_WAIT_S", "60"),
+            ("COMMHAL_COLL_LL_MAX", "65536"),
+            ("COMMHAL_GPU_PATH", "kernels"),
+            ("COMMHAL_NCCL_FALLBACK", "/x/libnccl.so.2"),
+        ]))
+        .unwrap();
+    }
+
+    /// The drop-in's own variables and the GPU communicator's are refused at
+    /// `ncclCommInitRank` with a message naming them, not taken for on or off
+    /// (`COMMHAL_DEBUG=INFO`, `COMMHAL_NCCL_DISABLE=2`) or ignored.
+    #[test]
+    fn invalid_values_are_refused_by_name() {
+        for (var, bad) in [
+            ("COMMHAL_DEBUG", "INFO"),
+            ("COMMHAL_NCCL_DISABLE", "2"),
+            ("COMMHAL_NCCL_BUFFER_BYTES", "0"),
+            ("COMMHAL_NCCL_BUFFER_BYTES", "lots"),
+            ("COMMHAL_NCCL_WAIT_S", "-1"),
+            ("COMMHAL_COLL_THREADS", "4096"),
+            ("COMMHAL_COLL_CHAIN_OVERLAP", "3"),
+            ("COMMHAL_GPU_PATH", "ce"),
+            ("COMMHAL_PLAN_SCRATCH", "1 MiB"),
+        ] {
+            let vars = [(var, bad)];
+            let e = check_in(&|k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+            .unwrap_err();
+            assert!(e.contains(var) && e.contains(bad), "{var}={bad}: {e}");
+        }
+    }
+
+    /// With the drop-in disabled the GPU communicator does not run, and its variables
+    /// are not read.
+    #[test]
+    fn disabled_skips_the_gpu_settings() {
+        check_in(&env_of(&[
+            ("COMMHAL_NCCL_DISABLE", "1"),
+            ("COMMHAL_COLL_THREADS", "4096"),
+        ]))
+        .unwrap();
+        let e = check_in(&env_of(&[
+            ("COMMHAL_NCCL_DISABLE", "1"),
+            ("COMMHAL_DEBUG", "x"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("COMMHAL_DEBUG"), "{e}");
     }
 }

@@ -216,7 +216,9 @@ fn bad_input_gets_codes_and_messages() {
 fn one_rank_communicator_or_a_clear_error_without_gpu() {
     let lib = load();
     let gpu = commhal_cuda_rt::probe().is_available() && commhal_cuda_rt::nvrtc_available();
-    let require = std::env::var("COMMHAL_REQUIRE_GPU").as_deref() == Ok("1");
+    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+        .flag()
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(gpu || !require, "COMMHAL_REQUIRE_GPU=1 but no GPU/NVRTC");
     type Init = unsafe extern "C" fn(*mut *mut c_void, c_int, Id, c_int) -> c_int;
     // SAFETY: NCCL's prototypes with valid out-pointers.
