@@ -9,6 +9,7 @@
 use crate::builders::{Algorithm, BuildParams};
 use crate::error::AlgoError;
 use crate::plan::Collective;
+use commhal_hal::settings::host::ALGO;
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -150,9 +151,12 @@ impl Selector {
 
     /// Add overrides from the `COMMHAL_ALGO` environment variable, if set.
     pub fn with_env_overrides(self) -> Result<Selector, AlgoError> {
-        match std::env::var("COMMHAL_ALGO") {
-            Ok(v) => self.with_overrides(&v),
-            Err(_) => Ok(self),
+        match ALGO.text() {
+            Some(v) => self.with_overrides(&v).map_err(|e| match e {
+                AlgoError::Selector(m) => AlgoError::Selector(format!("{}: {m}", ALGO.env)),
+                other => other,
+            }),
+            None => Ok(self),
         }
     }
 

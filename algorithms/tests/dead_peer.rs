@@ -16,8 +16,8 @@ use commhal_algorithms::{DataType, RedOp};
 use commhal_channels::WaitPolicy;
 use commhal_hal::HalError;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, TcpBootstrap, UniqueId};
+use commhal_hal::settings::tests::DEAD_PEER_TEST_CHILD;
 
-const CHILD: &str = "COMMHAL_DEAD_PEER_TEST_CHILD";
 const BOUND: Duration = Duration::from_secs(10);
 /// How long rank 1 lives after the others started waiting for it.
 const DEATH_AFTER: Duration = Duration::from_millis(1000);
@@ -36,7 +36,7 @@ fn options() -> CommOptions {
 /// What each child rank runs (a no-op when run directly by the test harness).
 #[test]
 fn dead_peer_child() {
-    if std::env::var(CHILD).is_err() {
+    if !DEAD_PEER_TEST_CHILD.is_set() {
         return;
     }
     let boot: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::from_env().expect("bootstrap"));
@@ -82,11 +82,18 @@ fn a_dead_peer_fails_the_other_ranks_pending_and_later_calls() {
     let id = UniqueId::new_local().unwrap().to_string();
     let children: Vec<_> = (0..n)
         .map(|r| {
-            common::rank_command("dead_peer_child", CHILD, r, n, &id, 60_000)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            common::rank_command(
+                "dead_peer_child",
+                DEAD_PEER_TEST_CHILD.env,
+                r,
+                n,
+                &id,
+                60_000,
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
         })
         .collect();
     for (r, c) in children.into_iter().enumerate() {

@@ -12,14 +12,14 @@ use commhal_algorithms::comm::{CommOptions, Communicator};
 use commhal_algorithms::plan::Collective;
 use commhal_algorithms::{DataType, RedOp};
 use commhal_hal::bootstrap::{Bootstrap, TcpBootstrap, UniqueId};
+use commhal_hal::settings::host::WAIT_TIMEOUT_MS;
+use commhal_hal::settings::tests::EXEC_TEST_CHILD;
 use common::{Case, check_case};
-
-const CHILD: &str = "COMMHAL_EXEC_TEST_CHILD";
 
 /// The body each child runs (a no-op when run directly by the test harness).
 #[test]
 fn child_rank() {
-    if std::env::var(CHILD).is_err() {
+    if !EXEC_TEST_CHILD.is_set() {
         return;
     }
     let boot: Arc<dyn Bootstrap> = Arc::new(TcpBootstrap::from_env().expect("bootstrap"));
@@ -61,8 +61,8 @@ fn run_ranks(n: u32) {
     let id = UniqueId::new_local().unwrap().to_string();
     let children: Vec<_> = (0..n)
         .map(|r| {
-            common::rank_command("child_rank", CHILD, r, n, &id, 20_000)
-                .env("COMMHAL_WAIT_TIMEOUT_MS", "20000")
+            common::rank_command("child_rank", EXEC_TEST_CHILD.env, r, n, &id, 20_000)
+                .env(WAIT_TIMEOUT_MS.env, "20000")
                 .spawn()
                 .unwrap()
         })

@@ -30,6 +30,7 @@ use commhal_algorithms::plan::Collective;
 use commhal_algorithms::{DataType, RedOp};
 use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
+use commhal_hal::settings::launch::LAUNCH_PREFIX;
 
 /// Poison byte for outputs before each checked run.
 const POISON: u8 = 0xA5;
@@ -141,10 +142,6 @@ impl BenchArgs {
     }
 }
 
-/// Set by `commhal launch` in every rank it starts when it prefixes their output lines
-/// with `[rank K] ` (so that machine-read output can go elsewhere).
-pub const PREFIX_ENV: &str = "COMMHAL_LAUNCH_PREFIX";
-
 /// nccl-tests' flags that only take one value here (`-t`, `-g`, `-N 0`), and JSON or
 /// CSV on a stdout that `commhal launch` prefixes: refused before any rank starts
 /// waiting for the others, with what to do instead.
@@ -173,7 +170,7 @@ pub fn check_nccl_tests_flags(args: &BenchArgs) -> Result<(), String> {
     if args.json && args.csv {
         return Err("bench: --json and --csv both given: pick one".into());
     }
-    if (args.json || args.csv) && std::env::var_os(PREFIX_ENV).is_some() {
+    if (args.json || args.csv) && LAUNCH_PREFIX.flag().map_err(|e| e.to_string())? {
         return Err(format!(
             "bench: {}: `commhal launch` prefixes every stdout line with [rank K], which breaks the format; write it to a file with -J FILE (.json or .csv), run `commhal launch --no-prefix`, or let the benchmark start its ranks with --ranks N",
             if args.json { "--json" } else { "--csv" }

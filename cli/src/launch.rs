@@ -34,6 +34,7 @@ use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::Pid;
 
 use commhal_hal::bootstrap::UniqueId;
+use commhal_hal::settings::launch::{LAUNCH_PREFIX, LOCAL_RANK, RANK, UNIQUE_ID, WORLD_SIZE};
 
 /// Options of `commhal launch`.
 #[derive(Debug, clap::Args)]
@@ -117,10 +118,10 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
     for rank in 0..args.nranks {
         let mut cmd = Command::new(program);
         cmd.args(rest)
-            .env("COMMHAL_RANK", rank.to_string())
-            .env("COMMHAL_WORLD_SIZE", args.nranks.to_string())
-            .env("COMMHAL_LOCAL_RANK", rank.to_string())
-            .env("COMMHAL_UNIQUE_ID", &id_string)
+            .env(RANK.env, rank.to_string())
+            .env(WORLD_SIZE.env, args.nranks.to_string())
+            .env(LOCAL_RANK.env, rank.to_string())
+            .env(UNIQUE_ID.env, &id_string)
             .env("RANK", rank.to_string())
             .env("WORLD_SIZE", args.nranks.to_string())
             .env("LOCAL_RANK", rank.to_string())
@@ -133,9 +134,9 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
             .stderr(Stdio::piped());
         // tells a benchmark that its stdout is prefixed (JSON / CSV must go to a file)
         if args.no_prefix {
-            cmd.env_remove(crate::bench::PREFIX_ENV);
+            cmd.env_remove(LAUNCH_PREFIX.env);
         } else {
-            cmd.env(crate::bench::PREFIX_ENV, "1");
+            cmd.env(LAUNCH_PREFIX.env, "1");
         }
         crate::child::prepare(&mut cmd);
         let mut child = match cmd.spawn() {

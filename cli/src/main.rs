@@ -7,6 +7,8 @@ mod info;
 mod launch;
 
 use clap::{Parser, Subcommand};
+use commhal_hal::settings::host::LOG;
+use tracing_subscriber::EnvFilter;
 
 /// commhal — GPU communication with pluggable backends.
 #[derive(Debug, Parser)]
@@ -43,13 +45,27 @@ fn main() {
     if let Some(code) = commhal_conformance::child_main_if_requested() {
         std::process::exit(code);
     }
+    // an invalid COMMHAL_LOG is warned about (once the default filter is in place) and
+    // the default used: a log filter should not stop a job
+    let log = LOG.text();
+    let (filter, bad_log) = match log.as_deref().map(EnvFilter::try_new) {
+        Some(Ok(f)) => (f, None),
+        Some(Err(e)) => (EnvFilter::new(LOG.default), Some(e)),
+        None => (EnvFilter::new(LOG.default), None),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COMMHAL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    if let Some(e) = bad_log {
+        tracing::warn!(
+            "{}={:?} is not a log filter ({e}): expected {}; using {}",
+            LOG.env,
+            log.unwrap_or_default(),
+            LOG.expected(),
+            LOG.default
+        );
+    }
     commhal_backends::link_all();
     let cli = Cli::parse();
     let result = match &cli.command {

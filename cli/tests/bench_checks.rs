@@ -3,18 +3,26 @@
 
 use std::process::{Command, Output};
 
+use commhal_hal::settings::host::{ALGO, BACKENDS, CONFIG, PLUGIN_PATH, WAIT_TIMEOUT_MS};
+use commhal_hal::settings::launch::{
+    BOOTSTRAP_TIMEOUT_MS, LAUNCH_PREFIX, LOCAL_RANK, RANK, SECRET, UNIQUE_ID, WORLD_SIZE,
+};
+
 fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
     for v in [
-        "COMMHAL_BACKENDS",
-        "COMMHAL_CONFIG",
-        "COMMHAL_PLUGIN_PATH",
-        "COMMHAL_ALGO",
-        "COMMHAL_WAIT_TIMEOUT_MS",
-        "COMMHAL_SECRET",
-        "COMMHAL_UNIQUE_ID",
-        "COMMHAL_RANK",
-        "COMMHAL_WORLD_SIZE",
+        BACKENDS.env,
+        CONFIG.env,
+        PLUGIN_PATH.env,
+        ALGO.env,
+        WAIT_TIMEOUT_MS.env,
+        SECRET.env,
+        UNIQUE_ID.env,
+        RANK.env,
+        WORLD_SIZE.env,
+        LOCAL_RANK.env,
+        BOOTSTRAP_TIMEOUT_MS.env,
+        LAUNCH_PREFIX.env,
         "RANK",
         "WORLD_SIZE",
         "LOCAL_RANK",
@@ -76,15 +84,15 @@ fn unsigned_min_and_max_check_clean() {
 fn bad_wait_timeouts_are_rejected() {
     for bad in ["abc", "-5", "0"] {
         let out = small_bench(&[])
-            .env("COMMHAL_WAIT_TIMEOUT_MS", bad)
+            .env(WAIT_TIMEOUT_MS.env, bad)
             .output()
             .unwrap();
         let t = text(&out);
         assert!(!out.status.success(), "{bad}: {t}");
-        assert!(t.contains("COMMHAL_WAIT_TIMEOUT_MS"), "{bad}: {t}");
+        assert!(t.contains(WAIT_TIMEOUT_MS.env), "{bad}: {t}");
     }
     let out = small_bench(&[])
-        .env("COMMHAL_WAIT_TIMEOUT_MS", "20000")
+        .env(WAIT_TIMEOUT_MS.env, "20000")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -107,7 +115,7 @@ fn a_secret_derived_from_torchrun_variables_is_warned_about() {
         .unwrap();
     let t = text(&out);
     assert!(out.status.success(), "{t}");
-    assert_eq!(t.matches("COMMHAL_SECRET").count(), 1, "{t}");
+    assert_eq!(t.matches(SECRET.env).count(), 1, "{t}");
 }
 
 #[test]
@@ -116,11 +124,67 @@ fn bench_warns_about_plugins_that_failed_to_load() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("libcommhal_plugin_broken.so"), "not a library\n").unwrap();
     let out = small_bench(&[])
-        .env("COMMHAL_PLUGIN_PATH", &dir)
+        .env(PLUGIN_PATH.env, &dir)
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("libcommhal_plugin_broken.so"), "{t}");
+}
+
+/// A value its declaration refuses stops the benchmark with a message naming the
+/// variable, where it used to be ignored or named only by what it broke.
+#[test]
+fn values_outside_their_declaration_are_refused_by_name() {
+    let refused = |env: &[(&str, &str)], args: &[&str], want: &str| {
+        let out = small_bench(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(!out.status.success(), "{env:?}: {t}");
+        assert!(t.contains(want), "{env:?}: wanted {want:?} in: {t}");
+    };
+    refused(
+        &[(ALGO.env, "allreduce:no-such-plan")],
+        &[],
+        "COMMHAL_ALGO: ",
+    );
+    let one_rank = [(RANK.env, "0"), (WORLD_SIZE.env, "1")];
+    refused(
+        &[one_rank[0], one_rank[1], (LOCAL_RANK.env, "first")],
+        &[],
+        "COMMHAL_LOCAL_RANK=\"first\" is not valid: expected a whole number",
+    );
+    refused(
+        &[
+            one_rank[0],
+            one_rank[1],
+            (BOOTSTRAP_TIMEOUT_MS.env, "90000000"),
+        ],
+        &[],
+        "COMMHAL_BOOTSTRAP_TIMEOUT_MS=\"90000000\" is not valid: expected a whole number in 1..=86400000 ms",
+    );
+    refused(
+        &[(LAUNCH_PREFIX.env, "maybe")],
+        &["--json"],
+        "COMMHAL_LAUNCH_PREFIX=\"maybe\" is not valid: expected 0 or 1",
+    );
+}
+
+/// A list or a path that is not UTF-8 is refused, naming the variable.
+#[test]
+fn non_utf8_lists_and_paths_are_refused_by_name() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    for var in [BACKENDS.env, PLUGIN_PATH.env, CONFIG.env] {
+        let out = small_bench(&[])
+            .env(var, OsStr::from_bytes(b"host-emu\xff"))
+            .output()
+            .unwrap();
+        let t = text(&out);
+        assert!(!out.status.success(), "{var}: {t}");
+        assert!(t.contains(var) && t.contains("in UTF-8"), "{var}: {t}");
+    }
 }

@@ -4,18 +4,21 @@
 
 use std::process::{Command, Output};
 
+use commhal_hal::settings::host::{ALGO, BACKENDS, CONFIG, PLUGIN_PATH, WAIT_TIMEOUT_MS};
+use commhal_hal::settings::launch::{LAUNCH_PREFIX, RANK, UNIQUE_ID, WORLD_SIZE};
+
 fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
     for v in [
-        "COMMHAL_BACKENDS",
-        "COMMHAL_CONFIG",
-        "COMMHAL_PLUGIN_PATH",
-        "COMMHAL_ALGO",
-        "COMMHAL_WAIT_TIMEOUT_MS",
-        "COMMHAL_UNIQUE_ID",
-        "COMMHAL_RANK",
-        "COMMHAL_WORLD_SIZE",
-        "COMMHAL_LAUNCH_PREFIX",
+        BACKENDS.env,
+        CONFIG.env,
+        PLUGIN_PATH.env,
+        ALGO.env,
+        WAIT_TIMEOUT_MS.env,
+        UNIQUE_ID.env,
+        RANK.env,
+        WORLD_SIZE.env,
+        LAUNCH_PREFIX.env,
         "RANK",
         "WORLD_SIZE",
         "LOCAL_RANK",

@@ -4,13 +4,16 @@
 
 use std::process::Command;
 
+use commhal_hal::settings::host::{ALGO, BACKENDS, CONFIG, PLUGIN_PATH};
+use commhal_hal::settings::launch::NODE;
+
 fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
-    c.env_remove("COMMHAL_BACKENDS")
-        .env_remove("COMMHAL_CONFIG")
-        .env_remove("COMMHAL_PLUGIN_PATH")
-        .env_remove("COMMHAL_ALGO")
-        .env_remove("COMMHAL_NODE");
+    c.env_remove(BACKENDS.env)
+        .env_remove(CONFIG.env)
+        .env_remove(PLUGIN_PATH.env)
+        .env_remove(ALGO.env)
+        .env_remove(NODE.env);
     c
 }
 

@@ -3,12 +3,15 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use commhal_hal::settings::host::{BACKENDS, CONFIG, LOG, PLUGIN_PATH};
+use commhal_hal::settings::ibverbs::{LIB, PORT, STUB_DEVICES};
+
 fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
-    c.env_remove("COMMHAL_BACKENDS")
-        .env_remove("COMMHAL_CONFIG")
-        .env_remove("COMMHAL_PLUGIN_PATH")
-        .env_remove("COMMHAL_IBVERBS_LIB");
+    c.env_remove(BACKENDS.env)
+        .env_remove(CONFIG.env)
+        .env_remove(PLUGIN_PATH.env)
+        .env_remove(LIB.env);
     c
 }
 
@@ -50,7 +53,7 @@ fn info_json_is_machine_readable() {
 fn info_reports_an_unknown_selected_backend() {
     let out = commhal()
         .args(["info"])
-        .env("COMMHAL_BACKENDS", "no-such-net")
+        .env(BACKENDS.env, "no-such-net")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -159,7 +162,7 @@ fn conformance_passes_on_host_backends() {
 fn cli_backends_flag_overrides_the_environment() {
     let out = commhal()
         .args(["--backends", "host-tcp,host-emu", "info"])
-        .env("COMMHAL_BACKENDS", "host-emu")
+        .env(BACKENDS.env, "host-emu")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -214,26 +217,79 @@ fn info_explains_ib_verbs_without_a_device() {
         assert!(line.contains("never run on RDMA hardware"), "{text}");
         line
     };
-    let missing = ib_line(&[("COMMHAL_IBVERBS_LIB", "/nonexistent/libibverbs.so.1".into())]);
+    let missing = ib_line(&[(LIB.env, "/nonexistent/libibverbs.so.1".into())]);
     assert!(
         missing.contains("unavailable: libibverbs not found at /nonexistent/libibverbs.so.1"),
         "{missing}"
     );
+    let stub = stub_provider();
+    let none = ib_line(&[
+        (LIB.env, stub.display().to_string()),
+        (STUB_DEVICES.env, "0".into()),
+    ]);
+    assert!(
+        none.contains("unavailable: no RDMA device (libibverbs found 0 devices)"),
+        "{none}"
+    );
+}
+
+/// `libcommhal_ibverbs_stub.so`, built by cargo with the tests.
+fn stub_provider() -> std::path::PathBuf {
     let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_commhal"));
-    let stub = [
+    [
         bin.parent().unwrap().join("deps"),
         bin.parent().unwrap().to_path_buf(),
     ]
     .iter()
     .map(|d| d.join("libcommhal_ibverbs_stub.so"))
     .find(|p| p.is_file())
-    .expect("the stub verbs provider is built with the tests");
-    let none = ib_line(&[
-        ("COMMHAL_IBVERBS_LIB", stub.display().to_string()),
-        ("COMMHAL_IBVERBS_STUB_DEVICES", "0".into()),
-    ]);
+    .expect("the stub verbs provider is built with the tests")
+}
+
+/// ib-verbs refuses a port number outside its declaration (its probe says why), and
+/// the stub provider, which cannot refuse, says on stderr which value it ignored.
+#[test]
+fn ib_verbs_variables_outside_their_declaration_are_named() {
+    let stub = stub_provider();
+    let out = commhal()
+        .arg("info")
+        .env(LIB.env, &stub)
+        .env(PORT.env, "256")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        none.contains("unavailable: no RDMA device (libibverbs found 0 devices)"),
-        "{none}"
+        text.contains(
+            "COMMHAL_IBVERBS_PORT=\"256\" is not valid: expected a whole number in 0..=255"
+        ),
+        "{text}"
+    );
+    let out = commhal()
+        .arg("info")
+        .env(LIB.env, &stub)
+        .env(STUB_DEVICES.env, "many")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("commhal-ibverbs-stub: COMMHAL_IBVERBS_STUB_DEVICES=\"many\" is not valid")
+            && err.contains("using the default"),
+        "{err}"
+    );
+}
+
+/// A `COMMHAL_LOG` that is not a log filter is warned about; the command still runs.
+#[test]
+fn a_bad_log_filter_is_warned_about() {
+    let out = commhal()
+        .arg("info")
+        .env(LOG.env, "commhal_hal=loudest")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("COMMHAL_LOG=\"commhal_hal=loudest\" is not a log filter"),
+        "{err}"
     );
 }

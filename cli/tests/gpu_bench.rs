@@ -5,15 +5,18 @@
 
 use std::process::{Command, Output};
 
+use commhal_hal::settings::host::{BACKENDS, CONFIG, PLUGIN_PATH};
+use commhal_hal::settings::launch::{RANK, UNIQUE_ID, WORLD_SIZE};
+
 fn commhal(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_commhal"))
         .args(args)
-        .env_remove("COMMHAL_BACKENDS")
-        .env_remove("COMMHAL_CONFIG")
-        .env_remove("COMMHAL_PLUGIN_PATH")
-        .env_remove("COMMHAL_RANK")
-        .env_remove("COMMHAL_WORLD_SIZE")
-        .env_remove("COMMHAL_UNIQUE_ID")
+        .env_remove(BACKENDS.env)
+        .env_remove(CONFIG.env)
+        .env_remove(PLUGIN_PATH.env)
+        .env_remove(RANK.env)
+        .env_remove(WORLD_SIZE.env)
+        .env_remove(UNIQUE_ID.env)
         .env_remove("RANK")
         .env_remove("WORLD_SIZE")
         .output()

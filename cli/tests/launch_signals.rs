@@ -6,11 +6,13 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use commhal_hal::settings::host::{BACKENDS, CONFIG, PLUGIN_PATH};
+
 fn commhal() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_commhal"));
-    c.env_remove("COMMHAL_BACKENDS")
-        .env_remove("COMMHAL_CONFIG")
-        .env_remove("COMMHAL_PLUGIN_PATH");
+    c.env_remove(BACKENDS.env)
+        .env_remove(CONFIG.env)
+        .env_remove(PLUGIN_PATH.env);
     c
 }
 

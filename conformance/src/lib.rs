@@ -37,4 +37,4 @@ pub mod world;
 pub use case::{Case, ChannelKind};
 pub use cli::{ConformanceArgs, cli_main};
 pub use report::{CaseReport, Report, Status};
-pub use runner::{CHILD_ENV, Mode, RunOptions, child_main_if_requested, run};
+pub use runner::{Mode, RunOptions, child_main_if_requested, run};

@@ -8,9 +8,10 @@
 //! has an overall watchdog that kills child processes (or abandons rank threads).
 //!
 //! **Processes.** The runner re-executes `program` (default: the current executable)
-//! with `child_args` and the environment: [`CHILD_ENV`] (where to write the rank's
-//! JSON result), [`PLAN_ENV`] (the plan as JSON), `COMMHAL_RANK`, `COMMHAL_WORLD_SIZE`,
-//! `COMMHAL_UNIQUE_ID` and `COMMHAL_BOOTSTRAP_TIMEOUT_MS`. The program must call
+//! with `child_args` and the environment: `COMMHAL_CONFORMANCE_CHILD` (where to write
+//! the rank's JSON result), `COMMHAL_CONFORMANCE_PLAN` (the plan as JSON),
+//! `COMMHAL_RANK`, `COMMHAL_WORLD_SIZE`, `COMMHAL_UNIQUE_ID` and
+//! `COMMHAL_BOOTSTRAP_TIMEOUT_MS`. The program must call
 //! [`child_main_if_requested`] first thing in `main` (or in a test named by
 //! `child_args`) and exit with the code it returns.
 
@@ -20,18 +21,14 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use commhal_hal::bootstrap::env::{COMMHAL_RANK, COMMHAL_UNIQUE_ID, COMMHAL_WORLD_SIZE};
-use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, TIMEOUT_ENV, TcpBootstrap, UniqueId};
+use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, TcpBootstrap, UniqueId};
+use commhal_hal::settings::launch::{BOOTSTRAP_TIMEOUT_MS, RANK, UNIQUE_ID, WORLD_SIZE};
+use commhal_hal::settings::tests::{CONFORMANCE_CHILD, CONFORMANCE_PLAN};
 
 use crate::case::{Case, Failure};
 use crate::expect::{self, Expectations};
 use crate::report::{RankOutcome, RankOutput, RankResult, Report};
 use crate::world::{Ctx, Plan, TAGS_PER_CASE, World, guarantees_of};
-
-/// Set in a child rank process: the file its JSON [`RankOutput`] goes to.
-pub const CHILD_ENV: &str = "COMMHAL_CONFORMANCE_CHILD";
-/// Set in a child rank process: the [`Plan`] as JSON.
-pub const PLAN_ENV: &str = "COMMHAL_CONFORMANCE_PLAN";
 
 /// How ranks run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,13 +241,13 @@ fn run_processes(
     for r in 0..plan.ranks {
         let spawned = Command::new(&program)
             .args(&opts.child_args)
-            .env(CHILD_ENV, result_path(&dir, r))
-            .env(PLAN_ENV, &plan_json)
-            .env(COMMHAL_RANK, r.to_string())
-            .env(COMMHAL_WORLD_SIZE, plan.ranks.to_string())
-            .env(COMMHAL_UNIQUE_ID, id.to_string())
+            .env(CONFORMANCE_CHILD.env, result_path(&dir, r))
+            .env(CONFORMANCE_PLAN.env, &plan_json)
+            .env(RANK.env, r.to_string())
+            .env(WORLD_SIZE.env, plan.ranks.to_string())
+            .env(UNIQUE_ID.env, id.to_string())
             .env(
-                TIMEOUT_ENV,
+                BOOTSTRAP_TIMEOUT_MS.env,
                 plan.bootstrap_timeout().as_millis().to_string(),
             )
             .stdin(Stdio::null())
@@ -325,8 +322,9 @@ fn result_path(dir: &Path, rank: u32) -> PathBuf {
     dir.join(format!("rank-{rank}.json"))
 }
 
-/// In a child rank process (env [`CHILD_ENV`] set): run this rank, write its results,
-/// and return the exit code for the caller to exit with. `None` in any other process.
+/// In a child rank process (`COMMHAL_CONFORMANCE_CHILD` set): run this rank, write its
+/// results, and return the exit code for the caller to exit with. `None` in any other
+/// process.
 ///
 /// Call it first thing in `main` of any binary that runs [`run`] in process mode:
 /// `if let Some(code) = commhal_conformance::child_main_if_requested() { std::process::exit(code) }`
@@ -335,18 +333,18 @@ pub fn child_main_if_requested() -> Option<i32> {
     if let Some(code) = crate::gpu::launch::child_main_if_requested() {
         return Some(code);
     }
-    let out = std::env::var_os(CHILD_ENV)?;
+    let out = CONFORMANCE_CHILD.text()?;
     Some(child_main(Path::new(&out)))
 }
 
 fn child_main(out: &Path) -> i32 {
-    let rank = std::env::var(COMMHAL_RANK)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let output = match std::env::var(PLAN_ENV)
-        .map_err(|e| format!("{PLAN_ENV}: {e}"))
-        .and_then(|j| serde_json::from_str::<Plan>(&j).map_err(|e| format!("{PLAN_ENV}: {e}")))
+    // only for naming the rank in its output: an invalid value fails the bootstrap below
+    let rank = RANK.number().ok().flatten().unwrap_or(0) as u32;
+    let plan_env = CONFORMANCE_PLAN.env;
+    let output = match CONFORMANCE_PLAN
+        .text()
+        .ok_or_else(|| format!("{plan_env}: not set"))
+        .and_then(|j| serde_json::from_str::<Plan>(&j).map_err(|e| format!("{plan_env}: {e}")))
     {
         Err(e) => RankOutput {
             rank,

@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use commhal_conformance::{Mode, RunOptions, Status, child_main_if_requested, run};
+use commhal_hal::settings::Setting;
+use commhal_hal::settings::ibverbs::{LIB, STUB_FAULT};
+use commhal_hal::settings::tests::{TEST_IBVERBS_COLLECTIVES, TEST_IBVERBS_SUITE};
 
 /// The child rank entry (see `suite.rs`).
 #[test]
@@ -34,25 +37,20 @@ fn stub_lib() -> PathBuf {
         })
 }
 
-const PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_SUITE";
-
-/// Environment that makes `collectives_parent` run.
-const COLL_PARENT_ENV: &str = "COMMHAL_TEST_IBVERBS_COLLECTIVES";
-
 /// Runs the suite in a re-executed copy of this binary whose environment names the
 /// stub (`COMMHAL_IBVERBS_LIB`, plus `extra`): the backend's probe reads the
 /// environment, and the rank processes inherit it.
 fn run_suite_with(extra: &[(&str, &str)]) {
-    rerun("suite_parent", PARENT_ENV, extra);
+    rerun("suite_parent", &TEST_IBVERBS_SUITE, extra);
 }
 
 /// Runs the test `parent` in a re-executed copy of this binary with `gate` set and the
 /// stub named (see `run_suite_with`).
-fn rerun(parent: &str, gate: &str, extra: &[(&str, &str)]) {
+fn rerun(parent: &str, gate: &Setting, extra: &[(&str, &str)]) {
     let out = std::process::Command::new(std::env::current_exe().expect("current_exe"))
         .args(["--exact", parent, "--nocapture", "--test-threads=1"])
-        .env(gate, "1")
-        .env("COMMHAL_IBVERBS_LIB", stub_lib())
+        .env(gate.env, "1")
+        .env(LIB.env, stub_lib())
         .envs(extra.iter().copied())
         .output()
         .expect("re-running the test binary");
@@ -75,13 +73,13 @@ fn ib_verbs_port_cases_over_the_stub_two_processes() {
 /// shadow counter whose starting value is read once with an RDMA READ.
 #[test]
 fn ib_verbs_port_cases_without_device_atomics() {
-    run_suite_with(&[("COMMHAL_IBVERBS_STUB_FAULT", "no-atomics")]);
+    run_suite_with(&[(STUB_FAULT.env, "no-atomics")]);
 }
 
 /// The suite itself (a no-op unless re-executed by the test above).
 #[test]
 fn suite_parent() {
-    if std::env::var_os(PARENT_ENV).is_none() {
+    if !TEST_IBVERBS_SUITE.is_set() {
         return;
     }
     let filter = ["ib-verbs/port/", "honest-capabilities"];
@@ -122,13 +120,13 @@ fn suite_parent() {
 /// communicator's cross-node ports are ib-verbs, not host-tcp.
 #[test]
 fn collectives_across_two_nodes_over_ib_verbs() {
-    rerun("collectives_parent", COLL_PARENT_ENV, &[]);
+    rerun("collectives_parent", &TEST_IBVERBS_COLLECTIVES, &[]);
 }
 
 /// The collective cases themselves (a no-op unless re-executed by the test above).
 #[test]
 fn collectives_parent() {
-    if std::env::var_os(COLL_PARENT_ENV).is_none() {
+    if !TEST_IBVERBS_COLLECTIVES.is_set() {
         return;
     }
     let mut o = RunOptions::for_test("ib-verbs", 4, Mode::Processes, &["ib-verbs/all/collective"]);

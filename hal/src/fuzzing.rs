@@ -154,7 +154,10 @@ pub fn replay_corpus(
     targets: &[Target],
     seeds: &[(&'static str, &'static str, Vec<u8>)],
 ) {
-    if std::env::var_os("COMMHAL_FUZZ_WRITE_SEEDS").is_some() {
+    let write_seeds = crate::settings::tests::FUZZ_WRITE_SEEDS
+        .flag()
+        .unwrap_or_else(|e| panic!("{e}"));
+    if write_seeds {
         for (target, name, bytes) in seeds {
             let dir = corpus.join(target);
             std::fs::create_dir_all(&dir).unwrap();

@@ -28,13 +28,14 @@ use serde::Serialize;
 use crate::dynamic::{DynMemoryMapped, DynPortMapped, DynSwitchMapped};
 use crate::error::{HalError, Result};
 use crate::guarantees::Guarantees;
-use crate::plugin::loader::{PLUGIN_PATH_ENV, PluginBackend};
+use crate::plugin::loader::PluginBackend;
+use crate::settings::host::PLUGIN_PATH;
 use crate::topology::Endpoint;
 use crate::transport::TransportKinds;
 
 pub use selection::{
-    BACKENDS_ENV, CONFIG_ENV, ConfigFile, RankedBackend, Selection, SelectionSource,
-    parse_backend_list, parse_config, rank_by_reach,
+    ConfigFile, RankedBackend, Selection, SelectionSource, parse_backend_list, parse_config,
+    rank_by_reach,
 };
 
 /// Whether a backend can run here.
@@ -249,15 +250,7 @@ impl Catalog {
     /// Fails only if `COMMHAL_PLUGIN_PATH` is not valid UTF-8; bad plugins are reported
     /// in [`Catalog::errors`].
     pub fn discover() -> Result<Catalog> {
-        let path = match std::env::var(PLUGIN_PATH_ENV) {
-            Ok(v) => Some(v),
-            Err(std::env::VarError::NotPresent) => None,
-            Err(std::env::VarError::NotUnicode(v)) => {
-                return Err(HalError::Config(format!(
-                    "{PLUGIN_PATH_ENV} is not valid UTF-8 ({v:?}); use UTF-8 paths"
-                )));
-            }
-        };
+        let path = PLUGIN_PATH.text_utf8()?;
         Ok(Catalog::with_builtins(builtin(), path.as_deref()))
     }
 
@@ -298,8 +291,9 @@ impl Catalog {
             let by = match other.origin() {
                 Origin::Builtin => "the built-in backend of that name; rename the plugin".into(),
                 Origin::Plugin(f) => format!(
-                    "plugin {}; keep only one of them on {PLUGIN_PATH_ENV}",
-                    f.display()
+                    "plugin {}; keep only one of them on {}",
+                    f.display(),
+                    PLUGIN_PATH.env
                 ),
             };
             return Err(HalError::Plugin {

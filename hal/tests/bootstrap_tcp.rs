@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 
 use commhal_hal::HalError;
 use commhal_hal::bootstrap::{Bootstrap, LaunchEnv, TcpBootstrap, UniqueId, timeout_from_env};
+use commhal_hal::settings::launch::{BOOTSTRAP_TIMEOUT_MS, RANK, UNIQUE_ID, WORLD_SIZE};
+use commhal_hal::settings::tests::{TEST_ROLE as ROLE, TEST_SCENARIO as SCENARIO};
 
-const ROLE: &str = "COMMHAL_TEST_ROLE";
-const SCENARIO: &str = "COMMHAL_TEST_SCENARIO";
 const ID_LINE: &str = "TEST_UNIQUE_ID=";
 
 // ---------------------------------------------------------------- child side ----
 
 #[test]
 fn child() {
-    let Ok(role) = std::env::var(ROLE) else {
+    let Some(role) = ROLE.text() else {
         return; // an ordinary test run
     };
     let _ = tracing_subscriber::fmt()
@@ -50,7 +50,7 @@ fn join() -> commhal_hal::Result<TcpBootstrap> {
 }
 
 fn run_rank() {
-    let scenario = std::env::var(SCENARIO).unwrap();
+    let scenario = SCENARIO.text().unwrap();
     let b = match join() {
         Ok(b) => b,
         Err(e) if scenario == "missing" => {
@@ -242,7 +242,7 @@ fn crash(b: &TcpBootstrap) {
 }
 
 fn run_impostor() {
-    let id: UniqueId = std::env::var("COMMHAL_UNIQUE_ID").unwrap().parse().unwrap();
+    let id: UniqueId = UNIQUE_ID.text().unwrap().parse().unwrap();
     match TcpBootstrap::new(1, 2, &id, Duration::from_secs(10)) {
         Ok(_) => panic!("the root accepted a wrong secret"),
         Err(e) => println!("IMPOSTOR_REFUSED: {e}"),
@@ -271,7 +271,7 @@ fn command(role: &str, env: &[(&str, String)]) -> Command {
     for v in commhal_hal::bootstrap::env::VARS {
         c.env_remove(v);
     }
-    c.env(ROLE, role)
+    c.env(ROLE.env, role)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -291,10 +291,10 @@ fn drain(r: impl Read + Send + 'static) -> JoinHandle<String> {
 
 fn rank_env(rank: u32, size: u32, scenario: &str, timeout_ms: u64) -> Vec<(&'static str, String)> {
     vec![
-        ("COMMHAL_RANK", rank.to_string()),
-        ("COMMHAL_WORLD_SIZE", size.to_string()),
-        (SCENARIO, scenario.to_string()),
-        ("COMMHAL_BOOTSTRAP_TIMEOUT_MS", timeout_ms.to_string()),
+        (RANK.env, rank.to_string()),
+        (WORLD_SIZE.env, size.to_string()),
+        (SCENARIO.env, scenario.to_string()),
+        (BOOTSTRAP_TIMEOUT_MS.env, timeout_ms.to_string()),
     ]
 }
 
@@ -381,7 +381,7 @@ fn run_job(size: u32, scenario: &str) -> Vec<Done> {
     let mut procs = vec![root];
     for r in 1..size {
         let mut env = rank_env(r, size, scenario, 20_000);
-        env.push(("COMMHAL_UNIQUE_ID", id.clone()));
+        env.push((UNIQUE_ID.env, id.clone()));
         procs.push(start(&format!("rank {r}"), "rank", &env));
     }
     let done: Vec<Done> = procs.into_iter().map(finish).collect();
@@ -448,7 +448,7 @@ fn missing_rank_is_named_on_every_started_rank() {
     let mut procs = vec![root];
     for r in 1..3 {
         let mut env = rank_env(r, 4, "missing", MISSING_TIMEOUT_MS);
-        env.push(("COMMHAL_UNIQUE_ID", id.clone()));
+        env.push((UNIQUE_ID.env, id.clone()));
         procs.push(start(&format!("rank {r}"), "rank", &env));
     }
     for d in procs.into_iter().map(finish) {
@@ -473,11 +473,7 @@ fn wrong_secret_and_garbage_are_refused_while_the_job_completes() {
 
     // A process with the right address but another secret.
     let fake = UniqueId::new(real.addr()).unwrap().to_string();
-    let imp = finish(start(
-        "impostor",
-        "impostor",
-        &[("COMMHAL_UNIQUE_ID", fake)],
-    ));
+    let imp = finish(start("impostor", "impostor", &[(UNIQUE_ID.env, fake)]));
     assert_ok(&imp, "IMPOSTOR_REFUSED: ");
     assert!(imp.out.contains("wrong job secret"), "{}", imp.out);
 
@@ -506,7 +502,7 @@ fn wrong_secret_and_garbage_are_refused_while_the_job_completes() {
     // The real rank 1 still joins and the job completes.
     let env = {
         let mut e = rank_env(1, 2, "full", 20_000);
-        e.push(("COMMHAL_UNIQUE_ID", id));
+        e.push((UNIQUE_ID.env, id));
         e
     };
     let r1 = finish(start("rank 1", "rank", &env));

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::dynamic::DynMemoryMapped;
 use commhal_hal::registry::{Catalog, Selection};
+use commhal_hal::settings::launch::NODE;
 use commhal_hal::{AbortFlag, Device, Endpoint, HalError, Rank, Region};
 
 use crate::builders::{Algorithm, build};
@@ -492,17 +493,6 @@ fn cross_node_port(
         .cloned()
 }
 
-fn env_u32(name: &str) -> Result<Option<u32>, CommError> {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| CommError::Invalid(format!("{name}={v:?} is not a number"))),
-        _ => Ok(None),
-    }
-}
-
 impl Communicator {
     /// Join the communicator of every rank of `bootstrap` (collective). Picks the backend
     /// through the registry, exchanges endpoints, allocates and maps the sync regions.
@@ -518,7 +508,8 @@ impl Communicator {
         }
         let node = match options.node {
             Some(v) => v,
-            None => env_u32("COMMHAL_NODE")?.unwrap_or(0),
+            // in range: the declaration's maximum is u32::MAX
+            None => NODE.number_or_default().map_err(HalError::from)? as u32,
         };
         let mut me = Endpoint::this_process(rank, Device::HOST);
         me.node = node;

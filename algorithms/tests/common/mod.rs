@@ -12,6 +12,7 @@ use commhal_algorithms::sim::{POISON, reference, test_inputs};
 use commhal_algorithms::{DataType, RedOp};
 use commhal_channels::WaitPolicy;
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap};
+use commhal_hal::settings::launch::{BOOTSTRAP_TIMEOUT_MS, RANK, UNIQUE_ID, WORLD_SIZE};
 
 /// Run `f` on `n` ranks (threads), `rpn` ranks per virtual node, with an optional
 /// algorithm override.
@@ -204,9 +205,9 @@ pub fn rank_command(
     let mut c = std::process::Command::new(exe);
     c.args(["--exact", child, "--nocapture", "--test-threads", "1"])
         .env(marker, "1")
-        .env("COMMHAL_RANK", r.to_string())
-        .env("COMMHAL_WORLD_SIZE", n.to_string())
-        .env("COMMHAL_UNIQUE_ID", id)
-        .env("COMMHAL_BOOTSTRAP_TIMEOUT_MS", bootstrap_ms.to_string());
+        .env(RANK.env, r.to_string())
+        .env(WORLD_SIZE.env, n.to_string())
+        .env(UNIQUE_ID.env, id)
+        .env(BOOTSTRAP_TIMEOUT_MS.env, bootstrap_ms.to_string());
     c
 }

@@ -31,10 +31,8 @@
 //! | `switch_drop_member` | a switch group's member list (the multicast descriptor and [`crate::HostSwitchGroup`]'s buffers) has this member's own buffer in place of its last peer's: a switch reduce counts this member twice and misses that peer (a wrong result, no error), a broadcast never reaches it, and a barrier no longer waits for it |
 //! | `detached_mapping` | `map` (and a switch group's view of its members) returns a *private snapshot* of the peer's memory, taken at map time (`MAP_PRIVATE`, every page copied): puts and signals into it never reach the peer (a lost put and a lost signal), and reads never see the peer's later writes (a stale get / a stale switch reduce). Within one process the peer's buffer is snapshotted instead of shared |
 
+use commhal_hal::settings::host::HOST_EMU_FAULTS;
 use commhal_hal::{HalError, Result};
-
-/// Environment variable read by [`Faults::from_env`].
-pub const FAULTS_ENV: &str = "COMMHAL_HOST_EMU_FAULTS";
 
 /// Faults host-emu's port injects (all off by default). Test-only; see the module docs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,12 +104,10 @@ impl Faults {
 
     /// Faults named by `COMMHAL_HOST_EMU_FAULTS` (none when unset).
     pub fn from_env() -> Result<Faults> {
-        match std::env::var(FAULTS_ENV) {
-            Ok(spec) => {
-                Faults::parse(&spec).map_err(|e| HalError::Config(format!("{FAULTS_ENV}: {e}")))
-            }
-            Err(std::env::VarError::NotPresent) => Ok(Faults::default()),
-            Err(e) => Err(HalError::Config(format!("{FAULTS_ENV}: {e}"))),
+        match HOST_EMU_FAULTS.text_utf8()? {
+            Some(spec) => Faults::parse(&spec)
+                .map_err(|e| HalError::Config(format!("{}: {e}", HOST_EMU_FAULTS.env))),
+            None => Ok(Faults::default()),
         }
     }
 }

@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use commhal_backend_host_emu::{HostEmu, ShmRegion};
+use commhal_hal::settings::tests::HOST_EMU_TEST_CHILD as CHILD;
 use commhal_hal::{Device, Export, MemoryMapped, Region};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
-const CHILD_ENV: &str = "COMMHAL_HOST_EMU_TEST_CHILD";
 const LEN: u64 = 3 * 4096 + 123;
 const SEM: u64 = 0;
 const DATA: std::ops::Range<u64> = 8..6000;
@@ -95,7 +95,7 @@ fn recv_export(sock: &UnixStream) -> std::io::Result<Export> {
 /// Runs only when re-executed by `parent_and_child_share_memory`.
 #[test]
 fn child_entry() {
-    let Ok(path) = std::env::var(CHILD_ENV) else {
+    let Some(path) = CHILD.text() else {
         return;
     };
     let sock = UnixStream::connect(&path).expect("child: connect");
@@ -121,7 +121,7 @@ fn child_entry() {
 
 #[test]
 fn parent_and_child_share_memory() {
-    if std::env::var_os(CHILD_ENV).is_some() {
+    if CHILD.is_set() {
         return;
     }
     let path = std::env::temp_dir().join(format!(
@@ -139,7 +139,7 @@ fn parent_and_child_share_memory() {
 
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, &path)
+        .env(CHILD.env, &path)
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .spawn()

@@ -15,10 +15,13 @@ use commhal_backend_host_emu::{HostRegion, HostTcp, ShmRegion};
 use commhal_hal::bootstrap::{
     Bootstrap, LaunchEnv, TcpBootstrap, UniqueId, recv_export, send_export, timeout_from_env,
 };
+use commhal_hal::settings::launch::{
+    BOOTSTRAP_TIMEOUT_MS, HOST_TCP_ADDR, RANK, UNIQUE_ID, WORLD_SIZE,
+};
+use commhal_hal::settings::tests::TCP_TEST_ROLE as ROLE;
 use commhal_hal::transport::{PeerContext, Port, PortMapped};
 use commhal_hal::{Device, Endpoint, HalError, Region};
 
-const ROLE: &str = "COMMHAL_TCP_TEST_ROLE";
 const ID_LINE: &str = "TEST_UNIQUE_ID=";
 const LEN: u64 = 3 << 20;
 const SEM: u64 = 0;
@@ -37,7 +40,7 @@ fn pattern(rank: u32) -> Vec<u8> {
 /// Runs only when re-executed by the parent test.
 #[test]
 fn tcp_child() {
-    let Ok(role) = std::env::var(ROLE) else {
+    let Some(role) = ROLE.text() else {
         return;
     };
     assert_eq!(role, "rank");
@@ -138,16 +141,16 @@ fn spawn(rank: u32, id: Option<&str>) -> Child {
     for v in commhal_hal::bootstrap::env::VARS {
         c.env_remove(v);
     }
-    c.env(ROLE, "rank")
-        .env("COMMHAL_RANK", rank.to_string())
-        .env("COMMHAL_WORLD_SIZE", "2")
-        .env("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "20000")
-        .env("COMMHAL_HOST_TCP_ADDR", "127.0.0.1")
+    c.env(ROLE.env, "rank")
+        .env(RANK.env, rank.to_string())
+        .env(WORLD_SIZE.env, "2")
+        .env(BOOTSTRAP_TIMEOUT_MS.env, "20000")
+        .env(HOST_TCP_ADDR.env, "127.0.0.1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(id) = id {
-        c.env("COMMHAL_UNIQUE_ID", id);
+        c.env(UNIQUE_ID.env, id);
     }
     c.spawn().unwrap()
 }
@@ -179,7 +182,7 @@ fn finish(mut p: Proc) -> (bool, String, String) {
 
 #[test]
 fn two_processes_on_two_virtual_nodes() {
-    if std::env::var_os(ROLE).is_some() {
+    if ROLE.is_set() {
         return;
     }
     let mut root = spawn(0, None);

@@ -12,18 +12,13 @@
 
 use std::sync::Arc;
 
+use commhal_hal::settings::Setting;
+use commhal_hal::settings::ibverbs::{DEVICE, GID_INDEX, LIB, PORT};
 use commhal_hal::{HalError, Result};
 
 use crate::BACKEND;
 use crate::sys::abi::{IBV_LINK_LAYER_ETHERNET, IBV_LINK_LAYER_INFINIBAND, IBV_PORT_ACTIVE};
 use crate::sys::{Context, DeviceAttr, LoadError, PortAttr, Verbs};
-
-/// Environment: device name.
-pub const DEVICE_ENV: &str = "COMMHAL_IBVERBS_DEVICE";
-/// Environment: port number.
-pub const PORT_ENV: &str = "COMMHAL_IBVERBS_PORT";
-/// Environment: GID index.
-pub const GID_INDEX_ENV: &str = "COMMHAL_IBVERBS_GID_INDEX";
 
 /// The link a port runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,27 +63,21 @@ impl Wanted {
     /// Fill unset fields from the environment.
     pub fn with_env(mut self) -> Result<Wanted> {
         if self.device.is_none() {
-            self.device = std::env::var(DEVICE_ENV).ok().filter(|v| !v.is_empty());
+            self.device = DEVICE.text();
         }
         if self.port.is_none() {
-            self.port = env_u8(PORT_ENV)?;
+            self.port = env_u8(&PORT)?;
         }
         if self.gid_index.is_none() {
-            self.gid_index = env_u8(GID_INDEX_ENV)?;
+            self.gid_index = env_u8(&GID_INDEX)?;
         }
         Ok(self)
     }
 }
 
-fn env_u8(var: &str) -> Result<Option<u8>> {
-    match std::env::var(var) {
-        Err(_) => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<u8>()
-            .map(Some)
-            .map_err(|_| HalError::Config(format!("{var}={v:?} is not a number from 0 to 255"))),
-    }
+fn env_u8(s: &Setting) -> Result<Option<u8>> {
+    // in range: the declarations' maximum is 255
+    Ok(s.number()?.map(|v| v as u8))
 }
 
 /// Load the library or say why not, in the words `commhal info` prints.
@@ -96,11 +85,11 @@ pub fn load(path: &str) -> std::result::Result<&'static Verbs, String> {
     Verbs::load(path).map_err(|e| match e {
         LoadError::NotFound(msg) if path == crate::sys::DEFAULT_LIB => format!(
             "libibverbs.so.1 not found ({msg}): install rdma-core (libibverbs1) or set {}",
-            crate::sys::LIB_ENV
+            LIB.env
         ),
         LoadError::NotFound(msg) => format!(
             "libibverbs not found at {path} ({msg}): check {} / the `library` option",
-            crate::sys::LIB_ENV
+            LIB.env
         ),
         LoadError::MissingSymbol(s) => format!(
             "{path} lacks {s}: it is not a usable libibverbs (rdma-core 17 or newer exports every entry point used)"
@@ -132,7 +121,8 @@ pub fn choose(verbs: &'static Verbs, want: &Wanted) -> Result<Chosen> {
             Some(n) => vec![n],
             None => {
                 return Err(HalError::Config(format!(
-                    "RDMA device `{d}` (from the `device` option or {DEVICE_ENV}) does not exist; libibverbs lists: {}",
+                    "RDMA device `{d}` (from the `device` option or {}) does not exist; libibverbs lists: {}",
+                    DEVICE.env,
                     names.join(", ")
                 )));
             }
@@ -229,11 +219,15 @@ fn pick_gid(
     let len = pa.gid_tbl_len.clamp(0, 256) as usize;
     if let Some(i) = wanted {
         let g = ctx.query_gid(port, i32::from(i)).map_err(|e| {
-            format!("ibv_query_gid(index {i}) failed (errno {e}): check {GID_INDEX_ENV}")
+            format!(
+                "ibv_query_gid(index {i}) failed (errno {e}): check {}",
+                GID_INDEX.env
+            )
         })?;
         if g == [0; 16] && link == Link::Roce {
             return Err(format!(
-                "GID index {i} is empty: pick one listed by `show_gids` ({GID_INDEX_ENV})"
+                "GID index {i} is empty: pick one listed by `show_gids` ({})",
+                GID_INDEX.env
             ));
         }
         return Ok((i, g));

@@ -50,7 +50,7 @@ pub mod transport;
 pub use port::IbPort;
 pub use region::{IbLocal, IbRemote};
 pub use register::probe;
-pub use sys::{DEFAULT_LIB, LIB_ENV};
+pub use sys::DEFAULT_LIB;
 pub use transport::{DmabufRange, FIFO_DEPTH, GUARANTEES, IbOptions, IbVerbs};
 
 /// The backend's name, as in [`commhal_hal::Export::backend`] and the registry.

@@ -32,8 +32,6 @@ use crate::sys::{Cq, Mr, Path, Pd, Qp};
 pub const FIFO_DEPTH: u32 = 512;
 /// Send-queue depth of each port's queue pair (and its completion queue).
 pub const SQ_DEPTH: u32 = 256;
-/// Environment: bound on a port flush (and on a full send queue), in milliseconds.
-pub const FLUSH_TIMEOUT_ENV: &str = "COMMHAL_IBVERBS_FLUSH_TIMEOUT_MS";
 
 /// What ib-verbs promises, and why (RC semantics of the InfiniBand specification;
 /// **never checked on RDMA hardware**, only against the stub provider):
@@ -151,15 +149,9 @@ impl IbOptions {
 }
 
 fn flush_timeout_from_env() -> Result<Duration> {
-    match std::env::var(FLUSH_TIMEOUT_ENV) {
-        Err(_) => Ok(Duration::from_secs(30)),
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-            _ => Err(HalError::Config(format!(
-                "{FLUSH_TIMEOUT_ENV}={v:?} is not a positive number of milliseconds"
-            ))),
-        },
-    }
+    Ok(Duration::from_millis(
+        commhal_hal::settings::ibverbs::FLUSH_TIMEOUT_MS.number_or_default()?,
+    ))
 }
 
 impl IbVerbs {

@@ -26,6 +26,7 @@ use commhal_cuda_coll::types::{Collective, Dtype};
 use commhal_cuda_coll::{CallBufs, Comm};
 use commhal_cuda_rt::DeviceBuffer;
 use commhal_hal::bootstrap::Bootstrap;
+use commhal_hal::settings::host::BACKENDS;
 use commhal_hal::{HalError, Result};
 
 use super::world::{Recorder, Verdict, World};
@@ -43,7 +44,7 @@ fn err(e: impl std::fmt::Display) -> HalError {
 
 /// Run the collective cases on this rank (every rank, in the same order).
 pub fn run_cases(w: &World, rec: &mut Recorder) {
-    let links = std::env::var("COMMHAL_BACKENDS").unwrap_or_else(|_| "default".into());
+    let links = BACKENDS.text().unwrap_or_else(|| "default".into());
     let counts: &[u64] = if w.quick { &QUICK_COUNTS } else { &COUNTS };
     let n = w.size() as u64;
     let capacity = (n * COUNTS[3] * ES).next_multiple_of(1 << 20);

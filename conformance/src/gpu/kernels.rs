@@ -383,7 +383,10 @@ mod tests {
             commhal_cuda_rt::nvrtc::loader::preload_nvrtc_from(&local).expect("preload NVRTC");
         }
         if !commhal_cuda_rt::nvrtc_available() {
-            if std::env::var("COMMHAL_REQUIRE_NVRTC").as_deref() == Ok("1") {
+            let required = commhal_hal::settings::tests::REQUIRE_NVRTC
+                .flag()
+                .unwrap_or_else(|e| panic!("{e}"));
+            if required {
                 panic!("COMMHAL_REQUIRE_NVRTC=1 but NVRTC was not found");
             }
             use std::io::Write;

@@ -1,14 +1,13 @@
 //! `commhal conformance --backend cuda-nvlink --ranks N`: start N rank processes (one
 //! per GPU) of the current binary running [`super::run`], the way `commhal launch`
 //! would, and print rank 0's report. The ranks are this binary re-executed with
-//! [`GPU_CHILD_ENV`] set; [`child_main_if_requested`] dispatches them.
+//! `COMMHAL_GPU_CONFORMANCE_CHILD` set; [`child_main_if_requested`] dispatches them.
 
 use std::process::{Command, Stdio};
 
 use commhal_hal::bootstrap::UniqueId;
-
-/// Marks a GPU conformance rank: `<backend>,<quick 0|1>,<json 0|1>`.
-pub const GPU_CHILD_ENV: &str = "COMMHAL_GPU_CONFORMANCE_CHILD";
+use commhal_hal::settings::launch::{LOCAL_RANK, RANK, UNIQUE_ID, WORLD_SIZE};
+use commhal_hal::settings::tests::GPU_CONFORMANCE_CHILD;
 
 /// Run the GPU suite for `backend` (`cuda-nvlink`, `cuda-dma` or `all`) over `ranks`
 /// processes of this binary. Returns the worst exit code of the ranks.
@@ -31,11 +30,11 @@ pub fn run_processes(backend: &str, ranks: u32, quick: bool, json: bool) -> i32 
     let mut children = Vec::new();
     for rank in 0..ranks {
         let mut cmd = Command::new(&exe);
-        cmd.env(GPU_CHILD_ENV, &marker)
-            .env("COMMHAL_RANK", rank.to_string())
-            .env("COMMHAL_WORLD_SIZE", ranks.to_string())
-            .env("COMMHAL_LOCAL_RANK", rank.to_string())
-            .env("COMMHAL_UNIQUE_ID", &id)
+        cmd.env(GPU_CONFORMANCE_CHILD.env, &marker)
+            .env(RANK.env, rank.to_string())
+            .env(WORLD_SIZE.env, ranks.to_string())
+            .env(LOCAL_RANK.env, rank.to_string())
+            .env(UNIQUE_ID.env, &id)
             .stdin(Stdio::null());
         if rank != 0 {
             // Every rank reaches the same verdict; rank 0 prints the report.
@@ -71,7 +70,7 @@ pub fn run_processes(backend: &str, ranks: u32, quick: bool, json: bool) -> i32 
 
 /// In a rank started by [`run_processes`]: run it and return its exit code.
 pub fn child_main_if_requested() -> Option<i32> {
-    let marker = std::env::var(GPU_CHILD_ENV).ok()?;
+    let marker = GPU_CONFORMANCE_CHILD.text()?;
     let mut parts = marker.split(',');
     let backend = parts.next().unwrap_or_default().to_string();
     let quick = parts.next() == Some("1");

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use commhal_cuda_rt::{Context, DeviceBuffer, Stream};
 use commhal_hal::bootstrap::{Bootstrap, TcpBootstrap};
+use commhal_hal::settings::host::GPU_WAIT_NS;
+use commhal_hal::settings::launch::LOCAL_RANK;
 use commhal_hal::{Device, DeviceKind, Endpoint, HalError, Result};
 
 use crate::gpu::kernels::{GpuOp, Kernels, ops_bytes, pod_bytes};
@@ -22,10 +24,6 @@ use crate::report::{RankOutcome, RankResult};
 
 /// Bound on every host wait for device work.
 pub const KERNEL_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Default bound of every device wait written into handles, in nanoseconds
-/// (`COMMHAL_GPU_WAIT_NS` overrides): seconds, not minutes.
-pub const DEFAULT_WAIT_NS: u64 = 10_000_000_000;
 
 const TAG_BASE: u64 = 0x4750_0000_0000;
 
@@ -68,7 +66,8 @@ pub struct World {
     pub endpoints: Vec<Endpoint>,
     /// Quick tier.
     pub quick: bool,
-    /// Spin bound for handles.
+    /// Bound of every device wait written into handles, in nanoseconds
+    /// (`COMMHAL_GPU_WAIT_NS`; seconds, not minutes).
     pub spin: u64,
 }
 
@@ -83,10 +82,8 @@ impl World {
                 reason: "no CUDA device".into(),
             });
         }
-        let local = std::env::var("COMMHAL_LOCAL_RANK")
-            .ok()
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .unwrap_or(boot.rank());
+        // in range: the declaration's maximum is u32::MAX
+        let local = LOCAL_RANK.number()?.map_or(boot.rank(), |v| v as u32);
         let device = local % n;
         let ctx = commhal_backend_cuda_nvlink::driver::context("gpu-conformance", device)?;
         let stream = Stream::new(&ctx)?;
@@ -108,11 +105,7 @@ impl World {
                     .map_err(|e| HalError::Bootstrap(format!("a peer sent a bad endpoint: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let spin = std::env::var("COMMHAL_GPU_WAIT_NS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|&v| v > 0)
-            .unwrap_or(DEFAULT_WAIT_NS);
+        let spin = GPU_WAIT_NS.number_or_default()?;
         Ok(World {
             boot,
             device,

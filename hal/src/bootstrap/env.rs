@@ -33,24 +33,13 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
-use crate::bootstrap::timeout_from_value;
 use crate::bootstrap::unique_id::{UniqueId, digest, parse_secret_hex};
 use crate::error::{HalError, Result};
+use crate::settings::launch::{
+    BOOTSTRAP_TIMEOUT_MS, LOCAL_RANK, MASTER_PORT, RANK, SECRET, UNIQUE_ID, WORLD_SIZE,
+};
+use crate::settings::{self, Env};
 use crate::topology::Rank;
-
-/// `COMMHAL_RANK`.
-pub const COMMHAL_RANK: &str = "COMMHAL_RANK";
-/// `COMMHAL_WORLD_SIZE`.
-pub const COMMHAL_WORLD_SIZE: &str = "COMMHAL_WORLD_SIZE";
-/// `COMMHAL_LOCAL_RANK`.
-pub const COMMHAL_LOCAL_RANK: &str = "COMMHAL_LOCAL_RANK";
-/// `COMMHAL_UNIQUE_ID`: text form of a [`UniqueId`].
-pub const COMMHAL_UNIQUE_ID: &str = "COMMHAL_UNIQUE_ID";
-/// `COMMHAL_SECRET`: 32 hex digits, the job secret when rendezvousing at `MASTER_ADDR`.
-pub const COMMHAL_SECRET: &str = "COMMHAL_SECRET";
-/// `COMMHAL_MASTER_PORT`: the root's port when rendezvousing at `MASTER_ADDR`
-/// (default `MASTER_PORT + 1`).
-pub const COMMHAL_MASTER_PORT: &str = "COMMHAL_MASTER_PORT";
 
 /// Job identifiers mixed into a derived secret.
 const JOB_ID_VARS: [&str; 5] = [
@@ -63,13 +52,13 @@ const JOB_ID_VARS: [&str; 5] = [
 
 /// Every variable [`LaunchEnv::detect`] reads.
 pub const VARS: [&str; 23] = [
-    COMMHAL_RANK,
-    COMMHAL_WORLD_SIZE,
-    COMMHAL_LOCAL_RANK,
-    COMMHAL_UNIQUE_ID,
-    COMMHAL_SECRET,
-    COMMHAL_MASTER_PORT,
-    crate::bootstrap::TIMEOUT_ENV,
+    RANK.env,
+    WORLD_SIZE.env,
+    LOCAL_RANK.env,
+    UNIQUE_ID.env,
+    SECRET.env,
+    MASTER_PORT.env,
+    BOOTSTRAP_TIMEOUT_MS.env,
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -140,7 +129,7 @@ pub struct LaunchEnv {
 impl LaunchEnv {
     /// Read the process environment. `Ok(None)`: no launcher variables at all.
     pub fn detect() -> Result<Option<LaunchEnv>> {
-        Self::from_vars(|k| std::env::var(k).ok())
+        Self::from_vars(settings::process_env)
     }
 
     /// Like [`LaunchEnv::detect`], from an explicit map (for tests and launchers).
@@ -156,12 +145,7 @@ impl LaunchEnv {
                 .filter(|v| !v.is_empty())
         };
         let sources = [
-            (
-                Launcher::Commhal,
-                COMMHAL_RANK,
-                COMMHAL_WORLD_SIZE,
-                COMMHAL_LOCAL_RANK,
-            ),
+            (Launcher::Commhal, RANK.env, WORLD_SIZE.env, LOCAL_RANK.env),
             (Launcher::Torchrun, "RANK", "WORLD_SIZE", "LOCAL_RANK"),
             (
                 Launcher::OpenMpi,
@@ -209,7 +193,7 @@ impl LaunchEnv {
         let Some((launcher, rank, world_size, local_rank)) = found else {
             return Ok(None);
         };
-        let timeout = timeout_from_value(get(crate::bootstrap::TIMEOUT_ENV).as_deref())?;
+        let timeout = crate::bootstrap::timeout_in(&get)?;
         let rendezvous = rendezvous(&get, world_size)?;
         Ok(Some(LaunchEnv {
             rank,
@@ -236,7 +220,9 @@ impl LaunchEnv {
                     static WARNED: std::sync::Once = std::sync::Once::new();
                     WARNED.call_once(|| {
                         tracing::warn!(
-                            "the job secret is derived from the launcher's variables (MASTER_ADDR, MASTER_PORT, world size, job ids): anyone who can read them can join this job; set {COMMHAL_SECRET} to the same 32 hex digits on every rank (e.g. from `openssl rand -hex 16`) or use {COMMHAL_UNIQUE_ID}"
+                            "the job secret is derived from the launcher's variables (MASTER_ADDR, MASTER_PORT, world size, job ids): anyone who can read them can join this job; set {} to the same 32 hex digits on every rank (e.g. from `openssl rand -hex 16`) or use {}",
+                            SECRET.env,
+                            UNIQUE_ID.env
                         )
                     });
                 }
@@ -244,22 +230,30 @@ impl LaunchEnv {
                 Ok(UniqueId::with_secret(addr, *secret))
             }
             None => Err(HalError::Config(format!(
-                "no rendezvous in the environment: set {COMMHAL_UNIQUE_ID} (preferred) or MASTER_ADDR and MASTER_PORT"
+                "no rendezvous in the environment: set {} (preferred) or MASTER_ADDR and MASTER_PORT",
+                UNIQUE_ID.env
             ))),
         }
     }
 }
 
+/// `var`'s value `v` as a rank or a count: commhal's variables as their declarations
+/// say, the other launchers' as any `u32`.
 fn parse_u32(var: &str, v: &str) -> Result<u32> {
-    v.parse::<u32>()
-        .map_err(|_| HalError::Config(format!("{var}={v:?} is not a non-negative integer")))
+    match settings::find(var) {
+        // in range: the declarations' maximum is u32::MAX
+        Some(s) => Ok(s.parse_number(v)? as u32),
+        None => v
+            .parse::<u32>()
+            .map_err(|_| HalError::Config(format!("{var}={v:?} is not a non-negative integer"))),
+    }
 }
 
-fn rendezvous(get: &dyn Fn(&str) -> Option<String>, world_size: u32) -> Result<Option<Rendezvous>> {
-    if let Some(id) = get(COMMHAL_UNIQUE_ID) {
+fn rendezvous(get: Env<'_>, world_size: u32) -> Result<Option<Rendezvous>> {
+    if let Some(id) = UNIQUE_ID.raw_in(get) {
         let id = id
             .parse::<UniqueId>()
-            .map_err(|e| HalError::Config(format!("{COMMHAL_UNIQUE_ID}: {e}")))?;
+            .map_err(|e| HalError::Config(format!("{}: {e}", UNIQUE_ID.env)))?;
         return Ok(Some(Rendezvous::UniqueId(id)));
     }
     let (host, master_port) = match (get("MASTER_ADDR"), get("MASTER_PORT")) {
@@ -279,23 +273,23 @@ fn rendezvous(get: &dyn Fn(&str) -> Option<String>, world_size: u32) -> Result<O
     let mp = master_port.parse::<u16>().map_err(|_| {
         HalError::Config(format!("MASTER_PORT={master_port:?} is not a port number"))
     })?;
-    let port = match get(COMMHAL_MASTER_PORT) {
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
-            .filter(|&p| p != 0)
-            .ok_or_else(|| HalError::Config(format!("{COMMHAL_MASTER_PORT}={p:?} is not a port number")))?,
+    let port = match MASTER_PORT.number_in(get)? {
+        // in range: the declaration's is 1..=65535
+        Some(p) => p as u16,
         None => mp.checked_add(1).ok_or_else(|| {
             HalError::Config(format!(
-                "MASTER_PORT={mp}: commhal listens on MASTER_PORT + 1, which overflows; set {COMMHAL_MASTER_PORT}"
+                "MASTER_PORT={mp}: commhal listens on MASTER_PORT + 1, which overflows; set {}",
+                MASTER_PORT.env
             ))
         })?,
     };
-    let (secret, derived_secret) = match get(COMMHAL_SECRET) {
+    let (secret, derived_secret) = match SECRET.raw_in(get) {
+        // the message leaves the value out: it is a secret
         Some(s) => (
             parse_secret_hex(&s).ok_or_else(|| {
                 HalError::Config(format!(
-                    "{COMMHAL_SECRET} must be 32 hex digits (e.g. from `openssl rand -hex 16`); got {} characters",
+                    "{} must be 32 hex digits (e.g. from `openssl rand -hex 16`); got {} characters",
+                    SECRET.env,
                     s.len()
                 ))
             })?,
@@ -312,13 +306,7 @@ fn rendezvous(get: &dyn Fn(&str) -> Option<String>, world_size: u32) -> Result<O
 }
 
 /// The weak, derived secret (see the module docs).
-fn derive_secret(
-    get: &dyn Fn(&str) -> Option<String>,
-    host: &str,
-    master_port: u16,
-    port: u16,
-    size: u32,
-) -> [u8; 16] {
+fn derive_secret(get: Env<'_>, host: &str, master_port: u16, port: u16, size: u32) -> [u8; 16] {
     let mut parts: Vec<Vec<u8>> = vec![
         b"commhal derived secret v1".to_vec(),
         host.as_bytes().to_vec(),
@@ -376,11 +364,11 @@ mod tests {
         let id = UniqueId::new("10.0.0.1:4000".parse().unwrap()).unwrap();
         let s = id.to_string();
         let e = env(&[
-            ("COMMHAL_RANK", "2"),
-            ("COMMHAL_WORLD_SIZE", "4"),
-            ("COMMHAL_LOCAL_RANK", "0"),
-            ("COMMHAL_UNIQUE_ID", &s),
-            ("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "1500"),
+            (RANK.env, "2"),
+            (WORLD_SIZE.env, "4"),
+            (LOCAL_RANK.env, "0"),
+            (UNIQUE_ID.env, &s),
+            (BOOTSTRAP_TIMEOUT_MS.env, "1500"),
             // torchrun variables too, as `commhal launch` sets both: commhal wins.
             ("RANK", "3"),
             ("WORLD_SIZE", "4"),
@@ -409,7 +397,7 @@ mod tests {
         let e = env(&vars).unwrap().unwrap();
         assert_eq!(e.launcher, Launcher::Torchrun);
         assert_eq!((e.rank, e.world_size, e.local_rank), (1, 8, Some(1)));
-        assert_eq!(e.timeout, crate::bootstrap::DEFAULT_TIMEOUT);
+        assert_eq!(e.timeout, crate::bootstrap::default_timeout());
         let Some(Rendezvous::Master {
             host,
             port,
@@ -451,8 +439,8 @@ mod tests {
             ("WORLD_SIZE", "2"),
             ("MASTER_ADDR", "localhost"),
             ("MASTER_PORT", "29500"),
-            ("COMMHAL_MASTER_PORT", "31000"),
-            ("COMMHAL_SECRET", "000102030405060708090a0b0c0d0e0f"),
+            (MASTER_PORT.env, "31000"),
+            (SECRET.env, "000102030405060708090a0b0c0d0e0f"),
         ])
         .unwrap()
         .unwrap();
@@ -492,7 +480,7 @@ mod tests {
             e.unique_id()
                 .unwrap_err()
                 .to_string()
-                .contains("COMMHAL_UNIQUE_ID")
+                .contains(UNIQUE_ID.env)
         );
         let e = env(&[
             ("SLURM_PROCID", "5"),
@@ -516,11 +504,7 @@ mod tests {
             &[("RANK", "2"), ("WORLD_SIZE", "2")],
             &[("RANK", "0"), ("WORLD_SIZE", "0")],
             &[("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "-1")],
-            &[
-                ("RANK", "0"),
-                ("WORLD_SIZE", "2"),
-                ("COMMHAL_UNIQUE_ID", "nope"),
-            ],
+            &[("RANK", "0"), ("WORLD_SIZE", "2"), (UNIQUE_ID.env, "nope")],
             &[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")],
             &[
                 ("RANK", "0"),
@@ -539,17 +523,17 @@ mod tests {
                 ("WORLD_SIZE", "2"),
                 ("MASTER_ADDR", "h"),
                 ("MASTER_PORT", "1"),
-                ("COMMHAL_SECRET", "short"),
+                (SECRET.env, "short"),
             ],
             &[
                 ("RANK", "0"),
                 ("WORLD_SIZE", "2"),
-                ("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "0"),
+                (BOOTSTRAP_TIMEOUT_MS.env, "0"),
             ],
             &[
                 ("RANK", "0"),
                 ("WORLD_SIZE", "2"),
-                ("COMMHAL_BOOTSTRAP_TIMEOUT_MS", "soon"),
+                (BOOTSTRAP_TIMEOUT_MS.env, "soon"),
             ],
         ];
         for c in cases {
@@ -560,6 +544,37 @@ mod tests {
         }
     }
 
+    /// A `COMMHAL_*` value outside its declaration is refused with the declaration's
+    /// message: the variable, the value and the range.
+    #[test]
+    fn commhal_values_outside_their_declaration_are_refused_by_name() {
+        let cases = [
+            (RANK.env, "-1"),
+            (WORLD_SIZE.env, "0"),
+            (LOCAL_RANK.env, "one"),
+            (BOOTSTRAP_TIMEOUT_MS.env, "90000000"),
+            (MASTER_PORT.env, "0"),
+            (MASTER_PORT.env, "65536"),
+        ];
+        for (var, value) in cases {
+            let mut vars = vec![
+                (RANK.env, "0"),
+                (WORLD_SIZE.env, "2"),
+                ("MASTER_ADDR", "h"),
+                ("MASTER_PORT", "1"),
+            ];
+            vars.retain(|(k, _)| *k != var);
+            vars.push((var, value));
+            let e = env(&vars).unwrap_err().to_string();
+            assert!(
+                e.contains(var)
+                    && e.contains(&format!("{value:?}"))
+                    && e.contains("expected a whole number in"),
+                "{var}={value}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn secret_error_does_not_echo_the_value() {
         let e = env(&[
@@ -567,7 +582,7 @@ mod tests {
             ("WORLD_SIZE", "2"),
             ("MASTER_ADDR", "h"),
             ("MASTER_PORT", "1"),
-            ("COMMHAL_SECRET", "hunter2-hunter2"),
+            (SECRET.env, "hunter2-hunter2"),
         ])
         .unwrap_err();
         assert!(!e.to_string().contains("hunter2"), "{e}");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::bootstrap::collectives::{self, Exchange};
 use crate::bootstrap::mailbox::Mailbox;
-use crate::bootstrap::{Bootstrap, DEFAULT_TIMEOUT, check_peer, check_user_tag};
+use crate::bootstrap::{Bootstrap, check_peer, check_user_tag, default_timeout};
 use crate::error::{HalError, Result};
 use crate::topology::Rank;
 
@@ -25,9 +25,9 @@ pub struct InProcBootstrap {
 
 impl InProcBootstrap {
     /// `n` connected ranks (index = rank) with the default timeout
-    /// ([`crate::bootstrap::DEFAULT_TIMEOUT`]).
+    /// ([`crate::bootstrap::default_timeout`]).
     pub fn create(n: u32) -> Vec<InProcBootstrap> {
-        Self::create_with_timeout(n, DEFAULT_TIMEOUT)
+        Self::create_with_timeout(n, default_timeout())
     }
 
     /// `n` connected ranks whose blocking calls give up after `timeout`.

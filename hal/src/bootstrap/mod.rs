@@ -44,33 +44,29 @@ use std::time::Duration;
 use crate::abort::AbortFlag;
 use crate::error::Result;
 use crate::memory::Export;
+use crate::settings::Env;
+use crate::settings::launch::BOOTSTRAP_TIMEOUT_MS;
 use crate::topology::Rank;
 
 /// Tags at or above this value are reserved for the bootstrap's own collectives.
 pub const RESERVED_TAGS: u64 = 0xFFFF_FFFF_0000_0000;
 
-/// Default bound on every blocking bootstrap step.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Environment variable overriding [`DEFAULT_TIMEOUT`], in milliseconds.
-pub const TIMEOUT_ENV: &str = "COMMHAL_BOOTSTRAP_TIMEOUT_MS";
-
-/// The bootstrap timeout from `COMMHAL_BOOTSTRAP_TIMEOUT_MS`, else [`DEFAULT_TIMEOUT`].
-pub fn timeout_from_env() -> Result<Duration> {
-    timeout_from_value(std::env::var(TIMEOUT_ENV).ok().as_deref())
+/// Default bound on every blocking bootstrap step (`COMMHAL_BOOTSTRAP_TIMEOUT_MS`'s
+/// declared default).
+pub fn default_timeout() -> Duration {
+    Duration::from_millis(BOOTSTRAP_TIMEOUT_MS.default_number())
 }
 
-/// Parse a `COMMHAL_BOOTSTRAP_TIMEOUT_MS` value (`None`: the default).
-pub fn timeout_from_value(value: Option<&str>) -> Result<Duration> {
-    match value.map(str::trim) {
-        None | Some("") => Ok(DEFAULT_TIMEOUT),
-        Some(v) => match v.parse::<u64>() {
-            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-            _ => Err(crate::HalError::Config(format!(
-                "{TIMEOUT_ENV}={v:?} is not a positive number of milliseconds"
-            ))),
-        },
-    }
+/// The bootstrap timeout from `COMMHAL_BOOTSTRAP_TIMEOUT_MS`, else [`default_timeout`].
+pub fn timeout_from_env() -> Result<Duration> {
+    timeout_in(&crate::settings::process_env)
+}
+
+/// [`timeout_from_env`] with `env` answering for each variable.
+pub fn timeout_in(env: Env<'_>) -> Result<Duration> {
+    Ok(Duration::from_millis(
+        BOOTSTRAP_TIMEOUT_MS.number_or_default_in(env)?,
+    ))
 }
 
 /// Reject user tags in the reserved range.

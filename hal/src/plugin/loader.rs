@@ -32,10 +32,8 @@ use crate::memory::MemoryKind;
 use crate::plugin::abi::{self, PluginTable};
 use crate::plugin::adapter::{PluginMemory, PluginTransport};
 use crate::registry::{Availability, Backend, BackendOptions};
+use crate::settings::host::PLUGIN_PATH;
 use crate::transport::TransportKinds;
-
-/// The environment variable holding the plugin search path.
-pub const PLUGIN_PATH_ENV: &str = "COMMHAL_PLUGIN_PATH";
 
 /// True for a directory entry the search rule takes: `libcommhal_*plugin*.so`.
 pub fn is_plugin_file_name(name: &str) -> bool {
@@ -84,7 +82,10 @@ pub fn plugin_files(path_value: &str) -> (Vec<PathBuf>, Vec<HalError>) {
         match std::fs::metadata(&path) {
             Err(e) => errors.push(plugin_err(
                 &path,
-                format!("cannot read this {PLUGIN_PATH_ENV} entry ({e}); fix or remove it"),
+                format!(
+                    "cannot read this {} entry ({e}); fix or remove it",
+                    PLUGIN_PATH.env
+                ),
             )),
             Ok(m) if m.is_dir() => {
                 let rd = match std::fs::read_dir(&path) {

@@ -16,4 +16,4 @@ pub mod adapter;
 pub mod loader;
 
 pub use adapter::{PluginMemory, PluginRegion};
-pub use loader::{PLUGIN_PATH_ENV, PluginBackend, is_plugin_file_name, load_path, plugin_files};
+pub use loader::{PluginBackend, is_plugin_file_name, load_path, plugin_files};

@@ -27,12 +27,8 @@ use serde::Deserialize;
 
 use super::{Backend, BackendOptions};
 use crate::error::{HalError, Result};
+use crate::settings::host::{BACKENDS, CONFIG};
 use crate::topology::{Endpoint, Rank, Reach};
-
-/// Environment variable: comma-separated, ordered backend names.
-pub const BACKENDS_ENV: &str = "COMMHAL_BACKENDS";
-/// Environment variable: path of the TOML configuration file.
-pub const CONFIG_ENV: &str = "COMMHAL_CONFIG";
 
 /// Where the backend list of a [`Selection`] came from.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -114,10 +110,11 @@ pub fn parse_backend_list(value: &str, source: &str) -> Result<Vec<String>> {
 pub fn parse_config(text: &str, file: &str) -> Result<ConfigFile> {
     let raw: RawConfig = toml::from_str(text).map_err(|e| {
         HalError::Config(format!(
-            "{CONFIG_ENV} file {file}: {e}; expected `backends = [\"name\", ...]` and `[backend.NAME]` tables"
+            "{} file {file}: {e}; expected `backends = [\"name\", ...]` and `[backend.NAME]` tables",
+            CONFIG.env
         ))
     })?;
-    let source = format!("{CONFIG_ENV} file {file}, key `backends`");
+    let source = format!("{} file {file}, key `backends`", CONFIG.env);
     let backends = match raw.backends {
         Some(list) => Some(check_names(list, &source)?),
         None => None,
@@ -142,7 +139,8 @@ impl Selection {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     HalError::Config(format!(
-                        "cannot read {CONFIG_ENV} file {path}: {e}; fix the path or unset {CONFIG_ENV}"
+                        "cannot read {env} file {path}: {e}; fix the path or unset {env}",
+                        env = CONFIG.env
                     ))
                 })?;
                 parse_config(&text, path)?
@@ -162,7 +160,7 @@ impl Selection {
             None => None,
         };
         let env_list = match backends_env {
-            Some(v) => Some(parse_backend_list(v, BACKENDS_ENV)?).filter(|l| !l.is_empty()),
+            Some(v) => Some(parse_backend_list(v, BACKENDS.env)?).filter(|l| !l.is_empty()),
             None => None,
         };
         if let Some(list) = cli_list {
@@ -181,15 +179,8 @@ impl Selection {
     /// [`Selection::resolve`] with `COMMHAL_BACKENDS` and `COMMHAL_CONFIG` read from the
     /// process environment.
     pub fn from_env(cli: Option<&[String]>) -> Result<Selection> {
-        let read = |k: &str| match std::env::var(k) {
-            Ok(v) => Ok(Some(v)),
-            Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(HalError::Config(format!(
-                "{k} is not valid UTF-8; use plain names and UTF-8 paths"
-            ))),
-        };
-        let backends = read(BACKENDS_ENV)?;
-        let config = read(CONFIG_ENV)?;
+        let backends = BACKENDS.text_utf8()?;
+        let config = CONFIG.text_utf8()?;
         Selection::resolve(cli, backends.as_deref(), config.as_deref())
     }
 
@@ -298,9 +289,9 @@ mod tests {
             vec!["a", "b", "c"]
         );
         assert!(parse_backend_list("", "t").unwrap().is_empty());
-        let e = parse_backend_list("a,b,a", "COMMHAL_BACKENDS").unwrap_err();
+        let e = parse_backend_list("a,b,a", BACKENDS.env).unwrap_err();
         assert!(e.to_string().contains("listed twice"), "{e}");
-        assert!(e.to_string().contains("COMMHAL_BACKENDS"), "{e}");
+        assert!(e.to_string().contains(BACKENDS.env), "{e}");
         let e = parse_backend_list("a;b", "t").unwrap_err();
         assert!(e.to_string().contains("not a backend name"), "{e}");
     }

@@ -25,6 +25,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use commhal_hal::plugin::abi::{
     self, CGuarantees, CRegion, ERR_BACKEND, ERR_INVALID, ERR_UNSUPPORTED, OK, PluginTable,
 };
+use commhal_hal::settings::tests::EXAMPLE_LOOPBACK_DISABLE;
 
 /// Name of this backend.
 pub const NAME: &str = "example-loopback";
@@ -96,7 +97,10 @@ fn os_err(what: &str) -> (c_int, String) {
 
 unsafe extern "C" fn probe(reason: *mut c_char, reason_len: usize) -> c_int {
     let body = || -> Fallible {
-        if std::env::var("COMMHAL_EXAMPLE_LOOPBACK_DISABLE").as_deref() == Ok("1") {
+        let disabled = EXAMPLE_LOOPBACK_DISABLE
+            .flag()
+            .map_err(|e| (ERR_INVALID, e.to_string()))?;
+        if disabled {
             return Err((0, "disabled by COMMHAL_EXAMPLE_LOOPBACK_DISABLE=1".into()));
         }
         let f = new_memfd().map_err(|(_, m)| (0, format!("no memfd support: {m}")))?;

@@ -10,11 +10,10 @@ use std::path::Path;
 use std::process::Command;
 
 use commhal_hal::registry::{Availability, Catalog, Origin, Selection, SelectionSource};
+use commhal_hal::settings::host::{BACKENDS, CONFIG, PLUGIN_PATH};
+use commhal_hal::settings::tests::{EXAMPLE_LOOPBACK_DISABLE, WALKTHROUGH_CHILD as CHILD};
 use commhal_hal::{Device, Endpoint, HalError};
 use common::*;
-
-/// Set in the child to say which scenario to run.
-const CHILD: &str = "COMMHAL_WALKTHROUGH_CHILD";
 
 /// Run `child_scenario` in a fresh process with `envs` (and no inherited commhal
 /// variables), and return its output; fails the test if the child failed.
@@ -26,12 +25,12 @@ fn run_child(scenario: &str, envs: &[(&str, &Path)]) -> String {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env(CHILD, scenario);
+    .env(CHILD.env, scenario);
     for var in [
-        "COMMHAL_PLUGIN_PATH",
-        "COMMHAL_BACKENDS",
-        "COMMHAL_CONFIG",
-        "COMMHAL_EXAMPLE_LOOPBACK_DISABLE",
+        PLUGIN_PATH.env,
+        BACKENDS.env,
+        CONFIG.env,
+        EXAMPLE_LOOPBACK_DISABLE.env,
     ] {
         cmd.env_remove(var);
     }
@@ -66,8 +65,8 @@ fn select_by_commhal_backends() {
     run_child(
         "backends",
         &[
-            ("COMMHAL_PLUGIN_PATH", &dir),
-            ("COMMHAL_BACKENDS", Path::new("example-loopback")),
+            (PLUGIN_PATH.env, &dir),
+            (BACKENDS.env, Path::new("example-loopback")),
         ],
     );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
@@ -82,10 +81,7 @@ fn select_by_commhal_config() {
         "backends = [\"example-loopback\"]\n\n[backend.example-loopback]\nmax_alloc = 4096\n",
     )
     .unwrap();
-    run_child(
-        "config",
-        &[("COMMHAL_PLUGIN_PATH", &dir), ("COMMHAL_CONFIG", &cfg)],
-    );
+    run_child("config", &[(PLUGIN_PATH.env, &dir), (CONFIG.env, &cfg)]);
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
@@ -95,8 +91,22 @@ fn unavailable_plugin_is_listed_with_its_reason() {
     run_child(
         "disabled",
         &[
-            ("COMMHAL_PLUGIN_PATH", &dir),
-            ("COMMHAL_EXAMPLE_LOOPBACK_DISABLE", Path::new("1")),
+            (PLUGIN_PATH.env, &dir),
+            (EXAMPLE_LOOPBACK_DISABLE.env, Path::new("1")),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+}
+
+/// A switch value its declaration refuses makes the probe fail, naming the variable.
+#[test]
+fn a_bad_switch_value_fails_the_probe_by_name() {
+    let dir = plugin_dir("bad-switch");
+    run_child(
+        "bad-switch",
+        &[
+            (PLUGIN_PATH.env, &dir),
+            (EXAMPLE_LOOPBACK_DISABLE.env, Path::new("maybe")),
         ],
     );
     let _ = std::fs::remove_dir_all(dir.parent().unwrap());
@@ -106,12 +116,13 @@ fn unavailable_plugin_is_listed_with_its_reason() {
 /// environment that the parent sets up).
 #[test]
 fn child_scenario() {
-    let Ok(scenario) = std::env::var(CHILD) else {
+    let Some(scenario) = CHILD.text() else {
         return;
     };
     match scenario.as_str() {
         "backends" | "config" => use_it(&scenario),
         "disabled" => disabled(),
+        "bad-switch" => bad_switch(),
         other => panic!("unknown scenario {other}"),
     }
     println!("scenario {scenario} ok");
@@ -123,7 +134,7 @@ fn use_it(scenario: &str) {
     let catalog = Catalog::discover().unwrap();
     assert!(catalog.errors().is_empty(), "{:?}", catalog.errors());
     let entry = catalog.get("example-loopback").unwrap();
-    let plugin_dir = std::env::var("COMMHAL_PLUGIN_PATH").unwrap();
+    let plugin_dir = PLUGIN_PATH.text().unwrap();
     assert_eq!(
         entry.origin(),
         Origin::Plugin(Path::new(&plugin_dir).join("libcommhal_example_plugin.so"))
@@ -158,6 +169,19 @@ fn use_it(scenario: &str) {
         assert_eq!(selection.source, SelectionSource::BackendsEnv);
         assert!(mem.alloc(Device::HOST, 1 << 20).is_ok());
     }
+}
+
+fn bad_switch() {
+    let catalog = Catalog::discover().unwrap();
+    let info = catalog.get("example-loopback").unwrap().info();
+    let Availability::Unavailable(reason) = &info.availability else {
+        panic!("{:?}", info.availability)
+    };
+    assert!(
+        reason.contains("probe failed")
+            && reason.contains("COMMHAL_EXAMPLE_LOOPBACK_DISABLE=\"maybe\" is not valid"),
+        "{reason}"
+    );
 }
 
 fn disabled() {

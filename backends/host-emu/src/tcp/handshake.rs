@@ -19,12 +19,10 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use commhal_hal::settings::launch::HOST_TCP_ADDR;
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{HalError, Rank, Result};
 
-/// Environment variable naming the IP address `host-tcp` listens on and offers to
-/// peers on other hosts.
-pub const ADDR_ENV: &str = "COMMHAL_HOST_TCP_ADDR";
 /// The listener's answer to a good [`Hello`].
 pub const ACCEPTED: &[u8; 8] = b"HTCPOK01";
 /// The listener's answer to a bad [`Hello`]; a short UTF-8 reason follows, then EOF.
@@ -205,13 +203,11 @@ fn timeout_err(what: String, limit: Duration) -> HalError {
 /// Bind the listener and work out the addresses to offer.
 fn bind(ctx: &PeerContext<'_>) -> Result<(TcpListener, Vec<SocketAddr>)> {
     let same_host = ctx.local.host == ctx.remote.host;
-    let env_ip = match std::env::var(ADDR_ENV) {
-        Ok(s) if !s.trim().is_empty() => Some(
-            s.trim()
-                .parse::<IpAddr>()
-                .map_err(|_| HalError::Config(format!("{ADDR_ENV}={s:?} is not an IP address")))?,
-        ),
-        _ => None,
+    let env_ip = match HOST_TCP_ADDR.text() {
+        Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
+            HalError::Config(format!("{}={s:?} is not an IP address", HOST_TCP_ADDR.env))
+        })?),
+        None => None,
     };
     let bind_ip = match (same_host, env_ip) {
         (true, _) => IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -247,8 +243,8 @@ fn bind(ctx: &PeerContext<'_>) -> Result<(TcpListener, Vec<SocketAddr>)> {
     };
     if addrs.is_empty() {
         return Err(HalError::Config(format!(
-            "host-tcp: rank {} is on another host but this host's name resolves to no non-loopback IPv4 address; set {ADDR_ENV} to an IP of this host that rank {} can reach",
-            ctx.remote.rank, ctx.remote.rank
+            "host-tcp: rank {} is on another host but this host's name resolves to no non-loopback IPv4 address; set {} to an IP of this host that rank {} can reach",
+            ctx.remote.rank, HOST_TCP_ADDR.env, ctx.remote.rank
         )));
     }
     Ok((listener, addrs))
@@ -528,8 +524,9 @@ pub(crate) fn dial(ctx: &PeerContext<'_>, instance: u64) -> Result<(TcpStream, u
     Err(HalError::PeerDead {
         rank: peer,
         detail: format!(
-            "none of its host-tcp addresses could be reached ({}); check firewalls or set {ADDR_ENV} on rank {peer}",
-            tried.join("; ")
+            "none of its host-tcp addresses could be reached ({}); check firewalls or set {} on rank {peer}",
+            tried.join("; "),
+            HOST_TCP_ADDR.env
         ),
     })
 }

@@ -22,11 +22,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use abi::*;
 
-/// Where libibverbs is looked for: the path in this variable, else `libibverbs.so.1`
-/// on the dynamic loader's search path.
-pub const LIB_ENV: &str = "COMMHAL_IBVERBS_LIB";
-/// The default library name.
-pub const DEFAULT_LIB: &str = "libibverbs.so.1";
+/// The default library name (`COMMHAL_IBVERBS_LIB`'s declared default).
+pub const DEFAULT_LIB: &str = commhal_hal::settings::ibverbs::LIB.default;
 
 type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device;
 type FreeDeviceList = unsafe extern "C" fn(*mut *mut ibv_device);
@@ -84,11 +81,12 @@ pub enum LoadError {
     MissingSymbol(String),
 }
 
-/// The library path in effect: `explicit`, else [`LIB_ENV`], else [`DEFAULT_LIB`].
+/// The library path in effect: `explicit`, else `COMMHAL_IBVERBS_LIB`, else
+/// [`DEFAULT_LIB`].
 pub fn library_path(explicit: Option<&str>) -> String {
     explicit
         .map(str::to_string)
-        .or_else(|| std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty()))
+        .or_else(|| commhal_hal::settings::ibverbs::LIB.text())
         .unwrap_or_else(|| DEFAULT_LIB.to_string())
 }
 

@@ -41,6 +41,9 @@
 //! | `COMMHAL_IBVERBS_STUB_LINK` | `roce` (default: Ethernet, GIDs, LID 0) or `ib` (InfiniBand, LID 1) |
 //! | `COMMHAL_IBVERBS_STUB_FAULT` | `wc-error`: every request fails at the responder with `IBV_WC_REM_ACCESS_ERR`; `dead-peer`: every peer looks gone (`IBV_WC_RETRY_EXC_ERR`); `no-atomics`: the device reports `IBV_ATOMIC_NONE` and refuses atomics; `dmabuf-refused`: `ibv_reg_dmabuf_mr` fails with `EOPNOTSUPP` |
 //!
+//! They are declared in `hal/src/settings/ibverbs.rs`; a value outside its declaration
+//! is reported on stderr and the default used.
+//!
 //! What it is not: an RDMA device. It checks the ABI the backend speaks and the
 //! backend's handling of completions and errors; timing, ordering of data placement
 //! and every hardware failure mode are not modelled.
@@ -58,6 +61,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use abi::*;
+use commhal_hal::settings::SettingError;
+use commhal_hal::settings::ibverbs::{STUB_DEVICES, STUB_DIR, STUB_FAULT, STUB_LINK};
 
 const MAGIC: u64 = 0x6962_7374_7562_0001;
 const RING: u64 = 2 << 20;
@@ -90,22 +95,33 @@ struct Config {
     fault: Fault,
 }
 
+/// A switch's value, or its default when the value is invalid. The library has no way
+/// to refuse it (its entry points are libibverbs'), so it says so on stderr, once per
+/// switch: `tracing` in a dlopened library has no subscriber.
+fn or_default<T>(r: Result<T, SettingError>, default: T) -> T {
+    r.unwrap_or_else(|e| {
+        eprintln!("commhal-ibverbs-stub: {e}; using the default");
+        default
+    })
+}
+
 fn config() -> &'static Config {
     static C: OnceLock<Config> = OnceLock::new();
     C.get_or_init(|| Config {
-        dir: std::env::var_os("COMMHAL_IBVERBS_STUB_DIR")
+        dir: STUB_DIR
+            .text()
             .map(PathBuf::from)
             .unwrap_or_else(std::env::temp_dir),
-        devices: std::env::var("COMMHAL_IBVERBS_STUB_DEVICES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1),
-        ib: std::env::var("COMMHAL_IBVERBS_STUB_LINK").is_ok_and(|v| v == "ib"),
-        fault: match std::env::var("COMMHAL_IBVERBS_STUB_FAULT").as_deref() {
-            Ok("wc-error") => Fault::WcError,
-            Ok("dead-peer") => Fault::DeadPeer,
-            Ok("no-atomics") => Fault::NoAtomics,
-            Ok("dmabuf-refused") => Fault::DmabufRefused,
+        devices: or_default(
+            STUB_DEVICES.number_or_default(),
+            STUB_DEVICES.default_number(),
+        ) as usize,
+        ib: or_default(STUB_LINK.choice(), None) == Some("ib"),
+        fault: match or_default(STUB_FAULT.choice(), None) {
+            Some("wc-error") => Fault::WcError,
+            Some("dead-peer") => Fault::DeadPeer,
+            Some("no-atomics") => Fault::NoAtomics,
+            Some("dmabuf-refused") => Fault::DmabufRefused,
             _ => Fault::None,
         },
     })
