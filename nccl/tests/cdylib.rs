@@ -216,7 +216,7 @@ fn bad_input_gets_codes_and_messages() {
 fn one_rank_communicator_or_a_clear_error_without_gpu() {
     let lib = load();
     let gpu = commhal_cuda_rt::probe().is_available() && commhal_cuda_rt::nvrtc_available();
-    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+    let require = commhal_hal::settings::tests::REQUIRE_GPU
         .flag()
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(gpu || !require, "COMMHAL_REQUIRE_GPU=1 but no GPU/NVRTC");

@@ -2,6 +2,7 @@
 //! it drives.
 
 use commhal_hal::bootstrap::{Bootstrap, InProcBootstrap, LaunchEnv, TcpBootstrap};
+use commhal_hal::settings::launch::LOCAL_RANK;
 
 use crate::error::{CollError, Result};
 
@@ -27,9 +28,12 @@ pub fn local_device(boot: &dyn Bootstrap) -> Result<u32> {
         )
         .into());
     }
-    let local = std::env::var("COMMHAL_LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .unwrap_or(boot.rank());
+    let local = match LOCAL_RANK
+        .number()
+        .map_err(|e| CollError::invalid(e.to_string()))?
+    {
+        Some(r) => r as u32, // declared 0..=u32::MAX
+        None => boot.rank(),
+    };
     Ok(local % ndev)
 }

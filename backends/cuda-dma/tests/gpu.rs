@@ -20,7 +20,7 @@ fn gpu_or_skip(test: &str) -> bool {
     if a.is_available() {
         return true;
     }
-    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+    let require = commhal_hal::settings::tests::REQUIRE_GPU
         .flag()
         .unwrap_or_else(|e| panic!("{test}: {e}"));
     if require {

@@ -2,6 +2,7 @@
 
 use commhal_hal::registry::BackendOptions;
 use commhal_hal::settings::gpu::{CUDA_DEVICE, CUDA_LEGACY_IPC};
+use commhal_hal::settings::launch::LOCAL_RANK;
 use commhal_hal::settings::{Env, process_env};
 use commhal_hal::{
     Device, DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, MemoryMapped, Reach,
@@ -136,9 +137,8 @@ fn default_device(backend: &str, env: Env<'_>) -> Result<u32> {
     if let Some(d) = CUDA_DEVICE.number_in(env)? {
         return Ok(d as u32); // 0..=u32::MAX
     }
-    if let Ok(v) = std::env::var("COMMHAL_LOCAL_RANK")
-        && let Ok(r) = v.trim().parse::<u32>()
-    {
+    if let Some(r) = LOCAL_RANK.number_in(env)? {
+        let r = r as u32; // declared 0..=u32::MAX
         let n = driver::device_count(backend)?.max(1);
         return Ok(r % n);
     }

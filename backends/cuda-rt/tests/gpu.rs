@@ -28,7 +28,7 @@ fn gpu_or_skip(test: &str) -> Option<Arc<Context>> {
         }
         return Some(Context::new(0).expect("context on device 0"));
     }
-    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+    let require = commhal_hal::settings::tests::REQUIRE_GPU
         .flag()
         .unwrap_or_else(|e| panic!("{test}: {e}"));
     if require {

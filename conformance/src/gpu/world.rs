@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use commhal_cuda_rt::{Context, DeviceBuffer, Stream};
 use commhal_hal::bootstrap::{Bootstrap, TcpBootstrap};
-use commhal_hal::settings::host::GPU_WAIT_NS;
+use commhal_hal::settings::gpu::GPU_WAIT_NS;
 use commhal_hal::settings::launch::LOCAL_RANK;
 use commhal_hal::{Device, DeviceKind, Endpoint, HalError, Result};
 

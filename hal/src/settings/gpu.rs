@@ -485,28 +485,6 @@ pub static MSCCLPP_LIB: Setting = Setting {
     doc: "the library `commhal bench --compare mscclpp` compares with (unset: libmscclpp_nccl.so from the library path)",
 };
 
-/// `COMMHAL_REQUIRE_GPU`: GPU tests fail instead of skipping.
-pub static REQUIRE_GPU: Setting = Setting {
-    env: "COMMHAL_REQUIRE_GPU",
-    key: FileKey::None,
-    kind: Kind::Flag,
-    default: "0",
-    set_by: SetBy::Tests,
-    read_by: "cuda-rt, cuda-dma, nccl, gpu-bench (tests)",
-    doc: "1: a GPU test without a GPU (or NVRTC) fails instead of printing SKIPPED (scripts/gpu-check.sh on GPU hosts)",
-};
-
-/// `COMMHAL_REQUIRE_NVRTC`: NVRTC tests fail instead of skipping.
-pub static REQUIRE_NVRTC: Setting = Setting {
-    env: "COMMHAL_REQUIRE_NVRTC",
-    key: FileKey::None,
-    kind: Kind::Flag,
-    default: "0",
-    set_by: SetBy::Tests,
-    read_by: "cuda-rt (tests)",
-    doc: "1: a test that compiles kernels fails when NVRTC is missing instead of printing SKIPPED (scripts/test.sh, CI)",
-};
-
 /// `COMMHAL_PRINT_REGISTERS`: print each kernel's register use.
 pub static PRINT_REGISTERS: Setting = Setting {
     env: "COMMHAL_PRINT_REGISTERS",
@@ -516,17 +494,6 @@ pub static PRINT_REGISTERS: Setting = Setting {
     set_by: SetBy::User,
     read_by: "cuda-rt (tests)",
     doc: "1: cuda-rt's kernel-compile test prints how many registers each kernel it compiles uses",
-};
-
-/// `COMMHAL_TEST_STOP_CHILD`: marks the child process of a gpu-bench test.
-pub static TEST_STOP_CHILD: Setting = Setting {
-    env: "COMMHAL_TEST_STOP_CHILD",
-    key: FileKey::None,
-    kind: Kind::Flag,
-    default: "0",
-    set_by: SetBy::Tests,
-    read_by: "gpu-bench (tests)",
-    doc: "1: the process is the child a gpu-bench test stops and expects its timer to continue",
 };
 
 /// The thresholds of the GPU tuning file, in the order the docs list them.
@@ -567,6 +534,21 @@ pub fn threshold(key: &str) -> Option<&'static Setting> {
         .copied()
         .find(|s| matches!(s.key, FileKey::Tuning(k) if k == key))
 }
+
+/// `COMMHAL_GPU_WAIT_NS`: the device wait bound of the GPU conformance suite.
+pub static GPU_WAIT_NS: Setting = Setting {
+    env: "COMMHAL_GPU_WAIT_NS",
+    key: FileKey::None,
+    kind: Kind::Number {
+        min: 1,
+        max: 86_400_000_000_000,
+        unit: Unit::Nanos,
+    },
+    default: "10000000000",
+    set_by: SetBy::User,
+    read_by: "conformance",
+    doc: "how long a device wait of the GPU conformance suite's kernels may spin before the case fails",
+};
 
 /// This component's settings, in the order the docs list them.
 pub const ALL: &[&Setting] = &[
@@ -611,10 +593,8 @@ pub const ALL: &[&Setting] = &[
     &NVRTC_DIR,
     &CACHE_DIR,
     &MSCCLPP_LIB,
-    &REQUIRE_GPU,
-    &REQUIRE_NVRTC,
+    &GPU_WAIT_NS,
     &PRINT_REGISTERS,
-    &TEST_STOP_CHILD,
 ];
 
 #[cfg(test)]

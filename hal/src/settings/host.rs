@@ -117,21 +117,6 @@ pub static HOST_EMU_FAULTS: Setting = Setting {
     doc: "test only: host-emu breaks the guarantees it claims, so the conformance suite can be seen to fail (the `faults` option of `[backend.host-emu]` wins)",
 };
 
-/// `COMMHAL_GPU_WAIT_NS`: the device wait bound of the GPU conformance suite.
-pub static GPU_WAIT_NS: Setting = Setting {
-    env: "COMMHAL_GPU_WAIT_NS",
-    key: FileKey::None,
-    kind: Kind::Number {
-        min: 1,
-        max: 86_400_000_000_000,
-        unit: Unit::Nanos,
-    },
-    default: "10000000000",
-    set_by: SetBy::User,
-    read_by: "conformance",
-    doc: "how long a device wait of the GPU conformance suite's kernels may spin before the case fails",
-};
-
 /// This component's settings, in the order the docs list them.
 pub const ALL: &[&Setting] = &[
     &WAIT_TIMEOUT_MS,
@@ -143,5 +128,4 @@ pub const ALL: &[&Setting] = &[
     &ALGO,
     &LOG,
     &HOST_EMU_FAULTS,
-    &GPU_WAIT_NS,
 ];

@@ -48,7 +48,7 @@ pub static LOCAL_RANK: Setting = Setting {
     },
     default: "",
     set_by: SetBy::Launcher,
-    read_by: "hal, conformance",
+    read_by: "hal, conformance, cuda-nvlink, cuda-coll",
     doc: "this process's rank among the ranks of its host; GPU programs drive device LOCAL_RANK modulo the device count (unset: the launcher's local rank, else the rank)",
 };
 
@@ -119,17 +119,6 @@ pub static BOOTSTRAP_TIMEOUT_MS: Setting = Setting {
     doc: "how long a bootstrap step (joining the root, an exchange, a barrier) may last before it fails naming the rank that did not answer",
 };
 
-/// `COMMHAL_BOOTSTRAP_IP`: the address of the drop-in's bootstrap root.
-pub static BOOTSTRAP_IP: Setting = Setting {
-    env: "COMMHAL_BOOTSTRAP_IP",
-    key: FileKey::None,
-    kind: Kind::Text("an IP address of this host"),
-    default: "",
-    set_by: SetBy::User,
-    read_by: "nccl",
-    doc: "address rank 0's bootstrap listens on in ncclGetUniqueId (unset: the address of the default route, else loopback)",
-};
-
 /// `COMMHAL_HOST_TCP_ADDR`: the address `host-tcp` offers peers on other hosts.
 pub static HOST_TCP_ADDR: Setting = Setting {
     env: "COMMHAL_HOST_TCP_ADDR",
@@ -162,7 +151,6 @@ pub const ALL: &[&Setting] = &[
     &MASTER_PORT,
     &SECRET,
     &BOOTSTRAP_TIMEOUT_MS,
-    &BOOTSTRAP_IP,
     &HOST_TCP_ADDR,
     &LAUNCH_PREFIX,
 ];

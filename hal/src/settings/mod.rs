@@ -293,11 +293,16 @@ impl Setting {
             env: self.env,
             value: value.to_string(),
             expected: self.expected(),
-            default: if self.default.is_empty() {
-                "unset".into()
-            } else {
-                self.default.into()
-            },
+            default: self.default_text().into(),
+        }
+    }
+
+    /// The default as the docs show it: `unset` for none, `no limit` for `u64::MAX`.
+    pub fn default_text(&self) -> &'static str {
+        match self.default {
+            "" => "unset",
+            "18446744073709551615" => "no limit",
+            d => d,
         }
     }
 
@@ -376,10 +381,9 @@ pub fn render_markdown() -> String {
                 s.env,
                 key_text(s.key),
                 s.expected().replace('|', "\\|"),
-                if s.default.is_empty() {
-                    "unset".into()
-                } else {
-                    format!("`{}`", s.default)
+                match s.default_text() {
+                    d if d == s.default => format!("`{d}`"),
+                    d => d.to_string(),
                 },
                 set_by_text(s.set_by),
                 s.read_by,
@@ -402,11 +406,7 @@ pub fn render_text(env: Env<'_>) -> String {
                 Some(v) => format!("  [set: {v}]"),
                 None => String::new(),
             };
-            let default = if s.default.is_empty() {
-                "unset"
-            } else {
-                s.default
-            };
+            let default = s.default_text();
             let key = key_text(s.key);
             let key = if key.is_empty() {
                 key

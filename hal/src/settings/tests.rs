@@ -181,8 +181,32 @@ pub static WALKTHROUGH_CHILD: Setting = Setting {
     doc: "set by the plugin walkthrough test in the copies of itself it starts: the scenario to run",
 };
 
+/// `COMMHAL_REQUIRE_GPU`: GPU tests fail instead of skipping.
+pub static REQUIRE_GPU: Setting = Setting {
+    env: "COMMHAL_REQUIRE_GPU",
+    key: FileKey::None,
+    kind: Kind::Flag,
+    default: "0",
+    set_by: SetBy::Tests,
+    read_by: "cuda-rt, cuda-dma, nccl, gpu-bench (tests)",
+    doc: "1: a GPU test without a GPU (or NVRTC) fails instead of printing SKIPPED (scripts/gpu-check.sh on GPU hosts)",
+};
+
+/// `COMMHAL_TEST_STOP_CHILD`: marks the child process of a gpu-bench test.
+pub static TEST_STOP_CHILD: Setting = Setting {
+    env: "COMMHAL_TEST_STOP_CHILD",
+    key: FileKey::None,
+    kind: Kind::Flag,
+    default: "0",
+    set_by: SetBy::Tests,
+    read_by: "gpu-bench (tests)",
+    doc: "1: the process is the child a gpu-bench test stops and expects its timer to continue",
+};
+
 /// This component's settings, in the order the docs list them.
 pub const ALL: &[&Setting] = &[
+    &REQUIRE_GPU,
+    &TEST_STOP_CHILD,
     &RERENDER,
     &REQUIRE_NVRTC,
     &FUZZ_WRITE_SEEDS,

@@ -71,7 +71,7 @@ mod tests {
     use super::*;
     use std::process::Command;
 
-    use commhal_hal::settings::gpu::TEST_STOP_CHILD;
+    use commhal_hal::settings::tests::TEST_STOP_CHILD;
 
     /// The process state letter of `pid` (`T`: stopped).
     fn state(pid: u32) -> Option<char> {

@@ -14,7 +14,7 @@ use commhal_gpu_bench::cli::{Collective, Dtype};
 use commhal_hal::bootstrap::InProcBootstrap;
 
 fn gpu_or_skip(test: &str) -> bool {
-    let require = commhal_hal::settings::gpu::REQUIRE_GPU
+    let require = commhal_hal::settings::tests::REQUIRE_GPU
         .flag()
         .unwrap_or_else(|e| panic!("{e}"));
     let ok = commhal_cuda_rt::probe().is_available() && commhal_cuda_rt::nvrtc_available();

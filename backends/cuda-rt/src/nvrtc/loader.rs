@@ -10,7 +10,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use commhal_hal::settings::gpu::{NVRTC_DIR, REQUIRE_NVRTC};
+use commhal_hal::settings::gpu::NVRTC_DIR;
+use commhal_hal::settings::tests::REQUIRE_NVRTC;
 
 use crate::error::{CudaError, Result};
 
