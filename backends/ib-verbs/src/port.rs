@@ -307,6 +307,25 @@ impl Port for IbPort {
         Ok(())
     }
 
+    /// Unsupported ([`GUARANTEES`](crate::GUARANTEES)`.get` is false): no RDMA READ
+    /// path yet.
+    fn read(
+        &mut self,
+        _dst: &IbLocal,
+        _dst_off: u64,
+        _src: &IbRemote,
+        _src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        Err(HalError::unsupported(
+            BACKEND,
+            format!(
+                "one-sided reads (a {len}-byte Port::read from rank {}; Guarantees::get is false): have rank {} write the data to this rank (put + signal) instead",
+                self.peer, self.peer
+            ),
+        ))
+    }
+
     fn signal(&mut self, sem: &IbRemote, off: u64, add: u64) -> Result<()> {
         self.check_failed()?;
         check_semaphore_offset(

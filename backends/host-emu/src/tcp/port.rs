@@ -126,6 +126,24 @@ impl Port for TcpPort {
         Ok(())
     }
 
+    /// Unsupported ([`HostTcp::GUARANTEES`](crate::HostTcp::GUARANTEES)`.get` is false).
+    fn read(
+        &mut self,
+        _dst: &TcpLocal,
+        _dst_off: u64,
+        _src: &TcpRemote,
+        _src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        Err(HalError::unsupported(
+            crate::tcp::BACKEND,
+            format!(
+                "one-sided reads (a {len}-byte Port::read from rank {}; Guarantees::get is false): have rank {} write the data to this rank (put + signal) instead",
+                self.link.peer, self.link.peer
+            ),
+        ))
+    }
+
     fn signal(&mut self, sem: &TcpRemote, off: u64, add: u64) -> Result<()> {
         self.link.check()?;
         self.check_remote(sem)?;
