@@ -49,9 +49,10 @@
 //!   — `register` = `ibv_reg_mr` of host memory (GPU memory through dma-buf/peermem is
 //!   not done); `export` = address + rkey in [`Export::bytes`], no fds;
 //!   `connect` creates an RC queue pair and exchanges QPN/PSN/LID/GID through the
-//!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; no `read` yet (unsupported); `signal` =
-//!   `IBV_WR_ATOMIC_FETCH_AND_ADD` on the 8-byte semaphore (fenced after earlier
-//!   writes); `flush` polls the CQ until every posted work request completed.
+//!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; `read` = `IBV_WR_RDMA_READ` (run against
+//!   the stub provider only); `signal` = `IBV_WR_ATOMIC_FETCH_AND_ADD` on the 8-byte
+//!   semaphore (fenced after earlier writes); `flush` polls the CQ until every posted
+//!   work request completed.
 
 use std::fmt::Debug;
 

@@ -46,7 +46,8 @@ pub const FLUSH_TIMEOUT_ENV: &str = "COMMHAL_IBVERBS_FLUSH_TIMEOUT_MS";
 ///   completion: the NIC has read every source. A completion does not promise that
 ///   the bytes are visible to the peer's CPU without a signal (that would need a
 ///   read-back, not done).
-/// * no `get` (no RDMA READ path yet), no LL packets, no graph capture.
+/// * no `get` claimed yet: `Port::read` is `IBV_WR_RDMA_READ` (stub-tested only), but
+///   no conformance case checks a port read yet. No LL packets, no graph capture.
 pub const GUARANTEES: Guarantees = Guarantees {
     signal: SignalStrength::Strong,
     put_put_ordered: true,
