@@ -46,8 +46,12 @@ pub const FLUSH_TIMEOUT_ENV: &str = "COMMHAL_IBVERBS_FLUSH_TIMEOUT_MS";
 ///   completion: the NIC has read every source. A completion does not promise that
 ///   the bytes are visible to the peer's CPU without a signal (that would need a
 ///   read-back, not done).
-/// * no `get` claimed yet: `Port::read` is `IBV_WR_RDMA_READ` (stub-tested only), but
-///   no conformance case checks a port read yet. No LL packets, no graph capture.
+/// * `get: true` — `Port::read` is `IBV_WR_RDMA_READ` into a local region registered
+///   with local write access, from a peer region registered with remote read access
+///   (every registration here has both); RC executes it after the port's earlier
+///   writes, and flush waits for its completion (the data is in place then).
+///   **Exercised against the stub provider only, never on RDMA hardware.**
+/// * no LL packets, no graph capture.
 pub const GUARANTEES: Guarantees = Guarantees {
     signal: SignalStrength::Strong,
     put_put_ordered: true,
@@ -55,7 +59,7 @@ pub const GUARANTEES: Guarantees = Guarantees {
         source_reusable: true,
         remote_visible: false,
     },
-    get: false,
+    get: true,
     ll8: false,
     ll16: false,
     graph_capture: false,
@@ -670,10 +674,10 @@ mod tests {
     }
 
     #[test]
-    fn guarantees_claim_no_remote_visible_flush() {
+    fn guarantees_claim_get_but_no_remote_visible_flush() {
         let claims = GUARANTEES.claims();
         assert!(claims.contains(&("strong-signal", true)));
         assert!(claims.contains(&("flush-remote-visible", false)));
-        assert!(claims.contains(&("get", false)));
+        assert!(claims.contains(&("get", true)));
     }
 }
