@@ -20,7 +20,7 @@
 //!   of it), `signal` is an atomic add with release, `flush` waits for queued copies.
 //!   `SwitchMapped`: each member's buffer is mapped by all; "multicast" reduce reads
 //!   every member. A TCP port transport carries the same operations across hosts or
-//!   virtual nodes (not `read` yet: unsupported).
+//!   virtual nodes (`read` is a request the peer's receiver answers with the bytes).
 //! * **cuda-nvlink** (`MemoryMapped`) — `alloc` uses cuMem VMM
 //!   (`cuMemCreate` with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, granularity-aligned);
 //!   `export` is `cuMemExportToShareableHandle` → fd in [`Export::fds`]; `map` is
