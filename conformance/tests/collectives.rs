@@ -1,6 +1,6 @@
 //! Collective cases (21, 22): every collective × algorithm on host-emu (one node) and
 //! host-tcp (two virtual nodes, port channels between them); every combination runs
-//! and passes on both.
+//! and passes on both. Also host-tcp's port reads (23), which its `get` claim needs.
 
 use commhal_conformance::{Mode, Report, RunOptions, Status, run};
 
@@ -62,4 +62,16 @@ fn multi_node_algorithms_as_processes() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.failed, 0, "{}", r.table());
     assert_eq!(r.passed, 5, "{}", r.table());
+}
+
+/// Case 23 on host-tcp, two rank processes: `Port::read` is a `READ` request the
+/// peer's receiver answers; the claim is exercised (honest capabilities).
+#[test]
+fn host_tcp_port_reads_as_processes() {
+    let filter = ["host-tcp/port/port-read", "honest-capabilities"];
+    let o = RunOptions::for_test("host-tcp", 2, Mode::Processes, &filter);
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!((r.passed, r.failed), (4, 0), "{}", r.table());
 }

@@ -15,6 +15,7 @@ const FLUSH_SRC: &str = "host-emu/port/flush-source-reusable/host-shared";
 const FLUSH_VIS: &str = "host-emu/port/flush-remote-visible/host-shared";
 const FIFO: &str = "host-emu/port/proxy-fifo/host-shared,depth=4";
 const COUNT: &str = "host-emu/port/signal-counting/host-shared,start=0";
+const READ: &str = "host-emu/port/port-read/host-shared,n=4099,off=3";
 /// Memory channels do not go through the faulty port: they must still pass.
 const MEM: &str = "host-emu/memory/message-passing/host-shared,n=4099,off=0";
 
@@ -81,7 +82,7 @@ fn relaxed_signal_is_caught() {
 
 #[test]
 fn early_flush_is_caught() {
-    assert_caught("early-flush", &[FLUSH_SRC, FLUSH_VIS]);
+    assert_caught("early-flush", &[FLUSH_SRC, FLUSH_VIS, READ]);
 }
 
 #[test]

@@ -122,6 +122,15 @@ pub trait DynPort: Send + Debug {
         src_off: u64,
         len: u64,
     ) -> Result<()>;
+    /// [`Port::read`].
+    fn read(
+        &mut self,
+        dst: &dyn Region,
+        dst_off: u64,
+        src: &(dyn Any + Send + Sync),
+        src_off: u64,
+        len: u64,
+    ) -> Result<()>;
     /// [`Port::signal`].
     fn signal(&mut self, sem: &(dyn Any + Send + Sync), off: u64, add: u64) -> Result<()>;
     /// [`Port::flush`].
@@ -146,6 +155,18 @@ impl<P: PortMapped> DynPort for PortAdapter<P> {
         let dst = downcast::<P::Remote>(&self.name, "remote buffer", dst)?;
         let src = downcast::<P::Local>(&self.name, "local buffer", src.as_any())?;
         self.port.write(dst, dst_off, src, src_off, len)
+    }
+    fn read(
+        &mut self,
+        dst: &dyn Region,
+        dst_off: u64,
+        src: &(dyn Any + Send + Sync),
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let dst = downcast::<P::Local>(&self.name, "local buffer", dst.as_any())?;
+        let src = downcast::<P::Remote>(&self.name, "remote buffer", src)?;
+        self.port.read(dst, dst_off, src, src_off, len)
     }
     fn signal(&mut self, sem: &(dyn Any + Send + Sync), off: u64, add: u64) -> Result<()> {
         let sem = downcast::<P::Remote>(&self.name, "remote semaphore", sem)?;
@@ -242,6 +263,16 @@ impl Port for Box<dyn DynPort> {
         len: u64,
     ) -> Result<()> {
         (**self).write(dst.as_ref(), dst_off, src.as_ref(), src_off, len)
+    }
+    fn read(
+        &mut self,
+        dst: &Box<dyn Region>,
+        dst_off: u64,
+        src: &Box<dyn Any + Send + Sync>,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        (**self).read(dst.as_ref(), dst_off, src.as_ref(), src_off, len)
     }
     fn signal(&mut self, sem: &Box<dyn Any + Send + Sync>, off: u64, add: u64) -> Result<()> {
         (**self).signal(sem.as_ref(), off, add)

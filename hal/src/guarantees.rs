@@ -34,7 +34,9 @@ pub struct Guarantees {
     pub put_put_ordered: bool,
     /// What flush guarantees.
     pub flush: FlushMeaning,
-    /// One-sided `get` is supported.
+    /// One-sided `get` is supported: a memory channel's `get` (a load through the
+    /// peer mapping) on a memory transport, [`crate::Port::read`] on a port transport.
+    /// Where it is false, `Port::read` returns [`crate::HalError::Unsupported`].
     pub get: bool,
     /// LL8 packets (4 data + 4 flag bytes in one 8-byte store) are delivered atomically.
     pub ll8: bool,

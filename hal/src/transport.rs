@@ -16,10 +16,11 @@
 //!
 //! * **host-emu** — memory is a `memfd` mapped `MAP_SHARED`; `export` hands out the
 //!   fd, `map` mmaps it in the peer process (or reuses the pointer in-process).
-//!   `PortMapped`: the host proxy `memcpy`s into the peer's shared memory, `signal` is
-//!   an atomic add with release, `flush` waits for queued copies. `SwitchMapped`: each
-//!   member's buffer is mapped by all; "multicast" reduce reads every member.
-//!   A TCP port transport carries the same operations across hosts or virtual nodes.
+//!   `PortMapped`: the host proxy `memcpy`s into the peer's shared memory (`read`: out
+//!   of it), `signal` is an atomic add with release, `flush` waits for queued copies.
+//!   `SwitchMapped`: each member's buffer is mapped by all; "multicast" reduce reads
+//!   every member. A TCP port transport carries the same operations across hosts or
+//!   virtual nodes (`read` is a request the peer's receiver answers with the bytes).
 //! * **cuda-nvlink** (`MemoryMapped`) — `alloc` uses cuMem VMM
 //!   (`cuMemCreate` with `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`, granularity-aligned);
 //!   `export` is `cuMemExportToShareableHandle` → fd in [`Export::fds`]; `map` is
@@ -31,7 +32,8 @@
 //!   reuse the cuda-nvlink mapping so the copy engine can address the peer buffer;
 //!   `write` is `cuMemcpyDtoDAsync` on the proxy's stream; `signal` is a stream-ordered
 //!   write of the semaphore's next value (`cuStreamWriteValue64`) after the copies;
-//!   `flush` synchronises the stream (source reusable *and* remote visible). The same
+//!   `flush` synchronises the stream (source reusable *and* remote visible); `read` is
+//!   refused as unsupported (not written: it would be the same copy reversed). The same
 //!   operations on a caller's stream are `StreamPort` (cuda-dma), which the GPU
 //!   communicator's copy-engine path uses; `remote_region` gives an import's device
 //!   address.
@@ -47,9 +49,10 @@
 //!   — `register` = `ibv_reg_mr` of host memory (GPU memory through dma-buf/peermem is
 //!   not done); `export` = address + rkey in [`Export::bytes`], no fds;
 //!   `connect` creates an RC queue pair and exchanges QPN/PSN/LID/GID through the
-//!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; `signal` = `IBV_WR_ATOMIC_FETCH_AND_ADD`
-//!   on the 8-byte semaphore (fenced after earlier writes); `flush` polls the CQ until
-//!   every posted work request completed.
+//!   bootstrap; `write` = `IBV_WR_RDMA_WRITE`; `read` = `IBV_WR_RDMA_READ` (run against
+//!   the stub provider only); `signal` = `IBV_WR_ATOMIC_FETCH_AND_ADD` on the 8-byte
+//!   semaphore (fenced after earlier writes); `flush` polls the CQ until every posted
+//!   work request completed.
 
 use std::fmt::Debug;
 
@@ -144,7 +147,8 @@ pub trait MemoryMapped: Transport {
 /// **Ordering contract**: operations on one `Port` are issued in call order. What
 /// completes in which order is given by [`Guarantees`]: `signal` strength (strong ⇒
 /// the signal lands after every earlier `write` on the port), `put_put_ordered`,
-/// and what `flush` means.
+/// what `flush` means, and `get` (whether [`Port::read`] works; a read is always
+/// ordered after the port's earlier writes and signals).
 ///
 /// **Caller's job**: register every buffer used with [`PortMapped::register`] and
 /// keep it alive until a `flush` after its last use; semaphores are 8-byte aligned
@@ -152,7 +156,8 @@ pub trait MemoryMapped: Transport {
 pub trait PortMapped: Transport {
     /// A local buffer registered for port I/O.
     type Local: Region;
-    /// A peer buffer the port can write to (address + key, or mapped pointer).
+    /// A peer buffer the port can write to and read from (address + key, or mapped
+    /// pointer).
     type Remote: Send + Sync + Debug + 'static;
     /// A connection to one peer.
     type Port: Port<Local = Self::Local, Remote = Self::Remote>;
@@ -195,11 +200,46 @@ pub trait Port: Send + Debug {
         src_off: u64,
         len: u64,
     ) -> Result<()>;
+    /// One-sided read, the port's `get`: start copying `len` bytes from the peer's
+    /// `src+src_off` to the local `dst+dst_off` (the mirror of [`Port::write`]).
+    /// Returns when the transfer is issued, not completed. Bounds are checked against
+    /// both regions before anything is issued: an out-of-range read is an error that
+    /// issues nothing. `len == 0` is a no-op.
+    ///
+    /// **Completion**: the bytes are in `dst` no later than the next [`Port::flush`]
+    /// returns `Ok` (a flush that fails promises nothing about them). Until then the
+    /// caller neither reads nor writes `dst+dst_off..+len`, and keeps `dst`
+    /// registered (the peer keeps `src` registered).
+    ///
+    /// **Ordering**: a read is ordered after every earlier `write` and `signal` on the
+    /// same port: it returns the bytes of earlier writes to the range it reads, whatever
+    /// [`Guarantees::put_put_ordered`] says about two writes. It also sees every store
+    /// the peer made before a release that this side acquired before issuing the read
+    /// (the peer writes its memory and signals; we wait, then read). Nothing orders a
+    /// read before *later* operations on the port: a later `write` or `signal` may land
+    /// before the read has fetched its source or filled `dst`, so `flush` in between when
+    /// a later operation depends on the read (a write whose source is `dst`, a signal
+    /// telling the peer it may overwrite `src`).
+    ///
+    /// **Support** is advertised by [`Guarantees::get`]. A backend that does not claim
+    /// it returns [`crate::HalError::Unsupported`] naming itself and saying what to do
+    /// instead. The method is required rather than defaulted: the trait cannot name the
+    /// backend in that error, and each backend states in its own error why it has no
+    /// read path, as it states in its `Guarantees` why it has no other claim.
+    fn read(
+        &mut self,
+        dst: &Self::Local,
+        dst_off: u64,
+        src: &Self::Remote,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()>;
     /// Atomically add `add` to the 64-bit semaphore at `sem+off` on the peer, ordered
     /// as [`Guarantees::signal`] says.
     fn signal(&mut self, sem: &Self::Remote, off: u64, add: u64) -> Result<()>;
-    /// Wait until every earlier `write`/`signal` completed in the sense of
-    /// [`Guarantees::flush`]. Bounded: times out with an error.
+    /// Wait until every earlier `write`/`read`/`signal` completed in the sense of
+    /// [`Guarantees::flush`] (for a `read`: its bytes are in the local destination).
+    /// Bounded: times out with an error.
     fn flush(&mut self) -> Result<()>;
 }
 

@@ -131,6 +131,26 @@ impl Port for DmaPort {
         .map_err(|e| to_hal(BACKEND, e))
     }
 
+    /// Unsupported ([`GUARANTEES`](crate::GUARANTEES)`.get` is false): the copy engine
+    /// could copy out of the peer mapping just as it copies into it, but that path was
+    /// never written nor run on a GPU.
+    fn read(
+        &mut self,
+        _dst: &DmaLocal,
+        _dst_off: u64,
+        _src: &DmaRemote,
+        _src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        Err(HalError::unsupported(
+            BACKEND,
+            format!(
+                "one-sided reads (a {len}-byte Port::read from rank {}; Guarantees::get is false): have rank {} write the data to this rank (put + signal) instead, or read through a memory channel's get (cuda-nvlink)",
+                self.peer, self.peer
+            ),
+        ))
+    }
+
     fn signal(&mut self, sem: &DmaRemote, off: u64, add: u64) -> Result<()> {
         let addr = semaphore_addr(sem, off)?;
         self.check_device(sem, "the semaphore")?;

@@ -29,8 +29,9 @@ pub const FIFO_DEPTH: u32 = 512;
 ///   the same stream, with the default memory barrier: seen ⇒ every earlier put landed.
 /// * `put_put_ordered: true` — one stream: a copy starts after the previous finished.
 /// * `flush: source reusable + remote visible` — flush returns when the stream drained.
-/// * no `get`, no LL packets (the copy engine moves whole buffers; packets need
-///   8/16-byte single stores), no graph capture (the proxy is a host thread).
+/// * no `get` (`Port::read` returns `Unsupported`), no LL packets (the copy engine moves
+///   whole buffers; packets need 8/16-byte single stores), no graph capture (the proxy is
+///   a host thread).
 pub const GUARANTEES: Guarantees = Guarantees {
     signal: SignalStrength::Strong,
     put_put_ordered: true,

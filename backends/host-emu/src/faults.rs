@@ -8,13 +8,13 @@
 //!
 //! Faults act in the port ([`crate::port::HostPort`]). Any of the three ordering
 //! faults makes `write` *queue* its copy (reading the source later) instead of
-//! copying at once; queued copies land:
+//! copying at once, and `read` queue its copy behind them; queued copies land:
 //!
 //! | fault | effect |
 //! |---|---|
 //! | `signal_before_data` | `signal` adds first and leaves queued writes queued: they land at the next `flush` (a peer that saw the signal reads stale data) |
 //! | `relaxed_signal` | `signal` lands every queued write but the newest, adds with `Relaxed`, and keeps the newest queued until the next `signal`/`flush` |
-//! | `early_flush` | `flush` returns with queued writes still queued (stale remote data, source still read later); they land at the start of the next port call |
+//! | `early_flush` | `flush` returns with queued copies still queued (stale remote data, source still read later, a read's destination not filled yet); they land at the start of the next port call |
 //! | `drop_every_nth_trigger = Some(n)` | every n-th `write`/`signal` (counted together, from 1) is accepted and silently discarded; `Some(0)` means never |
 //!
 //! Queued writes also land when the port is dropped.

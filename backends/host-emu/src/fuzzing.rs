@@ -30,7 +30,9 @@ pub fn tcp_frames(data: &[u8]) {
                 let _ = String::from_utf8_lossy(&tail[..n]);
                 rest = &tail[n..];
             }
-            Ok(Header::Write { len, .. }) => rest = tail.get(len as usize..).unwrap_or(&[]),
+            Ok(Header::Write { len, .. } | Header::ReadData { len, .. }) => {
+                rest = tail.get(len as usize..).unwrap_or(&[])
+            }
             Ok(_) => rest = tail,
             Err(_) => return,
         }
@@ -109,9 +111,15 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         },
         Header::Flush { seq: 5 },
         Header::Ack { seq: 5 },
+        Header::Read {
+            region: 1,
+            offset: 8,
+            len: 4,
+        },
+        Header::ReadData { seq: 1, len: 4 },
     ] {
         frames.extend_from_slice(&h.encode());
-        if matches!(h, Header::Write { .. }) {
+        if matches!(h, Header::Write { .. } | Header::ReadData { .. }) {
             frames.extend_from_slice(b"data");
         }
     }

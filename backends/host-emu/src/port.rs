@@ -6,7 +6,8 @@
 //! * `export`/`import` are the memory exports of [`crate::memory`]: `import` maps the
 //!   peer's memfd (or shares the buffer in one process).
 //! * [`HostPort::write`] is a bounds-checked copy performed on the calling (proxy)
-//!   thread: complete when it returns. [`HostPort::signal`] is
+//!   thread: complete when it returns; [`HostPort::read`] is the same copy out of the
+//!   peer's mapping into the local buffer. [`HostPort::signal`] is
 //!   `AtomicU64::fetch_add(add, Release)` on an 8-byte-aligned word of the peer buffer.
 //!   Because every earlier write completed in program order before the release,
 //!   signals are strong and puts are ordered; [`HostPort::flush`] is a fence.
@@ -70,22 +71,46 @@ impl PortMapped for HostEmu {
     }
 }
 
-/// A write queued by a fault (never used without faults).
+/// A copy queued by a fault (never used without faults).
 #[derive(Debug)]
-struct Pending {
-    dst: ShmMapping,
-    dst_off: u64,
-    src: ShmRegion,
-    src_off: u64,
-    len: u64,
+enum Pending {
+    /// A `write`: local `src` into the peer's `dst`.
+    Write {
+        dst: ShmMapping,
+        dst_off: u64,
+        src: ShmRegion,
+        src_off: u64,
+        len: u64,
+    },
+    /// A `read`: the peer's `src` into local `dst`.
+    Read {
+        dst: ShmRegion,
+        dst_off: u64,
+        src: ShmMapping,
+        src_off: u64,
+        len: u64,
+    },
 }
 
 impl Pending {
     fn land(self) {
-        // Bounds were checked when the write was accepted; the Arcs kept both alive.
-        let _ = self
-            .dst
-            .copy_from(self.dst_off, &self.src, self.src_off, self.len);
+        // Bounds were checked when the copy was accepted; the Arcs kept both alive.
+        let _ = match self {
+            Pending::Write {
+                dst,
+                dst_off,
+                src,
+                src_off,
+                len,
+            } => dst.copy_from(dst_off, &src, src_off, len),
+            Pending::Read {
+                dst,
+                dst_off,
+                src,
+                src_off,
+                len,
+            } => dst.copy_from(dst_off, &src, src_off, len),
+        };
     }
 }
 
@@ -158,7 +183,44 @@ impl Port for HostPort {
             return Ok(());
         }
         if self.faults.defers_writes() {
-            self.pending.push_back(Pending {
+            self.pending.push_back(Pending::Write {
+                dst: dst.clone(),
+                dst_off,
+                src: src.clone(),
+                src_off,
+                len,
+            });
+            return Ok(());
+        }
+        dst.copy_from(dst_off, src, src_off, len)
+    }
+
+    /// A copy out of the peer's mapping on the calling thread: complete when it
+    /// returns, after every earlier write (which completed on return too). Under the
+    /// ordering faults it is queued behind the queued writes and lands with them.
+    fn read(
+        &mut self,
+        dst: &ShmRegion,
+        dst_off: u64,
+        src: &ShmMapping,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.begin_call();
+        commhal_hal::error::check_range(
+            &format!("port read source (rank {}'s buffer)", self.peer),
+            src_off,
+            len,
+            src.len(),
+        )?;
+        commhal_hal::error::check_range(
+            "port read destination (local buffer)",
+            dst_off,
+            len,
+            dst.len(),
+        )?;
+        if self.faults.defers_writes() {
+            self.pending.push_back(Pending::Read {
                 dst: dst.clone(),
                 dst_off,
                 src: src.clone(),
@@ -276,6 +338,35 @@ mod tests {
     }
 
     #[test]
+    fn read_copies_out_of_peer_memory_after_earlier_writes() {
+        let t = HostEmu::new();
+        let mut p = pair(&t);
+        p.peer_buf.write(200, b"peer bytes").unwrap();
+        p.port.read(&p.src, 500, &p.remote, 200, 10).unwrap();
+        assert_eq!(peek(&p.src, 500, 10), b"peer bytes", "complete on return");
+        // A read after a write to the same range returns the written bytes.
+        p.src.write(0, b"fresh").unwrap();
+        p.port.write(&p.remote, 200, &p.src, 0, 5).unwrap();
+        p.port.read(&p.src, 600, &p.remote, 200, 10).unwrap();
+        p.port.read(&p.src, 700, &p.remote, 0, 0).unwrap();
+        p.port.flush().unwrap();
+        assert_eq!(peek(&p.src, 600, 10), b"freshbytes");
+        assert_eq!(peek(&p.src, 700, 8), [0; 8], "a 0-byte read is a no-op");
+        assert!(matches!(
+            p.port.read(&p.src, 0, &p.remote, 2040, 16),
+            Err(HalError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            p.port.read(&p.src, 2047, &p.remote, 0, 2),
+            Err(HalError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            p.port.read(&p.src, 0, &p.remote, u64::MAX, 2),
+            Err(HalError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
     fn bad_arguments_are_errors() {
         let t = HostEmu::new();
         let mut p = pair(&t);
@@ -373,6 +464,17 @@ mod tests {
         port.signal(&remote, 8, 1).unwrap();
         port.flush().unwrap();
         assert_eq!(peer.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
+        peer.write(0, &[9; 4]).unwrap();
+        port.read(&src, 4, &remote, 0, 4).unwrap();
+        port.flush().unwrap();
+        let local = src.as_any().downcast_ref::<ShmRegion>().unwrap();
+        let mut got = [0u8; 4];
+        local.read(4, &mut got).unwrap();
+        assert_eq!(got, [9; 4]);
+        // A handle of the wrong kind is an error, not undefined behaviour.
+        let bogus: Box<dyn Any + Send + Sync> = Box::new(5u32);
+        let e = port.read(&src, 0, &bogus, 0, 4).unwrap_err();
+        assert!(e.to_string().contains("was not created by backend"), "{e}");
     }
 }
 
@@ -454,6 +556,27 @@ mod fault_tests {
         p.src.write(0, &[6]).unwrap(); // "reusing" the source too early
         p.port.flush().unwrap(); // lands the held write at the start of this call
         assert_eq!(byte(&p, 0), 6, "the source was read after flush returned");
+    }
+
+    #[test]
+    fn early_flush_returns_before_a_read_landed() {
+        let (_t, mut p) = with(Faults {
+            early_flush: true,
+            ..Faults::default()
+        });
+        p.peer_buf.write(0, &[7]).unwrap();
+        p.port.read(&p.src, 0, &p.remote, 0, 1).unwrap();
+        p.port.flush().unwrap();
+        let mut b = [0u8];
+        p.src.read(0, &mut b).unwrap();
+        assert_eq!(
+            b,
+            [0],
+            "flush returned before the read filled its destination"
+        );
+        p.port.flush().unwrap();
+        p.src.read(0, &mut b).unwrap();
+        assert_eq!(b, [7]);
     }
 
     #[test]

@@ -255,6 +255,92 @@ fn large_writes_in_both_directions_land_intact() {
     );
 }
 
+/// `read` returns the bytes of the port's earlier writes (no flush in between) and what
+/// the peer stored before a signal this side waited for; its data is in place when the
+/// next flush returns.
+#[test]
+fn reads_see_earlier_writes_and_the_peers_stores_before_its_signal() {
+    let [mut a, mut b] = world([shm(1 << 16), host(1 << 16)]);
+    for round in 1..=30u8 {
+        let n = 1000 + usize::from(round) * 7;
+        let data = pattern(round, n);
+        a.buf.write(64, &data).unwrap();
+        a.port.write(&a.remote, 8192, &a.buf, 64, n as u64).unwrap();
+        a.port.signal(&a.remote, SEM, 1).unwrap();
+        a.port
+            .read(&a.buf, 16_384, &a.remote, 8192, n as u64)
+            .unwrap();
+        a.port.flush().unwrap();
+        assert!(
+            bytes(&a.buf, 16_384, n) == data,
+            "round {round}: the read missed the earlier write"
+        );
+        wait_at_least(b.buf.atomic_u64(SEM).unwrap(), u64::from(round));
+        let fresh = pattern(round ^ 0x5a, n);
+        b.buf.write(32_768, &fresh).unwrap();
+        b.port.signal(&b.remote, 8, 1).unwrap();
+        wait_at_least(a.buf.atomic_u64(8).unwrap(), u64::from(round));
+        a.port
+            .read(&a.buf, 49_152, &a.remote, 32_768, n as u64)
+            .unwrap();
+        a.port.flush().unwrap();
+        assert!(
+            bytes(&a.buf, 49_152, n) == fresh,
+            "round {round}: the read after the peer's signal was stale"
+        );
+    }
+    // A 0-byte read is a no-op.
+    a.port.read(&a.buf, 0, &a.remote, 0, 0).unwrap();
+    a.port.flush().unwrap();
+}
+
+/// Both ranks read more from each other than the socket buffers and the in-flight
+/// bound hold while both also stream writes, then flush: neither side may stall the
+/// other (answers are written by each link's writer thread, never by its receiver).
+#[test]
+fn large_reads_in_both_directions_while_writing_land_intact() {
+    const N: u64 = 20 << 20;
+    const W: u64 = 4 << 20;
+    // Each buffer: semaphore, the bytes the peer reads, where our reads land, then
+    // the landing area of the peer's writes.
+    const SRC: u64 = 8;
+    const RX: u64 = 8 + N;
+    const WX: u64 = 8 + 2 * N;
+    let [mut a, mut b] = world([shm(WX + W), host(WX + W)]);
+    let (pa, pb) = (pattern(3, N as usize), pattern(4, N as usize));
+    a.buf.write(SRC, &pa).unwrap();
+    b.buf.write(SRC, &pb).unwrap();
+    thread::scope(|s| {
+        s.spawn(|| {
+            b.port.read(&b.buf, RX, &b.remote, SRC, N).unwrap();
+            b.port.write(&b.remote, WX, &b.buf, SRC, W).unwrap();
+            b.port.flush().unwrap();
+        });
+        a.port.write(&a.remote, WX, &a.buf, SRC, W).unwrap();
+        a.port.read(&a.buf, RX, &a.remote, SRC, N).unwrap();
+        a.port.flush().unwrap();
+    });
+    assert!(bytes(&a.buf, RX, N as usize) == pb, "rank 0's 20 MiB read");
+    assert!(bytes(&b.buf, RX, N as usize) == pa, "rank 1's 20 MiB read");
+    assert!(bytes(&b.buf, WX, W as usize) == pa[..W as usize]);
+    assert!(bytes(&a.buf, WX, W as usize) == pb[..W as usize]);
+}
+
+#[test]
+fn a_read_of_a_dropped_region_is_refused_by_the_peer() {
+    let [mut a, b] = world([host(64), host(64)]);
+    let Side {
+        port: _keep, buf, ..
+    } = b;
+    drop(buf);
+    a.port.read(&a.buf, 0, &a.remote, 0, 8).unwrap();
+    let msg = a.port.flush().unwrap_err().to_string();
+    assert!(
+        msg.contains("rank 1") && msg.contains("READ") && msg.contains("dropped"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn bad_arguments_are_refused_locally_and_the_port_stays_usable() {
     let [mut a, b] = world([host(256), shm(128)]);
@@ -265,6 +351,9 @@ fn bad_arguments_are_refused_locally_and_the_port_stays_usable() {
         p.write(&a.remote, u64::MAX, &a.buf, 0, 2),
         p.signal(&a.remote, 128, 1),
         p.signal(&a.remote, u64::MAX - 7, 1),
+        p.read(&a.buf, 0, &a.remote, 120, 16),
+        p.read(&a.buf, 250, &a.remote, 0, 16),
+        p.read(&a.buf, 0, &a.remote, u64::MAX, 2),
     ];
     for r in out_of_range {
         assert!(matches!(r, Err(HalError::OutOfRange { .. })), "{r:?}");
@@ -280,6 +369,8 @@ fn bad_arguments_are_refused_locally_and_the_port_stays_usable() {
     // A source registered with another transport.
     let foreign_src = PortMapped::register(&b.t, &HostRegion::alloc(8).unwrap()).unwrap();
     assert!(p.write(&a.remote, 0, &foreign_src, 0, 8).is_err());
+    assert!(p.read(&foreign_src, 0, &a.remote, 0, 8).is_err());
+    assert!(p.read(&a.buf, 0, &own, 0, 8).is_err());
     // Nothing of that reached rank 1, and the port still works.
     p.flush().unwrap();
     assert_eq!(bytes(&b.buf, 0, 128), vec![0; 128]);
@@ -400,6 +491,24 @@ fn malformed_frames_from_a_rogue_client_are_refused_without_damage() {
             "magic",
         ),
         (Header::Ack { seq: 5 }.encode().to_vec(), "never sent"),
+        (
+            Header::Read {
+                region: target.id(),
+                offset: 60,
+                len: 16,
+            }
+            .encode()
+            .to_vec(),
+            "out of range",
+        ),
+        (
+            [
+                Header::ReadData { seq: 1, len: 4 }.encode().to_vec(),
+                vec![0xAB; 4],
+            ]
+            .concat(),
+            "never sent",
+        ),
     ];
     for (frame, needle) in cases {
         let (mut port, mut raw, _b) = with_raw_peer(t0.clone());
@@ -619,7 +728,7 @@ fn reach_is_a_fallback_on_one_node_and_the_way_across_nodes() {
     );
     let g = Transport::guarantees(&t);
     assert!(g.flush.remote_visible && g.flush.source_reusable && g.put_put_ordered);
-    assert!(!g.get && !g.ll8 && !g.ll16);
+    assert!(g.get && !g.ll8 && !g.ll16);
 }
 
 #[test]
@@ -702,6 +811,11 @@ fn works_through_the_dyn_mirror() {
     dst_mem.read(0, &mut got).unwrap();
     assert_eq!(&got, b"dynamic!");
     assert_eq!(dst_mem.atomic_u64(8).unwrap().load(Ordering::Acquire), 1);
+    dst_mem.write(0, b"readback").unwrap();
+    Port::read(&mut p0, &src, 0, &remote, 0, 8).unwrap();
+    Port::flush(&mut p0).unwrap();
+    let back = src.as_any().downcast_ref::<TcpLocal>().unwrap();
+    assert_eq!(bytes(back, 0, 8), b"readback");
 }
 
 /// Rank 1's bootstrap, opening silent connections to the listener (they connect and

@@ -10,6 +10,7 @@
 //! | trigger | verbs |
 //! |---|---|
 //! | put | `IBV_WR_RDMA_WRITE` (split at the port's `max_msg_sz`) |
+//! | `Port::read` (get; not a FIFO trigger) | `IBV_WR_RDMA_READ` (split at `max_msg_sz`), complete at the next flush |
 //! | signal | `IBV_WR_ATOMIC_FETCH_AND_ADD` on the peer's 8-byte word, fenced; without device atomics an 8-byte RDMA WRITE of a shadow counter |
 //! | flush | poll the CQ until every request completed (bounded) |
 //!
@@ -17,7 +18,7 @@
 //! |---|---|
 //! | [`transport`] | [`IbVerbs`]: `Transport` (name, [`GUARANTEES`], reach) and `PortMapped` (register = `ibv_reg_mr`, or `ibv_reg_dmabuf_mr` for device memory, connect = RC QP set-up through the bootstrap) |
 //! | [`region`] | [`IbLocal`], [`IbRemote`], the export format (address + rkey) |
-//! | [`port`] | [`IbPort`]: write / signal / flush, completion errors mapped to what to check |
+//! | [`port`] | [`IbPort`]: write / read / signal / flush, completion errors mapped to what to check |
 //! | [`device`] | device, port and GID discovery (InfiniBand LID, RoCE v2 GID) |
 //! | `sys` | every `unsafe` line: libloading, the verbs objects, the ops-table calls |
 //! | `register` | the `inventory` registration and `probe` |

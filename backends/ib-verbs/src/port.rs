@@ -3,6 +3,17 @@
 //! * `write` posts `IBV_WR_RDMA_WRITE`s (split at the port's `max_msg_sz`) and returns
 //!   when they are posted. A full send queue (`ENOMEM`) is drained by polling
 //!   completions, bounded by the flush timeout.
+//! * `read` posts `IBV_WR_RDMA_READ`s the same way (the peer's region is registered
+//!   with `IBV_ACCESS_REMOTE_READ`, ours with `IBV_ACCESS_LOCAL_WRITE`; the export's
+//!   address and rkey serve reads and writes alike). The responder of an RC queue pair
+//!   executes requests in order, so a read returns the bytes of the port's earlier
+//!   writes; its data is in the destination once its completion was polled, i.e. when
+//!   the next `flush` returns. A later write does not wait for it (only
+//!   `IBV_SEND_FENCE`, which the port sets on signals alone, makes a request wait for
+//!   earlier reads to complete), hence the trait's "flush in between".
+//!   The queue pair allows one RDMA READ or atomic in flight (`max_rd_atomic = 1`), so
+//!   reads are serialised by the NIC. **Run against the stub provider only, never on
+//!   RDMA hardware.**
 //! * `signal` posts `IBV_WR_ATOMIC_FETCH_AND_ADD` of `add` on the peer's 8-byte word,
 //!   fenced (`IBV_SEND_FENCE`) after the earlier requests; the fetched value lands in
 //!   a per-port scratch buffer and is ignored. On a device without atomics
@@ -26,7 +37,7 @@ use commhal_hal::{HalError, Port, Rank, Region, Result};
 use crate::BACKEND;
 use crate::region::{IbLocal, IbRemote};
 use crate::sys::abi::{self, ibv_wc};
-use crate::sys::{Cq, Qp, Read8, Work};
+use crate::sys::{Cq, Qp, Work};
 use std::sync::Arc;
 
 /// `ENOMEM`: the send queue is full.
@@ -174,12 +185,13 @@ impl IbPort {
     /// The current value of a remote counter, read once with an RDMA READ (devices
     /// without atomics: from then on this port's shadow is exact, being its only writer).
     fn read_counter(&mut self, remote: u64, rkey: u32) -> Result<u64> {
-        self.post(Work::Read(Read8 {
+        self.post(Work::Read {
             local: self.scratch.addr() + 16,
+            len: 8,
             lkey: self.scratch.lkey(),
             remote,
             rkey,
-        }))?;
+        })?;
         self.drain("the RDMA READ of a remote semaphore's starting value")?;
         let mut b = [0u8; 8];
         self.scratch_mem.read(16, &mut b)?;
@@ -235,7 +247,7 @@ pub fn wc_error(peer: Rank, wc: &ibv_wc) -> HalError {
             "local QP operation error (IBV_WC_LOC_QP_OP_ERR): the request does not fit the queue pair's attributes"
         }
         abi::IBV_WC_LOC_PROT_ERR => {
-            "local protection error (IBV_WC_LOC_PROT_ERR): a source buffer is not registered or was deregistered before the flush"
+            "local protection error (IBV_WC_LOC_PROT_ERR): a local buffer (a write's source, a read's destination, which needs local write access) is not registered or was deregistered before the flush"
         }
         abi::IBV_WC_WR_FLUSH_ERR => {
             "flushed (IBV_WC_WR_FLUSH_ERR): the queue pair is in the error state after an earlier failure"
@@ -244,7 +256,7 @@ pub fn wc_error(peer: Rank, wc: &ibv_wc) -> HalError {
             "remote invalid request (IBV_WC_REM_INV_REQ_ERR): the peer refused the operation; check that it supports atomics and the semaphore is 8-byte aligned"
         }
         abi::IBV_WC_REM_ACCESS_ERR => {
-            "remote access error (IBV_WC_REM_ACCESS_ERR): the peer's region is not registered for remote write/atomic or the range is outside it; check that the export came from that peer's live registration"
+            "remote access error (IBV_WC_REM_ACCESS_ERR): the peer's region is not registered for remote write/read/atomic access or the range is outside it; check that the export came from that peer's live registration"
         }
         abi::IBV_WC_REM_OP_ERR => {
             "remote operation error (IBV_WC_REM_OP_ERR): the peer's NIC could not complete the request"
@@ -301,6 +313,45 @@ impl Port for IbPort {
                 lkey: src.lkey(),
                 remote: dst.addr + dst_off + done,
                 rkey: dst.rkey,
+            })?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// `IBV_WR_RDMA_READ`s of at most `max_msg_sz` bytes each; complete when the next
+    /// `flush` returns. Run against the stub verbs provider only, never on RDMA
+    /// hardware.
+    fn read(
+        &mut self,
+        dst: &IbLocal,
+        dst_off: u64,
+        src: &IbRemote,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.check_failed()?;
+        check_range(
+            &format!("ib-verbs read source (rank {}'s buffer)", self.peer),
+            src_off,
+            len,
+            src.len,
+        )?;
+        check_range(
+            "ib-verbs read destination (local buffer)",
+            dst_off,
+            len,
+            dst.len(),
+        )?;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(self.max_msg);
+            self.post(Work::Read {
+                local: dst.addr() + dst_off + done,
+                len: n as u32,
+                lkey: dst.lkey(),
+                remote: src.addr + src_off + done,
+                rkey: src.rkey,
             })?;
             done += n;
         }

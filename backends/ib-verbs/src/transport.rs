@@ -44,7 +44,12 @@ pub const SQ_DEPTH: u32 = 256;
 ///   completion: the NIC has read every source. A completion does not promise that
 ///   the bytes are visible to the peer's CPU without a signal (that would need a
 ///   read-back, not done).
-/// * no `get` (no RDMA READ path yet), no LL packets, no graph capture.
+/// * `get: true` — `Port::read` is `IBV_WR_RDMA_READ` into a local region registered
+///   with local write access, from a peer region registered with remote read access
+///   (every registration here has both); RC executes it after the port's earlier
+///   writes, and flush waits for its completion (the data is in place then).
+///   **Exercised against the stub provider only, never on RDMA hardware.**
+/// * no LL packets, no graph capture.
 pub const GUARANTEES: Guarantees = Guarantees {
     signal: SignalStrength::Strong,
     put_put_ordered: true,
@@ -52,7 +57,7 @@ pub const GUARANTEES: Guarantees = Guarantees {
         source_reusable: true,
         remote_visible: false,
     },
-    get: false,
+    get: true,
     ll8: false,
     ll16: false,
     graph_capture: false,
@@ -661,10 +666,10 @@ mod tests {
     }
 
     #[test]
-    fn guarantees_claim_no_remote_visible_flush() {
+    fn guarantees_claim_get_but_no_remote_visible_flush() {
         let claims = GUARANTEES.claims();
         assert!(claims.contains(&("strong-signal", true)));
         assert!(claims.contains(&("flush-remote-visible", false)));
-        assert!(claims.contains(&("get", false)));
+        assert!(claims.contains(&("get", true)));
     }
 }

@@ -1,8 +1,9 @@
 //! The ib-verbs host path against the stub verbs provider (`stub/`, a cdylib built by
 //! cargo before these tests): discovery, registration, RC set-up through the
-//! bootstrap, RDMA WRITE + fetch-add signals + flush, and the provider's fault
-//! switches (each run in a re-executed child process with its environment).
-//! Nothing here touches RDMA hardware.
+//! bootstrap, RDMA WRITE + RDMA READ + fetch-add signals + flush, and the provider's
+//! fault switches (each run in a re-executed child process with its environment).
+//! Nothing here touches RDMA hardware: RDMA READ in particular has only ever run
+//! against the stub.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -147,7 +148,172 @@ fn put_signal_round(w: &mut [Side; 2]) -> Result<()> {
         b.port.signal(&b.remote, 4, 1),
         Err(HalError::Unaligned { .. })
     ));
+    // RDMA READ of the second half of what `a` wrote, back out of b's buffer into
+    // a's: 512 KiB + 3 bytes, one more than the stub's max_msg_sz allows in one request.
+    let (dst, n) = ((3 << 19) - 8, (1 << 19) + 3);
+    a.buf.write(dst, &vec![0xee; n as usize])?;
+    a.port.read(&a.local, dst, &a.remote, 64 + (1 << 19), n)?;
+    a.port.flush()?;
+    let mut back = vec![0u8; n as usize];
+    a.buf.read(dst, &mut back)?;
+    assert!(back == data[1 << 19..], "the RDMA READ landed");
     Ok(())
+}
+
+/// A pattern whose bytes differ from their neighbours' and from round to round.
+fn pattern(n: usize, round: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i % 251) as u8 ^ round.wrapping_mul(37))
+        .collect()
+}
+
+/// Rank `a` reads rank `b`'s host buffer into its own: sizes across the stub's
+/// `max_msg_sz` (512 KiB) and odd offsets, more reads than the send queue and the
+/// stub's response area hold before a flush, every byte checked; out-of-range reads
+/// refused before anything is posted; a 0-byte read is a no-op.
+#[test]
+fn rdma_read_host_to_host_over_the_stub() {
+    let len = 4u64 << 20;
+    let [mut a, b] = world(len).unwrap();
+    let src = pattern(len as usize, 1);
+    b.buf.write(0, &src).unwrap();
+    a.buf.write(0, &vec![0xee; len as usize]).unwrap();
+    for (n, dst, from) in [
+        (1u64, 3u64, 5u64),
+        (7, 16, 1),
+        (4099, 100, 3),
+        ((1 << 20) + 3, 8192, 12_345),
+        ((512 << 10) + 1, (2 << 20) + 7, 3 << 20),
+    ] {
+        a.port.read(&a.local, dst, &a.remote, from, n).unwrap();
+        a.port.flush().unwrap();
+        let mut got = vec![0u8; n as usize];
+        a.buf.read(dst, &mut got).unwrap();
+        let want = &src[from as usize..(from + n) as usize];
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!("read of {n} bytes from {from} to {dst}: byte {i} differs");
+        }
+        let mut edge = [0u8; 1];
+        a.buf.read(dst - 1, &mut edge).unwrap();
+        assert_eq!(edge, [0xee], "the byte before the destination is untouched");
+    }
+    // 3 MiB of reads and 600 single bytes before one flush: the send queue (256) and the
+    // stub's response area (2 MiB) fill and are drained by polling completions.
+    a.buf.write(0, &vec![0xee; len as usize]).unwrap();
+    for i in 0..6u64 {
+        let off = i * (512 << 10);
+        a.port
+            .read(&a.local, off, &a.remote, off, 512 << 10)
+            .unwrap();
+    }
+    for i in 0..600u64 {
+        a.port
+            .read(&a.local, (3 << 20) + i, &a.remote, (3 << 20) + 2 * i, 1)
+            .unwrap();
+    }
+    a.port.flush().unwrap();
+    let mut got = vec![0u8; 3 << 20];
+    a.buf.read(0, &mut got).unwrap();
+    assert!(got == src[..3 << 20], "3 MiB of reads before one flush");
+    let mut small = vec![0u8; 600];
+    a.buf.read(3 << 20, &mut small).unwrap();
+    assert!(
+        (0..600).all(|i| small[i] == src[(3 << 20) + 2 * i]),
+        "600 one-byte reads before one flush"
+    );
+    // Refused before posting, with what was out of range; the port stays usable.
+    let e = a.port.read(&a.local, 0, &a.remote, len - 4, 8).unwrap_err();
+    assert!(
+        matches!(e, HalError::OutOfRange { .. }) && e.to_string().contains("read source"),
+        "{e}"
+    );
+    let e = a.port.read(&a.local, len - 4, &a.remote, 0, 8).unwrap_err();
+    assert!(
+        matches!(e, HalError::OutOfRange { .. }) && e.to_string().contains("read destination"),
+        "{e}"
+    );
+    assert!(a.port.read(&a.local, 0, &a.remote, u64::MAX, 2).is_err());
+    a.buf.write(0, &[0xee; 8]).unwrap();
+    a.port.read(&a.local, 0, &a.remote, 64, 0).unwrap();
+    a.port.flush().unwrap();
+    let mut head = [0u8; 8];
+    a.buf.read(0, &mut head).unwrap();
+    assert_eq!(head, [0xee; 8], "a 0-byte read is a no-op");
+    a.port.read(&a.local, 0, &a.remote, 64, 8).unwrap();
+    a.port.flush().unwrap();
+    a.buf.read(0, &mut head).unwrap();
+    assert!(head[..] == src[64..72], "the port works after refusals");
+    drop(b);
+}
+
+/// Reads are ordered after the port's earlier writes and signals (one RC queue pair
+/// executes in order): a's read of the range it just wrote and signalled, without a
+/// flush in between, returns the new bytes. And a read issued after seeing the peer's
+/// signal returns what the peer stored before signalling.
+#[test]
+fn rdma_read_after_write_and_signal_sees_them() {
+    let [mut a, mut b] = world(1 << 20).unwrap();
+    for round in 1..=20u8 {
+        let n = 4099 + usize::from(round) * 13;
+        let data = pattern(n, round);
+        // a: RDMA WRITE into b, signal b, read the range back on the same port.
+        a.buf.write(4096, &data).unwrap();
+        a.port
+            .write(&a.remote, 8192, &a.local, 4096, n as u64)
+            .unwrap();
+        a.port.signal(&a.remote, 0, 1).unwrap();
+        a.port
+            .read(&a.local, 65_536, &a.remote, 8192, n as u64)
+            .unwrap();
+        a.port.flush().unwrap();
+        let mut got = vec![0u8; n];
+        a.buf.read(65_536, &mut got).unwrap();
+        assert!(got == data, "round {round}: the read saw the earlier write");
+        assert_eq!(wait_for(&b.buf, 0, u64::from(round)), u64::from(round));
+        // b: store into its own buffer, signal a; a waits, then reads b's bytes.
+        let fresh = pattern(n, round ^ 0x55);
+        b.buf.write(200_000, &fresh).unwrap();
+        b.port.signal(&b.remote, 8, 1).unwrap();
+        b.port.flush().unwrap();
+        assert_eq!(wait_for(&a.buf, 8, u64::from(round)), u64::from(round));
+        a.port
+            .read(&a.local, 300_000, &a.remote, 200_000, n as u64)
+            .unwrap();
+        a.port.flush().unwrap();
+        a.buf.read(300_000, &mut got).unwrap();
+        assert!(
+            got == fresh,
+            "round {round}: the read after the signal is fresh"
+        );
+    }
+}
+
+/// A read of a peer region that was deregistered fails at the flush with the remote
+/// access error (the stub checks the rkey, range and remote-read access), and the port
+/// stays failed.
+#[test]
+fn rdma_read_of_a_deregistered_region_is_a_remote_access_error() {
+    let [mut a, b] = world(4096).unwrap();
+    let Side {
+        port: _b_port,
+        buf: _b_buf,
+        local: b_local,
+        ..
+    } = b;
+    drop(b_local);
+    a.port.read(&a.local, 0, &a.remote, 0, 64).unwrap();
+    let e = a.port.flush().unwrap_err().to_string();
+    assert!(
+        e.contains("IBV_WC_REM_ACCESS_ERR") && e.contains("remote write/read/atomic"),
+        "{e}"
+    );
+    let again = a.port.read(&a.local, 0, &a.remote, 0, 8).unwrap_err();
+    assert!(
+        again
+            .to_string()
+            .contains("failed earlier and cannot be used"),
+        "{again}"
+    );
 }
 
 #[test]
@@ -239,6 +405,17 @@ fn child_entry() {
             let again = a.port.signal(&a.remote, 0, 1).unwrap_err().to_string();
             format!("{e}\n{again}")
         }
+        "wc-error-read" => {
+            let mut w = world(4096).unwrap();
+            let [a, _] = &mut w;
+            a.buf.write(0, &[0xee; 64]).unwrap();
+            a.port.read(&a.local, 0, &a.remote, 0, 64).unwrap();
+            let e = a.port.flush().unwrap_err().to_string();
+            let mut b = [0u8; 64];
+            a.buf.read(0, &mut b).unwrap();
+            assert_eq!(b, [0xee; 64], "a failed read leaves its destination alone");
+            e
+        }
         "dead-peer" => {
             let mut w = world(4096).unwrap();
             let [a, _] = &mut w;
@@ -319,6 +496,18 @@ fn completion_errors_say_what_to_check() {
         "{out}"
     );
     assert!(out.contains("failed earlier and cannot be used"), "{out}");
+}
+
+#[test]
+fn a_failed_rdma_read_says_what_to_check() {
+    let out = run_child(
+        "wc-error-read",
+        &[("COMMHAL_IBVERBS_STUB_FAULT", "wc-error")],
+    );
+    assert!(
+        out.contains("IBV_WC_REM_ACCESS_ERR") && out.contains("remote write/read/atomic"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -614,6 +803,62 @@ fn writes_signals_and_flush_into_and_out_of_a_dmabuf_region() {
     // Past the registered range: refused before posting.
     assert!(matches!(
         b.port.write(&b.peer_dma, DMA_LEN, &b.dma, 0, 1),
+        Err(HalError::OutOfRange { .. })
+    ));
+    drop((a.dma, b.dma));
+}
+
+/// RDMA READ out of the peer's dma-buf region into host memory, out of the peer's host
+/// memory into a local dma-buf region (the destination's IOVA translated by the
+/// provider), and dma-buf to dma-buf, sizes across `max_msg_sz`: every byte checked in
+/// host memory and in the memfd's pages.
+#[test]
+fn rdma_reads_into_and_out_of_a_dmabuf_region() {
+    let boots = InProcBootstrap::create_with_timeout(2, Duration::from_secs(10));
+    let sides: Vec<DmaSide> = std::thread::scope(|s| {
+        let hs: Vec<_> = boots.iter().map(|b| s.spawn(move || dma_side(b))).collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread").unwrap())
+            .collect()
+    });
+    let [mut a, b]: [DmaSide; 2] = sides.try_into().ok().unwrap();
+    let n = (600u64 << 10) + 5;
+    let in_dma = pattern(n as usize, 3);
+    b.view.write_all_at(&in_dma, DMA_OFFSET + 1000).unwrap();
+    let in_host = pattern(n as usize, 4);
+    b.host.write(2000, &in_host).unwrap();
+
+    // Peer dma-buf → local host memory.
+    a.port.read(&a.host_reg, 64, &a.peer_dma, 1000, n).unwrap();
+    // Peer host memory → local dma-buf region.
+    a.port.read(&a.dma, 8, &a.peer_host, 2000, n).unwrap();
+    a.port.flush().unwrap();
+    let mut got = vec![0u8; n as usize];
+    a.host.read(64, &mut got).unwrap();
+    assert!(got == in_dma, "dma-buf to host memory");
+    a.view.read_exact_at(&mut got, DMA_OFFSET + 8).unwrap();
+    assert!(got == in_host, "host memory to the dma-buf's pages");
+    let mut before = [0xffu8; 8];
+    a.view.read_exact_at(&mut before, DMA_OFFSET).unwrap();
+    assert_eq!(before, [0; 8], "nothing before the destination was written");
+
+    // Peer dma-buf → local dma-buf, ending at the range's last byte.
+    a.port
+        .read(&a.dma, DMA_LEN - n, &a.peer_dma, 1000, n)
+        .unwrap();
+    a.port.flush().unwrap();
+    a.view
+        .read_exact_at(&mut got, DMA_OFFSET + DMA_LEN - n)
+        .unwrap();
+    assert!(got == in_dma, "dma-buf to dma-buf");
+
+    // Past either registered range: refused before posting.
+    assert!(matches!(
+        a.port.read(&a.host_reg, 0, &a.peer_dma, DMA_LEN - 4, 8),
+        Err(HalError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        a.port.read(&a.dma, DMA_LEN - 4, &a.peer_host, 0, 8),
         Err(HalError::OutOfRange { .. })
     ));
     drop((a.dma, b.dma));

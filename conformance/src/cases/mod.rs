@@ -24,9 +24,11 @@
 //! | 20 | `stress-message-passing`, `stress-strong-signal`, `stress-put-put` | memory, port |
 //! | 21 | `collective/coll=..,algo=..,nodes=..` (host-emu: 1 node; host-tcp, ib-verbs: 2 virtual nodes) | all |
 //! | 22 | `collective-dead-peer/nodes=..` | all |
+//! | 23 | `port-read/n=..,off=..` | port |
 
 pub mod collectives;
 pub mod p2p;
+pub mod port_read;
 pub mod setup;
 pub mod special;
 pub mod switch;
@@ -215,6 +217,15 @@ pub fn all(world: &World) -> Vec<Case> {
             .params(mem),
         );
         if kind == K::Port {
+            for (n, off) in [(1u64, 0u64), (4099, 3), ((1 << 20) + 3, 3)] {
+                v.push(
+                    Case::new(kind, 23, "port-read", "Port::read returns, once flush returned, every byte of the port's earlier write to that range and of what the peer stored before a signal it waited for; 0 bytes no-op; out-of-range refused", move |c| {
+                        port_read::port_read(c, n, off)
+                    })
+                    .needs("get")
+                    .params(with(mem, &format!("n={n},off={off}"))),
+                );
+            }
             let claimed = guarantees_of(&world.backend, K::Port).map_or(0, |g| g.fifo_depth);
             let mut depths = vec![4u64];
             if claimed > 4 && u64::from(claimed).is_power_of_two() {

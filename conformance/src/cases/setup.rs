@@ -40,7 +40,7 @@ pub trait P2p: Send + Sync {
     fn relaxed_wait(&self) -> Result<()>;
     /// Consume a signal if one arrived.
     fn poll(&self) -> Result<bool>;
-    /// One-sided get (memory channels only).
+    /// One-sided get (memory channels only; port reads are case 23, on the raw port).
     fn get(&self, dst: u64, src: u64, n: u64) -> Result<()>;
     /// Our buffer.
     fn local(&self) -> &dyn Region;
@@ -132,7 +132,9 @@ impl P2p for PortP2p {
         self.ch.poll()
     }
     fn get(&self, _dst: u64, _src: u64, _n: u64) -> Result<()> {
-        Err(commhal_hal::HalError::invalid("port channels have no get"))
+        Err(commhal_hal::HalError::invalid(
+            "port channels have no get trigger: read through the raw port (Port::read, case 23)",
+        ))
     }
     fn local(&self) -> &dyn Region {
         &*self.local

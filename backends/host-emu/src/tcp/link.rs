@@ -7,12 +7,23 @@
 //! queues its `ACK`s in `control` and only *tries* the lock; whoever holds the lock
 //! drains `control` after its own frame and again after unlocking ([`Link::pump`]).
 //!
+//! **Read answers.** A `READ_DATA` frame (up to [`MAX_CHUNK`] bytes) is queued in
+//! `control` like an `ACK`, but the receiver never writes one itself: writing that much
+//! could block it while the peer's receiver, blocked the same way, stops reading, and
+//! neither would move. A writer thread per link (or the port, after its own frame)
+//! writes it; the receiver writes small control frames only while none of those is
+//! ahead of them, so the queue keeps its order. The port bounds the bytes of its reads
+//! not yet answered ([`MAX_READS_IN_FLIGHT`]), which bounds what the peer queues.
+//!
 //! **Receiving.** Frames are applied in arrival order, which is send order (one TCP
-//! stream): a `SIGNAL` after `WRITE`s is applied after them, a `FLUSH` is acknowledged
-//! after everything before it was applied. Every frame is validated (header, region
-//! id, bounds, alignment) before anything is written; a bad frame is answered with an
-//! `ERROR` frame and the connection is closed, and from then on the port's operations
-//! fail with an error naming the peer. The receiver never panics on peer input.
+//! stream): a `SIGNAL` after `WRITE`s is applied after them, a `READ` is answered with
+//! the bytes after every earlier `WRITE` landed, a `FLUSH` is acknowledged after
+//! everything before it was applied (so an `ACK` arrives after the answers of earlier
+//! reads, which the receiver copies into their destinations in order). Every frame is
+//! validated (header, region id, bounds, alignment) before anything is written; a bad
+//! frame is answered with an `ERROR` frame and the connection is closed, and from then
+//! on the port's operations fail with an error naming the peer. The receiver never
+//! panics on peer input.
 //!
 //! **Ending.** EOF or a socket error from the peer marks the link dead
 //! ([`HalError::PeerDead`] on the next operation; a waiting flush wakes up). Dropping
@@ -29,11 +40,14 @@ use std::time::{Duration, Instant};
 use commhal_hal::{HalError, Rank, Result};
 
 use crate::tcp::BACKEND;
-use crate::tcp::regions::RegionTable;
+use crate::tcp::regions::{RegionTable, TcpLocal};
 use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK, error_frame};
 
 /// How often an idle receiver checks whether its port was dropped.
 const RECV_TICK: Duration = Duration::from_millis(200);
+/// Bytes of a port's reads the peer may not have answered yet; a read beyond it waits
+/// (bounded) for earlier answers.
+pub(crate) const MAX_READS_IN_FLIGHT: u64 = 16 * MAX_CHUNK;
 /// How long a failed send waits for the receiver to report why the link broke.
 const SEND_FAILURE_GRACE: Duration = Duration::from_millis(200);
 
@@ -46,11 +60,35 @@ enum Broken {
     Poisoned(String),
 }
 
+/// A read the port sent and the peer has not answered yet.
+#[derive(Debug)]
+pub(crate) struct PendingRead {
+    /// Its number on the connection (1 for the port's first read).
+    pub(crate) seq: u64,
+    /// Where the answer goes: `len` bytes at `off` of `dst` (bounds checked by the port).
+    pub(crate) dst: TcpLocal,
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Highest flush sequence number the peer acknowledged.
     acked: u64,
     broken: Option<Broken>,
+    /// The port's reads not answered yet, oldest first.
+    reads: VecDeque<PendingRead>,
+    /// Their bytes.
+    read_bytes: u64,
+}
+
+/// A frame queued for the socket by the receiver.
+#[derive(Debug)]
+struct Control {
+    frame: Vec<u8>,
+    /// A `READ_DATA` answer: written by the writer thread or the port, never by the
+    /// receiver.
+    bulk: bool,
 }
 
 /// State shared by a port and its receiver thread.
@@ -59,9 +97,13 @@ pub(crate) struct Link {
     pub(crate) me: Rank,
     pub(crate) peer: Rank,
     out: Mutex<TcpStream>,
-    control: Mutex<VecDeque<Vec<u8>>>,
+    control: Mutex<VecDeque<Control>>,
+    /// Wakes the writer thread when a `READ_DATA` answer is queued.
+    control_cv: Condvar,
     state: Mutex<State>,
     cv: Condvar,
+    /// Set when the link broke or is closing: the writer thread ends.
+    ended: AtomicBool,
     /// Highest flush sequence number the port sent (an `ACK` beyond it is malformed).
     flush_sent: AtomicU64,
     closing: AtomicBool,
@@ -95,18 +137,35 @@ impl Link {
             peer,
             out: Mutex::new(stream),
             control: Mutex::new(VecDeque::new()),
+            control_cv: Condvar::new(),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
+            ended: AtomicBool::new(false),
             flush_sent: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             write_timeout,
         });
         let l = link.clone();
         std::thread::Builder::new()
+            .name(format!("host-tcp-w{me}-to-r{peer}"))
+            .spawn(move || write_answers(&l))
+            .map_err(|e| HalError::io("host-tcp: starting a writer thread", e))?;
+        let l = link.clone();
+        std::thread::Builder::new()
             .name(format!("host-tcp-r{me}-from-r{peer}"))
             .spawn(move || receive(&l, &table, reader))
-            .map_err(|e| HalError::io("host-tcp: starting a receiver thread", e))?;
+            .map_err(|e| {
+                link.end();
+                HalError::io("host-tcp: starting a receiver thread", e)
+            })?;
         Ok(link)
+    }
+
+    /// Let the writer thread end.
+    fn end(&self) {
+        self.ended.store(true, Ordering::Release);
+        let _q = lock(&self.control);
+        self.control_cv.notify_all();
     }
 
     fn error_of(&self, b: &Broken) -> HalError {
@@ -141,6 +200,8 @@ impl Link {
             st.broken = Some(b);
         }
         self.cv.notify_all();
+        drop(st);
+        self.end();
     }
 
     /// Send one frame (possibly in several slices) from the port. A failure breaks the
@@ -199,25 +260,53 @@ impl Link {
 
     /// Write queued control frames; called with the `out` lock held.
     fn drain_control(&self, s: &mut TcpStream) -> std::io::Result<()> {
+        self.drain(s, true)
+    }
+
+    /// Write queued control frames from the front, stopping at the first `READ_DATA`
+    /// unless `bulk`; called with the `out` lock held.
+    fn drain(&self, s: &mut TcpStream, bulk: bool) -> std::io::Result<()> {
         loop {
-            let Some(f) = lock(&self.control).pop_front() else {
+            let f = {
+                let mut q = lock(&self.control);
+                match q.front() {
+                    Some(c) if bulk || !c.bulk => q.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some(f) = f else {
                 return Ok(());
             };
-            s.write_all(&f)?;
+            s.write_all(&f.frame)?;
         }
     }
 
+    /// Queue a control frame for the peer and get it written.
+    fn queue(&self, frame: Vec<u8>, bulk: bool) {
+        lock(&self.control).push_back(Control { frame, bulk });
+        self.pump();
+    }
+
     /// Drain `control` if nobody holds `out`; the holder drains after unlocking, so a
-    /// queued frame is always written by someone.
+    /// queued frame is always written by someone. A `READ_DATA` at the front is left
+    /// to the writer thread (woken here): this may run on the receiver.
     fn pump(&self) {
         loop {
-            if lock(&self.control).is_empty() {
-                return;
+            {
+                let q = lock(&self.control);
+                match q.front() {
+                    None => return,
+                    Some(c) if c.bulk => {
+                        self.control_cv.notify_all();
+                        return;
+                    }
+                    Some(_) => {}
+                }
             }
             let Ok(mut s) = self.out.try_lock() else {
                 return;
             };
-            let r = self.drain_control(&mut s);
+            let r = self.drain(&mut s, false);
             drop(s);
             if let Err(e) = r {
                 self.break_with(Broken::Dead(format!(
@@ -262,10 +351,95 @@ impl Link {
         }
     }
 
+    /// Record a read the port is about to send, first waiting (bounded by `limit`)
+    /// until the bytes of unanswered reads leave room for it.
+    pub(crate) fn expect_read(&self, read: PendingRead, limit: Duration) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        let mut st = lock(&self.state);
+        loop {
+            if let Some(b) = &st.broken {
+                return Err(self.error_of(b));
+            }
+            if st.read_bytes + read.len <= MAX_READS_IN_FLIGHT {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(HalError::Timeout {
+                    what: format!(
+                        "rank {} to answer host-tcp reads from rank {} ({} bytes outstanding)",
+                        self.peer, self.me, st.read_bytes
+                    ),
+                    millis: limit.as_millis() as u64,
+                });
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        st.read_bytes += read.len;
+        st.reads.push_back(read);
+        Ok(())
+    }
+
+    /// The oldest unanswered read, if it is read `seq` of `len` bytes.
+    fn answered(&self, seq: u64, len: u64) -> std::result::Result<PendingRead, String> {
+        let mut st = lock(&self.state);
+        match st.reads.front() {
+            Some(r) if r.seq == seq && r.len == len => {}
+            Some(r) => {
+                return Err(format!(
+                    "READ_DATA #{seq} of {len} bytes, but the oldest unanswered read is #{} of {} bytes",
+                    r.seq, r.len
+                ));
+            }
+            None => return Err(format!("READ_DATA #{seq} for a read that was never sent")),
+        }
+        let r = st.reads.pop_front().ok_or("no read")?;
+        st.read_bytes -= r.len;
+        self.cv.notify_all();
+        Ok(r)
+    }
+
     /// The port is going away: no more frames from us; let the receiver end.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
         let _ = lock(&self.out).shutdown(Shutdown::Write);
+        self.end();
+    }
+}
+
+/// The writer thread: writes `READ_DATA` answers (and whatever control frames follow
+/// them) so the receiver never blocks on a large write. Ends with the link.
+fn write_answers(link: &Link) {
+    loop {
+        {
+            let mut q = lock(&link.control);
+            loop {
+                if link.ended.load(Ordering::Acquire) {
+                    return;
+                }
+                if q.iter().any(|c| c.bulk) {
+                    break;
+                }
+                q = link
+                    .control_cv
+                    .wait_timeout(q, RECV_TICK)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        let r = {
+            let mut s = lock(&link.out);
+            link.drain_control(&mut s)
+        };
+        if let Err(e) = r {
+            link.break_with(Broken::Dead(format!("sending read data failed: {e}")));
+            return;
+        }
+        link.pump();
     }
 }
 
@@ -325,7 +499,10 @@ fn receive(link: &Link, table: &RegionTable, mut s: TcpStream) {
                 "rank {} sent a frame rank {} refused: {why}",
                 link.peer, link.me
             )));
-            lock(&link.control).push_back(error_frame(&why));
+            lock(&link.control).push_back(Control {
+                frame: error_frame(&why),
+                bulk: false,
+            });
             // The port cannot send any more (link broken), so this waits at most for
             // one frame it is writing, which is bounded by the write timeout.
             {
@@ -346,6 +523,8 @@ fn receive(link: &Link, table: &RegionTable, mut s: TcpStream) {
 
 fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
     let mut payload = Vec::new();
+    // `READ` frames answered so far (each answer carries its number).
+    let mut reads = 0u64;
     loop {
         let mut h = [0u8; HEADER_LEN];
         match read_full(link, s, &mut h) {
@@ -408,8 +587,7 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 // Everything before this frame was applied on this thread; publish it
                 // to whoever learns of the flush.
                 std::sync::atomic::fence(Ordering::Release);
-                lock(&link.control).push_back(Header::Ack { seq }.encode().to_vec());
-                link.pump();
+                link.queue(Header::Ack { seq }.encode().to_vec(), false);
             }
             Header::Ack { seq } => {
                 if seq > link.flush_sent.load(Ordering::Acquire) {
@@ -418,6 +596,44 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 let mut st = lock(&link.state);
                 st.acked = st.acked.max(seq);
                 link.cv.notify_all();
+            }
+            Header::Read {
+                region,
+                offset,
+                len,
+            } => {
+                // `decode` bounds `len` by MAX_CHUNK; the peer's port bounds how many
+                // answers it waits for (MAX_READS_IN_FLIGHT), so the queue is bounded.
+                reads += 1;
+                let mut frame = Header::ReadData { seq: reads, len }.encode().to_vec();
+                frame.resize(HEADER_LEN + len as usize, 0);
+                if let Err(why) = table.get(region).and_then(|r| {
+                    r.mem()
+                        .read(offset, &mut frame[HEADER_LEN..])
+                        .map_err(|e| e.to_string())
+                }) {
+                    return End::Refused(format!("READ of region {region}: {why}"));
+                }
+                link.queue(frame, true);
+            }
+            Header::ReadData { seq, len } => {
+                let read = match link.answered(seq, len) {
+                    Ok(r) => r,
+                    Err(why) => return End::Refused(why),
+                };
+                payload.resize(len as usize, 0);
+                match read_full(link, s, &mut payload) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return End::Dead("connection closed in the middle of a frame".into());
+                    }
+                    Err(end) => return end,
+                }
+                // The port checked the range when it sent the read, and `read.dst`
+                // keeps the registration alive.
+                if let Err(e) = read.dst.write(read.off, &payload) {
+                    return End::Refused(format!("READ_DATA #{seq}: {e}"));
+                }
             }
             Header::Error { len } => {
                 let mut text = vec![0u8; len as usize];

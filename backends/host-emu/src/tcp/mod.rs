@@ -16,15 +16,18 @@
 //! table; `export` is (instance, id, length) — bytes only, no descriptors, so it works
 //! across hosts; `import` turns that into a [`TcpRemote`]. `connect` opens one TCP
 //! connection per (pair, tag) and starts a receiver thread on each side that applies the
-//! peer's `WRITE`/`SIGNAL` frames to the local registered buffers (bounds-checked) and
-//! answers `FLUSH` with `ACK`. Register buffers and connect with the **same** `HostTcp`
+//! peer's `WRITE`/`SIGNAL` frames to the local registered buffers (bounds-checked),
+//! answers `READ` with the bytes (`READ_DATA`, written by a writer thread) and `FLUSH`
+//! with `ACK`. Register buffers and connect with the **same** `HostTcp`
 //! (clones share the table): a connection's receiver only sees its transport's regions.
 //!
 //! **Promises** ([`HostTcp::GUARANTEES`]): one in-order stream per port and one thread
 //! applying it, so signals are strong and puts ordered; `write` copies the source into
 //! the socket before returning and `flush` returns after the peer acknowledged
 //! applying everything before it, so flush means source reusable *and* remote visible.
-//! No get, no LL8/LL16 packets, no graph capture.
+//! `get`: a port `read` is answered by the peer's receiver after every earlier frame,
+//! and its bytes land before the `ACK` of a later flush. No LL8/LL16 packets, no graph
+//! capture.
 //!
 //! **Failures.** A closed connection is [`HalError::PeerDead`] on the next operation;
 //! `flush` gives up with [`HalError::Timeout`] after the timeout (the bootstrap's, or
@@ -79,7 +82,7 @@ impl HostTcp {
             source_reusable: true,
             remote_visible: true,
         },
-        get: false,
+        get: true,
         ll8: false,
         ll16: false,
         graph_capture: false,

@@ -5,10 +5,17 @@
 //!   buffers, so the **source is reusable as soon as `write` returns**.
 //! * `signal` checks the range and alignment and sends one `SIGNAL` frame; the peer
 //!   applies it after every earlier frame (**strong signal**; puts are ordered too).
+//! * `read` checks both ranges, then sends `READ` frames of at most [`MAX_CHUNK`]
+//!   bytes; the peer's receiver answers each, after applying every earlier frame, with
+//!   a `READ_DATA` frame that this side's receiver copies into the destination. It
+//!   returns once the requests are sent (waiting, bounded, while more than
+//!   `MAX_READS_IN_FLIGHT` bytes are unanswered).
 //! * `flush` sends `FLUSH { seq }` and waits for `ACK { seq }`, which the peer's
-//!   receiver sends after applying every earlier frame: **remote visible** (and source
-//!   reusable) when it returns. Bounded: [`HalError::Timeout`] after the transport's
-//!   timeout, [`HalError::PeerDead`] as soon as the connection is known closed.
+//!   receiver sends after applying every earlier frame (and answering every earlier
+//!   `READ`, whose data this side applied before the `ACK`): **remote visible** (and
+//!   source reusable, and earlier reads landed) when it returns. Bounded:
+//!   [`HalError::Timeout`] after the transport's timeout, [`HalError::PeerDead`] as soon
+//!   as the connection is known closed.
 //!
 //! Dropping the port half-closes the connection; operations not followed by a
 //! successful `flush` may be lost if the peer goes away.
@@ -20,7 +27,7 @@ use commhal_hal::error::{check_range, check_semaphore_offset};
 use commhal_hal::transport::Port;
 use commhal_hal::{HalError, Rank, Result};
 
-use crate::tcp::link::Link;
+use crate::tcp::link::{Link, PendingRead};
 use crate::tcp::regions::{TcpLocal, TcpRemote};
 use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK};
 
@@ -33,6 +40,8 @@ pub struct TcpPort {
     /// This side's transport instance (owner of every valid [`TcpLocal`]).
     local_instance: u64,
     next_seq: u64,
+    /// Number of the next `READ` frame (the peer numbers its answers the same way).
+    next_read: u64,
     timeout: Duration,
     buf: Vec<u8>,
 }
@@ -49,6 +58,7 @@ impl TcpPort {
             peer_instance,
             local_instance,
             next_seq: 1,
+            next_read: 1,
             timeout,
             buf: Vec::new(),
         }
@@ -121,6 +131,60 @@ impl Port for TcpPort {
             src.mem()
                 .read(src_off + done, &mut self.buf[HEADER_LEN..])?;
             self.link.send(&[&self.buf])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        dst: &TcpLocal,
+        dst_off: u64,
+        src: &TcpRemote,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.link.check()?;
+        self.check_remote(src)?;
+        if dst.owner() != self.local_instance {
+            return Err(HalError::invalid(
+                "the read's destination buffer was registered with another host-tcp transport than this port's: register it with the transport you connected with",
+            ));
+        }
+        let peer = self.link.peer;
+        check_range(
+            &format!("host-tcp read source (rank {peer}'s region {})", src.id()),
+            src_off,
+            len,
+            src.len(),
+        )?;
+        check_range(
+            "host-tcp read destination (local buffer)",
+            dst_off,
+            len,
+            dst.mem().len(),
+        )?;
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(MAX_CHUNK);
+            let seq = self.next_read;
+            // Recorded before sending: the answer may arrive before `send` returns.
+            self.link.expect_read(
+                PendingRead {
+                    seq,
+                    dst: dst.clone(),
+                    off: dst_off + done,
+                    len: n,
+                },
+                self.timeout,
+            )?;
+            self.next_read += 1;
+            let h = Header::Read {
+                region: src.id(),
+                offset: src_off + done,
+                len: n,
+            };
+            self.link.send(&[&h.encode()])?;
             done += n;
         }
         Ok(())

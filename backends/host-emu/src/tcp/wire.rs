@@ -12,10 +12,14 @@
 //! | 3 `FLUSH` | sequence number | 0 | 0 | — |
 //! | 4 `ACK` | sequence number | 0 | 0 | — |
 //! | 5 `ERROR` | 0 | 0 | text length (≤ [`MAX_ERROR_TEXT`]) | UTF-8 text |
+//! | 6 `READ` | region id | offset | length (1..=[`MAX_CHUNK`]) | — |
+//! | 7 `READ_DATA` | read number | 0 | length (1..=[`MAX_CHUNK`]) | `length` bytes |
 //!
 //! Both directions of a connection carry all kinds: each side's port sends
-//! `WRITE`/`SIGNAL`/`FLUSH`, each side's receiver answers `FLUSH` with `ACK` and a frame
-//! it refuses with `ERROR` (then closes the connection).
+//! `WRITE`/`SIGNAL`/`FLUSH`/`READ`, each side's receiver answers `FLUSH` with `ACK`,
+//! `READ` with `READ_DATA` (the bytes of the region at that moment; reads are numbered
+//! from 1 in the order they arrive, so the port matches each answer to its read) and a
+//! frame it refuses with `ERROR` (then closes the connection).
 //! A header with a wrong magic, an unknown kind, non-zero unused fields or an
 //! oversized length is malformed: the receiver refuses it before reading any payload.
 
@@ -64,6 +68,23 @@ pub enum Header {
         /// Text length.
         len: u64,
     },
+    /// Answer with `ReadData` carrying `len` bytes of `region` at `offset`, after
+    /// applying every earlier frame.
+    Read {
+        /// Region id on the receiver.
+        region: u64,
+        /// Byte offset in the region.
+        offset: u64,
+        /// Bytes wanted.
+        len: u64,
+    },
+    /// The answer to the `seq`-th `Read` of the connection; `len` bytes follow.
+    ReadData {
+        /// Which read (1 for the first `Read` the peer received, then 2, ...).
+        seq: u64,
+        /// Payload length (the read's length).
+        len: u64,
+    },
 }
 
 impl Header {
@@ -83,6 +104,12 @@ impl Header {
             Header::Flush { seq } => (3, seq, 0, 0),
             Header::Ack { seq } => (4, seq, 0, 0),
             Header::Error { len } => (5, 0, 0, len),
+            Header::Read {
+                region,
+                offset,
+                len,
+            } => (6, region, offset, len),
+            Header::ReadData { seq, len } => (7, seq, 0, len),
         };
         let mut h = [0u8; HEADER_LEN];
         h[0..4].copy_from_slice(MAGIC);
@@ -132,6 +159,16 @@ impl Header {
                 "ERROR frame with {c} bytes of text (at most {MAX_ERROR_TEXT})"
             )),
             5 => unused_zero(&[a, b]).map(|()| Header::Error { len: c }),
+            6 | 7 if c == 0 || c > MAX_CHUNK => Err(format!(
+                "{} frame of {c} bytes (must be 1..={MAX_CHUNK})",
+                if kind == 6 { "READ" } else { "READ_DATA" }
+            )),
+            6 => Ok(Header::Read {
+                region: a,
+                offset: b,
+                len: c,
+            }),
+            7 => unused_zero(&[b]).map(|()| Header::ReadData { seq: a, len: c }),
             k => Err(format!("unknown frame kind {k}")),
         }
     }
@@ -174,6 +211,12 @@ mod tests {
             Header::Flush { seq: 7 },
             Header::Ack { seq: 7 },
             Header::Error { len: 12 },
+            Header::Read {
+                region: 2,
+                offset: 5,
+                len: MAX_CHUNK,
+            },
+            Header::ReadData { seq: 9, len: 1 },
         ] {
             assert_eq!(Header::decode(&h.encode()), Ok(h));
         }
@@ -207,6 +250,24 @@ mod tests {
         };
         assert!(Header::decode(&empty.encode()).is_err());
         assert!(Header::decode(&Header::Error { len: 1 << 20 }.encode()).is_err());
+        for bad in [
+            Header::Read {
+                region: 1,
+                offset: 0,
+                len: 0,
+            },
+            Header::Read {
+                region: 1,
+                offset: 0,
+                len: MAX_CHUNK + 1,
+            },
+            Header::ReadData { seq: 1, len: 0 },
+        ] {
+            assert!(Header::decode(&bad.encode()).unwrap_err().contains("READ"));
+        }
+        let mut h = Header::ReadData { seq: 1, len: 4 }.encode();
+        h[16] = 1;
+        assert!(Header::decode(&h).unwrap_err().contains("unused"));
     }
 
     #[test]

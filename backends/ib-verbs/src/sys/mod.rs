@@ -549,22 +549,21 @@ pub enum Work {
         /// Value added.
         add: u64,
     },
-    /// See [`Read8`].
-    Read(Read8),
-}
-
-/// `IBV_WR_RDMA_READ` of 8 bytes at `remote` into `local` (only used to learn a
-/// remote counter's value on devices without atomics).
-#[derive(Debug, Clone, Copy)]
-pub struct Read8 {
-    /// Local 8-byte destination.
-    pub local: u64,
-    /// Its key.
-    pub lkey: u32,
-    /// Remote address.
-    pub remote: u64,
-    /// Remote key.
-    pub rkey: u32,
+    /// `IBV_WR_RDMA_READ` of `len` bytes at `remote` (rkey) into `local` (lkey): the
+    /// port's `read`, and the 8-byte read of a remote counter's starting value on
+    /// devices without atomics.
+    Read {
+        /// Local destination address (registered with local write access).
+        local: u64,
+        /// Bytes.
+        len: u32,
+        /// Local key.
+        lkey: u32,
+        /// Remote address (registered with remote read access).
+        remote: u64,
+        /// Remote key.
+        rkey: u32,
+    },
 }
 
 /// An RC queue pair. Destroyed on drop.
@@ -763,14 +762,20 @@ impl Qp {
                     rkey,
                 };
             }
-            Work::Read(r) => {
+            Work::Read {
+                local,
+                len,
+                lkey,
+                remote,
+                rkey,
+            } => {
                 sge = ibv_sge {
-                    addr: r.local,
-                    length: 8,
-                    lkey: r.lkey,
+                    addr: local,
+                    length: len,
+                    lkey,
                 };
                 wr.opcode = IBV_WR_RDMA_READ;
-                wr.set_rdma(r.remote, r.rkey);
+                wr.set_rdma(remote, rkey);
             }
         }
         wr.sg_list = &mut sge;

@@ -10,14 +10,19 @@
 //!   (`<dir>/commhal-ibstub-qpn`), so they are unique on the host like on one HCA.
 //! * **A QP** owns an *inbox*: a file `<dir>/commhal-ibstub-<qpn>` mapped `MAP_SHARED`,
 //!   holding a byte ring (requests from the connected peer), a completed-request
-//!   counter, the first error, and the fetched values of atomics. `ibv_modify_qp` to
-//!   RTR maps the peer's inbox (found by `dest_qp_num`) as this QP's *outbox*.
+//!   counter, the first error, the fetched values of atomics, and a response area where
+//!   RDMA READ data comes back. `ibv_modify_qp` to RTR maps the peer's inbox (found by
+//!   `dest_qp_num`) as this QP's *outbox*.
 //! * **`post_send`** (through `ctx->ops.post_send`, like real providers) copies the
-//!   gathered bytes of an RDMA WRITE, the add of a FETCH_AND_ADD, or an RDMA READ of
-//!   at most 8 bytes (longer reads fail with `IBV_WC_LOC_LEN_ERR`), into the peer's
-//!   ring and returns; `ENOMEM` when the ring or the send queue is full (as a full
-//!   send queue on hardware). The data is copied at post time, earlier than a NIC
-//!   would read it.
+//!   gathered bytes of an RDMA WRITE, or the add of a FETCH_AND_ADD, into the peer's
+//!   ring; an RDMA READ puts only its request there and reserves room for its data in
+//!   the response area (the requester is that area's only allocator: it frees each
+//!   reservation when the read's completion is polled). `ENOMEM` when the ring, the
+//!   response area or the send queue is full (as a full send queue on hardware).
+//!   WRITE data is copied at post time, earlier than a NIC would read it. Local
+//!   buffers are checked against their registration (an RDMA READ's or atomic's
+//!   destination needs `IBV_ACCESS_LOCAL_WRITE`): `IBV_WC_LOC_PROT_ERR` otherwise,
+//!   `IBV_WC_LOC_LEN_ERR` past `max_msg_sz`.
 //! * **Memory regions**: `ibv_reg_mr` registers host memory as is;
 //!   `ibv_reg_dmabuf_mr` maps the dma-buf fd at the offset (a memfd stands in for a
 //!   dma-buf) and translates the MR's IOVAs to that mapping on both sides of the data
@@ -25,10 +30,15 @@
 //! * **The responder** is one thread per device context (the "NIC"), which applies
 //!   its QPs' incoming requests in order to memory registered in *this* process
 //!   (found by rkey, bounds and access checked): `memcpy` for a WRITE, an atomic
-//!   add for a FETCH_AND_ADD (old value returned). A bad rkey or range puts the QP
-//!   in error: `IBV_WC_REM_ACCESS_ERR` for that request, `IBV_WC_WR_FLUSH_ERR` after.
+//!   add for a FETCH_AND_ADD (old value returned), a `memcpy` into the requester's
+//!   response area for an RDMA READ (needs `IBV_ACCESS_REMOTE_READ`). Requests apply in
+//!   posting order, so a READ returns the bytes of the same QP's earlier WRITEs, as on
+//!   an RC queue pair. A bad rkey, range or access puts the QP in error:
+//!   `IBV_WC_REM_ACCESS_ERR` for that request, `IBV_WC_WR_FLUSH_ERR` after.
 //! * **`poll_cq`** (through `ctx->ops.poll_cq`) turns requests the peer applied into
-//!   completions, in order; a peer whose QP was destroyed or whose process is gone
+//!   completions, in order, copying a successful READ's data from the response area
+//!   into its scatter list first (its bytes are in place once its completion is
+//!   returned, as with a NIC); a peer whose QP was destroyed or whose process is gone
 //!   completes everything pending with `IBV_WC_RETRY_EXC_ERR` (what an RC QP reports
 //!   once its retries are exhausted).
 //!
@@ -67,6 +77,9 @@ use commhal_hal::settings::ibverbs::{STUB_DEVICES, STUB_DIR, STUB_FAULT, STUB_LI
 const MAGIC: u64 = 0x6962_7374_7562_0001;
 const RING: u64 = 2 << 20;
 const DATA_OFF: usize = 16 << 10;
+/// The response area (RDMA READ data), after the ring.
+const RESP_OFF: usize = DATA_OFF + RING as usize;
+const RESP: u64 = 2 << 20;
 const RESULTS_OFF: usize = 64;
 const SLOTS: u64 = 1024;
 const MAX_MSG: u32 = 512 << 10;
@@ -186,34 +199,45 @@ impl Mapping {
 
     /// Copy `src` into the ring at byte position `pos` (modulo the ring size).
     fn ring_write(&self, pos: u64, src: &[u8]) {
+        self.area_write(DATA_OFF, RING, pos, src);
+    }
+
+    /// Copy ring bytes at `pos` into `dst`.
+    fn ring_read(&self, pos: u64, dst: &mut [u8]) {
+        self.area_read(DATA_OFF, RING, pos, dst);
+    }
+
+    /// Copy `src` into the circular area of `size` bytes at `base` (the ring or the
+    /// response area), at byte position `pos` modulo `size`.
+    fn area_write(&self, base: usize, size: u64, pos: u64, src: &[u8]) {
+        assert!(base + size as usize <= self.len, "area outside the mapping");
         let mut done = 0usize;
         while done < src.len() {
-            let at = ((pos + done as u64) % RING) as usize;
-            let n = (src.len() - done).min(RING as usize - at);
-            // SAFETY: DATA_OFF + at + n <= DATA_OFF + RING = the mapping's length; the
-            // producer owns ring bytes between tail and head + free space.
+            let at = ((pos + done as u64) % size) as usize;
+            let n = (src.len() - done).min(size as usize - at);
+            // SAFETY: base + at + n <= base + size <= the mapping's length (asserted);
+            // the writer owns these bytes (ring: between tail and head + free space;
+            // response area: a reservation of the read being answered).
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.as_ptr().add(done),
-                    self.ptr.add(DATA_OFF + at),
-                    n,
-                )
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(done), self.ptr.add(base + at), n)
             };
             done += n;
         }
     }
 
-    /// Copy ring bytes at `pos` into `dst`.
-    fn ring_read(&self, pos: u64, dst: &mut [u8]) {
+    /// Copy bytes of the circular area of `size` bytes at `base` at position `pos`
+    /// into `dst`.
+    fn area_read(&self, base: usize, size: u64, pos: u64, dst: &mut [u8]) {
+        assert!(base + size as usize <= self.len, "area outside the mapping");
         let mut done = 0usize;
         while done < dst.len() {
-            let at = ((pos + done as u64) % RING) as usize;
-            let n = (dst.len() - done).min(RING as usize - at);
-            // SAFETY: in bounds as in `ring_write`; the consumer owns bytes between
-            // tail and head, published by the producer's release of head.
+            let at = ((pos + done as u64) % size) as usize;
+            let n = (dst.len() - done).min(size as usize - at);
+            // SAFETY: in bounds as in `area_write`; the bytes were published by the
+            // writer's release (ring: of head; response area: of the completed count).
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    self.ptr.add(DATA_OFF + at),
+                    self.ptr.add(base + at),
                     dst.as_mut_ptr().add(done),
                     n,
                 )
@@ -238,7 +262,7 @@ const H_HEAD: usize = 16;
 const H_TAIL: usize = 24;
 const H_COMPLETED: usize = 32;
 const H_ERR: usize = 40; // (seq + 1) << 8 | status, 0 = none
-const INBOX_LEN: usize = DATA_OFF + RING as usize;
+const INBOX_LEN: usize = RESP_OFF + RESP as usize;
 
 fn inbox_path(qpn: u32) -> PathBuf {
     config().dir.join(format!("commhal-ibstub-{qpn}"))
@@ -293,6 +317,11 @@ fn mrs() -> &'static Mutex<HashMap<u32, MrInfo>> {
 /// and the region allows `need`.
 fn lookup(key: u32, addr: u64, len: u64, need: c_int) -> Option<u64> {
     let map = mrs().lock().ok()?;
+    find(&map, key, addr, len, need)
+}
+
+/// [`lookup`] in a locked region table.
+fn find(map: &HashMap<u32, MrInfo>, key: u32, addr: u64, len: u64, need: c_int) -> Option<u64> {
     let mr = map.get(&key)?;
     let end = addr.checked_add(len)?;
     (addr >= mr.addr && end <= mr.addr + mr.len && (need == 0 || mr.access & need != 0))
@@ -352,9 +381,22 @@ struct Pending {
     seq: u64,
     opcode: u32,
     signaled: bool,
+    /// A FETCH_AND_ADD's 8-byte result buffer (host address).
     result: Option<u64>,
+    /// A posted RDMA READ's data: where it comes back and where it goes.
+    read: Option<ReadBack>,
     byte_len: u32,
     local_err: u32,
+}
+
+/// An RDMA READ's reservation in the peer inbox's response area and its scatter list.
+struct ReadBack {
+    /// Byte position of the reservation (modulo `RESP`).
+    pos: u64,
+    /// Bytes reserved (the read's length rounded up to 8).
+    reserved: u64,
+    /// Host addresses and lengths of the destination sges, in order.
+    dst: Vec<(u64, u32)>,
 }
 
 struct Outbox {
@@ -362,6 +404,9 @@ struct Outbox {
     next_seq: u64,
     pending: VecDeque<Pending>,
     dead_reported: bool,
+    /// Response-area positions: reserved up to `resp_head`, freed up to `resp_tail`.
+    resp_head: u64,
+    resp_tail: u64,
 }
 
 struct QpInner {
@@ -862,6 +907,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
                     next_seq: 0,
                     pending: VecDeque::new(),
                     dead_reported: false,
+                    resp_head: 0,
+                    resp_tail: 0,
                 });
             }
             0
@@ -924,6 +971,7 @@ unsafe extern "C" fn post_send(
             opcode: w.opcode,
             signaled,
             result: None,
+            read: None,
             byte_len: total as u32,
             local_err: 0,
         };
@@ -941,23 +989,25 @@ unsafe extern "C" fn post_send(
                     w.wr.compare_add,
                 )
             }
-            IBV_WR_RDMA_READ => {
-                // The stub returns read data through the 8-byte result slots.
-                if sges.len() != 1 || total > 8 {
-                    p.local_err = IBV_WC_LOC_LEN_ERR;
-                }
-                (KIND_READ, 0, w.wr.remote_addr, w.rdma_rkey(), total)
-            }
+            // The length travels in `add`; the data comes back in the response area.
+            IBV_WR_RDMA_READ => (KIND_READ, 0, w.wr.remote_addr, w.rdma_rkey(), total),
             _ => return fail(cur, libc::EINVAL),
         };
         if total > u64::from(MAX_MSG) {
             p.local_err = IBV_WC_LOC_LEN_ERR;
         }
-        // Host addresses of the gathered bytes (the sges name MR addresses / IOVAs).
+        // Host addresses of the gathered (WRITE) or scattered (READ) bytes: the sges
+        // name MR addresses / IOVAs. What the NIC writes locally needs local write
+        // access, as on hardware.
+        let need = if kind == KIND_WRITE {
+            0
+        } else {
+            IBV_ACCESS_LOCAL_WRITE
+        };
         let mut local = Vec::with_capacity(sges.len());
         for s in sges {
-            match lookup(s.lkey, s.addr, u64::from(s.length), 0) {
-                Some(h) if kind != KIND_WRITE => p.result = Some(h),
+            match lookup(s.lkey, s.addr, u64::from(s.length), need) {
+                Some(h) if kind == KIND_FETCH_ADD => p.result = Some(h),
                 Some(h) => local.push((h, s.length)),
                 None => p.local_err = IBV_WC_LOC_PROT_ERR,
             }
@@ -970,12 +1020,29 @@ unsafe extern "C" fn post_send(
             if RING - (head - tail) < size || out.next_seq - completed >= SLOTS {
                 return fail(cur, libc::ENOMEM);
             }
+            let reserve = if kind == KIND_READ {
+                add.div_ceil(8) * 8
+            } else {
+                0
+            };
+            if RESP - (out.resp_head - out.resp_tail) < reserve {
+                return fail(cur, libc::ENOMEM);
+            }
             let mut hdr = [0u8; MSG_HDR as usize];
             hdr[0..4].copy_from_slice(&kind.to_le_bytes());
             hdr[4..8].copy_from_slice(&(len as u32).to_le_bytes());
             hdr[8..16].copy_from_slice(&raddr.to_le_bytes());
             hdr[16..20].copy_from_slice(&rkey.to_le_bytes());
+            hdr[20..24].copy_from_slice(&((out.resp_head % RESP) as u32).to_le_bytes());
             hdr[24..32].copy_from_slice(&add.to_le_bytes());
+            if kind == KIND_READ {
+                p.read = Some(ReadBack {
+                    pos: out.resp_head,
+                    reserved: reserve,
+                    dst: std::mem::take(&mut local),
+                });
+                out.resp_head += reserve;
+            }
             out.peer.ring_write(head, &hdr);
             let mut pos = head + MSG_HDR;
             if kind == KIND_WRITE {
@@ -1057,21 +1124,33 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
                     .peer
                     .word(RESULTS_OFF + 8 * (p.seq % SLOTS) as usize)
                     .load(Ordering::Acquire);
-                let n = if p.opcode == IBV_WR_RDMA_READ {
-                    p.byte_len as usize
-                } else {
-                    8
-                };
-                // SAFETY: `addr..addr+n` (n <= 8) is registered memory (checked at post
-                // time) the caller keeps alive while the request is outstanding.
+                // SAFETY: `addr..addr+8` is registered memory (checked at post time)
+                // the caller keeps alive while the request is outstanding.
                 unsafe {
                     std::ptr::copy_nonoverlapping(
                         v.to_le_bytes().as_ptr(),
                         addr as usize as *mut u8,
-                        n.min(8),
+                        8,
                     )
                 };
             }
+            if status == IBV_WC_SUCCESS
+                && let Some(r) = &p.read
+            {
+                let mut pos = r.pos;
+                for &(h, n) in &r.dst {
+                    // SAFETY: `h..h+n` is registered memory with local write access
+                    // (checked at post time) the caller keeps alive while the request
+                    // is outstanding; nothing else writes it meanwhile.
+                    let d = unsafe {
+                        std::slice::from_raw_parts_mut(h as usize as *mut u8, n as usize)
+                    };
+                    out.peer.area_read(RESP_OFF, RESP, pos, d);
+                    pos += u64::from(n);
+                }
+            }
+            // A READ's reservation is freed with its completion (in posting order).
+            let freed = p.read.as_ref().map(|r| r.pos + r.reserved);
             if p.signaled || status != IBV_WC_SUCCESS {
                 let e = ibv_wc {
                     wr_id: p.wr_id,
@@ -1090,6 +1169,9 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_in
                 got += 1;
             }
             out.pending.pop_front();
+            if let Some(t) = freed {
+                out.resp_tail = t;
+            }
         }
     }
     got as c_int
@@ -1144,6 +1226,11 @@ fn apply_one(inbox: &Mapping) -> bool {
     let seq = inbox.word(H_COMPLETED).load(Ordering::Relaxed);
     let in_error = inbox.word(H_ERR).load(Ordering::Relaxed) != 0;
     let mut status = 0u32;
+    // Held while the request touches registered memory: an `ibv_dereg_mr` (its owner
+    // about to free that memory) waits until the request is done, and later requests
+    // find the region gone (a remote access error, as on a NIC, never a crash).
+    let mrs = mrs().lock().unwrap_or_else(|p| p.into_inner());
+    let lookup = |key: u32, addr: u64, len: u64, need: c_int| find(&mrs, key, addr, len, need);
     if !in_error {
         if config().fault == Fault::WcError {
             status = IBV_WC_REM_ACCESS_ERR;
@@ -1151,7 +1238,8 @@ fn apply_one(inbox: &Mapping) -> bool {
             match lookup(rkey, raddr, len, IBV_ACCESS_REMOTE_WRITE) {
                 Some(dst) if len > 0 => {
                     // SAFETY: dst..dst+len lies in memory registered in this process
-                    // with remote write access (checked by `lookup`).
+                    // with remote write access (checked by `lookup`), which stays
+                    // registered, hence allocated, while `mrs` is locked.
                     let d = unsafe {
                         std::slice::from_raw_parts_mut(dst as usize as *mut u8, len as usize)
                     };
@@ -1164,7 +1252,8 @@ fn apply_one(inbox: &Mapping) -> bool {
             match lookup(rkey, raddr, 8, IBV_ACCESS_REMOTE_ATOMIC) {
                 Some(a) if a % 8 == 0 => {
                     // SAFETY: 8 aligned bytes of memory registered in this process with
-                    // remote atomic access; peers use atomics on semaphore words too.
+                    // remote atomic access (registered while `mrs` is locked); peers use
+                    // atomics on semaphore words too.
                     let w = unsafe { &*(a as usize as *const AtomicU64) };
                     let old = w.fetch_add(add, Ordering::AcqRel);
                     inbox
@@ -1175,21 +1264,19 @@ fn apply_one(inbox: &Mapping) -> bool {
                 None => status = IBV_WC_REM_ACCESS_ERR,
             }
         } else if kind == KIND_READ {
+            // The requester reserved `add` bytes (<= max_msg_sz) at `resp` of this
+            // inbox's response area; published by the completed count's release below.
+            let resp = word(20..24);
             match lookup(rkey, raddr, add, IBV_ACCESS_REMOTE_READ) {
+                _ if add > u64::from(MAX_MSG) => status = IBV_WC_REM_INV_REQ_ERR,
                 Some(a) => {
-                    let mut b = [0u8; 8];
-                    // SAFETY: `a..a+add` (add <= 8, checked by the requester) lies in
-                    // memory registered in this process with remote read access.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            a as usize as *const u8,
-                            b.as_mut_ptr(),
-                            (add as usize).min(8),
-                        )
+                    // SAFETY: `a..a+add` lies in memory registered in this process with
+                    // remote read access (checked by `lookup`), registered while `mrs`
+                    // is locked.
+                    let src = unsafe {
+                        std::slice::from_raw_parts(a as usize as *const u8, add as usize)
                     };
-                    inbox
-                        .word(RESULTS_OFF + 8 * (seq % SLOTS) as usize)
-                        .store(u64::from_le_bytes(b), Ordering::Release);
+                    inbox.area_write(RESP_OFF, RESP, resp, src);
                 }
                 None => status = IBV_WC_REM_ACCESS_ERR,
             }
@@ -1197,6 +1284,7 @@ fn apply_one(inbox: &Mapping) -> bool {
             status = IBV_WC_REM_INV_REQ_ERR;
         }
     }
+    drop(mrs);
     if status != 0 {
         inbox
             .word(H_ERR)
