@@ -149,6 +149,19 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
                 ));
             }
         };
+        // The group joins the list before anything else can run: a signal to `launch`
+        // that arrives from here on reaches it through the signal thread, and one that
+        // arrived while it was starting is sent to it now (else that rank would run on
+        // until the grace period's SIGKILL).
+        if let Ok(mut g) = groups.lock() {
+            g.push(child.id() as i32);
+            let sig = interrupted.load(Ordering::SeqCst);
+            if let Ok(sig) = Signal::try_from(sig)
+                && sig != Signal::SIGKILL
+            {
+                signal_group(child.id() as i32, sig);
+            }
+        }
         let prefix = if args.no_prefix {
             String::new()
         } else {
@@ -160,9 +173,6 @@ pub fn run(args: &LaunchArgs) -> Result<i32, String> {
         }
         if let Some(err) = child.stderr.take() {
             forwarders.push(thread::spawn(move || forward(err, prefix, true)));
-        }
-        if let Ok(mut g) = groups.lock() {
-            g.push(child.id() as i32);
         }
         ranks.pids.push(child.id() as i32);
         ranks.running.push(true);
