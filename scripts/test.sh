@@ -24,6 +24,12 @@ cargo test --workspace --locked
 step "API docs (broken or private links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
+step "minimum Rust version (Cargo.toml's rust-version builds the workspace)"
+msrv=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+[[ -n $msrv ]] || { echo "Cargo.toml declares no rust-version"; exit 1; }
+rustup toolchain list | grep -q "^$msrv" || rustup toolchain install "$msrv" --profile minimal
+CARGO_TARGET_DIR=target/msrv cargo "+$msrv" check --workspace --all-targets --locked
+
 step "loom models (FIFO, semaphores)"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test -p commhal-channels --release --locked --lib loom
