@@ -63,10 +63,14 @@ pub fn check() -> Result<(), String> {
 /// [`check`] with the environment `env`.
 pub fn check_in(env: Env<'_>) -> Result<(), String> {
     let disabled = NCCL_DISABLE.flag_in(env).map_err(|e| e.to_string())?;
-    let gpu: &[&Setting] = if disabled { &[] } else { settings::gpu::ALL };
+    let gpu: &[&[&Setting]] = if disabled {
+        &[]
+    } else {
+        &[settings::gpu::ALL, settings::gpu::THRESHOLDS]
+    };
     settings::nccl::ALL
         .iter()
-        .chain(gpu)
+        .chain(gpu.iter().copied().flatten())
         .filter(|s| s.set_by == SetBy::User)
         .try_for_each(|s| check_one(s, env))
         .map_err(|e| e.to_string())

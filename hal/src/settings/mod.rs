@@ -344,6 +344,7 @@ pub const ALL: &[(&str, &[&Setting])] = &[
     ("Launch and bootstrap", launch::ALL),
     ("Host communicator and backends", host::ALL),
     ("GPU collectives", gpu::ALL),
+    ("GPU tuning-file thresholds", gpu::THRESHOLDS),
     ("NCCL drop-in", nccl::ALL),
     ("ib-verbs", ibverbs::ALL),
     ("Set by the test suite", tests::ALL),
