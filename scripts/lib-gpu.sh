@@ -8,14 +8,14 @@
 #   gpu_use_nvrtc WHO  find NVRTC 13 (find_nvrtc) and export COMMHAL_NVRTC_DIR and
 #                      LD_LIBRARY_PATH for the kernel JIT, or warn that the JIT will fail
 #   find_nvrtc         print the first directory holding libnvrtc.so.13
-#   gpu_session WHO BUDGET
+#   gpu_begin WHO BUDGET
 #                      the start of a one-off device script (an A/B or a closing run
 #                      written for one GPU run): gpu_env, multicast off, NVRTC, the
 #                      kernel cache and bootstrap timeout, W=$OUT, the clock for gpu_step
 #   gpu_step LOG LIMIT "VAR=v ..." CMD...
 #                      run CMD with those variables under LIMIT seconds, appending a
 #                      header, its output and its exit status to $W/LOG; skipped (and
-#                      said so) when it could end past gpu_session's BUDGET seconds
+#                      said so) when it could end past gpu_begin's BUDGET seconds
 
 # shellcheck shell=bash
 
@@ -79,9 +79,9 @@ gpu_use_nvrtc() {
   fi
 }
 
-gpu_session() {
+gpu_begin() {
   local who=$1
-  GPU_SESSION_BUDGET=$2
+  GPU_RUN_BUDGET=$2
   OUT=${OUT:-/tmp/out}
   W=$OUT
   gpu_env "$who"
@@ -89,13 +89,13 @@ gpu_session() {
   unset COMMHAL_ALLOW_MULTICAST
   gpu_use_nvrtc "$who"
   export COMMHAL_CACHE_DIR=/tmp/commhal-kernel-cache COMMHAL_BOOTSTRAP_TIMEOUT_MS=60000
-  GPU_SESSION_T0=$(date +%s)
+  GPU_RUN_T0=$(date +%s)
 }
 
 gpu_step() {
   local log=$1 limit=$2 envs=$3 rc
   shift 3
-  if (($(date +%s) - GPU_SESSION_T0 > GPU_SESSION_BUDGET - limit)); then
+  if (($(date +%s) - GPU_RUN_T0 > GPU_RUN_BUDGET - limit)); then
     echo "#### SKIPPED (time) $*" >>"$W/$log"
     return
   fi
@@ -103,6 +103,6 @@ gpu_step() {
   # shellcheck disable=SC2086 # envs is a list of VAR=value words
   env $envs timeout --kill-after=5 "$limit" "$@" >>"$W/$log" 2>&1
   rc=$?
-  echo "#### rc=$rc t=$(($(date +%s) - GPU_SESSION_T0))s" >>"$W/$log"
+  echo "#### rc=$rc t=$(($(date +%s) - GPU_RUN_T0))s" >>"$W/$log"
 }
 
