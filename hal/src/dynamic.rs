@@ -37,6 +37,9 @@ impl Region for Box<dyn Region> {
     fn as_any(&self) -> &dyn Any {
         (**self).as_any()
     }
+    fn registrable(&self) -> Option<crate::memory::Registrable> {
+        (**self).registrable()
+    }
 }
 
 fn downcast<'a, T: 'static>(backend: &str, what: &str, any: &'a dyn Any) -> Result<&'a T> {

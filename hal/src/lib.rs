@@ -30,7 +30,7 @@ pub mod transport;
 pub use abort::{AbortFlag, AbortReason};
 pub use error::{HalError, Result};
 pub use guarantees::{FlushMeaning, Guarantees, SignalStrength};
-pub use memory::{Export, MemoryKind, Region};
+pub use memory::{DmaBufExport, DmaBufRange, Export, MemoryKind, MemoryOwner, Region, Registrable};
 pub use topology::{Device, DeviceKind, Endpoint, Rank, Reach};
 pub use transport::{
     MemoryMapped, Port, PortMapped, SwitchGroup, SwitchMapped, Transport, TransportKinds,

@@ -6,7 +6,9 @@
 //! locally is again a [`Region`] (a *mapping*).
 
 use std::any::Any;
+use std::fmt;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +46,76 @@ pub trait Region: Send + Sync + std::fmt::Debug + 'static {
     fn kind(&self) -> MemoryKind;
     /// For downcasting in the object-safe mirrors.
     fn as_any(&self) -> &dyn Any;
+    /// How a third party — an RDMA NIC backend, say — can register this region's
+    /// memory without knowing its concrete type; `None` (the default) when it cannot
+    /// (such a region is refused with [`crate::HalError::Unregistered`]).
+    ///
+    /// Contract:
+    /// * the `owner` of either variant keeps the bytes `addr()..addr()+len()` mapped
+    ///   and at the same address for as long as any clone of it lives, even after the
+    ///   region itself is dropped; a registration holds it for its whole life;
+    /// * [`Registrable::Host`]: `addr()..addr()+len()` are host virtual addresses of
+    ///   this process;
+    /// * [`Registrable::DeviceDmaBuf`]: `export(addr, len)` exports the page-aligned
+    ///   range enclosing `addr..addr+len` (a range inside this region) as a dma-buf,
+    ///   or fails with an error that says why (driver too old, device or kernel
+    ///   without dma-buf support, memory the driver will not export) and what to do
+    ///   instead. The returned [`DmaBufRange::fd`] belongs to the caller, who may close
+    ///   it as soon as the registration that used it returned (an importer such as
+    ///   `ibv_reg_dmabuf_mr` takes its own reference to the dma-buf).
+    fn registrable(&self) -> Option<Registrable> {
+        None
+    }
+}
+
+/// What keeps registered memory alive: any shared handle of the memory's owner.
+pub type MemoryOwner = Arc<dyn Any + Send + Sync>;
+
+/// Exports `addr..addr+len` (inside the region) as a dma-buf; see
+/// [`Region::registrable`].
+pub type DmaBufExport = Arc<dyn Fn(u64, u64) -> crate::Result<DmaBufRange> + Send + Sync>;
+
+/// How a region's memory can be registered by a third party, from
+/// [`Region::registrable`].
+#[derive(Clone)]
+pub enum Registrable {
+    /// Host memory of this process at `addr()..addr()+len()`, kept alive by `owner`:
+    /// register it by address (`ibv_reg_mr`).
+    Host {
+        /// Keeps the bytes mapped while a registration holds it.
+        owner: MemoryOwner,
+    },
+    /// Device memory that its driver exports as a dma-buf (`ibv_reg_dmabuf_mr`).
+    DeviceDmaBuf {
+        /// Keeps the memory allocated while a registration holds it.
+        owner: MemoryOwner,
+        /// Exports the page-aligned range enclosing `addr..addr+len`.
+        export: DmaBufExport,
+    },
+}
+
+impl fmt::Debug for Registrable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Registrable::Host { .. } => f.write_str("Registrable::Host"),
+            Registrable::DeviceDmaBuf { .. } => f.write_str("Registrable::DeviceDmaBuf"),
+        }
+    }
+}
+
+/// A dma-buf covering (at least) the range it was exported for: `len` bytes starting
+/// at byte `offset` of the dma-buf `fd`, addressed by the memory's device (and by work
+/// requests of a NIC that registers it) as `iova..iova+len`.
+#[derive(Debug)]
+pub struct DmaBufRange {
+    /// The dma-buf; owned by the caller, who may close it once it is registered.
+    pub fd: OwnedFd,
+    /// Byte offset of the range inside the dma-buf.
+    pub offset: u64,
+    /// Bytes in the range (a multiple of the page size for driver exports).
+    pub len: u64,
+    /// Device address of the range's first byte.
+    pub iova: u64,
 }
 
 /// The shareable description of a registered region: opaque bytes the owning backend

@@ -87,6 +87,18 @@ impl Region for CudaRtRegion {
     fn as_any(&self) -> &dyn Any {
         self
     }
+    /// A dma-buf exported by the CUDA driver; the allocation is the owner.
+    fn registrable(&self) -> Option<commhal_hal::Registrable> {
+        let ctx = match self {
+            CudaRtRegion::Buffer(b) => b.context(),
+            CudaRtRegion::Vmm(v) => v.context(),
+        };
+        Some(commhal_cuda_rt::dmabuf::registrable(
+            BACKEND,
+            ctx,
+            Arc::new(self.clone()),
+        ))
+    }
 }
 
 #[derive(Debug, Clone)]

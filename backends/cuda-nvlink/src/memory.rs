@@ -191,6 +191,14 @@ impl Region for NvlinkMemory {
     fn as_any(&self) -> &dyn Any {
         self
     }
+    /// A dma-buf exported by the CUDA driver; the allocation is the owner.
+    fn registrable(&self) -> Option<commhal_hal::Registrable> {
+        Some(commhal_cuda_rt::dmabuf::registrable(
+            crate::BACKEND,
+            self.context(),
+            std::sync::Arc::new(self.clone()),
+        ))
+    }
 }
 
 /// Something [`export`] can describe: a VMM allocation (fd) or a `cuMemAlloc` buffer

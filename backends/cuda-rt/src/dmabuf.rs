@@ -15,6 +15,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -131,6 +132,31 @@ pub fn export(ctx: &Context, addr: u64, len: u64) -> Result<DmaBuf> {
     let span = page_span(addr, len, host_page_size())?;
     let fd = export_range(ctx, span.base, span.len)?;
     Ok(DmaBuf { fd, span })
+}
+
+/// How a NIC registers device memory of `ctx`'s device held by `owner`: as a dma-buf
+/// from [`export`], errors reported under `backend`. What a memory backend's
+/// [`Region::registrable`](commhal_hal::Region::registrable) returns for its device
+/// allocations. Compiled and type-checked only where no GPU is present: the export
+/// itself needs a CUDA driver with dma-buf support.
+pub fn registrable(
+    backend: &'static str,
+    ctx: &Arc<Context>,
+    owner: commhal_hal::MemoryOwner,
+) -> commhal_hal::Registrable {
+    let ctx = ctx.clone();
+    commhal_hal::Registrable::DeviceDmaBuf {
+        owner,
+        export: Arc::new(move |addr, len| {
+            let buf = export(&ctx, addr, len).map_err(|e| e.into_hal(backend))?;
+            Ok(commhal_hal::DmaBufRange {
+                fd: buf.fd,
+                offset: 0,
+                len: buf.span.len,
+                iova: buf.span.base,
+            })
+        }),
+    }
 }
 
 #[cfg(test)]

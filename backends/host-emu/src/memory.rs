@@ -291,6 +291,12 @@ macro_rules! shm_handle {
             fn as_any(&self) -> &dyn Any {
                 self
             }
+            /// Host memory, kept mapped by the shared buffer.
+            fn registrable(&self) -> Option<commhal_hal::Registrable> {
+                Some(commhal_hal::Registrable::Host {
+                    owner: self.0.clone(),
+                })
+            }
         }
     };
 }

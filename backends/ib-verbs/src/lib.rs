@@ -28,11 +28,14 @@
 //! no vendor package. `ibv_post_send` / `ibv_poll_cq` are called through the
 //! context's ops table as the real header's inline functions do.
 //!
-//! **Memory.** Host memory (host-emu shared memory and
-//! [`commhal_backend_host_emu::HostRegion`]) with `ibv_reg_mr`. Device memory
-//! (cuda-nvlink and cuda-dma allocations) with `ibv_reg_dmabuf_mr`: the CUDA driver
-//! exports the page-aligned range enclosing the region as a dma-buf
-//! (`cuMemGetHandleForAddressRange`), registered with the device address as IOVA;
+//! **Memory.** Whatever a region offers through
+//! [`Region::registrable`](commhal_hal::Region::registrable), so this crate knows no
+//! other backend's types: host memory (host-emu shared memory and
+//! [`commhal_backend_host_emu::HostRegion`]) with `ibv_reg_mr`; device memory
+//! (cuda-nvlink and cuda-dma allocations) with `ibv_reg_dmabuf_mr`: the region's
+//! exporter (the CUDA driver, `cuMemGetHandleForAddressRange`) exports the
+//! page-aligned range enclosing the region as a dma-buf, registered with the device
+//! address as IOVA;
 //! [`IbVerbs::register_dmabuf`] registers any dma-buf fd. `ibv_reg_dmabuf_mr` is
 //! optional (rdma-core >= 34). Checked only against the stub, with a memfd standing
 //! in for the dma-buf: the CUDA export and a real NIC have never run. Ports still

@@ -7,8 +7,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use commhal_backend_host_emu::{HostRegion, ShmMapping, ShmRegion};
-use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result};
+use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Registrable, Result};
 
 use crate::BACKEND;
 use crate::sys::Mr;
@@ -34,20 +33,20 @@ pub struct IbLocal {
     _owner: Arc<dyn Any + Send + Sync>,
 }
 
-/// The memory a region stands for, kept alive with the registration; `None` for
-/// memory this backend cannot address (refused: conformance case 17).
-pub(crate) fn host_owner(region: &dyn Region) -> Option<(Arc<dyn Any + Send + Sync>, MemoryKind)> {
-    let any = region.as_any();
-    if let Some(r) = any.downcast_ref::<ShmRegion>() {
-        Some((Arc::new(r.buf().clone()), MemoryKind::HostShared))
-    } else if let Some(m) = any.downcast_ref::<ShmMapping>() {
-        Some((Arc::new(m.buf().clone()), MemoryKind::HostShared))
-    } else if let Some(h) = any.downcast_ref::<HostRegion>() {
-        Some((Arc::new(h.clone()), MemoryKind::HostPinned))
-    } else {
-        any.downcast_ref::<IbLocal>()
-            .filter(|l| !l.dmabuf)
-            .map(|l| (l._owner.clone(), l.kind))
+/// The host memory a region stands for and its owner, kept alive with the
+/// registration: an [`IbLocal`] of host memory again, or a region whose
+/// [`Region::registrable`] (`offer`) says it is host memory; `None` for memory this
+/// backend cannot address by host address (refused: conformance case 17).
+pub(crate) fn host_owner(
+    region: &dyn Region,
+    offer: Option<Registrable>,
+) -> Option<(Arc<dyn Any + Send + Sync>, MemoryKind)> {
+    if let Some(l) = region.as_any().downcast_ref::<IbLocal>() {
+        return (!l.dmabuf).then(|| (l._owner.clone(), l.kind));
+    }
+    match offer? {
+        Registrable::Host { owner } => Some((owner, region.kind())),
+        Registrable::DeviceDmaBuf { .. } => None,
     }
 }
 

@@ -5,17 +5,13 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use commhal_backend_cuda_dma::CudaRtRegion;
-use commhal_backend_cuda_nvlink::NvlinkMemory;
-use commhal_backend_cuda_nvlink::driver::to_hal;
-use commhal_cuda_rt::Context as CudaContext;
-
 use commhal_backend_host_emu::HostRegion;
 use commhal_hal::registry::BackendOptions;
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{
-    Device, DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, MemoryKind,
-    PortMapped, Rank, Reach, Region, Result, SignalStrength, Transport,
+    Device, DeviceKind, DmaBufExport, DmaBufRange, Endpoint, Export, FlushMeaning, Guarantees,
+    HalError, MemoryKind, MemoryOwner, PortMapped, Rank, Reach, Region, Registrable, Result,
+    SignalStrength, Transport,
 };
 
 use crate::BACKEND;
@@ -80,6 +76,18 @@ pub struct DmabufRange<'a> {
     /// The address work requests use for the first byte (for GPU memory, its device
     /// address).
     pub iova: u64,
+}
+
+impl<'a> From<&'a DmaBufRange> for DmabufRange<'a> {
+    /// Borrow a dma-buf a region exported ([`Region::registrable`]).
+    fn from(r: &'a DmaBufRange) -> DmabufRange<'a> {
+        DmabufRange {
+            fd: r.fd.as_fd(),
+            offset: r.offset,
+            len: r.len,
+            iova: r.iova,
+        }
+    }
 }
 
 /// The ib-verbs transport: one device context and protection domain, shared by
@@ -293,51 +301,33 @@ impl IbVerbs {
         Ok(IbLocal::with_range(mr, addr, len, kind, device, owner))
     }
 
-    /// Device memory: the CUDA driver exports the page-aligned range enclosing the
-    /// region as a dma-buf, which is registered with its device address as IOVA.
-    fn register_device(&self, region: &dyn Region) -> Result<IbLocal> {
-        let any = region.as_any();
-        let (owner, ctx): (Arc<dyn Any + Send + Sync>, Arc<CudaContext>) =
-            if let Some(m) = any.downcast_ref::<NvlinkMemory>() {
-                (Arc::new(m.clone()), m.context().clone())
-            } else if let Some(r) = any.downcast_ref::<CudaRtRegion>() {
-                let ctx = match r {
-                    CudaRtRegion::Buffer(b) => b.context().clone(),
-                    CudaRtRegion::Vmm(v) => v.context().clone(),
-                };
-                (Arc::new(r.clone()), ctx)
-            } else {
-                return Err(HalError::Unregistered {
-                    backend: BACKEND.into(),
-                    addr: region.addr(),
-                    len: region.len(),
-                });
-            };
+    /// Device memory: the region's exporter (for CUDA memory, the driver) exports the
+    /// page-aligned range enclosing it as a dma-buf, which is registered with its
+    /// device address as IOVA. Only what [`Region::registrable`] offers is used.
+    fn register_device(
+        &self,
+        region: &dyn Region,
+        owner: MemoryOwner,
+        export: &DmaBufExport,
+    ) -> Result<IbLocal> {
         if !self.dmabuf() {
             return Err(no_dmabuf(self.inner.pd.library()));
         }
-        let buf = commhal_cuda_rt::dmabuf::export(&ctx, region.addr(), region.len()).map_err(|e| {
-            let e = to_hal(BACKEND, e);
+        let buf = export(region.addr(), region.len()).map_err(|e| {
             HalError::backend(
                 BACKEND,
                 format!(
-                    "the CUDA driver did not export {} bytes of device memory at {:#x} as a dma-buf, so the NIC cannot register it: {e}. Stage GPU memory through host memory instead (host-emu buffers registered with ib-verbs)",
+                    "device memory of {} bytes at {:#x} was not exported as a dma-buf, so the NIC cannot register it: {e}. Stage GPU memory through host memory instead (host-emu buffers registered with ib-verbs)",
                     region.len(),
                     region.addr()
                 ),
             )
         })?;
-        let range = DmabufRange {
-            fd: buf.fd.as_fd(),
-            offset: 0,
-            len: buf.span.len,
-            iova: buf.span.base,
-        };
         let local = self.reg_dmabuf(
-            range,
+            DmabufRange::from(&buf),
             region.addr(),
             region.len(),
-            MemoryKind::Device,
+            region.kind(),
             region.device(),
             owner,
         );
@@ -466,21 +456,25 @@ impl PortMapped for IbVerbs {
     type Remote = IbRemote;
     type Port = IbPort;
 
-    /// Host memory of host-emu ([`commhal_backend_host_emu::ShmRegion`], mappings) and
-    /// [`HostRegion`] with `ibv_reg_mr`; device memory of cuda-nvlink
-    /// ([`NvlinkMemory`]) and cuda-dma ([`CudaRtRegion`]) as a dma-buf with
-    /// `ibv_reg_dmabuf_mr`; an [`IbLocal`] again. Anything else is
-    /// [`HalError::Unregistered`] (this backend cannot tell whether it stays alive).
+    /// What the region's [`Region::registrable`] offers: host memory
+    /// ([`Registrable::Host`]: host-emu's regions and mappings, [`HostRegion`]) with
+    /// `ibv_reg_mr`; device memory ([`Registrable::DeviceDmaBuf`]: cuda-nvlink and
+    /// cuda-dma allocations) as a dma-buf with `ibv_reg_dmabuf_mr`; an [`IbLocal`]
+    /// again. Anything else is [`HalError::Unregistered`] (this backend cannot tell
+    /// whether it stays alive).
     fn register(&self, region: &dyn Region) -> Result<IbLocal> {
         if let Some(l) = region.as_any().downcast_ref::<IbLocal>()
             && l.is_dmabuf()
         {
             return Ok(l.clone());
         }
-        if region.kind() == MemoryKind::Device && !region.is_empty() {
-            return self.register_device(region);
+        let offer = region.registrable();
+        if let Some(Registrable::DeviceDmaBuf { owner, export }) = &offer
+            && !region.is_empty()
+        {
+            return self.register_device(region, owner.clone(), export);
         }
-        let Some((owner, kind)) = host_owner(region) else {
+        let Some((owner, kind)) = host_owner(region, offer) else {
             return Err(HalError::Unregistered {
                 backend: BACKEND.into(),
                 addr: region.addr(),

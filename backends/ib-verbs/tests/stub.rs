@@ -927,3 +927,132 @@ fn a_provider_refusing_dmabuf_says_what_to_do() {
         "{out}"
     );
 }
+
+// ---- memory of types ib-verbs does not know, offered through `Region::registrable` ----
+
+use commhal_hal::{DmaBufRange, Region, Registrable};
+
+/// Host memory of a type defined here: offered as [`Registrable::Host`].
+#[derive(Debug)]
+struct OfferedHost(Arc<Box<[u64]>>);
+
+impl Region for OfferedHost {
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    fn len(&self) -> u64 {
+        8 * self.0.len() as u64
+    }
+    fn device(&self) -> Device {
+        Device::HOST
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::HostShared
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn registrable(&self) -> Option<Registrable> {
+        Some(Registrable::Host {
+            owner: self.0.clone(),
+        })
+    }
+}
+
+#[test]
+fn host_memory_of_an_unknown_type_registers_through_registrable() {
+    let t = transport().unwrap();
+    let mem = Arc::new(vec![0u64; 512].into_boxed_slice());
+    let r = OfferedHost(mem.clone());
+    let l = t.register(&r).unwrap();
+    assert!(!l.is_dmabuf());
+    assert_eq!((l.addr(), l.len()), (r.addr(), 4096));
+    assert_eq!(l.kind(), MemoryKind::HostShared);
+    // The registration holds the owner; dropping it lets go.
+    drop(r);
+    assert_eq!(Arc::strong_count(&mem), 2);
+    drop(l);
+    assert_eq!(Arc::strong_count(&mem), 1);
+    // Through the object-safe box too.
+    let boxed: Box<dyn Region> = Box::new(OfferedHost(mem.clone()));
+    assert!(t.register(&boxed).is_ok());
+}
+
+/// Device memory of a type defined here: a memfd stands in for the dma-buf its
+/// exporter makes, addressed from `iova`; `fail` makes the export refuse.
+#[derive(Debug)]
+struct OfferedDevice {
+    file: Arc<std::fs::File>,
+    iova: u64,
+    fail: bool,
+    asked: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+}
+
+impl Region for OfferedDevice {
+    fn addr(&self) -> u64 {
+        self.iova + 16
+    }
+    fn len(&self) -> u64 {
+        64
+    }
+    fn device(&self) -> Device {
+        Device {
+            kind: commhal_hal::DeviceKind::Cuda,
+            ordinal: 0,
+        }
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn registrable(&self) -> Option<Registrable> {
+        let (file, iova, fail, asked) =
+            (self.file.clone(), self.iova, self.fail, self.asked.clone());
+        Some(Registrable::DeviceDmaBuf {
+            owner: self.file.clone(),
+            export: Arc::new(move |addr, len| {
+                asked.lock().unwrap().push((addr, len));
+                if fail {
+                    return Err(HalError::invalid("this exporter has no dma-buf to give"));
+                }
+                Ok(DmaBufRange {
+                    fd: file.as_fd().try_clone_to_owned().unwrap(),
+                    offset: 0,
+                    len: 4096,
+                    iova,
+                })
+            }),
+        })
+    }
+}
+
+#[test]
+fn device_memory_of_an_unknown_type_registers_through_its_dmabuf_export() {
+    let t = transport().unwrap();
+    let (file, _) = memfd(4096);
+    let r = OfferedDevice {
+        file: Arc::new(file),
+        iova: 0x7d00_0000_0000,
+        fail: false,
+        asked: Default::default(),
+    };
+    let l = t.register(&r).unwrap();
+    assert!(l.is_dmabuf());
+    assert_eq!((l.addr(), l.len()), (r.addr(), 64));
+    assert_eq!((l.kind(), l.device()), (MemoryKind::Device, r.device()));
+    assert_eq!(*r.asked.lock().unwrap(), vec![(r.addr(), 64)]);
+    // The registration holds the owner (the memfd), not the exported descriptor.
+    assert_eq!(Arc::strong_count(&r.file), 2);
+    drop(l);
+    assert_eq!(Arc::strong_count(&r.file), 1);
+
+    let refused = OfferedDevice { fail: true, ..r };
+    let e = t.register(&refused).unwrap_err().to_string();
+    assert!(
+        e.contains("this exporter has no dma-buf to give")
+            && e.contains("Stage GPU memory through host memory"),
+        "{e}"
+    );
+}

@@ -155,6 +155,12 @@ impl Region for HostRegion {
     fn as_any(&self) -> &dyn Any {
         self
     }
+    /// Host memory, kept alive by the shared allocation.
+    fn registrable(&self) -> Option<commhal_hal::Registrable> {
+        Some(commhal_hal::Registrable::Host {
+            owner: self.0.clone(),
+        })
+    }
 }
 
 #[cfg(test)]
