@@ -324,52 +324,59 @@ impl Link {
 
     /// Wait until the peer acknowledged flush `seq`, the link broke, or `limit` passed.
     pub(crate) fn wait_ack(&self, seq: u64, limit: Duration) -> Result<()> {
-        let deadline = Instant::now() + limit;
-        let mut st = lock(&self.state);
-        loop {
-            if st.acked >= seq {
-                return Ok(());
-            }
-            if let Some(b) = &st.broken {
-                return Err(self.error_of(b));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(HalError::Timeout {
-                    what: format!(
-                        "rank {} to acknowledge host-tcp flush #{seq} from rank {} (it has not applied every earlier write yet)",
-                        self.peer, self.me
-                    ),
-                    millis: limit.as_millis() as u64,
-                });
-            }
-            st = self
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        self.wait_state(
+            limit,
+            |st| st.acked >= seq,
+            |_| {
+                format!(
+                    "rank {} to acknowledge host-tcp flush #{seq} from rank {} (it has not applied every earlier write yet)",
+                    self.peer, self.me
+                )
+            },
+        )
+        .map(drop)
     }
 
     /// Record a read the port is about to send, first waiting (bounded by `limit`)
     /// until the bytes of unanswered reads leave room for it.
     pub(crate) fn expect_read(&self, read: PendingRead, limit: Duration) -> Result<()> {
+        let mut st = self.wait_state(
+            limit,
+            |st| st.broken.is_none() && st.read_bytes + read.len <= MAX_READS_IN_FLIGHT,
+            |st| {
+                format!(
+                    "rank {} to answer host-tcp reads from rank {} ({} bytes outstanding)",
+                    self.peer, self.me, st.read_bytes
+                )
+            },
+        )?;
+        st.read_bytes += read.len;
+        st.reads.push_back(read);
+        Ok(())
+    }
+
+    /// Wait on the link's state until `ready` holds (checked first), the link broke
+    /// (its error), or `limit` passed (a timeout naming `what`); returns the state
+    /// still locked.
+    fn wait_state(
+        &self,
+        limit: Duration,
+        ready: impl Fn(&State) -> bool,
+        what: impl Fn(&State) -> String,
+    ) -> Result<MutexGuard<'_, State>> {
         let deadline = Instant::now() + limit;
         let mut st = lock(&self.state);
         loop {
+            if ready(&st) {
+                return Ok(st);
+            }
             if let Some(b) = &st.broken {
                 return Err(self.error_of(b));
-            }
-            if st.read_bytes + read.len <= MAX_READS_IN_FLIGHT {
-                break;
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(HalError::Timeout {
-                    what: format!(
-                        "rank {} to answer host-tcp reads from rank {} ({} bytes outstanding)",
-                        self.peer, self.me, st.read_bytes
-                    ),
+                    what: what(&st),
                     millis: limit.as_millis() as u64,
                 });
             }
@@ -379,9 +386,6 @@ impl Link {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        st.read_bytes += read.len;
-        st.reads.push_back(read);
-        Ok(())
     }
 
     /// The oldest unanswered read, if it is read `seq` of `len` bytes.
