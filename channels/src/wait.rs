@@ -52,7 +52,7 @@ pub struct WaitPolicy {
 
 /// The wait timeout when `COMMHAL_WAIT_TIMEOUT_MS` is not set (its declared default).
 pub fn default_timeout() -> Duration {
-    Duration::from_millis(WAIT_TIMEOUT_MS.default_number())
+    WAIT_TIMEOUT_MS.default_duration()
 }
 
 /// Parse a `COMMHAL_WAIT_TIMEOUT_MS` value (`None` or empty: [`default_timeout`]).
@@ -60,14 +60,12 @@ pub fn default_timeout() -> Duration {
 /// every wait fail at once, and a typo silently meaning "30 s" hides the mistake.
 pub fn timeout_from_value(value: Option<&str>) -> Result<Duration, HalError> {
     let value = value.map(str::to_string);
-    Ok(Duration::from_millis(
-        WAIT_TIMEOUT_MS.number_or_default_in(&|_| value.clone())?,
-    ))
+    Ok(WAIT_TIMEOUT_MS.duration_or_default_in(&|_| value.clone())?)
 }
 
 /// The wait timeout from `COMMHAL_WAIT_TIMEOUT_MS` (see [`timeout_from_value`]).
 pub fn timeout_from_env() -> Result<Duration, HalError> {
-    Ok(Duration::from_millis(WAIT_TIMEOUT_MS.number_or_default()?))
+    Ok(WAIT_TIMEOUT_MS.duration_or_default()?)
 }
 
 impl Default for WaitPolicy {
@@ -114,14 +112,13 @@ impl WaitPolicy {
         let over = local_ranks > cores;
         // an invalid value is logged and the default used: the policy has no error path
         let us = |s: &Setting, default: u64| {
-            Duration::from_micros(
-                s.number()
-                    .unwrap_or_else(|e| {
-                        tracing::warn!("{e}; using {default} µs");
-                        None
-                    })
-                    .unwrap_or(default),
-            )
+            let default = Duration::from_micros(default);
+            s.duration()
+                .unwrap_or_else(|e| {
+                    tracing::warn!("{e}; using {default:?}");
+                    None
+                })
+                .unwrap_or(default)
         };
         WaitPolicy {
             spins: 0,

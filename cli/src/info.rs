@@ -108,7 +108,7 @@ fn print_backend(info: &BackendInfo) {
 
 /// `commhal info --settings`: the declared settings, and any set to a value they refuse.
 fn settings(json: bool) -> Result<i32, String> {
-    use commhal_hal::settings::{self, Kind};
+    use commhal_hal::settings;
     let env = settings::process_env;
     if json {
         let rows: Vec<_> = settings::all()
@@ -130,12 +130,7 @@ fn settings(json: bool) -> Result<i32, String> {
     // a value its declaration refuses is reported here too, so a deployment can check
     // its environment before starting a job
     let bad: Vec<String> = settings::all()
-        .filter_map(|s| match s.kind {
-            Kind::Number { .. } => s.number().err().map(|e| e.to_string()),
-            Kind::Flag => s.flag().err().map(|e| e.to_string()),
-            Kind::Choice(_) => s.choice().err().map(|e| e.to_string()),
-            Kind::Text(_) => None,
-        })
+        .filter_map(|s| s.check_in(&env).err().map(|e| e.to_string()))
         .collect();
     for b in &bad {
         eprintln!("commhal info: {b}");

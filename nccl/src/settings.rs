@@ -8,7 +8,7 @@ use std::time::Duration;
 use commhal_hal::settings::nccl::{
     BOOTSTRAP_IP, DEBUG, NCCL_BUFFER_BYTES, NCCL_DISABLE, NCCL_FALLBACK, NCCL_WAIT_S,
 };
-use commhal_hal::settings::{self, Env, Kind, SetBy, Setting, SettingError};
+use commhal_hal::settings::{self, Env, SetBy, Setting};
 
 /// `COMMHAL_NCCL_FALLBACK`.
 pub fn fallback_path() -> Option<String> {
@@ -46,10 +46,7 @@ pub fn buffer_bytes() -> Result<u64, String> {
 
 /// `COMMHAL_NCCL_WAIT_S`.
 pub fn wait_bound() -> Result<Duration, String> {
-    NCCL_WAIT_S
-        .number_or_default()
-        .map(Duration::from_secs)
-        .map_err(|e| e.to_string())
+    NCCL_WAIT_S.duration_or_default().map_err(|e| e.to_string())
 }
 
 /// Every setting the library and, unless `COMMHAL_NCCL_DISABLE` is on, the GPU
@@ -72,17 +69,8 @@ pub fn check_in(env: Env<'_>) -> Result<(), String> {
         .iter()
         .chain(gpu.iter().copied().flatten())
         .filter(|s| s.set_by == SetBy::User)
-        .try_for_each(|s| check_one(s, env))
+        .try_for_each(|s| s.check_in(env))
         .map_err(|e| e.to_string())
-}
-
-fn check_one(s: &Setting, env: Env<'_>) -> Result<(), SettingError> {
-    match s.kind {
-        Kind::Flag => s.flag_in(env).map(drop),
-        Kind::Number { .. } => s.number_in(env).map(drop),
-        Kind::Choice(_) => s.choice_in(env).map(drop),
-        Kind::Text(_) => Ok(()),
-    }
 }
 
 /// Write `msg` to stderr when [`debug`] is on.

@@ -162,9 +162,7 @@ impl IbOptions {
 }
 
 fn flush_timeout_from_env() -> Result<Duration> {
-    Ok(Duration::from_millis(
-        commhal_hal::settings::ibverbs::FLUSH_TIMEOUT_MS.number_or_default()?,
-    ))
+    Ok(commhal_hal::settings::ibverbs::FLUSH_TIMEOUT_MS.duration_or_default()?)
 }
 
 impl IbVerbs {

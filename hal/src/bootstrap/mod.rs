@@ -54,7 +54,7 @@ pub const RESERVED_TAGS: u64 = 0xFFFF_FFFF_0000_0000;
 /// Default bound on every blocking bootstrap step (`COMMHAL_BOOTSTRAP_TIMEOUT_MS`'s
 /// declared default).
 pub fn default_timeout() -> Duration {
-    Duration::from_millis(BOOTSTRAP_TIMEOUT_MS.default_number())
+    BOOTSTRAP_TIMEOUT_MS.default_duration()
 }
 
 /// The bootstrap timeout from `COMMHAL_BOOTSTRAP_TIMEOUT_MS`, else [`default_timeout`].
@@ -64,9 +64,7 @@ pub fn timeout_from_env() -> Result<Duration> {
 
 /// [`timeout_from_env`] with `env` answering for each variable.
 pub fn timeout_in(env: Env<'_>) -> Result<Duration> {
-    Ok(Duration::from_millis(
-        BOOTSTRAP_TIMEOUT_MS.number_or_default_in(env)?,
-    ))
+    Ok(BOOTSTRAP_TIMEOUT_MS.duration_or_default_in(env)?)
 }
 
 /// Reject user tags in the reserved range.

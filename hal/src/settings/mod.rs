@@ -26,6 +26,7 @@ pub mod nccl;
 pub mod tests;
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use crate::error::HalError;
 
@@ -76,6 +77,20 @@ impl Unit {
             Unit::Millis => " ms",
             Unit::Micros => " µs",
             Unit::Nanos => " ns",
+        }
+    }
+
+    /// `n` of this unit as a [`Duration`].
+    ///
+    /// # Panics
+    /// For a unit that is not a time (a declaration read with the wrong reader).
+    fn duration(self, n: u64) -> Duration {
+        match self {
+            Unit::Seconds => Duration::from_secs(n),
+            Unit::Millis => Duration::from_millis(n),
+            Unit::Micros => Duration::from_micros(n),
+            Unit::Nanos => Duration::from_nanos(n),
+            Unit::Count | Unit::Bytes => panic!("{self:?} is not a unit of time"),
         }
     }
 }
@@ -217,6 +232,45 @@ impl Setting {
         match self.number_in(env)? {
             Some(v) => Ok(v),
             None => Ok(self.default_number()),
+        }
+    }
+
+    /// A [`Kind::Number`] setting in a unit of time as a [`Duration`], its declared
+    /// default when unset.
+    pub fn duration_or_default(&self) -> Result<Duration, SettingError> {
+        self.duration_or_default_in(&process_env)
+    }
+
+    /// [`Setting::duration_or_default`] from `env`.
+    pub fn duration_or_default_in(&self, env: Env<'_>) -> Result<Duration, SettingError> {
+        Ok(self.unit().duration(self.number_or_default_in(env)?))
+    }
+
+    /// A [`Kind::Number`] setting in a unit of time as a [`Duration`], `None` when unset.
+    pub fn duration(&self) -> Result<Option<Duration>, SettingError> {
+        Ok(self.number()?.map(|n| self.unit().duration(n)))
+    }
+
+    /// The declared default of a [`Kind::Number`] setting in a unit of time.
+    pub fn default_duration(&self) -> Duration {
+        self.unit().duration(self.default_number())
+    }
+
+    fn unit(&self) -> Unit {
+        match self.kind {
+            Kind::Number { unit, .. } => unit,
+            _ => panic!("{} is not a number", self.env),
+        }
+    }
+
+    /// Whether the variable's value in `env` is one the declaration accepts (unset
+    /// always is): the check of each kind's reader, without its value.
+    pub fn check_in(&self, env: Env<'_>) -> Result<(), SettingError> {
+        match self.kind {
+            Kind::Flag => self.flag_in(env).map(drop),
+            Kind::Number { .. } => self.number_in(env).map(drop),
+            Kind::Choice(_) => self.choice_in(env).map(drop),
+            Kind::Text(_) => Ok(()),
         }
     }
 
@@ -494,6 +548,27 @@ mod unit_tests {
             );
             assert!(text.contains("1..=1073741824 bytes"), "{text}");
         }
+    }
+
+    #[test]
+    fn times_become_durations_in_their_declared_unit() {
+        let ms = Setting {
+            kind: Kind::Number {
+                min: 1,
+                max: 1000,
+                unit: Unit::Millis,
+            },
+            default: "30",
+            ..NUM
+        };
+        assert_eq!(
+            ms.duration_or_default_in(&env_of("250")),
+            Ok(Duration::from_millis(250))
+        );
+        assert_eq!(ms.default_duration(), Duration::from_millis(30));
+        assert!(ms.duration_or_default_in(&env_of("0")).is_err());
+        assert!(ms.check_in(&env_of("abc")).is_err());
+        assert_eq!(ms.check_in(&|_| None), Ok(()));
     }
 
     #[test]
