@@ -837,9 +837,9 @@ impl NcclComm {
                 let s = unsafe { Stream::borrowed(&ready.ctx, stream as *mut _) }?;
                 let path = match c.launch_on(coll, dt, rop, count, root, bufs, &s) {
                     Ok(p) => p,
-                    // memory the peers cannot map (cuMem VMM: PyTorch's expandable
-                    // segments), larger than the staging regions: NCCL runs it, when
-                    // there is one (see the module docs for the caveat)
+                    // memory the peers cannot map (stream-ordered pool memory), larger
+                    // than the staging regions: NCCL runs it, when there is one (see
+                    // the module docs for the caveat)
                     Err(CollError::CannotStage(why)) if ready.fallback.is_some() => {
                         return self.fallback_coll(&ready, call, op.theirs, stream, &why);
                     }
@@ -942,8 +942,8 @@ impl NcclComm {
     }
 
     /// Why a group cannot run on commhal's copy engines because of its buffers: a
-    /// receive buffer the sender cannot open (cuMem VMM memory, such as PyTorch's
-    /// expandable segments). Send buffers are checked as well, so that a rank that only
+    /// receive buffer the sender cannot open (neither `cudaMalloc` memory nor cuMem VMM
+    /// pieces exportable as fds: stream-ordered pool memory). Send buffers are checked as well, so that a rank that only
     /// sends routes as its receivers do; every rank's memory is alike in such jobs.
     fn unmappable_buffer(&self, c: &Comm, ops: &[P2pOp]) -> Result<Option<String>, NcclError> {
         for op in ops {
@@ -961,7 +961,7 @@ impl NcclComm {
             }) = *op;
             if peer != self.rank && count > 0 && !c.peers_can_map(buf, count * dtype.size())? {
                 return Ok(Some(format!(
-                    "buffer {buf:#x} is memory the peers cannot open (cuMem VMM)"
+                    "buffer {buf:#x} is memory the peers cannot open (neither cudaMalloc nor fd-exportable cuMem VMM memory)"
                 )));
             }
         }

@@ -302,7 +302,11 @@ pub struct Comm {
     /// bootstrap's peer-failure flag by the call table and the watchdog.
     abort: Arc<commhal_hal::AbortFlag>,
     /// Peer allocations a CUDA graph captured: open while this Comm lives.
-    pins: Mutex<Vec<Arc<commhal_cuda_rt::ipc::IpcMapping>>>,
+    pins: Mutex<Vec<Arc<crate::peers::PeerMapping>>>,
+    /// A socket per peer for the pieces of cuMem VMM buffers.
+    piece_links: crate::piece_link::PieceLinks,
+    /// (peer, piece-list key) this rank has sent: the peer has that list mapped.
+    pieces_sent: Mutex<std::collections::HashSet<(u32, u64)>>,
     /// Matched sends and receives per peer ([`Comm::p2p`]).
     p2p_counts: Mutex<p2p::PairCounts>,
 }
@@ -712,6 +716,7 @@ impl Comm {
             || (n >= 3 && tuning.ar_ce_min != u64::MAX);
         let abort = Arc::new(commhal_hal::AbortFlag::new());
         let table = crate::agree::CallTable::new(boot, device_timeout, abort.clone())?;
+        let piece_links = crate::piece_link::PieceLinks::new(boot, device_timeout)?;
         let watchdog = Self::watchdog(
             boot,
             &abort,
@@ -747,6 +752,8 @@ impl Comm {
             table,
             abort,
             pins: Mutex::new(Vec::new()),
+            piece_links,
+            pieces_sent: Mutex::new(Default::default()),
             p2p_counts: Mutex::new(p2p::PairCounts::new(n)),
         })
     }

@@ -30,6 +30,7 @@
 //! | [`watchdog`] | the thread that stops device waits when the bootstrap sees a peer die |
 //! | [`regions`] | the links from the HAL's selection (`COMMHAL_BACKENDS`, default cuda-nvlink + cuda-dma) and the routes they allow; the shared regions: a memory backend's alloc, export, map, or cuda-dma's register, export, import |
 //! | [`peers`] | call-table entries, the process-wide cache of peers' opened allocations |
+//! | [`piece_link`] | a socket per pair of ranks that carries the pieces (and fds) of cuMem VMM buffers |
 //! | [`driver`] | [`driver::CollModule`]: a unit's kernels launched with by-value arguments; the bounded stream wait (every driver call is in `commhal-cuda-rt`) |
 //! | [`dma`] | the copy-engine path: cuda-dma `StreamPort` puts and signals on per-peer streams, flag handshakes |
 //! | [`plan_exec`] | plans on GPUs: generated kernels (NVRTC), plan area, launch |
@@ -56,6 +57,7 @@ pub mod nccl_lib;
 #[doc(hidden)]
 pub mod nccl_stub;
 pub mod peers;
+pub mod piece_link;
 pub mod plan_exec;
 pub mod regions;
 pub mod setup;

@@ -8,7 +8,11 @@
 //!   copied the caller's data in, and will copy the result out);
 //! - [`Where::Ipc`]: a `cuMemAlloc` allocation (what `cudaMalloc` and PyTorch's caching
 //!   allocator return), by its legacy IPC handle, the process's nonce, the allocation's
-//!   buffer id and base, and the offset of the pointer in it.
+//!   buffer id and base, and the offset of the pointer in it;
+//! - [`Where::Vmm`]: cuMem VMM memory (PyTorch's expandable segments), by the key of
+//!   the list of physical pieces that hold the buffer ([`commhal_cuda_rt::pieces`]);
+//!   the list and one fd per piece travel over [`crate::piece_link`] the first time a
+//!   peer needs them, and the peer maps the pieces back to back.
 //!
 //! **The import cache** is process-wide, keyed by (device, exporter nonce, buffer id):
 //! a buffer id is never reused within the exporting process, so an address that the
@@ -16,13 +20,24 @@
 //! anew. The old mapping of the same exporter that overlaps the new allocation is
 //! closed then (the exporter freed it, so nothing can use it any more), unless a CUDA
 //! graph captured it: a communicator keeps the mappings its captured launches use open
-//! for as long as it lives ([`Imports::resolve`]'s `pin`).
+//! for as long as it lives ([`Imports::resolve`]'s `pin`). VMM pieces are keyed by
+//! (device, exporter nonce, key of the piece list): a piece the owner unmapped and
+//! replaced has a new block id, so the list gets a new key, and the old mappings
+//! that hold a piece with another block id at the same owner address are closed
+//! when the new list arrives.
+//!
+//! A mapping keeps the owner's physical memory alive until it is closed, as with
+//! legacy IPC: memory a process frees and never reuses at the same address stays
+//! allocated while a peer's communicator process keeps the mapping cached.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use std::os::fd::OwnedFd;
+
 use commhal_cuda_rt::Context;
 use commhal_cuda_rt::ipc::{self, IPC_HANDLE_LEN, IpcMapping, PointerInfo};
+use commhal_cuda_rt::pieces::{Piece, PieceMapping, pieces_key};
 
 use crate::error::{CollError, Result};
 
@@ -56,6 +71,19 @@ pub enum Where {
         size: u64,
         /// Its legacy IPC handle.
         handle: [u8; IPC_HANDLE_LEN],
+    },
+    /// cuMem VMM memory: the physical pieces that hold the buffer, mapped back to
+    /// back from `base`.
+    Vmm {
+        /// [`pieces_key`] of the piece list.
+        key: u64,
+        /// The first piece's address in the owner's process.
+        base: u64,
+        /// Bytes of all the pieces.
+        size: u64,
+        /// Bit mask of the ranks that receive the list and its fds over the piece
+        /// links after this call's exchange (the owner has not sent it to them yet).
+        to: u32,
     },
 }
 
@@ -166,7 +194,7 @@ impl BufDesc {
         own: u64,
         (reg_in, reg_out): (u64, u64),
     ) -> Result<Option<u64>> {
-        let Where::Ipc { base, size, .. } = self.at else {
+        let (Where::Ipc { base, size, .. } | Where::Vmm { base, size, .. }) = self.at else {
             let reg = if self.at == Where::RegInput {
                 reg_in
             } else {
@@ -216,6 +244,7 @@ pub struct Entry {
 const KIND_REG_IN: u8 = 1;
 const KIND_REG_OUT: u8 = 2;
 const KIND_IPC: u8 = 3;
+const KIND_VMM: u8 = 4;
 const ENTRY_MAGIC: u32 = 0x4348_4531; // "CHE1"
 const BUF_BYTES: usize = 1 + 8 + 8 + 8 + 8 + IPC_HANDLE_LEN;
 /// Bytes of an encoded entry.
@@ -231,6 +260,16 @@ fn put_buf(out: &mut Vec<u8>, b: &BufDesc) {
             size,
             handle,
         } => (KIND_IPC, id, base, size, handle),
+        Where::Vmm {
+            key,
+            base,
+            size,
+            to,
+        } => {
+            let mut h = [0u8; IPC_HANDLE_LEN];
+            h[..4].copy_from_slice(&to.to_le_bytes());
+            (KIND_VMM, key, base, size, h)
+        }
     };
     out.push(kind);
     for w in [id, base, size, b.off] {
@@ -269,6 +308,12 @@ impl Reader<'_> {
                 base,
                 size,
                 handle,
+            },
+            KIND_VMM => Where::Vmm {
+                key: id,
+                base,
+                size,
+                to: u32::from_le_bytes([handle[0], handle[1], handle[2], handle[3]]),
             },
             _ => return None,
         };
@@ -330,13 +375,43 @@ pub fn export_handle(ctx: &Context, info: &PointerInfo) -> Result<[u8; IPC_HANDL
     Ok(h)
 }
 
-/// Key of an opened peer allocation: (device of this process, exporter nonce, id).
-type Key = (u32, u64, u64);
+/// A peer's buffer opened in this process: an allocation through legacy IPC, or VMM
+/// pieces mapped back to back. Closed on drop.
+#[derive(Debug)]
+pub enum PeerMapping {
+    /// A `cuMemAlloc` allocation.
+    Ipc(IpcMapping),
+    /// cuMem VMM pieces.
+    Pieces(PieceMapping),
+}
+
+impl PeerMapping {
+    /// Where the allocation (the first piece) starts in this process.
+    pub fn addr(&self) -> u64 {
+        match self {
+            PeerMapping::Ipc(m) => m.addr(),
+            PeerMapping::Pieces(m) => m.addr(),
+        }
+    }
+}
+
+/// Key of an opened peer buffer: (device of this process, exporter nonce, VMM?, buffer
+/// id or piece-list key).
+type Key = (u32, u64, bool, u64);
+
+/// One opened buffer: the owner's range, its pieces (VMM only), the mapping.
+#[derive(Debug)]
+struct Opened {
+    base: u64,
+    size: u64,
+    pieces: Vec<Piece>,
+    map: Arc<PeerMapping>,
+}
 
 /// The process-wide cache of opened peer allocations (see the module docs).
 #[derive(Debug, Default)]
 pub struct Imports {
-    open: HashMap<Key, (u64, u64, Arc<IpcMapping>)>,
+    open: HashMap<Key, Opened>,
 }
 
 fn imports() -> &'static Mutex<Imports> {
@@ -344,50 +419,91 @@ fn imports() -> &'static Mutex<Imports> {
     CACHE.get_or_init(Default::default)
 }
 
+fn lock_imports() -> Result<std::sync::MutexGuard<'static, Imports>> {
+    imports()
+        .lock()
+        .map_err(|_| CollError::invalid("import cache lock poisoned"))
+}
+
+/// Whether a list of pieces shows that `old` was unmapped by its owner: a piece of
+/// `new` overlaps one of `old` at the owner's addresses with another block id.
+pub fn pieces_replaced(old: &[Piece], new: &[Piece]) -> bool {
+    old.iter().any(|o| {
+        new.iter().any(|n| {
+            n.block_id != o.block_id && n.base < o.base + o.size && o.base < n.base + n.size
+        })
+    })
+}
+
 impl Imports {
     /// The address in this process of rank `p`'s buffer `d` (whose owner has `nonce`):
     /// its registered region (`reg_in` / `reg_out`, mapped at setup) or the opened
     /// allocation plus the offset. With `pin`, the mapping is also pushed there so it
-    /// stays open while the caller lives (CUDA graph captures).
+    /// stays open while the caller lives (CUDA graph captures). VMM pieces must have
+    /// arrived ([`Imports::insert_pieces`]) in this call or an earlier one.
     pub fn resolve(
         ctx: &Arc<Context>,
         p: u32,
         nonce: u64,
         d: &BufDesc,
         (reg_in, reg_out): (u64, u64),
-        pin: Option<&Mutex<Vec<Arc<IpcMapping>>>>,
+        pin: Option<&Mutex<Vec<Arc<PeerMapping>>>>,
     ) -> Result<u64> {
         if let Some(addr) = d.check(p, nonce, process_nonce(), (reg_in, reg_out))? {
             return Ok(addr);
         }
-        let Where::Ipc {
-            id,
-            base,
-            size,
-            handle,
-        } = d.at
-        else {
-            return Err(CollError::invalid(
-                "a registered buffer without its address (check should have given it)",
-            ));
+        let mut cache = lock_imports()?;
+        let key = match d.at {
+            Where::Ipc {
+                id,
+                base,
+                size,
+                handle,
+            } => {
+                let key = (ctx.ordinal(), nonce, false, id);
+                if !cache.open.contains_key(&key) {
+                    // the exporter freed whatever of its allocations this one overlaps
+                    cache.open.retain(|&(dev, n, vmm, old), o| {
+                        !(dev == key.0
+                            && n == nonce
+                            && !vmm
+                            && old != id
+                            && o.base < base + size
+                            && base < o.base + o.size)
+                    });
+                    let m = IpcMapping::open(ctx, &handle).map_err(|e| {
+                        CollError::invalid(format!(
+                            "mapping rank {p}'s buffer ({size} bytes at its {base:#x}): {e}"
+                        ))
+                    })?;
+                    cache.open.insert(
+                        key,
+                        Opened {
+                            base,
+                            size,
+                            pieces: Vec::new(),
+                            map: Arc::new(PeerMapping::Ipc(m)),
+                        },
+                    );
+                }
+                key
+            }
+            Where::Vmm { key, base, .. } => {
+                let k = (ctx.ordinal(), nonce, true, key);
+                if !cache.open.contains_key(&k) {
+                    return Err(CollError::invalid(format!(
+                        "rank {p}'s VMM buffer at its {base:#x} was never received here (an earlier call on it failed on this rank): recreate the communicator"
+                    )));
+                }
+                k
+            }
+            Where::RegInput | Where::RegOutput => {
+                return Err(CollError::invalid(
+                    "a registered buffer without its address (check should have given it)",
+                ));
+            }
         };
-        let mut cache = imports()
-            .lock()
-            .map_err(|_| CollError::invalid("import cache lock poisoned"))?;
-        let key = (ctx.ordinal(), nonce, id);
-        if !cache.open.contains_key(&key) {
-            // the exporter freed whatever of its allocations this one overlaps
-            cache.open.retain(|&(dev, n, old), &mut (b, s, _)| {
-                !(dev == key.0 && n == nonce && old != id && b < base + size && base < b + s)
-            });
-            let m = IpcMapping::open(ctx, &handle).map_err(|e| {
-                CollError::invalid(format!(
-                    "mapping rank {p}'s buffer ({size} bytes at its {base:#x}): {e}"
-                ))
-            })?;
-            cache.open.insert(key, (base, size, Arc::new(m)));
-        }
-        let (_, _, m) = &cache.open[&key];
+        let m = &cache.open[&key].map;
         if let Some(pins) = pin
             && let Ok(mut v) = pins.lock()
             && !v.iter().any(|x| Arc::ptr_eq(x, m))
@@ -395,6 +511,62 @@ impl Imports {
             v.push(m.clone());
         }
         Ok(m.addr() + d.off)
+    }
+
+    /// Map rank `p`'s VMM buffer `d` (a [`Where::Vmm`] of its entry; its owner has
+    /// `nonce`) from the `pieces` and `fds` it sent, unless this process has it
+    /// already; close the mappings of that owner whose pieces it replaced.
+    pub fn insert_pieces(
+        ctx: &Arc<Context>,
+        p: u32,
+        nonce: u64,
+        d: &BufDesc,
+        pieces: Vec<Piece>,
+        fds: Vec<OwnedFd>,
+    ) -> Result<()> {
+        let Where::Vmm {
+            key, base, size, ..
+        } = d.at
+        else {
+            return Err(CollError::invalid(
+                "pieces for a buffer that is not VMM memory",
+            ));
+        };
+        let total = pieces.iter().try_fold(0u64, |t, x| t.checked_add(x.size));
+        if pieces_key(&pieces) != key
+            || pieces.first().map(|x| x.base) != Some(base)
+            || total != Some(size)
+            || fds.len() != pieces.len()
+        {
+            return Err(CollError::invalid(format!(
+                "rank {p} sent VMM pieces that do not match its call-table entry: every rank must run the same commhal build"
+            )));
+        }
+        let k = (ctx.ordinal(), nonce, true, key);
+        let mut cache = lock_imports()?;
+        if cache.open.contains_key(&k) {
+            return Ok(());
+        }
+        cache.open.retain(|&(dev, n, vmm, _), o| {
+            !(dev == k.0 && n == nonce && vmm && pieces_replaced(&o.pieces, &pieces))
+        });
+        let sized: Vec<(u64, OwnedFd)> = pieces.iter().map(|x| x.size).zip(fds).collect();
+        let m = PieceMapping::import(ctx, &sized).map_err(|e| {
+            CollError::invalid(format!(
+                "mapping rank {p}'s VMM buffer ({size} bytes in {} pieces at its {base:#x}): {e}",
+                pieces.len()
+            ))
+        })?;
+        cache.open.insert(
+            k,
+            Opened {
+                base,
+                size,
+                pieces,
+                map: Arc::new(PeerMapping::Pieces(m)),
+            },
+        );
+        Ok(())
     }
 }
 
@@ -437,6 +609,49 @@ mod tests {
         assert_eq!(b.len(), ENTRY_BYTES);
         assert!(b.len() <= crate::agree::MAX_PAYLOAD);
         assert_eq!(Entry::decode(&b, 1).unwrap(), e);
+    }
+
+    #[test]
+    fn vmm_descriptions_round_trip_and_are_checked() {
+        let d = BufDesc {
+            at: Where::Vmm {
+                key: 0x1234_5678_9abc_def0,
+                base: 0x1c48_0000_0000,
+                size: 40 << 20,
+                to: 0b1010,
+            },
+            off: 4096,
+        };
+        let e = Entry {
+            input: d,
+            ..sample()
+        };
+        assert_eq!(Entry::decode(&e.encode(), 0).unwrap(), e);
+        let regs = (0x7f00_0000_0000, 0x7f00_1000_0000);
+        assert_eq!(d.check(1, 5, 6, regs).unwrap(), None);
+        assert!(d.check(1, 6, 6, regs).is_err(), "same process");
+        let past = BufDesc { off: 40 << 20, ..d };
+        assert!(past.check(1, 5, 6, regs).is_err());
+    }
+
+    #[test]
+    fn a_piece_with_a_new_block_id_replaces_the_lists_that_held_the_old() {
+        let p = |base: u64, block_id| Piece {
+            base,
+            size: 20 << 20,
+            block_id,
+        };
+        let mb = 1 << 20;
+        let old = [p(0, 1), p(20 * mb, 2)];
+        assert!(
+            !pieces_replaced(&old, &[p(20 * mb, 2), p(40 * mb, 3)]),
+            "shares a piece"
+        );
+        assert!(!pieces_replaced(&old, &[p(40 * mb, 3)]), "disjoint");
+        assert!(
+            pieces_replaced(&old, &[p(20 * mb, 9)]),
+            "piece 2 was unmapped"
+        );
     }
 
     #[test]

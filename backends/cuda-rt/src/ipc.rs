@@ -47,6 +47,18 @@ pub struct PointerInfo {
     pub device: i32,
     /// `cuIpcGetMemHandle` works on it (plain `cuMemAlloc` memory).
     pub legacy_ipc: bool,
+    /// The driver's mapping that holds the pointer: the whole allocation for
+    /// `cuMemAlloc` memory, one `cuMemMap`ped piece for cuMem VMM memory (PyTorch's
+    /// expandable segments map 2 MiB or 20 MiB pieces into one reservation).
+    pub mapping_base: u64,
+    /// Bytes of that mapping.
+    pub mapping_size: u64,
+    /// Unique among the physical allocations of this process (never reused): a VMM
+    /// piece unmapped and replaced at the same address gets a new id.
+    pub block_id: u64,
+    /// The mapping's physical allocation can be exported as a POSIX file descriptor
+    /// (cuMem VMM memory created with that handle type).
+    pub posix_fd: bool,
 }
 
 impl PointerInfo {
@@ -72,17 +84,21 @@ pub fn pointer_info(ctx: &Context, ptr: u64) -> Result<PointerInfo> {
         A::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
         A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
         A::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        A::CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+        A::CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+        A::CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID,
+        A::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
     ];
     // One zeroed 8-byte word per attribute: the driver writes each value's own width
     // (4-byte enums and ints, 1-byte bools, 8-byte ids and sizes) at its start, so on a
     // little-endian host the word reads as the value; the device ordinal starts at -1.
-    let mut words = [0u64; 7];
+    let mut words = [0u64; 11];
     words[3] = u64::from(u32::MAX);
-    let mut data: [*mut c_void; 7] = std::array::from_fn(|_| std::ptr::null_mut());
+    let mut data: [*mut c_void; 11] = std::array::from_fn(|_| std::ptr::null_mut());
     for (d, w) in data.iter_mut().zip(words.iter_mut()) {
         *d = (w as *mut u64).cast();
     }
-    // SAFETY: context bound; `attrs` and `data` have 7 entries each and every data
+    // SAFETY: context bound; `attrs` and `data` have 11 entries each and every data
     // pointer addresses a live 8-byte word, wide enough for every requested attribute;
     // the call writes only through those pointers and does not fail on foreign pointers.
     let r = unsafe {
@@ -114,6 +130,11 @@ pub fn pointer_info(ctx: &Context, ptr: u64) -> Result<PointerInfo> {
         buffer_id: words[2],
         device: low32(words[3]) as i32,
         legacy_ipc: words[4] & 0xff != 0,
+        mapping_base: words[7],
+        mapping_size: words[8],
+        block_id: words[9],
+        // a bit mask of CUmemAllocationHandleType values; POSIX fd is 1
+        posix_fd: low32(words[10]) & 1 != 0,
     })
 }
 

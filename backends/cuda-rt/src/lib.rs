@@ -19,6 +19,7 @@
 //! | [`graph`] | [`Graph`]: stream capture and replay |
 //! | [`ipc`] | [`ipc::pointer_info`] (which allocation holds a caller's pointer), legacy CUDA IPC |
 //! | [`vmm`] | [`VmmAllocation`]: cuMem VMM memory exported/imported as POSIX fds |
+//! | [`pieces`] | a caller's VMM memory (PyTorch's expandable segments) piece by piece: found, exported, mapped back to back in a peer |
 //! | [`dmabuf`] | device memory exported as a dma-buf fd (page-aligned range and offset) for RDMA registration |
 //! | [`nvrtc`] | NVRTC compilation with in-memory headers, the on-disk [`KernelCache`] |
 //! | [`module`] | [`Module`], [`Kernel`], [`LaunchConfig`], [`KernelArg`]; launches with a `#[repr(C)]` argument block by value |
@@ -39,6 +40,7 @@ pub mod memory;
 pub mod module;
 pub mod nvrtc;
 pub mod peer;
+pub mod pieces;
 pub mod probe;
 pub mod stream;
 pub mod vmm;

@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::driver::check;
 use crate::error::{CudaError, Result};
 
-fn prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
+pub(crate) fn prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
         requestedHandleTypes:

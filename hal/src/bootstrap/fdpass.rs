@@ -111,6 +111,38 @@ pub fn recv_with_fds(sock: &impl AsFd, buf: &mut [u8]) -> Result<(usize, Vec<Own
     }
 }
 
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
+/// close-on-exec), each receive bounded by `timeout` (then an error, never a hang).
+/// One end stays; the other goes to a peer of the same host with
+/// [`crate::bootstrap::Bootstrap::send_fds`] (and [`set_recv_timeout`] there), after
+/// which the two pass descriptors directly with [`send_with_fds`] / [`recv_with_fds`].
+pub fn seqpacket_pair(timeout: Duration) -> Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| HalError::io("creating a Unix socket pair", e.into()))?;
+    set_recv_timeout(&a, timeout)?;
+    set_recv_timeout(&b, timeout)?;
+    Ok((a, b))
+}
+
+/// Bound every receive on `sock` by `timeout` (at least 1 ms).
+pub fn set_recv_timeout(sock: &impl AsFd, timeout: Duration) -> Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+    use nix::sys::time::TimeVal;
+    let t = timeout.max(Duration::from_millis(1));
+    let tv = TimeVal::new(
+        t.as_secs().min(i64::MAX as u64) as i64,
+        i64::from(t.subsec_micros()),
+    );
+    setsockopt(sock, ReceiveTimeout, &tv)
+        .map_err(|e| HalError::io("bounding a socket's receives", e.into()))
+}
+
 /// Take ownership of a descriptor the kernel just installed for us.
 fn owned(raw: RawFd) -> OwnedFd {
     // SAFETY: `raw` came out of an SCM_RIGHTS control message of our own recvmsg: the

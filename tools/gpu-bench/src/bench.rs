@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use commhal_cuda_coll::setup::local_device;
+use commhal_cuda_rt::pieces::PieceMapping;
 use commhal_cuda_rt::{DeviceBuffer, Event, Gate, Graph, Stream, copy};
 use commhal_hal::bootstrap::Bootstrap;
 use serde::Serialize;
@@ -99,6 +100,65 @@ enum Impl {
 /// Most launches queued behind the timing gate (far below the driver's queue depth).
 const MAX_GATED_ITERS: u32 = 200;
 
+/// The benchmark's own input and output allocations (`--buffers caller` / `vmm`).
+/// (The outputs are only held: the pointers into them are in `Bench::out`.)
+enum CallerMem {
+    Plain {
+        input: DeviceBuffer,
+        _output: DeviceBuffer,
+    },
+    Vmm {
+        input: PieceMapping,
+        _output: PieceMapping,
+    },
+}
+
+/// Bytes of one VMM piece of `--buffers vmm` (PyTorch's small-pool segment size).
+const VMM_PIECE: u64 = 2 << 20;
+
+impl CallerMem {
+    fn new(
+        ctx: &std::sync::Arc<commhal_cuda_rt::Context>,
+        kind: Buffers,
+        len: u64,
+    ) -> Result<(u64, u64, CallerMem)> {
+        Ok(match kind {
+            Buffers::Vmm => {
+                let i = PieceMapping::create(ctx, len, VMM_PIECE)?;
+                let o = PieceMapping::create(ctx, len, VMM_PIECE)?;
+                (
+                    i.addr(),
+                    o.addr(),
+                    CallerMem::Vmm {
+                        input: i,
+                        _output: o,
+                    },
+                )
+            }
+            _ => {
+                let i = DeviceBuffer::new(ctx, len)?;
+                let o = DeviceBuffer::new(ctx, len)?;
+                (
+                    i.addr(),
+                    o.addr(),
+                    CallerMem::Plain {
+                        input: i,
+                        _output: o,
+                    },
+                )
+            }
+        })
+    }
+
+    fn write_input(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        match self {
+            CallerMem::Plain { input, .. } => input.write(off, bytes)?,
+            CallerMem::Vmm { input, .. } => input.write(off, bytes)?,
+        }
+        Ok(())
+    }
+}
+
 struct Bench<'a> {
     gate: std::cell::RefCell<Gate>,
     args: &'a Args,
@@ -109,8 +169,8 @@ struct Bench<'a> {
     /// `--buffer-offset`) or the Comm's registered regions.
     inp: u64,
     out: u64,
-    /// The caller's allocations (`--buffers caller`), freed last.
-    caller: Option<(DeviceBuffer, DeviceBuffer)>,
+    /// The caller's allocations (`--buffers caller` or `vmm`), freed last.
+    caller: Option<CallerMem>,
     /// The Comm's stream, as a caller's stream handle.
     stream: Stream,
     /// How the last commhal launch reached its buffers.
@@ -140,15 +200,10 @@ impl<'a> Bench<'a> {
         let ctx = comm.context();
         let (inp, out, caller) = match args.buffers {
             Buffers::Registered => (comm.input_addr(), comm.output_addr(), None),
-            Buffers::Caller => {
+            Buffers::Caller | Buffers::Vmm => {
                 let len = comm.capacity() + args.buffer_offset;
-                let i = DeviceBuffer::new(ctx, len)?;
-                let o = DeviceBuffer::new(ctx, len)?;
-                (
-                    i.addr() + args.buffer_offset,
-                    o.addr() + args.buffer_offset,
-                    Some((i, o)),
-                )
+                let (i, o, mem) = CallerMem::new(ctx, args.buffers, len)?;
+                (i + args.buffer_offset, o + args.buffer_offset, Some(mem))
             }
         };
         // SAFETY: the Comm's stream outlives the Bench, which borrows the Comm.
@@ -178,7 +233,7 @@ impl<'a> Bench<'a> {
         // collective (see commhal_cuda_coll::kernels)
         self.comm.kernels().prepare(self.args.dtype, op)?;
         match &self.caller {
-            Some((i, _)) => i.write(self.args.buffer_offset, &input)?,
+            Some(mem) => mem.write_input(self.args.buffer_offset, &input)?,
             None => self.comm.write_input(0, &input)?,
         }
         drop(input);
@@ -272,7 +327,7 @@ impl<'a> Bench<'a> {
             {
                 self.comm.p2p(&self.p2p_ops(c), &self.stream)
             }
-            Impl::Commhal if a.buffers == Buffers::Caller => {
+            Impl::Commhal if a.buffers != Buffers::Registered => {
                 let bufs = self.call_bufs(c, in_place);
                 let path = self.comm.launch_on(
                     a.collective,
@@ -390,7 +445,7 @@ impl<'a> Bench<'a> {
             // SAFETY: [addr, addr+len) lies in this rank's output buffer.
             unsafe { copy::read(self.comm.context(), addr, &mut host)? };
         }
-        Ok(check::count_wrong(
+        let wrong = check::count_wrong(
             a.collective,
             a.dtype,
             a.reduce_op(),
@@ -400,7 +455,13 @@ impl<'a> Bench<'a> {
             count,
             per,
             &host,
-        ))
+        );
+        // the ranks check different amounts (a reduce's root 1 GiB, the others nothing):
+        // without this, the timed calls of a rank that checked nothing would wait for
+        // the checking root in the call table, whose bound is the device wait bound
+        // (10 s by default), and fail there
+        self.boot.barrier()?;
+        Ok(wrong)
     }
 
     /// µs per launch on this rank: the median over groups of [`cli::groups`]
@@ -847,6 +908,15 @@ fn buffers_line(args: &Args) -> String {
     match args.buffers {
         Buffers::Caller => format!(
             "the caller's: input and output from cuMemAlloc by the benchmark{}, passed as pointers with a stream (commhal maps them per call through CUDA IPC, or stages them; a compared library gets the same pointers)",
+            if args.buffer_offset > 0 {
+                format!(", both {} bytes into their allocations", args.buffer_offset)
+            } else {
+                String::new()
+            }
+        ),
+        Buffers::Vmm => format!(
+            "the caller's: input and output from cuMem VMM memory in {} MiB pieces mapped back to back (as PyTorch's expandable segments){}, passed as pointers with a stream (commhal maps the pieces per call through their POSIX fds, or stages them; a compared library gets the same pointers)",
+            VMM_PIECE >> 20,
             if args.buffer_offset > 0 {
                 format!(", both {} bytes into their allocations", args.buffer_offset)
             } else {

@@ -195,7 +195,8 @@ pub struct Args {
     pub print_tables: bool,
     /// Whose buffers the collectives run on: `caller` — input and output allocated by
     /// the benchmark with cuMemAlloc, as an application's, passed with the stream to
-    /// `Comm::launch_on`; `registered` — the communicator's own regions.
+    /// `Comm::launch_on`; `vmm` — the same from cuMem VMM memory in 2 MiB pieces (as
+    /// PyTorch's expandable segments); `registered` — the communicator's own regions.
     #[arg(long, value_enum, default_value_t = Buffers::Caller)]
     pub buffers: Buffers,
     /// Run every datatype (and, for all-reduce, reduce-scatter and reduce, every
@@ -329,6 +330,9 @@ impl Fault {
 pub enum Buffers {
     /// Allocated by the benchmark (cuMemAlloc), as an application's.
     Caller,
+    /// Allocated by the benchmark as cuMem VMM memory in 2 MiB pieces mapped back to
+    /// back, as PyTorch's expandable segments allocate.
+    Vmm,
     /// The communicator's registered regions.
     Registered,
 }

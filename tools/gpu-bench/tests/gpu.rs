@@ -221,6 +221,25 @@ fn caller_buffers_and_bad_input() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("bytes left in its allocation"), "{e}");
+    // cuMem VMM memory in pieces (as PyTorch's expandable segments): registers, and
+    // is found piece by piece; a range running past the mapped pieces is refused
+    let ctx = comm.context();
+    let v =
+        commhal_cuda_rt::pieces::PieceMapping::create(ctx, 8 << 20, 2 << 20).expect("VMM pieces");
+    let r = comm
+        .register(v.addr() + 4096, (6 << 20) - 4096)
+        .expect("register VMM");
+    assert_eq!(r.ptr, v.addr() + 4096);
+    let p = commhal_cuda_rt::pieces::pieces_of(ctx, v.addr() + 4096, 6 << 20)
+        .expect("pieces")
+        .expect("exportable VMM pieces");
+    assert_eq!(p.len(), 4);
+    assert!(p.windows(2).all(|w| w[0].base + w[0].size == w[1].base));
+    assert!(
+        comm.peers_can_map(v.addr(), 8 << 20)
+            .expect("peers_can_map")
+    );
+    assert!(comm.register(v.addr(), (8 << 20) + 1).is_err());
     comm.sync_stream(&stream, "nothing queued").expect("sync");
 }
 

@@ -11,15 +11,17 @@
 //!   as they are. No host work per call beyond the launch.
 //! - **Mapped** (zero-copy): the kernel reads or writes the peers' buffers. Every rank
 //!   publishes its buffers in the call table ([`crate::agree`]): a `cuMemAlloc`
-//!   allocation by its legacy IPC handle and offset. Each rank opens its peers'
+//!   allocation by its legacy IPC handle and offset, cuMem VMM memory (PyTorch's
+//!   expandable segments) by the list of physical pieces that hold it, whose fds go
+//!   to each peer once over [`crate::piece_link`]. Each rank opens its peers'
 //!   allocations once (process-wide cache, [`crate::peers`]) and the kernel addresses
 //!   them directly.
 //! - **Staged**: this rank copies the caller's input into its registered input region
 //!   on the caller's stream, the kernel runs on the registered regions, and the result
 //!   is copied out — when a pointer is not 16-byte aligned (the vector kernels load and
 //!   store 16 bytes at a time) or, for a kernel that reaches into peers, when the
-//!   allocation cannot be shared through legacy IPC (cuMem VMM memory, stream-ordered
-//!   pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules. Staging is a decision
+//!   memory can be shared neither through legacy IPC nor as exportable VMM pieces
+//!   (stream-ordered pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules. Staging is a decision
 //!   of each rank alone: the peers address whichever buffer it publishes.
 //!
 //! Every rank computes the same kernel from (collective, count, datatype), so the
@@ -32,6 +34,7 @@
 use clap::ValueEnum;
 use commhal_cuda_rt::copy;
 use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
+use commhal_cuda_rt::pieces::{self, Piece};
 use commhal_cuda_rt::{Context, Stream};
 
 use super::{Comm, Kernel};
@@ -61,7 +64,8 @@ pub struct Registration {
     pub ptr: u64,
     /// Its length in bytes.
     pub len: u64,
-    /// The allocation's buffer id (unique in this process).
+    /// The allocation's buffer id (`cuMemAlloc` memory) or its first piece's block id
+    /// (cuMem VMM memory); both unique in this process.
     pub buffer_id: u64,
 }
 
@@ -279,13 +283,27 @@ impl Comm {
             .transpose()?;
         let plan = self.algorithm(coll).is_some();
         let peers = self.touches_peer_buffers(coll, dtype, count, root, in_place)?;
-        let shareable = |p: u64, i: &Option<PointerInfo>| {
-            i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc))
+        // cuMem VMM memory (PyTorch's expandable segments) goes zero-copy piece by piece
+        let vmm = |p: u64, i: &Option<PointerInfo>, len: u64| -> Result<Option<Vec<Piece>>> {
+            match i {
+                Some(i) if peers && !i.legacy_ipc && i.posix_fd && p.is_multiple_of(16) => {
+                    Ok(pieces::pieces_of(&ctx, p, len)?)
+                }
+                _ => Ok(None),
+            }
         };
-        let staged = !shareable(bufs.send, &send) || !shareable(bufs.recv, &recv);
+        let (send_vmm, recv_vmm) = (
+            vmm(bufs.send, &send, in_bytes)?,
+            vmm(bufs.recv, &recv, out_bytes)?,
+        );
+        let shareable = |p: u64, i: &Option<PointerInfo>, v: &Option<Vec<Piece>>| {
+            i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc || v.is_some()))
+        };
+        let staged =
+            !shareable(bufs.send, &send, &send_vmm) || !shareable(bufs.recv, &recv, &recv_vmm);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
             return Err(CollError::CannotStage(format!(
-                "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared through CUDA IPC: cuMem VMM or pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd, 16-byte aligned buffers, or create the communicator with a larger capacity",
+                "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared with the peers: stream-ordered pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd or cuMem VMM, 16-byte aligned buffers, or create the communicator with a larger capacity",
                 coll.name(),
                 in_bytes.max(out_bytes),
                 self.rank,
@@ -307,9 +325,13 @@ impl Comm {
             }
         }
         if peers {
-            let describe = |addr: u64, info: &Option<PointerInfo>| -> Result<BufDesc> {
-                match info {
-                    Some(i) if !staged => Ok(BufDesc {
+            let describe = |addr: u64,
+                            info: &Option<PointerInfo>,
+                            v: &Option<Vec<Piece>>|
+             -> Result<BufDesc> {
+                match (info, v) {
+                    (Some(_), Some(v)) if !staged => self.describe_pieces(addr, v),
+                    (Some(i), _) if !staged => Ok(BufDesc {
                         at: Where::Ipc {
                             id: i.buffer_id,
                             base: i.base,
@@ -331,20 +353,26 @@ impl Comm {
             let mine = Entry {
                 sig,
                 nonce: process_nonce(),
-                input: describe(a.input[r], &send)?,
-                output: describe(a.output[r], &recv)?,
+                input: describe(a.input[r], &send, &send_vmm)?,
+                output: describe(a.output[r], &recv, &recv_vmm)?,
             };
             let all = self.table.exchange(&mine.encode())?;
-            let pin = stream.is_capturing()?.then_some(&self.pins);
+            let mut entries = Vec::with_capacity(all.len());
             for (p, bytes) in all.iter().enumerate() {
-                let p32 = p as u32;
-                let e = Entry::decode(bytes, p32)?;
-                if let Some(m) = mine.sig.mismatch(&e.sig, p32, self.rank) {
+                let e = Entry::decode(bytes, p as u32)?;
+                if let Some(m) = mine.sig.mismatch(&e.sig, p as u32, self.rank) {
                     return Err(CollError::invalid(m));
                 }
+                entries.push(e);
+            }
+            let own_pieces = [send_vmm.as_deref(), recv_vmm.as_deref()];
+            self.swap_pieces(&entries, &own_pieces)?;
+            let pin = stream.is_capturing()?.then_some(&self.pins);
+            for (p, e) in entries.iter().enumerate() {
                 if p == r {
                     continue;
                 }
+                let p32 = p as u32;
                 let regs = (self.base.input[p], self.base.output[p]);
                 a.input[p] = Imports::resolve(&ctx, p32, e.nonce, &e.input, regs, pin)?;
                 a.output[p] = Imports::resolve(&ctx, p32, e.nonce, &e.output, regs, pin)?;
@@ -395,6 +423,104 @@ impl Comm {
         })
     }
 
+    /// This rank's VMM buffer at `addr`, held by `pieces`, as the peers will find it:
+    /// the ranks that have not received this list yet get it after the exchange.
+    pub(super) fn describe_pieces(&self, addr: u64, pieces: &[Piece]) -> Result<BufDesc> {
+        let key = pieces::pieces_key(pieces);
+        let sent = self
+            .pieces_sent
+            .lock()
+            .map_err(|_| CollError::invalid("VMM bookkeeping lock poisoned"))?;
+        let to = (0..self.n)
+            .filter(|&q| q != self.rank && !sent.contains(&(q, key)))
+            .fold(0u32, |m, q| m | (1 << q));
+        let base = pieces.first().map_or(addr, |p| p.base);
+        Ok(BufDesc {
+            at: Where::Vmm {
+                key,
+                base,
+                size: pieces.iter().map(|p| p.size).sum(),
+                to,
+            },
+            off: addr - base,
+        })
+    }
+
+    /// After a call's exchange: send the VMM piece lists this rank's entry announced
+    /// (`own`: the pieces of its input and output), then receive and map those the
+    /// peers' entries announce for this rank. Every rank derives the same messages
+    /// from the same entries; within a rank's entry the input's list goes first, and
+    /// a list both buffers share goes once.
+    fn swap_pieces(&self, entries: &[Entry], own: &[Option<&[Piece]>; 2]) -> Result<()> {
+        let me = self.rank as usize;
+        let lists = |e: &Entry| {
+            let mut v: Vec<(usize, BufDesc)> = Vec::new();
+            for (i, d) in [e.input, e.output].into_iter().enumerate() {
+                if let Where::Vmm { key, to, .. } = d.at
+                    && to != 0
+                    && !v
+                        .iter()
+                        .any(|(_, x)| matches!(x.at, Where::Vmm { key: k, .. } if k == key))
+                {
+                    v.push((i, d));
+                }
+            }
+            v
+        };
+        for (i, d) in lists(&entries[me]) {
+            let (Where::Vmm { key, to, .. }, Some(pieces)) = (d.at, own[i]) else {
+                continue;
+            };
+            self.send_pieces(to, key, pieces)?;
+        }
+        for (p, e) in entries.iter().enumerate() {
+            if p == me {
+                continue;
+            }
+            for (_, d) in lists(e) {
+                let Where::Vmm { to, .. } = d.at else {
+                    continue;
+                };
+                if to & (1 << me) != 0 {
+                    self.take_pieces(p as u32, e.nonce, &d)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Export `pieces` (list `key`) and send them to every rank in the mask `to`,
+    /// remembering that they have it.
+    pub(super) fn send_pieces(&self, to: u32, key: u64, pieces: &[Piece]) -> Result<()> {
+        let fds = pieces
+            .iter()
+            .map(|p| pieces::export_piece(&self.ctx, p.base))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        for q in (0..self.n).filter(|q| to & (1 << q) != 0) {
+            self.piece_links.send(q, key, pieces, &fds)?;
+            self.pieces_sent
+                .lock()
+                .map_err(|_| CollError::invalid("VMM bookkeeping lock poisoned"))?
+                .insert((q, key));
+        }
+        Ok(())
+    }
+
+    /// Receive the pieces of rank `p`'s VMM buffer `d` (its owner has `nonce`) that
+    /// its entry or posting announced for this rank, and map them.
+    pub(super) fn take_pieces(&self, p: u32, nonce: u64, d: &BufDesc) -> Result<()> {
+        let Where::Vmm { key, .. } = d.at else {
+            return Ok(());
+        };
+        let (got, list, fds) = self.piece_links.recv(p)?;
+        if got != key {
+            return Err(CollError::invalid(format!(
+                "rank {p} sent the pieces of another VMM buffer than it announced: every rank must run the same commhal build"
+            )));
+        }
+        Imports::insert_pieces(&self.ctx, p, nonce, d, list, fds)
+    }
+
     /// Device memory the other ranks can map (NCCL's `ncclMemAlloc`): `cuMemAlloc`
     /// memory, which every call uses zero-copy (the mapped path) when 16-byte aligned.
     pub fn mem_alloc(&self, len: u64) -> Result<commhal_cuda_rt::DeviceBuffer> {
@@ -403,29 +529,38 @@ impl Comm {
 
     /// Check that `[ptr, ptr + len)` can be used zero-copy and prepare its export
     /// (NCCL's `ncclCommRegister`; local, not collective). Registration is optional:
-    /// any `cuMemAlloc` buffer is mapped on first use and cached. An error says why a
-    /// buffer would be staged instead (not device memory of this device, memory legacy
-    /// CUDA IPC cannot share such as cuMem VMM or pool memory, or too short).
+    /// any `cuMemAlloc` or cuMem VMM buffer is mapped on first use and cached. An error
+    /// says why a buffer would be staged instead (not device memory of this device,
+    /// memory neither legacy CUDA IPC nor a VMM fd export can share, such as
+    /// stream-ordered pool memory, or too short).
     pub fn register(&self, ptr: u64, len: u64) -> Result<Registration> {
         let info = inspect(&self.ctx, "buffer to register", ptr, len)?;
-        if !info.legacy_ipc {
+        if info.legacy_ipc {
+            crate::peers::export_handle(&self.ctx, &info)?;
+        } else if !(info.posix_fd && len > 0 && pieces::pieces_of(&self.ctx, ptr, len)?.is_some()) {
             return Err(CollError::invalid(format!(
-                "buffer {ptr:#x} cannot be shared through legacy CUDA IPC (cuMem VMM or stream-ordered pool memory): calls on it are staged; allocate it with cudaMalloc / Comm::mem_alloc for zero-copy"
+                "buffer {ptr:#x} can be shared neither through legacy CUDA IPC nor as cuMem VMM pieces exportable as POSIX fds (stream-ordered pool memory?): calls on it are staged; allocate it with cudaMalloc / Comm::mem_alloc for zero-copy"
             )));
         }
-        crate::peers::export_handle(&self.ctx, &info)?;
         Ok(Registration {
             ptr,
             len,
-            buffer_id: info.buffer_id,
+            buffer_id: if info.legacy_ipc {
+                info.buffer_id
+            } else {
+                info.block_id
+            },
         })
     }
 
-    /// Whether the peers can open `[ptr, ptr + len)` (legacy CUDA IPC: `cudaMalloc` /
-    /// `cuMemAlloc` memory of this device), which a send/recv group needs of its receive
-    /// buffers. Errors for what is not device memory of this device at all.
+    /// Whether the peers can open `[ptr, ptr + len)` (`cudaMalloc` / `cuMemAlloc`
+    /// memory through legacy CUDA IPC, or cuMem VMM pieces exportable as POSIX fds, of
+    /// this device), which a send/recv group needs of its receive buffers. Errors for
+    /// what is not device memory of this device at all.
     pub fn peers_can_map(&self, ptr: u64, len: u64) -> Result<bool> {
-        Ok(inspect(&self.ctx, "buffer", ptr, len)?.legacy_ipc)
+        let info = inspect(&self.ctx, "buffer", ptr, len)?;
+        Ok(info.legacy_ipc
+            || (info.posix_fd && len > 0 && pieces::pieces_of(&self.ctx, ptr, len)?.is_some()))
     }
 
     /// [`Comm::sync`] for a caller's stream.

@@ -5,10 +5,13 @@
 //!
 //! **Protocol** (per matched send/receive `s` of the pair a → b, copy engines, no SM):
 //! 1. b's host posts its receive buffer for a in the call table ([`CallTable::post`]: a
-//!    `cuMemAlloc` allocation by its legacy IPC handle, the offset, the bytes); b's
-//!    stream writes `s` into a's [`DMA_P2P_READY`] flag (b's buffer is free from then).
+//!    `cuMemAlloc` allocation by its legacy IPC handle, or cuMem VMM memory by its
+//!    pieces, the offset, the bytes; VMM pieces a has not had yet follow over the
+//!    piece link, [`crate::piece_link`]); b's stream writes `s` into a's
+//!    [`DMA_P2P_READY`] flag (b's buffer is free from then).
 //! 2. a's host takes the posting ([`CallTable::take_post`]; bounded), checks the bytes,
-//!    and opens b's allocation (process-wide cache, [`crate::peers`]). a's stream waits
+//!    receives the pieces if announced, and opens b's allocation (process-wide cache,
+//!    [`crate::peers`]). a's stream waits
 //!    until its READY flag from b reaches `s` (the bounded wait kernel), copies with
 //!    `cuMemcpyAsync` into b's buffer, and writes `s` into b's [`DMA_P2P_DONE`] flag.
 //! 3. b's stream waits until its DONE flag from a reaches `s`.
@@ -25,6 +28,7 @@
 use commhal_backend_cuda_dma::StreamPort;
 use commhal_cuda_rt::Stream;
 use commhal_cuda_rt::ipc::PointerInfo;
+use commhal_cuda_rt::pieces::{self, Piece};
 
 use super::Comm;
 use super::caller::inspect;
@@ -137,7 +141,9 @@ impl Comm {
             ))
         })?;
         // everything checked before anything is posted or queued
-        let mut infos: Vec<Option<PointerInfo>> = Vec::with_capacity(ops.len());
+        // per op: the allocation, and the VMM pieces of a receive buffer in VMM memory
+        let mut infos: Vec<Option<(PointerInfo, Option<Vec<Piece>>)>> =
+            Vec::with_capacity(ops.len());
         for op in ops {
             let (send, buf, bytes, peer) = op.parts();
             if peer >= self.n {
@@ -153,12 +159,22 @@ impl Comm {
             }
             let what = if send { "send buffer" } else { "recv buffer" };
             let info = inspect(&self.ctx, what, buf, bytes)?;
-            if !send && peer != self.rank && !info.legacy_ipc {
-                return Err(CollError::invalid(format!(
-                    "recv buffer {buf:#x} cannot be shared through legacy CUDA IPC (cuMem VMM or stream-ordered pool memory): receive into cudaMalloc / Comm::mem_alloc memory"
-                )));
-            }
-            infos.push(Some(info));
+            let vmm = if !send && peer != self.rank && !info.legacy_ipc {
+                let p = info
+                    .posix_fd
+                    .then(|| pieces::pieces_of(&self.ctx, buf, bytes))
+                    .transpose()?
+                    .flatten();
+                if p.is_none() {
+                    return Err(CollError::invalid(format!(
+                        "recv buffer {buf:#x} can be shared neither through legacy CUDA IPC nor as cuMem VMM pieces exportable as POSIX fds (stream-ordered pool memory?): receive into cudaMalloc / Comm::mem_alloc memory"
+                    )));
+                }
+                p
+            } else {
+                None
+            };
+            infos.push(Some((info, vmm)));
         }
         let mut counts = self
             .p2p_counts
@@ -170,7 +186,7 @@ impl Comm {
         let mut last_recv = vec![0u64; self.n as usize];
         for (op, info) in ops.iter().zip(&infos) {
             let (send, buf, bytes, peer) = op.parts();
-            let Some(info) = info else { continue };
+            let Some((info, vmm)) = info else { continue };
             if send || peer == self.rank {
                 continue;
             }
@@ -179,17 +195,24 @@ impl Comm {
                 *s += 1;
                 *s
             };
-            let at = BufDesc {
-                at: Where::Ipc {
-                    id: info.buffer_id,
-                    base: info.base,
-                    size: info.size,
-                    handle: export_handle(&self.ctx, info)?,
+            let at = match vmm {
+                Some(p) => self.describe_pieces(buf, p)?,
+                None => BufDesc {
+                    at: Where::Ipc {
+                        id: info.buffer_id,
+                        base: info.base,
+                        size: info.size,
+                        handle: export_handle(&self.ctx, info)?,
+                    },
+                    off: buf - info.base,
                 },
-                off: buf - info.base,
             };
             self.table
                 .post(peer, seq, &posting(process_nonce(), bytes, &at))?;
+            if let (Where::Vmm { key, to, .. }, Some(p)) = (at.at, vmm) {
+                // only the sender's bit can be set: the posting goes to it alone
+                self.send_pieces(to & (1 << peer), key, p)?;
+            }
             crate::dma::signal(stream, a, peer, DMA_P2P_READY, seq as u32)?;
             last_recv[peer as usize] = seq;
         }
@@ -209,6 +232,11 @@ impl Comm {
                 return Err(CollError::invalid(format!(
                     "send #{seq} to rank {peer} has {bytes} bytes but rank {peer}'s matching recv expects {want}: counts and datatypes of matched sends and receives must agree"
                 )));
+            }
+            if let Where::Vmm { to, .. } = at.at
+                && to & (1 << self.rank) != 0
+            {
+                self.take_pieces(peer, nonce, &at)?;
             }
             let regs = (
                 self.base.input[peer as usize],
