@@ -38,8 +38,8 @@
 //! **The 2-rank reduce route** ([`DmaPath::reduce_pair`], the tuned `reduce_ce_min`, not
 //! `COMMHAL_GPU_PATH=dma`): START, one way (the root's "staging free" to the non-root,
 //! which waits for it; the root goes on); the non-root copies its input into the root's
-//! staging area in chunks ([`layout::pair_ce_chunks`]: each 5/8 of what is left, the
-//! last 2..5.3 MiB), each followed on its stream by the write of [`layout::pair_ce_tag`] into
+//! staging area in chunks ([`layout::pair_ce_chunks`]: each half of what is left, the
+//! last 2..4 MiB), each followed on its stream by the write of [`layout::pair_ce_tag`] into
 //! the root's [`DMA_CHUNK`] flag; the root runs one kernel
 //! (`commhal_coll_reduce_pair_ce_*`) that reduces chunk k as soon as its flag is there,
 //! while the copy engine moves the next ones. No END: the root's kernel has waited for

@@ -37,18 +37,19 @@ pub const DMA_P2P_READY: u64 = 5;
 pub const DMA_P2P_DONE: u64 = 6;
 
 /// The 2-rank copy-engine reduce's smallest chunk (bytes): the transfer is cut into
-/// chunks that each leave [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left — 5B/8, then
-/// 5/8 of the 3B/8 left, ... — until less than this would be left, and the rest is the
-/// last chunk. The root reduces each chunk while the next ones are copied, so what it
-/// does after the last copy is one chunk of at most 8/3 × this (≤ 5.3 MiB here).
+/// chunks that each leave [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left — B/2, then
+/// B/4, ... — until less than this would be left, and the rest is the last chunk. The
+/// root reduces each chunk while the next ones are copied, so what it does after the
+/// last copy is one chunk of less than 2 × this (< 4 MiB here).
 pub const PAIR_CE_FLOOR: u64 = 2 << 20;
 /// What each copy-engine chunk leaves of what was left, in eighths. Every chunk costs
 /// ~6 µs of copy-engine turnaround (the stream write waits for its copy to drain), so
 /// fewer, larger chunks are faster as long as the root's reduce of one chunk still ends
-/// before the next one lands: 3/8 took 721 / 1407 / 2767 µs at 256M / 512M / 1G where
-/// halving (1/2) took 731 / 1416 / 2776 and 1/3 (the reduce falling behind) 721 / 1424 /
-/// 2817 (bench/micro/ce_lanes.cu, 2 x H200).
-pub const PAIR_CE_KEEP_EIGHTHS: u64 = 3;
+/// before the next one lands. On H100 (slower HBM than H200) that needs halving:
+/// 726 / 1404 / 2760 µs at 256M / 512M / 1G, where 3/8 took 766 / 1501 / 2981 and
+/// 5/8 747 / 1430 / 2790 (NCCL 735 / 1453 / —); on H200 halving took 731 / 1416 / 2776
+/// against 3/8's 721 / 1407 / 2767 (bench/micro/ce_lanes.cu, f32, 2 GPUs each).
+pub const PAIR_CE_KEEP_EIGHTHS: u64 = 4;
 /// Most chunks of one 2-rank copy-engine reduce (the tag keeps 5 bits for the chunk).
 pub const PAIR_CE_MAX_CHUNKS: usize = 31;
 
@@ -724,14 +725,14 @@ mod tests {
     #[test]
     fn pair_ce_chunks_shrink_down_to_the_floor() {
         let m = 1u64 << 20;
-        // 256 MiB: 160M (96M left), 60M (36M left), 22.5M (13.5M), 8.4375M (5.0625M),
-        // then the 5.0625M rest (3/8 of it would be under the floor)
+        // 256 MiB: 128M, 64M, ..., 4M, then the 2M rest (half of it would be under the
+        // floor)
         let c = pair_ce_chunks(256 * m);
-        let sizes: Vec<u64> = c.iter().map(|&(_, l)| l * 16 / m).collect();
-        assert_eq!(sizes, [2560, 960, 360, 135, 81]);
-        // at most 8/3 of the floor (5.33 MiB) left: one chunk; 16 bytes: one chunk
-        assert_eq!(pair_ce_chunks(5 * m), [(0, 5 * m)]);
-        assert_eq!(pair_ce_chunks(6 * m).len(), 2);
+        let sizes: Vec<u64> = c.iter().map(|&(_, l)| l / m).collect();
+        assert_eq!(sizes, [128, 64, 32, 16, 8, 4, 2, 2]);
+        // less than twice the floor (4 MiB) left: one chunk; 16 bytes: one chunk
+        assert_eq!(pair_ce_chunks(3 * m), [(0, 3 * m)]);
+        assert_eq!(pair_ce_chunks(4 * m).len(), 2);
         assert_eq!(pair_ce_chunks(16), [(0, 16)]);
         assert!(pair_ce_chunks(0).is_empty());
         // contiguous, 16-byte multiples, cover everything, few enough for the tag

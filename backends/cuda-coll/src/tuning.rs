@@ -125,8 +125,9 @@ pub const HEADER: &str = "\
 #                          fastest at every larger size
 #     reduce_ce_min        (optional; absent or 0: never) from this size a reduce on 2
 #                          ranks runs on the copy engine: the non-root copies its input
-#                          into the root's staging in chunks of 5/8 of what is left
-#                          (the last 2-5.3 MiB; halves cost ~9 µs more at 1 GiB), a
+#                          into the root's staging in chunks of half of what is left
+#                          (the last 2-4 MiB; H100 needs halves, H200 ran 3/8 ~9 µs
+#                          faster at 1 GiB), a
 #                          stream write after each, and the root reduces
 #                          each chunk as it lands (16-byte multiples
 #                          only; not inside a CUDA graph capture). Tuned as
