@@ -7,7 +7,7 @@
 //! after a call's exchange every rank knows which messages to send and which to
 //! receive, in which order (each rank's input before its output, a list sent once per
 //! call). A message carries at most [`PIECES_PER_MESSAGE`] pieces; longer lists take
-//! several. A receive waits at most the communicator's wait bound.
+//! several. A send or receive waits at most the communicator's wait bound.
 
 use std::os::fd::OwnedFd;
 use std::sync::Mutex;
@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use commhal_cuda_rt::pieces::Piece;
 use commhal_hal::bootstrap::Bootstrap;
-use commhal_hal::bootstrap::fdpass::{
-    recv_with_fds, send_with_fds, seqpacket_pair, set_recv_timeout,
-};
+use commhal_hal::bootstrap::fdpass::{recv_with_fds, send_with_fds, seqpacket_pair, set_timeouts};
 
 use crate::error::{CollError, Result};
 
@@ -98,7 +96,7 @@ impl PieceLinks {
                     fds.len() + 1
                 )));
             };
-            set_recv_timeout(&fd, timeout)?;
+            set_timeouts(&fd, timeout)?;
             socks[q as usize] = Some(Mutex::new(fd));
         }
         Ok(PieceLinks { rank, socks })

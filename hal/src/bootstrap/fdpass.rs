@@ -112,10 +112,12 @@ pub fn recv_with_fds(sock: &impl AsFd, buf: &mut [u8]) -> Result<(usize, Vec<Own
 }
 
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
-/// close-on-exec), each receive bounded by `timeout` (then an error, never a hang).
-/// One end stays; the other goes to a peer of the same host with
-/// [`crate::bootstrap::Bootstrap::send_fds`] (and [`set_recv_timeout`] there), after
-/// which the two pass descriptors directly with [`send_with_fds`] / [`recv_with_fds`].
+/// close-on-exec), each send and receive bounded by `timeout` (then an error, never a
+/// hang: two ranks that both send more than the socket buffers hold before either
+/// receives would otherwise wait on each other for ever). One end stays; the other
+/// goes to a peer of the same host with [`crate::bootstrap::Bootstrap::send_fds`] (and
+/// [`set_timeouts`] there), after which the two pass descriptors directly with
+/// [`send_with_fds`] / [`recv_with_fds`].
 pub fn seqpacket_pair(timeout: Duration) -> Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
     let (a, b) = socketpair(
@@ -125,14 +127,14 @@ pub fn seqpacket_pair(timeout: Duration) -> Result<(OwnedFd, OwnedFd)> {
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(|e| HalError::io("creating a Unix socket pair", e.into()))?;
-    set_recv_timeout(&a, timeout)?;
-    set_recv_timeout(&b, timeout)?;
+    set_timeouts(&a, timeout)?;
+    set_timeouts(&b, timeout)?;
     Ok((a, b))
 }
 
-/// Bound every receive on `sock` by `timeout` (at least 1 ms).
-pub fn set_recv_timeout(sock: &impl AsFd, timeout: Duration) -> Result<()> {
-    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout};
+/// Bound every send and receive on `sock` by `timeout` (at least 1 ms).
+pub fn set_timeouts(sock: &impl AsFd, timeout: Duration) -> Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt::ReceiveTimeout, sockopt::SendTimeout};
     use nix::sys::time::TimeVal;
     let t = timeout.max(Duration::from_millis(1));
     let tv = TimeVal::new(
@@ -140,7 +142,8 @@ pub fn set_recv_timeout(sock: &impl AsFd, timeout: Duration) -> Result<()> {
         i64::from(t.subsec_micros()),
     );
     setsockopt(sock, ReceiveTimeout, &tv)
-        .map_err(|e| HalError::io("bounding a socket's receives", e.into()))
+        .and_then(|()| setsockopt(sock, SendTimeout, &tv))
+        .map_err(|e| HalError::io("bounding a socket's sends and receives", e.into()))
 }
 
 /// Take ownership of a descriptor the kernel just installed for us.
