@@ -13,7 +13,7 @@
 //! ([`crate::ipc::PointerInfo`]: mapping base, size and block id per piece).
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
@@ -166,20 +166,9 @@ impl PieceMapping {
             total,
         };
         for (size, fd) in pieces {
-            let mut handle: sys::CUmemGenericAllocationHandle = 0;
-            // SAFETY: context bound by granularity(); for POSIX fds the OS handle is
-            // the fd value cast to a pointer; the fd is open for the call (borrowed).
-            let r = unsafe {
-                sys::cuMemImportFromShareableHandle(
-                    &mut handle,
-                    fd.as_raw_fd() as isize as *mut c_void,
-                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                )
-            };
-            check(r, "cuMemImportFromShareableHandle", || {
-                "importing a peer's VMM piece from its fd".into()
-            })?;
-            m.handles.push((handle, *size));
+            // context bound by granularity()
+            m.handles
+                .push((crate::vmm::import_handle(fd.as_fd())?, *size));
         }
         m.map_all(g)?;
         Ok(m)
@@ -221,9 +210,7 @@ impl PieceMapping {
     /// Reserve the address range, map every handle in order, grant this device
     /// read/write access.
     fn map_all(&mut self, g: u64) -> Result<()> {
-        let (ctx, total) = (self.ctx.clone(), self.total);
-        let handles = self.handles.clone();
-        let m = self;
+        let total = self.total;
         let mut va: sys::CUdeviceptr = 0;
         // SAFETY: context bound; out-pointer valid; size and alignment are
         // granularity multiples.
@@ -231,30 +218,21 @@ impl PieceMapping {
         check(r, "cuMemAddressReserve", || {
             format!("reserving {total} bytes for VMM pieces")
         })?;
-        m.va = va;
+        self.va = va;
         let mut off = 0;
-        for &(handle, size) in &handles {
+        for i in 0..self.handles.len() {
+            let (handle, size) = self.handles[i];
             // SAFETY: [va + off, va + off + size) lies in the reservation and is not
             // mapped yet; the handle covers `size` bytes from offset 0.
             let r = unsafe { sys::cuMemMap(va + off, size as usize, 0, handle, 0) };
             check(r, "cuMemMap", || {
                 format!("mapping a VMM piece of {size} bytes")
             })?;
-            m.mapped += 1;
+            self.mapped += 1;
             off += size;
         }
-        let desc = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ctx.device(),
-            },
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the whole range is mapped (above); one valid descriptor.
-        let r = unsafe { sys::cuMemSetAccess(va, total as usize, &desc, 1) };
-        check(r, "cuMemSetAccess", || {
-            format!("granting device {} access to VMM pieces", ctx.ordinal())
-        })
+        // SAFETY: the whole range is mapped (above).
+        unsafe { crate::vmm::grant_rw(&self.ctx, va, total) }
     }
 
     /// Copy `src` to `offset` (synchronous).

@@ -60,6 +60,46 @@ pub fn granularity(ctx: &Context) -> Result<u64> {
     Ok(g as u64)
 }
 
+/// Import the allocation a peer exported as the POSIX fd `fd` (the context of the
+/// importing device bound); the fd stays the caller's.
+pub(crate) fn import_handle(fd: BorrowedFd<'_>) -> Result<sys::CUmemGenericAllocationHandle> {
+    let mut handle: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: for POSIX fds the OS handle argument is the fd value itself cast to a
+    // pointer (CUDA driver API contract); the fd is open for the duration of the call
+    // (borrowed); out-pointer valid.
+    let r = unsafe {
+        sys::cuMemImportFromShareableHandle(
+            &mut handle,
+            fd.as_raw_fd() as isize as *mut c_void,
+            sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        )
+    };
+    check(r, "cuMemImportFromShareableHandle", || {
+        "importing a peer allocation from its fd (same host? fd passed with SCM_RIGHTS?)".into()
+    })?;
+    Ok(handle)
+}
+
+/// Let `ctx`'s device read and write `[va, va + size)`.
+///
+/// # Safety
+/// The range must be mapped (every byte, by one or more `cuMemMap` calls) in the
+/// bound context.
+pub(crate) unsafe fn grant_rw(ctx: &Context, va: u64, size: u64) -> Result<()> {
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: ctx.device(),
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: the caller guarantees the range is mapped; one valid descriptor.
+    let r = unsafe { sys::cuMemSetAccess(va, size as usize, &desc, 1) };
+    check(r, "cuMemSetAccess", || {
+        format!("granting device {} read/write access", ctx.ordinal())
+    })
+}
+
 /// A mapped cuMem allocation (created here or imported from a peer's fd).
 #[derive(Debug)]
 pub struct VmmAllocation {
@@ -113,20 +153,7 @@ impl VmmAllocation {
                 "imported size {size} must be a nonzero multiple of the granularity {g}: pass the exporter's VmmAllocation::size()"
             )));
         }
-        let mut handle: sys::CUmemGenericAllocationHandle = 0;
-        // SAFETY: context bound; for POSIX fds the OS handle argument is the fd
-        // value itself cast to a pointer (CUDA driver API contract); the fd is open
-        // for the duration of the call (borrowed).
-        let r = unsafe {
-            sys::cuMemImportFromShareableHandle(
-                &mut handle,
-                fd.as_raw_fd() as isize as *mut c_void,
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        };
-        check(r, "cuMemImportFromShareableHandle", || {
-            "importing a peer allocation from its fd (same host? fd passed with SCM_RIGHTS?)".into()
-        })?;
+        let handle = import_handle(fd)?;
         let mut a = VmmAllocation {
             ctx: ctx.clone(),
             handle,
@@ -160,18 +187,8 @@ impl VmmAllocation {
     /// the mapping.
     pub fn grant_access(&self, ctx: &Context) -> Result<()> {
         self.ctx.bind()?;
-        let desc = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ctx.device(),
-            },
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        // SAFETY: the range is mapped (reserve_and_map); one valid descriptor.
-        let r = unsafe { sys::cuMemSetAccess(self.va, self.size as usize, &desc, 1) };
-        check(r, "cuMemSetAccess", || {
-            format!("granting device {} read/write access", ctx.ordinal())
-        })
+        // SAFETY: the range is mapped (reserve_and_map).
+        unsafe { grant_rw(ctx, self.va, self.size) }
     }
 
     /// Export as a POSIX fd for a peer process on this host (the caller owns it).
