@@ -9,8 +9,9 @@
 #   .gpu/cudart-nvrtc-test            (optional) cuda-rt's `nvrtc_compile` test binary
 #   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
 #   .gpu/commhal-gpu-bench            (optional) target/release/commhal-gpu-bench: the
-#                                     back-to-back chain check (--cycle-roots) and the
-#                                     all-reduce copy-engine route check
+#                                     back-to-back chain check (--cycle-roots), the
+#                                     all-reduce copy-engine route check and the
+#                                     collectives on cuMem VMM buffers
 #
 # Every step is bounded with `timeout` and the whole script by a deadline
 # (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
@@ -122,6 +123,20 @@ if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
     $G/commhal-gpu-bench allreduce -b 16 -e 252720 -f 3 -n 10 -w 2 -d half
   step "allreduce-ce-route-big-${NGPU}gpu" 40 "${ROUTE[@]}" $G/commhal launch -n "$NGPU" -- \
     $G/commhal-gpu-bench allreduce -b 16M -e 256M -f 4 -n 10 -w 2 -d bf16
+fi
+
+# The caller's buffers in cuMem VMM memory of 2 MiB pieces (PyTorch's expandable
+# segments): every collective maps the peers' pieces zero-copy; exit 1 on a wrong
+# element. On 2 GPUs and on every GPU.
+if [[ -x $G/commhal-gpu-bench ]]; then
+  for N in 2 "$NGPU"; do
+    ((NGPU >= N && N >= 2)) || continue
+    for c in allreduce allgather reducescatter broadcast reduce alltoall sendrecv; do
+      step "vmm-$c-${N}gpu" 40 $G/commhal launch -n "$N" -- \
+        $G/commhal-gpu-bench "$c" -b 1K -e 64M -f 16 -n 5 -w 1 -d half --buffers vmm
+    done
+    [[ $N == "$NGPU" ]] && break
+  done
 fi
 
 # ---- summary -------------------------------------------------------------------

@@ -492,6 +492,9 @@ impl Comm {
     /// Export `pieces` (list `key`) and send them to every rank in the mask `to`,
     /// remembering that they have it.
     pub(super) fn send_pieces(&self, to: u32, key: u64, pieces: &[Piece]) -> Result<()> {
+        if to == 0 {
+            return Ok(());
+        }
         let fds = pieces
             .iter()
             .map(|p| pieces::export_piece(&self.ctx, p.base))
