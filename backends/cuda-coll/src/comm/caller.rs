@@ -170,6 +170,12 @@ pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<
             info.bytes_after(ptr)
         )));
     }
+    // cuMem VMM memory: the range above is the whole address reservation, mapped or
+    // not; past this piece, every byte the call touches must be mapped
+    if info.posix_fd && ptr.saturating_add(need) > info.mapping_base + info.mapping_size {
+        pieces::pieces_of(ctx, ptr, need)
+            .map_err(|e| CollError::invalid(format!("{what}: {e}")))?;
+    }
     Ok(info)
 }
 
