@@ -179,6 +179,25 @@ pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<
     Ok(info)
 }
 
+/// The VMM piece lists a rank's entry announces, in the order its owner sends them
+/// and every receiver takes them: the input's before the output's, a list both
+/// buffers share once, lists nobody is to receive left out. Each with the index of
+/// its buffer (0 input, 1 output).
+fn vmm_lists(e: &Entry) -> Vec<(usize, BufDesc)> {
+    let mut v: Vec<(usize, BufDesc)> = Vec::new();
+    for (i, d) in [e.input, e.output].into_iter().enumerate() {
+        if let Where::Vmm { key, to, .. } = d.at
+            && to != 0
+            && !v
+                .iter()
+                .any(|(_, x)| matches!(x.at, Where::Vmm { key: k, .. } if k == key))
+        {
+            v.push((i, d));
+        }
+    }
+    v
+}
+
 fn collective_index(c: Collective) -> u8 {
     Collective::value_variants()
         .iter()
@@ -454,40 +473,19 @@ impl Comm {
 
     /// After a call's exchange: send the VMM piece lists this rank's entry announced
     /// (`own`: the pieces of its input and output), then receive and map those the
-    /// peers' entries announce for this rank. Every rank derives the same messages
-    /// from the same entries; within a rank's entry the input's list goes first, and
-    /// a list both buffers share goes once.
+    /// peers' entries announce for this rank ([`vmm_lists`] gives both sides the same
+    /// order).
     fn swap_pieces(&self, entries: &[Entry], own: &[Option<&[Piece]>; 2]) -> Result<()> {
         let me = self.rank as usize;
-        let lists = |e: &Entry| {
-            let mut v: Vec<(usize, BufDesc)> = Vec::new();
-            for (i, d) in [e.input, e.output].into_iter().enumerate() {
-                if let Where::Vmm { key, to, .. } = d.at
-                    && to != 0
-                    && !v
-                        .iter()
-                        .any(|(_, x)| matches!(x.at, Where::Vmm { key: k, .. } if k == key))
-                {
-                    v.push((i, d));
-                }
-            }
-            v
-        };
-        for (i, d) in lists(&entries[me]) {
+        for (i, d) in vmm_lists(&entries[me]) {
             let (Where::Vmm { key, to, .. }, Some(pieces)) = (d.at, own[i]) else {
                 continue;
             };
             self.send_pieces(to, key, pieces)?;
         }
-        for (p, e) in entries.iter().enumerate() {
-            if p == me {
-                continue;
-            }
-            for (_, d) in lists(e) {
-                let Where::Vmm { to, .. } = d.at else {
-                    continue;
-                };
-                if to & (1 << me) != 0 {
+        for (p, e) in entries.iter().enumerate().filter(|&(p, _)| p != me) {
+            for (_, d) in vmm_lists(e) {
+                if matches!(d.at, Where::Vmm { to, .. } if to & (1 << me) != 0) {
                     self.take_pieces(p as u32, e.nonce, &d)?;
                 }
             }
@@ -602,6 +600,52 @@ mod tests {
         );
         assert_eq!(byte_sizes(Collective::Alltoall, 4, 10, 2), Some((80, 80)));
         assert_eq!(byte_sizes(Collective::Allreduce, 4, u64::MAX, 2), None);
+    }
+
+    #[test]
+    fn vmm_lists_go_once_each_input_first() {
+        let vmm = |key, to| BufDesc {
+            at: Where::Vmm {
+                key,
+                base: 0x1000_0000,
+                size: 2 << 20,
+                to,
+            },
+            off: 0,
+        };
+        let entry = |input, output| Entry {
+            sig: Signature {
+                coll: 0,
+                dtype: 0,
+                op: 0,
+                scalar: 0,
+                in_place: false,
+                root: 0,
+                count: 1,
+            },
+            nonce: 1,
+            input,
+            output,
+        };
+        let keys = |e| {
+            vmm_lists(&e)
+                .iter()
+                .map(|&(i, d)| (i, d.at))
+                .collect::<Vec<_>>()
+        };
+        // two lists: input's first
+        let e = entry(vmm(7, 0b10), vmm(9, 0b10));
+        assert_eq!(keys(e), [(0, e.input.at), (1, e.output.at)]);
+        // in place: one list
+        let e = entry(vmm(7, 0b110), vmm(7, 0b110));
+        assert_eq!(keys(e), [(0, e.input.at)]);
+        // nobody to receive, or not VMM memory: nothing
+        let reg = BufDesc {
+            at: Where::RegInput,
+            off: 0,
+        };
+        assert!(keys(entry(vmm(7, 0), reg)).is_empty());
+        assert_eq!(keys(entry(reg, vmm(5, 1))), [(1, vmm(5, 1).at)]);
     }
 
     #[test]
