@@ -959,6 +959,8 @@ pub struct Outcome {
     pub device: String,
     /// Tuning in effect.
     pub tuning: Tuning,
+    /// The links the collectives ran over (the `# links:` header line).
+    pub links: String,
 }
 
 impl Outcome {
@@ -973,6 +975,7 @@ impl Outcome {
             nranks: comm.size(),
             device: comm.context().name().unwrap_or_default(),
             tuning: comm.tuning(),
+            links: comm.links(),
         }
     }
 }
@@ -1251,8 +1254,9 @@ fn fault_check(args: &Args, comm: &Comm, n: u32, fault: Fault) -> Result<Outcome
     Ok(out)
 }
 
-/// The JSON document of a run (what `--json` writes): commhal's rows under
-/// `commhal`, the compared library (label, file, version code; null without one) under
+/// The JSON document of a run (what `--json` writes): the links the collectives ran
+/// over and whose buffers they ran on, commhal's rows under `commhal`, the compared
+/// library (label, file, version code; null without one) under
 /// `compared_with` and its rows under `compared`.
 pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
     serde_json::json!({
@@ -1264,6 +1268,8 @@ pub fn json_doc(args: &Args, out: &Outcome) -> serde_json::Value {
         "average": args.average,
         "batch": args.batch,
         "device": out.device,
+        "links": out.links,
+        "buffers": args.buffers,
         "tuning": format!("{:?}", out.tuning),
         "commhal": out.ours,
         "compared_with": out.compared,
@@ -1956,6 +1962,37 @@ pub fn describe_choice(s: &Sweep) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_json_names_the_links_and_the_buffers() {
+        use clap::Parser;
+        let args =
+            Args::try_parse_from(["commhal-gpu-bench", "allreduce", "--buffers", "vmm"]).unwrap();
+        let (tuning, _) = commhal_cuda_coll::tuning::resolve_with(
+            "NVIDIA H100 80GB HBM3",
+            2,
+            132,
+            None,
+            Duration::from_secs(10),
+            &|_: &str| None,
+        )
+        .unwrap();
+        let out = Outcome {
+            ours: Vec::new(),
+            theirs: Vec::new(),
+            compared: None,
+            wrong: false,
+            rank: 0,
+            nranks: 2,
+            device: "NVIDIA H100 80GB HBM3".into(),
+            tuning,
+            links: "cuda-dma (copy engines: every collective)".into(),
+        };
+        let doc = json_doc(&args, &out);
+        assert_eq!(doc["links"], "cuda-dma (copy engines: every collective)");
+        assert_eq!(doc["buffers"], "vmm");
+        assert_eq!(doc["nranks"], 2);
+    }
 
     #[test]
     fn fault_checks_expect_their_own_errors_in_bound() {
