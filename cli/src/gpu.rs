@@ -22,8 +22,16 @@ use commhal_hal::registry::Availability;
 
 use crate::bench::{BenchArgs, Point, Series, human, svg_series};
 
-/// Backend names that select the GPU collectives.
-pub const GPU_BACKENDS: [&str; 1] = ["cuda-nvlink"];
+/// Backend names that select the GPU collectives: cuda-nvlink (its kernels, with
+/// cuda-dma's copy engines where the tuning routes to them: the default selection) or
+/// cuda-dma alone (every collective on the copy engines).
+pub const GPU_BACKENDS: [&str; 2] = ["cuda-nvlink", "cuda-dma"];
+
+/// The links `--backend name` asks for: cuda-dma alone for cuda-dma, else the
+/// environment's or the default selection.
+fn links_of(backend: &Option<String>) -> Option<Vec<String>> {
+    (backend.as_deref() == Some("cuda-dma")).then(|| vec!["cuda-dma".to_string()])
+}
 
 /// Does `--backend name` select the GPU collectives?
 pub fn is_gpu_backend(name: &str) -> bool {
@@ -34,7 +42,7 @@ pub fn is_gpu_backend(name: &str) -> bool {
 pub fn refuse_other_cuda(name: &str) -> Result<(), String> {
     if name.starts_with("cuda") || name.starts_with("hip") {
         return Err(format!(
-            "bench: --backend {name}: the GPU collectives benchmark runs on cuda-nvlink (peer-mapped NVLink kernels); {name} has no collective kernels of its own. Use --backend cuda-nvlink, or `commhal conformance --backend {name}` to check the transport"
+            "bench: --backend {name}: the GPU collectives benchmark runs on cuda-nvlink (peer-mapped NVLink kernels) or cuda-dma (copy engines); {name} has no collectives of its own. Use --backend cuda-nvlink, or `commhal conformance --backend {name}` to check the transport"
         ));
     }
     Ok(())
@@ -43,7 +51,11 @@ pub fn refuse_other_cuda(name: &str) -> Result<(), String> {
 /// The benchmark's arguments from `commhal bench`'s (checked here, before any GPU
 /// work, so mistakes are reported on any machine).
 pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args, String> {
-    let bad = |msg: String| Err(format!("bench --backend cuda-nvlink: {msg}"));
+    let who = format!(
+        "bench --backend {}",
+        a.backend.as_deref().unwrap_or("cuda-nvlink")
+    );
+    let bad = |msg: String| Err(format!("{who}: {msg}"));
     crate::bench::check_nccl_tests_flags(a)?;
     if cli_backends.is_some() {
         return bad("--backends chooses the host Communicator's transports; the GPU collectives use their own kernels: drop --backends".into());
@@ -78,13 +90,13 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
     }
     let collective = Collective::from_str(&a.collective, true).map_err(|_| {
         format!(
-            "bench --backend cuda-nvlink: `{}` is not a GPU collective ({})",
+            "{who}: `{}` is not a GPU collective ({})",
             a.collective,
             names::<Collective>()
         )
     })?;
-    let dtype = parse_dtype(a.dtype.as_deref().unwrap_or("half"))
-        .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
+    let dtype =
+        parse_dtype(a.dtype.as_deref().unwrap_or("half")).map_err(|e| format!("{who}: {e}"))?;
     let (min_bytes, max_bytes) = (a.common.min_bytes, a.common.max_bytes);
     if min_bytes == 0 || min_bytes > max_bytes {
         return bad(format!(
@@ -118,16 +130,16 @@ pub fn coll_args(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<Args,
         print_tables: !a.json,
         buffers: ccli::Buffers::Caller,
         buffer_offset: 0,
+        backends: links_of(&a.backend),
     })
     .and_then(|args: Args| {
         args.check_nccl_tests_flags()
             .and_then(|()| args.check_fault_flags())
-            .map_err(|e| format!("bench --backend cuda-nvlink: {e}"))?;
+            .map_err(|e| format!("{who}: {e}"))?;
         if args.common.fault().is_some() && (a.plot.is_some() || a.output_file.is_some() || a.json) {
-            return Err(
-                "bench --backend cuda-nvlink: a fault check prints one line per rank and no table: drop --plot, -J and --json"
-                    .into(),
-            );
+            return Err(format!(
+                "{who}: a fault check prints one line per rank and no table: drop --plot, -J and --json"
+            ));
         }
         Ok(args)
     })
@@ -227,7 +239,11 @@ fn with_ranks(args: Vec<String>, n: u32) -> Vec<String> {
 /// `commhal bench <collective> --backend cuda-nvlink ...`.
 pub fn bench(a: &BenchArgs, cli_backends: Option<&[String]>) -> Result<i32, String> {
     let args = coll_args(a, cli_backends)?;
-    if let Some(n) = plan_ranks("bench --backend cuda-nvlink", a.ranks, 1)? {
+    let who = format!(
+        "bench --backend {}",
+        a.backend.as_deref().unwrap_or("cuda-nvlink")
+    );
+    if let Some(n) = plan_ranks(&who, a.ranks, 1)? {
         return self_launch(n);
     }
     let boot = commhal_cuda_coll::setup::bootstrap_from_env().map_err(|e| e.to_string())?;
@@ -444,6 +460,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         // thresholds are tuned on the registered regions: no per-call mapping noise
         buffers: ccli::Buffers::Registered,
         buffer_offset: 0,
+        backends: None,
     };
     Ok((args, colls))
 }
@@ -964,12 +981,20 @@ mod tests {
         assert!(e.contains("drop --backends"), "{e}");
         assert!(B::try_parse_from(["x", "allreduce", "--compare", "mpi"]).is_err());
         assert!(
-            refuse_other_cuda("cuda-dma")
+            refuse_other_cuda("hip-xgmi")
                 .unwrap_err()
                 .contains("cuda-nvlink")
         );
         assert!(refuse_other_cuda("host-emu").is_ok());
         assert!(is_gpu_backend("cuda-nvlink") && !is_gpu_backend("host-emu"));
+        // cuda-dma runs every collective on the copy engines: the links say so
+        let dma = B::try_parse_from(["x", "allreduce", "--backend", "cuda-dma"]).unwrap();
+        assert_eq!(
+            coll_args(&dma.a, None).unwrap().backends,
+            Some(vec!["cuda-dma".to_string()])
+        );
+        let nv = B::try_parse_from(["x", "allreduce", "--backend", "cuda-nvlink"]).unwrap();
+        assert_eq!(coll_args(&nv.a, None).unwrap().backends, None);
     }
 
     #[test]

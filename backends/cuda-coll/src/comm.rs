@@ -535,6 +535,30 @@ impl Comm {
         device_timeout: Duration,
         plan_scratch: Option<u64>,
     ) -> Result<Comm> {
+        Self::with_links(
+            boot,
+            device,
+            capacity,
+            ll_max,
+            device_timeout,
+            plan_scratch,
+            None,
+        )
+    }
+
+    /// [`Comm::with_plan_scratch`] with the links named by the caller (`backends`: a
+    /// backend list as `COMMHAL_BACKENDS` takes it, which it overrides; `None`: the
+    /// environment's or the default selection), as `commhal bench --backend cuda-dma`
+    /// names cuda-dma alone.
+    pub fn with_links(
+        boot: &dyn Bootstrap,
+        device: u32,
+        capacity: u64,
+        ll_max: Option<u64>,
+        device_timeout: Duration,
+        plan_scratch: Option<u64>,
+        backends: Option<&[String]>,
+    ) -> Result<Comm> {
         let rank = boot.rank();
         let n = boot.size();
         if n as usize > MAX_RANKS {
@@ -550,7 +574,7 @@ impl Comm {
         // (COMMHAL_BACKENDS / COMMHAL_CONFIG, default cuda-nvlink + cuda-dma) and
         // COMMHAL_GPU_PATH (crate::regions). Collective over `boot`.
         let path = parse_gpu_path(&process_env)?;
-        let links = Links::select(boot, device)?;
+        let links = Links::select(boot, device, backends)?;
         let routes = links.routes(path)?;
         // Thresholds: algorithms/tuning/gpu-cuda-*.toml for this GPU and rank count,
         // then COMMHAL_GPU_TUNING, COMMHAL_COLL_* and `ll_max` (see crate::tuning).

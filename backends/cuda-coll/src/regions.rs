@@ -182,14 +182,15 @@ pub struct Links {
 }
 
 impl Links {
-    /// Select the backends for CUDA device `device` from `COMMHAL_BACKENDS` /
-    /// `COMMHAL_CONFIG` or the default (collective over `boot`: the ranks exchange
-    /// their endpoints for the reach ranking).
-    pub fn select(boot: &dyn Bootstrap, device: u32) -> Result<Links> {
+    /// Select the backends for CUDA device `device`: `named` (a list as a command
+    /// line gives it), else `COMMHAL_BACKENDS` / `COMMHAL_CONFIG`, else the default
+    /// (collective over `boot`: the ranks exchange their endpoints for the reach
+    /// ranking).
+    pub fn select(boot: &dyn Bootstrap, device: u32, named: Option<&[String]>) -> Result<Links> {
         commhal_backend_cuda_nvlink::link();
         commhal_backend_cuda_dma::link();
         let catalog = Catalog::discover()?;
-        Self::select_from(&catalog, Selection::from_env(None)?, boot, device)
+        Self::select_from(&catalog, Selection::from_env(named)?, boot, device)
     }
 
     /// [`Links::select`] from `catalog` and `selection` (no environment read).

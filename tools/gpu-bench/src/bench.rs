@@ -993,12 +993,14 @@ pub fn capacity_for(args: &Args, n: u32) -> u64 {
 pub fn run_rank(args: &Args, boot: &dyn Bootstrap) -> Result<Outcome> {
     let device = local_device(boot)?;
     let n = boot.size();
-    let comm = Comm::new(
+    let comm = Comm::with_links(
         boot,
         device,
         capacity_for(args, n),
         args.common.ll_max,
         Duration::from_millis(args.wait_ms()),
+        None,
+        args.backends.as_deref(),
     )?;
     if let Some(fault) = args.common.fault() {
         return fault_check(args, &comm, n, fault);

@@ -219,6 +219,11 @@ pub struct Args {
     /// (pointers that are not 16-byte aligned take the staged path).
     #[arg(long, default_value_t = 0)]
     pub buffer_offset: u64,
+    /// The links, named as `COMMHAL_BACKENDS` takes them, which they override (`None`:
+    /// the environment's or the default selection). `commhal bench --backend cuda-dma`
+    /// sets it; this binary reads `COMMHAL_BACKENDS`.
+    #[arg(skip)]
+    pub backends: Option<Vec<String>>,
 }
 
 impl Args {
