@@ -386,7 +386,7 @@ pub struct TuneArgs {
 /// The benchmark arguments and collectives of a `commhal tune` (checked before any
 /// GPU work).
 pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
-    if !is_gpu_backend(&t.backend) {
+    if t.backend != "cuda-nvlink" {
         return Err(format!(
             "tune --backend {}: only cuda-nvlink has kernel-choice thresholds to tune (host backends: algorithms/tuning/host-emu.toml)",
             t.backend
@@ -1070,6 +1070,7 @@ mod tests {
         for (v, want) in [
             (&["--collectives", "alltoall"][..], "no kernel choice"),
             (&["--backend", "host-emu"][..], "only cuda-nvlink"),
+            (&["--backend", "cuda-dma"][..], "only cuda-nvlink"),
             (&["-d", "int4"][..], "-d int4"),
             (&["-f", "1"][..], "-f >= 2"),
         ] {
