@@ -67,11 +67,13 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1)]
     pub nodes: u32,
     /// Start N ranks (as `commhal launch -n N`) when not already under a launcher
-    /// (with --backend cuda-nvlink: one per GPU, default every visible GPU).
+    /// (with --backend cuda-nvlink or cuda-dma: one per GPU, default every visible GPU).
     #[arg(long)]
     pub ranks: Option<u32>,
-    /// `cuda-nvlink`: benchmark the GPU collectives (one process per GPU) instead of
-    /// the host Communicator; another name is the same as `--backends NAME`.
+    /// `cuda-nvlink`: benchmark the GPU collectives (one process per GPU: NVLink
+    /// kernels, the copy engines where the tuning routes to them) instead of the host
+    /// Communicator; `cuda-dma`: the same with every collective on the copy engines;
+    /// another name is the same as `--backends NAME`.
     #[arg(long)]
     pub backend: Option<String>,
     /// How the time of a size combines the ranks' (nccl-tests' `-a`): 0 = rank 0's,
