@@ -436,7 +436,6 @@ mod tests {
     /// The codes are NCCL 2.28's: the same numbers as cudarc's bindings of nccl.h.
     #[test]
     fn codes_are_nccl_2_28s() {
-        use clap::ValueEnum;
         use cudarc::nccl::sys::{ncclDataType_t as T, ncclRedOp_t as O, ncclScalarResidence_t};
         let want = |d: Dtype| match d {
             Dtype::Int8 => T::ncclInt8,
@@ -452,7 +451,7 @@ mod tests {
             Dtype::Fp8E4m3 => T::ncclFloat8e4m3,
             Dtype::Fp8E5m2 => T::ncclFloat8e5m2,
         };
-        for &d in Dtype::value_variants() {
+        for d in Dtype::ALL {
             assert_eq!(dtype_code(d), want(d) as c_int, "{d:?}");
         }
         assert_eq!(OP_SUM, O::ncclSum as c_int);

@@ -1,10 +1,14 @@
 //! The collectives and element types of the GPU communicator, as the kernels name them.
+//!
+//! With the `cli` feature (the benchmark and the command line turn it on) both are
+//! `clap::ValueEnum`s, named and aliased as nccl-tests names them; the library itself
+//! (what the NCCL drop-in loads) carries no command-line code.
 
-use clap::ValueEnum;
 use commhal_algorithms::dtype::DataType;
 
 /// A collective the benchmark runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Collective {
     /// Sum all-reduce.
@@ -87,45 +91,46 @@ impl Collective {
 
 /// Element type (nccl-tests' `-d` names; the short names and nccl-tests' fp8 names
 /// are aliases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     /// Signed 8-bit integer.
-    #[value(alias = "i8")]
+    #[cfg_attr(feature = "cli", value(alias = "i8"))]
     Int8,
     /// Unsigned 8-bit integer.
-    #[value(alias = "u8")]
+    #[cfg_attr(feature = "cli", value(alias = "u8"))]
     Uint8,
     /// Signed 32-bit integer.
-    #[value(alias = "i32", alias = "int")]
+    #[cfg_attr(feature = "cli", value(alias = "i32", alias = "int"))]
     Int32,
     /// Unsigned 32-bit integer.
-    #[value(alias = "u32")]
+    #[cfg_attr(feature = "cli", value(alias = "u32"))]
     Uint32,
     /// Signed 64-bit integer.
-    #[value(alias = "i64")]
+    #[cfg_attr(feature = "cli", value(alias = "i64"))]
     Int64,
     /// Unsigned 64-bit integer.
-    #[value(alias = "u64")]
+    #[cfg_attr(feature = "cli", value(alias = "u64"))]
     Uint64,
     /// IEEE half.
-    #[value(alias = "f16", alias = "fp16")]
+    #[cfg_attr(feature = "cli", value(alias = "f16", alias = "fp16"))]
     Half,
     /// bfloat16.
-    #[value(alias = "bf16")]
+    #[cfg_attr(feature = "cli", value(alias = "bf16"))]
     Bfloat16,
     /// IEEE single.
-    #[value(alias = "f32", alias = "fp32")]
+    #[cfg_attr(feature = "cli", value(alias = "f32", alias = "fp32"))]
     Float,
     /// IEEE double.
-    #[value(alias = "f64", alias = "fp64")]
+    #[cfg_attr(feature = "cli", value(alias = "f64", alias = "fp64"))]
     Double,
     /// OCP FP8 E4M3FN.
-    #[value(name = "fp8_e4m3", alias = "f8e4m3")]
+    #[cfg_attr(feature = "cli", value(name = "fp8_e4m3", alias = "f8e4m3"))]
     #[serde(rename = "fp8_e4m3")]
     Fp8E4m3,
     /// OCP FP8 E5M2.
-    #[value(name = "fp8_e5m2", alias = "f8e5m2")]
+    #[cfg_attr(feature = "cli", value(name = "fp8_e5m2", alias = "f8e5m2"))]
     #[serde(rename = "fp8_e5m2")]
     Fp8E5m2,
 }

@@ -31,7 +31,6 @@
 //! path the same mismatch is found by the call table's signature log
 //! ([`crate::agree`]) at the next call or stream sync.
 
-use clap::ValueEnum;
 use commhal_cuda_rt::copy;
 use commhal_cuda_rt::ipc::{self, MemoryKind, PointerInfo};
 use commhal_cuda_rt::pieces::{self, Piece};
@@ -199,17 +198,11 @@ fn vmm_lists(e: &Entry) -> Vec<(usize, BufDesc)> {
 }
 
 fn collective_index(c: Collective) -> u8 {
-    Collective::value_variants()
-        .iter()
-        .position(|&x| x == c)
-        .unwrap_or(0) as u8
+    Collective::ALL.iter().position(|&x| x == c).unwrap_or(0) as u8
 }
 
 fn dtype_index(d: Dtype) -> u8 {
-    Dtype::value_variants()
-        .iter()
-        .position(|&x| x == d)
-        .unwrap_or(0) as u8
+    Dtype::ALL.iter().position(|&x| x == d).unwrap_or(0) as u8
 }
 
 impl Comm {
