@@ -39,13 +39,28 @@ pub struct Piece {
 /// each other without a gap; `None` when the range is not such memory (then legacy
 /// IPC or staging applies). An error when part of the range is not mapped at all.
 pub fn pieces_of(ctx: &Context, ptr: u64, len: u64) -> Result<Option<Vec<Piece>>> {
+    pieces_from(ctx, &ipc::pointer_info(ctx, ptr)?, ptr, len)
+}
+
+/// [`pieces_of`] with `first`, what [`ipc::pointer_info`] said about `ptr`, already in
+/// hand: a buffer inside one piece costs no driver call.
+pub fn pieces_from(
+    ctx: &Context,
+    first: &ipc::PointerInfo,
+    ptr: u64,
+    len: u64,
+) -> Result<Option<Vec<Piece>>> {
     let end = ptr
         .checked_add(len)
         .ok_or_else(|| CudaError::invalid(format!("{len} bytes from {ptr:#x} overflow")))?;
     let mut out: Vec<Piece> = Vec::new();
     let mut at = ptr;
     while at < end {
-        let info = ipc::pointer_info(ctx, at)?;
+        let info = if at == ptr {
+            *first
+        } else {
+            ipc::pointer_info(ctx, at)?
+        };
         if info.kind != MemoryKind::Device || info.device != ctx.ordinal() as i32 {
             return Err(CudaError::invalid(format!(
                 "{:#x}, {} bytes into the buffer at {ptr:#x}, is not mapped device memory of device {}: the buffer is shorter than the call needs (freed, or a smaller allocation)",

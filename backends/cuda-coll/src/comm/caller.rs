@@ -148,9 +148,19 @@ fn used(coll: Collective, rank: u32, root: u32) -> (bool, bool) {
     }
 }
 
+/// A caller's pointer as [`inspect`] found it.
+pub(super) struct Inspected {
+    /// The allocation that holds it.
+    pub info: PointerInfo,
+    /// cuMem VMM memory: the pieces that hold the call's bytes, when the peers can map
+    /// them (exportable as fds, back to back); `None` for other memory.
+    pub pieces: Option<Vec<Piece>>,
+}
+
 /// The allocation behind `ptr`, checked: not null, device memory of `ctx`'s device,
-/// `need` bytes from `ptr` inside it.
-pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<PointerInfo> {
+/// `need` (> 0) bytes from `ptr` inside it, and for cuMem VMM memory those bytes
+/// mapped, with the pieces that hold them.
+pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<Inspected> {
     if ptr == 0 {
         return Err(CollError::invalid(format!(
             "{what} is null: pass a device pointer with {need} bytes"
@@ -170,12 +180,15 @@ pub(super) fn inspect(ctx: &Context, what: &str, ptr: u64, need: u64) -> Result<
         )));
     }
     // cuMem VMM memory: the range above is the whole address reservation, mapped or
-    // not; past this piece, every byte the call touches must be mapped
-    if info.posix_fd && ptr.saturating_add(need) > info.mapping_base + info.mapping_size {
-        pieces::pieces_of(ctx, ptr, need)
-            .map_err(|e| CollError::invalid(format!("{what}: {e}")))?;
-    }
-    Ok(info)
+    // not; every byte the call touches must be mapped (an error names the first that
+    // is not)
+    let pieces = if info.posix_fd && !info.legacy_ipc && need > 0 {
+        pieces::pieces_from(ctx, &info, ptr, need)
+            .map_err(|e| CollError::invalid(format!("{what}: {e}")))?
+    } else {
+        None
+    };
+    Ok(Inspected { info, pieces })
 }
 
 /// The VMM piece lists a rank's entry announces, in the order its owner sends them
@@ -293,27 +306,23 @@ impl Comm {
             )));
         }
         let ctx = self.ctx.clone();
-        let send = use_in
-            .then(|| inspect(&ctx, "send buffer", bufs.send, in_bytes))
-            .transpose()?;
-        let recv = use_out
-            .then(|| inspect(&ctx, "recv buffer", bufs.recv, out_bytes))
-            .transpose()?;
         let plan = self.algorithm(coll).is_some();
         let peers = self.touches_peer_buffers(coll, dtype, count, root, in_place)?;
-        // cuMem VMM memory (PyTorch's expandable segments) goes zero-copy piece by piece
-        let vmm = |p: u64, i: &Option<PointerInfo>, len: u64| -> Result<Option<Vec<Piece>>> {
-            match i {
-                Some(i) if peers && !i.legacy_ipc && i.posix_fd && p.is_multiple_of(16) => {
-                    Ok(pieces::pieces_of(&ctx, p, len)?)
-                }
-                _ => Ok(None),
-            }
+        // the allocation, and the pieces of cuMem VMM memory (PyTorch's expandable
+        // segments), which go zero-copy when the kernel reaches into peers
+        let checked = |used: bool, what, p: u64, len| -> Result<_> {
+            Ok(
+                match used.then(|| inspect(&ctx, what, p, len)).transpose()? {
+                    Some(i) => (
+                        Some(i.info),
+                        i.pieces.filter(|_| peers && p.is_multiple_of(16)),
+                    ),
+                    None => (None, None),
+                },
+            )
         };
-        let (send_vmm, recv_vmm) = (
-            vmm(bufs.send, &send, in_bytes)?,
-            vmm(bufs.recv, &recv, out_bytes)?,
-        );
+        let (send, send_vmm) = checked(use_in, "send buffer", bufs.send, in_bytes)?;
+        let (recv, recv_vmm) = checked(use_out, "recv buffer", bufs.recv, out_bytes)?;
         let shareable = |p: u64, i: &Option<PointerInfo>, v: &Option<Vec<Piece>>| {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc || v.is_some()))
         };
@@ -534,10 +543,10 @@ impl Comm {
     /// memory neither legacy CUDA IPC nor a VMM fd export can share, such as
     /// stream-ordered pool memory, or too short).
     pub fn register(&self, ptr: u64, len: u64) -> Result<Registration> {
-        let info = inspect(&self.ctx, "buffer to register", ptr, len)?;
+        let Inspected { info, pieces } = inspect(&self.ctx, "buffer to register", ptr, len)?;
         if info.legacy_ipc {
             crate::peers::export_handle(&self.ctx, &info)?;
-        } else if !(info.posix_fd && len > 0 && pieces::pieces_of(&self.ctx, ptr, len)?.is_some()) {
+        } else if pieces.is_none() {
             return Err(CollError::invalid(format!(
                 "buffer {ptr:#x} can be shared neither through legacy CUDA IPC nor as cuMem VMM pieces exportable as POSIX fds (stream-ordered pool memory?): calls on it are staged; allocate it with cudaMalloc / Comm::mem_alloc for zero-copy"
             )));
@@ -558,9 +567,8 @@ impl Comm {
     /// this device), which a send/recv group needs of its receive buffers. Errors for
     /// what is not device memory of this device at all.
     pub fn peers_can_map(&self, ptr: u64, len: u64) -> Result<bool> {
-        let info = inspect(&self.ctx, "buffer", ptr, len)?;
-        Ok(info.legacy_ipc
-            || (info.posix_fd && len > 0 && pieces::pieces_of(&self.ctx, ptr, len)?.is_some()))
+        let i = inspect(&self.ctx, "buffer", ptr, len)?;
+        Ok(i.info.legacy_ipc || i.pieces.is_some())
     }
 
     /// [`Comm::sync`] for a caller's stream.

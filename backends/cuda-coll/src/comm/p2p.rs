@@ -28,7 +28,7 @@
 use commhal_backend_cuda_dma::StreamPort;
 use commhal_cuda_rt::Stream;
 use commhal_cuda_rt::ipc::PointerInfo;
-use commhal_cuda_rt::pieces::{self, Piece};
+use commhal_cuda_rt::pieces::Piece;
 
 use super::Comm;
 use super::caller::inspect;
@@ -158,19 +158,14 @@ impl Comm {
                 continue;
             }
             let what = if send { "send buffer" } else { "recv buffer" };
-            let info = inspect(&self.ctx, what, buf, bytes)?;
+            let super::caller::Inspected { info, pieces } = inspect(&self.ctx, what, buf, bytes)?;
             let vmm = if !send && peer != self.rank && !info.legacy_ipc {
-                let p = info
-                    .posix_fd
-                    .then(|| pieces::pieces_of(&self.ctx, buf, bytes))
-                    .transpose()?
-                    .flatten();
-                if p.is_none() {
+                if pieces.is_none() {
                     return Err(CollError::invalid(format!(
                         "recv buffer {buf:#x} can be shared neither through legacy CUDA IPC nor as cuMem VMM pieces exportable as POSIX fds (stream-ordered pool memory?): receive into cudaMalloc / Comm::mem_alloc memory"
                     )));
                 }
-                p
+                pieces
             } else {
                 None
             };
