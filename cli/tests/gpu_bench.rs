@@ -121,8 +121,16 @@ fn gpu_argument_mistakes_come_first() {
             "-o premulsum",
         ),
         (
-            &["bench", "allreduce", "--backend", "cuda-dma"][..],
+            &["bench", "allreduce", "--backend", "hip-xgmi"][..],
             "runs on cuda-nvlink",
+        ),
+        (
+            &["bench", "allreduce", "--backend", "cuda-dma", "-d", "int4"][..],
+            "bench --backend cuda-dma: -d int4",
+        ),
+        (
+            &["tune", "--out", "x.toml", "--backend", "cuda-dma"][..],
+            "only cuda-nvlink",
         ),
         (
             &["bench", "allreduce", "--compare", "nccl", "-G"][..],
