@@ -172,6 +172,53 @@ pub fn check_range(what: &str, offset: u64, len: u64, size: u64) -> Result<()> {
     }
 }
 
+/// Which way a port transfer goes (for [`check_transfer`]'s messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// From a local buffer into the peer's ([`crate::Port::write`]).
+    Write,
+    /// From the peer's buffer into a local one ([`crate::Port::read`]).
+    Read,
+}
+
+/// The two range checks of a port transfer of `len` bytes: `remote` is the peer's
+/// buffer (its name in messages, such as `rank 2's buffer`, formatted only on failure;
+/// the offset; its size), checked first, `local` this rank's (offset, size). `who`
+/// names the backend's side (`port`, `ib-verbs`), so a message reads
+/// `ib-verbs read source (rank 2's buffer)` or `port write source (local buffer)`.
+pub fn check_transfer(
+    who: &str,
+    t: Transfer,
+    len: u64,
+    remote: (&dyn std::fmt::Display, u64, u64),
+    local: (u64, u64),
+) -> Result<()> {
+    let (op, remote_role, local_role) = match t {
+        Transfer::Write => ("write", "destination", "source"),
+        Transfer::Read => ("read", "source", "destination"),
+    };
+    let fits = |off: u64, size: u64| off.checked_add(len).is_some_and(|end| end <= size);
+    let (name, off, size) = remote;
+    if !fits(off, size) {
+        return check_range(
+            &format!("{who} {op} {remote_role} ({name})"),
+            off,
+            len,
+            size,
+        );
+    }
+    let (off, size) = local;
+    if !fits(off, size) {
+        return check_range(
+            &format!("{who} {op} {local_role} (local buffer)"),
+            off,
+            len,
+            size,
+        );
+    }
+    Ok(())
+}
+
 /// Check that `value` (an offset, a length or an address, named by `what`) is a
 /// multiple of `align`. `what` is only formatted on failure, so a `format_args!` costs
 /// nothing on the fast path.
@@ -193,4 +240,41 @@ pub fn check_aligned(what: impl std::fmt::Display, value: u64, align: u64) -> Re
 pub fn check_semaphore_offset(what: &str, offset: u64, size: u64) -> Result<()> {
     check_aligned("semaphore offset", offset, 8)?;
     check_range(what, offset, 8, size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_checks_name_the_side_that_does_not_fit() {
+        let peer = format_args!("rank 2's buffer");
+        assert!(check_transfer("port", Transfer::Write, 8, (&peer, 8, 16), (0, 8)).is_ok());
+        assert!(check_transfer("port", Transfer::Read, 0, (&peer, 16, 16), (8, 8)).is_ok());
+        let e = |t, remote_off, local_off| {
+            check_transfer(
+                "ib-verbs",
+                t,
+                8,
+                (&"rank 2's buffer", remote_off, 16),
+                (local_off, 8),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let w = e(Transfer::Write, 9, 0);
+        assert!(
+            w.contains("ib-verbs write destination (rank 2's buffer)"),
+            "{w}"
+        );
+        let w = e(Transfer::Write, 0, 1);
+        assert!(w.contains("ib-verbs write source (local buffer)"), "{w}");
+        let r = e(Transfer::Read, u64::MAX, 0);
+        assert!(r.contains("ib-verbs read source (rank 2's buffer)"), "{r}");
+        let r = e(Transfer::Read, 0, 1);
+        assert!(
+            r.contains("ib-verbs read destination (local buffer)"),
+            "{r}"
+        );
+    }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use commhal_backend_cuda_nvlink::driver::to_hal;
 use commhal_cuda_rt::Stream;
-use commhal_hal::error::{check_range, check_semaphore_offset};
+use commhal_hal::error::{Transfer, check_semaphore_offset, check_transfer};
 use commhal_hal::{HalError, Port, Rank, Region, Result};
 
 use crate::BACKEND;
@@ -109,13 +109,17 @@ impl Port for DmaPort {
         src_off: u64,
         len: u64,
     ) -> Result<()> {
-        check_range(
-            &format!("port write destination (rank {}'s buffer)", self.peer),
-            dst_off,
+        check_transfer(
+            "port",
+            Transfer::Write,
             len,
-            dst.len(),
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                dst_off,
+                dst.len(),
+            ),
+            (src_off, src.len()),
         )?;
-        check_range("port write source (local buffer)", src_off, len, src.len())?;
         self.check_device(dst, "the destination")?;
         // SAFETY: both ranges are inside registered / imported device buffers
         // (checked above) that the caller keeps alive until a flush (the trait's

@@ -17,6 +17,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{Ordering, fence};
 
+use commhal_hal::error::{Transfer, check_transfer};
 use commhal_hal::transport::{PeerContext, Port, PortMapped};
 use commhal_hal::{Export, HalError, Rank, Reach, Region, Result, Transport};
 
@@ -167,17 +168,16 @@ impl Port for HostPort {
         len: u64,
     ) -> Result<()> {
         self.begin_call();
-        commhal_hal::error::check_range(
-            &format!("port write destination (rank {}'s buffer)", self.peer),
-            dst_off,
+        check_transfer(
+            "port",
+            Transfer::Write,
             len,
-            dst.len(),
-        )?;
-        commhal_hal::error::check_range(
-            "port write source (local buffer)",
-            src_off,
-            len,
-            src.len(),
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                dst_off,
+                dst.len(),
+            ),
+            (src_off, src.len()),
         )?;
         if self.dropped() {
             return Ok(());
@@ -207,17 +207,16 @@ impl Port for HostPort {
         len: u64,
     ) -> Result<()> {
         self.begin_call();
-        commhal_hal::error::check_range(
-            &format!("port read source (rank {}'s buffer)", self.peer),
-            src_off,
+        check_transfer(
+            "port",
+            Transfer::Read,
             len,
-            src.len(),
-        )?;
-        commhal_hal::error::check_range(
-            "port read destination (local buffer)",
-            dst_off,
-            len,
-            dst.len(),
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                src_off,
+                src.len(),
+            ),
+            (dst_off, dst.len()),
         )?;
         if self.faults.defers_writes() {
             self.pending.push_back(Pending::Read {

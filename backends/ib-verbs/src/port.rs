@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use commhal_backend_host_emu::HostRegion;
-use commhal_hal::error::{check_range, check_semaphore_offset};
+use commhal_hal::error::{Transfer, check_semaphore_offset, check_transfer};
 use commhal_hal::{HalError, Port, Rank, Region, Result};
 
 use crate::BACKEND;
@@ -292,17 +292,16 @@ impl Port for IbPort {
         len: u64,
     ) -> Result<()> {
         self.check_failed()?;
-        check_range(
-            &format!("ib-verbs write destination (rank {}'s buffer)", self.peer),
-            dst_off,
+        check_transfer(
+            "ib-verbs",
+            Transfer::Write,
             len,
-            dst.len,
-        )?;
-        check_range(
-            "ib-verbs write source (local buffer)",
-            src_off,
-            len,
-            src.len(),
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                dst_off,
+                dst.len,
+            ),
+            (src_off, src.len()),
         )?;
         let mut done = 0;
         while done < len {
@@ -331,17 +330,16 @@ impl Port for IbPort {
         len: u64,
     ) -> Result<()> {
         self.check_failed()?;
-        check_range(
-            &format!("ib-verbs read source (rank {}'s buffer)", self.peer),
-            src_off,
+        check_transfer(
+            "ib-verbs",
+            Transfer::Read,
             len,
-            src.len,
-        )?;
-        check_range(
-            "ib-verbs read destination (local buffer)",
-            dst_off,
-            len,
-            dst.len(),
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                src_off,
+                src.len,
+            ),
+            (dst_off, dst.len()),
         )?;
         let mut done = 0;
         while done < len {

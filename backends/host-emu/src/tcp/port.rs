@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use commhal_hal::error::{check_range, check_semaphore_offset};
+use commhal_hal::error::{Transfer, check_semaphore_offset, check_transfer};
 use commhal_hal::transport::Port;
 use commhal_hal::{HalError, Rank, Result};
 
@@ -102,20 +102,16 @@ impl Port for TcpPort {
             ));
         }
         let peer = self.link.peer;
-        check_range(
-            &format!(
-                "host-tcp write destination (rank {peer}'s region {})",
-                dst.id()
+        check_transfer(
+            "host-tcp",
+            Transfer::Write,
+            len,
+            (
+                &format_args!("rank {peer}'s region {}", dst.id()),
+                dst_off,
+                dst.len(),
             ),
-            dst_off,
-            len,
-            dst.len(),
-        )?;
-        check_range(
-            "host-tcp write source (local buffer)",
-            src_off,
-            len,
-            src.mem().len(),
+            (src_off, src.mem().len()),
         )?;
         let mut done = 0;
         while done < len {
@@ -152,17 +148,16 @@ impl Port for TcpPort {
             ));
         }
         let peer = self.link.peer;
-        check_range(
-            &format!("host-tcp read source (rank {peer}'s region {})", src.id()),
-            src_off,
+        check_transfer(
+            "host-tcp",
+            Transfer::Read,
             len,
-            src.len(),
-        )?;
-        check_range(
-            "host-tcp read destination (local buffer)",
-            dst_off,
-            len,
-            dst.mem().len(),
+            (
+                &format_args!("rank {peer}'s region {}", src.id()),
+                src_off,
+                src.len(),
+            ),
+            (dst_off, dst.mem().len()),
         )?;
         let mut done = 0;
         while done < len {
