@@ -127,6 +127,25 @@ impl IbPort {
     }
 
     /// Post `work`, draining completions while the send queue is full.
+    /// Post `len` bytes between `local` and `remote` (address, key) as requests of at
+    /// most `max_msg_sz` bytes each, `work` making each from (local, bytes, lkey,
+    /// remote, rkey): an RDMA WRITE or an RDMA READ.
+    fn post_split(
+        &mut self,
+        (local, lkey): (u64, u32),
+        (remote, rkey): (u64, u32),
+        len: u64,
+        work: fn(u64, u32, u32, u64, u32) -> Work,
+    ) -> Result<()> {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(self.max_msg);
+            self.post(work(local + done, n as u32, lkey, remote + done, rkey))?;
+            done += n;
+        }
+        Ok(())
+    }
+
     fn post(&mut self, work: Work) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         loop {
@@ -303,19 +322,18 @@ impl Port for IbPort {
             ),
             (src_off, src.len()),
         )?;
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(self.max_msg);
-            self.post(Work::Write {
-                local: src.addr() + src_off + done,
-                len: n as u32,
-                lkey: src.lkey(),
-                remote: dst.addr + dst_off + done,
-                rkey: dst.rkey,
-            })?;
-            done += n;
-        }
-        Ok(())
+        self.post_split(
+            (src.addr() + src_off, src.lkey()),
+            (dst.addr + dst_off, dst.rkey),
+            len,
+            |local, len, lkey, remote, rkey| Work::Write {
+                local,
+                len,
+                lkey,
+                remote,
+                rkey,
+            },
+        )
     }
 
     /// `IBV_WR_RDMA_READ`s of at most `max_msg_sz` bytes each; complete when the next
@@ -341,19 +359,18 @@ impl Port for IbPort {
             ),
             (dst_off, dst.len()),
         )?;
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(self.max_msg);
-            self.post(Work::Read {
-                local: dst.addr() + dst_off + done,
-                len: n as u32,
-                lkey: dst.lkey(),
-                remote: src.addr + src_off + done,
-                rkey: src.rkey,
-            })?;
-            done += n;
-        }
-        Ok(())
+        self.post_split(
+            (dst.addr() + dst_off, dst.lkey()),
+            (src.addr + src_off, src.rkey),
+            len,
+            |local, len, lkey, remote, rkey| Work::Read {
+                local,
+                len,
+                lkey,
+                remote,
+                rkey,
+            },
+        )
     }
 
     fn signal(&mut self, sem: &IbRemote, off: u64, add: u64) -> Result<()> {
