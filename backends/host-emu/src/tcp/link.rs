@@ -484,6 +484,24 @@ fn read_full(link: &Link, s: &mut TcpStream, buf: &mut [u8]) -> std::result::Res
     Ok(true)
 }
 
+/// A frame's `len`-byte payload into `payload` (resized to it); the connection
+/// closing before it is whole is a dead peer.
+fn read_payload(
+    link: &Link,
+    s: &mut TcpStream,
+    payload: &mut Vec<u8>,
+    len: u64,
+) -> std::result::Result<(), End> {
+    payload.resize(len as usize, 0);
+    match read_full(link, s, payload) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(End::Dead(
+            "connection closed in the middle of a frame".into(),
+        )),
+        Err(end) => Err(end),
+    }
+}
+
 /// The receiver thread: apply frames until the connection ends, then record why.
 fn receive(link: &Link, table: &RegionTable, mut s: TcpStream) {
     let end = serve(link, table, &mut s);
@@ -552,13 +570,8 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
             } => {
                 // `decode` bounds `len` by MAX_CHUNK, so this allocation is bounded.
                 debug_assert!(len <= MAX_CHUNK);
-                payload.resize(len as usize, 0);
-                match read_full(link, s, &mut payload) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return End::Dead("connection closed in the middle of a frame".into());
-                    }
-                    Err(end) => return end,
+                if let Err(end) = read_payload(link, s, &mut payload, len) {
+                    return end;
                 }
                 if let Err(why) = table
                     .get(region)
@@ -625,13 +638,8 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                     Ok(r) => r,
                     Err(why) => return End::Refused(why),
                 };
-                payload.resize(len as usize, 0);
-                match read_full(link, s, &mut payload) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return End::Dead("connection closed in the middle of a frame".into());
-                    }
-                    Err(end) => return end,
+                if let Err(end) = read_payload(link, s, &mut payload, len) {
+                    return end;
                 }
                 // The port checked the range when it sent the read, and `read.dst`
                 // keeps the registration alive.
