@@ -37,7 +37,7 @@ use commhal_hal::{HalError, Port, Rank, Region, Result};
 use crate::BACKEND;
 use crate::region::{IbLocal, IbRemote};
 use crate::sys::abi::{self, ibv_wc};
-use crate::sys::{Cq, Qp, Work};
+use crate::sys::{Cq, Qp, Rdma, Work};
 use std::sync::Arc;
 
 /// `ENOMEM`: the send queue is full.
@@ -127,20 +127,26 @@ impl IbPort {
     }
 
     /// Post `work`, draining completions while the send queue is full.
-    /// Post `len` bytes between `local` and `remote` (address, key) as requests of at
-    /// most `max_msg_sz` bytes each, `work` making each from (local, bytes, lkey,
-    /// remote, rkey): an RDMA WRITE or an RDMA READ.
+    /// Post `len` bytes between `local` and `remote` (address, key) as RDMA `op`s of
+    /// at most `max_msg_sz` bytes each.
     fn post_split(
         &mut self,
         (local, lkey): (u64, u32),
         (remote, rkey): (u64, u32),
         len: u64,
-        work: fn(u64, u32, u32, u64, u32) -> Work,
+        op: Rdma,
     ) -> Result<()> {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(self.max_msg);
-            self.post(work(local + done, n as u32, lkey, remote + done, rkey))?;
+            self.post(Work::Rdma {
+                op,
+                local: local + done,
+                len: n as u32,
+                lkey,
+                remote: remote + done,
+                rkey,
+            })?;
             done += n;
         }
         Ok(())
@@ -204,7 +210,8 @@ impl IbPort {
     /// The current value of a remote counter, read once with an RDMA READ (devices
     /// without atomics: from then on this port's shadow is exact, being its only writer).
     fn read_counter(&mut self, remote: u64, rkey: u32) -> Result<u64> {
-        self.post(Work::Read {
+        self.post(Work::Rdma {
+            op: Rdma::Read,
             local: self.scratch.addr() + 16,
             len: 8,
             lkey: self.scratch.lkey(),
@@ -326,13 +333,7 @@ impl Port for IbPort {
             (src.addr() + src_off, src.lkey()),
             (dst.addr + dst_off, dst.rkey),
             len,
-            |local, len, lkey, remote, rkey| Work::Write {
-                local,
-                len,
-                lkey,
-                remote,
-                rkey,
-            },
+            Rdma::Write,
         )
     }
 
@@ -363,13 +364,7 @@ impl Port for IbPort {
             (dst.addr() + dst_off, dst.lkey()),
             (src.addr + src_off, src.rkey),
             len,
-            |local, len, lkey, remote, rkey| Work::Read {
-                local,
-                len,
-                lkey,
-                remote,
-                rkey,
-            },
+            Rdma::Read,
         )
     }
 
@@ -398,7 +393,8 @@ impl Port for IbPort {
         let next = current.wrapping_add(add);
         let scratch = self.scratch.addr() + 8;
         self.scratch_mem.write(8, &next.to_le_bytes())?;
-        self.post(Work::Write {
+        self.post(Work::Rdma {
+            op: Rdma::Write,
             local: scratch,
             len: 8,
             lkey: self.scratch.lkey(),

@@ -519,11 +519,25 @@ impl Drop for Cq {
     }
 }
 
+/// Which way an RDMA transfer goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rdma {
+    /// `IBV_WR_RDMA_WRITE`: local → remote.
+    Write,
+    /// `IBV_WR_RDMA_READ`: remote → local (the local memory registered with local
+    /// write access, the remote with remote read access).
+    Read,
+}
+
 /// One work request, as the port posts them.
 #[derive(Debug, Clone, Copy)]
 pub enum Work {
-    /// `IBV_WR_RDMA_WRITE` of `len` bytes at `local` (lkey) to `remote` (rkey).
-    Write {
+    /// An RDMA WRITE or READ of `len` bytes between `local` (lkey) and `remote` (rkey):
+    /// the port's `write` and `read`, and the 8-byte write or read of a remote counter
+    /// on devices without atomics.
+    Rdma {
+        /// Its direction.
+        op: Rdma,
         /// Local address.
         local: u64,
         /// Bytes.
@@ -548,21 +562,6 @@ pub enum Work {
         rkey: u32,
         /// Value added.
         add: u64,
-    },
-    /// `IBV_WR_RDMA_READ` of `len` bytes at `remote` (rkey) into `local` (lkey): the
-    /// port's `read`, and the 8-byte read of a remote counter's starting value on
-    /// devices without atomics.
-    Read {
-        /// Local destination address (registered with local write access).
-        local: u64,
-        /// Bytes.
-        len: u32,
-        /// Local key.
-        lkey: u32,
-        /// Remote address (registered with remote read access).
-        remote: u64,
-        /// Remote key.
-        rkey: u32,
     },
 }
 
@@ -726,7 +725,8 @@ impl Qp {
         wr.wr_id = wr_id;
         wr.send_flags = IBV_SEND_SIGNALED;
         match work {
-            Work::Write {
+            Work::Rdma {
+                op,
                 local,
                 len,
                 lkey,
@@ -738,7 +738,10 @@ impl Qp {
                     length: len,
                     lkey,
                 };
-                wr.opcode = IBV_WR_RDMA_WRITE;
+                wr.opcode = match op {
+                    Rdma::Write => IBV_WR_RDMA_WRITE,
+                    Rdma::Read => IBV_WR_RDMA_READ,
+                };
                 wr.set_rdma(remote, rkey);
             }
             Work::FetchAdd {
@@ -761,21 +764,6 @@ impl Qp {
                     swap: 0,
                     rkey,
                 };
-            }
-            Work::Read {
-                local,
-                len,
-                lkey,
-                remote,
-                rkey,
-            } => {
-                sge = ibv_sge {
-                    addr: local,
-                    length: len,
-                    lkey,
-                };
-                wr.opcode = IBV_WR_RDMA_READ;
-                wr.set_rdma(remote, rkey);
             }
         }
         wr.sg_list = &mut sge;
