@@ -15,6 +15,7 @@
 //! Test-only [`Faults`] change these paths on purpose (see [`crate::faults`]).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 
 use commhal_hal::error::{Transfer, check_transfer};
@@ -23,7 +24,7 @@ use commhal_hal::{Export, HalError, Rank, Reach, Region, Result, Transport};
 
 use crate::BACKEND;
 use crate::faults::Faults;
-use crate::memory::{ShmMapping, ShmRegion};
+use crate::memory::{ShmBuf, ShmMapping, ShmRegion};
 use crate::transport::HostEmu;
 
 impl PortMapped for HostEmu {
@@ -72,46 +73,24 @@ impl PortMapped for HostEmu {
     }
 }
 
-/// A copy queued by a fault (never used without faults).
+/// A copy queued by a fault (never used without faults): a `write` (local `src` into
+/// the peer's `dst`) or a `read` (the peer's `src` into local `dst`), both buffers kept
+/// alive until it lands.
 #[derive(Debug)]
-enum Pending {
-    /// A `write`: local `src` into the peer's `dst`.
-    Write {
-        dst: ShmMapping,
-        dst_off: u64,
-        src: ShmRegion,
-        src_off: u64,
-        len: u64,
-    },
-    /// A `read`: the peer's `src` into local `dst`.
-    Read {
-        dst: ShmRegion,
-        dst_off: u64,
-        src: ShmMapping,
-        src_off: u64,
-        len: u64,
-    },
+struct Pending {
+    dst: Arc<ShmBuf>,
+    dst_off: u64,
+    src: Arc<ShmBuf>,
+    src_off: u64,
+    len: u64,
 }
 
 impl Pending {
     fn land(self) {
-        // Bounds were checked when the copy was accepted; the Arcs kept both alive.
-        let _ = match self {
-            Pending::Write {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => dst.copy_from(dst_off, &src, src_off, len),
-            Pending::Read {
-                dst,
-                dst_off,
-                src,
-                src_off,
-                len,
-            } => dst.copy_from(dst_off, &src, src_off, len),
-        };
+        // Bounds were checked when the copy was accepted.
+        let _ = self
+            .dst
+            .copy_from(self.dst_off, &self.src, self.src_off, self.len);
     }
 }
 
@@ -183,10 +162,10 @@ impl Port for HostPort {
             return Ok(());
         }
         if self.faults.defers_writes() {
-            self.pending.push_back(Pending::Write {
-                dst: dst.clone(),
+            self.pending.push_back(Pending {
+                dst: dst.buf().clone(),
                 dst_off,
-                src: src.clone(),
+                src: src.buf().clone(),
                 src_off,
                 len,
             });
@@ -219,10 +198,10 @@ impl Port for HostPort {
             (dst_off, dst.len()),
         )?;
         if self.faults.defers_writes() {
-            self.pending.push_back(Pending::Read {
-                dst: dst.clone(),
+            self.pending.push_back(Pending {
+                dst: dst.buf().clone(),
                 dst_off,
-                src: src.clone(),
+                src: src.buf().clone(),
                 src_off,
                 len,
             });
