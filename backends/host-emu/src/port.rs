@@ -134,6 +134,51 @@ impl HostPort {
     }
 }
 
+impl HostPort {
+    /// A `write` (the peer's buffer is `dst`) or a `read` (it is `src`): both ranges
+    /// checked, then the copy on the calling thread or, under the ordering faults,
+    /// queued. A dropped trigger loses writes only.
+    fn transfer(
+        &mut self,
+        t: Transfer,
+        (dst, dst_off): (&Arc<ShmBuf>, u64),
+        (src, src_off): (&Arc<ShmBuf>, u64),
+        len: u64,
+    ) -> Result<()> {
+        self.begin_call();
+        let (dst_range, src_range) = ((dst_off, dst.len()), (src_off, src.len()));
+        let (remote, local) = match t {
+            Transfer::Write => (dst_range, src_range),
+            Transfer::Read => (src_range, dst_range),
+        };
+        check_transfer(
+            "port",
+            t,
+            len,
+            (
+                &format_args!("rank {}'s buffer", self.peer),
+                remote.0,
+                remote.1,
+            ),
+            local,
+        )?;
+        if t == Transfer::Write && self.dropped() {
+            return Ok(());
+        }
+        if self.faults.defers_writes() {
+            self.pending.push_back(Pending {
+                dst: dst.clone(),
+                dst_off,
+                src: src.clone(),
+                src_off,
+                len,
+            });
+            return Ok(());
+        }
+        dst.copy_from(dst_off, src, src_off, len)
+    }
+}
+
 impl Port for HostPort {
     type Local = ShmRegion;
     type Remote = ShmMapping;
@@ -146,32 +191,12 @@ impl Port for HostPort {
         src_off: u64,
         len: u64,
     ) -> Result<()> {
-        self.begin_call();
-        check_transfer(
-            "port",
+        self.transfer(
             Transfer::Write,
+            (dst.buf(), dst_off),
+            (src.buf(), src_off),
             len,
-            (
-                &format_args!("rank {}'s buffer", self.peer),
-                dst_off,
-                dst.len(),
-            ),
-            (src_off, src.len()),
-        )?;
-        if self.dropped() {
-            return Ok(());
-        }
-        if self.faults.defers_writes() {
-            self.pending.push_back(Pending {
-                dst: dst.buf().clone(),
-                dst_off,
-                src: src.buf().clone(),
-                src_off,
-                len,
-            });
-            return Ok(());
-        }
-        dst.copy_from(dst_off, src, src_off, len)
+        )
     }
 
     /// A copy out of the peer's mapping on the calling thread: complete when it
@@ -185,29 +210,12 @@ impl Port for HostPort {
         src_off: u64,
         len: u64,
     ) -> Result<()> {
-        self.begin_call();
-        check_transfer(
-            "port",
+        self.transfer(
             Transfer::Read,
+            (dst.buf(), dst_off),
+            (src.buf(), src_off),
             len,
-            (
-                &format_args!("rank {}'s buffer", self.peer),
-                src_off,
-                src.len(),
-            ),
-            (dst_off, dst.len()),
-        )?;
-        if self.faults.defers_writes() {
-            self.pending.push_back(Pending {
-                dst: dst.buf().clone(),
-                dst_off,
-                src: src.buf().clone(),
-                src_off,
-                len,
-            });
-            return Ok(());
-        }
-        dst.copy_from(dst_off, src, src_off, len)
+        )
     }
 
     fn signal(&mut self, sem: &ShmMapping, off: u64, add: u64) -> Result<()> {
