@@ -97,6 +97,9 @@ pub struct Tuning {
     /// Smallest reduce (bytes) done with the pipelined chain (`u64::MAX`: never; needs
     /// the staging area, allocated when the capacity reaches it).
     pub reduce_chain_min: u64,
+    /// Smallest all-gather (the whole output, bytes) of the direct kernel run on at
+    /// most [`layout::AG_NARROW_BLOCKS`] blocks (`u64::MAX`: never).
+    pub ag_narrow_min: u64,
     /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
     /// (0: never).
     pub reduce_all_max: u64,
@@ -400,7 +403,7 @@ fn setup_words(
     capacity: u64,
     chain_overlap: u32,
     dma_all: bool,
-) -> [(&'static str, u64); 30] {
+) -> [(&'static str, u64); 31] {
     [
         ("capacity", capacity),
         (
@@ -445,6 +448,10 @@ fn setup_words(
         (
             "reduce_chain_min (COMMHAL_COLL_REDUCE_CHAIN_MIN)",
             t.reduce_chain_min,
+        ),
+        (
+            "ag_narrow_min (COMMHAL_COLL_AG_NARROW_MIN)",
+            t.ag_narrow_min,
         ),
         ("ar_ring_min (COMMHAL_COLL_AR_RING_MIN)", t.ar_ring_min),
         ("ag_ring_min (COMMHAL_COLL_AG_RING_MIN)", t.ag_ring_min),
@@ -1252,7 +1259,10 @@ impl Comm {
                 (k, b, t)
             }
             Collective::Allgather => {
-                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                let (mut b, t) = self.grid_for((count * es).div_ceil(16));
+                if count * es * u64::from(self.n) >= self.tuning.ag_narrow_min {
+                    b = b.min(layout::AG_NARROW_BLOCKS);
+                }
                 (Kernel::Allgather, b, t)
             }
             Collective::Reducescatter => {
@@ -1628,6 +1638,7 @@ mod tests {
             bcast_sf_min: 6,
             bcast_chain_min: 7,
             reduce_chain_min: 8,
+            ag_narrow_min: 22,
             reduce_all_max: 12,
             bcast_ll63_max: 13,
             reduce_ll63_max: 14,

@@ -52,6 +52,10 @@ pub const PAIR_CE_FLOOR: u64 = 2 << 20;
 pub const PAIR_CE_KEEP_EIGHTHS: u64 = 4;
 /// Most chunks of one 2-rank copy-engine reduce (the tag keeps 5 bits for the chunk).
 pub const PAIR_CE_MAX_CHUNKS: usize = 31;
+/// Blocks of the direct all-gather from the tuned `allgather_narrow_min` on: on H100,
+/// from about 1.5 MiB stored into peers per GPU, 64 blocks beat the full grid (4 GPUs,
+/// 4 MiB: 16.5 against 17.3 µs; 2 GPUs, 4 MiB: 12.4 against 13.1; docs/performance.md).
+pub const AG_NARROW_BLOCKS: u32 = 64;
 
 /// The chunks (byte offset, bytes) of a 2-rank copy-engine reduce of `bytes` (a multiple
 /// of 16): each leaves [`PAIR_CE_KEEP_EIGHTHS`] / 8 of what was left (in 16-byte

@@ -84,6 +84,10 @@ pub const HEADER: &str = "\
 #                          (optional; absent or 0: never) broadcasts / reduces from this
 #                          size on run as a pipelined chain r -> r+1 (16-byte multiples
 #                          only; broadcast: >= 3 ranks)
+#     allgather_narrow_min (optional; absent or 0: never) all-gathers (the whole
+#                          output) from this size on that run the direct kernel use
+#                          at most 64 blocks (fewer SMs storing into the peers move
+#                          more per second once ~1.5 MiB go out of each GPU)
 #     reduce_all_max       (optional; absent or 0: never) reduces up to this size on 3
 #                          or more ranks are split over every rank, the root too
 #                          (above: over the non-roots only, whose links the root's
@@ -218,6 +222,10 @@ pub struct Section {
     /// Smallest reduce (bytes) done with the pipelined chain (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_chain_min: Option<u64>,
+    /// Smallest all-gather (the whole output, bytes) of the direct kernel run on at
+    /// most [`layout::AG_NARROW_BLOCKS`] blocks (absent or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allgather_narrow_min: Option<u64>,
     /// Largest reduce (bytes) on 3 or more ranks where the root reduces a share too
     /// (absent or 0: never; above it, or absent, only the non-roots do).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -443,6 +451,7 @@ pub static FALLBACK: Section = Section {
     broadcast_reduce_ll_max: None,
     broadcast_chain_min: None,
     reduce_chain_min: None,
+    allgather_narrow_min: None,
     reduce_all_max: None,
     broadcast_ll63_max: None,
     reduce_ll63_max: None,
@@ -523,6 +532,8 @@ pub struct Forced {
     pub rs_ring_min: Option<u64>,
     /// Reduce chain minimum (0: never).
     pub reduce_chain_min: Option<u64>,
+    /// Smallest narrow-grid all-gather (0: never).
+    pub ag_narrow_min: Option<u64>,
     /// Reduce-scatter push minimum (0: never).
     pub rs_push_min: Option<u64>,
     /// Reduce-scatter push maximum.
@@ -709,6 +720,11 @@ pub fn resolve_with(
         &decl::COLL_REDUCE_CHAIN_MIN,
         s.reduce_chain_min,
     )?;
+    let ag_narrow_min = min_or_never(
+        forced.ag_narrow_min,
+        &decl::COLL_AG_NARROW_MIN,
+        s.allgather_narrow_min,
+    )?;
     let ar_ring_min = min_or_never(
         forced.ar_ring_min,
         &decl::COLL_AR_RING_MIN,
@@ -847,6 +863,7 @@ pub fn resolve_with(
             bcast_sf_min,
             bcast_chain_min,
             reduce_chain_min,
+            ag_narrow_min,
             reduce_all_max,
             bcast_ll63_max,
             reduce_ll63_max,
@@ -926,6 +943,7 @@ mod tests {
         full.reducescatter_push_max = Some(2);
         full.broadcast_chain_min = Some(3);
         full.reduce_chain_min = Some(4);
+        full.allgather_narrow_min = Some(6);
         full.reduce_all_max = Some(5);
         full.broadcast_ll63_max = Some(11);
         full.reduce_ll63_max = Some(12);

@@ -2,6 +2,39 @@
 #pragma once
 #include "coll/ll16.cuh"
 
+// The all-gather's copies in warp units (as MSCCL++'s full-mesh all-gather): a unit is
+// AG_UNIT_VECS 16-byte vectors per lane of one warp (2 KiB), all loaded before any is
+// stored, so each lane has that many loads in flight; work item i is unit i / t for
+// target i % t (t targets: the n - 1 peers, and this rank's own output unless in place),
+// so a warp stores into one peer, contiguously, and neighbouring warps into different
+// peers. On 4 x H100 at 1 MiB per rank this beat one vector per thread stored to every
+// peer (docs/performance.md).
+#define AG_UNIT_VECS 4
+COMMHAL_DEVICE void allgather_units(const CollArgs& a, const v16* src, u64 dst_off, u64 nvec) {
+  const u32 wpb = blockDim.x / 32;
+  if (threadIdx.x >= wpb * 32) return;
+  const u32 lane = threadIdx.x % 32;
+  const u64 nwarps = (u64)gridDim.x * wpb;
+  const bool own = a.out[a.rank] + dst_off != reinterpret_cast<u64>(src);
+  const u32 targets = a.nranks - 1 + (own ? 1 : 0);
+  const u64 unit = 32 * AG_UNIT_VECS;
+  const u64 items = (nvec + unit - 1) / unit * targets;
+  for (u64 i = (u64)blockIdx.x * wpb + threadIdx.x / 32; i < items; i += nwarps) {
+    const u32 p = (a.rank + 1 + (u32)(i % targets)) % a.nranks;  // the last target is own
+    v16* dst = reinterpret_cast<v16*>(a.out[p] + dst_off);
+    const u64 base = (i / targets) * unit + lane;
+    v16 x[AG_UNIT_VECS];
+#pragma unroll
+    for (u32 j = 0; j < AG_UNIT_VECS; ++j) {
+      if (base + j * 32 < nvec) x[j] = src[base + j * 32];
+    }
+#pragma unroll
+    for (u32 j = 0; j < AG_UNIT_VECS; ++j) {
+      if (base + j * 32 < nvec) dst[base + j * 32] = x[j];
+    }
+  }
+}
+
 // All-gather: a.count = bytes per rank; this rank's input a.in[rank] goes to byte offset
 // rank * count of every output (skipped where it already is, i.e. in place).
 COMMHAL_DEVICE void allgather(const CollArgs& a) {
@@ -15,15 +48,7 @@ COMMHAL_DEVICE void allgather(const CollArgs& a) {
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
   const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   if (aligned) {
-    const u64 nvec = bytes / 16;
-    for (u64 v = tid0; v < nvec; v += gthreads) {
-      const v16 x = reinterpret_cast<const v16*>(src)[v];
-      for (u32 k = 0; k < a.nranks; ++k) {
-        const u32 p = (a.rank + k) % a.nranks;
-        if (a.out[p] + dst_off == src) continue;
-        reinterpret_cast<v16*>(a.out[p] + dst_off)[v] = x;
-      }
-    }
+    allgather_units(a, reinterpret_cast<const v16*>(src), dst_off, bytes / 16);
   } else {
     for (u32 p = 0; p < a.nranks; ++p) {
       if (a.out[p] + dst_off == src) continue;

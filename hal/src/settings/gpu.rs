@@ -151,6 +151,15 @@ pub static COLL_REDUCE_CHAIN_MIN: Setting = bytes(
     "smallest reduce run as a pipelined chain (16-byte multiples only); 0: never",
 );
 
+/// `COMMHAL_COLL_AG_NARROW_MIN` / `allgather_narrow_min`.
+pub static COLL_AG_NARROW_MIN: Setting = bytes(
+    "COMMHAL_COLL_AG_NARROW_MIN",
+    "allgather_narrow_min",
+    u64::MAX,
+    "0",
+    "smallest all-gather (the whole output) of the direct kernel run on at most 64 blocks; 0: never",
+);
+
 /// `COMMHAL_COLL_REDUCE_ALL_MAX` / `reduce_all_max`.
 pub static COLL_REDUCE_ALL_MAX: Setting = bytes(
     "COMMHAL_COLL_REDUCE_ALL_MAX",
@@ -507,6 +516,7 @@ pub const THRESHOLDS: &[&Setting] = &[
     &COLL_BCAST_SF_MIN,
     &COLL_BCAST_CHAIN_MIN,
     &COLL_REDUCE_CHAIN_MIN,
+    &COLL_AG_NARROW_MIN,
     &COLL_REDUCE_ALL_MAX,
     &COLL_BCAST_LL63_MAX,
     &COLL_REDUCE_LL63_MAX,
