@@ -295,15 +295,22 @@ impl PlanExec {
         want.clamp(1, most)
     }
 
-    /// CTAs per plan block for `plan`: packet plans take one LL8 word (4 bytes) of the
-    /// message per thread, as the hand-written LL kernels one packet per thread (every
-    /// packet is waited on by one thread; fewer CTAs serialise the waits); others one
-    /// 16-byte vector per thread ([`PlanExec::replicas`]).
-    fn plan_replicas(&self, plan: &Plan, blocks: u32, bytes: u64) -> u32 {
+    /// CTAs per plan block and threads per CTA for `plan`: packet plans take one LL16
+    /// packet (8 bytes) of the message per thread, on as few threads as the packets of
+    /// a block need, as the hand-written LL kernels' grid (every packet is waited on by
+    /// one thread; fewer CTAs serialise the waits); others one 16-byte vector per thread
+    /// ([`PlanExec::replicas`]).
+    fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
         if plan.uses_packets() {
-            self.replicas_for(blocks, bytes, 4 * u64::from(self.threads))
+            let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
+            let threads =
+                (per_block.clamp(32, u64::from(self.threads)) as u32).next_multiple_of(32);
+            (
+                self.replicas_for(blocks, bytes, 8 * u64::from(threads)),
+                threads,
+            )
         } else {
-            self.replicas(blocks, bytes)
+            (self.replicas(blocks, bytes), self.threads)
         }
     }
 
@@ -392,7 +399,7 @@ impl PlanExec {
             }
         }
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
-        let replicas = self.plan_replicas(plan, l.kernel.blocks, bytes);
+        let (replicas, threads) = self.plan_grid(plan, l.kernel.blocks, bytes);
         let args = PlanArgs {
             input: inp,
             output: out,
@@ -426,7 +433,7 @@ impl PlanExec {
         // every CTA is resident while others spin.
         unsafe {
             l.module
-                .launch(codegen::ENTRY, stream, grid, self.threads, &args, self.pdl)?;
+                .launch(codegen::ENTRY, stream, grid, threads, &args, self.pdl)?;
         }
         Ok(plan.name.clone())
     }
