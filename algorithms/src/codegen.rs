@@ -13,9 +13,16 @@
 //! * where a block's replicas (several CTAs sharing a plan block's work) must sync
 //!   because an op touches local data that an earlier op split differently.
 //!
-//! On NVLink every peer buffer is mapped, so `Port`-channel puts run as thread copies
-//! too (same ordering contract: visible at the matching wait) and `Flush` only orders
-//! the block. Switch ops need multicast (cuda-nvls) and are refused here.
+//! Channels. Between ranks of one node every peer buffer is mapped: memory-channel ops
+//! are the CTAs' own loads and stores. Port-channel ops (between virtual nodes:
+//! `builders::ports_across_nodes`) are triggers into this rank's proxy FIFO, carried
+//! by the port backend (plan.h `far_put`, `far_signal`, `far_wait`): a put is flushed
+//! before the block goes on (its source is reusable at once, as after a memory put), a
+//! signal makes the peer's flag word the same epoch value an SM store would, and the
+//! start / end handshakes with those ranks go through the proxy from CTA 0 behind the
+//! intra-rank barrier. No SM touches a far peer's memory, so packets (`PutPackets`) and
+//! reads (`Get`, `ReadReduce`) across nodes are refused: use an HB plan there. Switch
+//! ops need multicast (cuda-nvls) and are refused here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -75,8 +82,46 @@ pub struct CudaKernel {
     /// Plan blocks of this rank (the grid is `blocks × replicas` CTAs).
     pub blocks: u32,
     /// Whether the rank's blocks use the intra-rank barrier (all CTAs co-resident; the
-    /// start / end handshakes are per CTA and need none).
+    /// start / end handshakes are per CTA and need none, but for far peers).
     pub uses_barrier: bool,
+    /// Ranks this rank reaches over port channels (bit p: rank p), whose ops go through
+    /// the proxy (`PlanArgs::ports` must be set); 0: none.
+    pub far: u32,
+}
+
+/// The ranks `rank` reaches over port channels in `plan` (bit p: rank p), either way.
+pub fn far_peers(plan: &Plan, rank: u32) -> u32 {
+    fn scan(op: &Op, me: u32, mask: &mut u32, to: Option<u32>) {
+        match op {
+            Op::Put { peer, channel, .. }
+            | Op::Signal { peer, channel, .. }
+            | Op::Wait { peer, channel, .. }
+            | Op::Flush { peer, channel, .. }
+            | Op::PutPackets { peer, channel, .. }
+                if *channel == ChannelKind::Port =>
+            {
+                match to {
+                    None => *mask |= 1 << peer,
+                    Some(r) if *peer == me => *mask |= 1 << r,
+                    Some(_) => {}
+                }
+            }
+            Op::Loop { body, .. } => body.iter().for_each(|o| scan(o, me, mask, to)),
+            _ => {}
+        }
+    }
+    let mut mask = 0u32;
+    for (r, rp) in plan.ranks.iter().enumerate() {
+        let to = if r as u32 == rank {
+            None
+        } else {
+            Some(r as u32)
+        };
+        for b in &rp.blocks {
+            b.ops.iter().for_each(|o| scan(o, rank, &mut mask, to));
+        }
+    }
+    mask & !(1 << rank)
 }
 
 fn dtype_code(d: DataType) -> u32 {
@@ -271,6 +316,8 @@ struct Gen<'a> {
     one_way_to: &'a BTreeSet<u32>,
     /// Of those, the ones this block already waited for.
     done_waited: BTreeSet<u32>,
+    /// Ranks reached over port channels ([`far_peers`]).
+    far: u32,
 }
 
 impl Gen<'_> {
@@ -399,6 +446,17 @@ impl Gen<'_> {
         )
     }
 
+    /// An error for `what` between this rank and far `peer` (no SM reaches it).
+    fn no_far(&self, peer: u32, what: &str) -> Result<(), AlgoError> {
+        if self.far & (1 << peer) != 0 {
+            return Err(AlgoError::Invalid(format!(
+                "plan `{}`: rank {} {what} rank {peer} of another node; on GPUs only puts, signals, waits and flushes cross nodes (port channels carry no LL packets and no reads): use an HB plan, e.g. allreduce:2ph-hb",
+                self.plan.name, self.me
+            )));
+        }
+        Ok(())
+    }
+
     fn sem(&self, k: SemKey) -> Result<u32, AlgoError> {
         self.sems.index.get(&k).copied().ok_or_else(|| {
             AlgoError::Invalid(format!(
@@ -421,6 +479,23 @@ impl Gen<'_> {
         let me = self.me;
         let es = self.es;
         match op {
+            Op::Put {
+                peer,
+                src,
+                dst,
+                channel: ChannelKind::Port,
+                ..
+            } => {
+                self.data_op(&[*src], &[], iterations);
+                let s = self.span(src, me, looped, false);
+                let d = self.span(dst, *peer, looped, false);
+                self.line(&format!(
+                    "{{ Span s = {s}; Span d = {d}; far_put(c, {peer}u, d.p, s.p, s.n * {es}ull); }}"
+                ));
+                // far_put ends with a replica sync
+                self.reads.clear();
+                self.writes.clear();
+            }
             Op::Put { peer, src, dst, .. } => {
                 self.data_op(&[*src], &[], iterations);
                 let s = self.span(src, me, looped, false);
@@ -430,6 +505,7 @@ impl Gen<'_> {
                 ));
             }
             Op::Get { peer, src, dst, .. } => {
+                self.no_far(*peer, "reads (get) from")?;
                 self.data_op(&[], &[*dst], iterations);
                 let s = self.span(src, *peer, looped, false);
                 let d = self.span(dst, me, looped, false);
@@ -448,12 +524,22 @@ impl Gen<'_> {
             Op::Signal { peer, channel, tag } => {
                 let i = self.sem((me, *peer, *channel, *tag))?;
                 self.signalled.insert((*peer, i));
-                self.line(&format!("signal(c, {peer}u, {i}u, ++s{peer}_{i});"));
+                let f = if *channel == ChannelKind::Port {
+                    "far_signal"
+                } else {
+                    "signal"
+                };
+                self.line(&format!("{f}(c, {peer}u, {i}u, ++s{peer}_{i});"));
             }
             Op::Wait { peer, channel, tag } => {
                 let i = self.sem((*peer, me, *channel, *tag))?;
                 self.waited.insert(i);
-                self.line(&format!("wait(c, {i}u, ++w{i});"));
+                let f = if *channel == ChannelKind::Port {
+                    "far_wait"
+                } else {
+                    "wait"
+                };
+                self.line(&format!("{f}(c, {i}u, ++w{i});"));
             }
             Op::Flush { .. } => self.line("__syncthreads();"),
             Op::Reduce { srcs, dst } => {
@@ -477,6 +563,9 @@ impl Gen<'_> {
                 dst,
                 ..
             } => {
+                for p in peers {
+                    self.no_far(*p, "reads (read-reduce) from")?;
+                }
                 self.data_op(local, &[*dst], iterations);
                 let d = self.span(dst, me, looped, false);
                 let mut list: Vec<String> = local
@@ -496,6 +585,7 @@ impl Gen<'_> {
                 ));
             }
             Op::PutPackets { peer, src, dst, .. } => {
+                self.no_far(*peer, "writes LL packets into")?;
                 if self.one_way_to.contains(peer) && self.done_waited.insert(*peer) {
                     self.line(&format!("wait_done(c, {peer}u);"));
                 }
@@ -644,6 +734,7 @@ pub fn generate_cuda(
     } else {
         (false, false)
     };
+    let far = far_peers(plan, rank);
     let one_way = plan.one_way_packet_pairs();
     let one_way_to: BTreeSet<u32> = one_way
         .iter()
@@ -666,6 +757,7 @@ pub fn generate_cuda(
             signalled: BTreeSet::new(),
             one_way_to: &one_way_to,
             done_waited: BTreeSet::new(),
+            far,
         };
         let mut flat = 0usize;
         for op in &blk.ops {
@@ -743,12 +835,14 @@ pub fn generate_cuda(
         let _ = writeln!(src, "  publish_done(c, {s}u);");
     }
     if start_sync {
-        let _ = writeln!(src, "  start_sync(c, {}u);", plan.nranks);
+        let _ = writeln!(src, "  start_sync(c, {}u, {far}u);", plan.nranks);
     }
     src.push_str(&body);
     if end_sync {
-        let _ = writeln!(src, "  end_sync(c, {}u);", plan.nranks);
+        let _ = writeln!(src, "  end_sync(c, {}u, {far}u);", plan.nranks);
     }
+    // the handshakes with far peers run behind the intra-rank barrier
+    uses_barrier |= far != 0 && (start_sync || end_sync);
     src.push_str("}\n");
     Ok(CudaKernel {
         unit: format!(
@@ -758,6 +852,7 @@ pub fn generate_cuda(
         ),
         source: src,
         blocks: blocks.len() as u32,
+        far,
         uses_barrier,
     })
 }
@@ -845,7 +940,7 @@ mod tests {
         };
         // All-gather puts into peers' outputs: start handshake.
         let ag = source(Algorithm::AllGatherAllPairs);
-        assert!(ag.contains("start_sync(c, 4u);"), "{ag}");
+        assert!(ag.contains("start_sync(c, 4u, 0u);"), "{ag}");
         // 2PA-LL only writes packets into peers' scratch: no handshake at all.
         let ll = source(Algorithm::AllReduce2paLl);
         assert!(
@@ -1046,5 +1141,75 @@ mod tests {
         assert!(red < sync && sync < put, "{body}");
         // The second reduce writes chunk 2 that the put read: another sync.
         assert_eq!(body.matches("group_sync").count(), 2, "{body}");
+    }
+
+    #[test]
+    fn far_peers_go_through_the_proxy() {
+        // 4 ranks on two virtual nodes of 2: rank 1 reaches its counterpart 3 over a
+        // port, rank 2 its counterpart 0.
+        let mut p = BuildParams::new(4);
+        p.ranks_per_node = 2;
+        let plan = build(Algorithm::AllReduce2phHb, &p).unwrap();
+        assert_eq!(far_peers(&plan, 1), 0b1000);
+        assert_eq!(far_peers(&plan, 2), 0b0001);
+        let k = generate_cuda(&plan, 1, DataType::F16, RedOp::Sum).unwrap();
+        assert_eq!(k.far, 0b1000);
+        let src = &k.source;
+        assert!(src.contains("far_put(c, "), "{src}");
+        assert!(src.contains("far_signal(c, "), "{src}");
+        assert!(src.contains("far_wait(c, "), "{src}");
+        // no SM store or load names the far rank's buffers but through far_put
+        for line in src.lines().filter(|l| l.contains("[3]")) {
+            assert!(line.contains("far_put(c, 3u"), "{line}");
+        }
+        if src.contains("start_sync(") {
+            assert!(src.contains("start_sync(c, 4u, 8u);"), "{src}");
+            assert!(k.uses_barrier);
+        }
+        // One node: no port op, no far mask.
+        let one = build(Algorithm::AllReduce2phHb, &BuildParams::new(4)).unwrap();
+        assert_eq!(
+            generate_cuda(&one, 1, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .far,
+            0
+        );
+    }
+
+    #[test]
+    fn packets_and_reads_across_nodes_are_refused() {
+        let mut p = BuildParams::new(4);
+        p.ranks_per_node = 2;
+        let plan = build(Algorithm::AllGatherLl, &p).unwrap();
+        let e = generate_cuda(&plan, 0, DataType::F16, RedOp::Sum)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("another node") && e.contains("HB plan"), "{e}");
+    }
+
+    #[test]
+    fn which_plans_run_across_two_nodes() {
+        // Every algorithm that builds for 2 x 2 either generates (HB: puts and signals
+        // only) or is refused with the packets / reads message.
+        let mut ok = Vec::new();
+        for algo in Algorithm::ALL {
+            let mut p = BuildParams::new(4);
+            p.ranks_per_node = 2;
+            if algo == Algorithm::SendRecv {
+                p.pairs = (0..4).map(|r| (r, (r + 1) % 4)).collect();
+            }
+            if !algo.supports(&p) {
+                continue;
+            }
+            let Ok(plan) = build(algo, &p) else { continue };
+            match (0..4)
+                .map(|r| generate_cuda(&plan, r, DataType::F32, RedOp::Sum))
+                .collect::<Result<Vec<_>, _>>()
+            {
+                Ok(_) => ok.push(plan.name.clone()),
+                Err(e) => assert!(e.to_string().contains("another node"), "{}: {e}", plan.name),
+            }
+        }
+        assert!(ok.iter().any(|n| n.contains("2ph")), "{ok:?}");
     }
 }

@@ -715,7 +715,7 @@ impl Comm {
         } else {
             0 // plans need a memory backend (refused below): the smallest area
         };
-        let plans = PlanExec::new(boot, &links, &ctx, plan_scratch, device_timeout)?;
+        let plans = PlanExec::new(boot, &links, &regions, &ctx, plan_scratch, device_timeout)?;
         let mut algos = [None; 7];
         let mut chain_overlap = chain_overlap;
         if let Some(v) = GPU_ALGO.text() {
@@ -1603,10 +1603,12 @@ impl Comm {
             code = self.plans.error_word()?;
         }
         if code != 0 {
-            // the watchdog's code: name the rank the bootstrap saw go
+            // the watchdog's code: name the rank the bootstrap saw go; the plans' port
+            // proxy's own error when it stopped
             let why = (code == layout::ERR_PEER_GONE)
                 .then(|| self.table.peer_failure())
-                .flatten();
+                .flatten()
+                .or_else(|| self.plans.port_error());
             return Err(CollError::Device {
                 rank: self.rank,
                 code,

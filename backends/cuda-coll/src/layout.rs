@@ -121,6 +121,12 @@ pub const FLAG_AR_ONESHOT: u32 = 8;
 pub const ERR_WAIT_TIMEOUT: u32 = 1;
 /// Device error: an LL packet never arrived.
 pub const ERR_PACKET_TIMEOUT: u32 = 4;
+/// A plan's port trigger found the FIFO full (commhal/handles.h ERR_FIFO_FULL_TIMEOUT).
+pub const ERR_FIFO_FULL: u32 = 2;
+/// A plan's port flush timed out (ERR_FLUSH_TIMEOUT).
+pub const ERR_FLUSH_TIMEOUT: u32 = 3;
+/// A plan's port trigger was out of range (ERR_TRIGGER_RANGE).
+pub const ERR_TRIGGER_RANGE: u32 = 5;
 /// Error word written from the host by the watchdog ([`crate::watchdog`]): the
 /// bootstrap saw a peer go; every device wait gives up on a non-zero word.
 pub const ERR_PEER_GONE: u32 = 8;
@@ -235,6 +241,19 @@ pub fn describe_error(code: u32) -> &'static str {
         ERR_PEER_GONE => {
             "a peer is gone (the bootstrap saw its connection close or it aborted); the \
              device waits stopped"
+        }
+        ERR_FIFO_FULL => {
+            "a plan's port trigger found the proxy FIFO full until the device wait bound \
+             (the proxy thread stopped on a port error, or is starved of CPU)"
+        }
+        ERR_FLUSH_TIMEOUT => {
+            "a plan's port put was not flushed within the device wait bound (the proxy \
+             thread stopped on a port error, or the port backend stalls)"
+        }
+        ERR_TRIGGER_RANGE => {
+            "a plan's port put names memory outside the registered regions, or an offset \
+             or length past 4 GiB (create the communicator with a capacity below 1 GiB for \
+             plans across nodes)"
         }
         _ => "unknown device error code",
     }

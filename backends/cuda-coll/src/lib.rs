@@ -51,6 +51,7 @@ pub mod driver;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gpu_proxy;
 pub mod kernels;
 pub mod layout;
 pub mod nccl_lib;
@@ -59,6 +60,7 @@ pub mod nccl_stub;
 pub mod peers;
 pub mod piece_link;
 pub mod plan_exec;
+pub mod plan_ports;
 pub mod regions;
 pub mod setup;
 pub mod tuning;

@@ -26,10 +26,12 @@ use commhal_device_src::HEADERS;
 use commhal_hal::bootstrap::Bootstrap;
 use commhal_hal::settings::SettingError;
 use commhal_hal::settings::gpu::{COLL_PDL, PLAN_REPLICAS, PLAN_THREADS};
+use commhal_hal::settings::launch::NODE;
 
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
 use crate::layout::MAX_RANKS;
+use crate::plan_ports::{Nodes, PlanPorts};
 use crate::regions::{Links, Regions};
 use crate::types::{Collective, Dtype};
 
@@ -78,9 +80,11 @@ pub struct PlanArgs {
     pub rank: u32,
     /// Padding.
     pub pad: u32,
+    /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
+    pub ports: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<PlanArgs>() == 232);
+const _: () = assert!(std::mem::size_of::<PlanArgs>() == 240);
 
 /// What identifies one compiled plan kernel on this rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -187,14 +191,23 @@ pub struct PlanExec {
     /// Launch with programmatic dependent launch, as the hand-written kernels.
     pdl: bool,
     loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
+    /// Ranks per virtual node plans are built for (`COMMHAL_NODE`), or why the nodes
+    /// cannot be (not equal runs of consecutive ranks).
+    ranks_per_node: std::result::Result<u32, String>,
+    /// The port channels to the other nodes' ranks, or why there are none.
+    ports: std::result::Result<PlanPorts, String>,
 }
 
 impl PlanExec {
     /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
-    /// rank from `memory` (the communicator's memory backend), mapped by every peer.
+    /// rank from `memory` (the communicator's memory backend), mapped by every peer; and
+    /// when `COMMHAL_NODE` puts the ranks on several virtual nodes, the port channels
+    /// between them ([`PlanPorts`], over the copy engines of `memory`'s selection) on the
+    /// communicator's input and output (`io`: regions 0 and 1) and the plan areas.
     pub fn new(
         boot: &dyn Bootstrap,
         memory: &Links,
+        io: &Regions,
         ctx: &Arc<Context>,
         scratch_bytes: u64,
         device_timeout: Duration,
@@ -204,6 +217,43 @@ impl PlanExec {
         let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
         let areas = area.addrs(0);
         boot.barrier()?;
+        let nodes = nodes(boot)?;
+        let ranks_per_node = nodes.ranks_per_node().ok_or_else(|| {
+            format!(
+                "COMMHAL_NODE puts the ranks on nodes {:?}; plans across nodes need equal runs of consecutive ranks per node",
+                nodes.node
+            )
+        });
+        let ports = match (
+            &ranks_per_node,
+            memory.copy_engines(),
+            io.local(0),
+            io.local(1),
+            area.local(0),
+        ) {
+            (Ok(rpn), _, _, _, _) if *rpn >= n => Err("every rank is on one node".to_string()),
+            (Err(e), ..) => Err(e.clone()),
+            (Ok(_), Some(port), Some(input), Some(output), Some(plan_area)) => {
+                if memory.endpoints().len() != n as usize {
+                    Err("the communicator was built without the ranks' endpoints".to_string())
+                } else {
+                    Ok(PlanPorts::new(
+                        boot,
+                        ctx,
+                        port,
+                        [input, output, plan_area],
+                        [io.addrs(0), io.addrs(1), areas],
+                        memory.endpoints(),
+                        &nodes,
+                    )?)
+                }
+            }
+            (Ok(_), None, ..) => Err(format!(
+                "the selection ({}) has no port backend for them: select cuda-dma too (COMMHAL_BACKENDS=cuda-nvlink,cuda-dma)",
+                memory.name()
+            )),
+            (Ok(_), ..) => Err("the communicator has no registered input and output".to_string()),
+        };
         // As cuda-coll's hand-written kernels (`COMMHAL_COLL_PDL`; unset: on from
         // compute capability 9.0 with cuLaunchKernelEx). The generated kernels begin
         // with griddepcontrol.wait (plan.h `begin`).
@@ -228,6 +278,8 @@ impl PlanExec {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
             loaded: Mutex::new(HashMap::new()),
+            ranks_per_node,
+            ports,
         })
     }
 
@@ -252,6 +304,9 @@ impl PlanExec {
             return Ok(l.clone());
         }
         let mut p = BuildParams::new(self.n);
+        // one node when the nodes cannot be used: such plans then fail below if they
+        // need the nodes' port channels
+        p.ranks_per_node = self.ranks_per_node.clone().unwrap_or(self.n);
         p.in_place = key.in_place;
         p.root = key.root;
         p.blocks = key.blocks;
@@ -259,9 +314,17 @@ impl PlanExec {
             // As the hand-written kernel: send to the next rank, receive from the previous.
             p.pairs = (0..self.n).map(|r| (r, (r + 1) % self.n)).collect();
         }
-        let plan = build(key.algo, &p).map_err(|e| CollError::invalid(e.to_string()))?;
-        let kernel = codegen::generate_cuda(&plan, self.rank, key.dtype, RedOp::Sum)
-            .map_err(|e| CollError::invalid(e.to_string()))?;
+        let plan = build(key.algo, &p).map_err(algo_error)?;
+        let kernel =
+            codegen::generate_cuda(&plan, self.rank, key.dtype, RedOp::Sum).map_err(algo_error)?;
+        if kernel.far != 0
+            && let Err(why) = &self.ports
+        {
+            return Err(CollError::invalid(format!(
+                "plan {} reaches ranks of other virtual nodes over port channels, but there are none: {why}",
+                plan.name
+            )));
+        }
         let image = compile(&kernel, &self.arch, self.cache.as_ref())?;
         let module = CollModule::load(&self.ctx, &image, &[codegen::ENTRY])?;
         let l = Arc::new(Loaded {
@@ -341,6 +404,18 @@ impl PlanExec {
         Ok(self.loaded(c)?.peer_user)
     }
 
+    /// Whether the plan a call runs reaches other nodes' ranks over port channels: it
+    /// then runs on the registered regions (the port backend moves registered memory
+    /// only), staged like a call on unshareable buffers.
+    pub fn needs_regions(&self, c: &PlanCall) -> Result<bool> {
+        Ok(self.loaded(c)?.kernel.far != 0)
+    }
+
+    /// The port proxy's first error, if the plans have port channels and it stopped.
+    pub fn port_error(&self) -> Option<String> {
+        self.ports.as_ref().ok().and_then(PlanPorts::error)
+    }
+
     /// Queue a call on `stream`. `input` / `output`: every rank's registered regions
     /// (each `capacity` bytes); `count` as [`crate::Comm::launch_rooted`].
     pub fn launch(
@@ -411,6 +486,16 @@ impl PlanExec {
             rotation,
             rank: self.rank,
             pad: 0,
+            ports: match (&self.ports, l.kernel.far) {
+                (_, 0) => 0,
+                (Ok(p), _) => p.table_addr(),
+                (Err(why), _) => {
+                    return Err(CollError::invalid(format!(
+                        "plan {}: no port channels to the other nodes: {why}",
+                        plan.name
+                    )));
+                }
+            },
         };
         let grid = l.kernel.blocks * replicas;
         if grid == 0 {
@@ -485,6 +570,33 @@ pub fn parse_overrides(s: &str) -> Result<Vec<(Algorithm, u32)>> {
     Ok(out)
 }
 
+/// A plan builder's or generator's error as the communicator's (one "invalid
+/// argument", not two).
+fn algo_error(e: commhal_algorithms::AlgoError) -> CollError {
+    match e {
+        commhal_algorithms::AlgoError::Invalid(m) => CollError::invalid(m),
+        e => CollError::invalid(e.to_string()),
+    }
+}
+
+/// Every rank's virtual node (`COMMHAL_NODE`), gathered over `boot`.
+fn nodes(boot: &dyn Bootstrap) -> Result<Nodes> {
+    let mine = NODE
+        .number_or_default()
+        .map_err(|e| CollError::invalid(e.to_string()))? as u32;
+    let all = boot.all_gather(&mine.to_le_bytes())?;
+    let mut node = Vec::with_capacity(all.len());
+    for (r, b) in all.iter().enumerate() {
+        let b: [u8; 4] = b.as_slice().try_into().map_err(|_| {
+            CollError::invalid(format!(
+                "rank {r} sent a malformed node number: run the same commhal build on every rank"
+            ))
+        })?;
+        node.push(u32::from_le_bytes(b));
+    }
+    Ok(Nodes { node })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,7 +646,7 @@ mod tests {
             ERR_PACKET,
             commhal_device_src::layout::error_code::PACKET_TIMEOUT
         );
-        assert!(h.contains("static_assert(sizeof(PlanArgs) == 232"));
+        assert!(h.contains("static_assert(sizeof(PlanArgs) == 240"));
         assert_eq!(codegen::MAX_SEMS, 4096);
         assert_eq!(codegen::MAX_RANKS as usize, MAX_RANKS);
     }

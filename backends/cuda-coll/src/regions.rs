@@ -179,6 +179,8 @@ pub struct Links {
     device: Device,
     /// Where the choice came from, for errors.
     source: String,
+    /// Every rank's endpoint, by rank (empty when built without a bootstrap).
+    endpoints: Vec<Endpoint>,
 }
 
 impl Links {
@@ -210,6 +212,7 @@ impl Links {
                 .map_err(|e| CollError::invalid(format!("encoding the endpoint: {e}")))?,
         )?;
         let mut peers = Vec::new();
+        let mut endpoints = Vec::new();
         for (r, b) in blobs.iter().enumerate() {
             let e: Endpoint = serde_json::from_slice(b).map_err(|e| {
                 CollError::invalid(format!(
@@ -217,8 +220,9 @@ impl Links {
                 ))
             })?;
             if e.rank != me.rank {
-                peers.push(e);
+                peers.push(e.clone());
             }
+            endpoints.push(e);
         }
         let source = source_words(&selection.source);
         // The GPU backends (memory and port) work on the communicator's device.
@@ -287,6 +291,7 @@ impl Links {
             copy_engines,
             device: dev,
             source,
+            endpoints,
         })
     }
 
@@ -301,6 +306,7 @@ impl Links {
                 ordinal: device,
             },
             source: "given by the caller".into(),
+            endpoints: Vec::new(),
         }
     }
 
@@ -312,6 +318,16 @@ impl Links {
     /// The copy engines' backend name (`None`: not selected).
     pub fn copy_engines_name(&self) -> Option<&str> {
         self.copy_engines.as_ref().map(|(n, _)| n.as_str())
+    }
+
+    /// The copy engines' port backend, by name (`None`: not selected).
+    pub fn copy_engines(&self) -> Option<(&str, &Arc<dyn DynPortMapped>)> {
+        self.copy_engines.as_ref().map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// Every rank's endpoint, by rank (empty for [`Links::memory_only`]).
+    pub fn endpoints(&self) -> &[Endpoint] {
+        &self.endpoints
     }
 
     /// The routes of this selection under `path` (`COMMHAL_GPU_PATH`), see [`routes`].

@@ -83,3 +83,30 @@ fn every_dtype_and_op_compiles_for_sm_90() {
         compile(&k, "sm_90", None).unwrap_or_else(|e| panic!("{dt} {op:?}:\n{e}\n{}", k.source));
     }
 }
+
+#[test]
+fn plans_across_two_nodes_compile_on_every_rank() {
+    // 2 × 2 virtual nodes: every plan that runs across them (puts, signals, waits and
+    // handshakes through the port proxy) compiles on every rank.
+    if !nvrtc_or_skip("plans_across_two_nodes_compile_on_every_rank") {
+        return;
+    }
+    let mut far = 0;
+    for algo in Algorithm::ALL {
+        let mut p = params(algo, 4, false);
+        p.ranks_per_node = 2;
+        if !algo.supports(&p) {
+            continue;
+        }
+        let Ok(plan) = build(algo, &p) else { continue };
+        for r in 0..4 {
+            let Ok(k) = generate_cuda(&plan, r, DataType::F32, RedOp::Sum) else {
+                continue; // packets or reads across nodes: refused (codegen tests)
+            };
+            far += usize::from(k.far != 0);
+            compile(&k, "sm_90", None)
+                .unwrap_or_else(|e| panic!("{} r={r}:\n{e}\n{}", plan.name, k.source));
+        }
+    }
+    assert!(far >= 20, "{far} kernels with port channels");
+}

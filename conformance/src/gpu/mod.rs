@@ -12,7 +12,7 @@
 //!   wait, check, wait+get, ping-pong, LL8/LL16) and this folder's `script.cu`
 //!   interpreter (strong signal, counting with wrap, relaxed, flush, graph capture).
 //! * `cuda-dma` ([`port`]): device code pushes triggers into a pinned FIFO
-//!   ([`proxy::DeviceFifo`], device-src protocol) drained by a proxy thread that
+//!   ([`commhal_cuda_coll::gpu_proxy::DeviceFifo`], device-src protocol) drained by a proxy thread that
 //!   performs them with the cuda-dma port through `commhal_channels`'
 //!   `ProxyContext::perform`.
 //!
@@ -26,7 +26,6 @@
 //! | [`kernels`] | kernel handles, `script.cu` ops, every `unsafe` driver call |
 //! | [`memory`] | cuda-nvlink cases |
 //! | [`port`] | cuda-dma cases |
-//! | [`proxy`] | device FIFO + proxy thread |
 //! | [`collectives`] | case 21 on GPUs: every collective through the GPU communicator's kernels and every plan algorithm |
 //! | [`bench`](mod@bench) | ping-pong latency, put bandwidth, cuMemcpyPeer bandwidth |
 
@@ -36,7 +35,6 @@ pub mod kernels;
 pub mod launch;
 pub mod memory;
 pub mod port;
-pub mod proxy;
 pub mod world;
 
 use std::time::Instant;

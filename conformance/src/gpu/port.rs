@@ -21,8 +21,8 @@ use commhal_hal::{
 
 use crate::gpu::kernels::{self, GpuOp, validate_ops};
 use crate::gpu::memory::{SIZES, legacy_from_env, seed, swap_exports};
-use crate::gpu::proxy::{DeviceFifo, GpuProxy};
 use crate::gpu::world::{Peer, Recorder, Scratch, Verdict, World};
+use commhal_cuda_coll::gpu_proxy::{DeviceFifo, GpuProxy};
 
 const MIB: u64 = 1 << 20;
 const BACKEND: &str = "cuda-dma";
@@ -120,7 +120,7 @@ impl<'w> PortPair<'w> {
                 })
                 .collect(),
         };
-        let proxy = GpuProxy::start(fifo.clone(), proxy_ctx)?;
+        let proxy = GpuProxy::start_ports(fifo.clone(), proxy_ctx)?;
         p.barrier(10)?;
         Ok(PortPair {
             scratch: Scratch::new(&w.ctx)?,

@@ -60,6 +60,7 @@
 #include "commhal/copy.h"
 #include "commhal/launch.h"
 #include "commhal/packets.h"
+#include "commhal/port_channel.h"
 #include "commhal/semaphore.h"
 
 #define PLAN_MAX_RANKS 8
@@ -90,8 +91,29 @@ struct PlanArgs {
   u32 rotation;                // scratch copies (>= 1)
   u32 rank;                    // this rank
   u32 pad;
+  u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
 };
-static_assert(sizeof(PlanArgs) == 232, "PlanArgs layout");
+static_assert(sizeof(PlanArgs) == 240, "PlanArgs layout");
+
+// Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
+// rank, drained by the host proxy (backends/cuda-coll/src/plan_ports.rs), which carries
+// each trigger with the port backend (cuda-dma). Memory ids: this rank's input, output,
+// plan area are local ids 0, 1, 2; rank p's are remote ids 3p, 3p + 1, 3p + 2. A
+// trigger's semaphore id is the peer rank (the proxy's port to it). A SIGNAL trigger
+// carries its 64-bit value in w0 (len | src_offset << 32) and names the word by its
+// remote memory and dst_offset: the proxy makes that word equal to the value, so port
+// signals are the same epoch flags as the SM stores of memory channels.
+#define PLAN_PORT_REGIONS 3
+struct PlanPorts {
+  Trigger* fifo;   // the ring (host-pinned, device-mapped)
+  u64 depth;       // its slots
+  u64* head;       // triggers reserved (device memory)
+  u64* tail;       // triggers the proxy finished (host-pinned)
+  u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's regions as addressed here
+  u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];
+};
+static_assert(sizeof(PlanPorts) == 32 + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
+              "PlanPorts layout");
 
 // The local part of the plan area. Peers store into `done` only.
 struct PlanState {
@@ -233,11 +255,12 @@ COMMHAL_DEVICE void group_sync(Ctx& c) {
 
 // Handshake of this CTA with the same CTA of every peer on flag row `which` (0 start,
 // 1 end): store L into the peer's [which][me][CTA], wait for ours [which][p][CTA].
-COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks) {
+// Ranks of other nodes (bit p of `far`) are skipped: far_handshake reaches them.
+COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks, u32 far) {
   __syncthreads();
   const u32 me = c.a->rank;
   for (u32 p = threadIdx.x; p < nranks; p += blockDim.x) {
-    if (p == me) continue;
+    if (p == me || ((far >> p) & 1)) continue;
     const u64 row = ((u64)which * PLAN_MAX_RANKS) * PLAN_MAX_CTAS + blockIdx.x;
     u64* theirs = reinterpret_cast<u64*>(c.a->area[p] + PLAN_HS_OFF) + row + (u64)me * PLAN_MAX_CTAS;
     const u64* mine =
@@ -250,12 +273,20 @@ COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks) {
 
 // Start: no CTA touches a peer's input or output before that peer's kernel runs (its
 // earlier stream work — writing the input, reading the last output — is done).
-COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks) { handshake(c, 0, nranks); }
+COMMHAL_DEVICE void far_handshake(Ctx& c, u32 which, u32 far);
+
+COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks, u32 far) {
+  handshake(c, 0, nranks, far);
+  if (far) far_handshake(c, 0, far);
+}
 
 // End: the kernel completes only after every peer finished every op (nobody reads
 // this rank's input or writes its output any more): CTA b waits for every peer's CTA b,
 // and every rank runs the same grid.
-COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks) { handshake(c, 1, nranks); }
+COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks, u32 far) {
+  handshake(c, 1, nranks, far);
+  if (far) far_handshake(c, 1, far);
+}
 
 // One-way receiver: publish this rank's completed plan launches to `sender` (CTA 0 of
 // the grid; every access of launch L − 1 and earlier is over at the kernel boundary).
@@ -272,6 +303,102 @@ COMMHAL_DEVICE void wait_done(const Ctx& c, u32 receiver) {
   const u64 r = c.a->rotation;
   if (threadIdx.x == 0 && c.epoch + 1 > r) flag_wait(&c.st->done[receiver], c.epoch + 1 - r, bound(c));
   __syncthreads();
+}
+
+// ---- port channels (see PlanPorts) ----
+// The channel handle of one push towards `peer` (memory ids filled per trigger).
+COMMHAL_DEVICE PortChannelHandle far_handle(const Ctx& c, u32 peer) {
+  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
+  PortChannelHandle h;
+  h.fifo = t->fifo;
+  h.fifo_depth = t->depth;
+  h.head = t->head;
+  h.tail = t->tail;
+  h.semaphore_id = peer;
+  h.local_memory_id = 0;
+  h.remote_memory_id = 0;
+  h.reserved = 0;
+  h.local_semaphore = nullptr;
+  h.expected = 0;
+  h.error_flag = &c.st->error;
+  h.wait_ns = c.a->spin_ns;
+  return h;
+}
+
+// Region k (0 input, 1 output, 2 area) of `rank` holding [p, p + n), and the offset of
+// p in it; false (ERR_TRIGGER_RANGE stored) when none does.
+COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& k, u64& off) {
+  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
+  const u64 a = reinterpret_cast<u64>(p);
+  for (k = 0; k < PLAN_PORT_REGIONS; ++k) {
+    const u64 b = t->base[rank][k];
+    if (b != 0 && a >= b && a + n <= b + t->len[rank][k]) {
+      off = a - b;
+      return true;
+    }
+  }
+  set_error_once(&c.st->error, ERR_TRIGGER_RANGE);
+  return false;
+}
+
+// Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy, and wait
+// until the port's flush returned (the source may be reused at once, as after a
+// memory-channel put). The whole plan block: its CTAs finished writing the source
+// before (replica sync), the put and its flush are one thread's, the block waits.
+COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
+  group_sync(c);
+  if (c.part == 0 && threadIdx.x == 0 && n > 0) {
+    u32 sk, dk;
+    u64 so, dof;
+    if (far_locate(c, c.a->rank, src, n, sk, so) && far_locate(c, peer, dst, n, dk, dof)) {
+      PortChannelHandle h = far_handle(c, peer);
+      h.local_memory_id = sk;
+      h.remote_memory_id = 3 * peer + dk;
+      if (commhal::port_put(h, dof, so, n)) commhal::port_flush(h);
+    }
+  }
+  group_sync(c);
+}
+
+// Make the u64 word at `word` of `peer`'s plan area equal `value` through the proxy,
+// after every earlier port put of this rank to `peer` (one thread).
+COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
+  PortChannelHandle h = far_handle(c, peer);
+  h.remote_memory_id = 3 * peer + 2;
+  commhal::port_push(h, TRIGGER_SIGNAL, word, value >> 32, value & 0xffffffffull, 0);
+}
+
+// The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
+// [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k.
+COMMHAL_DEVICE void far_signal(const Ctx& c, u32 peer, u32 idx, u32 k) {
+  __syncthreads();
+  if (c.part == 0 && threadIdx.x == 0)
+    far_store(c, peer, (u64)idx * PLAN_MAX_PARTS * 8, c.hi | k);
+}
+
+// The k-th wait on inbound semaphore idx signalled over a port (flag [idx][0]).
+COMMHAL_DEVICE void far_wait(const Ctx& c, u32 idx, u32 k) {
+  if (threadIdx.x == 0) flag_wait(sem_flag(c, c.a->rank, idx, 0), c.hi | k, bound(c));
+  __syncthreads();
+}
+
+// Handshake with the ranks of other nodes (`far`: bit p set for rank p), CTA 0 for the
+// whole rank: the intra-rank barrier, then CTA 0 stores L into row `which` of each far
+// peer through the proxy and waits for theirs, then the barrier again.
+COMMHAL_DEVICE void far_handshake(Ctx& c, u32 which, u32 far) {
+  barrier(c);
+  if (blockIdx.x == 0) {
+    const u32 me = c.a->rank;
+    for (u32 p = threadIdx.x; p < PLAN_MAX_RANKS; p += blockDim.x) {
+      if (!((far >> p) & 1)) continue;
+      const u64 row = ((u64)which * PLAN_MAX_RANKS) * PLAN_MAX_CTAS;
+      far_store(c, p, PLAN_HS_OFF + 8 * (row + (u64)me * PLAN_MAX_CTAS), c.hi);
+      const u64* mine =
+          reinterpret_cast<const u64*>(c.a->area[me] + PLAN_HS_OFF) + row + (u64)p * PLAN_MAX_CTAS;
+      flag_wait(mine, c.hi, bound(c));
+    }
+  }
+  barrier(c);
 }
 
 // ---- data types: storage S, arithmetic A ----

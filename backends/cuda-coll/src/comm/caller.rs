@@ -21,7 +21,9 @@
 //!   is copied out — when a pointer is not 16-byte aligned (the vector kernels load and
 //!   store 16 bytes at a time) or, for a kernel that reaches into peers, when the
 //!   memory can be shared neither through legacy IPC nor as exportable VMM pieces
-//!   (stream-ordered pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules. Staging is a decision
+//!   (stream-ordered pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules,
+//!   and is always staged when it reaches ranks of other virtual nodes over port
+//!   channels (the port backend moves registered memory only). Staging is a decision
 //!   of each rank alone: the peers address whichever buffer it publishes.
 //!
 //! Every rank computes the same kernel from (collective, count, datatype), so the
@@ -326,8 +328,14 @@ impl Comm {
         let shareable = |p: u64, i: &Option<PointerInfo>, v: &Option<Vec<Piece>>| {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc || v.is_some()))
         };
-        let staged =
-            !shareable(bufs.send, &send, &send_vmm) || !shareable(bufs.recv, &recv, &recv_vmm);
+        // a plan over port channels (other virtual nodes) runs on the registered regions
+        let on_regions = match self.plan_call(coll, dtype, root, in_place) {
+            Some(call) => self.plans.needs_regions(&call)?,
+            None => false,
+        };
+        let staged = on_regions
+            || !shareable(bufs.send, &send, &send_vmm)
+            || !shareable(bufs.recv, &recv, &recv_vmm);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
             return Err(CollError::CannotStage(format!(
                 "{} of {} bytes must be staged on rank {} (a pointer is not 16-byte aligned, or its memory cannot be shared with the peers: stream-ordered pool memory) but the communicator's registered regions hold {} bytes: pass cudaMalloc'd or cuMem VMM, 16-byte aligned buffers, or create the communicator with a larger capacity",

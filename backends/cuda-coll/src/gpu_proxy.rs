@@ -1,15 +1,17 @@
 //! The GPU proxy: a FIFO that device code pushes into (the protocol of
-//! `device-src/include/commhal/handles.h`) and a host thread that drains it with the
-//! cuda-dma port.
+//! `device-src/include/commhal/handles.h`) and a host thread that drains it with a
+//! port backend (cuda-dma). Used by the plans' port channels ([`crate::plan_ports`])
+//! and the GPU conformance cases.
 //!
 //! Why not `commhal_channels::Fifo`/`ProxyService` as they are: that FIFO owns its ring
 //! in ordinary host memory and its `head` is a host atomic, while device code needs the
 //! ring and `tail` in pinned, device-mapped memory and claims slots with a device atomic
 //! on `head`. So the ring lives here ([`DeviceFifo`]: ring + tail pinned, head in device
-//! memory), and the thread ([`GpuProxy`]) performs each trigger with
-//! `commhal_channels::proxy::ProxyContext::perform` — the channels crate's definition of
-//! what a trigger means (data → `write`, signal → `signal(+1)`, flush → `flush`), generic
-//! over `P: PortMapped`, here `CudaDma`.
+//! memory), and the thread ([`GpuProxy`]) performs each trigger with a handler:
+//! [`GpuProxy::start_ports`] takes `commhal_channels::proxy::ProxyContext::perform` — the
+//! channels crate's definition of what a trigger means (data → `write`, signal →
+//! `signal(+1)`, flush → `flush`), generic over `P: PortMapped`; [`GpuProxy::start`]
+//! any other (the plans' signals store a value, [`crate::plan_ports`]).
 //!
 //! Drain loop (per slot `seq`): poll `w1` (acquire) until its valid bit is set, read
 //! `w0`, perform, store `w1 = 0`, then `tail = seq + 1` (release). FLUSH advances the
@@ -22,12 +24,15 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use commhal_backend_cuda_dma::CudaDma;
 use commhal_channels::fifo::Trigger;
 use commhal_channels::proxy::ProxyContext;
 use commhal_cuda_rt::{Context, DeviceBuffer, PinnedHostBuffer};
 use commhal_device_src::layout::Trigger as RawTrigger;
-use commhal_hal::{HalError, Result};
+use commhal_hal::{HalError, PortMapped, Result};
+
+/// What the proxy thread calls for each trigger: the decoded trigger and its two raw
+/// words (a handler may give fields its own meaning).
+pub type Handler = Box<dyn FnMut(&Trigger, [u64; 2]) -> Result<()> + Send>;
 
 /// The device-pushable FIFO: `depth` 16-byte slots and the tail in pinned memory, the
 /// head counter in device memory.
@@ -98,15 +103,24 @@ pub struct GpuProxy {
 
 impl GpuProxy {
     /// Start draining `fifo` with `ctx` (the port(s), memories and semaphores that
-    /// trigger ids refer to).
-    pub fn start(fifo: Arc<DeviceFifo>, ctx: ProxyContext<CudaDma>) -> Result<GpuProxy> {
+    /// trigger ids refer to), each trigger performed the channels' standard way.
+    pub fn start_ports<P>(fifo: Arc<DeviceFifo>, mut ctx: ProxyContext<P>) -> Result<GpuProxy>
+    where
+        P: PortMapped + 'static,
+        ProxyContext<P>: Send,
+    {
+        GpuProxy::start(fifo, Box::new(move |t, _| ctx.perform(t)))
+    }
+
+    /// Start draining `fifo`, each trigger performed by `handler`.
+    pub fn start(fifo: Arc<DeviceFifo>, handler: Handler) -> Result<GpuProxy> {
         let stop = Arc::new(AtomicBool::new(false));
         let error = Arc::new(Mutex::new(None));
         let done = Arc::new(AtomicU64::new(0));
         let (f, s, e, d) = (fifo.clone(), stop.clone(), error.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name("commhal-gpu-proxy".into())
-            .spawn(move || drain(f, ctx, s, e, d))
+            .spawn(move || drain(f, handler, s, e, d))
             .map_err(|e| HalError::io("starting the GPU proxy thread", e))?;
         Ok(GpuProxy {
             fifo,
@@ -136,7 +150,7 @@ impl GpuProxy {
     pub fn stop(mut self) -> Result<()> {
         self.halt();
         match self.error() {
-            Some(e) => Err(HalError::backend("cuda-dma", format!("proxy: {e}"))),
+            Some(e) => Err(HalError::backend("gpu-proxy", format!("proxy: {e}"))),
             None => Ok(()),
         }
     }
@@ -157,7 +171,7 @@ impl Drop for GpuProxy {
 
 fn drain(
     fifo: Arc<DeviceFifo>,
-    mut ctx: ProxyContext<CudaDma>,
+    mut handler: Handler,
     stop: Arc<AtomicBool>,
     error: Arc<Mutex<Option<String>>>,
     done: Arc<AtomicU64>,
@@ -184,7 +198,7 @@ fn drain(
         idle = 0;
         let w0 = fifo.word(seq, 0).load(Ordering::Relaxed);
         let t = Trigger::decode([w0, w1]);
-        if let Err(e) = ctx.perform(&t) {
+        if let Err(e) = handler(&t, [w0, w1]) {
             tracing::error!("GPU proxy: trigger {seq} ({t:?}) failed: {e}");
             *error.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("trigger {seq} ({t:?}): {e}"));
