@@ -43,9 +43,7 @@ use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
 use crate::plan_exec::{PlanCall, PlanExec};
-use crate::regions::{
-    Links, Regions, Routes, needs_copy_engines, needs_memory_backend, parse_gpu_path,
-};
+use crate::regions::{Links, Regions, Routes, needs_copy_engines, parse_gpu_path};
 use crate::types::{Collective, Dtype, typed_kernel};
 use commhal_algorithms::builders::Algorithm;
 use std::sync::Mutex;
@@ -706,27 +704,27 @@ impl Comm {
         // keeps 2 × count, two copies), and 8n × up to
         // 4 MiB (LL plans: packets double the data, two scratch copies, 2PA-LL's scratch
         // holds 2n × count) unless told otherwise.
-        let plan_scratch = if routes.kernels {
-            PLAN_SCRATCH
-                .number()
-                .map_err(setting_error)?
-                .or(plan_scratch)
-                .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20))
-        } else {
-            0 // plans need a memory backend (refused below): the smallest area
-        };
-        let plans = PlanExec::new(boot, &links, &regions, &ctx, plan_scratch, device_timeout)?;
+        let plan_scratch = PLAN_SCRATCH
+            .number()
+            .map_err(setting_error)?
+            .or(plan_scratch)
+            .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
+        // Without a memory backend (cuda-dma alone) no SM reaches a peer: plans then
+        // reach every peer over port channels, as ranks of other nodes.
+        let plans = PlanExec::new(
+            boot,
+            &links,
+            &regions,
+            &ctx,
+            (plan_scratch, !routes.kernels),
+            device_timeout,
+        )?;
         let mut algos = [None; 7];
         let mut chain_overlap = chain_overlap;
         if let Some(v) = GPU_ALGO.text() {
             let var = GPU_ALGO.env;
             let overrides = crate::plan_exec::parse_overrides(&v)
                 .map_err(|e| CollError::invalid(format!("{var}={v}: {e}")))?;
-            if !routes.kernels && !overrides.is_empty() {
-                return Err(needs_memory_backend(&format!(
-                    "{var}={v} (plan algorithms)"
-                )));
-            }
             one_plan(
                 overrides.iter().map(|&(a, _)| a),
                 &format!("{var}={v}"),
@@ -826,14 +824,6 @@ impl Comm {
     /// the same choice before its next call of `coll`. `COMMHAL_GPU_ALGO`
     /// (`allreduce:2pa-hb@4,allgather:ring`) sets it at creation.
     pub fn set_algorithm(&self, coll: Collective, algo: Option<(Algorithm, u32)>) -> Result<()> {
-        if let Some((a, _)) = algo
-            && !self.routes.kernels
-        {
-            return Err(needs_memory_backend(&format!(
-                "the plan algorithm {}",
-                a.full_name()
-            )));
-        }
         if let Some((a, _)) = algo
             && a.collective() != crate::plan_exec::collective_of(coll)
         {

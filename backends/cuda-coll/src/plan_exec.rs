@@ -200,16 +200,18 @@ pub struct PlanExec {
 
 impl PlanExec {
     /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
-    /// rank from `memory` (the communicator's memory backend), mapped by every peer; and
-    /// when `COMMHAL_NODE` puts the ranks on several virtual nodes, the port channels
-    /// between them ([`PlanPorts`], over the copy engines of `memory`'s selection) on the
-    /// communicator's input and output (`io`: regions 0 and 1) and the plan areas.
+    /// rank from `memory` (the communicator's memory backend, or cuda-dma alone), mapped
+    /// by every peer; and when `COMMHAL_NODE` puts the ranks on several virtual nodes,
+    /// or `every_peer_far` (no memory backend: no SM reaches a peer), the port channels
+    /// to the ranks of other nodes ([`PlanPorts`], over the copy engines of `memory`'s
+    /// selection) on the communicator's input and output (`io`: regions 0 and 1) and
+    /// the plan areas.
     pub fn new(
         boot: &dyn Bootstrap,
         memory: &Links,
         io: &Regions,
         ctx: &Arc<Context>,
-        scratch_bytes: u64,
+        (scratch_bytes, every_peer_far): (u64, bool),
         device_timeout: Duration,
     ) -> Result<PlanExec> {
         let (rank, n) = (boot.rank(), boot.size());
@@ -217,7 +219,13 @@ impl PlanExec {
         let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
         let areas = area.addrs(0);
         boot.barrier()?;
-        let nodes = nodes(boot)?;
+        let nodes = if every_peer_far {
+            Nodes {
+                node: (0..n).collect(),
+            }
+        } else {
+            nodes(boot)?
+        };
         let ranks_per_node = nodes.ranks_per_node().ok_or_else(|| {
             format!(
                 "COMMHAL_NODE puts the ranks on nodes {:?}; plans across nodes need equal runs of consecutive ranks per node",

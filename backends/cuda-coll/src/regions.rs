@@ -19,7 +19,7 @@
 //! |---|---|---|
 //! | memory backend + cuda-dma (the default on a CUDA host) | every collective | the tuned routes (`*_ce_min`), send/recv groups; every collective with `COMMHAL_GPU_PATH=dma` |
 //! | memory backend alone | every collective | none: every `*_ce_min` is off, `COMMHAL_GPU_PATH=dma` and send/recv groups are refused |
-//! | cuda-dma alone | none (`COMMHAL_GPU_PATH=kernels` and plan algorithms are refused) | every collective (the `COMMHAL_GPU_PATH=dma` path), send/recv groups |
+//! | cuda-dma alone | none (`COMMHAL_GPU_PATH=kernels` is refused) | every collective (the `COMMHAL_GPU_PATH=dma` path), send/recv groups; plan algorithms with every peer over port channels through the plans' proxy ([`crate::plan_ports`]) |
 //!
 //! [`Links::share`] allocates the regions and maps every peer's: with a memory backend
 //! through its `alloc` (zeroed), `export` and `map`; with cuda-dma alone through
@@ -121,14 +121,6 @@ pub fn routes(
             dma_all: true,
         }),
     }
-}
-
-/// The error for what needs the kernels to address the peers (plan algorithms) when no
-/// memory backend is selected.
-pub fn needs_memory_backend(what: &str) -> CollError {
-    CollError::invalid(format!(
-        "{what} needs the kernels to load and store into the peers' memory, which a memory backend provides, and only {COPY_ENGINES} (copy engines) is selected: add cuda-nvlink to COMMHAL_BACKENDS (COMMHAL_BACKENDS=cuda-nvlink,{COPY_ENGINES})"
-    ))
 }
 
 /// The error for what needs the copy engines (send/recv groups) when cuda-dma is not
@@ -777,12 +769,6 @@ mod tests {
 
     #[test]
     fn what_needs_a_missing_backend_names_it() {
-        let e =
-            needs_memory_backend("COMMHAL_GPU_ALGO=allreduce:ring (plan algorithms)").to_string();
-        assert!(
-            e.contains("COMMHAL_GPU_ALGO") && e.contains("add cuda-nvlink to COMMHAL_BACKENDS"),
-            "{e}"
-        );
         let e = needs_copy_engines("send/recv groups", "cuda-nvlink").to_string();
         assert!(
             e.contains("send/recv groups")
