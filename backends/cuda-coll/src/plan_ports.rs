@@ -314,6 +314,135 @@ fn table_bytes(t: &PortTable) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use commhal_hal::{Device, DeviceKind, MemoryKind};
+    use std::sync::Mutex;
+
+    /// A port that records what the proxy asked of it.
+    #[derive(Debug, Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    impl DynPort for Recorder {
+        fn write(
+            &mut self,
+            dst: &(dyn Any + Send + Sync),
+            dst_off: u64,
+            src: &dyn Region,
+            src_off: u64,
+            len: u64,
+        ) -> commhal_hal::Result<()> {
+            let d = dst.downcast_ref::<u32>().copied().unwrap_or(99);
+            self.0.lock().unwrap().push(format!(
+                "write remote{d}+{dst_off} <- local@{}+{src_off} {len}",
+                src.addr()
+            ));
+            Ok(())
+        }
+        fn read(
+            &mut self,
+            _: &dyn Region,
+            _: u64,
+            _: &(dyn Any + Send + Sync),
+            _: u64,
+            _: u64,
+        ) -> commhal_hal::Result<()> {
+            unreachable!("plans never read over ports")
+        }
+        fn signal(
+            &mut self,
+            sem: &(dyn Any + Send + Sync),
+            off: u64,
+            add: u64,
+        ) -> commhal_hal::Result<()> {
+            let d = sem.downcast_ref::<u32>().copied().unwrap_or(99);
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("signal remote{d}+{off} add {add}"));
+            Ok(())
+        }
+        fn flush(&mut self) -> commhal_hal::Result<()> {
+            self.0.lock().unwrap().push("flush".into());
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct Fake(u64);
+
+    impl Region for Fake {
+        fn addr(&self) -> u64 {
+            self.0
+        }
+        fn len(&self) -> u64 {
+            1 << 20
+        }
+        fn device(&self) -> Device {
+            Device {
+                kind: DeviceKind::Cuda,
+                ordinal: 0,
+            }
+        }
+        fn kind(&self) -> MemoryKind {
+            MemoryKind::Device
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    fn raw(t: Trigger) -> [u64; 2] {
+        t.encode().unwrap()
+    }
+
+    #[test]
+    fn the_carrier_writes_stores_values_and_flushes() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        // rank 0 talks to far rank 1: its remote regions are ids 3, 4, 5
+        let mut c = Carrier {
+            ports: vec![None, Some(Box::new(Recorder(log.clone())))],
+            locals: (0..3u64)
+                .map(|k| Box::new(Fake(0x1000 * (k + 1))) as Box<dyn Region>)
+                .collect(),
+            remotes: (0..6u32)
+                .map(|id| (id >= 3).then(|| Box::new(id) as Box<dyn Any + Send + Sync>))
+                .collect(),
+            written: HashMap::new(),
+        };
+        // PUT from local output (1) into rank 1's area (remote 5), then FLUSH
+        let put = Trigger::put(1, 5, 64, 1, 128, 4096);
+        c.perform(&put, raw(put)).unwrap();
+        let flush = Trigger::flush(1);
+        c.perform(&flush, raw(flush)).unwrap();
+        // SIGNAL stores (L << 32) | k: the value rides in w0 (len | src_offset << 32)
+        let store = |v: u64| {
+            let mut t = Trigger::signal(1);
+            t.dst_memory = 5;
+            t.dst_offset = 8 * 77;
+            t.size = v & 0xffff_ffff;
+            t.src_offset = v >> 32;
+            t
+        };
+        for v in [(3u64 << 32) | 1, (3 << 32) | 2, (4 << 32) | 1] {
+            let t = store(v);
+            c.perform(&t, raw(t)).unwrap();
+        }
+        let got = log.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            vec![
+                "write remote5+64 <- local@8192+128 4096".to_string(),
+                "flush".to_string(),
+                format!("signal remote5+616 add {}", (3u64 << 32) | 1),
+                "signal remote5+616 add 1".to_string(),
+                format!("signal remote5+616 add {}", (1u64 << 32) - 1),
+            ]
+        );
+        // a rank without a port, a region never imported: errors, not panics
+        let bad = Trigger::put(0, 5, 0, 0, 0, 8);
+        assert!(c.perform(&bad, raw(bad)).is_err());
+        let bad = Trigger::put(1, 2, 0, 0, 0, 8);
+        assert!(c.perform(&bad, raw(bad)).is_err());
+    }
 
     #[test]
     fn nodes_of_equal_consecutive_runs() {
