@@ -16,8 +16,11 @@
 //! Channels. Between ranks of one node every peer buffer is mapped: memory-channel ops
 //! are the CTAs' own loads and stores. Port-channel ops (between virtual nodes:
 //! `builders::ports_across_nodes`) are triggers into this rank's proxy FIFO, carried
-//! by the port backend (plan.h `far_put`, `far_signal`, `far_wait`): a put is flushed
-//! before the block goes on (its source is reusable at once, as after a memory put), a
+//! by the port backend (plan.h `far_put`, `far_signal`, `far_wait`, `far_flush`): a
+//! put's source stays in use until a flush, which the generator emits before anything
+//! may write this rank's memory again (a local write, a memory signal, the barrier, a
+//! signal to another far rank, the next loop iteration) and at the block's end (plans
+//! written for memory channels take a put as done when the next op starts); a
 //! signal makes the peer's flag word the same epoch value an SM store would, and the
 //! start / end handshakes with those ranks go through the proxy from CTA 0 behind the
 //! intra-rank barrier. No SM touches a far peer's memory, so packets (`PutPackets`) and
@@ -318,6 +321,8 @@ struct Gen<'a> {
     done_waited: BTreeSet<u32>,
     /// Ranks reached over port channels ([`far_peers`]).
     far: u32,
+    /// Far ranks this block pushed puts to that were not flushed yet (bit p).
+    unflushed: u32,
 }
 
 impl Gen<'_> {
@@ -446,6 +451,19 @@ impl Gen<'_> {
         )
     }
 
+    /// Wait for the block's puts to the far ranks in `mask` that were not flushed yet
+    /// (their sources become writable again; plan.h `far_flush`).
+    fn flush_far(&mut self, mask: u32) {
+        let m = self.unflushed & mask;
+        if m != 0 {
+            self.line(&format!("far_flush(c, {m}u);"));
+            self.unflushed &= !m;
+            // far_flush ends with a replica sync
+            self.reads.clear();
+            self.writes.clear();
+        }
+    }
+
     /// An error for `what` between this rank and far `peer` (no SM reaches it).
     fn no_far(&self, peer: u32, what: &str) -> Result<(), AlgoError> {
         if self.far & (1 << peer) != 0 {
@@ -478,6 +496,25 @@ impl Gen<'_> {
     ) -> Result<(), AlgoError> {
         let me = self.me;
         let es = self.es;
+        // A put to a far rank reads its source until flushed: flush before anything that
+        // may write this rank's memory or let a peer write it (a local write, a memory
+        // signal, the intra-rank barrier, a signal to another far rank). The proxy keeps
+        // a put before a later signal to the same rank (one port, in order).
+        match op {
+            Op::Put {
+                channel: ChannelKind::Port,
+                ..
+            }
+            | Op::Wait { .. }
+            | Op::PutPackets { .. } => {}
+            Op::Signal {
+                peer,
+                channel: ChannelKind::Port,
+                ..
+            } => self.flush_far(!(1 << peer)),
+            Op::Flush { peer, .. } => self.flush_far(1 << peer),
+            _ => self.flush_far(u32::MAX),
+        }
         match op {
             Op::Put {
                 peer,
@@ -492,7 +529,8 @@ impl Gen<'_> {
                 self.line(&format!(
                     "{{ Span s = {s}; Span d = {d}; far_put(c, {peer}u, d.p, s.p, s.n * {es}ull); }}"
                 ));
-                // far_put ends with a replica sync
+                self.unflushed |= 1 << peer;
+                // far_put starts with a replica sync
                 self.reads.clear();
                 self.writes.clear();
             }
@@ -758,6 +796,7 @@ pub fn generate_cuda(
             one_way_to: &one_way_to,
             done_waited: BTreeSet::new(),
             far,
+            unflushed: 0,
         };
         let mut flat = 0usize;
         for op in &blk.ops {
@@ -768,6 +807,8 @@ pub fn generate_cuda(
                     for o in body {
                         g.op(o, b, flat, true, *iterations)?;
                     }
+                    // the next iteration may write what this one's puts read
+                    g.flush_far(u32::MAX);
                     g.line("}");
                     flat += *iterations as usize * body.len();
                 }
@@ -786,6 +827,8 @@ pub fn generate_cuda(
                 }
             }
         }
+        // the launch ends with every put done (the stream's next work may reuse sources)
+        g.flush_far(u32::MAX);
         uses_barrier |= blk.ops.iter().any(|o| {
             matches!(o, Op::Barrier)
                 || matches!(o, Op::Loop { body, .. } if body.contains(&Op::Barrier))

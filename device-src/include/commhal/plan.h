@@ -341,10 +341,10 @@ COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& 
   return false;
 }
 
-// Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy, and wait
-// until the port's flush returned (the source may be reused at once, as after a
-// memory-channel put). The whole plan block: its CTAs finished writing the source
-// before (replica sync), the put and its flush are one thread's, the block waits.
+// Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy. The whole
+// plan block: its CTAs finished writing the source before (replica sync); one thread
+// pushes the trigger. The source stays in use until far_flush (the generator flushes
+// before anything may write this rank's memory again, and at the end of the block).
 COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
   group_sync(c);
   if (c.part == 0 && threadIdx.x == 0 && n > 0) {
@@ -354,7 +354,27 @@ COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
       PortChannelHandle h = far_handle(c, peer);
       h.local_memory_id = sk;
       h.remote_memory_id = 3 * peer + dk;
-      if (commhal::port_put(h, dof, so, n)) commhal::port_flush(h);
+      commhal::port_put(h, dof, so, n);
+    }
+  }
+}
+
+// Wait until the puts this block pushed to the far ranks in `mask` (bit p: rank p)
+// completed (the port's flush: their sources may be written again); the whole block.
+COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
+  if (c.part == 0 && threadIdx.x == 0) {
+    u64 last = 0;
+    bool any = false, ok = true;
+    for (u32 p = 0; p < PLAN_MAX_RANKS && ok; ++p) {
+      if (!((mask >> p) & 1)) continue;
+      PortChannelHandle h = far_handle(c, p);
+      ok = commhal::port_push(h, TRIGGER_FLUSH, 0, 0, 0, &last);
+      any = true;
+    }
+    // the proxy performs triggers in order: the last flush done means all are
+    if (any && ok) {
+      PortChannelHandle h = far_handle(c, 0);
+      commhal::fifo_wait_done(h, last);
     }
   }
   group_sync(c);
