@@ -63,8 +63,8 @@ pub static NODE: Setting = Setting {
     },
     default: "0",
     set_by: SetBy::User,
-    read_by: "algorithms",
-    doc: "virtual node of this rank: ranks on different nodes never map each other's memory and talk over port channels, to run multi-node algorithms on one host (CommOptions::node wins)",
+    read_by: "algorithms, cuda-coll",
+    doc: "virtual node of this rank: ranks on different nodes never map each other's memory and talk over port channels, to run multi-node algorithms on one host (CommOptions::node wins); on GPUs it splits the plan algorithms only (the hand kernels still map every GPU of the host)",
 };
 
 /// `COMMHAL_UNIQUE_ID`: the rendezvous of `commhal launch`.
