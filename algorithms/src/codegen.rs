@@ -95,22 +95,14 @@ pub struct CudaKernel {
 /// The ranks `rank` reaches over port channels in `plan` (bit p: rank p), either way.
 pub fn far_peers(plan: &Plan, rank: u32) -> u32 {
     fn scan(op: &Op, me: u32, mask: &mut u32, to: Option<u32>) {
-        match op {
-            Op::Put { peer, channel, .. }
-            | Op::Signal { peer, channel, .. }
-            | Op::Wait { peer, channel, .. }
-            | Op::Flush { peer, channel, .. }
-            | Op::PutPackets { peer, channel, .. }
-                if *channel == ChannelKind::Port =>
-            {
-                match to {
-                    None => *mask |= 1 << peer,
-                    Some(r) if *peer == me => *mask |= 1 << r,
-                    Some(_) => {}
-                }
+        if let Op::Loop { body, .. } = op {
+            body.iter().for_each(|o| scan(o, me, mask, to));
+        } else if let Some((peer, ChannelKind::Port)) = op.peer_channel() {
+            match to {
+                None => *mask |= 1 << peer,
+                Some(r) if peer == me => *mask |= 1 << r,
+                Some(_) => {}
             }
-            Op::Loop { body, .. } => body.iter().for_each(|o| scan(o, me, mask, to)),
-            _ => {}
         }
     }
     let mut mask = 0u32;

@@ -257,18 +257,13 @@ pub fn ports_across_nodes(plan: &mut Plan, ranks_per_node: u32) {
         return;
     }
     fn fix(op: &mut Op, r: u32, rpn: u32) {
-        match op {
-            Op::Put { peer, channel, .. }
-            | Op::Signal { peer, channel, .. }
-            | Op::Wait { peer, channel, .. }
-            | Op::Flush { peer, channel, .. }
-            | Op::PutPackets { peer, channel, .. }
-                if *peer / rpn != r / rpn && *channel == ChannelKind::Memory =>
-            {
-                *channel = ChannelKind::Port;
-            }
-            Op::Loop { body, .. } => body.iter_mut().for_each(|o| fix(o, r, rpn)),
-            _ => {}
+        if let Op::Loop { body, .. } = op {
+            body.iter_mut().for_each(|o| fix(o, r, rpn));
+        } else if let Some((peer, channel)) = op.peer_channel_mut()
+            && peer / rpn != r / rpn
+            && *channel == ChannelKind::Memory
+        {
+            *channel = ChannelKind::Port;
         }
     }
     for (r, rp) in plan.ranks.iter_mut().enumerate() {

@@ -206,6 +206,32 @@ impl Op {
         }
     }
 
+    /// The peer and channel kind of an op that can run on either channel kind (put,
+    /// signal, wait, flush, packet put: what `builders::ports_across_nodes` moves onto
+    /// port channels); `None` for every other op.
+    pub fn peer_channel(&self) -> Option<(u32, ChannelKind)> {
+        match self {
+            Op::Put { peer, channel, .. }
+            | Op::Signal { peer, channel, .. }
+            | Op::Wait { peer, channel, .. }
+            | Op::Flush { peer, channel, .. }
+            | Op::PutPackets { peer, channel, .. } => Some((*peer, *channel)),
+            _ => None,
+        }
+    }
+
+    /// As [`Op::peer_channel`], the channel kind to change.
+    pub fn peer_channel_mut(&mut self) -> Option<(u32, &mut ChannelKind)> {
+        match self {
+            Op::Put { peer, channel, .. }
+            | Op::Signal { peer, channel, .. }
+            | Op::Wait { peer, channel, .. }
+            | Op::Flush { peer, channel, .. }
+            | Op::PutPackets { peer, channel, .. } => Some((*peer, channel)),
+            _ => None,
+        }
+    }
+
     /// Peers the op talks to.
     pub fn peers(&self) -> Vec<u32> {
         match self {
