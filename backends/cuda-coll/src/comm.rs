@@ -42,7 +42,7 @@ use crate::driver;
 use crate::error::{CollError, Result};
 use crate::kernels::{Kernels, ReduceOp};
 use crate::layout::{self, CollArgs, MAX_RANKS};
-use crate::plan_exec::{PlanCall, PlanExec};
+use crate::plan_exec::{FarRanks, PlanCall, PlanExec};
 use crate::regions::{Links, Regions, Routes, needs_copy_engines, parse_gpu_path};
 use crate::types::{Collective, Dtype, typed_kernel};
 use commhal_algorithms::builders::Algorithm;
@@ -710,13 +710,22 @@ impl Comm {
             .or(plan_scratch)
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
         // Without a memory backend (cuda-dma alone) no SM reaches a peer: plans then
-        // reach every peer over port channels, as ranks of other nodes.
+        // reach every peer over port channels, as ranks of other nodes. Their setup (a
+        // port per peer, a proxy thread) is made only when COMMHAL_GPU_ALGO asks for
+        // a plan at creation.
+        let far = if routes.kernels {
+            FarRanks::Nodes
+        } else if GPU_ALGO.text().is_some() {
+            FarRanks::Every
+        } else {
+            FarRanks::EveryWithoutPorts
+        };
         let plans = PlanExec::new(
             boot,
             &links,
             &regions,
             &ctx,
-            (plan_scratch, !routes.kernels),
+            (plan_scratch, far),
             device_timeout,
         )?;
         let mut algos = [None; 7];
@@ -824,6 +833,16 @@ impl Comm {
     /// the same choice before its next call of `coll`. `COMMHAL_GPU_ALGO`
     /// (`allreduce:2pa-hb@4,allgather:ring`) sets it at creation.
     pub fn set_algorithm(&self, coll: Collective, algo: Option<(Algorithm, u32)>) -> Result<()> {
+        if let Some((a, _)) = algo
+            && !self.routes.kernels
+            && !self.plans.has_ports()
+        {
+            return Err(CollError::invalid(format!(
+                "the plan algorithm {}: with {} alone no kernel reaches a peer, so plans run over port channels, which are set up at creation only when COMMHAL_GPU_ALGO names a plan: set it when creating the communicator, or add cuda-nvlink to COMMHAL_BACKENDS",
+                a.full_name(),
+                crate::regions::COPY_ENGINES
+            )));
+        }
         if let Some((a, _)) = algo
             && a.collective() != crate::plan_exec::collective_of(coll)
         {

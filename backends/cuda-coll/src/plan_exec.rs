@@ -86,6 +86,18 @@ pub struct PlanArgs {
 
 const _: () = assert!(std::mem::size_of::<PlanArgs>() == 240);
 
+/// Which ranks a communicator's plans reach over port channels instead of the SMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FarRanks {
+    /// The ranks of other virtual nodes (`COMMHAL_NODE`); none on one node.
+    Nodes,
+    /// Every peer (no memory backend: no SM reaches a peer).
+    Every,
+    /// Every peer, but without port channels set up (no plan was asked for at
+    /// creation): every plan is refused.
+    EveryWithoutPorts,
+}
+
 /// What identifies one compiled plan kernel on this rank.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
@@ -201,17 +213,15 @@ pub struct PlanExec {
 impl PlanExec {
     /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
     /// rank from `memory` (the communicator's memory backend, or cuda-dma alone), mapped
-    /// by every peer; and when `COMMHAL_NODE` puts the ranks on several virtual nodes,
-    /// or `every_peer_far` (no memory backend: no SM reaches a peer), the port channels
-    /// to the ranks of other nodes ([`PlanPorts`], over the copy engines of `memory`'s
-    /// selection) on the communicator's input and output (`io`: regions 0 and 1) and
-    /// the plan areas.
+    /// by every peer; and the port channels to the `far` ranks ([`PlanPorts`], over the
+    /// copy engines of `memory`'s selection) on the communicator's input and output
+    /// (`io`: regions 0 and 1) and the plan areas.
     pub fn new(
         boot: &dyn Bootstrap,
         memory: &Links,
         io: &Regions,
         ctx: &Arc<Context>,
-        (scratch_bytes, every_peer_far): (u64, bool),
+        (scratch_bytes, far): (u64, FarRanks),
         device_timeout: Duration,
     ) -> Result<PlanExec> {
         let (rank, n) = (boot.rank(), boot.size());
@@ -219,12 +229,11 @@ impl PlanExec {
         let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
         let areas = area.addrs(0);
         boot.barrier()?;
-        let nodes = if every_peer_far {
-            Nodes {
+        let nodes = match far {
+            FarRanks::Nodes => nodes(boot)?,
+            FarRanks::Every | FarRanks::EveryWithoutPorts => Nodes {
                 node: (0..n).collect(),
-            }
-        } else {
-            nodes(boot)?
+            },
         };
         let ranks_per_node = nodes.ranks_per_node().ok_or_else(|| {
             format!(
@@ -240,6 +249,10 @@ impl PlanExec {
             area.local(0),
         ) {
             (Ok(rpn), _, _, _, _) if *rpn >= n => Err("every rank is on one node".to_string()),
+            _ if far == FarRanks::EveryWithoutPorts => Err(format!(
+                "with {} alone they are set up at creation only when COMMHAL_GPU_ALGO names a plan",
+                crate::regions::COPY_ENGINES
+            )),
             (Err(e), ..) => Err(e.clone()),
             (Ok(_), Some(port), Some(input), Some(output), Some(plan_area)) => {
                 if memory.endpoints().len() != n as usize {
@@ -417,6 +430,12 @@ impl PlanExec {
     /// only), staged like a call on unshareable buffers.
     pub fn needs_regions(&self, c: &PlanCall) -> Result<bool> {
         Ok(self.loaded(c)?.kernel.far != 0)
+    }
+
+    /// Whether the plans have port channels (to ranks of other nodes, or to every peer
+    /// with cuda-dma alone).
+    pub fn has_ports(&self) -> bool {
+        self.ports.is_ok()
     }
 
     /// The port proxy's first error, if the plans have port channels and it stopped.
