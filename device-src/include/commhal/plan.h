@@ -257,18 +257,11 @@ COMMHAL_DEVICE void group_sync(Ctx& c) {
 // 1 end): store L into the peer's [which][me][CTA], wait for ours [which][p][CTA].
 // Ranks of other nodes (bit p of `far`) are skipped: far_handshake reaches them.
 COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks, u32 far) {
-  __syncthreads();
-  const u32 me = c.a->rank;
-  for (u32 p = threadIdx.x; p < nranks; p += blockDim.x) {
-    if (p == me || ((far >> p) & 1)) continue;
-    const u64 row = ((u64)which * PLAN_MAX_RANKS) * PLAN_MAX_CTAS + blockIdx.x;
-    u64* theirs = reinterpret_cast<u64*>(c.a->area[p] + PLAN_HS_OFF) + row + (u64)me * PLAN_MAX_CTAS;
-    const u64* mine =
-        reinterpret_cast<const u64*>(c.a->area[me] + PLAN_HS_OFF) + row + (u64)p * PLAN_MAX_CTAS;
-    flag_signal(theirs, c.hi);
-    flag_wait(mine, c.hi, bound(c));
-  }
-  __syncthreads();
+  const u64 row = ((u64)which * PLAN_MAX_RANKS) * PLAN_MAX_CTAS + blockIdx.x;
+  block_handshake(c.a->rank, nranks, far, c.hi, bound(c), [&](u32 owner, u32 from) {
+    return reinterpret_cast<u64*>(c.a->area[owner] + PLAN_HS_OFF) + row +
+           (u64)from * PLAN_MAX_CTAS;
+  });
 }
 
 // Start: no CTA touches a peer's input or output before that peer's kernel runs (its

@@ -57,4 +57,23 @@ COMMHAL_DEVICE bool flag_wait(const u64* flag, u64 value, const WaitBound& b) {
   return wait_until(b, ERR_WAIT_TIMEOUT, [&] { return load_acquire(flag) >= value; });
 }
 
+// Handshake of this block with the same block of ranks 0..n, but `me` and the ranks in
+// `skip` (bit p): after the block's earlier writes (__syncthreads, then a release store),
+// thread p raises flag slot(p, me) of rank p to `value` and waits until its own
+// slot(me, p) reaches it (acquire), then the block syncs. slot(owner, from) is the flag
+// in rank owner's memory that rank `from` raises for this block. The hand-written
+// collectives' block barriers and the plans' start / end handshakes (the block's
+// same-numbered block on every peer runs the same slice of the work).
+template <typename Slot>
+COMMHAL_DEVICE void block_handshake(u32 me, u32 n, u32 skip, u64 value, const WaitBound& b,
+                                    Slot slot) {
+  __syncthreads();
+  for (u32 p = threadIdx.x; p < n; p += blockDim.x) {
+    if (p == me || ((skip >> p) & 1)) continue;
+    flag_signal(slot(p, me), value);
+    flag_wait(slot(me, p), value, b);
+  }
+  __syncthreads();
+}
+
 }  // namespace commhal

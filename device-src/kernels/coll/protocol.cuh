@@ -142,13 +142,8 @@ COMMHAL_DEVICE u64* flag_slot(const CollArgs& a, u32 owner, u64 off, u32 from) {
 
 // Block-level barrier with the same block of every peer (see "Barriers" at the top of this file).
 COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
-  __syncthreads();
-  const u32 t = threadIdx.x;
-  if (t < a.nranks && t != a.rank) {
-    flag_signal(flag_slot(a, t, flags_off, a.rank), e);
-    flag_wait(flag_slot(a, a.rank, flags_off, t), e, bound(a));
-  }
-  __syncthreads();
+  block_handshake(a.rank, a.nranks, 0, e, bound(a),
+                  [&](u32 owner, u32 from) { return flag_slot(a, owner, flags_off, from); });
 }
 // Broadcast and reduce for small sizes, LL16, no barrier. One side only sends (the
 // broadcast root; the reduce non-roots), so nothing would stop it running two launches
