@@ -325,9 +325,11 @@ impl PlanExec {
             return Ok(l.clone());
         }
         let mut p = BuildParams::new(self.n);
-        // one node when the nodes cannot be used: such plans then fail below if they
-        // need the nodes' port channels
-        p.ranks_per_node = self.ranks_per_node.clone().unwrap_or(self.n);
+        // nodes that are not equal runs of consecutive ranks: refused, not ignored
+        p.ranks_per_node = self
+            .ranks_per_node
+            .clone()
+            .map_err(|why| CollError::invalid(format!("plan {}: {why}", key.algo.full_name())))?;
         p.in_place = key.in_place;
         p.root = key.root;
         p.blocks = key.blocks;
