@@ -382,9 +382,11 @@ COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
 }
 
 // The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
-// [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k.
-COMMHAL_DEVICE void far_signal(const Ctx& c, u32 peer, u32 idx, u32 k) {
-  __syncthreads();
+// [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k. One
+// signal stands for every part of the block (a memory channel signals per part), so
+// the parts sync first: none is still reading what the signal hands back.
+COMMHAL_DEVICE void far_signal(Ctx& c, u32 peer, u32 idx, u32 k) {
+  group_sync(c);
   if (c.part == 0 && threadIdx.x == 0)
     far_store(c, peer, (u64)idx * PLAN_MAX_PARTS * 8, c.hi | k);
 }
