@@ -1247,4 +1247,64 @@ mod tests {
         }
         assert!(ok.iter().any(|n| n.contains("2ph")), "{ok:?}");
     }
+
+    #[test]
+    fn far_puts_are_flushed_before_their_sources_change() {
+        let mut p = BuildParams::new(4);
+        p.ranks_per_node = 2;
+        // 2PH-HB, rank 1: put its reduced chunk to rank 3, signal, wait for rank 3's,
+        // then reduce into that same chunk: the flush comes after the wait (the put
+        // overlaps it) and before the reduce.
+        let plan = build(Algorithm::AllReduce2phHb, &p).unwrap();
+        let src = generate_cuda(&plan, 1, DataType::F16, RedOp::Sum)
+            .unwrap()
+            .source;
+        let at = |s: &str| src.find(s).unwrap_or_else(|| panic!("no {s} in\n{src}"));
+        let put = at("far_put(c, 3u");
+        let signal = at("far_signal(c, 3u");
+        let wait = at("far_wait(c, ");
+        let flush = at("far_flush(c, 8u);");
+        let reduce = src[put..].find("reduce<").map(|i| i + put).unwrap();
+        assert!(
+            put < signal && signal < wait && wait < flush && flush < reduce,
+            "{src}"
+        );
+        // Every plan across two nodes: no block ends with a put unflushed, and no
+        // local write follows a put before a flush.
+        for algo in Algorithm::ALL {
+            let mut p = BuildParams::new(4);
+            p.ranks_per_node = 2;
+            if algo == Algorithm::SendRecv {
+                p.pairs = (0..4).map(|r| (r, (r + 1) % 4)).collect();
+            }
+            if !algo.supports(&p) {
+                continue;
+            }
+            let Ok(plan) = build(algo, &p) else { continue };
+            for r in 0..4 {
+                let Ok(k) = generate_cuda(&plan, r, DataType::F32, RedOp::Sum) else {
+                    continue;
+                };
+                let mut pending = false;
+                for line in k.source.lines().map(str::trim) {
+                    if line.contains("far_put(") {
+                        pending = true;
+                    } else if line.starts_with("far_flush(") {
+                        pending = false;
+                    } else if pending
+                        && (line.contains("reduce<")
+                            || line.contains("copy(c, d.p")
+                            || line.starts_with("signal(")
+                            || line.starts_with("barrier(")
+                            || line == "}")
+                    {
+                        panic!(
+                            "{} r={r}: `{line}` while a far put is unflushed:\n{}",
+                            plan.name, k.source
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
