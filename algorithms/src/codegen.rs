@@ -1222,21 +1222,27 @@ mod tests {
         assert!(e.contains("another node") && e.contains("HB plan"), "{e}");
     }
 
+    /// Every algorithm's plan that builds for 4 ranks on two virtual nodes of 2.
+    fn two_node_plans() -> Vec<Plan> {
+        Algorithm::ALL
+            .into_iter()
+            .filter_map(|algo| {
+                let mut p = BuildParams::new(4);
+                p.ranks_per_node = 2;
+                if algo == Algorithm::SendRecv {
+                    p.pairs = (0..4).map(|r| (r, (r + 1) % 4)).collect();
+                }
+                algo.supports(&p).then(|| build(algo, &p).ok()).flatten()
+            })
+            .collect()
+    }
+
     #[test]
     fn which_plans_run_across_two_nodes() {
         // Every algorithm that builds for 2 x 2 either generates (HB: puts and signals
         // only) or is refused with the packets / reads message.
         let mut ok = Vec::new();
-        for algo in Algorithm::ALL {
-            let mut p = BuildParams::new(4);
-            p.ranks_per_node = 2;
-            if algo == Algorithm::SendRecv {
-                p.pairs = (0..4).map(|r| (r, (r + 1) % 4)).collect();
-            }
-            if !algo.supports(&p) {
-                continue;
-            }
-            let Ok(plan) = build(algo, &p) else { continue };
+        for plan in two_node_plans() {
             match (0..4)
                 .map(|r| generate_cuda(&plan, r, DataType::F32, RedOp::Sum))
                 .collect::<Result<Vec<_>, _>>()
@@ -1271,16 +1277,7 @@ mod tests {
         );
         // Every plan across two nodes: no block ends with a put unflushed, and no
         // local write follows a put before a flush.
-        for algo in Algorithm::ALL {
-            let mut p = BuildParams::new(4);
-            p.ranks_per_node = 2;
-            if algo == Algorithm::SendRecv {
-                p.pairs = (0..4).map(|r| (r, (r + 1) % 4)).collect();
-            }
-            if !algo.supports(&p) {
-                continue;
-            }
-            let Ok(plan) = build(algo, &p) else { continue };
+        for plan in two_node_plans() {
             for r in 0..4 {
                 let Ok(k) = generate_cuda(&plan, r, DataType::F32, RedOp::Sum) else {
                     continue;
