@@ -40,6 +40,9 @@ impl Region for Box<dyn Region> {
     fn registrable(&self) -> Option<crate::memory::Registrable> {
         (**self).registrable()
     }
+    fn staged(&self) -> Option<Arc<dyn crate::memory::StagedAccess>> {
+        (**self).staged()
+    }
 }
 
 fn downcast<'a, T: 'static>(backend: &str, what: &str, any: &'a dyn Any) -> Result<&'a T> {

@@ -30,7 +30,9 @@ pub mod transport;
 pub use abort::{AbortFlag, AbortReason};
 pub use error::{HalError, Result};
 pub use guarantees::{FlushMeaning, Guarantees, SignalStrength};
-pub use memory::{DmaBufExport, DmaBufRange, Export, MemoryKind, MemoryOwner, Region, Registrable};
+pub use memory::{
+    DmaBufExport, DmaBufRange, Export, MemoryKind, MemoryOwner, Region, Registrable, StagedAccess,
+};
 pub use topology::{Device, DeviceKind, Endpoint, Rank, Reach};
 pub use transport::{
     MemoryMapped, Port, PortMapped, SwitchGroup, SwitchMapped, Transport, TransportKinds,

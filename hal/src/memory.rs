@@ -66,6 +66,48 @@ pub trait Region: Send + Sync + std::fmt::Debug + 'static {
     fn registrable(&self) -> Option<Registrable> {
         None
     }
+    /// How a host-side transport (host-tcp) moves this region's bytes when it cannot
+    /// address them: through the driver's copies, staged in pinned host memory. `None`
+    /// (the default) for memory the host addresses directly or cannot reach. The
+    /// accessor keeps the memory alive for as long as it lives.
+    fn staged(&self) -> Option<Arc<dyn StagedAccess>> {
+        None
+    }
+}
+
+/// Copies in and out of device memory for a host-side transport, from
+/// [`Region::staged`]. Offsets are bytes from the region's start; every method checks
+/// `off + len <= len()` and fails with an error naming the range otherwise.
+///
+/// Contract:
+/// * `read` returns the bytes as they are when it runs, after every earlier `write`
+///   and `store_u64` of this accessor landed; the caller makes sure device code
+///   finished writing them (a trigger or flag that follows the writes);
+/// * `write` and `store_u64` may return before their bytes land: they land in call
+///   order, and all have landed when `settle` returns. `data` may change as soon as
+///   `write` returned;
+/// * `store_u64` makes the 8-byte word at `off` (8-byte aligned) equal to `value` in one
+///   8-byte store, after every earlier `write` of this accessor landed, so a kernel that
+///   sees the value with an acquire load also sees those bytes;
+/// * the methods never wait for work the device queued elsewhere (kernels on the
+///   caller's streams): a kernel may be spinning on the flag this accessor stores.
+pub trait StagedAccess: Send + Sync + fmt::Debug {
+    /// Length in bytes.
+    fn len(&self) -> u64;
+    /// True when `len() == 0`.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The device and kind of the memory (what [`Region::device`] / `kind` say).
+    fn device(&self) -> (Device, MemoryKind);
+    /// Copy `out.len()` bytes at `off` out of the memory.
+    fn read(&self, off: u64, out: &mut [u8]) -> crate::Result<()>;
+    /// Copy `data` into the memory at `off`.
+    fn write(&self, off: u64, data: &[u8]) -> crate::Result<()>;
+    /// Store the word at `off` (see the contract above).
+    fn store_u64(&self, off: u64, value: u64) -> crate::Result<()>;
+    /// Wait until every earlier `write` and `store_u64` landed.
+    fn settle(&self) -> crate::Result<()>;
 }
 
 /// What keeps registered memory alive: any shared handle of the memory's owner.

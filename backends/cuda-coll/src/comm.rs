@@ -952,12 +952,16 @@ impl Comm {
 
     /// Which backends carry the collectives, in words (the benchmark's header):
     /// `cuda-nvlink (kernels) + cuda-dma (copy engines: ...)`, `cuda-nvlink (kernels)`,
-    /// `cuda-dma (copy engines)`.
+    /// `cuda-dma (copy engines)`, followed by the port backend of plans across nodes.
     pub fn links(&self) -> String {
         let mut r = self.routes;
         // a driver without stream memory operations turned the tuned routes off
         r.copy_engines &= crate::dma::available();
-        r.describe(self.links.memory_name(), self.links.copy_engines_name())
+        let links = r.describe(self.links.memory_name(), self.links.copy_engines_name());
+        match self.plans.ports_backend() {
+            Some(p) => format!("{links}; plans across nodes through {p} port channels"),
+            None => links,
+        }
     }
 
     /// What the selected backends allow ([`crate::regions::routes`]).

@@ -22,7 +22,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long the drain thread spins after a trigger before it sleeps between polls: a
+/// collective's triggers come in bursts, and a thread put to sleep wakes tens of
+/// microseconds late (timer slack), which a port between nodes pays on every call.
+const SPIN_WINDOW: Duration = Duration::from_millis(2);
+/// The poll period once idle longer than [`SPIN_WINDOW`].
+const IDLE_SLEEP: Duration = Duration::from_micros(20);
 
 use commhal_channels::fifo::Trigger;
 use commhal_channels::proxy::ProxyContext;
@@ -177,7 +184,7 @@ fn drain(
     done: Arc<AtomicU64>,
 ) {
     let mut seq = 0u64;
-    let mut idle = 0u32;
+    let mut last = Instant::now();
     loop {
         // The stop flag is read before the slot, so a trigger written before `stop`
         // is still performed (same rule as the channels proxy).
@@ -187,15 +194,14 @@ fn drain(
             if stopping {
                 return;
             }
-            idle = idle.saturating_add(1);
-            if idle < 4096 {
+            if last.elapsed() < SPIN_WINDOW {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(Duration::from_micros(5));
+                std::thread::sleep(IDLE_SLEEP);
             }
             continue;
         }
-        idle = 0;
+        last = Instant::now();
         let w0 = fifo.word(seq, 0).load(Ordering::Relaxed);
         let t = Trigger::decode([w0, w1]);
         if let Err(e) = handler(&t, [w0, w1]) {

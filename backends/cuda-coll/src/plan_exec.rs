@@ -243,7 +243,7 @@ impl PlanExec {
         });
         let ports = match (
             &ranks_per_node,
-            memory.copy_engines(),
+            memory.far_port(),
             io.local(0),
             io.local(1),
             area.local(0),
@@ -270,7 +270,7 @@ impl PlanExec {
                 }
             }
             (Ok(_), None, ..) => Err(format!(
-                "the selection ({}) has no port backend for them: select cuda-dma too (COMMHAL_BACKENDS=cuda-nvlink,cuda-dma)",
+                "the selection ({}) has no port backend for them: select cuda-dma (one host) or host-tcp / ib-verbs too (COMMHAL_BACKENDS=cuda-nvlink,cuda-dma or cuda-nvlink,host-tcp)",
                 memory.name()
             )),
             (Ok(_), ..) => Err("the communicator has no registered input and output".to_string()),
@@ -438,6 +438,11 @@ impl PlanExec {
     /// with cuda-dma alone).
     pub fn has_ports(&self) -> bool {
         self.ports.is_ok()
+    }
+
+    /// The port backend that carries plans across nodes, when there are ports.
+    pub fn ports_backend(&self) -> Option<&str> {
+        self.ports.as_ref().ok().map(PlanPorts::backend)
     }
 
     /// The port proxy's first error, if the plans have port channels and it stopped.

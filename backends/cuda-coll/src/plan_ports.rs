@@ -287,6 +287,11 @@ impl PlanPorts {
         })
     }
 
+    /// The port backend's name.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
     /// Device address of the kernels' table (`PlanArgs::ports`).
     pub fn table_addr(&self) -> u64 {
         self.table.addr()

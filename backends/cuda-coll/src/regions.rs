@@ -168,6 +168,9 @@ pub struct Links {
     memory: Option<(String, Arc<dyn DynMemoryMapped>)>,
     /// cuda-dma, by its registry name.
     copy_engines: Option<(String, Arc<dyn DynPortMapped>)>,
+    /// A port backend named in the selection for the ranks of other nodes (host-tcp,
+    /// ib-verbs): it carries plans across nodes instead of the copy engines.
+    network: Option<(String, Arc<dyn DynPortMapped>)>,
     device: Device,
     /// Where the choice came from, for errors.
     source: String,
@@ -253,7 +256,16 @@ impl Links {
         let reaches = |m: &dyn Fn(&Endpoint) -> bool| explicit || targets.iter().all(|p| m(p));
         let mut memory = None;
         let mut copy_engines = None;
+        let mut network = None;
         for b in built {
+            if explicit
+                && network.is_none()
+                && b.memory.is_none()
+                && b.name != COPY_ENGINES
+                && let Some(p) = &b.port
+            {
+                network = Some((b.name.clone(), p.clone()));
+            }
             if memory.is_none()
                 && let Some(m) = &b.memory
                 && reaches(&|p| m.reach(&me, p).is_yes())
@@ -281,6 +293,7 @@ impl Links {
         Ok(Links {
             memory,
             copy_engines,
+            network,
             device: dev,
             source,
             endpoints,
@@ -293,6 +306,7 @@ impl Links {
         Links {
             memory: Some((mem.name().to_string(), mem)),
             copy_engines: None,
+            network: None,
             device: Device {
                 kind: DeviceKind::Cuda,
                 ordinal: device,
@@ -315,6 +329,15 @@ impl Links {
     /// The copy engines' port backend, by name (`None`: not selected).
     pub fn copy_engines(&self) -> Option<(&str, &Arc<dyn DynPortMapped>)> {
         self.copy_engines.as_ref().map(|(n, p)| (n.as_str(), p))
+    }
+
+    /// The port backend for ranks of other nodes (plans across nodes): the one named
+    /// beside the GPU backends (host-tcp, ib-verbs), else the copy engines (one host).
+    pub fn far_port(&self) -> Option<(&str, &Arc<dyn DynPortMapped>)> {
+        self.network
+            .as_ref()
+            .map(|(n, p)| (n.as_str(), p))
+            .or_else(|| self.copy_engines())
     }
 
     /// Every rank's endpoint, by rank (empty for [`Links::memory_only`]).
@@ -863,5 +886,15 @@ mod tests {
         );
         let e = l.routes(Some(GpuPath::Dma)).unwrap_err().to_string();
         assert!(e.contains("COMMHAL_BACKENDS=host-emu,cuda-dma"), "{e}");
+        // ... but the port between nodes, named or not beside cuda-dma
+        assert_eq!(l.far_port().map(|(n, _)| n), Some("host-tcp"));
+        let sel = Selection::resolve(None, Some("host-emu,cuda-dma,host-tcp"), None).unwrap();
+        let l = Links::select_from(&catalog, sel, &boot, 0).unwrap();
+        assert_eq!(l.far_port().map(|(n, _)| n), Some("host-tcp"));
+        assert_eq!(l.copy_engines_name(), Some("cuda-dma"));
+        // without a network backend named, the copy engines carry plans between nodes
+        let sel = Selection::resolve(None, Some("host-emu,cuda-dma"), None).unwrap();
+        let l = Links::select_from(&catalog, sel, &boot, 0).unwrap();
+        assert_eq!(l.far_port().map(|(n, _)| n), Some("cuda-dma"));
     }
 }

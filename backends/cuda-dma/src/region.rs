@@ -99,6 +99,20 @@ impl Region for CudaRtRegion {
             Arc::new(self.clone()),
         ))
     }
+    /// Copies through pinned host memory (host-tcp); the allocation is the owner.
+    fn staged(&self) -> Option<Arc<dyn commhal_hal::StagedAccess>> {
+        let ctx = match self {
+            CudaRtRegion::Buffer(b) => b.context(),
+            CudaRtRegion::Vmm(v) => v.context(),
+        };
+        commhal_cuda_rt::staging::Staging::offer(
+            BACKEND,
+            ctx,
+            self.addr(),
+            self.len(),
+            Arc::new(self.clone()),
+        )
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -199,6 +199,16 @@ impl Region for NvlinkMemory {
             std::sync::Arc::new(self.clone()),
         ))
     }
+    /// Copies through pinned host memory (host-tcp); the allocation is the owner.
+    fn staged(&self) -> Option<std::sync::Arc<dyn commhal_hal::StagedAccess>> {
+        commhal_cuda_rt::staging::Staging::offer(
+            crate::BACKEND,
+            self.context(),
+            Region::addr(self),
+            Region::len(self),
+            std::sync::Arc::new(self.clone()),
+        )
+    }
 }
 
 /// Something [`export`] can describe: a VMM allocation (fd) or a `cuMemAlloc` buffer

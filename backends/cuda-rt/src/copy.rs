@@ -1,5 +1,7 @@
 //! Copies and fills on raw device addresses: queued on a stream ([`memset_async`],
-//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`]) or synchronous ([`read`], [`write()`], [`fill`]).
+//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`], [`write_queued`]), on a
+//! stream but complete on return ([`read_on`]), or synchronous ([`read`],
+//! [`write()`], [`fill`]).
 //!
 //! The owning types ([`DeviceBuffer`](crate::DeviceBuffer),
 //! [`VmmAllocation`](crate::VmmAllocation)) have safe, bounds-checked methods; these
@@ -94,6 +96,57 @@ pub unsafe fn copy_peer_async(
             src_ctx.ordinal(),
             dst_ctx.ordinal()
         )
+    })
+}
+
+/// Device → host copy of `dst.len()` bytes from `src` on `stream`, into pageable
+/// memory: `cuMemcpyDtoHAsync` returns only once such a copy completed (CUDA's API
+/// synchronization rules), after the stream's earlier work and without waiting for
+/// other streams.
+///
+/// # Safety
+/// `[src, src + dst.len())` is device memory the stream's device addresses, live for
+/// the call.
+pub unsafe fn read_on(stream: &Stream, src: u64, dst: &mut [u8]) -> Result<()> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: context bound; `dst` is a writable host slice of the length passed; the
+    // source range is the caller's contract.
+    let r = unsafe {
+        sys::cuMemcpyDtoHAsync_v2(
+            dst.as_mut_ptr() as *mut c_void,
+            src,
+            dst.len(),
+            stream.raw(),
+        )
+    };
+    check(r, "cuMemcpyDtoHAsync", || {
+        format!("reading {} bytes at {src:#x}", dst.len())
+    })
+}
+
+/// Queue a host → device copy of `src` to `dst` on `stream`, from pageable memory:
+/// `cuMemcpyHtoDAsync` copies such a source into the driver's staging memory before it
+/// returns (CUDA's API synchronization rules), so `src` may change right after; the
+/// bytes land in stream order, not yet when this returns.
+///
+/// # Safety
+/// `[dst, dst + src.len())` is device memory the stream's device addresses, live until
+/// the stream executed the copy.
+pub unsafe fn write_queued(stream: &Stream, dst: u64, src: &[u8]) -> Result<()> {
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: context bound; `src` is a valid host slice of the length passed, read
+    // before the call returns; the destination range is the caller's contract.
+    let r = unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), stream.raw())
+    };
+    check(r, "cuMemcpyHtoDAsync", || {
+        format!("queueing a {}-byte write at {dst:#x}", src.len())
     })
 }
 

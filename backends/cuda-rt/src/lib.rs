@@ -42,6 +42,7 @@ pub mod nvrtc;
 pub mod peer;
 pub mod pieces;
 pub mod probe;
+pub mod staging;
 pub mod stream;
 pub mod vmm;
 

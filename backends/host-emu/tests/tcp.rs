@@ -21,7 +21,7 @@ use commhal_hal::dynamic::DynPortMapped;
 use commhal_hal::transport::{PeerContext, Port, PortMapped};
 use commhal_hal::{
     Device, DeviceKind, Endpoint, HalError, MemoryKind, MemoryMapped, Rank, Reach, Region, Result,
-    Transport,
+    StagedAccess, Transport,
 };
 
 const TAG: u64 = 40;
@@ -715,12 +715,13 @@ fn reach_is_a_fallback_on_one_node_and_the_way_across_nodes() {
     let mut far = ep(1);
     far.host = "elsewhere/0".into();
     assert_eq!(Transport::reach(&t, &here, &far), Reach::Yes { cost: 100 });
+    // A GPU rank on another node: its device memory travels through copies.
     let mut gpu = ep(1);
     gpu.device = Device {
         kind: DeviceKind::Cuda,
         ordinal: 0,
     };
-    assert!(!Transport::reach(&t, &here, &gpu).is_yes());
+    assert_eq!(Transport::reach(&t, &ep(0), &gpu), Reach::Yes { cost: 100 });
     let emu = HostEmu::new();
     assert!(
         !Transport::reach(&emu, &ep(0), &ep(1)).is_yes(),
@@ -732,7 +733,7 @@ fn reach_is_a_fallback_on_one_node_and_the_way_across_nodes() {
 }
 
 #[test]
-fn connect_refuses_itself_and_gpu_peers() {
+fn connect_refuses_itself() {
     let t = HostTcp::new().unwrap();
     let b = boots();
     let me = ep(0);
@@ -746,16 +747,147 @@ fn connect_refuses_itself_and_gpu_peers() {
         PortMapped::connect(&t, &ctx),
         Err(HalError::InvalidArgument(_))
     ));
-    let mut gpu = ep(1);
-    gpu.device.kind = DeviceKind::Cuda;
-    let ctx = PeerContext {
-        remote: &gpu,
-        ..ctx
-    };
-    assert!(matches!(
-        PortMapped::connect(&t, &ctx),
-        Err(HalError::Unsupported { .. })
-    ));
+}
+
+// ------------------------------------------- device memory through copies ----
+
+/// "Device memory" a test can look at: host bytes behind [`StagedAccess`] only (the
+/// region's address is not one the host may use). As on a GPU, writes and flag stores
+/// are queued and land (in order) at `settle` or before a read; every flag store that
+/// landed is recorded.
+#[derive(Debug, Default)]
+struct FakeDevice {
+    bytes: Mutex<Vec<u8>>,
+    queued: Mutex<Vec<(u64, Vec<u8>, bool)>>,
+    stores: Mutex<Vec<(u64, u64)>>,
+}
+
+impl FakeDevice {
+    fn new(len: usize) -> Arc<FakeDevice> {
+        Arc::new(FakeDevice {
+            bytes: Mutex::new(vec![0; len]),
+            ..FakeDevice::default()
+        })
+    }
+    /// What device code would see now (nothing queued applied).
+    fn visible(&self, off: u64, len: usize) -> Vec<u8> {
+        self.bytes.lock().unwrap()[off as usize..off as usize + len].to_vec()
+    }
+    fn check(&self, off: u64, len: u64) -> Result<()> {
+        let n = self.bytes.lock().unwrap().len() as u64;
+        if off + len > n {
+            return Err(HalError::invalid(format!("{off}+{len} past {n}")));
+        }
+        Ok(())
+    }
+}
+
+impl StagedAccess for FakeDevice {
+    fn len(&self) -> u64 {
+        self.bytes.lock().unwrap().len() as u64
+    }
+    fn device(&self) -> (Device, MemoryKind) {
+        (
+            Device {
+                kind: DeviceKind::Cuda,
+                ordinal: 3,
+            },
+            MemoryKind::Device,
+        )
+    }
+    fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
+        self.check(off, out.len() as u64)?;
+        self.settle()?;
+        out.copy_from_slice(&self.visible(off, out.len()));
+        Ok(())
+    }
+    fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.check(off, data.len() as u64)?;
+        self.queued
+            .lock()
+            .unwrap()
+            .push((off, data.to_vec(), false));
+        Ok(())
+    }
+    fn store_u64(&self, off: u64, value: u64) -> Result<()> {
+        self.check(off, 8)?;
+        let word = value.to_le_bytes().to_vec();
+        self.queued.lock().unwrap().push((off, word, true));
+        Ok(())
+    }
+    fn settle(&self) -> Result<()> {
+        let mut bytes = self.bytes.lock().unwrap();
+        for (off, data, store) in self.queued.lock().unwrap().drain(..) {
+            bytes[off as usize..off as usize + data.len()].copy_from_slice(&data);
+            if store {
+                let v = u64::from_le_bytes(data.try_into().unwrap());
+                self.stores.lock().unwrap().push((off, v));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A device region that offers copies only.
+#[derive(Debug)]
+struct DeviceRegion(Arc<FakeDevice>);
+impl Region for DeviceRegion {
+    fn addr(&self) -> u64 {
+        0xdead_0000
+    }
+    fn len(&self) -> u64 {
+        StagedAccess::len(&*self.0)
+    }
+    fn device(&self) -> Device {
+        self.0.device().0
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::Device
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn staged(&self) -> Option<Arc<dyn StagedAccess>> {
+        Some(self.0.clone())
+    }
+}
+
+#[test]
+fn device_memory_travels_through_copies() {
+    let (d0, d1) = (FakeDevice::new(4 << 20), FakeDevice::new(4 << 20));
+    let [mut a, b] = world([
+        Box::new(DeviceRegion(d0.clone())),
+        Box::new(DeviceRegion(d1.clone())),
+    ]);
+    assert_eq!(a.buf.kind(), MemoryKind::Device);
+    assert_eq!(a.buf.device().ordinal, 3);
+    // More than one frame (1 MiB) of data, then two signals on one word.
+    let data = pattern(5, 3 << 20);
+    d0.write(64, &data).unwrap();
+    a.port
+        .write(&a.remote, 1024, &a.buf, 64, data.len() as u64)
+        .unwrap();
+    a.port.signal(&a.remote, 8, 5).unwrap();
+    a.port.signal(&a.remote, 8, 2).unwrap();
+    // The flush is acknowledged only once everything landed.
+    a.port.flush().unwrap();
+    assert!(
+        d1.queued.lock().unwrap().is_empty(),
+        "settled before the ACK"
+    );
+    assert!(d1.visible(1024, data.len()) == data, "the bytes landed");
+    // Each signal stored the word's new value, after the data.
+    assert_eq!(*d1.stores.lock().unwrap(), vec![(8, 5), (8, 7)]);
+    assert_eq!(d1.visible(8, 8), 7u64.to_le_bytes());
+    // A read brings device bytes back the same way.
+    a.port.read(&a.buf, 0, &a.remote, 1024, 16).unwrap();
+    a.port.flush().unwrap();
+    assert_eq!(d0.visible(0, 16), &data[..16]);
+    // The host cannot wait on such a word itself.
+    assert!(b.buf.atomic_u64(8).is_err());
+    // Out of range and misaligned signals are refused before anything is sent.
+    assert!(a.port.signal(&a.remote, 4 << 20, 1).is_err());
+    drop(b);
 }
 
 #[test]

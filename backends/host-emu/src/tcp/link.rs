@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use commhal_hal::{HalError, Rank, Result};
 
 use crate::tcp::BACKEND;
-use crate::tcp::regions::{RegionTable, TcpLocal};
+use crate::tcp::regions::{Mem, RegionTable, Staged, TcpLocal};
 use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK, error_frame};
 
 /// How often an idle receiver checks whether its port was dropped.
@@ -547,6 +547,8 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
     let mut payload = Vec::new();
     // `READ` frames answered so far (each answer carries its number).
     let mut reads = 0u64;
+    // Device memory written through copies since the last FLUSH: settled before its ACK.
+    let mut unsettled = Unsettled::default();
     loop {
         let mut h = [0u8; HEADER_LEN];
         match read_full(link, s, &mut h) {
@@ -573,10 +575,10 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 if let Err(end) = read_payload(link, s, &mut payload, len) {
                     return end;
                 }
-                if let Err(why) = table
-                    .get(region)
-                    .and_then(|r| r.mem().write(offset, &payload).map_err(|e| e.to_string()))
-                {
+                if let Err(why) = table.get(region).and_then(|r| {
+                    unsettled.note(r.mem());
+                    r.mem().write(offset, &payload).map_err(|e| e.to_string())
+                }) {
                     return End::Refused(format!("WRITE to region {region}: {why}"));
                 }
             }
@@ -586,14 +588,9 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 add,
             } => {
                 let applied = table.get(region).and_then(|r| {
+                    unsettled.note(r.mem());
                     r.mem()
-                        .atomic_u64(offset)
-                        .map(|w| {
-                            w.fetch_add(add, Ordering::Release);
-                            if let Some(hook) = table.on_signal.get() {
-                                hook(w);
-                            }
-                        })
+                        .signal(offset, add, table.on_signal.get())
                         .map_err(|e| e.to_string())
                 });
                 if let Err(why) = applied {
@@ -601,6 +598,9 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 }
             }
             Header::Flush { seq } => {
+                if let Err(why) = unsettled.settle() {
+                    return End::Refused(format!("FLUSH #{seq}: {why}"));
+                }
                 // Everything before this frame was applied on this thread; publish it
                 // to whoever learns of the flush.
                 std::sync::atomic::fence(Ordering::Release);
@@ -609,6 +609,10 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
             Header::Ack { seq } => {
                 if seq > link.flush_sent.load(Ordering::Acquire) {
                     return End::Refused(format!("ACK #{seq} for a flush that was never sent"));
+                }
+                // The bytes of earlier reads must have landed when the flush returns.
+                if let Err(why) = unsettled.settle() {
+                    return End::Refused(format!("ACK #{seq}: {why}"));
                 }
                 let mut st = lock(&link.state);
                 st.acked = st.acked.max(seq);
@@ -643,6 +647,7 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 }
                 // The port checked the range when it sent the read, and `read.dst`
                 // keeps the registration alive.
+                unsettled.note(read.dst.mem());
                 if let Err(e) = read.dst.write(read.off, &payload) {
                     return End::Refused(format!("READ_DATA #{seq}: {e}"));
                 }
@@ -656,5 +661,27 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 return End::PeerRefused(why);
             }
         }
+    }
+}
+
+/// The device memory (reached through copies) a receiver wrote since the last FLUSH.
+#[derive(Default)]
+struct Unsettled(Vec<Arc<Staged>>);
+
+impl Unsettled {
+    fn note(&mut self, mem: &Mem) {
+        if let Mem::Staged(d) = mem
+            && !self.0.iter().any(|x| Arc::ptr_eq(x, d))
+        {
+            self.0.push(d.clone());
+        }
+    }
+
+    /// Wait until every write and signal applied to them landed.
+    fn settle(&mut self) -> std::result::Result<(), String> {
+        for d in self.0.drain(..) {
+            d.settle().map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 }

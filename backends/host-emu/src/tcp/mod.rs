@@ -21,6 +21,14 @@
 //! with `ACK`. Register buffers and connect with the **same** `HostTcp`
 //! (clones share the table): a connection's receiver only sees its transport's regions.
 //!
+//! **Device memory.** A region whose memory the host cannot address but can copy
+//! ([`Region::staged`]: CUDA device memory, through pinned host chunks) registers too:
+//! `write` copies the source out chunk by chunk before sending, the receiver copies
+//! each `WRITE` in before applying the next frame, and a `SIGNAL` stores the word's new
+//! value (kept in a host-side shadow: only signals change such words) with one 8-byte
+//! store ordered after those copies. That is how GPU plans reach ranks of other nodes
+//! without an RDMA NIC.
+//!
 //! **Promises** ([`HostTcp::GUARANTEES`]): one in-order stream per port and one thread
 //! applying it, so signals are strong and puts ordered; `write` copies the source into
 //! the socket before returning and `flush` returns after the peer acknowledged
@@ -47,8 +55,8 @@ use std::time::Duration;
 
 use commhal_hal::transport::{PeerContext, PortMapped};
 use commhal_hal::{
-    DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Result,
-    SignalStrength, Transport,
+    Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Result, SignalStrength,
+    Transport,
 };
 
 pub use hostmem::HostRegion;
@@ -129,16 +137,11 @@ impl Transport for HostTcp {
         Self::GUARANTEES
     }
 
-    /// Host devices only. Yes, cost [`COST_REMOTE`], across hosts or virtual nodes
-    /// (whether the network actually connects them shows at `connect`); yes, cost
-    /// [`COST_SAME_NODE`], on one node, as a fallback behind shared memory.
+    /// Yes, cost [`COST_REMOTE`], across hosts or virtual nodes (whether the network
+    /// actually connects them shows at `connect`); yes, cost [`COST_SAME_NODE`], on one
+    /// node, as a fallback behind shared memory. Ranks that drive a GPU qualify too:
+    /// their device memory travels through copies ([`Region::staged`]).
     fn reach(&self, local: &Endpoint, remote: &Endpoint) -> Reach {
-        if local.device.kind != DeviceKind::Host || remote.device.kind != DeviceKind::Host {
-            return Reach::No(format!(
-                "host-tcp joins host devices only (ranks drive {:?} and {:?})",
-                local.device.kind, remote.device.kind
-            ));
-        }
         if local.same_node(remote) {
             Reach::Yes {
                 cost: COST_SAME_NODE,
@@ -155,8 +158,10 @@ impl PortMapped for HostTcp {
     type Port = TcpPort;
 
     /// Accepts host-emu [`ShmRegion`]/[`ShmMapping`], [`HostRegion`] and [`TcpLocal`]
-    /// (re-registered here), also behind `Box<dyn Region>`; anything else is
-    /// [`HalError::Unregistered`]. Each call makes a new registration (a new id).
+    /// (re-registered here), also behind `Box<dyn Region>`, and device memory that
+    /// offers copies through pinned host memory ([`Region::staged`]: CUDA regions);
+    /// anything else is [`HalError::Unregistered`]. Each call makes a new
+    /// registration (a new id).
     fn register(&self, region: &dyn Region) -> Result<TcpLocal> {
         let any = region.as_any();
         let mem = if let Some(r) = any.downcast_ref::<ShmRegion>() {
@@ -167,6 +172,8 @@ impl PortMapped for HostTcp {
             Mem::Host(h.clone())
         } else if let Some(l) = any.downcast_ref::<TcpLocal>() {
             l.mem().clone()
+        } else if let Some(access) = region.staged() {
+            Mem::Staged(Arc::new(regions::Staged::new(region.addr(), access)))
         } else {
             return Err(HalError::Unregistered {
                 backend: BACKEND.into(),

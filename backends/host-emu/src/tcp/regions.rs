@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result};
+use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result, StagedAccess};
 
 use crate::memory::ShmBuf;
 use crate::tcp::BACKEND;
@@ -36,6 +36,34 @@ pub(crate) enum Mem {
     Shm(Arc<ShmBuf>),
     /// Process-private host memory.
     Host(HostRegion),
+    /// Device memory reached through copies ([`Region::staged`]).
+    Staged(Arc<Staged>),
+}
+
+/// Device memory behind a [`StagedAccess`], and what signals made of its words.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    addr: u64,
+    access: Arc<dyn StagedAccess>,
+    /// The value of every semaphore word a `SIGNAL` touched: only signals change them
+    /// (device code waits on them, never writes them), so this shadow is exact and
+    /// a signal stores the sum instead of an atomic add the host cannot do there.
+    words: Mutex<HashMap<u64, u64>>,
+}
+
+impl Staged {
+    pub(crate) fn new(addr: u64, access: Arc<dyn StagedAccess>) -> Staged {
+        Staged {
+            addr,
+            access,
+            words: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Wait until every write and signal applied here landed (before a FLUSH's ACK).
+    pub(crate) fn settle(&self) -> Result<()> {
+        self.access.settle()
+    }
 }
 
 impl Mem {
@@ -43,30 +71,63 @@ impl Mem {
         match self {
             Mem::Shm(b) => b.addr(),
             Mem::Host(h) => h.addr(),
+            Mem::Staged(d) => d.addr,
         }
     }
     pub(crate) fn len(&self) -> u64 {
         match self {
             Mem::Shm(b) => b.len(),
             Mem::Host(h) => h.len(),
+            Mem::Staged(d) => d.access.len(),
         }
     }
     pub(crate) fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
         match self {
             Mem::Shm(b) => b.read(off, out),
             Mem::Host(h) => h.read(off, out),
+            Mem::Staged(d) => d.access.read(off, out),
         }
     }
     pub(crate) fn write(&self, off: u64, data: &[u8]) -> Result<()> {
         match self {
             Mem::Shm(b) => b.write(off, data),
             Mem::Host(h) => h.write(off, data),
+            Mem::Staged(d) => d.access.write(off, data),
         }
     }
     pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         match self {
             Mem::Shm(b) => b.atomic_u64(off),
             Mem::Host(h) => h.atomic_u64(off),
+            Mem::Staged(_) => Err(HalError::invalid(
+                "this host-tcp region is device memory reached through copies: its semaphore words are waited on by device code, not through the host",
+            )),
+        }
+    }
+    /// Apply a peer's `SIGNAL`: add `add` to the word at `off` (release), then call
+    /// `hook` with it where the host can address it.
+    pub(crate) fn signal(&self, off: u64, add: u64, hook: Option<&SignalHook>) -> Result<()> {
+        if let Mem::Staged(d) = self {
+            commhal_hal::error::check_aligned("semaphore offset", off, 8)?;
+            let mut words = d.words.lock().unwrap_or_else(|p| p.into_inner());
+            let w = words.entry(off).or_insert(0);
+            let value = w.wrapping_add(add);
+            d.access.store_u64(off, value)?;
+            *w = value;
+            return Ok(());
+        }
+        let w = self.atomic_u64(off)?;
+        w.fetch_add(add, Ordering::Release);
+        if let Some(hook) = hook {
+            hook(w);
+        }
+        Ok(())
+    }
+    /// The device and memory kind the bytes live on.
+    fn device(&self) -> (Device, MemoryKind) {
+        match self {
+            Mem::Staged(d) => d.access.device(),
+            _ => (Device::HOST, MemoryKind::HostShared),
         }
     }
 }
@@ -123,10 +184,10 @@ impl Region for TcpLocal {
         self.0.mem.len()
     }
     fn device(&self) -> Device {
-        Device::HOST
+        self.0.mem.device().0
     }
     fn kind(&self) -> MemoryKind {
-        MemoryKind::HostShared
+        self.0.mem.device().1
     }
     fn as_any(&self) -> &dyn Any {
         self
