@@ -87,8 +87,9 @@ pub trait Region: Send + Sync + std::fmt::Debug + 'static {
 ///   order, and all have landed when `settle` returns. `data` may change as soon as
 ///   `write` returned;
 /// * `store_u64` makes the 8-byte word at `off` (8-byte aligned) equal to `value` in one
-///   8-byte store, after every earlier `write` of this accessor landed, so a kernel that
-///   sees the value with an acquire load also sees those bytes;
+///   8-byte store, after every earlier `write` of this accessor (and of the accessors
+///   sharing its [`StagedAccess::queue`]) landed, so a kernel that sees the value with
+///   an acquire load also sees those bytes;
 /// * the methods never wait for work the device queued elsewhere (kernels on the
 ///   caller's streams): a kernel may be spinning on the flag this accessor stores.
 pub trait StagedAccess: Send + Sync + fmt::Debug {
@@ -108,6 +109,13 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
     fn store_u64(&self, off: u64, value: u64) -> crate::Result<()>;
     /// Wait until every earlier `write` and `store_u64` landed.
     fn settle(&self) -> crate::Result<()>;
+    /// Accessors that return the same nonzero value land their writes and stores in
+    /// one call order across all of them (one queue on the device), so a store through
+    /// one publishes the writes through the others. 0 (the default): only this
+    /// accessor's own calls are ordered; a caller settles it before a store elsewhere.
+    fn queue(&self) -> u64 {
+        0
+    }
 }
 
 /// What keeps registered memory alive: any shared handle of the memory's owner.

@@ -5,9 +5,9 @@
 //! socket, and applies what arrives the other way round.
 //!
 //! Each direction has its own lane (a non-blocking stream and a pinned chunk), so the
-//! proxy thread reading a source and a receiver thread writing a destination of the
-//! same region never wait for each other. Writes and flag stores are queued on the
-//! write lane and land in order; only [`StagedAccess::settle`] (and a read, which must
+//! proxy thread reading a source and a receiver thread writing a destination never
+//! wait for each other. Writes and flag stores are queued on the device's one write
+//! lane and land in call order, across regions too; only [`StagedAccess::settle`] (and a read, which must
 //! see them) waits for them, so a small put and its signal cost the receiver no wait. Copies run on those streams only, never on
 //! the legacy default stream: a kernel on the caller's stream may be spinning on the
 //! very flag [`StagedAccess::store_u64`] is about to store.
@@ -66,8 +66,23 @@ pub struct Staging {
     len: u64,
     backend: &'static str,
     reads: Mutex<Lane>,
-    writes: Mutex<Lane>,
+    /// Shared by every `Staging` of the device ([`write_lane`]).
+    writes: Arc<Mutex<Lane>>,
     _owner: MemoryOwner,
+}
+
+/// The device's write lane: one per device and process, so writes and flag stores to
+/// different regions land in call order (a signal into the plan area publishes a put
+/// into the output region before it).
+fn write_lane(ctx: &Arc<Context>) -> Result<Arc<Mutex<Lane>>> {
+    static LANES: Mutex<Vec<(u32, Arc<Mutex<Lane>>)>> = Mutex::new(Vec::new());
+    let mut lanes = LANES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, l)) = lanes.iter().find(|(d, _)| *d == ctx.ordinal()) {
+        return Ok(l.clone());
+    }
+    let l = Arc::new(Mutex::new(Lane::new(ctx)?));
+    lanes.push((ctx.ordinal(), l.clone()));
+    Ok(l)
 }
 
 impl std::fmt::Debug for Staging {
@@ -95,7 +110,7 @@ impl Staging {
             len,
             backend,
             reads: Mutex::new(Lane::new(ctx)?),
-            writes: Mutex::new(Lane::new(ctx)?),
+            writes: write_lane(ctx)?,
             _owner: owner,
         })
     }
@@ -235,6 +250,11 @@ impl StagedAccess for Staging {
         let lane = lock(&self.writes);
         // SAFETY: `at` is 8-byte aligned, inside the live region; the symbol is present.
         unsafe { write_value64(&lane.stream, at, value) }.map_err(|e| self.hal(e))
+    }
+
+    /// Every `Staging` of one device shares its write lane.
+    fn queue(&self) -> u64 {
+        1 + u64::from(self.ctx.ordinal())
     }
 
     fn settle(&self) -> commhal_hal::Result<()> {

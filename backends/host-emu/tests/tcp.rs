@@ -760,6 +760,9 @@ struct FakeDevice {
     bytes: Mutex<Vec<u8>>,
     queued: Mutex<Vec<(u64, Vec<u8>, bool)>>,
     stores: Mutex<Vec<(u64, u64)>>,
+    /// Regions whose writes a store here must find landed, and how often it did not.
+    others: Mutex<Vec<Arc<FakeDevice>>>,
+    unpublished: AtomicU64,
 }
 
 impl FakeDevice {
@@ -811,6 +814,12 @@ impl StagedAccess for FakeDevice {
     }
     fn store_u64(&self, off: u64, value: u64) -> Result<()> {
         self.check(off, 8)?;
+        // Another region's writes must have landed before a store here publishes them.
+        for o in self.others.lock().unwrap().iter() {
+            if !o.queued.lock().unwrap().is_empty() {
+                self.unpublished.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let word = value.to_le_bytes().to_vec();
         self.queued.lock().unwrap().push((off, word, true));
         Ok(())
@@ -883,6 +892,19 @@ fn device_memory_travels_through_copies() {
     a.port.read(&a.buf, 0, &a.remote, 1024, 16).unwrap();
     a.port.flush().unwrap();
     assert_eq!(d0.visible(0, 16), &data[..16]);
+    // A signal into another region (a plan's flags live apart from its data) stores
+    // only once the data written before it landed.
+    let flags = FakeDevice::new(64);
+    flags.others.lock().unwrap().push(d1.clone());
+    let f = PortMapped::register(&b.t, &DeviceRegion(flags.clone())).unwrap();
+    let remote_f = PortMapped::import(&a.t, PortMapped::export(&b.t, &f).unwrap()).unwrap();
+    for round in 0..20 {
+        a.port.write(&a.remote, 0, &a.buf, 64, 4096).unwrap();
+        a.port.signal(&remote_f, 0, 1).unwrap();
+        a.port.flush().unwrap();
+        assert_eq!(flags.visible(0, 8), (round + 1u64).to_le_bytes());
+    }
+    assert_eq!(flags.unpublished.load(Ordering::Relaxed), 0);
     // The host cannot wait on such a word itself.
     assert!(b.buf.atomic_u64(8).is_err());
     // Out of range and misaligned signals are refused before anything is sent.

@@ -588,6 +588,7 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 add,
             } => {
                 let applied = table.get(region).and_then(|r| {
+                    unsettled.publish_for(r.mem())?;
                     unsettled.note(r.mem());
                     r.mem()
                         .signal(offset, add, table.on_signal.get())
@@ -675,6 +676,26 @@ impl Unsettled {
         {
             self.0.push(d.clone());
         }
+    }
+
+    /// Before a signal on `target`: settle every region whose writes a store into
+    /// `target` does not order behind it (another queue, or host memory as target).
+    fn publish_for(&mut self, target: &Mem) -> std::result::Result<(), String> {
+        let mut i = 0;
+        while i < self.0.len() {
+            let d = &self.0[i];
+            let ordered = match target {
+                Mem::Staged(t) => Arc::ptr_eq(d, t) || (t.queue() != 0 && d.queue() == t.queue()),
+                _ => false,
+            };
+            if ordered {
+                i += 1;
+                continue;
+            }
+            d.settle().map_err(|e| e.to_string())?;
+            self.0.swap_remove(i);
+        }
+        Ok(())
     }
 
     /// Wait until every write and signal applied to them landed.

@@ -64,6 +64,11 @@ impl Staged {
     pub(crate) fn settle(&self) -> Result<()> {
         self.access.settle()
     }
+
+    /// The accessor's write queue ([`StagedAccess::queue`]; 0: its own).
+    pub(crate) fn queue(&self) -> u64 {
+        self.access.queue()
+    }
 }
 
 impl Mem {
