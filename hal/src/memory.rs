@@ -80,9 +80,9 @@ pub trait Region: Send + Sync + std::fmt::Debug + 'static {
 /// `off + len <= len()` and fails with an error naming the range otherwise.
 ///
 /// Contract:
-/// * `read` returns the bytes as they are when it runs, after every earlier `write`
-///   and `store_u64` of this accessor landed; the caller makes sure device code
-///   finished writing them (a trigger or flag that follows the writes);
+/// * `read` returns the bytes as they are when it runs: the caller makes sure device
+///   code finished writing them (a trigger or flag that follows the writes), and calls
+///   `settle` first where it must see its own earlier writes;
 /// * `write` and `store_u64` may return before their bytes land: they land in call
 ///   order, and all have landed when `settle` returns. `data` may change as soon as
 ///   `write` returned;

@@ -1,16 +1,21 @@
 //! Device memory for a host-side transport that cannot address it ([`Staging`], the
 //! [`StagedAccess`] that CUDA regions return from
 //! [`Region::staged`](commhal_hal::Region::staged)): host-tcp sends GPU memory by
-//! copying it, a chunk at a time, into pinned host memory and from there into the
-//! socket, and applies what arrives the other way round.
+//! copying it out into host memory and from there into the socket, and applies what
+//! arrives the other way round.
 //!
-//! Each direction has its own lane (a non-blocking stream and a pinned chunk), so the
-//! proxy thread reading a source and a receiver thread writing a destination never
-//! wait for each other. Writes and flag stores are queued on the device's one write
-//! lane and land in call order, across regions too; only [`StagedAccess::settle`] (and a read, which must
-//! see them) waits for them, so a small put and its signal cost the receiver no wait. Copies run on those streams only, never on
-//! the legacy default stream: a kernel on the caller's stream may be spinning on the
-//! very flag [`StagedAccess::store_u64`] is about to store.
+//! * **Reads** run on the region's own read stream, straight into the caller's bytes up
+//!   to [`DIRECT_MAX`] (the driver stages pageable memory itself), through a pinned
+//!   chunk above it. They do not wait for queued writes (the caller settles first
+//!   where it must see them).
+//! * **Writes and flag stores** are queued on the device's one write stream, shared by
+//!   every `Staging` of the device, so they land in call order across regions (a signal
+//!   into the plan area publishes a put into the output region before it). The driver
+//!   copies a write's bytes before returning, so nothing waits for the copy: only
+//!   [`StagedAccess::settle`] does (host-tcp: before a FLUSH's ACK).
+//!
+//! Copies run on these streams only, never on the legacy default stream: a kernel on
+//! the caller's stream may be spinning on the very flag a store is about to set.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,39 +29,30 @@ use crate::memop::{WRITE_VALUE64, write_value64};
 use crate::memory::PinnedHostBuffer;
 use crate::stream::Stream;
 
-/// Bytes of one lane's pinned chunk (host-tcp frames carry at most 1 MiB).
+/// Bytes of the read stream's pinned chunk (host-tcp frames carry at most 1 MiB).
 pub const CHUNK: u64 = 1 << 20;
-/// Copies up to this size go straight between device memory and the caller's bytes
-/// (the driver stages pageable memory itself): no bounce through the chunk, and a
-/// write does not wait for its copy. Larger ones use the pinned chunk.
-const DIRECT_MAX: u64 = 256 << 10;
-/// How long one chunk's copy may take before the device counts as lost.
+/// Reads up to this size go straight into the caller's bytes; larger ones through the
+/// pinned chunk, which the driver copies from faster.
+pub const DIRECT_MAX: u64 = 256 << 10;
+/// How long one copy may take before the device counts as lost.
 const COPY_BOUND: Duration = Duration::from_secs(30);
 
-/// A stream and a pinned chunk for one direction.
-#[derive(Debug)]
-struct Lane {
-    stream: Stream,
-    pinned: PinnedHostBuffer,
+/// Wait until `stream` ran everything queued on it, bounded by [`COPY_BOUND`].
+fn wait(stream: &Stream, what: &str) -> Result<()> {
+    if stream.wait_idle(COPY_BOUND, what)? {
+        Ok(())
+    } else {
+        Err(CudaError::invalid(format!(
+            "{what} did not finish within {COPY_BOUND:?}: the GPU is hung or lost"
+        )))
+    }
 }
 
-impl Lane {
-    fn new(ctx: &Arc<Context>) -> Result<Lane> {
-        Ok(Lane {
-            stream: Stream::new(ctx)?,
-            pinned: PinnedHostBuffer::new(ctx, CHUNK)?,
-        })
-    }
-
-    fn wait(&self, what: &str) -> Result<()> {
-        if self.stream.wait_idle(COPY_BOUND, what)? {
-            Ok(())
-        } else {
-            Err(CudaError::invalid(format!(
-                "{what} did not finish within {COPY_BOUND:?}: the GPU is hung or lost"
-            )))
-        }
-    }
+/// A region's read stream and its pinned chunk.
+#[derive(Debug)]
+struct ReadLane {
+    stream: Stream,
+    pinned: PinnedHostBuffer,
 }
 
 /// Device memory `addr..addr + len` of `ctx`'s device, reached through copies.
@@ -65,24 +61,22 @@ pub struct Staging {
     addr: u64,
     len: u64,
     backend: &'static str,
-    reads: Mutex<Lane>,
-    /// Shared by every `Staging` of the device ([`write_lane`]).
-    writes: Arc<Mutex<Lane>>,
+    reads: Mutex<ReadLane>,
+    /// The device's write stream ([`write_stream`]).
+    writes: Arc<Mutex<Stream>>,
     _owner: MemoryOwner,
 }
 
-/// The device's write lane: one per device and process, so writes and flag stores to
-/// different regions land in call order (a signal into the plan area publishes a put
-/// into the output region before it).
-fn write_lane(ctx: &Arc<Context>) -> Result<Arc<Mutex<Lane>>> {
-    static LANES: Mutex<Vec<(u32, Arc<Mutex<Lane>>)>> = Mutex::new(Vec::new());
-    let mut lanes = LANES.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, l)) = lanes.iter().find(|(d, _)| *d == ctx.ordinal()) {
-        return Ok(l.clone());
+/// The device's write stream: one per device and process.
+fn write_stream(ctx: &Arc<Context>) -> Result<Arc<Mutex<Stream>>> {
+    static STREAMS: Mutex<Vec<(u32, Arc<Mutex<Stream>>)>> = Mutex::new(Vec::new());
+    let mut streams = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, s)) = streams.iter().find(|(d, _)| *d == ctx.ordinal()) {
+        return Ok(s.clone());
     }
-    let l = Arc::new(Mutex::new(Lane::new(ctx)?));
-    lanes.push((ctx.ordinal(), l.clone()));
-    Ok(l)
+    let s = Arc::new(Mutex::new(Stream::new(ctx)?));
+    streams.push((ctx.ordinal(), s.clone()));
+    Ok(s)
 }
 
 impl std::fmt::Debug for Staging {
@@ -109,8 +103,11 @@ impl Staging {
             addr,
             len,
             backend,
-            reads: Mutex::new(Lane::new(ctx)?),
-            writes: write_lane(ctx)?,
+            reads: Mutex::new(ReadLane {
+                stream: Stream::new(ctx)?,
+                pinned: PinnedHostBuffer::new(ctx, CHUNK)?,
+            }),
+            writes: write_stream(ctx)?,
             _owner: owner,
         })
     }
@@ -148,7 +145,7 @@ impl Staging {
     }
 }
 
-fn lock(m: &Mutex<Lane>) -> std::sync::MutexGuard<'_, Lane> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -169,13 +166,12 @@ impl StagedAccess for Staging {
 
     fn read(&self, off: u64, out: &mut [u8]) -> commhal_hal::Result<()> {
         let src = self.check("read", off, out.len() as u64)?;
-        self.settle()?;
         let lane = lock(&self.reads);
         if out.len() as u64 <= DIRECT_MAX {
             // SAFETY: `src..src + out.len()` is inside the region (checked), which the
             // owner keeps alive; the copy is complete when read_on returns.
             unsafe { read_on(&lane.stream, src, out) }.map_err(|e| self.hal(e))?;
-            return lane.wait("a staged read").map_err(|e| self.hal(e));
+            return wait(&lane.stream, "a staged read").map_err(|e| self.hal(e));
         }
         for (i, piece) in out.chunks_mut(CHUNK as usize).enumerate() {
             let at = src + i as u64 * CHUNK;
@@ -191,7 +187,7 @@ impl StagedAccess for Staging {
                 )
             }
             .map_err(|e| self.hal(e))?;
-            lane.wait("a staged read").map_err(|e| self.hal(e))?;
+            wait(&lane.stream, "a staged read").map_err(|e| self.hal(e))?;
             // SAFETY: the copy into the pinned chunk finished (stream idle); it holds at
             // least piece.len() bytes and nothing else writes it while the lane is locked.
             let staged = unsafe { std::slice::from_raw_parts(lane.pinned.host_ptr(), piece.len()) };
@@ -202,34 +198,10 @@ impl StagedAccess for Staging {
 
     fn write(&self, off: u64, data: &[u8]) -> commhal_hal::Result<()> {
         let dst = self.check("write", off, data.len() as u64)?;
-        let lane = lock(&self.writes);
-        if data.len() as u64 <= DIRECT_MAX {
-            // SAFETY: `dst..dst + data.len()` is inside the live region (checked); the
-            // driver takes a copy of `data` before returning.
-            return unsafe { write_queued(&lane.stream, dst, data) }.map_err(|e| self.hal(e));
-        }
-        for (i, piece) in data.chunks(CHUNK as usize).enumerate() {
-            // The chunk is free: the previous copy from it was waited for below.
-            // SAFETY: the lane is locked and its stream idle (every copy from the chunk
-            // is waited for), so no copy reads it while it is filled; it holds CHUNK bytes.
-            let staged =
-                unsafe { std::slice::from_raw_parts_mut(lane.pinned.host_ptr(), piece.len()) };
-            staged.copy_from_slice(piece);
-            let at = dst + i as u64 * CHUNK;
-            // SAFETY: `at..at + piece.len()` is inside the live region (checked); the
-            // pinned chunk stays untouched until the wait below.
-            unsafe {
-                copy_async_uva(
-                    &lane.stream,
-                    at,
-                    lane.pinned.device_addr(),
-                    piece.len() as u64,
-                )
-            }
-            .map_err(|e| self.hal(e))?;
-            lane.wait("a staged write").map_err(|e| self.hal(e))?;
-        }
-        Ok(())
+        let stream = lock(&self.writes);
+        // SAFETY: `dst..dst + data.len()` is inside the live region (checked); the
+        // driver takes its copy of `data` before returning.
+        unsafe { write_queued(&stream, dst, data) }.map_err(|e| self.hal(e))
     }
 
     fn store_u64(&self, off: u64, value: u64) -> commhal_hal::Result<()> {
@@ -246,20 +218,18 @@ impl StagedAccess for Staging {
                 self.backend
             )));
         }
-        // On the write lane, behind its earlier copies.
-        let lane = lock(&self.writes);
+        // On the write stream, behind every earlier write of the device.
+        let stream = lock(&self.writes);
         // SAFETY: `at` is 8-byte aligned, inside the live region; the symbol is present.
-        unsafe { write_value64(&lane.stream, at, value) }.map_err(|e| self.hal(e))
+        unsafe { write_value64(&stream, at, value) }.map_err(|e| self.hal(e))
     }
 
-    /// Every `Staging` of one device shares its write lane.
+    /// Every `Staging` of one device shares its write stream.
     fn queue(&self) -> u64 {
         1 + u64::from(self.ctx.ordinal())
     }
 
     fn settle(&self) -> commhal_hal::Result<()> {
-        lock(&self.writes)
-            .wait("staged writes")
-            .map_err(|e| self.hal(e))
+        wait(&lock(&self.writes), "staged writes").map_err(|e| self.hal(e))
     }
 }

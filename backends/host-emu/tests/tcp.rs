@@ -800,7 +800,6 @@ impl StagedAccess for FakeDevice {
     }
     fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
         self.check(off, out.len() as u64)?;
-        self.settle()?;
         out.copy_from_slice(&self.visible(off, out.len()));
         Ok(())
     }
@@ -873,6 +872,7 @@ fn device_memory_travels_through_copies() {
     // More than one frame (1 MiB) of data, then two signals on one word.
     let data = pattern(5, 3 << 20);
     d0.write(64, &data).unwrap();
+    d0.settle().unwrap(); // as device code that finished writing its source
     a.port
         .write(&a.remote, 1024, &a.buf, 64, data.len() as u64)
         .unwrap();
@@ -892,6 +892,14 @@ fn device_memory_travels_through_copies() {
     a.port.read(&a.buf, 0, &a.remote, 1024, 16).unwrap();
     a.port.flush().unwrap();
     assert_eq!(d0.visible(0, 16), &data[..16]);
+    // A read right behind a write on the same connection sees it: the peer's
+    // receiver settles its queued writes before answering.
+    d0.write(8192, b"0123456789abcdef").unwrap();
+    d0.settle().unwrap();
+    a.port.write(&a.remote, 2048, &a.buf, 8192, 16).unwrap();
+    a.port.read(&a.buf, 4096, &a.remote, 2048, 16).unwrap();
+    a.port.flush().unwrap();
+    assert_eq!(d0.visible(4096, 16), b"0123456789abcdef");
     // A signal into another region (a plan's flags live apart from its data) stores
     // only once the data written before it landed.
     let flags = FakeDevice::new(64);

@@ -627,6 +627,10 @@ fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
                 // `decode` bounds `len` by MAX_CHUNK; the peer's port bounds how many
                 // answers it waits for (MAX_READS_IN_FLIGHT), so the queue is bounded.
                 reads += 1;
+                // The answer shows every earlier WRITE of this connection.
+                if let Err(why) = unsettled.settle() {
+                    return End::Refused(format!("READ of region {region}: {why}"));
+                }
                 let mut frame = Header::ReadData { seq: reads, len }.encode().to_vec();
                 frame.resize(HEADER_LEN + len as usize, 0);
                 if let Err(why) = table.get(region).and_then(|r| {
