@@ -282,11 +282,14 @@ COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks, u32 far) {
 }
 
 // One-way receiver: publish this rank's completed plan launches to `sender` (CTA 0 of
-// the grid; every access of launch L − 1 and earlier is over at the kernel boundary).
+// the grid). Relaxed, as the hand kernels' done epochs (coll/protocol.cuh): every
+// access of launch L − 1 and earlier is over at the kernel boundary (griddepcontrol.wait
+// under PDL), so nothing is left to release, and a system-scope release here is a full
+// fence on every launch, the root's wait included.
 COMMHAL_DEVICE void publish_done(const Ctx& c, u32 sender) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    flag_signal(&reinterpret_cast<PlanState*>(c.a->area[sender] + PLAN_STATE_OFF)->done[c.a->rank],
-                c.epoch);
+    store_relaxed(&reinterpret_cast<PlanState*>(c.a->area[sender] + PLAN_STATE_OFF)->done[c.a->rank],
+                  c.epoch);
 }
 
 // One-way sender, before its first packet write into `receiver` in this launch: wait
@@ -672,16 +675,20 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
     S s[8 / sizeof(S)];
   } Packet;
   for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
+    const bool whole = aligned && (k + 1) * per_packet <= n;
+    // This rank's own operands first, so their loads overlap the packet waits (as the
+    // hand kernels load their own input before waiting); the store below follows both.
+    Packet loc[PLAN_MAX_RANKS];
+    if (whole)
+      for (u32 q = 0; q < nl && q < PLAN_MAX_RANKS; ++q)
+        loc[q].v = reinterpret_cast<const uint2*>(locals[q])[k];
     Packet got[PLAN_MAX_RANKS];
     for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) got[q].v = packet_at(c, pk[q], k, flags[q]);
-    if (aligned && (k + 1) * per_packet <= n) {
+    if (whole) {
       Packet out;
       if (nl == 0 && np == 1) {
         out.v = got[0].v;
       } else {
-        Packet loc[PLAN_MAX_RANKS];
-        for (u32 q = 0; q < nl && q < PLAN_MAX_RANKS; ++q)
-          loc[q].v = reinterpret_cast<const uint2*>(locals[q])[k];
 #pragma unroll
         for (u32 e = 0; e < 8 / sizeof(S); ++e) {
           A acc = nl > 0 ? Ty<DT>::ld(loc[0].s[e]) : Ty<DT>::ld(got[0].s[e]);
