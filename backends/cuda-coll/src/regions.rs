@@ -258,11 +258,14 @@ impl Links {
         let mut copy_engines = None;
         let mut network = None;
         for b in built {
+            // The first named that reaches every peer (ib-verbs refuses GPU ranks, so
+            // `ib-verbs,host-tcp` falls back to host-tcp).
             if explicit
                 && network.is_none()
                 && b.memory.is_none()
                 && b.name != COPY_ENGINES
                 && let Some(p) = &b.port
+                && peers.iter().all(|q| p.reach(&me, q).is_yes())
             {
                 network = Some((b.name.clone(), p.clone()));
             }
@@ -824,6 +827,22 @@ mod tests {
             },
         };
 
+    /// A port backend that refuses GPU ranks, as ib-verbs does (host-emu's port
+    /// transport joins host devices only).
+    static FAKE_NIC: commhal_hal::registry::BackendDescriptor =
+        commhal_hal::registry::BackendDescriptor {
+            name: "fake-nic",
+            create: |_| {
+                Ok(commhal_hal::registry::Backend {
+                    name: "fake-nic".into(),
+                    memory: None,
+                    port: Some(Arc::new(commhal_backend_host_emu::HostEmu::new())),
+                    switch: None,
+                })
+            },
+            ..FAKE_DMA
+        };
+
     fn catalog_with_fake_dma() -> Catalog {
         commhal_backend_host_emu::link();
         let mut b: Vec<_> = commhal_hal::registry::builtin()
@@ -831,7 +850,34 @@ mod tests {
             .filter(|d| d.name != "cuda-dma")
             .collect();
         b.push(&FAKE_DMA);
+        b.push(&FAKE_NIC);
         Catalog::with_builtins(b, None)
+    }
+
+    #[test]
+    fn the_port_between_nodes_is_the_first_named_that_reaches_gpu_ranks() {
+        let catalog = catalog_with_fake_dma();
+        let far = |list: &str| -> Vec<Option<String>> {
+            let boots = InProcBootstrap::create(2);
+            std::thread::scope(|s| {
+                let hs: Vec<_> = boots
+                    .iter()
+                    .map(|b| {
+                        let (catalog, list) = (&catalog, list);
+                        s.spawn(move || {
+                            let sel = Selection::resolve(None, Some(list), None).unwrap();
+                            let l = Links::select_from(catalog, sel, b, b.rank()).unwrap();
+                            l.far_port().map(|(n, _)| n.to_string())
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
+        let some = |n: &str| vec![Some(n.to_string()); 2];
+        assert_eq!(far("host-emu,cuda-dma,fake-nic,host-tcp"), some("host-tcp"));
+        assert_eq!(far("host-emu,cuda-dma,fake-nic"), some("cuda-dma"));
+        assert_eq!(far("host-emu,fake-nic"), vec![None, None]);
     }
 
     #[test]
