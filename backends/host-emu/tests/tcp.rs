@@ -900,6 +900,12 @@ fn device_memory_travels_through_copies() {
     a.port.read(&a.buf, 4096, &a.remote, 2048, 16).unwrap();
     a.port.flush().unwrap();
     assert_eq!(d0.visible(4096, 16), b"0123456789abcdef");
+    // A word's first signal starts from what the device holds there.
+    d1.write(32, &40u64.to_le_bytes()).unwrap();
+    d1.settle().unwrap();
+    a.port.signal(&a.remote, 32, 2).unwrap();
+    a.port.flush().unwrap();
+    assert_eq!(d1.visible(32, 8), 42u64.to_le_bytes());
     // A signal into another region (a plan's flags live apart from its data) stores
     // only once the data written before it landed.
     let flags = FakeDevice::new(64);

@@ -45,9 +45,10 @@ pub(crate) enum Mem {
 pub(crate) struct Staged {
     addr: u64,
     access: Arc<dyn StagedAccess>,
-    /// The value of every semaphore word a `SIGNAL` touched: only signals change them
-    /// (device code waits on them, never writes them), so this shadow is exact and
-    /// a signal stores the sum instead of an atomic add the host cannot do there.
+    /// The value of every semaphore word a `SIGNAL` touched, read from the device at
+    /// the first one: after that only signals change such a word (device code waits
+    /// on it, never writes it), so the shadow is exact and a signal stores the sum
+    /// instead of an atomic add the host cannot do there.
     words: Mutex<HashMap<u64, u64>>,
 }
 
@@ -115,10 +116,17 @@ impl Mem {
         if let Mem::Staged(d) = self {
             commhal_hal::error::check_aligned("semaphore offset", off, 8)?;
             let mut words = d.words.lock().unwrap_or_else(|p| p.into_inner());
-            let w = words.entry(off).or_insert(0);
-            let value = w.wrapping_add(add);
+            let now = match words.get(&off) {
+                Some(&v) => v,
+                None => {
+                    let mut b = [0u8; 8];
+                    d.access.read(off, &mut b)?;
+                    u64::from_le_bytes(b)
+                }
+            };
+            let value = now.wrapping_add(add);
             d.access.store_u64(off, value)?;
-            *w = value;
+            words.insert(off, value);
             return Ok(());
         }
         let w = self.atomic_u64(off)?;
