@@ -760,6 +760,8 @@ struct FakeDevice {
     bytes: Mutex<Vec<u8>>,
     queued: Mutex<Vec<(u64, Vec<u8>, bool)>>,
     stores: Mutex<Vec<(u64, u64)>>,
+    /// When set, `settle` fails as a lost GPU would.
+    lost: std::sync::atomic::AtomicBool,
     /// Regions whose writes a store here must find landed, and how often it did not.
     others: Mutex<Vec<Arc<FakeDevice>>>,
     unpublished: AtomicU64,
@@ -824,6 +826,11 @@ impl StagedAccess for FakeDevice {
         Ok(())
     }
     fn settle(&self) -> Result<()> {
+        if self.lost.load(Ordering::Relaxed) {
+            return Err(HalError::invalid(
+                "staged writes did not finish: the GPU is lost",
+            ));
+        }
         let mut bytes = self.bytes.lock().unwrap();
         for (off, data, store) in self.queued.lock().unwrap().drain(..) {
             bytes[off as usize..off as usize + data.len()].copy_from_slice(&data);
@@ -924,6 +931,25 @@ fn device_memory_travels_through_copies() {
     // Out of range and misaligned signals are refused before anything is sent.
     assert!(a.port.signal(&a.remote, 4 << 20, 1).is_err());
     drop(b);
+}
+
+#[test]
+fn a_device_copy_that_fails_is_an_error_at_the_senders_flush() {
+    let (d0, d1) = (FakeDevice::new(4096), FakeDevice::new(4096));
+    let [mut a, _b] = world([
+        Box::new(DeviceRegion(d0.clone())),
+        Box::new(DeviceRegion(d1.clone())),
+    ]);
+    d1.lost.store(true, Ordering::Relaxed);
+    a.port.write(&a.remote, 0, &a.buf, 0, 64).unwrap();
+    let err = a.port.flush().unwrap_err().to_string();
+    assert!(
+        err.contains("rank 1") && err.contains("GPU is lost"),
+        "{err}"
+    );
+    // Later operations fail too, naming the peer.
+    let again = a.port.signal(&a.remote, 0, 1).unwrap_err().to_string();
+    assert!(again.contains("rank 1"), "{again}");
 }
 
 #[test]
