@@ -1,0 +1,379 @@
+//! Which hand-written kernel runs a call, on which grid: the size thresholds of the
+//! [`Tuning`](super::Tuning) applied per collective ([`Comm::plan`] names the choice,
+//! `kernel_plan` makes it), and the copy-engine routes that take over where they are
+//! faster.
+
+use super::{CE_LABEL, Comm, Kernel, kernel_name};
+use crate::layout;
+use crate::types::{Collective, Dtype};
+
+impl Comm {
+    /// Grid of an LL kernel over `packets` 8-byte units (one per thread).
+    pub(super) fn ll_grid(&self, packets: u64) -> (u32, u32) {
+        let threads = packets.clamp(32, 512).next_multiple_of(32);
+        let blocks = packets
+            .div_ceil(threads)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, threads as u32)
+    }
+
+    pub(super) fn grid_for(&self, units16: u64) -> (u32, u32) {
+        let t = u64::from(self.tuning.threads);
+        let blocks = units16
+            .div_ceil(t)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, self.tuning.threads)
+    }
+
+    /// Whether a per-peer transfer of `bytes` goes through LL packets (all-gather and
+    /// reduce-scatter chunks, broadcast / reduce / send-recv buffers, all-to-all
+    /// chunks): up to the tuned LL chunk threshold, within the LL slot, whole 8-byte
+    /// packets.
+    pub(super) fn ll_per_peer(&self, bytes: u64) -> bool {
+        bytes <= self.tuning.ll_chunk_max && bytes.is_multiple_of(8)
+    }
+
+    /// Whether a broadcast / reduce of `bytes` runs as the pipelined chain: from the
+    /// tuned size, whole 16-byte vectors, 3 or more ranks for a broadcast (with 2 the
+    /// direct kernel is the same single transfer), the staging area for a reduce.
+    pub(super) fn chain(&self, coll: Collective, bytes: u64) -> bool {
+        let aligned = bytes.is_multiple_of(16) && self.n > 1;
+        match coll {
+            Collective::Broadcast => aligned && self.n >= 3 && bytes >= self.tuning.bcast_chain_min,
+            Collective::Reduce => {
+                aligned && bytes >= self.tuning.reduce_chain_min && self.staging_holds(bytes)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the staging areas (n slots of `stage_slot_bytes`) hold `bytes`: the
+    /// reduce chain and the staged broadcast chain stage a whole buffer.
+    pub(super) fn staging_holds(&self, bytes: u64) -> bool {
+        self.base.stage_slot_bytes * u64::from(self.n) >= bytes
+    }
+
+    /// Whether a broadcast / reduce of `bytes` runs as the LL63 chain: 2 or more ranks,
+    /// whole 16-byte vectors, up to the tuned size and within the LL63 region (the
+    /// selector asks after the LL16 sizes).
+    pub(super) fn ll63(&self, coll: Collective, bytes: u64) -> bool {
+        let max = match coll {
+            Collective::Broadcast => self.tuning.bcast_ll63_max,
+            Collective::Reduce => self.tuning.reduce_ll63_max,
+            _ => 0,
+        };
+        self.n > 1 && bytes.is_multiple_of(16) && bytes <= max && bytes <= self.ll63_cap
+    }
+
+    /// How an all-reduce of `bytes` (above the LL16 sizes) runs with LL63 packets, if it
+    /// does: `Some(true)` in one shot (up to the tuned `ar_ll63_oneshot_max`),
+    /// `Some(false)` over all pairs; in the tuned window, whole 16-byte vectors, and
+    /// what a rank receives fits a parity half of the LL63 small region.
+    pub(super) fn ar_ll63(&self, bytes: u64) -> Option<bool> {
+        if self.n < 2
+            || !bytes.is_multiple_of(16)
+            || bytes < self.tuning.ar_ll63_min
+            || bytes > self.tuning.ar_ll63_max
+        {
+            return None;
+        }
+        let half = self.base.ll63_small_half;
+        if bytes <= self.tuning.ar_ll63_oneshot_max
+            && layout::oneshot_half_bytes(bytes, self.n) <= half
+        {
+            return Some(true);
+        }
+        (layout::pairs_half_bytes(bytes, self.n) <= half).then_some(false)
+    }
+
+    /// Grid of an LL63 chain ([`layout::ll63_grid`]).
+    pub(super) fn ll63_grid(&self, bytes: u64) -> (u32, u32) {
+        layout::ll63_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
+    }
+
+    /// Whether an all-reduce (`bytes` = the buffer), all-gather (the output) or
+    /// reduce-scatter (the input) runs on the ring kernels: from the tuned size, 2 or
+    /// more ranks, whole 16-byte vectors per rank's segment (all-reduce: of the
+    /// buffer), and the staging area for the reducing ones.
+    pub(super) fn ring(&self, coll: Collective, bytes: u64) -> bool {
+        let n = u64::from(self.n);
+        let staged = self.base.stage_slot_bytes * n >= bytes;
+        self.n > 1
+            && match coll {
+                Collective::Allreduce => {
+                    bytes >= self.tuning.ar_ring_min && bytes.is_multiple_of(16) && staged
+                }
+                Collective::Allgather => {
+                    bytes >= self.tuning.ag_ring_min && (bytes / n).is_multiple_of(16)
+                }
+                Collective::Reducescatter => {
+                    bytes >= self.tuning.rs_ring_min
+                        && (bytes / n).is_multiple_of(16)
+                        && staged
+                        && !self.rs_push(bytes)
+                }
+                _ => false,
+            }
+    }
+
+    /// Whether a reduce-scatter of `bytes` (total input) runs on the push kernel: inside
+    /// the tuned window (which wins over the ring's threshold: the tuner sets the window
+    /// to the sizes where push was the fastest kernel), whole 16-byte vectors per rank,
+    /// the staging area.
+    pub(super) fn rs_push(&self, bytes: u64) -> bool {
+        self.base.stage_slot_bytes > 0
+            && self.tuning.rs_push_min > 0
+            && (self.tuning.rs_push_min..=self.tuning.rs_push_max).contains(&bytes)
+            && self.staging_holds(bytes)
+            && (bytes / u64::from(self.n)).is_multiple_of(16)
+    }
+
+    /// Whether a broadcast / reduce (2 ranks) / send-recv of `bytes` goes to the copy engines
+    /// by the tuned thresholds (outside a graph capture; `launch_rooted` checks that).
+    pub(super) fn ce_route(&self, coll: Collective, bytes: u64) -> bool {
+        self.dma.is_some()
+            && match coll {
+                Collective::Sendrecv => bytes >= self.tuning.sendrecv_ce_min,
+                Collective::Broadcast => self.n == 2 && bytes >= self.tuning.bcast_ce_min,
+                // the non-root copies into the root's whole staging area
+                Collective::Reduce => {
+                    self.n == 2
+                        && bytes >= self.tuning.reduce_ce_min
+                        && bytes.is_multiple_of(16)
+                        && self.base.stage_slot_bytes * 2 >= bytes
+                }
+                _ => false,
+            }
+    }
+
+    /// Whether a collective of `bytes` that the selector put on `kernel` ends on the copy
+    /// engines: the all-reduce ring on 3 or more ranks from the tuned `ar_ce_min` (it
+    /// then runs as [`Kernel::AllreduceRingHead`]). Outside a graph capture only: the
+    /// callers check that (last, since it asks the driver).
+    pub(super) fn ce_tail(&self, kernel: Kernel, bytes: u64) -> bool {
+        kernel == Kernel::AllreduceRing
+            && self.dma.is_some()
+            && self.n >= 3
+            && bytes >= self.tuning.ar_ce_min
+    }
+
+    /// Vectors per thread in one chunk of chain or ring kernel `k`: what its grid is
+    /// sized with ([`Comm::chain_grid`]) and what it gets as `CollArgs::chain_unroll`.
+    pub(super) fn unroll_of(&self, k: Kernel) -> u32 {
+        match k {
+            Kernel::AllreduceRing
+            | Kernel::AllreduceRingHead
+            | Kernel::ReducescatterRing
+            | Kernel::AllgatherRing => self.tuning.ring_unroll,
+            Kernel::ReduceChain => self.tuning.reduce_chain_unroll,
+            _ => self.tuning.chain_unroll,
+        }
+    }
+
+    /// Grid of chain or ring kernel `k`: enough blocks for one chunk each (chunks of
+    /// threads x [`Comm::unroll_of`] vectors), at most `max_blocks`.
+    pub(super) fn chain_grid(&self, bytes: u64, k: Kernel) -> (u32, u32) {
+        let chunk = u64::from(self.tuning.threads) * u64::from(self.unroll_of(k)) * 16;
+        let blocks = bytes
+            .div_ceil(chunk)
+            .clamp(1, u64::from(self.tuning.max_blocks));
+        (blocks as u32, self.tuning.threads)
+    }
+
+    /// Which kernel and grid a collective uses (for the table's notes and tests).
+    pub fn plan(&self, coll: Collective, dtype: Dtype, count: u64) -> (&'static str, u32, u32) {
+        self.plan_for(coll, dtype, count, false)
+    }
+
+    /// [`Comm::plan`] for a launch inside a CUDA graph capture (`captured`), where the
+    /// copy-engine routes give way to the kernels.
+    pub fn plan_for(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+        captured: bool,
+    ) -> (&'static str, u32, u32) {
+        let es = dtype.size();
+        if self.dma_all && self.algorithm(coll).is_none() {
+            return if self.routes.kernels {
+                ("copy engines (COMMHAL_GPU_PATH=dma)", 0, 0)
+            } else {
+                ("copy engines (cuda-dma)", 0, 0)
+            };
+        }
+        if !captured && self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
+            return (CE_LABEL, 0, 0);
+        }
+        if let Some((algo, blocks)) = self.algorithm(coll) {
+            let bytes = count
+                * es
+                * if coll.count_is_per_rank() {
+                    u64::from(self.n)
+                } else {
+                    1
+                };
+            let replicas = self.plans.replicas(blocks, bytes);
+            return (
+                crate::plan_exec::algorithm_label(algo),
+                blocks * replicas,
+                0,
+            );
+        }
+        let (mut k, grid, block) = self.kernel_plan(coll, dtype, count);
+        if !captured && self.ce_tail(k, count * es) {
+            k = Kernel::AllreduceRingHead;
+        }
+        (kernel_name(k, dtype), grid, block)
+    }
+
+    /// The hand-written kernel and its grid for a collective (no plan algorithm, no
+    /// copy-engine path): the selector, from the tuned thresholds.
+    pub(super) fn kernel_plan(
+        &self,
+        coll: Collective,
+        dtype: Dtype,
+        count: u64,
+    ) -> (Kernel, u32, u32) {
+        let es = dtype.size();
+        match coll {
+            Collective::Allreduce => {
+                let bytes = count * es;
+                if bytes <= self.tuning.ll_max && bytes.is_multiple_of(8) {
+                    let (blocks, threads) = self.ll_grid(bytes / 8);
+                    (Kernel::AllreduceLl, blocks, threads)
+                } else if let Some(oneshot) = self.ar_ll63(bytes) {
+                    let items = if oneshot {
+                        layout::oneshot_items(bytes)
+                    } else {
+                        layout::pairs_items(bytes, self.n)
+                    };
+                    let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
+                    (Kernel::AllreduceLl63, b, t)
+                } else {
+                    if self.ring(coll, bytes) {
+                        let (b, t) = self
+                            .chain_grid(bytes.div_ceil(u64::from(self.n)), Kernel::AllreduceRing);
+                        return (Kernel::AllreduceRing, b, t);
+                    }
+                    let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n)));
+                    let push = self.base.stage_slot_bytes > 0
+                        && self.tuning.push_min > 0
+                        && bytes >= self.tuning.push_min
+                        && self.staging_holds(bytes);
+                    let k = if push {
+                        Kernel::AllreducePush
+                    } else {
+                        Kernel::Allreduce2Shot
+                    };
+                    (k, b, t)
+                }
+            }
+            Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Allgather {
+                    Kernel::AllgatherLl
+                } else {
+                    Kernel::ReducescatterLl
+                };
+                (k, blocks, threads)
+            }
+            Collective::Allgather | Collective::Reducescatter
+                if self.ring(coll, count * es * u64::from(self.n)) =>
+            {
+                let k = if coll == Collective::Allgather {
+                    Kernel::AllgatherRing
+                } else {
+                    Kernel::ReducescatterRing
+                };
+                let (b, t) = self.chain_grid(count * es, k);
+                (k, b, t)
+            }
+            Collective::Allgather => {
+                let (mut b, t) = self.grid_for((count * es).div_ceil(16));
+                if count * es * u64::from(self.n) >= self.tuning.ag_narrow_min {
+                    b = b.min(layout::AG_NARROW_BLOCKS);
+                }
+                (Kernel::Allgather, b, t)
+            }
+            Collective::Reducescatter => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                let k = if self.rs_push(count * es * u64::from(self.n)) {
+                    Kernel::ReducescatterPush
+                } else {
+                    Kernel::Reducescatter
+                };
+                (k, b, t)
+            }
+            Collective::Broadcast | Collective::Reduce
+                if self.n > 1
+                    && self.ll_per_peer(count * es)
+                    && count * es <= self.tuning.rooted_ll_max =>
+            {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Broadcast {
+                    Kernel::BroadcastLl
+                } else {
+                    Kernel::ReduceLl
+                };
+                (k, blocks, threads)
+            }
+            Collective::Broadcast | Collective::Reduce if self.ll63(coll, count * es) => {
+                let (b, t) = self.ll63_grid(count * es);
+                let k = if coll == Collective::Broadcast {
+                    Kernel::BroadcastLl63
+                } else {
+                    Kernel::ReduceLl63
+                };
+                (k, b, t)
+            }
+            Collective::Broadcast => {
+                let bytes = count * es;
+                if self.chain(coll, bytes) {
+                    let (b, t) = self.chain_grid(bytes, Kernel::BroadcastChain);
+                    (Kernel::BroadcastChain, b, t)
+                } else if self.n >= 3 && bytes >= self.tuning.bcast_sf_min && bytes >= 16 {
+                    let (b, t) = self.grid_for((bytes / 16).div_ceil(u64::from(self.n - 1)));
+                    (Kernel::BroadcastSf, b, t)
+                } else {
+                    let (b, t) = self.grid_for(bytes.div_ceil(16));
+                    (Kernel::Broadcast, b, t)
+                }
+            }
+            Collective::Reduce if self.chain(coll, count * es) => {
+                let (b, t) = self.chain_grid(count * es, Kernel::ReduceChain);
+                (Kernel::ReduceChain, b, t)
+            }
+            Collective::Reduce => {
+                // up to reduce_all_max (3+ ranks) the root works too: n shares, else
+                // the workers of layout::reduce_worker
+                let (k, workers) = if self.n >= 3 && count * es <= self.tuning.reduce_all_max {
+                    (Kernel::ReduceAll, self.n)
+                } else {
+                    (Kernel::Reduce, crate::layout::reduce_worker(self.n, 0, 0).0)
+                };
+                let (b, t) = self.grid_for((count * es).div_ceil(16).div_ceil(u64::from(workers)));
+                (k, b, t)
+            }
+            Collective::Alltoall | Collective::Sendrecv
+                if self.n > 1 && self.ll_per_peer(count * es) =>
+            {
+                let (blocks, threads) = self.ll_grid(count * es / 8);
+                let k = if coll == Collective::Alltoall {
+                    Kernel::AlltoallLl
+                } else {
+                    Kernel::SendrecvLl
+                };
+                (k, blocks, threads)
+            }
+            Collective::Alltoall => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                (Kernel::Alltoall, b, t)
+            }
+            Collective::Sendrecv => {
+                let (b, t) = self.grid_for((count * es).div_ceil(16));
+                (Kernel::Sendrecv, b, t)
+            }
+        }
+    }
+}
