@@ -511,6 +511,147 @@ fn check_setup(p: u32, mine: &[(&'static str, u64)], theirs: &[u8]) -> Result<()
     Ok(())
 }
 
+/// The sizes of a communicator's regions and of their parts, from the tuning, the
+/// capacity (>= 4096) and the rank count: what every rank must agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RegionSizes {
+    /// LL16 slots: the largest LL all-reduce or per-peer LL chunk.
+    ll_cap: u64,
+    /// LL63 region: the largest LL63 broadcast / reduce the capacity allows.
+    ll63_bytes: u64,
+    /// Half of the LL63 small region: the small chains', or the LL63 all-reduce's (all
+    /// pairs up to `allreduce_ll63_max`, one shot up to `allreduce_ll63_oneshot_max`).
+    small_half: u64,
+    /// One sender's slot in a staging area (0: no staging area in use).
+    stage_slot: u64,
+    /// The staging region: a slot per rank (4096 bytes at least).
+    stage_bytes: u64,
+    /// Every collective runs on the copy engines (`COMMHAL_GPU_PATH=dma` or cuda-dma
+    /// alone, and peers to reach).
+    use_dma: bool,
+}
+
+impl RegionSizes {
+    fn new(tuning: &Tuning, capacity: u64, n: u32, dma_all: bool) -> RegionSizes {
+        let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
+        let ll63_bytes = if n > 1 {
+            tuning
+                .bcast_ll63_max
+                .max(tuning.reduce_ll63_max)
+                .min(capacity)
+        } else {
+            0
+        };
+        let small_half = if n > 1 {
+            let ar_max = tuning.ar_ll63_max.min(capacity);
+            layout::ll63_small_half_bytes(ll63_bytes)
+                .max(layout::pairs_half_bytes(ar_max, n))
+                .max(layout::oneshot_half_bytes(
+                    tuning.ar_ll63_oneshot_max.min(ar_max),
+                    n,
+                ))
+        } else {
+            0
+        };
+        // The kernels that go through the staging areas, from the smallest size any does.
+        let staged_min = [
+            tuning.reduce_chain_min,
+            tuning.ar_ring_min,
+            tuning.rs_ring_min,
+            if n == 2 {
+                tuning.reduce_ce_min
+            } else {
+                u64::MAX
+            },
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(u64::MAX);
+        let stage_used = |min: u64| min > 0 && capacity >= min;
+        // (one rank has no peers: its kernels touch only its own memory)
+        let use_dma = dma_all && n > 1;
+        let staging = n > 1
+            && (use_dma
+                || stage_used(tuning.push_min)
+                || stage_used(tuning.rs_push_min)
+                || (staged_min != u64::MAX && stage_used(staged_min)));
+        let stage_slot = if staging {
+            layout::stage_slot_bytes(capacity, n)
+        } else {
+            0
+        };
+        RegionSizes {
+            ll_cap,
+            ll63_bytes,
+            small_half,
+            stage_slot,
+            stage_bytes: (stage_slot * u64::from(n)).max(4096),
+            use_dma,
+        }
+    }
+
+    /// The four regions, by name and length, in `REGION_*` order.
+    fn lens(&self, capacity: u64) -> [(&'static str, u64); 4] {
+        [
+            ("input region", capacity),
+            ("output region", capacity),
+            (
+                "scratch region",
+                layout::scratch_bytes(self.ll_cap, self.ll63_bytes, self.small_half),
+            ),
+            ("staging region", self.stage_bytes),
+        ]
+    }
+}
+
+/// All-gather every rank's region lengths and shared settings (collective over `boot`)
+/// and check them against this rank's: an error names the first that differs.
+fn agree_setup(
+    boot: &dyn Bootstrap,
+    lens: &[(&'static str, u64)],
+    setup: &[(&'static str, u64)],
+) -> Result<()> {
+    let mine = lens
+        .iter()
+        .map(|(_, len)| len)
+        .chain(setup.iter().map(|(_, v)| v))
+        .flat_map(|s| s.to_le_bytes())
+        .collect::<Vec<u8>>();
+    let all = boot.all_gather(&mine)?;
+    for p in (0..boot.size()).filter(|&p| p != boot.rank()) {
+        let theirs = all
+            .get(p as usize)
+            .filter(|b| b.len() == mine.len())
+            .ok_or_else(|| {
+                CollError::invalid(format!(
+                    "rank {p} sent a malformed size table (a different commhal build?)"
+                ))
+            })?;
+        check_setup(p, setup, &theirs[8 * lens.len()..])?;
+    }
+    Ok(())
+}
+
+/// The plan algorithm `COMMHAL_GPU_ALGO` names, in its collective's slot of the
+/// algorithm table (at most one; unset: every slot empty, the hand-written kernels).
+fn algorithms_from_env() -> Result<[Option<(Algorithm, u32)>; 7]> {
+    let mut algos = [None; 7];
+    if let Some(v) = GPU_ALGO.text() {
+        let var = GPU_ALGO.env;
+        let overrides = crate::plan_exec::parse_overrides(&v)
+            .map_err(|e| CollError::invalid(format!("{var}={v}: {e}")))?;
+        one_plan(
+            overrides.iter().map(|&(a, _)| a),
+            &format!("{var}={v}"),
+            "name one, and leave the other collectives to the hand-written kernels",
+        )?;
+        for (algo, blocks) in overrides {
+            algos[algo_slot(algo.collective())] = Some((algo, blocks));
+        }
+    }
+    Ok(algos)
+}
+
 /// Index of a collective in the algorithm table (`Collective::ALL` order).
 fn algo_slot(c: commhal_algorithms::Collective) -> usize {
     commhal_algorithms::Collective::ALL
@@ -605,91 +746,15 @@ impl Comm {
             tuning.ar_ce_min = u64::MAX;
         }
         tracing::debug!("rank {rank}: tuning {provenance}: {tuning:?}");
-        let push_min = tuning.push_min;
-        let rs_push_min = tuning.rs_push_min;
-        let staged_min = [
-            tuning.reduce_chain_min,
-            tuning.ar_ring_min,
-            tuning.rs_ring_min,
-            if n == 2 {
-                tuning.reduce_ce_min
-            } else {
-                u64::MAX
-            },
-        ]
-        .into_iter()
-        .min()
-        .unwrap_or(u64::MAX);
         let capacity = capacity.max(4096);
-        // LL slots: the largest LL all-reduce or per-peer LL chunk
-        let ll_cap = tuning.ll_max.max(tuning.ll_chunk_max).max(4096);
-        // LL63 region: the largest LL63 broadcast / reduce the capacity allows
-        let ll63_bytes = if n > 1 {
-            tuning
-                .bcast_ll63_max
-                .max(tuning.reduce_ll63_max)
-                .min(capacity.max(4096))
-        } else {
-            0
-        };
-        // LL63 small region halves: the small chains', or the LL63 all-reduce's (all
-        // pairs up to ar_ll63_max, one shot up to ar_ll63_oneshot_max)
-        let small_half = if n > 1 {
-            let ar_max = tuning.ar_ll63_max.min(capacity.max(4096));
-            layout::ll63_small_half_bytes(ll63_bytes)
-                .max(layout::pairs_half_bytes(ar_max, n))
-                .max(layout::oneshot_half_bytes(
-                    tuning.ar_ll63_oneshot_max.min(ar_max),
-                    n,
-                ))
-        } else {
-            0
-        };
-        let stage_used = |min: u64| min > 0 && capacity >= min;
-        // (one rank has no peers: its kernels touch only its own memory)
-        let use_dma = routes.dma_all && n > 1;
-        let capacity_for_push = n > 1
-            && (use_dma
-                || stage_used(push_min)
-                || stage_used(rs_push_min)
-                || (staged_min != u64::MAX && stage_used(staged_min)));
-        let stage_slot = if capacity_for_push {
-            layout::stage_slot_bytes(capacity.max(4096), n)
-        } else {
-            0
-        };
-        let lens = [
-            ("input region", capacity),
-            ("output region", capacity),
-            (
-                "scratch region",
-                layout::scratch_bytes(ll_cap, ll63_bytes, small_half),
-            ),
-            ("staging region", (stage_slot * u64::from(n)).max(4096)),
-        ];
+        let sizes = RegionSizes::new(&tuning, capacity, n, routes.dma_all);
+        let lens = sizes.lens(capacity);
 
         // Every rank must have resolved the same sizes and kernel-geometry settings
-        // (`check_setup`): all_gather them before anything is allocated.
+        // before anything is allocated.
         let chain_overlap = chain_overlap_wanted(&process_env)?;
-        let setup = setup_words(&tuning, capacity, chain_overlap, use_dma);
-        let mine = lens
-            .iter()
-            .map(|(_, len)| len)
-            .chain(setup.iter().map(|(_, v)| v))
-            .flat_map(|s| s.to_le_bytes())
-            .collect::<Vec<u8>>();
-        let sizes = boot.all_gather(&mine)?;
-        for p in (0..n).filter(|&p| p != rank) {
-            let theirs = sizes
-                .get(p as usize)
-                .filter(|b| b.len() == mine.len())
-                .ok_or_else(|| {
-                    CollError::invalid(format!(
-                        "rank {p} sent a malformed size table (a different commhal build?)"
-                    ))
-                })?;
-            check_setup(p, &setup, &theirs[8 * lens.len()..])?;
-        }
+        let setup = setup_words(&tuning, capacity, chain_overlap, sizes.use_dma);
+        agree_setup(boot, &lens, &setup)?;
         // The regions: allocated, exported and mapped by the HAL's memory backend, else
         // registered, exported and imported by cuda-dma.
         let regions = links.share(boot, &lens, TAG_REGIONS)?;
@@ -697,17 +762,17 @@ impl Comm {
             rank,
             nranks: n,
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-            ll_slot_bytes: layout::ll_slot_bytes(ll_cap),
-            stage_slot_bytes: stage_slot,
-            ll63_small_off: layout::off_ll63_small(ll_cap, ll63_bytes),
-            ll63_small_half: small_half,
+            ll_slot_bytes: layout::ll_slot_bytes(sizes.ll_cap),
+            stage_slot_bytes: sizes.stage_slot,
+            ll63_small_off: layout::off_ll63_small(sizes.ll_cap, sizes.ll63_bytes),
+            ll63_small_half: sizes.small_half,
             input: regions.addrs(REGION_INPUT),
             output: regions.addrs(REGION_OUTPUT),
             scratch: regions.addrs(REGION_SCRATCH),
             stage: regions.addrs(REGION_STAGE),
             ..CollArgs::default()
         };
-        let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(ll63_bytes));
+        let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(sizes.ll63_bytes));
         boot.barrier()?;
         // Plans (generated kernels): scratch for 4 × capacity (HB plans: 2PA-HB on 4 ranks
         // keeps 2 × count, two copies), and 8n × up to
@@ -737,22 +802,14 @@ impl Comm {
             (plan_scratch, far),
             device_timeout,
         )?;
-        let mut algos = [None; 7];
-        let mut chain_overlap = chain_overlap;
-        if let Some(v) = GPU_ALGO.text() {
-            let var = GPU_ALGO.env;
-            let overrides = crate::plan_exec::parse_overrides(&v)
-                .map_err(|e| CollError::invalid(format!("{var}={v}: {e}")))?;
-            one_plan(
-                overrides.iter().map(|&(a, _)| a),
-                &format!("{var}={v}"),
-                "name one, and leave the other collectives to the hand-written kernels",
-            )?;
-            for (algo, blocks) in overrides {
-                algos[algo_slot(algo.collective())] = Some((algo, blocks));
-                chain_overlap = 0;
-            }
-        }
+        let algos = algorithms_from_env()?;
+        // plan launches take no part in the chains' back-to-back protocol: with a plan
+        // in use, every chain starts behind the full barrier
+        let chain_overlap = if algos.iter().any(Option::is_some) {
+            0
+        } else {
+            chain_overlap
+        };
         let pdl = pdl_wanted(
             &process_env,
             ctx.compute_capability()?.0,
@@ -770,7 +827,7 @@ impl Comm {
             &ctx,
             base.scratch[rank as usize] + layout::OFF_ERROR,
         )?;
-        let dma = if use_dma || (n > 1 && ce_routes) {
+        let dma = if sizes.use_dma || (n > 1 && ce_routes) {
             Some(crate::dma::DmaPath::new(&ctx, n)?)
         } else {
             None
@@ -778,7 +835,7 @@ impl Comm {
         Ok(Comm {
             _watchdog: watchdog,
             dma,
-            dma_all: use_dma,
+            dma_all: sizes.use_dma,
             links,
             routes,
             pdl,
@@ -1285,6 +1342,46 @@ impl Comm {
 mod tests {
     use super::*;
     use commhal_device_src::COLL_NVLINK;
+
+    #[test]
+    fn region_sizes_follow_the_tuning_and_the_rank_count() {
+        let tuned = |n| {
+            crate::tuning::resolve(
+                "NVIDIA H100 80GB HBM3",
+                n,
+                132,
+                None,
+                Duration::from_secs(1),
+            )
+            .unwrap()
+            .0
+        };
+        let (t4, t1) = (tuned(4), tuned(1));
+        let big = RegionSizes::new(&t4, 64 << 20, 4, false);
+        assert!(big.ll_cap >= t4.ll_max.max(t4.ll_chunk_max).max(4096));
+        assert!(big.ll63_bytes > 0 && big.small_half > 0);
+        // the push all-reduce (from push_min) goes through the staging areas
+        assert!(t4.push_min <= 64 << 20 && big.stage_slot > 0);
+        assert_eq!(big.stage_bytes, 4 * big.stage_slot);
+        assert!(!big.use_dma);
+        let lens = big.lens(64 << 20);
+        assert_eq!(
+            (lens[0].1, lens[1].1, lens[3].1),
+            (64 << 20, 64 << 20, big.stage_bytes)
+        );
+        // A small capacity needs no staging area, but keeps a 4 KiB one.
+        let small = RegionSizes::new(&t4, 4096, 4, false);
+        assert_eq!((small.stage_slot, small.stage_bytes), (0, 4096));
+        assert!(small.ll63_bytes <= 4096);
+        // On the copy engines everything is staged; one rank has no peers to reach.
+        assert!(RegionSizes::new(&t4, 4096, 4, true).use_dma);
+        let alone = RegionSizes::new(&t1, 64 << 20, 1, true);
+        assert!(!alone.use_dma);
+        assert_eq!(
+            (alone.ll63_bytes, alone.small_half, alone.stage_slot),
+            (0, 0, 0)
+        );
+    }
 
     #[test]
     fn ranks_must_agree_on_the_setup() {
