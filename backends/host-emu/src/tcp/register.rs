@@ -42,7 +42,7 @@ fn create(options: &BackendOptions) -> Result<Backend> {
 inventory::submit! {
     BackendDescriptor {
         name: BACKEND,
-        description: "TCP port transport between host ranks on different hosts or virtual nodes",
+        description: "TCP port transport between ranks on different hosts or virtual nodes: host memory, or GPU memory through driver copies",
         kinds: TransportKinds { memory: false, port: true, switch: false },
         guarantees: || -> Guarantees { HostTcp::GUARANTEES },
         probe,
