@@ -1,7 +1,6 @@
 //! Copies and fills on raw device addresses: queued on a stream ([`memset_async`],
-//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`], [`write_queued`]), on a
-//! stream but complete on return ([`read_on`]), or synchronous ([`read`],
-//! [`write()`], [`fill`]).
+//! [`copy_async`], [`copy_async_uva`], [`copy_peer_async`], [`write_queued`],
+//! [`read_on`]), or synchronous ([`read`], [`write()`], [`fill`]).
 //!
 //! The owning types ([`DeviceBuffer`](crate::DeviceBuffer),
 //! [`VmmAllocation`](crate::VmmAllocation)) have safe, bounds-checked methods; these
@@ -99,10 +98,10 @@ pub unsafe fn copy_peer_async(
     })
 }
 
-/// Device → host copy of `dst.len()` bytes from `src` on `stream`, into pageable
-/// memory: `cuMemcpyDtoHAsync` returns only once such a copy completed (CUDA's API
-/// synchronization rules), after the stream's earlier work and without waiting for
-/// other streams.
+/// Queue a device → host copy of `dst.len()` bytes from `src` on `stream`, into
+/// pageable memory (`cuMemcpyDtoHAsync`; for a pageable destination the driver usually
+/// returns once the copy completed, but only a wait on `stream` promises it): the
+/// caller waits on the stream before reading `dst`, which stays borrowed until then.
 ///
 /// # Safety
 /// `[src, src + dst.len())` is device memory the stream's device addresses, live for

@@ -121,6 +121,12 @@ impl Staging {
         len: u64,
         owner: MemoryOwner,
     ) -> Option<Arc<dyn StagedAccess>> {
+        if !crate::driver::symbol_present(WRITE_VALUE64) {
+            tracing::warn!(
+                "{backend}: no staged copies: this CUDA driver lacks {WRITE_VALUE64}, which staged flag stores need"
+            );
+            return None;
+        }
         match Staging::new(backend, ctx, addr, len, owner) {
             Ok(s) => Some(Arc::new(s)),
             Err(e) => {
@@ -142,6 +148,21 @@ impl Staging {
 
     fn hal(&self, e: CudaError) -> HalError {
         e.into_hal(self.backend)
+    }
+}
+
+impl Drop for Staging {
+    /// Copies into or out of the region may still be queued (a connection that ended
+    /// without a flush): wait for them, bounded, before the owner can free the memory.
+    fn drop(&mut self) {
+        for (stream, what) in [
+            (&*lock(&self.writes), "staged writes"),
+            (&lock(&self.reads).stream, "a staged read"),
+        ] {
+            if let Err(e) = wait(stream, what) {
+                tracing::warn!("{}: dropping staged memory: {e}", self.backend);
+            }
+        }
     }
 }
 

@@ -907,9 +907,9 @@ fn device_memory_travels_through_copies() {
     a.port.read(&a.buf, 4096, &a.remote, 2048, 16).unwrap();
     a.port.flush().unwrap();
     assert_eq!(d0.visible(4096, 16), b"0123456789abcdef");
-    // A word's first signal starts from what the device holds there.
+    // A word's first signal starts from what the device holds there, a queued write
+    // included.
     d1.write(32, &40u64.to_le_bytes()).unwrap();
-    d1.settle().unwrap();
     a.port.signal(&a.remote, 32, 2).unwrap();
     a.port.flush().unwrap();
     assert_eq!(d1.visible(32, 8), 42u64.to_le_bytes());

@@ -22,12 +22,15 @@
 //! (clones share the table): a connection's receiver only sees its transport's regions.
 //!
 //! **Device memory.** A region whose memory the host cannot address but can copy
-//! ([`Region::staged`]: CUDA device memory, through pinned host chunks) registers too:
-//! `write` copies the source out chunk by chunk before sending, the receiver copies
-//! each `WRITE` in before applying the next frame, and a `SIGNAL` stores the word's new
-//! value (kept in a host-side shadow: only signals change such words) with one 8-byte
-//! store ordered after those copies. That is how GPU plans reach ranks of other nodes
-//! without an RDMA NIC.
+//! ([`Region::staged`]: CUDA device memory) registers too: `write` copies the source
+//! out chunk by chunk before sending; the receiver queues each `WRITE`'s copy in
+//! arrival order, and a `SIGNAL` stores the word's new value with one 8-byte store
+//! queued behind them (after settling any region not on the same queue), so the flag
+//! lands after the data it publishes; a `FLUSH` is acknowledged, and a `READ`
+//! answered, only once the queued copies landed. The new value comes from a host-side
+//! shadow, seeded from the device at the word's first signal: such a word must change
+//! only through the signals of one registration (device code waits on it, never writes
+//! it). That is how GPU plans reach ranks of other nodes without an RDMA NIC.
 //!
 //! **Promises** ([`HostTcp::GUARANTEES`]): one in-order stream per port and one thread
 //! applying it, so signals are strong and puts ordered; `write` copies the source into
@@ -115,7 +118,8 @@ impl HostTcp {
     }
 
     /// Call `hook` with the semaphore word right after each `SIGNAL` a receiver thread
-    /// of this transport applies (e.g. to wake threads sleeping on it with a futex).
+    /// of this transport applies to host memory (e.g. to wake threads sleeping on it
+    /// with a futex; words of staged device memory have no host address to pass).
     /// Set once, before connecting; later calls are ignored. Shared by clones.
     pub fn with_signal_hook(self, hook: SignalHook) -> HostTcp {
         let _ = self.table.on_signal.set(hook);

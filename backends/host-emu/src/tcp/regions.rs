@@ -46,9 +46,10 @@ pub(crate) struct Staged {
     addr: u64,
     access: Arc<dyn StagedAccess>,
     /// The value of every semaphore word a `SIGNAL` touched, read from the device at
-    /// the first one: after that only signals change such a word (device code waits
-    /// on it, never writes it), so the shadow is exact and a signal stores the sum
-    /// instead of an atomic add the host cannot do there.
+    /// the first one: after that only this registration's signals may change such a
+    /// word (device code waits on it, never writes it; a second registration of the
+    /// same memory keeps its own shadow), so the shadow is exact and a signal stores the
+    /// sum instead of an atomic add the host cannot do there.
     words: Mutex<HashMap<u64, u64>>,
 }
 
@@ -119,6 +120,8 @@ impl Mem {
             let now = match words.get(&off) {
                 Some(&v) => v,
                 None => {
+                    // (settled first: a write queued there would otherwise be missed)
+                    d.access.settle()?;
                     let mut b = [0u8; 8];
                     d.access.read(off, &mut b)?;
                     u64::from_le_bytes(b)
