@@ -419,19 +419,14 @@ impl PlanExec {
         self.load(&key, c.coll)
     }
 
-    /// Whether the plan a call runs reads or writes the peers' user buffers. When it
-    /// does not (the packet plans such as `allreduce:1pa`, the `:ll` builders), it
-    /// reaches the peers only through their plan areas, and the call needs no exchange
-    /// of buffers: the caller's path is direct, as for the hand packet kernels.
-    pub fn touches_peer_buffers(&self, c: &PlanCall) -> Result<bool> {
-        Ok(self.loaded(c)?.peer_user)
-    }
-
-    /// Whether the plan a call runs reaches other nodes' ranks over port channels: it
-    /// then runs on the registered regions (the port backend moves registered memory
-    /// only), staged like a call on unshareable buffers.
-    pub fn needs_regions(&self, c: &PlanCall) -> Result<bool> {
-        Ok(self.loaded(c)?.kernel.far != 0)
+    /// How the plan a call runs reaches its peers ([`PlanReach`]), from the compiled
+    /// plan (one lookup per call).
+    pub fn reach_of(&self, c: &PlanCall) -> Result<PlanReach> {
+        let k = self.loaded(c)?;
+        Ok(PlanReach {
+            peer_buffers: k.peer_user,
+            far: k.kernel.far != 0,
+        })
     }
 
     /// Whether the plans have port channels (to ranks of other nodes, or to every peer
@@ -611,6 +606,20 @@ fn algo_error(e: commhal_algorithms::AlgoError) -> CollError {
         commhal_algorithms::AlgoError::Invalid(m) => CollError::invalid(m),
         e => CollError::invalid(e.to_string()),
     }
+}
+
+/// How a call's plan reaches its peers, which decides the path of the caller's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanReach {
+    /// It reads or writes the peers' user buffers. When it does not (the packet plans
+    /// such as `allreduce:1pa`, the `:ll` builders), it reaches the peers only through
+    /// their plan areas, and the call needs no exchange of buffers: the caller's path is
+    /// direct, as for the hand packet kernels.
+    pub peer_buffers: bool,
+    /// It reaches ranks of other nodes over port channels: it then runs on the
+    /// registered regions (the port backend moves registered memory only), staged like
+    /// a call on unshareable buffers.
+    pub far: bool,
 }
 
 /// Every rank's virtual node (`COMMHAL_NODE`), gathered over `boot`.

@@ -42,6 +42,7 @@ use super::{Comm, Kernel};
 use crate::error::{CollError, Result};
 use crate::kernels::ReduceOp;
 use crate::peers::{BufDesc, Entry, Imports, Signature, Where, process_nonce};
+use crate::plan_exec::PlanReach;
 use crate::types::{Collective, Dtype};
 
 /// The caller's buffers of one call: device addresses in this process (NCCL's
@@ -229,19 +230,18 @@ impl Comm {
         coll: Collective,
         dtype: Dtype,
         count: u64,
-        root: u32,
-        in_place: bool,
-    ) -> Result<bool> {
+        plan: Option<PlanReach>,
+    ) -> bool {
         if self.dma_all {
-            return Ok(true);
+            return true;
         }
-        if let Some(call) = self.plan_call(coll, dtype, root, in_place) {
-            return self.plans.touches_peer_buffers(&call);
+        if let Some(p) = plan {
+            return p.peer_buffers;
         }
         if self.ce_route(coll, count * dtype.size()) {
-            return Ok(true);
+            return true;
         }
-        Ok(!local_only(self.kernel_plan(coll, dtype, count).0))
+        !local_only(self.kernel_plan(coll, dtype, count).0)
     }
 
     /// Queue one collective on the caller's buffers and `stream` (see the module docs
@@ -309,7 +309,11 @@ impl Comm {
         }
         let ctx = self.ctx.clone();
         let plan = self.algorithm(coll).is_some();
-        let peers = self.touches_peer_buffers(coll, dtype, count, root, in_place)?;
+        let plan_reach = match self.plan_call(coll, dtype, root, in_place) {
+            Some(call) => Some(self.plans.reach_of(&call)?),
+            None => None,
+        };
+        let peers = self.touches_peer_buffers(coll, dtype, count, plan_reach);
         // the allocation, and the pieces of cuMem VMM memory (PyTorch's expandable
         // segments), which go zero-copy when the kernel reaches into peers
         let checked = |used: bool, what, p: u64, len| -> Result<_> {
@@ -329,11 +333,7 @@ impl Comm {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc || v.is_some()))
         };
         // a plan over port channels (other virtual nodes) runs on the registered regions
-        let on_regions = match self.plan_call(coll, dtype, root, in_place) {
-            Some(call) => self.plans.needs_regions(&call)?,
-            None => false,
-        };
-        let staged = on_regions
+        let staged = plan_reach.is_some_and(|p| p.far)
             || !shareable(bufs.send, &send, &send_vmm)
             || !shareable(bufs.recv, &recv, &recv_vmm);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
