@@ -817,29 +817,25 @@ mod tests {
             },
             guarantees: commhal_hal::Guarantees::minimal,
             probe: || commhal_hal::registry::Availability::Available,
-            create: |_| {
-                Ok(commhal_hal::registry::Backend {
-                    name: "cuda-dma".into(),
-                    memory: None,
-                    port: Some(Arc::new(commhal_backend_host_emu::HostEmu::new())),
-                    switch: None,
-                })
-            },
+            create: |_| Ok(host_emu_port("cuda-dma")),
         };
+
+    /// host-emu's port transport under another name.
+    fn host_emu_port(name: &str) -> commhal_hal::registry::Backend {
+        commhal_hal::registry::Backend {
+            name: name.into(),
+            memory: None,
+            port: Some(Arc::new(commhal_backend_host_emu::HostEmu::new())),
+            switch: None,
+        }
+    }
 
     /// A port backend that refuses GPU ranks, as ib-verbs does (host-emu's port
     /// transport joins host devices only).
     static FAKE_NIC: commhal_hal::registry::BackendDescriptor =
         commhal_hal::registry::BackendDescriptor {
             name: "fake-nic",
-            create: |_| {
-                Ok(commhal_hal::registry::Backend {
-                    name: "fake-nic".into(),
-                    memory: None,
-                    port: Some(Arc::new(commhal_backend_host_emu::HostEmu::new())),
-                    switch: None,
-                })
-            },
+            create: |_| Ok(host_emu_port("fake-nic")),
             ..FAKE_DMA
         };
 
