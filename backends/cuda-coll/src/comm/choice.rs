@@ -271,21 +271,23 @@ impl Comm {
             }
             Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
-                let k = if coll == Collective::Allgather {
-                    Kernel::AllgatherLl
-                } else {
-                    Kernel::ReducescatterLl
-                };
+                let k = pair(
+                    coll,
+                    Collective::Allgather,
+                    Kernel::AllgatherLl,
+                    Kernel::ReducescatterLl,
+                );
                 (k, blocks, threads)
             }
             Collective::Allgather | Collective::Reducescatter
                 if self.ring(coll, count * es * u64::from(self.n)) =>
             {
-                let k = if coll == Collective::Allgather {
-                    Kernel::AllgatherRing
-                } else {
-                    Kernel::ReducescatterRing
-                };
+                let k = pair(
+                    coll,
+                    Collective::Allgather,
+                    Kernel::AllgatherRing,
+                    Kernel::ReducescatterRing,
+                );
                 let (b, t) = self.chain_grid(count * es, k);
                 (k, b, t)
             }
@@ -311,20 +313,22 @@ impl Comm {
                     && count * es <= self.tuning.rooted_ll_max =>
             {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
-                let k = if coll == Collective::Broadcast {
-                    Kernel::BroadcastLl
-                } else {
-                    Kernel::ReduceLl
-                };
+                let k = pair(
+                    coll,
+                    Collective::Broadcast,
+                    Kernel::BroadcastLl,
+                    Kernel::ReduceLl,
+                );
                 (k, blocks, threads)
             }
             Collective::Broadcast | Collective::Reduce if self.ll63(coll, count * es) => {
                 let (b, t) = self.ll63_grid(count * es);
-                let k = if coll == Collective::Broadcast {
-                    Kernel::BroadcastLl63
-                } else {
-                    Kernel::ReduceLl63
-                };
+                let k = pair(
+                    coll,
+                    Collective::Broadcast,
+                    Kernel::BroadcastLl63,
+                    Kernel::ReduceLl63,
+                );
                 (k, b, t)
             }
             Collective::Broadcast => {
@@ -359,11 +363,12 @@ impl Comm {
                 if self.n > 1 && self.ll_per_peer(count * es) =>
             {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
-                let k = if coll == Collective::Alltoall {
-                    Kernel::AlltoallLl
-                } else {
-                    Kernel::SendrecvLl
-                };
+                let k = pair(
+                    coll,
+                    Collective::Alltoall,
+                    Kernel::AlltoallLl,
+                    Kernel::SendrecvLl,
+                );
                 (k, blocks, threads)
             }
             Collective::Alltoall => {
@@ -376,4 +381,9 @@ impl Comm {
             }
         }
     }
+}
+
+/// The kernel of a pair of collectives one arm handles: `a` for `first`, else `b`.
+fn pair(coll: Collective, first: Collective, a: Kernel, b: Kernel) -> Kernel {
+    if coll == first { a } else { b }
 }
