@@ -5,7 +5,9 @@
 // under coll/ (allreduce, reducescatter, allgather, broadcast, reduce, ring, alltoall,
 // sendrecv, copy_engine), on the protocol of coll/protocol.cuh, the packets of
 // coll/ll16.cuh and coll/ll63.cuh, the chains of coll/chain.cuh and the operators of
-// coll/ops.cuh.
+// coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter and the
+// one-shot all-reduce are written once over the primitives of coll/prims.cuh; their
+// Simple and LL16 kernels are two instantiations (the tables below).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -82,11 +84,11 @@
 #define COLL_REDUCING_KERNELS(X)                                \
   X(reduce_local, reduce_local<Op>(a))                          \
   X(reduce_pair_ce, reduce_pair_ce<Op>(a))                      \
-  X(allreduce_ll, allreduce_ll<Op>(a))                          \
+  X(allreduce_ll, (allreduce_oneshot<Op, LL16>(a)))             \
   X(allreduce_2shot, allreduce_2shot<Op>(a))                    \
   X(reducescatter, reducescatter<Op>(a))                        \
-  X(reducescatter_ll, reducescatter_ll<Op>(a))                  \
-  X(reducescatter_push, reducescatter_push<Op>(a))              \
+  X(reducescatter_ll, (reducescatter_push<Op, LL16>(a)))        \
+  X(reducescatter_push, (reducescatter_push<Op, Simple>(a)))    \
   X(allreduce_push, allreduce_push<Op>(a))                      \
   X(reduce_ll, reduce_ll<Op>(a))                                \
   X(reduce, (reduce_root<Op, false>(a)))                        \
@@ -100,18 +102,18 @@
 
 #define COLL_MOVING_KERNELS(X)                                  \
   X(dma_wait, dma_wait(a))                                      \
-  X(allgather, allgather(a))                                    \
-  X(allgather_ll, allgather_ll(a))                              \
+  X(allgather, allgather<Simple>(a))                            \
+  X(allgather_ll, allgather<LL16>(a))                           \
   X(allgather_ring, (ring<OpF32, COLL_RING_AG>(a)))             \
   X(broadcast, broadcast(a))                                    \
   X(broadcast_sf, broadcast_sf(a))                              \
   X(broadcast_ll, broadcast_ll(a))                              \
   X(broadcast_chain, broadcast_chain(a))                        \
   X(broadcast_ll63, broadcast_ll63(a))                          \
-  X(alltoall, alltoall(a))                                      \
-  X(alltoall_ll, alltoall_ll(a))                                \
-  X(sendrecv, sendrecv(a))                                      \
-  X(sendrecv_ll, sendrecv_ll(a))
+  X(alltoall, alltoall<Simple>(a))                              \
+  X(alltoall_ll, alltoall<LL16>(a))                             \
+  X(sendrecv, sendrecv<Simple>(a))                              \
+  X(sendrecv_ll, sendrecv<LL16>(a))
 
 #define COLL_ENTRY(name, OpT, call) \
   extern "C" __global__ void commhal_coll_##name(CollArgs a) { typedef OpT Op; call; }

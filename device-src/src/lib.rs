@@ -74,6 +74,7 @@ pub const HEADERS: &[Source] = &[
     coll!("ll63.cuh"),
     coll!("chain.cuh"),
     coll!("reduce_inputs.cuh"),
+    coll!("prims.cuh"),
     coll!("copy_engine.cuh"),
     coll!("allreduce.cuh"),
     coll!("reducescatter.cuh"),

@@ -1,49 +1,22 @@
-// coll/allreduce.cuh — all-reduce: one-shot LL16, two-shot, push and all-pairs LL63.
+// coll/allreduce.cuh — all-reduce: one-shot (LL16, on the primitives), two-shot, push and
+// all-pairs LL63.
 #pragma once
-#include "coll/ll16.cuh"
 #include "coll/ll63.cuh"
+#include "coll/prims.cuh"
 #include "coll/reduce_inputs.cuh"
 
-// One-shot LL16 all-reduce. count * elem % 8 == 0 (host checks), bytes <= slot/2.
-template <typename Op>
-COMMHAL_DEVICE void allreduce_ll(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 flag = (u32)e;
-  const u64 parity = e & 1;
-  const u64 npk = a.count * Op::ELEM / 8;
-  const uint2* in = reinterpret_cast<const uint2*>(a.in[a.rank]);
-  uint2* out = reinterpret_cast<uint2*>(a.out[a.rank]);
-  const u64 gthreads = (u64)gridDim.x * blockDim.x;
-  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  // slot(owner, sender) = scratch[owner] + LL + (parity * MAX_RANKS + sender) * slot_bytes
-  const u64 my_send_off = COLL_OFF_LL + (parity * COLL_MAX_RANKS + a.rank) * a.ll_slot_bytes;
-  for (u64 i = tid0; i < npk; i += gthreads) {
-    const uint2 v = pre8<Op>(a, in[i]);
-    for (u32 p = 0; p < a.nranks; ++p) {
-      if (p == a.rank) continue;
-      ll16_store(reinterpret_cast<u8*>(a.scratch[p] + my_send_off) + i * 16, v, flag);
-    }
-  }
-  bool ok = true;
-  for (u64 i = tid0; i < npk; i += gthreads) {
-    uint2 acc = make_uint2(0, 0);
-    bool first = true;
-    for (u32 p = 0; p < a.nranks; ++p) {  // rank order: identical result on every rank
-      uint2 v;
-      if (p == a.rank) {
-        v = pre8<Op>(a, in[i]);
-      } else {
-        v = ll16_wait(ll_slot(a, a.rank, p, parity) + i * 16, flag, bound(a), ok);
-      }
-      if (first) {
-        acc = v;
-        first = false;
-      } else {
-        acc = add8<Op>(acc, v);
-      }
-    }
-    out[i] = fin8<Op>(a, acc);
-  }
+// One-shot all-reduce over the primitives (coll/prims.cuh): every rank's whole input
+// lands in every other rank, which sums all of them in rank order (the same result on
+// every rank). Built with LL16 (count * elem % 8 == 0, bytes <= slot / 2, host checks);
+// Simple would need staging slots of a whole message.
+template <typename Op, typename Proto>
+COMMHAL_DEVICE void allreduce_oneshot(const CollArgs& a) {
+  Prims<Proto, AllPeers> prims(a);
+  const u64 bytes = a.count * Op::ELEM;
+  auto src = [&](u32 s, u32) { return a.in[s]; };
+  auto dst = [&](u32 r, u32 s) { return a.stage[r] + (u64)s * a.stage_slot_bytes; };
+  prims.replicate(bytes, src, dst, false);
+  prims.template reduce<Op>(bytes, src, dst, a.out[a.rank]);
 }
 
 // Two-shot all-reduce: chunks of whole 16-byte vectors per rank; the tail that is not a

@@ -110,28 +110,38 @@ COMMHAL_DEVICE void reduce_elems(const CollArgs& a, u64 in_off, u64 eb, u64 ee, 
   }
 }
 
-// Vector j of this rank's chunk summed in rank order: `own[j]` for this rank, vector j of
-// staging slot p (a.stage[rank] + p * a.stage_slot_bytes, where rank p's contribution
-// landed) for every other p. All n loads are issued before the adds. Every staging slot
-// holds a peer's original input (pushed or copied as it was), so all n are
-// pre-multiplied here (premulsum); the caller applies fin16 to the result. Shared by the push
-// all-reduce, the push reduce-scatter and the copy-engine path's local reduction.
+// Vector j summed over the ranks in rank order, x[p] holding rank p's vectors; every
+// term pre-multiplied (premulsum: each is an original input, pushed or copied as it
+// was), all n loads issued before the adds. The caller applies fin16.
 template <typename Op>
-COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
-  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
-  v16 x[COLL_MAX_RANKS];
+COMMHAL_DEVICE v16 sum_ranks(const CollArgs& a, const v16* const (&x)[COLL_MAX_RANKS], u64 j) {
+  v16 y[COLL_MAX_RANKS];
 #pragma unroll
   for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
     if (p < a.nranks) {
-      x[p] = (p == a.rank) ? own[j]
-                           : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes)[j];
-      if (Op::PRE) x[p] = pre16<Op>(a, x[p]);
+      y[p] = x[p][j];
+      if (Op::PRE) y[p] = pre16<Op>(a, y[p]);
     }
   }
-  v16 acc = x[0];
+  v16 acc = y[0];
 #pragma unroll
   for (u32 p = 1; p < COLL_MAX_RANKS; ++p) {
-    if (p < a.nranks) acc = add16<Op>(acc, x[p]);
+    if (p < a.nranks) acc = add16<Op>(acc, y[p]);
   }
   return acc;
+}
+
+// Vector j of this rank's chunk summed in rank order (sum_ranks): `own[j]` for this
+// rank, vector j of staging slot p (a.stage[rank] + p * a.stage_slot_bytes, where rank
+// p's contribution landed) for every other p. Shared by the push all-reduce and the
+// copy-engine path's local reduction.
+template <typename Op>
+COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
+  const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
+  const v16* x[COLL_MAX_RANKS];
+#pragma unroll
+  for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+    x[p] = (p == a.rank) ? own : reinterpret_cast<const v16*>(stage + (u64)p * a.stage_slot_bytes);
+  }
+  return sum_ranks<Op>(a, x, j);
 }

@@ -1,0 +1,343 @@
+// coll/prims.cuh — the primitives the collectives are written over, one class per
+// protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
+// where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
+// all-to-all, send/recv, the push reduce-scatter and the one-shot all-reduce.
+//
+// The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
+//   src(s, r)   the address (mapped here) of the bytes s sends to r;
+//   dst(r, s)   where they land in r: r's output where that is their place (all-gather,
+//               all-to-all, send/recv), or r's staging slot for s (push reduce-scatter);
+// then calls replicate (this rank sends the same bytes to every receiver of the pattern)
+// or scatter (a part of its own to each), and then either gather (every received byte
+// is in its place) or reduce (this rank sums what it received with its own part, in
+// rank order, into its output; after scatter).
+//
+// Protocols (the Proto parameter):
+//   Simple  zero copy. The START barrier (coll/protocol.cuh: every peer's kernel runs,
+//           so the places written are no longer used by earlier work), then 16-byte
+//           stores straight into dst(r, s) in the receiver, in warp units (below).
+//           gather = the END barrier (block b of every sender finished its stores);
+//           reduce = the MID barrier, then local loads of the landed data (16-byte
+//           aligned, the host checks).
+//   LL16    packets (commhal/packets.h). Unit i (8 bytes) of s's bytes for r travels as
+//           packet i of r's LL slot for s (coll/ll16.cuh), flagged with the launch epoch,
+//           so there is no barrier: gather and reduce wait for each packet and move it to
+//           dst(r, s) or into the sum. Slots alternate by epoch parity. Where every
+//           receiver also sends to its senders in each launch (AllPeers) that is enough:
+//           to reach launch e a sender saw a packet of the receiver's launch e - 1, so the
+//           receiver finished e - 2, the last reader of this parity. A one-way pattern
+//           (NextRank) waits for that instead, on the receiver's done epoch.
+// Both protocols write only dst(r, s) in the receiver and read only src(s, r) here.
+#pragma once
+#include "coll/ll16.cuh"
+#include "coll/reduce_inputs.cuh"
+
+// ---- protocols ----
+struct Simple {};
+struct LL16 {};
+
+// ---- patterns: who sends to whom ----
+// A rank sends to send_to(k) and receives from recv_from(k), k < count(a): step k's
+// sender sends to this rank in its step k, so a receiver waits first for what was sent
+// first.
+// Every rank to every other, starting at the next rank (spreads the peers' traffic).
+struct AllPeers {
+  static constexpr bool ONE_WAY = false;
+  static COMMHAL_DEVICE u32 count(const CollArgs& a) { return a.nranks - 1; }
+  static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32 k) {
+    const u32 p = a.rank + 1 + k;
+    return p >= a.nranks ? p - a.nranks : p;
+  }
+  static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32 k) {
+    return a.rank >= k + 1 ? a.rank - k - 1 : a.rank + a.nranks - k - 1;
+  }
+};
+// Rank r to r + 1, receiving from r - 1 (one rank: itself).
+struct NextRank {
+  static constexpr bool ONE_WAY = true;
+  static COMMHAL_DEVICE u32 count(const CollArgs&) { return 1; }
+  static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32) { return (a.rank + 1) % a.nranks; }
+  static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32) {
+    return (a.rank + a.nranks - 1) % a.nranks;
+  }
+};
+
+template <typename Proto, typename Pattern>
+struct Prims;
+
+// Sends and copies loop over COLL_MAX_RANKS fixed peer slots, unrolled, with every
+// peer's pointers computed before the data loop: indexed by constants they stay in
+// registers. (The packet stores and waits are asm with a memory clobber, after which
+// anything read through `a` is read again.) Waits stay runtime loops over the peers,
+// taking the pointers from those registers (pick): seven unrolled bounded waits made the
+// LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
+#define PRIMS_PEERS (COLL_MAX_RANKS - 1)
+
+// Simple's replicate moves data in warp units (as MSCCL++'s full-mesh all-gather): a
+// unit is SIMPLE_UNIT_VECS 16-byte vectors per lane of one warp (2 KiB), all loaded
+// before any is stored, so each lane has that many loads in flight. On 4 x H100 at
+// 1 MiB per rank this beat one vector per thread stored to every receiver
+// (docs/performance.md, all-gather).
+#define SIMPLE_UNIT_VECS 4
+#define SIMPLE_UNIT (32 * SIMPLE_UNIT_VECS)
+
+// Vectors base, base + 32, ... (SIMPLE_UNIT_VECS of them, those below nvec) of s to d.
+COMMHAL_DEVICE void copy_unit(const v16* s, v16* d, u64 base, u64 nvec) {
+  v16 x[SIMPLE_UNIT_VECS];
+#pragma unroll
+  for (u32 j = 0; j < SIMPLE_UNIT_VECS; ++j) {
+    if (base + j * 32 < nvec) x[j] = s[base + j * 32];
+  }
+#pragma unroll
+  for (u32 j = 0; j < SIMPLE_UNIT_VECS; ++j) {
+    if (base + j * 32 < nvec) d[base + j * 32] = x[j];
+  }
+}
+
+template <typename Pattern>
+struct Prims<Simple, Pattern> {
+  const CollArgs& a;
+  u64 e;
+
+  COMMHAL_DEVICE explicit Prims(const CollArgs& args) : a(args), e(coll_begin(args)) {
+    block_barrier(a, COLL_OFF_START_FLAGS, e);
+  }
+
+  // The same `bytes` of this rank, src(rank, *), to dst(p, rank) for every receiver p of
+  // the pattern, and with `own` to dst(rank, rank) where that is not the source. Work
+  // item i is unit i / t for target i % t (t targets), so a warp stores into one
+  // receiver, contiguously, and neighbouring warps into different ones.
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE void replicate(u64 bytes, Src src, Dst dst, bool own) {
+    const u32 targets = targets_of(src, dst, own);
+    if (!aligned(bytes, src, dst, targets)) return copy_bytes(bytes, src, dst, targets);
+    const u64 nvec = bytes / 16;
+    const u32 wpb = blockDim.x / 32;
+    if (threadIdx.x >= wpb * 32) return;
+    const u64 nwarps = (u64)gridDim.x * wpb;
+    const u64 items = (nvec + SIMPLE_UNIT - 1) / SIMPLE_UNIT * targets;
+    for (u64 i = (u64)blockIdx.x * wpb + threadIdx.x / 32; i < items; i += nwarps) {
+      const u32 p = target((u32)(i % targets));
+      copy_unit(reinterpret_cast<const v16*>(src(a.rank, p)), reinterpret_cast<v16*>(dst(p, a.rank)),
+                (i / targets) * SIMPLE_UNIT + threadIdx.x % 32, nvec);
+    }
+  }
+
+  // As replicate, but receiver p gets its own part src(rank, p). One vector per thread
+  // per step, grid-stride, every target's vector loaded before any is stored; reduce
+  // walks the vectors the same way, so after its MID barrier block b of a receiver reads
+  // exactly what block b of every sender wrote.
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE void scatter(u64 bytes, Src src, Dst dst, bool own) {
+    const u32 targets = targets_of(src, dst, own);
+    if (!aligned(bytes, src, dst, targets)) return copy_bytes(bytes, src, dst, targets);
+    const v16* s[COLL_MAX_RANKS];
+    v16* d[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
+      if (t < targets) {
+        const u32 p = target(t);
+        s[t] = reinterpret_cast<const v16*>(src(a.rank, p));
+        d[t] = reinterpret_cast<v16*>(dst(p, a.rank));
+      }
+    }
+    const u64 nvec = bytes / 16;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nvec; j += gthreads) {
+      v16 x[COLL_MAX_RANKS];
+#pragma unroll
+      for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
+        if (t < targets) x[t] = s[t][j];
+      }
+#pragma unroll
+      for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
+        if (t < targets) d[t][j] = x[t];
+      }
+    }
+  }
+
+  // The senders' bytes are in place once block b of every rank passed its stores.
+  template <typename Dst>
+  COMMHAL_DEVICE void gather(u64, Dst) {
+    block_barrier(a, COLL_OFF_END_FLAGS, e);
+  }
+
+  // After scatter: out = the sum, in rank order, of src(rank, rank) and every
+  // dst(rank, p) (16-byte vectors). No END barrier: after this nothing is accessed
+  // remotely, and a peer writes the landing again only after the next launch's START.
+  template <typename Op, typename Src, typename Dst>
+  COMMHAL_DEVICE void reduce(u64 bytes, Src src, Dst dst, u64 out) {
+    block_barrier(a, COLL_OFF_MID_FLAGS, e);
+    const v16* x[COLL_MAX_RANKS];
+#pragma unroll
+    for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+      if (p < a.nranks)
+        x[p] = reinterpret_cast<const v16*>(p == a.rank ? src(p, p) : dst(a.rank, p));
+    }
+    v16* o = reinterpret_cast<v16*>(out);
+    const u64 nvec = bytes / 16;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nvec; j += gthreads)
+      o[j] = fin16<Op>(a, sum_ranks<Op>(a, x, j));
+  }
+
+ private:
+  // Target t: the pattern's receivers, then this rank (own copy).
+  COMMHAL_DEVICE u32 target(u32 t) const {
+    return t < Pattern::count(a) ? Pattern::send_to(a, t) : a.rank;
+  }
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE u32 targets_of(Src src, Dst dst, bool own) const {
+    return Pattern::count(a) + ((own && dst(a.rank, a.rank) != src(a.rank, a.rank)) ? 1 : 0);
+  }
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE bool aligned(u64 bytes, Src src, Dst dst, u32 targets) const {
+    bool ok = (bytes % 16) == 0;
+    for (u32 t = 0; t < targets; ++t) {
+      const u32 p = target(t);
+      ok = ok && (src(a.rank, p) % 16) == 0 && (dst(p, a.rank) % 16) == 0;
+    }
+    return ok;
+  }
+  // Any alignment, byte-exact (commhal/copy.h); never before reduce (the host checks).
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE void copy_bytes(u64 bytes, Src src, Dst dst, u32 targets) const {
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (u32 t = 0; t < targets; ++t) {
+      const u32 p = target(t);
+      copy_cooperative(reinterpret_cast<void*>(dst(p, a.rank)),
+                       reinterpret_cast<const void*>(src(a.rank, p)), bytes, (u32)tid0,
+                       (u32)gthreads);
+    }
+  }
+};
+
+// x[k] for a k only known at run time, by selects over registers (an indexed load would
+// put x in local memory).
+template <typename T>
+COMMHAL_DEVICE T pick(T const (&x)[PRIMS_PEERS], u32 k) {
+  T r = x[0];
+#pragma unroll
+  for (u32 j = 1; j < PRIMS_PEERS; ++j) r = j == k ? x[j] : r;
+  return r;
+}
+
+template <typename Pattern>
+struct Prims<LL16, Pattern> {
+  const CollArgs& a;
+  u64 e;
+  u32 flag;
+  u64 parity;
+
+  COMMHAL_DEVICE explicit Prims(const CollArgs& args)
+      : a(args), e(coll_begin(args)), flag((u32)e), parity(e & 1) {}
+
+  // As Prims<Simple>: the same bytes to every receiver (loaded once per packet).
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE void replicate(u64 bytes, Src src, Dst dst, bool own) {
+    put_all<true>(bytes, src, dst, own);
+  }
+
+  // As Prims<Simple>: a part per receiver (every part's packet loaded before any store).
+  template <typename Src, typename Dst>
+  COMMHAL_DEVICE void scatter(u64 bytes, Src src, Dst dst, bool own) {
+    put_all<false>(bytes, src, dst, own);
+  }
+
+  // Every sender's packets, unpacked to dst(rank, p).
+  template <typename Dst>
+  COMMHAL_DEVICE void gather(u64 bytes, Dst dst) {
+    const u32 np = Pattern::count(a);
+    const Inbox in = inbox();
+    const u8* slot[PRIMS_PEERS];
+    uint2* d[PRIMS_PEERS];
+#pragma unroll
+    for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+      if (k < np) {
+        const u32 p = Pattern::recv_from(a, k);
+        slot[k] = in.from(p);
+        d[k] = reinterpret_cast<uint2*>(dst(in.me, p));
+      }
+    }
+    const WaitBound b = bound(a);
+    const u64 npk = bytes / 8;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    bool ok = true;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
+      for (u32 k = 0; k < np; ++k) pick(d, k)[i] = ll16_wait(pick(slot, k) + i * 16, flag, b, ok);
+    }
+  }
+
+  // out = the sum, in rank order, of src(rank, rank) and every sender's packets.
+  template <typename Op, typename Src, typename Dst>
+  COMMHAL_DEVICE void reduce(u64 bytes, Src src, Dst, u64 out) {
+    const Inbox in = inbox();
+    const u32 n = a.nranks;
+    const uint2* own = reinterpret_cast<const uint2*>(src(in.me, in.me));
+    uint2* o = reinterpret_cast<uint2*>(out);
+    const WaitBound b = bound(a);
+    const u64 npk = bytes / 8;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    bool ok = true;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
+      const uint2 mine = own[i];  // before the waits: its latency hides behind them
+      uint2 acc = make_uint2(0, 0);
+      for (u32 p = 0; p < n; ++p) {
+        const uint2 v = pre8<Op>(a, p == in.me ? mine : ll16_wait(in.from(p) + i * 16, flag, b, ok));
+        acc = p == 0 ? v : add8<Op>(acc, v);
+      }
+      o[i] = fin8<Op>(a, acc);
+    }
+  }
+
+ private:
+  // This rank's LL slots of this launch's parity, in registers: sender p's packets start
+  // at from(p) (coll/ll16.cuh's ll_slot(a, rank, p, parity)).
+  struct Inbox {
+    u32 me;
+    const u8* base;
+    u64 slot_bytes;
+    COMMHAL_DEVICE const u8* from(u32 p) const { return base + p * slot_bytes; }
+  };
+  COMMHAL_DEVICE Inbox inbox() const {
+    return Inbox{a.rank, ll_slot(a, a.rank, 0, parity), a.ll_slot_bytes};
+  }
+
+  template <bool SAME, typename Src, typename Dst>
+  COMMHAL_DEVICE void put_all(u64 bytes, Src src, Dst dst, bool own) {
+    const u32 me = a.rank;
+    const u32 np = Pattern::count(a);
+    if (Pattern::ONE_WAY) {
+      for (u32 k = 0; k < np; ++k) block_wait_peer_done(a, Pattern::send_to(a, k), e, 2);
+    }
+    u8* slot[PRIMS_PEERS];
+    const uint2* s[PRIMS_PEERS];
+#pragma unroll
+    for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+      if (k < np) {
+        const u32 p = Pattern::send_to(a, k);
+        slot[k] = ll_slot(a, p, me, parity);
+        s[k] = reinterpret_cast<const uint2*>(src(me, p));
+      }
+    }
+    const uint2* s_own = reinterpret_cast<const uint2*>(src(me, me));
+    uint2* d_own = own && dst(me, me) != src(me, me) ? reinterpret_cast<uint2*>(dst(me, me))
+                                                      : nullptr;
+    const u32 f = flag;
+    const u64 npk = bytes / 8;
+    const u64 gthreads = (u64)gridDim.x * blockDim.x;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
+      uint2 v[PRIMS_PEERS];
+#pragma unroll
+      for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+        if (k < np) v[k] = SAME ? (k == 0 ? s_own[i] : v[0]) : s[k][i];
+      }
+#pragma unroll
+      for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+        if (k < np) ll16_store(slot[k] + i * 16, v[k], f);
+      }
+      if (d_own != nullptr) d_own[i] = SAME && np > 0 ? v[0] : s_own[i];
+    }
+  }
+};
