@@ -7,10 +7,11 @@
 
 // One-shot all-reduce over the primitives (coll/prims.cuh): every rank's whole input
 // lands in every other rank, which sums all of them in rank order (the same result on
-// every rank). Built with LL16 (count * elem % 8 == 0, bytes <= slot / 2, host checks);
-// Simple would need staging slots of a whole message.
+// every rank). LL16 only (count * elem % 8 == 0, bytes <= slot / 2, host checks): Simple
+// can not reduce after replicate, and would need staging slots of a whole message.
 template <typename Op, typename Proto>
 COMMHAL_DEVICE void allreduce_oneshot(const CollArgs& a) {
+  static_assert(Prims<Proto, AllPeers>::REDUCE_AFTER_REPLICATE, "one-shot: LL16 only");
   Prims<Proto, AllPeers> prims(a);
   const u64 bytes = a.count * Op::ELEM;
   auto src = [&](u32 s, u32) { return a.in[s]; };

@@ -5,29 +5,35 @@
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
-//   dst(r, s)   where they land in r: r's output where that is their place (all-gather,
-//               all-to-all, send/recv), or r's staging slot for s (push reduce-scatter);
+//   dst(r, s)   where they belong in r: r's output where that is their place (all-gather,
+//               all-to-all, send/recv), or r's staging slot for s where r sums them (push
+//               reduce-scatter, one-shot all-reduce; LL16 keeps them in its slots instead);
 // then calls replicate (this rank sends the same bytes to every receiver of the pattern)
 // or scatter (a part of its own to each), and then either gather (every received byte
 // is in its place) or reduce (this rank sums what it received with its own part, in
-// rank order, into its output; after scatter).
+// rank order, into its output). Simple's reduce must follow scatter, whose vectors it
+// walks the same way (Prims::REDUCE_AFTER_REPLICATE says whether replicate will do).
 //
 // Protocols (the Proto parameter):
 //   Simple  zero copy. The START barrier (coll/protocol.cuh: every peer's kernel runs,
 //           so the places written are no longer used by earlier work), then 16-byte
-//           stores straight into dst(r, s) in the receiver, in warp units (below).
-//           gather = the END barrier (block b of every sender finished its stores);
-//           reduce = the MID barrier, then local loads of the landed data (16-byte
-//           aligned, the host checks).
+//           stores straight into dst(r, s) in the receiver: replicate in warp units,
+//           scatter one vector per thread (below). gather = the END barrier (block b of
+//           every sender finished its stores); reduce = the MID barrier, then local loads
+//           of the landed data (16-byte aligned, the host checks).
 //   LL16    packets (commhal/packets.h). Unit i (8 bytes) of s's bytes for r travels as
 //           packet i of r's LL slot for s (coll/ll16.cuh), flagged with the launch epoch,
 //           so there is no barrier: gather and reduce wait for each packet and move it to
-//           dst(r, s) or into the sum. Slots alternate by epoch parity. Where every
-//           receiver also sends to its senders in each launch (AllPeers) that is enough:
-//           to reach launch e a sender saw a packet of the receiver's launch e - 1, so the
-//           receiver finished e - 2, the last reader of this parity. A one-way pattern
-//           (NextRank) waits for that instead, on the receiver's done epoch.
-// Both protocols write only dst(r, s) in the receiver and read only src(s, r) here.
+//           dst(r, s) or into the sum. Slots alternate by epoch parity, so a sender in
+//           launch e must know the receiver finished e - 2, the last reader of this
+//           parity. With AllPeers that follows when launch e - 1 heard from the receiver
+//           too (a packet or a barrier of its launch e - 1: it finished e - 2): true after
+//           another AllPeers or barrier kernel, NOT after a one-way kernel (send/recv,
+//           broadcast and reduce over LL16, neighbour-started chains), which the host
+//           does not yet prevent (docs/architecture.md, "LL slots"). A one-way pattern
+//           (NextRank) waits for it on the receiver's done epoch.
+// Simple writes only dst(r, s) in the receiver, LL16 only the receiver's slot for s;
+// both read only src(s, r) of the sender.
 #pragma once
 #include "coll/ll16.cuh"
 #include "coll/reduce_inputs.cuh"
@@ -96,6 +102,9 @@ COMMHAL_DEVICE void copy_unit(const v16* s, v16* d, u64 base, u64 nvec) {
 
 template <typename Pattern>
 struct Prims<Simple, Pattern> {
+  // replicate walks warp units, reduce one vector per thread: block b of a receiver
+  // would read vectors other blocks of the senders wrote, past the MID barrier.
+  enum { REDUCE_AFTER_REPLICATE = false };
   const CollArgs& a;
   u64 e;
 
@@ -225,6 +234,7 @@ COMMHAL_DEVICE T pick(T const (&x)[PRIMS_PEERS], u32 k) {
 
 template <typename Pattern>
 struct Prims<LL16, Pattern> {
+  enum { REDUCE_AFTER_REPLICATE = true };  // every packet carries its flag
   const CollArgs& a;
   u64 e;
   u32 flag;

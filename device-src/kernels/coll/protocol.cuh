@@ -145,8 +145,9 @@ COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
   block_handshake(a.rank, a.nranks, 0, e, bound(a),
                   [&](u32 owner, u32 from) { return flag_slot(a, owner, flags_off, from); });
 }
-// Broadcast and reduce for small sizes, LL16, no barrier. One side only sends (the
-// broadcast root; the reduce non-roots), so nothing would stop it running two launches
+// Broadcast, reduce and send/recv for small sizes, LL16, no barrier. One side only sends
+// (the broadcast root; the reduce non-roots; every send/recv rank towards the next), so
+// nothing would stop it running two launches
 // ahead of a receiver and overwriting a parity slot not yet read: before sending in
 // launch e, a sender waits (thread p of every block, once) until the receiver p has
 // completed launch e-2 — the last launch that used this parity's slot — by reading p's
