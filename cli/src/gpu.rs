@@ -5,7 +5,7 @@
 //! by the command itself with `--ranks N` (default: every visible GPU) through the
 //! same launcher (`crate::launch`), which is also how `commhal conformance --backend
 //! cuda-nvlink --ranks N` gets its GPU ranks. Every rank runs
-//! [`commhal_gpu_bench::bench::run_rank`] / [`commhal_gpu_bench::bench::tune`], the
+//! [`commhal_gpu_bench::bench::run_rank`] / [`commhal_gpu_bench::sweep::tune`], the
 //! loops `commhal-gpu-bench` runs too; rank 0 prints, plots and writes files.
 //!
 //! Without a usable CUDA driver or GPU the commands stop before starting any rank,
@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use commhal_gpu_bench::bench::{self, Row};
 use commhal_gpu_bench::cli::{self as ccli, Args, Collective, Dtype};
-use commhal_gpu_bench::tune;
+use commhal_gpu_bench::{sweep, tune};
 use commhal_hal::bootstrap::LaunchEnv;
 use commhal_hal::registry::Availability;
 
@@ -396,11 +396,11 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
     for name in &t.collectives {
         let c = Collective::from_str(name.trim(), true)
             .ok()
-            .filter(|c| bench::TUNED.contains(c))
+            .filter(|c| sweep::TUNED.contains(c))
             .ok_or_else(|| {
                 format!(
                     "tune --collectives: `{name}` has no kernel choice to tune (choose from {})",
-                    bench::TUNED.map(Collective::name).join(", ")
+                    sweep::TUNED.map(Collective::name).join(", ")
                 )
             })?;
         if !colls.contains(&c) {
@@ -408,7 +408,7 @@ pub fn tune_args(t: &TuneArgs) -> Result<(Args, Vec<Collective>), String> {
         }
     }
     if colls.is_empty() {
-        colls = bench::TUNED.to_vec();
+        colls = sweep::TUNED.to_vec();
     }
     let min_bytes = ccli::parse_size(&t.min_bytes).map_err(|e| format!("-b: {e}"))?;
     let max_bytes = ccli::parse_size(&t.max_bytes).map_err(|e| format!("-e: {e}"))?;
@@ -472,7 +472,7 @@ pub fn tune(t: &TuneArgs) -> Result<i32, String> {
         return self_launch(n);
     }
     let boot = commhal_cuda_coll::setup::bootstrap_from_env().map_err(|e| e.to_string())?;
-    let out = bench::tune(&args, &colls, boot.as_ref()).map_err(|e| e.to_string())?;
+    let out = sweep::tune(&args, &colls, boot.as_ref()).map_err(|e| e.to_string())?;
     let code = if out.rank == 0 {
         write_tuning(t, &args, &out)?
     } else {
@@ -483,7 +483,7 @@ pub fn tune(t: &TuneArgs) -> Result<i32, String> {
 }
 
 /// Rank 0 of `commhal tune`: the JSON, then the merged tuning file.
-fn write_tuning(t: &TuneArgs, args: &Args, out: &bench::TuneOutcome) -> Result<i32, String> {
+fn write_tuning(t: &TuneArgs, args: &Args, out: &sweep::TuneOutcome) -> Result<i32, String> {
     if let Some(path) = &t.json {
         let doc = serde_json::json!({
             "gpu": out.device,
@@ -1040,7 +1040,7 @@ mod tests {
     fn tune_flags() {
         let t = T::try_parse_from(["x", "--out", "f.toml"]).unwrap();
         let (a, colls) = tune_args(&t.a).unwrap();
-        assert_eq!(colls, bench::TUNED.to_vec());
+        assert_eq!(colls, sweep::TUNED.to_vec());
         assert_eq!(
             (a.common.min_bytes, a.common.max_bytes, a.common.step_factor),
             (1024, 256 << 20, 2)
@@ -1082,7 +1082,7 @@ mod tests {
         assert!(T::try_parse_from(["x"]).is_err(), "--out is required");
     }
 
-    fn outcome(n: u32, wrong: bool) -> bench::TuneOutcome {
+    fn outcome(n: u32, wrong: bool) -> sweep::TuneOutcome {
         let k = 1024u64;
         let sizes = vec![64 * k, 256 * k, 1024 * k];
         let times = vec![
@@ -1090,7 +1090,7 @@ mod tests {
             vec![Some(12.0), Some(12.5), None],
             vec![Some(30.0), Some(16.0), Some(18.0)],
         ];
-        let sweep = bench::Sweep {
+        let one = sweep::Sweep {
             collective: Collective::Allreduce,
             candidates: vec!["ll", "two-shot", "push"],
             sizes: sizes.clone(),
@@ -1099,9 +1099,9 @@ mod tests {
             times,
             ll_chunk_max: 0,
         };
-        let derived = bench::derive(std::slice::from_ref(&sweep));
-        bench::TuneOutcome {
-            sweeps: vec![sweep],
+        let derived = sweep::derive(std::slice::from_ref(&one));
+        sweep::TuneOutcome {
+            sweeps: vec![one],
             derived,
             wrong,
             rank: 0,
