@@ -259,7 +259,7 @@ struct Prims<LL16, Pattern> {
   template <typename Dst>
   COMMHAL_DEVICE void gather(u64 bytes, Dst dst) {
     const u32 np = Pattern::count(a);
-    const Inbox in = inbox();
+    const LlInbox in = inbox();
     const u8* slot[PRIMS_PEERS];
     uint2* d[PRIMS_PEERS];
 #pragma unroll
@@ -282,7 +282,7 @@ struct Prims<LL16, Pattern> {
   // out = the sum, in rank order, of src(rank, rank) and every sender's packets.
   template <typename Op, typename Src, typename Dst>
   COMMHAL_DEVICE void reduce(u64 bytes, Src src, Dst, u64 out) {
-    const Inbox in = inbox();
+    const LlInbox in = inbox();
     const u32 n = a.nranks;
     const uint2* own = reinterpret_cast<const uint2*>(src(in.me, in.me));
     uint2* o = reinterpret_cast<uint2*>(out);
@@ -302,17 +302,7 @@ struct Prims<LL16, Pattern> {
   }
 
  private:
-  // This rank's LL slots of this launch's parity, in registers: sender p's packets start
-  // at from(p) (coll/ll16.cuh's ll_slot(a, rank, p, parity)).
-  struct Inbox {
-    u32 me;
-    const u8* base;
-    u64 slot_bytes;
-    COMMHAL_DEVICE const u8* from(u32 p) const { return base + p * slot_bytes; }
-  };
-  COMMHAL_DEVICE Inbox inbox() const {
-    return Inbox{a.rank, ll_slot(a, a.rank, 0, parity), a.ll_slot_bytes};
-  }
+  COMMHAL_DEVICE LlInbox inbox() const { return ll_inbox(a, parity); }
 
   template <bool SAME, typename Src, typename Dst>
   COMMHAL_DEVICE void put_all(u64 bytes, Src src, Dst dst, bool own) {
