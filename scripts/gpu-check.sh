@@ -10,8 +10,9 @@
 #   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
 #   .gpu/commhal-gpu-bench            (optional) target/release/commhal-gpu-bench: the
 #                                     back-to-back chain check (--cycle-roots), the
-#                                     all-reduce copy-engine route check and the
-#                                     collectives on cuMem VMM buffers
+#                                     LL16 slot reuse behind one-way kernels
+#                                     (--mix-sendrecv), the all-reduce copy-engine route
+#                                     check and the collectives on cuMem VMM buffers
 #
 # Every step is bounded with `timeout` and the whole script by a deadline
 # (GPU_CHECK_BUDGET seconds, default 450), so it ends well within 8 minutes. Each step
@@ -110,6 +111,18 @@ if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
   for c in broadcast reduce; do
     step "cycle-roots-$c-${NGPU}gpu" 40 "${CHAINS[@]}" $G/commhal launch -n "$NGPU" -- \
       $G/commhal-gpu-bench "$c" -r 1 -b 1M -e 256M -f 4 -n 10 -w 2 -d half --cycle-roots
+  done
+fi
+
+# The all-peers LL16 kernels with a one-way LL16 send/recv before every launch
+# (--mix-sendrecv), plain and captured: their slot reuse behind the peers_done fence;
+# exit 1 on a wrong element. On every GPU (2 or more).
+if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 2)); then
+  for c in allgather allreduce; do
+    step "mix-sendrecv-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
+      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv
+    step "mix-sendrecv-graph-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
+      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv -G 2
   done
 fi
 

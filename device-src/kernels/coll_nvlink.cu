@@ -5,9 +5,10 @@
 // under coll/ (allreduce, reducescatter, allgather, broadcast, reduce, ring, alltoall,
 // sendrecv, copy_engine), on the protocol of coll/protocol.cuh, the packets of
 // coll/ll16.cuh and coll/ll63.cuh, the chains of coll/chain.cuh and the operators of
-// coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter and the
-// one-shot all-reduce are written once over the primitives of coll/prims.cuh; their
-// Simple and LL16 kernels are two instantiations (the tables below).
+// coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter, the
+// one-shot all-reduce and the direct broadcast are written once over the primitives of
+// coll/prims.cuh; their Simple and LL16 kernels are two instantiations (the tables
+// below).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -60,6 +61,8 @@
 //                                    reduce, gather), no barrier.
 //   commhal_coll_alltoall_ll,
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
+//   commhal_coll_peers_done          the fence before an all-peers LL16 kernel whose
+//                                    predecessor may not have heard from every peer.
 //
 
 #include "coll/allgather.cuh"
@@ -102,10 +105,11 @@
 
 #define COLL_MOVING_KERNELS(X)                                  \
   X(dma_wait, dma_wait(a))                                      \
+  X(peers_done, peers_done(a))                                  \
   X(allgather, allgather<Simple>(a))                            \
   X(allgather_ll, allgather<LL16>(a))                           \
   X(allgather_ring, (ring<OpF32, COLL_RING_AG>(a)))             \
-  X(broadcast, broadcast(a))                                    \
+  X(broadcast, broadcast<Simple>(a))                            \
   X(broadcast_sf, broadcast_sf(a))                              \
   X(broadcast_ll, broadcast_ll(a))                              \
   X(broadcast_chain, broadcast_chain(a))                        \

@@ -127,6 +127,7 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
     },
     kernels: &[
         "commhal_coll_dma_wait",
+        "commhal_coll_peers_done",
         "commhal_coll_reduce_local_f16",
         "commhal_coll_reduce_local_bf16",
         "commhal_coll_reduce_local_f32",

@@ -60,6 +60,7 @@ mod caller;
 mod choice;
 mod collectives;
 pub(crate) mod p2p;
+mod slot_order;
 pub use caller::{BufferPath, CallBufs, Registration};
 pub use p2p::P2pOp;
 
@@ -225,6 +226,35 @@ impl Kernel {
     pub fn is_chain(self) -> bool {
         matches!(self, Kernel::BroadcastChain | Kernel::ReduceChain)
     }
+
+    /// The all-peers LL16 kernels (`Prims<LL16, AllPeers>` in the unit): their slot
+    /// reuse needs the launch before to have heard from every receiver.
+    pub fn is_all_peers_ll(self) -> bool {
+        use Kernel::*;
+        matches!(
+            self,
+            AllreduceLl | AllgatherLl | ReducescatterLl | AlltoallLl
+        )
+    }
+
+    /// Every rank hears from every peer's launch of this kernel (a START or END block
+    /// barrier, or packets from every peer), so a rank that completed it knows every
+    /// peer completed the launch before. `false` for the one-way kernels (LL16
+    /// broadcast / reduce / send/recv, the LL63 chains) and the chains (after a chain,
+    /// the next one may start on its neighbour's word alone).
+    pub fn hears_every_peer(self) -> bool {
+        use Kernel::*;
+        !matches!(
+            self,
+            BroadcastLl
+                | ReduceLl
+                | SendrecvLl
+                | BroadcastLl63
+                | ReduceLl63
+                | BroadcastChain
+                | ReduceChain
+        )
+    }
 }
 
 /// The unit's entry point for `k` on `dtype` (no allocation: launches are hot).
@@ -306,6 +336,8 @@ pub struct Comm {
     chain_overlap: AtomicU32,
     /// The last operation this Comm queued (outside a graph capture) was a chain kernel.
     prev_chain: AtomicBool,
+    /// When an all-peers LL16 kernel needs the `peers_done` fence first.
+    slot_order: slot_order::SlotOrder,
     /// Where the ranks publish the caller's buffers of calls that reach into peers.
     table: crate::agree::CallTable,
     /// This communicator's own abort flag ([`Comm::abort`]), watched with the
@@ -853,6 +885,7 @@ impl Comm {
             algos: Mutex::new(algos),
             chain_overlap: AtomicU32::new(chain_overlap),
             prev_chain: AtomicBool::new(false),
+            slot_order: Default::default(),
             table,
             abort,
             pins: Mutex::new(Vec::new()),
@@ -1240,7 +1273,8 @@ impl Comm {
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let ce_tail = self.ce_tail(kernel, bytes) && !stream.is_capturing()?;
+        let capture = stream.capture_id()?;
+        let ce_tail = self.ce_tail(kernel, bytes) && capture == 0;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
         }
@@ -1248,7 +1282,7 @@ impl Comm {
         // the chunk size the grid was computed with (kernel_plan)
         a.chain_unroll = self.unroll_of(kernel);
         // a chain queued outside a capture (a captured launch does not run now)
-        let eager_chain = kernel.is_chain() && !stream.is_capturing()?;
+        let eager_chain = kernel.is_chain() && capture == 0;
         a.flags = chain_flags(
             kernel,
             self.chain_overlap.load(Ordering::Relaxed),
@@ -1257,6 +1291,17 @@ impl Comm {
         );
         if kernel == Kernel::AllreduceLl63 && self.ar_ll63(bytes) == Some(true) {
             a.flags |= layout::FLAG_AR_ONESHOT;
+        }
+        let after_one_way = self
+            .slot_order
+            .after_one_way(kernel.hears_every_peer(), capture);
+        if after_one_way && kernel.is_all_peers_ll() {
+            // SAFETY: the fence reads this rank's own scratch (epoch and done words,
+            // alive for the Comm's lifetime) and writes only its error word.
+            unsafe {
+                self.module
+                    .launch("commhal_coll_peers_done", stream, 1, 32, &a, false)?;
+            }
         }
         // the copy-engine route: reduce-scatter step 0 by the copy engine first (the
         // head kernel starts at step 1), its launch number for the tail after the kernel

@@ -91,6 +91,37 @@ impl Stream {
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
+    /// The id of the graph capture the stream is in (unique per capture in the
+    /// process), 0 outside a capture.
+    pub fn capture_id(&self) -> Result<u64> {
+        self.ctx.bind()?;
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut id: sys::cuuint64_t = 0;
+        // SAFETY: stream alive; the status and id out-pointers are valid, and the driver
+        // takes null for the outputs not asked for (graph, dependencies, edges, count).
+        let r = unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                self.raw,
+                &mut st,
+                &mut id,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, "cuStreamGetCaptureInfo_v3", || {
+            "asking for the capture id".into()
+        })?;
+        Ok(
+            if st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
+                id
+            } else {
+                0
+            },
+        )
+    }
+
     /// Block until all work queued on the stream finished; reports kernel faults.
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;

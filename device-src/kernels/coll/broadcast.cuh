@@ -1,7 +1,7 @@
 // coll/broadcast.cuh — broadcast: direct, scatter-forward, LL16, chain and LL63 chain.
 #pragma once
-#include "coll/ll16.cuh"
 #include "coll/chain.cuh"
+#include "coll/prims.cuh"
 #include "coll/ll63.cuh"
 
 // Broadcast and reduce (as all-to-all and send/recv): the direct kernels run between a
@@ -12,44 +12,20 @@
 // owner has not read yet; it first waits on the receiver's done-epoch word
 // (block_wait_peer_done).
 
-// Broadcast, direct: a.count = bytes. The root stores its input a.in[root] into every
-// output (its own skipped when in place: same address); the other ranks only take part
-// in the barriers. The root's egress is (n-1) x bytes, so the host uses this for small
-// sizes and for 2 ranks (where it is the only transfer anyway).
-//   2 ranks, root 0: rank 0 stores out[0] (unless in place) and out[1].
-//   4 ranks, root 2: rank 2 stores, in rotation k = 0..3, p = (2+k)%4 = 2, 3, 0, 1.
-// END barrier: block b of every peer waits for block b of the root, which made its
-// grid-stride slice of the stores before it signalled; all blocks cover all bytes.
+// Broadcast, direct, over the primitives (coll/prims.cuh): a.count = bytes. The root's
+// input goes to every output (its own skipped when in place): the root stores into every
+// output between the barriers. Its egress is (n-1) x bytes, so the host uses it for
+// small sizes and for 2 ranks, where it is the only transfer anyway. (Written over
+// Prims<LL16, FromRoot> the LL16 broadcast was 8-15 % slower than broadcast_ll below at
+// 1-16 KiB on 4 and 2 x H100, in graphs; so that one stays.)
+template <typename Proto>
 COMMHAL_DEVICE void broadcast(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
-  const u32 root = coll_root(a);
-  if (a.rank == root) {
-    const u64 bytes = a.count;
-    const u64 src = a.in[root];
-    bool aligned = (bytes % 16) == 0 && (src % 16) == 0;
-    for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.out[p] % 16) == 0;
-    const u64 gthreads = (u64)gridDim.x * blockDim.x;
-    const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (aligned) {
-      const u64 nvec = bytes / 16;
-      for (u64 v = tid0; v < nvec; v += gthreads) {
-        const v16 x = reinterpret_cast<const v16*>(src)[v];
-        for (u32 k = 0; k < a.nranks; ++k) {
-          const u32 p = (root + k) % a.nranks;
-          if (a.out[p] == src) continue;
-          reinterpret_cast<v16*>(a.out[p])[v] = x;
-        }
-      }
-    } else {
-      for (u32 p = 0; p < a.nranks; ++p) {
-        if (a.out[p] == src) continue;
-        copy_cooperative(reinterpret_cast<void*>(a.out[p]), reinterpret_cast<const void*>(src),
-                         bytes, (u32)tid0, (u32)gthreads);
-      }
-    }
-  }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  Prims<Proto, FromRoot> prims(a);
+  const u64 bytes = a.count;
+  auto src = [&](u32 s, u32) { return a.in[s]; };
+  auto dst = [&](u32 r, u32) { return a.out[r]; };
+  prims.replicate(bytes, src, dst, a.rank == a.root);
+  prims.gather(bytes, dst);
 }
 
 // Broadcast, pull + forward (host: nranks >= 3, every buffer 16-byte aligned — the

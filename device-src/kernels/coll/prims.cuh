@@ -27,11 +27,11 @@
 //           dst(r, s) or into the sum. Slots alternate by epoch parity, so a sender in
 //           launch e must know the receiver finished e - 2, the last reader of this
 //           parity. With AllPeers that follows when launch e - 1 heard from the receiver
-//           too (a packet or a barrier of its launch e - 1: it finished e - 2): true after
-//           another AllPeers or barrier kernel, NOT after a one-way kernel (send/recv,
-//           broadcast and reduce over LL16, neighbour-started chains), which the host
-//           does not yet prevent (docs/architecture.md, "LL slots"). A one-way pattern
-//           (NextRank) waits for it on the receiver's done epoch.
+//           too (a packet or a barrier of its launch e - 1: it finished e - 2); where
+//           the launch before may not have (a one-way kernel, or the first launch of a
+//           graph capture) the host queues the peers_done fence first
+//           (coll/protocol.cuh). A one-way pattern (NextRank) waits for it on the
+//           receiver's done epoch.
 // Simple writes only dst(r, s) in the receiver, LL16 only the receiver's slot for s;
 // both read only src(s, r) of the sender.
 #pragma once
@@ -43,13 +43,17 @@ struct Simple {};
 struct LL16 {};
 
 // ---- patterns: who sends to whom ----
-// A rank sends to send_to(k) and receives from recv_from(k), k < count(a): step k's
-// sender sends to this rank in its step k, so a receiver waits first for what was sent
-// first.
+// A rank sends to send_to(k), k < sends(a), and receives from recv_from(k), k < recvs(a):
+// step k's sender sends to this rank in its step k, so a receiver waits first for what
+// was sent first. ONE_WAY: a receiver never sends back to its senders in the launch.
+// MAX_SENDS / MAX_RECVS bound sends(a) / recvs(a) at compile time (the LL16 loops keep a
+// register per peer up to them).
 // Every rank to every other, starting at the next rank (spreads the peers' traffic).
 struct AllPeers {
   static constexpr bool ONE_WAY = false;
-  static COMMHAL_DEVICE u32 count(const CollArgs& a) { return a.nranks - 1; }
+  static constexpr u32 MAX_SENDS = COLL_MAX_RANKS - 1, MAX_RECVS = COLL_MAX_RANKS - 1;
+  static COMMHAL_DEVICE u32 sends(const CollArgs& a) { return a.nranks - 1; }
+  static COMMHAL_DEVICE u32 recvs(const CollArgs& a) { return a.nranks - 1; }
   static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32 k) {
     const u32 p = a.rank + 1 + k;
     return p >= a.nranks ? p - a.nranks : p;
@@ -61,23 +65,36 @@ struct AllPeers {
 // Rank r to r + 1, receiving from r - 1 (one rank: itself).
 struct NextRank {
   static constexpr bool ONE_WAY = true;
-  static COMMHAL_DEVICE u32 count(const CollArgs&) { return 1; }
+  static constexpr u32 MAX_SENDS = 1, MAX_RECVS = 1;
+  static COMMHAL_DEVICE u32 sends(const CollArgs&) { return 1; }
+  static COMMHAL_DEVICE u32 recvs(const CollArgs&) { return 1; }
   static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32) { return (a.rank + 1) % a.nranks; }
   static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32) {
     return (a.rank + a.nranks - 1) % a.nranks;
   }
 };
+// The root (a.root) to every other rank, starting at the next one (broadcast).
+struct FromRoot {
+  static constexpr bool ONE_WAY = true;
+  static constexpr u32 MAX_SENDS = COLL_MAX_RANKS - 1, MAX_RECVS = 1;
+  static COMMHAL_DEVICE u32 sends(const CollArgs& a) { return a.rank == a.root ? a.nranks - 1 : 0; }
+  static COMMHAL_DEVICE u32 recvs(const CollArgs& a) { return a.rank == a.root ? 0 : 1; }
+  static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32 k) {
+    const u32 p = a.root + 1 + k;
+    return p >= a.nranks ? p - a.nranks : p;
+  }
+  static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32) { return a.root; }
+};
 
 template <typename Proto, typename Pattern>
 struct Prims;
 
-// Sends and copies loop over COLL_MAX_RANKS fixed peer slots, unrolled, with every
-// peer's pointers computed before the data loop: indexed by constants they stay in
-// registers. (The packet stores and waits are asm with a memory clobber, after which
+// LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
+// slots, unrolled, with every peer's pointers computed before the data loop: indexed by
+// constants they stay in registers. (The packet stores and waits are asm with a memory clobber, after which
 // anything read through `a` is read again.) Waits stay runtime loops over the peers,
 // taking the pointers from those registers (pick): seven unrolled bounded waits made the
 // LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
-#define PRIMS_PEERS (COLL_MAX_RANKS - 1)
 
 // Simple's replicate moves data in warp units (as MSCCL++'s full-mesh all-gather): a
 // unit is SIMPLE_UNIT_VECS 16-byte vectors per lane of one warp (2 KiB), all loaded
@@ -193,11 +210,11 @@ struct Prims<Simple, Pattern> {
  private:
   // Target t: the pattern's receivers, then this rank (own copy).
   COMMHAL_DEVICE u32 target(u32 t) const {
-    return t < Pattern::count(a) ? Pattern::send_to(a, t) : a.rank;
+    return t < Pattern::sends(a) ? Pattern::send_to(a, t) : a.rank;
   }
   template <typename Src, typename Dst>
   COMMHAL_DEVICE u32 targets_of(Src src, Dst dst, bool own) const {
-    return Pattern::count(a) + ((own && dst(a.rank, a.rank) != src(a.rank, a.rank)) ? 1 : 0);
+    return Pattern::sends(a) + ((own && dst(a.rank, a.rank) != src(a.rank, a.rank)) ? 1 : 0);
   }
   template <typename Src, typename Dst>
   COMMHAL_DEVICE bool aligned(u64 bytes, Src src, Dst dst, u32 targets) const {
@@ -224,11 +241,11 @@ struct Prims<Simple, Pattern> {
 
 // x[k] for a k only known at run time, by selects over registers (an indexed load would
 // put x in local memory).
-template <typename T>
-COMMHAL_DEVICE T pick(T const (&x)[PRIMS_PEERS], u32 k) {
+template <typename T, u32 N>
+COMMHAL_DEVICE T pick(T const (&x)[N], u32 k) {
   T r = x[0];
 #pragma unroll
-  for (u32 j = 1; j < PRIMS_PEERS; ++j) r = j == k ? x[j] : r;
+  for (u32 j = 1; j < N; ++j) r = j == k ? x[j] : r;
   return r;
 }
 
@@ -258,12 +275,12 @@ struct Prims<LL16, Pattern> {
   // Every sender's packets, unpacked to dst(rank, p).
   template <typename Dst>
   COMMHAL_DEVICE void gather(u64 bytes, Dst dst) {
-    const u32 np = Pattern::count(a);
+    const u32 np = Pattern::recvs(a);
     const LlInbox in = inbox();
-    const u8* slot[PRIMS_PEERS];
-    uint2* d[PRIMS_PEERS];
+    const u8* slot[Pattern::MAX_RECVS];
+    uint2* d[Pattern::MAX_RECVS];
 #pragma unroll
-    for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+    for (u32 k = 0; k < Pattern::MAX_RECVS; ++k) {
       if (k < np) {
         const u32 p = Pattern::recv_from(a, k);
         slot[k] = in.from(p);
@@ -307,14 +324,14 @@ struct Prims<LL16, Pattern> {
   template <bool SAME, typename Src, typename Dst>
   COMMHAL_DEVICE void put_all(u64 bytes, Src src, Dst dst, bool own) {
     const u32 me = a.rank;
-    const u32 np = Pattern::count(a);
+    const u32 np = Pattern::sends(a);
     if (Pattern::ONE_WAY) {
       for (u32 k = 0; k < np; ++k) block_wait_peer_done(a, Pattern::send_to(a, k), e, 2);
     }
-    u8* slot[PRIMS_PEERS];
-    const uint2* s[PRIMS_PEERS];
+    u8* slot[Pattern::MAX_SENDS];
+    const uint2* s[Pattern::MAX_SENDS];
 #pragma unroll
-    for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+    for (u32 k = 0; k < Pattern::MAX_SENDS; ++k) {
       if (k < np) {
         const u32 p = Pattern::send_to(a, k);
         slot[k] = ll_slot(a, p, me, parity);
@@ -328,13 +345,13 @@ struct Prims<LL16, Pattern> {
     const u64 npk = bytes / 8;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
-      uint2 v[PRIMS_PEERS];
+      uint2 v[Pattern::MAX_SENDS];
 #pragma unroll
-      for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+      for (u32 k = 0; k < Pattern::MAX_SENDS; ++k) {
         if (k < np) v[k] = SAME ? (k == 0 ? s_own[i] : v[0]) : s[k][i];
       }
 #pragma unroll
-      for (u32 k = 0; k < PRIMS_PEERS; ++k) {
+      for (u32 k = 0; k < Pattern::MAX_SENDS; ++k) {
         if (k < np) ll16_store(slot[k] + i * 16, v[k], f);
       }
       if (d_own != nullptr) d_own[i] = SAME && np > 0 ? v[0] : s_own[i];

@@ -163,6 +163,21 @@ COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
   flag_wait(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_DONE_EPOCHS) + p, e, bound(a));
 }
 
+// The host's fence before an all-peers LL16 launch whose predecessor on the stream may
+// not have heard from every peer (a one-way kernel: LL16 broadcast, reduce, send/recv,
+// the chains; or unknown: the first in a graph capture). That launch, e, reuses the
+// parity slots of e - 2 in every peer, so every peer must have completed e - 2, which
+// a launch that heard from every peer would have shown (coll/prims.cuh, LL16). One
+// warp: lane p waits until rank p's done word reached e - 2 (p began e - 1). No epoch
+// of its own (e is the count in the epoch words + 1), nothing remote.
+COMMHAL_DEVICE void peers_done(const CollArgs& a) {
+  launch_begin();
+  const u32 p = threadIdx.x;
+  if (blockIdx.x != 0 || p >= a.nranks || p == a.rank) return;
+  const u64 e = load_relaxed(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS)) + 1;
+  if (e > 2) wait_peer_done(a, p, e - 2);
+}
+
 // The whole block waits until rank p has completed launch e - back (thread 0 waits, the
 // others at the barrier); nothing when there is no such launch. A sender's check that
 // the packets it is about to overwrite in p were read: back = 2 for parity-halved

@@ -320,6 +320,22 @@ impl<'a> Bench<'a> {
     ) -> Result<()> {
         let a = self.args;
         let c = cli::launch_count(a.collective, count, per);
+        // (a reduce leaves the other ranks' outputs as they were: it would see the bytes)
+        let mix = a.mix_sendrecv && a.collective != Collective::Reduce;
+        if mix && !in_place && matches!(which, Impl::Commhal) {
+            // up to 1 KiB of the input to the next rank's output, overwritten right after
+            let small = (1024 / a.dtype.size()).min(per).max(1);
+            let op = a.reduce_op();
+            if a.buffers == Buffers::Registered {
+                self.comm
+                    .launch_rooted(Collective::Sendrecv, a.dtype, op, small, 0, false)?;
+            } else {
+                let bufs = self.call_bufs(small, false);
+                let s = &self.stream;
+                self.comm
+                    .launch_on(Collective::Sendrecv, a.dtype, op, small, 0, bufs, s)?;
+            }
+        }
         match which {
             Impl::Commhal
                 if a.p2p && matches!(a.collective, Collective::Alltoall | Collective::Sendrecv) =>

@@ -190,6 +190,13 @@ pub struct Args {
     /// where repeating one root would hide it: same data every launch).
     #[arg(long)]
     pub cycle_roots: bool,
+    /// Out of place: before every launch of the collective (checked, timed, captured),
+    /// a 1 KiB send/recv on the same buffers, which runs as a one-way LL16 kernel: the
+    /// collective's own LL16 kernels must then reuse their slots safely (the
+    /// `peers_done` fence) and still give every element right. In-place runs and
+    /// reduce (whose non-roots keep their outputs) skip it.
+    #[arg(long)]
+    pub mix_sendrecv: bool,
     /// Print the tables on rank 0 (`commhal bench --json` turns it off to print JSON).
     #[arg(skip = true)]
     pub print_tables: bool,

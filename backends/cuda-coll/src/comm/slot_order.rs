@@ -1,0 +1,82 @@
+//! When an all-peers LL16 kernel needs the `peers_done` fence first.
+//!
+//! Those kernels (all-gather, all-to-all, reduce-scatter, one-shot all-reduce over
+//! LL16) write the parity slots of launch e − 2 in every peer, so every peer must have
+//! finished e − 2. A launch e − 1 that heard from every peer (a barrier, or packets from
+//! each) shows it; a one-way kernel does not (LL16 broadcast / reduce / send/recv, the
+//! chains), and neither does an unknown predecessor: the first kernel of a graph capture
+//! (a replay follows whatever ran before it) or the first after one. Once a captured
+//! graph ended with a one-way kernel, its replays may precede any later kernel unseen,
+//! so every kernel queued outside a capture counts as after one. The fence itself:
+//! `peers_done` in `coll/protocol.cuh`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The communicator's record of the last kernel it queued.
+#[derive(Debug, Default)]
+pub(crate) struct SlotOrder {
+    /// The last kernel did not hear from every peer.
+    prev_one_way: AtomicBool,
+    /// The graph capture the last kernel was queued into (0: none).
+    capture: AtomicU64,
+    /// A captured graph ended with a kernel that did not hear from every peer.
+    graph_ends_one_way: AtomicBool,
+}
+
+impl SlotOrder {
+    /// Record a kernel queued into `capture` (0: none) that hears from every peer or
+    /// not, and say whether the kernel before it on the stream may not have (an
+    /// all-peers LL16 kernel then needs the fence).
+    pub(crate) fn after_one_way(&self, hears_every_peer: bool, capture: u64) -> bool {
+        let prev_capture = self.capture.swap(capture, Ordering::Relaxed);
+        let prev_one_way = self.prev_one_way.swap(!hears_every_peer, Ordering::Relaxed);
+        if prev_capture != 0 && prev_capture != capture && prev_one_way {
+            self.graph_ends_one_way.store(true, Ordering::Relaxed);
+        }
+        prev_one_way
+            || prev_capture != capture
+            || (capture == 0 && self.graph_ends_one_way.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_launches_need_it_only_after_a_one_way_kernel() {
+        let o = SlotOrder::default();
+        assert!(!o.after_one_way(true, 0));
+        assert!(!o.after_one_way(true, 0));
+        assert!(!o.after_one_way(false, 0)); // the one-way kernel itself
+        assert!(o.after_one_way(true, 0));
+        assert!(!o.after_one_way(true, 0));
+    }
+
+    #[test]
+    fn the_first_kernel_of_a_capture_and_the_first_after_one_need_it() {
+        let o = SlotOrder::default();
+        assert!(!o.after_one_way(true, 0));
+        assert!(o.after_one_way(true, 7));
+        assert!(!o.after_one_way(true, 7));
+        assert!(o.after_one_way(true, 0));
+        assert!(!o.after_one_way(true, 0));
+        // a graph that ends hearing from every peer leaves plain launches alone
+        assert!(o.after_one_way(true, 8));
+        assert!(o.after_one_way(true, 0));
+        assert!(!o.after_one_way(true, 0));
+    }
+
+    #[test]
+    fn after_a_graph_that_ends_one_way_every_plain_launch_needs_it() {
+        let o = SlotOrder::default();
+        assert!(o.after_one_way(true, 3));
+        assert!(!o.after_one_way(false, 3)); // the graph ends with a one-way kernel
+        assert!(o.after_one_way(true, 0));
+        assert!(o.after_one_way(true, 0));
+        assert!(o.after_one_way(true, 0));
+        // inside later captures only the usual rules
+        assert!(o.after_one_way(true, 4));
+        assert!(!o.after_one_way(true, 4));
+    }
+}
