@@ -1,5 +1,5 @@
-// coll/allreduce.cuh — all-reduce: one-shot (LL16, on the primitives), two-shot, push and
-// all-pairs LL63.
+// coll/allreduce.cuh — all-reduce: one-shot (LL16) and push (Simple) on the primitives,
+// two-shot, and all-pairs LL63.
 #pragma once
 #include "coll/ll63.cuh"
 #include "coll/prims.cuh"
@@ -36,58 +36,36 @@ COMMHAL_DEVICE void allreduce_2shot(const CollArgs& a) {
   }
   block_barrier(a, COLL_OFF_END_FLAGS, e);
 }
-// Push all-reduce (large sizes): every remote access is a store. Staging area of rank p:
-// [sender][stage_slot_bytes], slot >= ceil(nvec / n) * 16. Block b moves the same
-// chunk-relative vector indices j in both phases on every rank, so the MID barrier
-// between block b of the sender and block b of the owner orders exactly the data block
-// b of the owner then reads. The tail (bytes % 16) is reduced by the last rank reading
-// the peers' inputs directly (as in the two-shot kernel).
+// Push all-reduce over the primitives (large sizes): every remote access is a store.
+// Chunk r of every input (a partition of whole 16-byte vectors) lands in rank r's
+// staging slot for the sender (slot >= ceil(nvec / n) * 16), which sums it with its own
+// chunk in rank order and stores the sum into every rank's output. The tail (bytes % 16)
+// is reduced by the last rank reading the peers' inputs directly (as in the two-shot
+// kernel), before the END barrier.
 template <typename Op>
 COMMHAL_DEVICE void allreduce_push(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
-  const u32 n = a.nranks;
+  Prims<Simple, AllPeers> prims(a);
   const u64 bytes = a.count * Op::ELEM;
   const u64 nvec = bytes / 16;
-  const u64 gthreads = (u64)gridDim.x * blockDim.x;
-  const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  // phase 1: chunk p of my input -> rank p's staging slot [me]
-  const u64 maxlen = (nvec + n - 1) / n;
-  u64 pvb[COLL_MAX_RANKS], plen[COLL_MAX_RANKS];
-  v16* pdst[COLL_MAX_RANKS];
-#pragma unroll
-  for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
-    if (k < n) {
-      const u32 p = (a.rank + k) % n;
-      u64 b, x;
-      partition(nvec, n, p, b, x);
-      pvb[k] = b;
-      plen[k] = x - b;
-      pdst[k] = reinterpret_cast<v16*>(a.stage[p] + (u64)a.rank * a.stage_slot_bytes);
-    }
-  }
-  for (u64 j = tid0; j < maxlen; j += gthreads) {
-#pragma unroll
-    for (u32 k = 1; k < COLL_MAX_RANKS; ++k) {
-      if (k < n && j < plen[k]) pdst[k][j] = in[pvb[k] + j];
-    }
-  }
-  block_barrier(a, COLL_OFF_MID_FLAGS, e);
-  // phase 2: reduce my chunk (local reads), store to every output
-  u64 vb, ve;
-  partition(nvec, n, a.rank, vb, ve);
-  for (u64 j = tid0; vb + j < ve; j += gthreads) {
-    const v16 acc = fin16<Op>(a, sum_staged<Op>(a, in + vb, j));
-#pragma unroll
-    for (u32 k = 0; k < COLL_MAX_RANKS; ++k) {
-      if (k < n) reinterpret_cast<v16*>(a.out[(a.rank + k) % n])[vb + j] = acc;
-    }
-  }
-  if (a.rank == n - 1 && nvec * 16 < bytes) {
+  auto begin = [&](u32 r) {
+    u64 b, x;
+    partition(nvec, a.nranks, r, b, x);
+    return b * 16;
+  };
+  auto part = [&](u32 r) {
+    u64 b, x;
+    partition(nvec, a.nranks, r, b, x);
+    return (x - b) * 16;
+  };
+  auto src = [&](u32 s, u32 r) { return a.in[s] + begin(r); };
+  auto dst = [&](u32 r, u32 s) { return a.stage[r] + (u64)s * a.stage_slot_bytes; };
+  auto out = [&](u32 r) { return a.out[r] + begin(a.rank); };
+  prims.scatter(part, src, dst, false);
+  prims.template reduce_replicate<Op>(part(a.rank), src, dst, out);
+  if (a.rank == a.nranks - 1 && nvec * 16 < bytes) {
     reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
   }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  prims.gather(bytes, out);
 }
 // ---- shared by the two LL63 all-reduces ----
 

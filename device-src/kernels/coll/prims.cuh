@@ -1,18 +1,21 @@
 // coll/prims.cuh — the primitives the collectives are written over, one class per
 // protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
-// all-to-all, send/recv, the push reduce-scatter and the one-shot all-reduce.
+// all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces and
+// the direct broadcast.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
 //   dst(r, s)   where they belong in r: r's output where that is their place (all-gather,
 //               all-to-all, send/recv), or r's staging slot for s where r sums them (push
-//               reduce-scatter, one-shot all-reduce; LL16 keeps them in its slots instead);
+//               reduce-scatter, one-shot and push all-reduces; LL16 keeps them in its
+//               slots instead);
 // then calls replicate (this rank sends the same bytes to every receiver of the pattern)
 // or scatter (a part of its own to each), and then either gather (every received byte
 // is in its place) or reduce (this rank sums what it received with its own part, in
-// rank order, into its output). Simple's reduce must follow scatter, whose vectors it
-// walks the same way (Prims::REDUCE_AFTER_REPLICATE says whether replicate will do).
+// rank order, into its output; Simple's reduce_replicate stores the sum into every
+// rank's output, and gather follows). Simple's reduce must follow scatter, whose vectors
+// it walks the same way (Prims::REDUCE_AFTER_REPLICATE says whether replicate will do).
 //
 // Protocols (the Proto parameter):
 //   Simple  zero copy. The START barrier (coll/protocol.cuh: every peer's kernel runs,
@@ -89,6 +92,16 @@ struct FromRoot {
 template <typename Proto, typename Pattern>
 struct Prims;
 
+// A part size given as a number (every part the same) rather than a callable.
+template <typename T>
+struct IsBytes {
+  static constexpr bool value = false;
+};
+template <>
+struct IsBytes<u64> {
+  static constexpr bool value = true;
+};
+
 // LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
 // slots, unrolled, with every peer's pointers computed before the data loop: indexed by
 // constants they stay in registers. (The packet stores and waits are asm with a memory clobber, after which
@@ -152,32 +165,39 @@ struct Prims<Simple, Pattern> {
   // As replicate, but receiver p gets its own part src(rank, p). One vector per thread
   // per step, grid-stride, every target's vector loaded before any is stored; reduce
   // walks the vectors the same way, so after its MID barrier block b of a receiver reads
-  // exactly what block b of every sender wrote.
-  template <typename Src, typename Dst>
-  COMMHAL_DEVICE void scatter(u64 bytes, Src src, Dst dst, bool own) {
+  // exactly what block b of every sender wrote. `bytes`: every part's size, or a
+  // callable giving part r's size (whole 16-byte vectors then: parts of a partition).
+  template <typename Bytes, typename Src, typename Dst>
+  COMMHAL_DEVICE void scatter(Bytes bytes, Src src, Dst dst, bool own) {
+    constexpr bool SAME = IsBytes<Bytes>::value;  // every part the same size
     const u32 targets = targets_of(src, dst, own);
     if (!aligned(bytes, src, dst, targets)) return copy_bytes(bytes, src, dst, targets);
     const v16* s[COLL_MAX_RANKS];
     v16* d[COLL_MAX_RANKS];
+    u64 nv[COLL_MAX_RANKS];  // vectors per target (!SAME)
+    u64 nvec = SAME ? part_bytes(bytes, 0) / 16 : 0;
 #pragma unroll
     for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
       if (t < targets) {
         const u32 p = target(t);
         s[t] = reinterpret_cast<const v16*>(src(a.rank, p));
         d[t] = reinterpret_cast<v16*>(dst(p, a.rank));
+        if (!SAME) {
+          nv[t] = part_bytes(bytes, p) / 16;
+          nvec = nv[t] > nvec ? nv[t] : nvec;
+        }
       }
     }
-    const u64 nvec = bytes / 16;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nvec; j += gthreads) {
       v16 x[COLL_MAX_RANKS];
 #pragma unroll
       for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
-        if (t < targets) x[t] = s[t][j];
+        if (t < targets && (SAME || j < nv[t])) x[t] = s[t][j];
       }
 #pragma unroll
       for (u32 t = 0; t < COLL_MAX_RANKS; ++t) {
-        if (t < targets) d[t][j] = x[t];
+        if (t < targets && (SAME || j < nv[t])) d[t][j] = x[t];
       }
     }
   }
@@ -193,21 +213,48 @@ struct Prims<Simple, Pattern> {
   // remotely, and a peer writes the landing again only after the next launch's START.
   template <typename Op, typename Src, typename Dst>
   COMMHAL_DEVICE void reduce(u64 bytes, Src src, Dst dst, u64 out) {
+    reduce_to<Op>(bytes, src, dst, [&](u32) { return out; }, 1);
+  }
+
+  // As reduce, and the sum goes to out(r) of every rank r (this rank's first, then the
+  // next ones): an all-reduce's second half. gather (the END barrier) must follow.
+  template <typename Op, typename Src, typename Dst, typename Out>
+  COMMHAL_DEVICE void reduce_replicate(u64 bytes, Src src, Dst dst, Out out) {
+    reduce_to<Op>(bytes, src, dst, out, a.nranks);
+  }
+
+ private:
+  template <typename Op, typename Src, typename Dst, typename Out>
+  COMMHAL_DEVICE void reduce_to(u64 bytes, Src src, Dst dst, Out out, u32 nout) {
     block_barrier(a, COLL_OFF_MID_FLAGS, e);
     const v16* x[COLL_MAX_RANKS];
+    v16* o[COLL_MAX_RANKS];
 #pragma unroll
     for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
       if (p < a.nranks)
         x[p] = reinterpret_cast<const v16*>(p == a.rank ? src(p, p) : dst(a.rank, p));
+      if (p < nout) {
+        const u32 r = a.rank + p < a.nranks ? a.rank + p : a.rank + p - a.nranks;
+        o[p] = reinterpret_cast<v16*>(out(r));
+      }
     }
-    v16* o = reinterpret_cast<v16*>(out);
     const u64 nvec = bytes / 16;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
-    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nvec; j += gthreads)
-      o[j] = fin16<Op>(a, sum_ranks<Op>(a, x, j));
+    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < nvec; j += gthreads) {
+      const v16 y = fin16<Op>(a, sum_ranks<Op>(a, x, j));
+#pragma unroll
+      for (u32 p = 0; p < COLL_MAX_RANKS; ++p) {
+        if (p < nout) o[p][j] = y;
+      }
+    }
   }
 
- private:
+  static COMMHAL_DEVICE u64 part_bytes(u64 bytes, u32) { return bytes; }
+  template <typename F>
+  static COMMHAL_DEVICE u64 part_bytes(F bytes, u32 r) {
+    return bytes(r);
+  }
+
   // Target t: the pattern's receivers, then this rank (own copy).
   COMMHAL_DEVICE u32 target(u32 t) const {
     return t < Pattern::sends(a) ? Pattern::send_to(a, t) : a.rank;
@@ -216,24 +263,26 @@ struct Prims<Simple, Pattern> {
   COMMHAL_DEVICE u32 targets_of(Src src, Dst dst, bool own) const {
     return Pattern::sends(a) + ((own && dst(a.rank, a.rank) != src(a.rank, a.rank)) ? 1 : 0);
   }
-  template <typename Src, typename Dst>
-  COMMHAL_DEVICE bool aligned(u64 bytes, Src src, Dst dst, u32 targets) const {
-    bool ok = (bytes % 16) == 0;
+  // bytes: every part's size, or a callable giving receiver p's (as scatter).
+  template <typename Bytes, typename Src, typename Dst>
+  COMMHAL_DEVICE bool aligned(Bytes bytes, Src src, Dst dst, u32 targets) const {
+    bool ok = (part_bytes(bytes, a.rank) % 16) == 0;
     for (u32 t = 0; t < targets; ++t) {
       const u32 p = target(t);
-      ok = ok && (src(a.rank, p) % 16) == 0 && (dst(p, a.rank) % 16) == 0;
+      ok = ok && (IsBytes<Bytes>::value || (part_bytes(bytes, p) % 16) == 0) &&
+           (src(a.rank, p) % 16) == 0 && (dst(p, a.rank) % 16) == 0;
     }
     return ok;
   }
   // Any alignment, byte-exact (commhal/copy.h); never before reduce (the host checks).
-  template <typename Src, typename Dst>
-  COMMHAL_DEVICE void copy_bytes(u64 bytes, Src src, Dst dst, u32 targets) const {
+  template <typename Bytes, typename Src, typename Dst>
+  COMMHAL_DEVICE void copy_bytes(Bytes bytes, Src src, Dst dst, u32 targets) const {
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     const u64 tid0 = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     for (u32 t = 0; t < targets; ++t) {
       const u32 p = target(t);
       copy_cooperative(reinterpret_cast<void*>(dst(p, a.rank)),
-                       reinterpret_cast<const void*>(src(a.rank, p)), bytes, (u32)tid0,
+                       reinterpret_cast<const void*>(src(a.rank, p)), part_bytes(bytes, p), (u32)tid0,
                        (u32)gthreads);
     }
   }
