@@ -114,18 +114,6 @@ if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 3)); then
   done
 fi
 
-# The all-peers LL16 kernels with a one-way LL16 send/recv before every launch
-# (--mix-sendrecv), plain and captured: their slot reuse behind the peers_done fence;
-# exit 1 on a wrong element. On every GPU (2 or more).
-if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 2)); then
-  for c in allgather allreduce; do
-    step "mix-sendrecv-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
-      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv
-    step "mix-sendrecv-graph-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
-      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv -G 2
-  done
-fi
-
 # The all-reduce copy-engine route (dma.rs allreduce_ring_first, the head kernel from
 # step 1, allreduce_ring_tail) forced from 16 bytes (LL capped at 8
 # bytes: COMMHAL_COLL_LL_MAX must be > 0), odd sizes and large ones, in and out of place;
@@ -149,6 +137,19 @@ if [[ -x $G/commhal-gpu-bench ]]; then
         $G/commhal-gpu-bench "$c" -b 1K -e 64M -f 16 -n 5 -w 1 -d half --buffers vmm
     done
     [[ $N == "$NGPU" ]] && break
+  done
+fi
+
+# The all-peers LL16 kernels with a one-way LL16 send/recv before every launch
+# (--mix-sendrecv), plain and captured: their slot reuse behind the peers_done fence;
+# exit 1 on a wrong element. On every GPU (2 or more). Last: the newest check, so a
+# short budget drops it before the older ones.
+if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 2)); then
+  for c in allgather allreduce; do
+    step "mix-sendrecv-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
+      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv
+    step "mix-sendrecv-graph-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
+      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv -G 2
   done
 fi
 

@@ -1263,8 +1263,9 @@ impl Comm {
             return Ok(());
         }
         let bytes = count * es;
+        let capture = stream.capture_id()?;
         if let Some(dma) = &self.dma
-            && (self.dma_all || (self.ce_route(coll, bytes) && !stream.is_capturing()?))
+            && (self.dma_all || (self.ce_route(coll, bytes) && capture == 0))
         {
             let c = self.dma_ctx(&a, stream);
             if !self.dma_all && coll == Collective::Reduce {
@@ -1273,7 +1274,6 @@ impl Comm {
             return dma.launch(&c, coll, dtype, count);
         }
         let (mut kernel, grid, block) = self.kernel_plan(coll, dtype, count);
-        let capture = stream.capture_id()?;
         let ce_tail = self.ce_tail(kernel, bytes) && capture == 0;
         if ce_tail {
             kernel = Kernel::AllreduceRingHead;
@@ -1292,10 +1292,13 @@ impl Comm {
         if kernel == Kernel::AllreduceLl63 && self.ar_ll63(bytes) == Some(true) {
             a.flags |= layout::FLAG_AR_ONESHOT;
         }
-        let after_one_way = self
-            .slot_order
-            .after_one_way(kernel.hears_every_peer(), capture);
-        if after_one_way && kernel.is_all_peers_ll() {
+        // the all-pairs LL63 all-reduce with fewer vectors than ranks leaves some
+        // chunks empty: their owners hear nothing from each other
+        let hears = kernel.hears_every_peer()
+            && !(kernel == Kernel::AllreduceLl63
+                && a.flags & layout::FLAG_AR_ONESHOT == 0
+                && bytes / 16 < u64::from(self.size()));
+        if self.slot_order.after_one_way(capture) && kernel.is_all_peers_ll() {
             // SAFETY: the fence reads this rank's own scratch (epoch and done words,
             // alive for the Comm's lifetime) and writes only its error word.
             unsafe {
@@ -1327,6 +1330,8 @@ impl Comm {
             self.module
                 .launch_op(dtype, op, name, stream, grid, block, &a, self.pdl)?;
         }
+        // recorded once queued: a launch that failed leaves the last kernel as it was
+        self.slot_order.record(hears, capture);
         // after anything else (a captured chain included) the next chain takes the barrier
         self.prev_chain.store(eager_chain, Ordering::Relaxed);
         match (&self.dma, ce_launch) {

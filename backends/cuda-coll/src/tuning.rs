@@ -847,6 +847,13 @@ pub fn resolve_with(
     // 32..=512 in the file and the variable (1024 runs out of registers in the
     // two-shot kernels)
     let threads = pick(None, None, &decl::COLL_THREADS, u64::from(s.threads))? as u32;
+    // whole warps: the kernels split blocks into warps and barrier the whole block
+    if !threads.is_multiple_of(32) {
+        return Err(CollError::invalid(format!(
+            "{} / `threads` = {threads}: give a multiple of 32 (whole warps) in 32..=512",
+            decl::COLL_THREADS.env
+        )));
+    }
     let max_blocks = match pick(None, None, &decl::COLL_MAX_BLOCKS, u64::from(s.max_blocks))? {
         0 => sms.clamp(1, layout::MAX_BLOCKS),
         b => b as u32, // 1..=MAX_BLOCKS in the file and the variable
@@ -1209,6 +1216,11 @@ mod tests {
                 "{var}={bad}: {e}"
             );
         }
+        let e = resolve_err(4, None, &[("COMMHAL_COLL_THREADS", "48")]);
+        assert!(
+            e.contains("COMMHAL_COLL_THREADS") && e.contains("multiple of 32"),
+            "{e}"
+        );
         // refused even where the argument or the tuner's forced value wins
         let e = resolve_err(4, Some(4096), &[("COMMHAL_COLL_LL_MAX", "big")]);
         assert!(e.contains("COMMHAL_COLL_LL_MAX"), "{e}");

@@ -91,8 +91,8 @@ impl Stream {
         Ok(st != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
     }
 
-    /// The id of the graph capture the stream is in (unique per capture in the
-    /// process), 0 outside a capture.
+    /// The id of the graph capture the stream is in, active or invalidated (unique per
+    /// capture in the process), 0 outside a capture.
     pub fn capture_id(&self) -> Result<u64> {
         self.ctx.bind()?;
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
@@ -113,11 +113,12 @@ impl Stream {
         check(r, "cuStreamGetCaptureInfo_v3", || {
             "asking for the capture id".into()
         })?;
+        // an invalidated capture is still one (its next call fails, as is_capturing says)
         Ok(
-            if st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
-                id
-            } else {
+            if st == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
                 0
+            } else {
+                id
             },
         )
     }

@@ -318,7 +318,7 @@ pub static COLL_THREADS: Setting = count(
     32,
     512,
     "512",
-    "threads per block of the bulk kernels",
+    "threads per block of the bulk kernels (a multiple of 32)",
 );
 
 /// `COMMHAL_COLL_MAX_BLOCKS` / `max_blocks`.

@@ -306,6 +306,42 @@ impl<'a> Bench<'a> {
             .collect()
     }
 
+    /// `--mix-sendrecv`: up to 1 KiB (whole 8-byte packets, at most `per` elements) of
+    /// the input to the next rank's output as the one-way LL16 send/recv kernel, then
+    /// those output bytes poisoned again, so the collective after it must write them
+    /// (the send/recv's bytes would otherwise pass for an all-gather's or a broadcast's).
+    fn mix_sendrecv(&self, per: u64) -> Result<()> {
+        let a = self.args;
+        let es = a.dtype.size();
+        let bytes = (1024.min(per * es)) / 8 * 8;
+        if bytes == 0 {
+            return Ok(());
+        }
+        let small = bytes / es;
+        let (kernel, _, _) = self.comm.plan(Collective::Sendrecv, a.dtype, small);
+        if kernel != "commhal_coll_sendrecv_ll" {
+            return Err(CollError::invalid(format!(
+                "--mix-sendrecv: a {bytes}-byte send/recv runs as {kernel} here, not the \
+                 one-way LL16 kernel it is meant to put between launches"
+            )));
+        }
+        let op = a.reduce_op();
+        if a.buffers == Buffers::Registered {
+            self.comm
+                .launch_rooted(Collective::Sendrecv, a.dtype, op, small, 0, false)?;
+        } else {
+            let bufs = self.call_bufs(small, false);
+            let s = &self.stream;
+            self.comm
+                .launch_on(Collective::Sendrecv, a.dtype, op, small, 0, bufs, s)?;
+        }
+        // SAFETY: [out, out + bytes) is inside the benchmark's output (bytes <= per
+        // elements, which every checked collective's output holds), alive until
+        // synchronised.
+        unsafe { copy::memset_async(self.comm.stream(), self.out, 0xff, bytes)? };
+        Ok(())
+    }
+
     fn launch(&self, which: Impl, count: u64, per: u64, in_place: bool) -> Result<()> {
         self.launch_root(which, count, per, in_place, self.args.common.root)
     }
@@ -323,18 +359,7 @@ impl<'a> Bench<'a> {
         // (a reduce leaves the other ranks' outputs as they were: it would see the bytes)
         let mix = a.mix_sendrecv && a.collective != Collective::Reduce;
         if mix && !in_place && matches!(which, Impl::Commhal) {
-            // up to 1 KiB of the input to the next rank's output, overwritten right after
-            let small = (1024 / a.dtype.size()).min(per).max(1);
-            let op = a.reduce_op();
-            if a.buffers == Buffers::Registered {
-                self.comm
-                    .launch_rooted(Collective::Sendrecv, a.dtype, op, small, 0, false)?;
-            } else {
-                let bufs = self.call_bufs(small, false);
-                let s = &self.stream;
-                self.comm
-                    .launch_on(Collective::Sendrecv, a.dtype, op, small, 0, bufs, s)?;
-            }
+            self.mix_sendrecv(per)?;
         }
         match which {
             Impl::Commhal
