@@ -1,5 +1,5 @@
-// coll/allreduce.cuh — all-reduce: one-shot (LL16) and push (Simple) on the primitives,
-// two-shot, and all-pairs LL63.
+// coll/allreduce.cuh — all-reduce: one-shot (LL16), two-shot and push (Simple) on the
+// primitives, and all-pairs LL63.
 #pragma once
 #include "coll/ll63.cuh"
 #include "coll/prims.cuh"
@@ -20,21 +20,21 @@ COMMHAL_DEVICE void allreduce_oneshot(const CollArgs& a) {
   prims.template reduce<Op>(bytes, src, dst, a.out[a.rank]);
 }
 
-// Two-shot all-reduce: chunks of whole 16-byte vectors per rank; the tail that is not a
-// whole vector belongs to the last rank. Inputs and outputs 16-byte aligned (host).
+// Two-shot all-reduce over the primitives: each rank pulls its chunk of every input
+// (whole 16-byte vectors), sums it and stores it into every output; the tail that is
+// not a whole vector belongs to the last rank. Inputs and outputs 16-byte aligned (host).
 template <typename Op>
 COMMHAL_DEVICE void allreduce_2shot(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  Prims<Simple, AllPeers> prims(a);
   const u64 bytes = a.count * Op::ELEM;
   const u64 nvec = bytes / 16;
   u64 vb, ve;
   partition(nvec, a.nranks, a.rank, vb, ve);
-  reduce_vectors<Op>(a, 0, vb, ve, 0, true);
+  prims.template reduce_pull<Op>(a, 0, vb, ve, true);
   if (a.rank == a.nranks - 1 && nvec * 16 < bytes) {
     reduce_elems<Op>(a, 0, nvec * 16 / Op::ELEM, a.count, 0, true);
   }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  prims.end();
 }
 // Push all-reduce over the primitives (large sizes): every remote access is a store.
 // Chunk r of every input (a partition of whole 16-byte vectors) lands in rank r's

@@ -53,8 +53,7 @@ COMMHAL_DEVICE void broadcast(const CollArgs& a) {
 //   3 ranks, root 0: m = 2; rank 1 gets chunk 0, rank 2 chunk 1; each stores its chunk
 //     into both non-root outputs.
 COMMHAL_DEVICE void broadcast_sf(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  Prims<Simple, AllPeers> prims(a);
   const u32 n = a.nranks;
   const u32 m = n - 1;  // >= 2 (host)
   const u32 root = coll_root(a);
@@ -108,7 +107,7 @@ COMMHAL_DEVICE void broadcast_sf(const CollArgs& a) {
       }
     }
   }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  prims.end();
 }
 
 // Broadcast, LL: a.count = bytes, a multiple of 8, at most the LL slot (host checks).

@@ -2,7 +2,8 @@
 // protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
 // all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces and
-// the direct broadcast.
+// the direct broadcast; the pull kernels (two-shot all-reduce, reduce-scatter, reduce to
+// a root) take Simple's barriers and its reduce_pull.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -205,8 +206,24 @@ struct Prims<Simple, Pattern> {
   // The senders' bytes are in place once block b of every rank passed its stores.
   template <typename Dst>
   COMMHAL_DEVICE void gather(u64, Dst) {
-    block_barrier(a, COLL_OFF_END_FLAGS, e);
+    end();
   }
+
+  // Pull: the sum, in rank order, of every rank's input vectors [vb, ve) at byte offset
+  // in_off (read through the peers' mappings), stored at the same vector index of every
+  // rank's output (to_all; this rank's first, then the next ones) or of this rank's
+  // only. Whole 16-byte vectors (reduce_vectors: two per thread per step for 2 and 4
+  // ranks); the element tail and unaligned buffers: reduce_elems. `args` is `a`, or a
+  // copy whose out[rank] is another rank's output (reduce to a root). end() must follow.
+  template <typename Op>
+  COMMHAL_DEVICE void reduce_pull(const CollArgs& args, u64 in_off, u64 vb, u64 ve,
+                                  bool to_all) const {
+    reduce_vectors<Op>(args, in_off, vb, ve, 0, to_all);
+  }
+
+  // The END barrier: block b of every rank finished its accesses to the others'
+  // buffers (the stores into this rank's output, the reads of its input).
+  COMMHAL_DEVICE void end() { block_barrier(a, COLL_OFF_END_FLAGS, e); }
 
   // After scatter: out = the sum, in rank order, of src(rank, rank) and every
   // dst(rank, p) (16-byte vectors). No END barrier: after this nothing is accessed

@@ -35,8 +35,7 @@
 //     bounds the time.
 template <typename Op, bool ALL>
 COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  Prims<Simple, AllPeers> prims(a);
   const u32 n = a.nranks;
   const u32 root = coll_root(a);
   const bool root_works = ALL || n < 3;
@@ -52,7 +51,7 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
     if (aligned) {
       u64 vb, ve;
       partition(nvec, m, k, vb, ve);
-      reduce_vectors<Op>(b, 0, vb, ve, 0, false);
+      prims.template reduce_pull<Op>(b, 0, vb, ve, false);
       if (k == m - 1 && nvec * 16 < bytes) {
         reduce_elems<Op>(b, 0, nvec * 16 / Op::ELEM, a.count, 0, false);
       }
@@ -62,7 +61,7 @@ COMMHAL_DEVICE void reduce_root(const CollArgs& a) {
       reduce_elems<Op>(b, 0, eb, ee, 0, false);
     }
   }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  prims.end();
 }
 
 // Reduce (sum), LL: a.count elements, count * elem a multiple of 8, at most the LL slot.

@@ -4,18 +4,18 @@
 #include "coll/prims.cuh"
 #include "coll/reduce_inputs.cuh"
 
-// Reduce-scatter: every input holds nranks * count elements; rank r reduces elements
-// [r*count, (r+1)*count) into its output (a.out[rank], count elements).
+// Reduce-scatter, pull, over the primitives: every input holds nranks * count elements;
+// rank r reduces elements [r*count, (r+1)*count) into its output (a.out[rank], count
+// elements).
 template <typename Op>
 COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  Prims<Simple, AllPeers> prims(a);
   const u64 chunk_bytes = a.count * Op::ELEM;
   const u64 in_off = a.rank * chunk_bytes;
   bool aligned = (chunk_bytes % 16) == 0 && (a.out[a.rank] % 16) == 0;
   for (u32 p = 0; p < a.nranks; ++p) aligned = aligned && (a.in[p] % 16) == 0;
   if (aligned) {
-    reduce_vectors<Op>(a, in_off, 0, chunk_bytes / 16, 0, false);
+    prims.template reduce_pull<Op>(a, in_off, 0, chunk_bytes / 16, false);
   } else {
     // element offsets relative to in_off; destination starts at element 0
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
@@ -26,7 +26,7 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
       store_elem<Op>(a.out[a.rank], i * Op::ELEM, Op::fin_w(a, acc));
     }
   }
-  block_barrier(a, COLL_OFF_END_FLAGS, e);
+  prims.end();
 }
 // Push reduce-scatter over the primitives (coll/prims.cuh): a.count elements per rank.
 // Chunk r of rank s's input lands in rank r (Simple: its staging slot for s, for large
