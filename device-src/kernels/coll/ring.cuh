@@ -2,6 +2,7 @@
 // flags.
 #pragma once
 #include "coll/chain.cuh"
+#include "coll/prims.cuh"
 #include "coll/reduce_inputs.cuh"
 
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
@@ -46,8 +47,9 @@
 template <typename Op, int MODE>
 COMMHAL_DEVICE void ring(const CollArgs& a) {
   constexpr bool AR = MODE == COLL_RING_AR || MODE == COLL_RING_AR_HEAD;
-  const u64 e = coll_begin(a);
-  block_barrier(a, COLL_OFF_START_FLAGS, e);
+  // the START barrier from the primitives; then the ring's own round flags
+  const Prims<Simple, NextRank> prims(a);
+  const u64 e = prims.e;
   const u32 n = a.nranks, r = a.rank;
   const u32 next = (r + 1) % n, prev = (r + n - 1) % n;
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
