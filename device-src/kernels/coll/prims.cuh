@@ -81,7 +81,9 @@ struct NextRank {
 struct FromRoot {
   static constexpr bool ONE_WAY = true;
   static constexpr u32 MAX_SENDS = COLL_MAX_RANKS - 1, MAX_RECVS = 1;
-  static COMMHAL_DEVICE u32 sends(const CollArgs& a) { return a.rank == a.root ? a.nranks - 1 : 0; }
+  static COMMHAL_DEVICE u32 sends(const CollArgs& a) {
+    return a.rank == a.root ? a.nranks - 1 : 0;
+  }
   static COMMHAL_DEVICE u32 recvs(const CollArgs& a) { return a.rank == a.root ? 0 : 1; }
   static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32 k) {
     const u32 p = a.root + 1 + k;
@@ -105,10 +107,10 @@ struct IsBytes<u64> {
 
 // LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
 // slots, unrolled, with every peer's pointers computed before the data loop: indexed by
-// constants they stay in registers. (The packet stores and waits are asm with a memory clobber, after which
-// anything read through `a` is read again.) Waits stay runtime loops over the peers,
-// taking the pointers from those registers (pick): seven unrolled bounded waits made the
-// LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
+// constants they stay in registers. (The packet stores and waits are asm with a memory
+// clobber, after which anything read through `a` is read again.) Waits stay runtime
+// loops over the peers, taking the pointers from those registers (pick): seven unrolled
+// bounded waits made the LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
 
 // Simple's replicate moves data in warp units (as MSCCL++'s full-mesh all-gather): a
 // unit is SIMPLE_UNIT_VECS 16-byte vectors per lane of one warp (2 KiB), all loaded
@@ -213,8 +215,9 @@ struct Prims<Simple, Pattern> {
   // in_off (read through the peers' mappings), stored at the same vector index of every
   // rank's output (to_all; this rank's first, then the next ones) or of this rank's
   // only. Whole 16-byte vectors (reduce_vectors: two per thread per step for 2 and 4
-  // ranks); the element tail and unaligned buffers: reduce_elems. `args` is `a`, or a
-  // copy whose out[rank] is another rank's output (reduce to a root). end() must follow.
+  // ranks); the caller does an element tail and unaligned buffers (reduce_elems). `args`
+  // is `a`, or a copy whose out[rank] is another rank's output (reduce to a root).
+  // end() must follow.
   template <typename Op>
   COMMHAL_DEVICE void reduce_pull(const CollArgs& args, u64 in_off, u64 vb, u64 ve,
                                   bool to_all) const {
@@ -299,8 +302,8 @@ struct Prims<Simple, Pattern> {
     for (u32 t = 0; t < targets; ++t) {
       const u32 p = target(t);
       copy_cooperative(reinterpret_cast<void*>(dst(p, a.rank)),
-                       reinterpret_cast<const void*>(src(a.rank, p)), part_bytes(bytes, p), (u32)tid0,
-                       (u32)gthreads);
+                       reinterpret_cast<const void*>(src(a.rank, p)), part_bytes(bytes, p),
+                       (u32)tid0, (u32)gthreads);
     }
   }
 };

@@ -174,7 +174,8 @@ COMMHAL_DEVICE void peers_done(const CollArgs& a) {
   launch_begin();
   const u32 p = threadIdx.x;
   if (blockIdx.x != 0 || p >= a.nranks || p == a.rank) return;
-  const u64 e = load_relaxed(reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS)) + 1;
+  const u64* epochs = reinterpret_cast<const u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS);
+  const u64 e = load_relaxed(epochs) + 1;
   if (e > 2) wait_peer_done(a, p, e - 2);
 }
 
