@@ -237,23 +237,21 @@ impl Kernel {
         )
     }
 
-    /// Every rank hears from every peer's launch of this kernel (a START or END block
-    /// barrier, or packets from every peer), so a rank that completed it knows every
-    /// peer completed the launch before. `false` for the one-way kernels (LL16
-    /// broadcast / reduce / send/recv, the LL63 chains) and the chains (after a chain,
-    /// the next one may start on its neighbour's word alone).
-    pub fn hears_every_peer(self) -> bool {
+    /// Every rank hears from every peer's launch of this kernel with these arguments
+    /// (`bytes`, `ranks`, `flags` as in `CollArgs`): a START or END block barrier, or
+    /// packets from every peer, so a rank that completed it knows every peer completed
+    /// the launch before. `false` for the one-way kernels (LL16 broadcast / reduce /
+    /// send/recv, the LL63 chains), the chains (after a chain, the next one may start on
+    /// its neighbour's word alone), and the all-pairs LL63 all-reduce with fewer 16-byte
+    /// vectors than ranks (the empty chunks' owners hear nothing from each other).
+    pub fn hears_every_peer(self, bytes: u64, ranks: u32, flags: u32) -> bool {
         use Kernel::*;
-        !matches!(
-            self,
-            BroadcastLl
-                | ReduceLl
-                | SendrecvLl
-                | BroadcastLl63
-                | ReduceLl63
-                | BroadcastChain
-                | ReduceChain
-        )
+        match self {
+            BroadcastLl | ReduceLl | SendrecvLl | BroadcastLl63 | ReduceLl63 | BroadcastChain
+            | ReduceChain => false,
+            AllreduceLl63 => flags & layout::FLAG_AR_ONESHOT != 0 || bytes / 16 >= u64::from(ranks),
+            _ => true,
+        }
     }
 }
 
@@ -1292,12 +1290,7 @@ impl Comm {
         if kernel == Kernel::AllreduceLl63 && self.ar_ll63(bytes) == Some(true) {
             a.flags |= layout::FLAG_AR_ONESHOT;
         }
-        // the all-pairs LL63 all-reduce with fewer vectors than ranks leaves some
-        // chunks empty: their owners hear nothing from each other
-        let hears = kernel.hears_every_peer()
-            && !(kernel == Kernel::AllreduceLl63
-                && a.flags & layout::FLAG_AR_ONESHOT == 0
-                && bytes / 16 < u64::from(self.size()));
+        let hears = kernel.hears_every_peer(bytes, self.size(), a.flags);
         if self.slot_order.after_one_way(capture) && kernel.is_all_peers_ll() {
             // SAFETY: the fence reads this rank's own scratch (epoch and done words,
             // alive for the Comm's lifetime) and writes only its error word.
@@ -1392,6 +1385,21 @@ impl Comm {
 mod tests {
     use super::*;
     use commhal_device_src::COLL_NVLINK;
+
+    /// Which kernels let the next all-peers LL16 launch skip the `peers_done` fence.
+    #[test]
+    fn one_way_kernels_do_not_hear_every_peer() {
+        let (kib, oneshot) = (1024, layout::FLAG_AR_ONESHOT);
+        for k in [Kernel::SendrecvLl, Kernel::BroadcastLl, Kernel::ReduceChain] {
+            assert!(!k.hears_every_peer(kib, 4, 0), "{k:?}");
+        }
+        assert!(Kernel::AllgatherLl.hears_every_peer(kib, 4, 0));
+        assert!(Kernel::Allreduce2Shot.hears_every_peer(16, 4, 0));
+        // all-pairs LL63: every chunk holds a vector only from `ranks` vectors on
+        assert!(Kernel::AllreduceLl63.hears_every_peer(64, 4, 0));
+        assert!(!Kernel::AllreduceLl63.hears_every_peer(48, 4, 0));
+        assert!(Kernel::AllreduceLl63.hears_every_peer(48, 4, oneshot));
+    }
 
     #[test]
     fn region_sizes_follow_the_tuning_and_the_rank_count() {
