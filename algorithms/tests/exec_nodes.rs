@@ -42,6 +42,9 @@ fn allreduce_cases(spec: &str, dtypes: &[(DataType, RedOp)]) {
             // (in a ring, only ranks whose next rank is on another node write).
             let st = comm.port_stats();
             assert!(st.signals > 0, "{spec}: no signal went over TCP: {st:?}");
+            // host-tcp writes return with their source reusable, which is all a plan's
+            // `Flush` asks: no flush (a TCP round trip) goes over the port.
+            assert_eq!(st.flushes, 0, "{spec}: a flush went over TCP: {st:?}");
             let all = comm
                 .bootstrap()
                 .all_gather(&st.bytes.to_le_bytes())

@@ -139,6 +139,20 @@ pub trait DynPort: Send + Debug {
     ) -> Result<()>;
     /// [`Port::signal`].
     fn signal(&mut self, sem: &(dyn Any + Send + Sync), off: u64, add: u64) -> Result<()>;
+    /// [`Port::write_signal`]; the default makes the two calls.
+    fn write_signal(
+        &mut self,
+        dst: &(dyn Any + Send + Sync),
+        dst_off: u64,
+        src: &dyn Region,
+        src_off: u64,
+        len: u64,
+        signal: (&(dyn Any + Send + Sync), u64, u64),
+    ) -> Result<()> {
+        self.write(dst, dst_off, src, src_off, len)?;
+        let (sem, off, add) = signal;
+        self.signal(sem, off, add)
+    }
     /// [`Port::flush`].
     fn flush(&mut self) -> Result<()>;
 }
@@ -177,6 +191,21 @@ impl<P: PortMapped> DynPort for PortAdapter<P> {
     fn signal(&mut self, sem: &(dyn Any + Send + Sync), off: u64, add: u64) -> Result<()> {
         let sem = downcast::<P::Remote>(&self.name, "remote semaphore", sem)?;
         self.port.signal(sem, off, add)
+    }
+    fn write_signal(
+        &mut self,
+        dst: &(dyn Any + Send + Sync),
+        dst_off: u64,
+        src: &dyn Region,
+        src_off: u64,
+        len: u64,
+        signal: (&(dyn Any + Send + Sync), u64, u64),
+    ) -> Result<()> {
+        let dst = downcast::<P::Remote>(&self.name, "remote buffer", dst)?;
+        let src = downcast::<P::Local>(&self.name, "local buffer", src.as_any())?;
+        let sem = downcast::<P::Remote>(&self.name, "remote semaphore", signal.0)?;
+        self.port
+            .write_signal(dst, dst_off, src, src_off, len, (sem, signal.1, signal.2))
     }
     fn flush(&mut self) -> Result<()> {
         self.port.flush()
@@ -282,6 +311,24 @@ impl Port for Box<dyn DynPort> {
     }
     fn signal(&mut self, sem: &Box<dyn Any + Send + Sync>, off: u64, add: u64) -> Result<()> {
         (**self).signal(sem.as_ref(), off, add)
+    }
+    fn write_signal(
+        &mut self,
+        dst: &Box<dyn Any + Send + Sync>,
+        dst_off: u64,
+        src: &Box<dyn Region>,
+        src_off: u64,
+        len: u64,
+        signal: (&Box<dyn Any + Send + Sync>, u64, u64),
+    ) -> Result<()> {
+        (**self).write_signal(
+            dst.as_ref(),
+            dst_off,
+            src.as_ref(),
+            src_off,
+            len,
+            (signal.0.as_ref(), signal.1, signal.2),
+        )
     }
     fn flush(&mut self) -> Result<()> {
         (**self).flush()

@@ -237,6 +237,24 @@ pub trait Port: Send + Debug {
     /// Atomically add `add` to the 64-bit semaphore at `sem+off` on the peer, ordered
     /// as [`Guarantees::signal`] says.
     fn signal(&mut self, sem: &Self::Remote, off: u64, add: u64) -> Result<()>;
+    /// [`Port::write`] of `len` bytes, then [`Port::signal`] of `add` on the semaphore
+    /// `signal = (sem, off)`, as one call (MSCCL++'s `putWithSignal`): exactly the
+    /// promises of the two calls in that order, so a backend may fuse them (host-tcp:
+    /// one socket send, which its peer's receiver takes in one wake-up). Every check
+    /// of both is made before anything is issued. The default makes the two calls.
+    fn write_signal(
+        &mut self,
+        dst: &Self::Remote,
+        dst_off: u64,
+        src: &Self::Local,
+        src_off: u64,
+        len: u64,
+        signal: (&Self::Remote, u64, u64),
+    ) -> Result<()> {
+        self.write(dst, dst_off, src, src_off, len)?;
+        let (sem, off, add) = signal;
+        self.signal(sem, off, add)
+    }
     /// Wait until every earlier `write`/`read`/`signal` completed in the sense of
     /// [`Guarantees::flush`] (for a `read`: its bytes are in the local destination).
     /// Bounded: times out with an error.

@@ -73,12 +73,12 @@ impl P2p {
             .unwrap_or(Span::EMPTY)
     }
 
-    /// Piece `k` (`data`) into `peer`'s slot for `me`: a store into mapped memory, or a
-    /// port write when `peer` is on another node (the port delivers it before the
-    /// "done" signal that follows on the same connection).
+    /// Piece `k` (`data`) into `peer`'s slot for `me`, then its "done" signal: a store
+    /// into mapped memory, or a port write when `peer` is on another node, with the
+    /// signal in the same port call (the port delivers the bytes before it).
     fn put_piece(
         &self,
-        me: Rank,
+        (me, sync): (Rank, &SyncTable),
         peer: Rank,
         k: usize,
         data: &[u8],
@@ -96,14 +96,18 @@ impl P2p {
                         "rank {peer}'s send/recv slot is not reachable by port (internal error)"
                     ))
                 })?;
-            return ports.write_bytes(peer, &dst, data);
+            if let Some(sem) = sync.far_sem(peer, KIND_P2P, DONE) {
+                return ports.write_bytes(peer, &dst, data, Some(sem));
+            }
+            ports.write_bytes(peer, &dst, data, None)?;
+        } else {
+            let dst = self
+                .half(peer, me, k)
+                .sub(0, data.len())
+                .unwrap_or(Span::EMPTY);
+            raw::write_from(dst, data);
         }
-        let dst = self
-            .half(peer, me, k)
-            .sub(0, data.len())
-            .unwrap_or(Span::EMPTY);
-        raw::write_from(dst, data);
-        Ok(())
+        sync.signal(peer, KIND_P2P, DONE)
     }
 
     /// Run a group of sends and receives to completion.
@@ -149,8 +153,7 @@ impl P2p {
                         if sync.poll(*peer, KIND_P2P, READY) {
                             let at = k * HALF;
                             let n = HALF.min(data.len() - at);
-                            self.put_piece(me, *peer, k, &data[at..at + n], ports)?;
-                            sync.signal(*peer, KIND_P2P, DONE)?;
+                            self.put_piece((me, sync), *peer, k, &data[at..at + n], ports)?;
                             w.done += 1;
                             moved = true;
                         }

@@ -11,8 +11,9 @@
 //! |---|---|
 //! | `Put` | `write` from the local registered buffer into the peer's |
 //! | `Signal` | `signal` (+1) on the peer's semaphore word in its sync region |
-//! | `Flush` | `flush` |
-//! | `PutPackets` | LL8 words encoded locally into registered staging, `write` into the peer's packet area, then a `signal` on the peer's packet counter for (this rank, this block) |
+//! | `Put` then `Signal` to the same peer | one `write_signal` (host-tcp: one socket send) |
+//! | `Flush` | nothing: every `write` here already returned with its source reusable |
+//! | `PutPackets` | LL8 words encoded locally into registered staging, then one `write_signal`: the words into the peer's packet area, +1 on the peer's packet counter for (this rank, this block) |
 //!
 //! Both backends used here promise strong signals on one connection (host-tcp: one
 //! TCP stream and one receiver thread; ib-verbs: one RC queue pair, the atomic posted
@@ -23,6 +24,13 @@
 //! were written for memory channels, whose puts complete before the next op. host-tcp
 //! sends a write's bytes before `write` returns; any other backend is flushed after
 //! each write (ib-verbs: the CQ is polled until the NIC has read the source).
+//!
+//! **The plan's `Flush`** promises only that ("`Flush` makes the source of earlier port
+//! puts reusable", the plan's execution contract; the simulator lands a put at its
+//! signal, never at a flush, so no proven plan takes visibility from a flush), which
+//! every write here already gave: it sends nothing. A port flush would cost a round
+//! trip on host-tcp, whose flush waits for the peer to acknowledge applying every
+//! earlier frame.
 //!
 //! **Waking waiters.** host-tcp's receiver thread wakes futex sleepers on the word it
 //! added to (the signal hook set in `Ports::host_tcp`), so waits behave as with shared
@@ -116,7 +124,9 @@ pub struct PortStats {
     pub bytes: u64,
     /// Signals sent.
     pub signals: u64,
-    /// Flushes completed (the plans' flushes, and those after writes that need one).
+    /// Port flushes completed: those after writes on a backend whose `write` may
+    /// return before its source was read (not host-tcp). The plans' `Flush` ops send
+    /// none (module docs).
     pub flushes: u64,
 }
 
@@ -279,6 +289,29 @@ impl Ports {
         dst: &PortRange,
         src: &PortRange,
     ) -> Result<(), CommError> {
+        self.write_then(peer, dst, src, None)
+    }
+
+    /// [`Ports::write`], then add 1 to the 64-bit word at `sem.1` of the peer's
+    /// registered `sem.0` buffer, as one port call (`write_signal`: host-tcp sends the
+    /// write and the signal in one socket send).
+    pub(crate) fn write_signal(
+        &self,
+        peer: Rank,
+        dst: &PortRange,
+        src: &PortRange,
+        sem: (&Arc<dyn Any + Send + Sync>, u64),
+    ) -> Result<(), CommError> {
+        self.write_then(peer, dst, src, Some(sem))
+    }
+
+    fn write_then(
+        &self,
+        peer: Rank,
+        dst: &PortRange,
+        src: &PortRange,
+        sem: Option<(&Arc<dyn Any + Send + Sync>, u64)>,
+    ) -> Result<(), CommError> {
         let (PortBuf::Remote(d), PortBuf::Local(s)) = (&dst.buf, &src.buf) else {
             return Err(CommError::Invalid(format!(
                 "port write to rank {peer}: the destination must be the peer's buffer and the source this rank's (executor bug)"
@@ -286,11 +319,24 @@ impl Ports {
         };
         let len = dst.len.min(src.len);
         if len == 0 {
-            return Ok(());
+            return match sem {
+                Some((sem, off)) => self.signal(peer, sem, off),
+                None => Ok(()),
+            };
         }
         let flush = !self.tcp;
         self.with_port(peer, |p| {
-            p.write(d.as_ref(), dst.off, s.as_ref(), src.off, len)?;
+            match sem {
+                Some((sem, off)) => p.write_signal(
+                    d.as_ref(),
+                    dst.off,
+                    s.as_ref(),
+                    src.off,
+                    len,
+                    (sem.as_ref(), off, 1),
+                )?,
+                None => p.write(d.as_ref(), dst.off, s.as_ref(), src.off, len)?,
+            }
             if flush {
                 p.flush()?;
             }
@@ -298,6 +344,9 @@ impl Ports {
         })?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.bytes.fetch_add(len, Ordering::Relaxed);
+        if sem.is_some() {
+            self.signals.fetch_add(1, Ordering::Relaxed);
+        }
         if flush {
             self.flushes.fetch_add(1, Ordering::Relaxed);
         }
@@ -316,20 +365,14 @@ impl Ports {
         Ok(())
     }
 
-    /// Wait until the peer's port completed everything sent to it before, in the
-    /// sense of the backend's flush guarantee.
-    pub(crate) fn flush(&self, peer: Rank) -> Result<(), CommError> {
-        self.with_port(peer, |p| p.flush())?;
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Write `bytes` (already encoded) into `dst` through the registered staging buffer.
+    /// Write `bytes` (already encoded) into `dst` through the registered staging buffer,
+    /// then, with `sem`, signal as [`Ports::write_signal`] does.
     pub(crate) fn write_bytes(
         &self,
         peer: Rank,
         dst: &PortRange,
         bytes: &[u8],
+        sem: Option<(&Arc<dyn Any + Send + Sync>, u64)>,
     ) -> Result<(), CommError> {
         // Held until the write returns, when the staging may be reused (`write`).
         let mut staging = self.staging.lock().unwrap_or_else(|p| p.into_inner());
@@ -351,6 +394,6 @@ impl Ports {
             off: 0,
             len: bytes.len() as u64,
         };
-        self.write(peer, dst, &src)
+        self.write_then(peer, dst, &src, sem)
     }
 }

@@ -507,7 +507,13 @@ impl Invocation<'_> {
 
     fn run_block(&self, b: usize, barrier: Option<&BlockBarrier>) -> Result<(), CommError> {
         let me = self.prep.me;
-        for (i, (op, occ)) in self.prep.blocks[b].iter().enumerate() {
+        let ops = &self.prep.blocks[b];
+        // The op at this index was done with the one before it.
+        let mut fused = None;
+        for (i, (op, occ)) in ops.iter().enumerate() {
+            if fused == Some(i) {
+                continue;
+            }
             match op {
                 Op::Put {
                     peer,
@@ -517,7 +523,29 @@ impl Invocation<'_> {
                     ..
                 } if self.far(*peer, *channel) => {
                     let ports = self.ports()?;
-                    ports.write(*peer, &self.port(*peer, dst)?, &self.port(me, src)?)?;
+                    let (dst, src) = (self.port(*peer, dst)?, self.port(me, src)?);
+                    // A signal to the same peer right behind the put goes with it: one
+                    // port call, the same order (see `Ports::write_signal`).
+                    let sem = match ops.get(i + 1) {
+                        Some((
+                            Op::Signal {
+                                peer: p,
+                                channel: ChannelKind::Port,
+                                tag,
+                            },
+                            _,
+                        )) if p == peer => {
+                            self.sync.far_sem(*p, kind_index(ChannelKind::Port), *tag)
+                        }
+                        _ => None,
+                    };
+                    match sem {
+                        Some(sem) => {
+                            ports.write_signal(*peer, &dst, &src, sem)?;
+                            fused = Some(i + 1);
+                        }
+                        None => ports.write(*peer, &dst, &src)?,
+                    }
                 }
                 Op::Put { peer, src, dst, .. } => {
                     raw::copy(self.span(*peer, dst)?, self.span(me, src)?);
@@ -531,10 +559,9 @@ impl Invocation<'_> {
                 Op::Wait { peer, channel, tag } => {
                     self.sync.wait(*peer, kind_index(*channel), *tag)?
                 }
-                Op::Flush { peer, channel, .. } if self.far(*peer, *channel) => {
-                    self.ports()?.flush(*peer)?;
-                }
-                // Host copies are complete (source reusable, remote visible) on return.
+                // A flush makes the sources of earlier puts reusable, which every put
+                // here already left so: host copies are complete on return, and port
+                // writes return with their source reusable (`port` module docs).
                 Op::Flush { .. } => {}
                 Op::Copy { src, dst } => raw::copy(self.span(me, dst)?, self.span(me, src)?),
                 Op::Reduce { srcs, dst } => {
@@ -574,12 +601,15 @@ impl Invocation<'_> {
                     let (words, _) = self.packet_area(*peer, dst)?;
                     let encoded = encode_packets(self.span(me, src)?, words.len, flag);
                     let ports = self.ports()?;
-                    ports.write_bytes(
-                        *peer,
-                        &words.port.ok_or_else(|| self.unregistered(*peer))?,
-                        &encoded,
-                    )?;
-                    self.sync.signal(*peer, KIND_PACKETS, b as u32)?;
+                    let dst = words.port.ok_or_else(|| self.unregistered(*peer))?;
+                    match self.sync.far_sem(*peer, KIND_PACKETS, b as u32) {
+                        // the words and their count in one port call
+                        Some(sem) => ports.write_bytes(*peer, &dst, &encoded, Some(sem))?,
+                        None => {
+                            ports.write_bytes(*peer, &dst, &encoded, None)?;
+                            self.sync.signal(*peer, KIND_PACKETS, b as u32)?;
+                        }
+                    }
                 }
                 Op::PutPackets { peer, src, dst, .. } => {
                     let flag = flag_of(self.flag_base, occ[0]);

@@ -199,6 +199,23 @@ impl SyncTable {
         Ok(())
     }
 
+    /// Where a signal `(me → peer, kind, tag)` goes over the port when `peer` is far:
+    /// the peer's sync region and the word's offset (for a write fused with it,
+    /// [`Ports::write_signal`]); `None` for a rank of this node.
+    pub(crate) fn far_sem(
+        &self,
+        peer: u32,
+        kind: usize,
+        tag: u32,
+    ) -> Option<(&Arc<dyn std::any::Any + Send + Sync>, u64)> {
+        let sem = self.remote.get(peer as usize)?.as_ref()?;
+        if !self.is_far(peer) {
+            return None;
+        }
+        let slot = Self::slot(self.me, kind, tag);
+        Some((sem, (SLOTS_AT + slot * 16) as u64))
+    }
+
     /// Wait for and consume one signal on `(peer → me, kind, tag)`.
     pub(crate) fn wait(&self, peer: u32, kind: usize, tag: u32) -> Result<(), HalError> {
         let slot = Self::slot(peer, kind, tag);

@@ -154,6 +154,82 @@ fn write_and_signal_land_in_the_peers_shared_memory_both_ways() {
 }
 
 #[test]
+fn write_signal_lands_the_data_before_the_signal_and_checks_first() {
+    // Over three WRITE chunks, the signal riding in the last chunk's send.
+    const N: usize = 2 * (1 << 20) + 4321;
+    const SEM_AT: u64 = (N as u64).next_multiple_of(8);
+    let r1 = ShmRegion::alloc(SEM_AT + 8).unwrap();
+    let [mut a, b] = world([host(N as u64), Box::new(r1.clone())]);
+    let data = pattern(9, N);
+    a.buf.write(0, &data).unwrap();
+    let p = &mut a.port;
+    // A bad semaphore is refused before anything is sent: the data does not land.
+    let bad = p.write_signal(
+        &a.remote,
+        0,
+        &a.buf,
+        0,
+        N as u64,
+        (&a.remote, SEM_AT + 8, 1),
+    );
+    assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
+    let bad = p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, 12, 1));
+    assert!(matches!(bad, Err(HalError::Unaligned { .. })), "{bad:?}");
+    let bad = p.write_signal(&a.remote, 16, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 1));
+    assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
+    p.flush().unwrap();
+    assert_eq!(bytes(&b.buf, 0, 64), vec![0; 64]);
+    assert_eq!(r1.atomic_u64(SEM_AT).unwrap().load(Ordering::Acquire), 0);
+    // The signal is applied after every byte of the write.
+    p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 3))
+        .unwrap();
+    wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 3);
+    assert!(
+        bytes(&b.buf, 0, N) == data,
+        "a byte of the write is missing at the signal"
+    );
+    // A zero-length write still sends its signal.
+    p.write_signal(&a.remote, 0, &a.buf, 0, 0, (&a.remote, SEM_AT, 2))
+        .unwrap();
+    wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 5);
+}
+
+#[test]
+fn write_signal_puts_the_same_frames_on_the_wire_as_write_then_signal() {
+    let t0 = HostTcp::new().unwrap();
+    let mem = HostRegion::alloc(64).unwrap();
+    mem.write(0, &pattern(5, 64)).unwrap();
+    let src = PortMapped::register(&t0, &mem).unwrap();
+    let (mut port, mut raw, _b) = with_raw_peer(t0);
+    // The raw peer's region 7 (64 bytes): the port only checks the export's length.
+    let remote = PortMapped::import(&HostTcp::new().unwrap(), raw_export(77, 7, 64)).unwrap();
+    port.write_signal(&remote, 16, &src, 8, 24, (&remote, 40, 9))
+        .unwrap();
+    let mut h = [0u8; HEADER_LEN];
+    raw.read_exact(&mut h).unwrap();
+    assert_eq!(
+        Header::decode(&h),
+        Ok(Header::Write {
+            region: 7,
+            offset: 16,
+            len: 24
+        })
+    );
+    let mut payload = [0u8; 24];
+    raw.read_exact(&mut payload).unwrap();
+    assert_eq!(&payload[..], &pattern(5, 64)[8..32]);
+    raw.read_exact(&mut h).unwrap();
+    assert_eq!(
+        Header::decode(&h),
+        Ok(Header::Signal {
+            region: 7,
+            offset: 40,
+            add: 9
+        })
+    );
+}
+
+#[test]
 fn puts_land_in_issue_order() {
     const SLOTS: u64 = 2000;
     let [mut a, b] = world([host(8 * SLOTS), host(8 * SLOTS + 8)]);
@@ -449,6 +525,22 @@ fn read_error_frame(s: &mut TcpStream) -> String {
     let mut text = vec![0u8; len as usize];
     s.read_exact(&mut text).unwrap();
     String::from_utf8(text).unwrap()
+}
+
+/// The export a peer of transport `instance` would send for its region `id` of `len`
+/// bytes (the format of `tcp::regions`).
+fn raw_export(instance: u64, id: u64, len: u64) -> commhal_hal::Export {
+    let mut bytes = b"HTCP".to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    for w in [instance, id, len] {
+        bytes.extend_from_slice(&w.to_le_bytes());
+    }
+    commhal_hal::Export {
+        backend: "host-tcp".into(),
+        len,
+        bytes,
+        fds: Vec::new(),
+    }
 }
 
 #[test]

@@ -36,6 +36,9 @@
 //! applying it, so signals are strong and puts ordered; `write` copies the source into
 //! the socket before returning and `flush` returns after the peer acknowledged
 //! applying everything before it, so flush means source reusable *and* remote visible.
+//! The source being reusable when `write` returns is this backend's own (callers that
+//! know the backend skip flushes that ask only for that: a round trip each).
+//! `write_signal` sends the write and its signal in one socket send.
 //! `get`: a port `read` is answered by the peer's receiver after every earlier frame,
 //! and its bytes land before the `ACK` of a later flush. No LL8/LL16 packets, no graph
 //! capture.

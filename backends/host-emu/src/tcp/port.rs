@@ -5,6 +5,9 @@
 //!   buffers, so the **source is reusable as soon as `write` returns**.
 //! * `signal` checks the range and alignment and sends one `SIGNAL` frame; the peer
 //!   applies it after every earlier frame (**strong signal**; puts are ordered too).
+//! * `write_signal` checks both, then sends the `SIGNAL` frame in the same socket send
+//!   as the write's last `WRITE` frame: the same frames in the same order as `write`
+//!   then `signal`, for one system call and one wake-up of the peer's receiver fewer.
 //! * `read` checks both ranges, then sends `READ` frames of at most [`MAX_CHUNK`]
 //!   bytes; the peer's receiver answers each, after applying every earlier frame, with
 //!   a `READ_DATA` frame that this side's receiver copies into the destination. It
@@ -82,12 +85,10 @@ impl TcpPort {
     }
 }
 
-impl Port for TcpPort {
-    type Local = TcpLocal;
-    type Remote = TcpRemote;
-
-    fn write(
-        &mut self,
+impl TcpPort {
+    /// Everything `write` checks before sending.
+    fn check_write(
+        &self,
         dst: &TcpRemote,
         dst_off: u64,
         src: &TcpLocal,
@@ -112,7 +113,40 @@ impl Port for TcpPort {
                 dst.len(),
             ),
             (src_off, src.mem().len()),
+        )
+    }
+
+    /// Everything `signal` checks; its encoded `SIGNAL` frame.
+    fn check_signal(&self, sem: &TcpRemote, off: u64, add: u64) -> Result<[u8; HEADER_LEN]> {
+        self.check_remote(sem)?;
+        check_semaphore_offset(
+            &format!(
+                "host-tcp semaphore (rank {}'s region {})",
+                self.link.peer,
+                sem.id()
+            ),
+            off,
+            sem.len(),
         )?;
+        Ok(Header::Signal {
+            region: sem.id(),
+            offset: off,
+            add,
+        }
+        .encode())
+    }
+
+    /// Send a checked write as `WRITE` frames of at most [`MAX_CHUNK`] bytes, one send
+    /// each; `tail` (a complete frame) goes in the last chunk's send, behind it.
+    fn send_write(
+        &mut self,
+        dst: &TcpRemote,
+        dst_off: u64,
+        src: &TcpLocal,
+        src_off: u64,
+        len: u64,
+        tail: Option<[u8; HEADER_LEN]>,
+    ) -> Result<()> {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(MAX_CHUNK);
@@ -126,10 +160,53 @@ impl Port for TcpPort {
             self.buf.resize(HEADER_LEN + n as usize, 0);
             src.mem()
                 .read(src_off + done, &mut self.buf[HEADER_LEN..])?;
-            self.link.send(&[&self.buf])?;
             done += n;
+            if done == len
+                && let Some(t) = &tail
+            {
+                self.buf.extend_from_slice(t);
+            }
+            self.link.send(&[&self.buf])?;
         }
-        Ok(())
+        match tail {
+            // a zero-length write sends no frame; the signal still goes
+            Some(t) if len == 0 => self.link.send(&[&t]),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Port for TcpPort {
+    type Local = TcpLocal;
+    type Remote = TcpRemote;
+
+    fn write(
+        &mut self,
+        dst: &TcpRemote,
+        dst_off: u64,
+        src: &TcpLocal,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        self.check_write(dst, dst_off, src, src_off, len)?;
+        self.send_write(dst, dst_off, src, src_off, len, None)
+    }
+
+    /// The `WRITE` frames and the `SIGNAL` frame in one send (the signal's header
+    /// rides behind the last chunk), so the peer's receiver applies both after one
+    /// wake-up; the stream and the frames are the same as for the two calls.
+    fn write_signal(
+        &mut self,
+        dst: &TcpRemote,
+        dst_off: u64,
+        src: &TcpLocal,
+        src_off: u64,
+        len: u64,
+        signal: (&TcpRemote, u64, u64),
+    ) -> Result<()> {
+        self.check_write(dst, dst_off, src, src_off, len)?;
+        let signal = self.check_signal(signal.0, signal.1, signal.2)?;
+        self.send_write(dst, dst_off, src, src_off, len, Some(signal))
     }
 
     fn read(
@@ -187,22 +264,8 @@ impl Port for TcpPort {
 
     fn signal(&mut self, sem: &TcpRemote, off: u64, add: u64) -> Result<()> {
         self.link.check()?;
-        self.check_remote(sem)?;
-        check_semaphore_offset(
-            &format!(
-                "host-tcp semaphore (rank {}'s region {})",
-                self.link.peer,
-                sem.id()
-            ),
-            off,
-            sem.len(),
-        )?;
-        let h = Header::Signal {
-            region: sem.id(),
-            offset: off,
-            add,
-        };
-        self.link.send(&[&h.encode()])
+        let h = self.check_signal(sem, off, add)?;
+        self.link.send(&[&h])
     }
 
     fn flush(&mut self) -> Result<()> {
