@@ -260,10 +260,26 @@ mod tests {
             pick(Collective::AllReduce, 1024, topo(7, 4)),
             Algorithm::AllReduceRing
         );
-        // The other collectives across nodes: rings and the chain.
+        // The other collectives across nodes: 2PH while small, then rings; the chain.
         assert_eq!(
             pick(Collective::AllGather, 1024, topo(8, 4)),
+            Algorithm::AllGather2ph
+        );
+        assert_eq!(
+            pick(Collective::AllGather, 1 << 20, topo(8, 4)),
             Algorithm::AllGatherRing
+        );
+        assert_eq!(
+            pick(Collective::AllGather, 1024, topo(7, 4)),
+            Algorithm::AllGatherRing
+        );
+        assert_eq!(
+            pick(Collective::ReduceScatter, 1024, topo(8, 4)),
+            Algorithm::ReduceScatter2ph
+        );
+        assert_eq!(
+            pick(Collective::ReduceScatter, 1 << 20, topo(8, 4)),
+            Algorithm::ReduceScatterRing
         );
         assert_eq!(
             pick(Collective::Broadcast, 1 << 20, topo(8, 4)),
