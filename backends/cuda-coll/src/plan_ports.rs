@@ -16,7 +16,7 @@
 //! |---|---|---|
 //! | PUT | semaphore id = far rank p; local id k (0 input, 1 output, 2 area); remote id 3p + k | `write` on the port to p |
 //! | SIGNAL | semaphore id = p; remote id 3p + 2 (p's plan area), `dst_offset` = the word; `w0` = the value | `signal` on the port to p with the difference to the value last written there, so the word becomes the value |
-//! | FLUSH | semaphore id = p | `flush` on the port to p |
+//! | FLUSH | semaphore id = p | `flush` on the port to p; nothing more on host-tcp, whose `write` returned once it had copied its source out |
 //!
 //! A word of a far rank's area is written by this rank only (its own row of
 //! handshake flags, semaphores it signals), so the difference is exact and each word
@@ -122,6 +122,15 @@ pub struct PlanPorts {
 
 /// What the proxy thread owns.
 struct Carrier {
+    /// Whether a FLUSH trigger flushes the port. A FLUSH asks only that the sources
+    /// of the puts before it may be written again (codegen: the kernels flush before
+    /// anything may write this rank's memory, and at a block's end), and the proxy
+    /// performs triggers in order. On host-tcp a `write` returns once it copied its
+    /// source out (staged device memory too), so a FLUSH performed after it is already
+    /// true there; its port flush would add a TCP round trip (the peer acknowledges
+    /// applying every earlier frame). Other backends (cuda-dma: copies queued on a
+    /// stream) flush.
+    flush_ports: bool,
     ports: Vec<Option<Box<dyn DynPort>>>,
     locals: Vec<Box<dyn Region>>,
     remotes: Vec<Option<Box<dyn Any + Send + Sync>>>,
@@ -160,6 +169,7 @@ fn remote(
 impl Carrier {
     fn perform(&mut self, t: &Trigger, raw: [u64; 2]) -> commhal_hal::Result<()> {
         let Carrier {
+            flush_ports,
             ports,
             locals,
             remotes,
@@ -186,7 +196,10 @@ impl Carrier {
             written.insert(key, value);
         }
         if t.flags & FLAG_FLUSH != 0 {
-            (**port_to(ports, p)?).flush()?;
+            let port = port_to(ports, p)?;
+            if *flush_ports {
+                (**port).flush()?;
+            }
         }
         Ok(())
     }
@@ -273,6 +286,7 @@ impl PlanPorts {
         let table = DeviceBuffer::new(ctx, std::mem::size_of::<PortTable>() as u64)?;
         table.write(0, table_bytes(&t))?;
         let mut carrier = Carrier {
+            flush_ports: (**port).name() != commhal_backend_host_emu::tcp::BACKEND,
             ports,
             locals,
             remotes,
@@ -404,6 +418,7 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         // rank 0 talks to far rank 1: its remote regions are ids 3, 4, 5
         let mut c = Carrier {
+            flush_ports: true,
             ports: vec![None, Some(Box::new(Recorder(log.clone())))],
             locals: (0..3u64)
                 .map(|k| Box::new(Fake(0x1000 * (k + 1))) as Box<dyn Region>)
@@ -446,6 +461,19 @@ mod tests {
         let bad = Trigger::put(0, 5, 0, 0, 0, 8);
         assert!(c.perform(&bad, raw(bad)).is_err());
         let bad = Trigger::put(1, 2, 0, 0, 0, 8);
+        assert!(c.perform(&bad, raw(bad)).is_err());
+        // Where writes return with their source copied out (host-tcp), a FLUSH is done
+        // once the proxy reached it: the port is not flushed; a rank without a port is
+        // still an error.
+        log.lock().unwrap().clear();
+        c.flush_ports = false;
+        c.perform(&put, raw(put)).unwrap();
+        c.perform(&flush, raw(flush)).unwrap();
+        assert_eq!(
+            log.lock().unwrap().clone(),
+            vec!["write remote5+64 <- local@8192+128 4096".to_string()]
+        );
+        let bad = Trigger::flush(0);
         assert!(c.perform(&bad, raw(bad)).is_err());
     }
 
