@@ -6,9 +6,9 @@
 // sendrecv, copy_engine), on the protocol of coll/protocol.cuh, the packets of
 // coll/ll16.cuh and coll/ll63.cuh, the chains of coll/chain.cuh and the operators of
 // coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter, the
-// one-shot all-reduce and the direct broadcast are written once over the primitives of
-// coll/prims.cuh; their Simple and LL16 kernels are two instantiations (the tables
-// below).
+// one-shot and push all-reduces and the direct broadcast are written once over the
+// primitives of coll/prims.cuh; their Simple, LL16 and LL63 (coll/prims_ll63.cuh)
+// kernels are instantiations of one template (the tables below).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -28,6 +28,7 @@
 //                                    chunk p into rank p's staging slot; barrier; reduce
 //                                    own chunk from local input + staging.
 //   *_ll variants of all-gather / reduce-scatter for small chunks.
+//   commhal_coll_allgather_ll63      mid sizes: LL63 packets to every peer, no barrier.
 //   commhal_coll_broadcast           barrier; root stores its input into every output;
 //                                    barrier.
 //   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; non-root k loads chunk k
@@ -92,7 +93,7 @@
   X(reducescatter, reducescatter<Op>(a))                        \
   X(reducescatter_ll, (reducescatter_push<Op, LL16>(a)))        \
   X(reducescatter_push, (reducescatter_push<Op, Simple>(a)))    \
-  X(allreduce_push, allreduce_push<Op>(a))                      \
+  X(allreduce_push, (allreduce_push<Op, Simple>(a)))            \
   X(reduce_ll, reduce_ll<Op>(a))                                \
   X(reduce, (reduce_root<Op, false>(a)))                        \
   X(reduce_all, (reduce_root<Op, true>(a)))                     \
@@ -108,6 +109,7 @@
   X(peers_done, peers_done(a))                                  \
   X(allgather, allgather<Simple>(a))                            \
   X(allgather_ll, allgather<LL16>(a))                           \
+  X(allgather_ll63, allgather<LL63>(a))                         \
   X(allgather_ring, (ring<OpF32, COLL_RING_AG>(a)))             \
   X(broadcast, broadcast<Simple>(a))                            \
   X(broadcast_sf, broadcast_sf(a))                              \

@@ -124,6 +124,12 @@ pub struct Tuning {
     /// Largest all-reduce (bytes) of the LL63 window done in one shot instead of over
     /// all pairs (0: never; with `ar_ll63_max` sizes the LL63 small region's halves).
     pub ar_ll63_oneshot_max: u64,
+    /// Smallest all-gather (bytes, the output) done with LL63 packets, asked before the
+    /// LL16 sizes (0: right above them).
+    pub ag_ll63_min: u64,
+    /// Largest all-gather (bytes, the output) done with LL63 packets (0: never; sizes
+    /// the LL63 small region's halves too).
+    pub ag_ll63_max: u64,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub bcast_ce_min: u64,
@@ -210,6 +216,8 @@ pub enum Kernel {
     ReduceLl63,
     /// All-reduce over all pairs with LL63 packets (mid sizes).
     AllreduceLl63,
+    /// All-gather, LL63 packets to every peer (mid sizes, any dtype).
+    AllgatherLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
     /// The ring all-reduce up to its first all-gather step (the copy engines do the
@@ -281,6 +289,7 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         BroadcastLl63 => "commhal_coll_broadcast_ll63",
         ReduceLl63 => typed_kernel!(dtype, "commhal_coll_reduce_ll63"),
         AllreduceLl63 => typed_kernel!(dtype, "commhal_coll_allreduce_ll63"),
+        AllgatherLl63 => "commhal_coll_allgather_ll63",
         ReduceChain => typed_kernel!(dtype, "commhal_coll_reduce_chain"),
         AllreduceRing => typed_kernel!(dtype, "commhal_coll_allreduce_ring"),
         AllreduceRingHead => typed_kernel!(dtype, "commhal_coll_allreduce_ring_head"),
@@ -440,7 +449,7 @@ fn setup_words(
     capacity: u64,
     chain_overlap: u32,
     dma_all: bool,
-) -> [(&'static str, u64); 31] {
+) -> [(&'static str, u64); 33] {
     [
         ("capacity", capacity),
         (
@@ -511,6 +520,8 @@ fn setup_words(
             "ar_ll63_oneshot_max (COMMHAL_COLL_AR_LL63_ONESHOT_MAX)",
             t.ar_ll63_oneshot_max,
         ),
+        ("ag_ll63_min (COMMHAL_COLL_AG_LL63_MIN)", t.ag_ll63_min),
+        ("ag_ll63_max (COMMHAL_COLL_AG_LL63_MAX)", t.ag_ll63_max),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
             "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
@@ -549,8 +560,9 @@ struct RegionSizes {
     ll_cap: u64,
     /// LL63 region: the largest LL63 broadcast / reduce the capacity allows.
     ll63_bytes: u64,
-    /// Half of the LL63 small region: the small chains', or the LL63 all-reduce's (all
-    /// pairs up to `allreduce_ll63_max`, one shot up to `allreduce_ll63_oneshot_max`).
+    /// Half of the LL63 small region: the small chains', the LL63 all-reduce's (all
+    /// pairs up to `allreduce_ll63_max`, one shot up to `allreduce_ll63_oneshot_max`) or
+    /// the LL63 all-gather's (up to `allgather_ll63_max`).
     small_half: u64,
     /// One sender's slot in a staging area (0: no staging area in use).
     stage_slot: u64,
@@ -578,6 +590,10 @@ impl RegionSizes {
                 .max(layout::pairs_half_bytes(ar_max, n))
                 .max(layout::oneshot_half_bytes(
                     tuning.ar_ll63_oneshot_max.min(ar_max),
+                    n,
+                ))
+                .max(layout::oneshot_half_bytes(
+                    tuning.ag_ll63_max.min(capacity) / u64::from(n),
                     n,
                 ))
         } else {
@@ -1460,6 +1476,8 @@ mod tests {
             ar_ll63_min: 20,
             ar_ll63_max: 19,
             ar_ll63_oneshot_max: 21,
+            ag_ll63_min: 24,
+            ag_ll63_max: 23,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             reduce_ce_min: 17,
@@ -1602,6 +1620,7 @@ mod tests {
             Kernel::BroadcastLl63,
             Kernel::ReduceLl63,
             Kernel::AllreduceLl63,
+            Kernel::AllgatherLl63,
             Kernel::AllreduceRing,
             Kernel::AllreduceRingHead,
             Kernel::ReducescatterRing,
@@ -1614,6 +1633,7 @@ mod tests {
                     k,
                     Kernel::Allgather
                         | Kernel::AllgatherLl
+                        | Kernel::AllgatherLl63
                         | Kernel::Broadcast
                         | Kernel::BroadcastSf
                         | Kernel::Alltoall

@@ -117,6 +117,13 @@ pub const HEADER: &str = "\
 #                          sends its whole input to every peer as LL63 packets and
 #                          reduces the n inputs (one hop; the parity halves then hold
 #                          n - 1 copies of the input)
+#     allgather_ll63_min, allgather_ll63_max
+#                          (optional; max absent or 0: never) all-gathers (the output)
+#                          from min up to max are done with LL63 packets: every rank
+#                          sends its input to every peer, no barrier (16-byte multiples
+#                          per rank, while the n - 1 inputs a rank receives fit a
+#                          parity half of the LL63 small region); min is asked before
+#                          the LL16 sizes (absent or 0: right above them)
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
@@ -248,6 +255,14 @@ pub struct Section {
     /// its whole input to every peer) instead of over all pairs (absent or 0: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_ll63_oneshot_max: Option<u64>,
+    /// Smallest all-gather (bytes, the output) done with LL63 packets, before the LL16
+    /// sizes (absent or 0: right above them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allgather_ll63_min: Option<u64>,
+    /// Largest all-gather (bytes, the output) done with LL63 packets (absent or 0:
+    /// never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allgather_ll63_max: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -458,6 +473,8 @@ pub static FALLBACK: Section = Section {
     allreduce_ll63_max: None,
     allreduce_ll63_min: None,
     allreduce_ll63_oneshot_max: None,
+    allgather_ll63_min: None,
+    allgather_ll63_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
@@ -795,6 +812,18 @@ pub fn resolve_with(
             &decl::COLL_AR_LL63_ONESHOT_MAX,
         ),
     )?;
+    let ag_ll63_min = pick(
+        None,
+        None,
+        &decl::COLL_AG_LL63_MIN,
+        absent(s.allgather_ll63_min, &decl::COLL_AG_LL63_MIN),
+    )?;
+    let ag_ll63_max = pick(
+        None,
+        None,
+        &decl::COLL_AG_LL63_MAX,
+        absent(s.allgather_ll63_max, &decl::COLL_AG_LL63_MAX),
+    )?;
     // unrolls: 1..=32 in the file (TuningFile::parse) and the variable
     let chain_unroll = pick(
         None,
@@ -877,6 +906,8 @@ pub fn resolve_with(
             ar_ll63_min,
             ar_ll63_max,
             ar_ll63_oneshot_max,
+            ag_ll63_min,
+            ag_ll63_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,

@@ -358,3 +358,12 @@ COMMHAL_DEVICE void partition(u64 units, u32 n, u32 i, u64& begin, u64& end) {
   begin = i * base + (i < rem ? i : rem);
   end = begin + base + (i < rem ? 1 : 0);
 }
+
+// The same split, divided once, for code that asks for many parts: part i starts at
+// begin(i) and has size(i) units (part 0 the largest).
+struct Partition {
+  u64 base, rem;
+  COMMHAL_DEVICE Partition(u64 units, u32 n) : base(units / n), rem(units % n) {}
+  COMMHAL_DEVICE u64 begin(u32 i) const { return i * base + (i < rem ? i : rem); }
+  COMMHAL_DEVICE u64 size(u32 i) const { return base + (i < rem ? 1 : 0); }
+};

@@ -1,9 +1,10 @@
 // coll/prims.cuh — the primitives the collectives are written over, one class per
 // protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
-// all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces and
-// the direct broadcast; the pull kernels (two-shot all-reduce, reduce-scatter, reduce to
-// a root) take Simple's barriers and its reduce_pull.
+// all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces (on
+// LL63 too: coll/prims_ll63.cuh) and the direct broadcast; the pull kernels (two-shot
+// all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and its
+// reduce_pull.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -138,6 +139,8 @@ struct Prims<Simple, Pattern> {
   // replicate walks warp units, reduce one vector per thread: block b of a receiver
   // would read vectors other blocks of the senders wrote, past the MID barrier.
   enum { REDUCE_AFTER_REPLICATE = false };
+  // Any byte count: the caller reduces an element tail past the whole vectors itself.
+  enum { ELEMENT_TAIL = true };
   const CollArgs& a;
   u64 e;
 
@@ -205,9 +208,10 @@ struct Prims<Simple, Pattern> {
     }
   }
 
-  // The senders' bytes are in place once block b of every rank passed its stores.
-  template <typename Dst>
-  COMMHAL_DEVICE void gather(u64, Dst) {
+  // The senders' bytes are in place once block b of every rank passed its stores
+  // (`bytes` as scatter's).
+  template <typename Bytes, typename Dst>
+  COMMHAL_DEVICE void gather(Bytes, Dst) {
     end();
   }
 
@@ -236,11 +240,12 @@ struct Prims<Simple, Pattern> {
     reduce_to<Op>(bytes, src, dst, [&](u32) { return out; }, 1);
   }
 
-  // As reduce, and the sum goes to out(r) of every rank r (this rank's first, then the
-  // next ones): an all-reduce's second half. gather (the END barrier) must follow.
+  // As reduce, and the sum goes to out(r, rank) of every rank r (this rank's first,
+  // then the next ones): an all-reduce's second half. gather (the END barrier) must
+  // follow.
   template <typename Op, typename Src, typename Dst, typename Out>
   COMMHAL_DEVICE void reduce_replicate(u64 bytes, Src src, Dst dst, Out out) {
-    reduce_to<Op>(bytes, src, dst, out, a.nranks);
+    reduce_to<Op>(bytes, src, dst, [&](u32 r) { return out(r, a.rank); }, a.nranks);
   }
 
  private:

@@ -107,6 +107,7 @@ fn local_only(k: Kernel) -> bool {
             | Kernel::BroadcastLl63
             | Kernel::ReduceLl63
             | Kernel::AllreduceLl63
+            | Kernel::AllgatherLl63
     )
 }
 

@@ -86,6 +86,23 @@ impl Comm {
         (layout::pairs_half_bytes(bytes, self.n) <= half).then_some(false)
     }
 
+    /// Whether an all-gather of `bytes` (the output) runs with LL63 packets (asked
+    /// before the LL16 kernel): 2 or more ranks, in the tuned window (from right above
+    /// the LL16 sizes when its minimum is 0), whole 16-byte vectors per rank, and the
+    /// n - 1 inputs a rank receives fit a parity half of the LL63 small region.
+    pub(super) fn ag_ll63(&self, bytes: u64) -> bool {
+        let per_rank = bytes / u64::from(self.n.max(1));
+        let from_min = match self.tuning.ag_ll63_min {
+            0 => !self.ll_per_peer(per_rank),
+            min => bytes >= min,
+        };
+        self.n > 1
+            && from_min
+            && bytes <= self.tuning.ag_ll63_max
+            && per_rank.is_multiple_of(16)
+            && layout::oneshot_half_bytes(per_rank, self.n) <= self.base.ll63_small_half
+    }
+
     /// Grid of an LL63 chain ([`layout::ll63_grid`]).
     pub(super) fn ll63_grid(&self, bytes: u64) -> (u32, u32) {
         layout::ll63_grid(bytes, self.tuning.threads, self.tuning.max_blocks)
@@ -268,6 +285,12 @@ impl Comm {
                     };
                     (k, b, t)
                 }
+            }
+            Collective::Allgather if self.ag_ll63(count * es * u64::from(self.n)) => {
+                // a warp per tile received: (n - 1) tiles of every tile sent
+                let items = layout::oneshot_items(count * es) * u64::from(self.n - 1);
+                let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
+                (Kernel::AllgatherLl63, b, t)
             }
             Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
