@@ -204,10 +204,33 @@ macro_rules! opt_sym {
     }};
 }
 
+/// Load the system C++ runtime (`libstdc++.so.6`) into the global symbol scope once,
+/// before any NCCL-API library. Those libraries are C++; commhal's binaries are Rust and
+/// load no C++ runtime of their own. MSCCL++ 0.9's `libmscclpp.so` carries copies of
+/// libstdc++'s iostream code: loaded into a process without the runtime, its first
+/// `operator>>` (`Socket::bind`, from `ncclGetUniqueId`) crashed in
+/// `codecvt::do_unshift` in every run on 4 x H100; with the runtime loaded first, its
+/// references bind to the runtime's and it runs (as it does under PyTorch, which loads
+/// libstdc++ itself). Nothing happens where the runtime is missing.
+fn load_cxx_runtime() {
+    static LOADED: OnceLock<()> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: libstdc++'s initialisers set up its own state (locales, the standard
+        // streams); the handle is kept for the life of the process (never unloaded).
+        if let Ok(lib) =
+            unsafe { UnixLibrary::open(Some("libstdc++.so.6"), RTLD_NOW | RTLD_GLOBAL) }
+        {
+            std::mem::forget(lib);
+        }
+    });
+}
+
 impl NcclLib {
     /// Open `name`: a path (it has a `/`), or a file name the dynamic loader searches
     /// for (`LD_LIBRARY_PATH`, the cache, the system folders), as `dlopen` does.
     pub fn open(name: &str) -> Result<NcclLib, LoadError> {
+        load_cxx_runtime();
         // SAFETY: loading runs the library's initialisers; a library with NCCL's API
         // only sets up its own state in them.
         let lib = unsafe { Library::new(name) }.map_err(|e| LoadError::Open {
