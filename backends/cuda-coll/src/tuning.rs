@@ -561,6 +561,8 @@ pub struct Forced {
     pub bcast_ll63_max: Option<u64>,
     /// Largest LL63 reduce (0: never).
     pub reduce_ll63_max: Option<u64>,
+    /// Largest LL63 all-gather (0: never).
+    pub ag_ll63_max: Option<u64>,
     /// Smallest copy-engine broadcast, 2 ranks (0: never).
     pub bcast_ce_min: Option<u64>,
     /// Smallest copy-engine send-recv (0: never).
@@ -819,7 +821,7 @@ pub fn resolve_with(
         absent(s.allgather_ll63_min, &decl::COLL_AG_LL63_MIN),
     )?;
     let ag_ll63_max = pick(
-        None,
+        forced.ag_ll63_max,
         None,
         &decl::COLL_AG_LL63_MAX,
         absent(s.allgather_ll63_max, &decl::COLL_AG_LL63_MAX),
