@@ -563,6 +563,8 @@ pub struct Forced {
     pub reduce_ll63_max: Option<u64>,
     /// Largest LL63 all-gather (0: never).
     pub ag_ll63_max: Option<u64>,
+    /// Largest LL63 all-reduce (0: never).
+    pub ar_ll63_max: Option<u64>,
     /// Smallest copy-engine broadcast, 2 ranks (0: never).
     pub bcast_ce_min: Option<u64>,
     /// Smallest copy-engine send-recv (0: never).
@@ -800,7 +802,7 @@ pub fn resolve_with(
         absent(s.allreduce_ll63_min, &decl::COLL_AR_LL63_MIN),
     )?;
     let ar_ll63_max = pick(
-        None,
+        forced.ar_ll63_max,
         None,
         &decl::COLL_AR_LL63_MAX,
         absent(s.allreduce_ll63_max, &decl::COLL_AR_LL63_MAX),

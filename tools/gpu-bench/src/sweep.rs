@@ -63,6 +63,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         bcast_ll63_max: Some(0),
         reduce_ll63_max: Some(0),
         ag_ll63_max: Some(0),
+        ar_ll63_max: Some(0),
         bcast_ce_min: Some(0),
         sendrecv_ce_min: Some(0),
         reduce_ce_min: Some(0),
@@ -761,6 +762,7 @@ mod tests {
                     f.bcast_ll63_max,
                     f.reduce_ll63_max,
                     f.ag_ll63_max,
+                    f.ar_ll63_max,
                 ]
                 .iter()
                 .filter(|v| **v != Some(0))
@@ -770,7 +772,7 @@ mod tests {
                     let ce = (f.bcast_ce_min, f.sendrecv_ce_min);
                     let want = if cand.name == "ce" { 1 } else { 0 };
                     assert_eq!(ce, (Some(want), Some(want)), "{}", cand.name);
-                    assert_eq!(on, 8, "the file's kernels: nothing else forced");
+                    assert_eq!(on, 9, "the file's kernels: nothing else forced");
                     continue;
                 }
                 let own = matches!(
