@@ -216,11 +216,11 @@ fn load_cxx_runtime() {
     static LOADED: OnceLock<()> = OnceLock::new();
     LOADED.get_or_init(|| {
         use libloading::os::unix::{Library as UnixLibrary, RTLD_GLOBAL, RTLD_NOW};
+        let flags = RTLD_NOW | RTLD_GLOBAL;
         // SAFETY: libstdc++'s initialisers set up its own state (locales, the standard
         // streams); the handle is kept for the life of the process (never unloaded).
-        if let Ok(lib) =
-            unsafe { UnixLibrary::open(Some("libstdc++.so.6"), RTLD_NOW | RTLD_GLOBAL) }
-        {
+        let lib = unsafe { UnixLibrary::open(Some("libstdc++.so.6"), flags) };
+        if let Ok(lib) = lib {
             std::mem::forget(lib);
         }
     });
