@@ -38,6 +38,12 @@
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #
+# GPU_BENCH_SET=mscclpp: the side-by-side with MSCCL++ 0.9 (issue 31's tables):
+# all-reduce, all-gather and reduce-scatter, f16, 1K..4M x2, plain and in CUDA graphs
+# (-G 5), `-n 30 -w 5`, --compare mscclpp, on 4 GPUs when there are 4, and on 2; MSCCL++
+# from .gpu/mscclpp/mscclpp-0.9.0-sm90-libs.tar.gz (unpacked to a temporary folder,
+# multicast off, NCCL for what it hands on); budget default 200 s.
+#
 # GPU_BENCH_SET=tune: `commhal tune --backend cuda-nvlink --ranks N -b 1K -e 1G -n 60 -w 5
 # --out $OUT/gpu-cuda-h200.toml` (every collective; the sweep of the committed 8-rank
 # section, 155 s on 8 x H200) for N = 2, 4, then 8 where there are that many GPUs (each
@@ -74,10 +80,11 @@ case $SET in
   tune) BUDGET=${GPU_BENCH_BUDGET:-500} ;;
   dma) BUDGET=${GPU_BENCH_BUDGET:-150} ;;
   dense) BUDGET=${GPU_BENCH_BUDGET:-570} ;;
+  mscclpp) BUDGET=${GPU_BENCH_BUDGET:-200} ;;
   p2p) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   faults) BUDGET=${GPU_BENCH_BUDGET:-240} ;;
   default) BUDGET=${GPU_BENCH_BUDGET:-330} ;;
-  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, p2p, faults, cli, tune or dma" >&2; exit 2 ;;
+  *) echo "gpu-bench: GPU_BENCH_SET=$SET: expected default, extra, dense, mscclpp, p2p, faults, cli, tune or dma" >&2; exit 2 ;;
 esac
 START=$(date +%s)
 SUMMARY=()
@@ -96,7 +103,7 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "gpu-bench: $NGPU GPU(s); budget ${BUDGET}s; logs in $OUT"
 
 NEED=("$G/commhal")
-[[ $SET == default || $SET == extra || $SET == dense || $SET == dma || $SET == p2p || $SET == faults ]] && NEED+=("$G/commhal-gpu-bench")
+[[ $SET == default || $SET == extra || $SET == dense || $SET == mscclpp || $SET == dma || $SET == p2p || $SET == faults ]] && NEED+=("$G/commhal-gpu-bench")
 for b in "${NEED[@]}"; do
   [[ -x $b ]] || { echo "gpu-bench: $b not carried (see the header)" >&2; exit 2; }
 done
@@ -253,6 +260,27 @@ if [[ $SET == dense ]]; then
       done
     done
   done
+fi
+
+if [[ $SET == mscclpp ]]; then
+  MTAR=$G/mscclpp/mscclpp-0.9.0-sm90-libs.tar.gz
+  MDIR=$(mktemp -d)
+  REAL=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+  if [[ ! -f $MTAR ]] || ! tar -xzf "$MTAR" -C "$MDIR" || [[ ! -f $MDIR/mlib/libmscclpp_nccl.so ]]; then
+    SUMMARY+=("$(printf '%-28s SKIPPED (no mlib/libmscclpp_nccl.so from %s)' mscclpp "$MTAR")")
+  else
+    # its own libraries first; commhal's benchmark loads the C++ runtime before it
+    export MSCCLPP_FORCE_DISABLE_NVLS=1 COMMHAL_MSCCLPP_LIB=$MDIR/mlib/libmscclpp_nccl.so
+    [[ -n $REAL ]] && export MSCCLPP_NCCL_LIB_PATH=$REAL
+    export LD_LIBRARY_PATH=$MDIR/mlib:${LD_LIBRARY_PATH:-}
+    for N in 4 2; do
+      ((NGPU >= N)) || { SUMMARY+=("$(printf '%-28s SKIPPED (needs %s GPUs, found %s)' "mscclpp-${N}gpu" "$N" "$NGPU")"); continue; }
+      for C in allreduce allgather reducescatter; do
+        step "bench-${N}gpu.log" "$C-mscclpp-${N}gpu" 30 "$N" "$C" -b 1K -e 4M -f 2 -n 30 -w 5 -d half --compare mscclpp
+        step "bench-${N}gpu.log" "$C-mscclpp-graph-${N}gpu" 30 "$N" "$C" -b 1K -e 4M -f 2 -n 30 -w 5 -d half -G 5 --compare mscclpp
+      done
+    done
+  fi
 fi
 
 for N in 2 4; do
