@@ -240,8 +240,9 @@ pub trait Port: Send + Debug {
     /// [`Port::write`] of `len` bytes, then [`Port::signal`] of `add` on the semaphore
     /// `signal = (sem, off)`, as one call (MSCCL++'s `putWithSignal`): exactly the
     /// promises of the two calls in that order, so a backend may fuse them (host-tcp:
-    /// one socket send, which its peer's receiver takes in one wake-up). Every check
-    /// of both is made before anything is issued. The default makes the two calls.
+    /// one socket send, which its peer's receiver takes in one wake-up; it checks both
+    /// before it issues anything). The default makes the two calls, so there a signal
+    /// that fails its checks returns its error after the write was issued.
     fn write_signal(
         &mut self,
         dst: &Self::Remote,
