@@ -18,12 +18,12 @@
 // (layout::oneshot_half_bytes, layout::pairs_half_bytes).
 //
 // Work. Each call walks warp items (a tile to send, to receive, or to sum) in one index
-// space per launch: warp w (of W in the grid) takes items w, w + W, ... A call that
-// follows scatter or reduce_replicate takes the next items, so on a grid of one warp
-// per item the steps run on different warps at once and a warp's latency is one item's
-// (the host sizes the grid so); a call that follows replicate takes the same items as
-// it, so the warp that loaded a tile of the input for sending is the one that stores its
-// sum (in place: no store overtakes a load). A warp sends all its tiles of a step before
+// space per launch: warp w (of W in the grid) takes items w, w + W, ... Each call takes
+// the items after the previous call's, so on a grid of one warp per item the steps run
+// on different warps at once and a warp's latency is one item's (the host sizes the grid
+// so); but reduce after replicate takes replicate's items, so the warp that loaded a
+// tile of the input for sending is the one that stores its sum (in place: no store
+// overtakes a load). A warp sends all its tiles of a step before
 // it waits in a later one, a reduce waits only for sends, a gather only for reduces, and
 // every block is resident (host: blocks <= SMs): no wait cycle.
 // Inputs, outputs and the landing parts of dst are whole 16-byte vectors, 16-byte
