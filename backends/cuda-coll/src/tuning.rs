@@ -561,6 +561,8 @@ pub struct Forced {
     pub bcast_ll63_max: Option<u64>,
     /// Largest LL63 reduce (0: never).
     pub reduce_ll63_max: Option<u64>,
+    /// Smallest LL63 all-gather (0: right above the LL16 sizes).
+    pub ag_ll63_min: Option<u64>,
     /// Largest LL63 all-gather (0: never).
     pub ag_ll63_max: Option<u64>,
     /// Largest LL63 all-reduce (0: never).
@@ -817,7 +819,7 @@ pub fn resolve_with(
         ),
     )?;
     let ag_ll63_min = pick(
-        None,
+        forced.ag_ll63_min,
         None,
         &decl::COLL_AG_LL63_MIN,
         absent(s.allgather_ll63_min, &decl::COLL_AG_LL63_MIN),

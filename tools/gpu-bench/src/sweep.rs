@@ -24,6 +24,9 @@ pub const TUNE_PUSH_MIN: u64 = 1 << 20;
 /// Smallest size the tuner times with the ring and chain kernels (below, their
 /// per-round flags cost more than they can win).
 pub const TUNE_RING_MIN: u64 = 1 << 20;
+/// Largest all-gather (the output) the tuner times with the LL63 kernel: its packets
+/// for n - 1 peers take a parity half of scratch each (25 MiB per half on 4 ranks).
+pub const TUNE_AG_LL63_MAX: u64 = 32 << 20;
 
 /// One kernel choice the tuner times.
 #[derive(Debug, Clone, Copy)]
@@ -250,7 +253,19 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     applies: |b, c| b >= TUNE_RING_MIN && c.is_multiple_of(16),
                 },
             ];
-            if !gather {
+            if gather {
+                // last: a window (asked before the LL16 kernel), derived apart
+                cands.push(Candidate {
+                    name: "ll63",
+                    kernel: Some(Kernel::AllgatherLl63),
+                    forced: Forced {
+                        ag_ll63_min: Some(1),
+                        ag_ll63_max: Some(TUNE_AG_LL63_MAX),
+                        ..f
+                    },
+                    applies: |b, c| c > 0 && c.is_multiple_of(16) && b <= TUNE_AG_LL63_MAX,
+                });
+            } else {
                 cands.push(Candidate {
                     name: "push",
                     kernel: Some(Kernel::ReducescatterPush),
@@ -577,6 +592,12 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         if let Some(s) = find(c) {
             d.gather_scatter_ring(gather, &s.sizes, &s.times);
         }
+        if gather
+            && let Some(s) = find(c)
+            && let Some(k) = s.candidates.iter().position(|c| *c == "ll63")
+        {
+            d.allgather_ll63(&s.sizes, &s.times, k);
+        }
     }
     let (ag, rs) = (find(Collective::Allgather), find(Collective::Reducescatter));
     match (ag, rs) {
@@ -724,7 +745,10 @@ mod tests {
         for cand in &candidates(Collective::Allreduce, 4)[..4] {
             assert_eq!(cand.forced.ar_ce_min, Some(0), "{}", cand.name);
         }
-        assert_eq!(names(Collective::Allgather, 2), ["ll", "direct", "ring"]);
+        assert_eq!(
+            names(Collective::Allgather, 2),
+            ["ll", "direct", "ring", "ll63"]
+        );
         assert_eq!(
             names(Collective::Reducescatter, 8),
             ["ll", "direct", "ring", "push"]
@@ -786,6 +810,7 @@ mod tests {
                             | Kernel::ReduceChain
                             | Kernel::BroadcastLl63
                             | Kernel::ReduceLl63
+                            | Kernel::AllgatherLl63
                     )
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);

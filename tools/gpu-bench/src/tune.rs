@@ -280,6 +280,10 @@ pub struct Derived {
     pub allreduce_ce_min: Option<u64>,
     /// `broadcast_reduce_ll_max` (0: never LL16).
     pub broadcast_reduce_ll_max: Option<u64>,
+    /// `allgather_ll63_min`.
+    pub allgather_ll63_min: Option<u64>,
+    /// `allgather_ll63_max` (0: never).
+    pub allgather_ll63_max: Option<u64>,
 }
 
 impl Derived {
@@ -319,6 +323,27 @@ impl Derived {
             .collect();
         self.reducescatter_push_min = Some(wins.first().copied().unwrap_or(0));
         self.reducescatter_push_max = Some(wins.last().copied().unwrap_or(0));
+    }
+
+    /// The LL63 all-gather's window from an all-gather sweep whose column `col` is the
+    /// LL63 kernel: a window, not a step (the selector asks it before the LL16 kernel),
+    /// spanning the sizes where LL63 was the fastest of all columns (both 0: never; no
+    /// LL63 time at all: not measured).
+    pub fn allgather_ll63(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) {
+        if !times
+            .iter()
+            .any(|r| r.get(col).copied().flatten().is_some())
+        {
+            return;
+        }
+        let wins: Vec<u64> = sizes
+            .iter()
+            .zip(&relative(times))
+            .filter(|(_, r)| r.get(col).copied().flatten() == Some(1.0))
+            .map(|(s, _)| *s)
+            .collect();
+        self.allgather_ll63_min = Some(wins.first().copied().unwrap_or(0));
+        self.allgather_ll63_max = Some(wins.last().copied().unwrap_or(0));
     }
 
     /// Reduce: candidates `[all, worker, chain]` over bytes (3 or more ranks;
@@ -458,6 +483,16 @@ impl Derived {
                 self.broadcast_reduce_ll_max,
                 &mut s.broadcast_reduce_ll_max,
                 "broadcast_reduce_ll_max",
+            ),
+            (
+                self.allgather_ll63_min,
+                &mut s.allgather_ll63_min,
+                "allgather_ll63_min",
+            ),
+            (
+                self.allgather_ll63_max,
+                &mut s.allgather_ll63_max,
+                "allgather_ll63_max",
             ),
         ] {
             match v {
@@ -658,6 +693,45 @@ mod tests {
             vec![Some(0), Some(0)]
         );
         assert!(assign(&[]).is_empty());
+    }
+
+    #[test]
+    fn allgather_ll63_window_spans_its_wins() {
+        // [ll, direct, ring, ll63]: LL16 best at 64K, LL63 from 128K to 8M (not at 2M,
+        // a tie lost to noise inside the window), the direct kernel at 32M, the ring
+        // above where LL63 did not run
+        let sizes = [
+            64u64 << 10,
+            128 << 10,
+            2 << 20,
+            8 << 20,
+            32 << 20,
+            128 << 20,
+        ];
+        let times = vec![
+            t(&[3.0, 4.0, 0.0, 3.2]),
+            t(&[3.6, 4.2, 0.0, 3.5]),
+            t(&[0.0, 11.9, 0.0, 12.0]),
+            t(&[0.0, 25.1, 26.0, 23.3]),
+            t(&[0.0, 77.8, 80.0, 87.6]),
+            t(&[0.0, 300.0, 280.0, 0.0]),
+        ];
+        let mut d = Derived::default();
+        d.allgather_ll63(&sizes, &times, 3);
+        assert_eq!(
+            (d.allgather_ll63_min, d.allgather_ll63_max),
+            (Some(128 << 10), Some(8 << 20))
+        );
+        // ran, never fastest: never; never ran: not measured
+        let mut d = Derived::default();
+        d.allgather_ll63(&sizes[..1], &times[..1], 3);
+        assert_eq!(
+            (d.allgather_ll63_min, d.allgather_ll63_max),
+            (Some(0), Some(0))
+        );
+        let mut d = Derived::default();
+        d.allgather_ll63(&sizes[5..], &times[5..], 3);
+        assert_eq!((d.allgather_ll63_min, d.allgather_ll63_max), (None, None));
     }
 
     #[test]
