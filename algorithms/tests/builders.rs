@@ -84,3 +84,39 @@ fn plans_survive_json() {
         let _ = Collective::ALL;
     }
 }
+
+/// The hierarchical plans cross nodes into the far peer's scratch only, so no rank
+/// handshakes with a rank of another node before a call (the executor's entry
+/// handshake, a network round trip per call): 2 and 3 nodes of 2 ranks.
+#[test]
+fn hierarchical_plans_need_no_entry_handshake_across_nodes() {
+    use commhal_algorithms::exec::Prepared;
+    for algo in [
+        Algorithm::AllReduce2phLl,
+        Algorithm::AllReduce2phHb,
+        Algorithm::AllGather2ph,
+        Algorithm::ReduceScatter2ph,
+    ] {
+        for (n, l) in [(4u32, 2u32), (6, 2)] {
+            for in_place in [false, true] {
+                let mut p = BuildParams::new(n);
+                p.ranks_per_node = l;
+                p.in_place = in_place;
+                let plan = build(algo, &p).unwrap();
+                for r in 0..n {
+                    let prep = Prepared::new(plan.clone(), r).unwrap();
+                    let far: Vec<u32> = prep
+                        .entry_peers
+                        .iter()
+                        .copied()
+                        .filter(|q| q / l != r / l)
+                        .collect();
+                    assert!(
+                        far.is_empty(),
+                        "{algo:?} n={n} in_place={in_place}: rank {r} handshakes with far ranks {far:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -453,11 +453,19 @@ fn node_of(r: u32, l: u32) -> (u32, u32) {
 }
 
 /// AllGather hierarchical (multi-node): `L = ranks_per_node` consecutive ranks form a
-/// node, `M` nodes. Rank (a, l) first puts its input into output chunk `a·L + l` of the
-/// rank with its local index on every other node (the only traffic between nodes: one
-/// copy of each chunk per node) and signals; once those `M − 1` ranks signalled, it
-/// puts the `M` chunks of local index `l` (its own and the received ones) into the same
-/// chunks of every other rank of its node, signals, and waits for them. No scratch.
+/// node, `M` nodes. Rank (a, l) first puts its input into scratch slot `a` of the rank
+/// with its local index on every other node (the only traffic between nodes: one copy
+/// of each chunk per node) and signals; once those `M − 1` ranks signalled, it copies
+/// their slots into its output, then puts the `M` chunks of local index `l` (its own
+/// and the received ones) into the same chunks of every other rank of its node,
+/// signals, and waits for them. Scratch `M × count`, rotated over 2 copies.
+///
+/// The far copy lands in scratch, not in the peer's output, so no rank writes a far
+/// peer's user buffer: the executor needs no entry handshake across nodes (a round trip
+/// over the network per call) and codegen no start handshake with far peers. Reuse of a
+/// scratch copy is safe as in [`reducescatter_2ph`]: a rank writes copy `k mod 2` again
+/// in invocation `k + 2` only after the reader's signal of invocation `k + 1`, sent
+/// once it had copied out of it in invocation `k`.
 pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result<Plan, AlgoError> {
     check_n(nranks, "allgather_2ph")?;
     check_nodes(nranks, ranks_per_node, "allgather_2ph", "allpairs or ring")?;
@@ -467,6 +475,11 @@ pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result
     }
     let (l, m) = (ranks_per_node, nranks / ranks_per_node);
     plan.output.chunks = nranks;
+    plan.scratch = BufferSpec {
+        factor: m,
+        chunks: m,
+    };
+    plan.scratch_rotation = 2;
     for r in 0..nranks {
         let (a, li) = node_of(r, l);
         if !in_place {
@@ -483,11 +496,22 @@ pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result
         let far: Vec<u32> = (0..m).filter(|&b| b != a).map(|b| b * l + li).collect();
         let near: Vec<u32> = (0..l).filter(|&k| k != li).map(|k| a * l + k).collect();
         for &q in &far {
-            push(&mut plan, r, 0, put(q, MEM, 0, inp(0), out(r)));
+            push(&mut plan, r, 0, put(q, MEM, 0, inp(0), scr(a)));
             push(&mut plan, r, 0, signal(q, MEM, 0));
         }
         for &q in &far {
             push(&mut plan, r, 0, wait(q, MEM, 0));
+        }
+        for &q in &far {
+            push(
+                &mut plan,
+                r,
+                0,
+                Op::Copy {
+                    src: scr(q / l),
+                    dst: out(q),
+                },
+            );
         }
         for &p in &near {
             for c in 0..m {
