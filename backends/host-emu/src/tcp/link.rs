@@ -15,7 +15,9 @@
 //! ahead of them, so the queue keeps its order. The port bounds the bytes of its reads
 //! not yet answered ([`MAX_READS_IN_FLIGHT`]), which bounds what the peer queues.
 //!
-//! **Receiving.** Frames are applied in arrival order, which is send order (one TCP
+//! **Receiving.** The receiver reads the socket through a buffer ([`RECV_BUFFER`]), so
+//! a small frame and the ones sent with it cost one `recv`, not one per header and
+//! payload. Frames are applied in arrival order, which is send order (one TCP
 //! stream): a `SIGNAL` after `WRITE`s is applied after them, a `READ` is answered with
 //! the bytes after every earlier `WRITE` landed, a `FLUSH` is acknowledged after
 //! everything before it was applied (so an `ACK` arrives after the answers of earlier
@@ -31,7 +33,7 @@
 //! peer's EOF or at its next read-timeout tick.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -459,9 +461,18 @@ enum End {
     PeerRefused(String),
 }
 
+/// Bytes the receiver reads from the socket at once. A small frame (a header, a
+/// `WRITE` with its payload, the `SIGNAL` sent in the same send) usually arrives whole,
+/// and is then taken in one `recv` instead of one per header and payload; a read at
+/// least this long with nothing buffered goes to the socket directly (`BufReader`).
+const RECV_BUFFER: usize = 64 * 1024;
+
+/// The receiver's end of the socket.
+type Inbound = BufReader<TcpStream>;
+
 /// Read exactly `buf.len()` bytes, riding out read-timeout ticks unless the port is
 /// closing. `Ok(false)`: clean EOF before the first byte (only allowed at a frame start).
-fn read_full(link: &Link, s: &mut TcpStream, buf: &mut [u8]) -> std::result::Result<bool, End> {
+fn read_full(link: &Link, s: &mut Inbound, buf: &mut [u8]) -> std::result::Result<bool, End> {
     let mut got = 0;
     while got < buf.len() {
         match s.read(&mut buf[got..]) {
@@ -488,7 +499,7 @@ fn read_full(link: &Link, s: &mut TcpStream, buf: &mut [u8]) -> std::result::Res
 /// closing before it is whole is a dead peer.
 fn read_payload(
     link: &Link,
-    s: &mut TcpStream,
+    s: &mut Inbound,
     payload: &mut Vec<u8>,
     len: u64,
 ) -> std::result::Result<(), End> {
@@ -503,8 +514,10 @@ fn read_payload(
 }
 
 /// The receiver thread: apply frames until the connection ends, then record why.
-fn receive(link: &Link, table: &RegionTable, mut s: TcpStream) {
-    let end = serve(link, table, &mut s);
+fn receive(link: &Link, table: &RegionTable, s: TcpStream) {
+    let mut inbound = BufReader::with_capacity(RECV_BUFFER, s);
+    let end = serve(link, table, &mut inbound);
+    let s = inbound.get_ref();
     match end {
         End::Closing => {}
         End::Dead(why) => {
@@ -543,7 +556,7 @@ fn receive(link: &Link, table: &RegionTable, mut s: TcpStream) {
     }
 }
 
-fn serve(link: &Link, table: &RegionTable, s: &mut TcpStream) -> End {
+fn serve(link: &Link, table: &RegionTable, s: &mut Inbound) -> End {
     let mut payload = Vec::new();
     // `READ` frames answered so far (each answer carries its number).
     let mut reads = 0u64;
