@@ -101,9 +101,12 @@ impl WaitPolicy {
     }
 
     /// The policy for `local_ranks` ranks sharing this host's cores, blocking on the
-    /// futex: spin 100 µs when every rank has a core, else 2 µs and then yield for
+    /// futex: spin 100 µs when every rank has a core; else check once, then yield for
     /// 200 µs before blocking (ranks with work get the core without a futex wake, the
-    /// "yield only when oversubscribed" rule). `COMMHAL_WAIT_SPIN_US` /
+    /// "yield only when oversubscribed" rule). Oversubscribed, any spin costs the rank
+    /// that would signal its core: 8 ranks on 2 cores took 53–111 µs per 1–16 KiB
+    /// all-reduce with 2 µs of spin (at least 64 pause hints), 114–188 with 10 µs and
+    /// 26–57 with none (Open MPI 40–165). `COMMHAL_WAIT_SPIN_US` /
     /// `COMMHAL_WAIT_YIELD_US` override the two times; timeout as [`Default`].
     pub fn for_host(local_ranks: u32) -> Self {
         let cores = std::thread::available_parallelism()
@@ -122,7 +125,7 @@ impl WaitPolicy {
         };
         WaitPolicy {
             spins: 0,
-            spin_for: us(&WAIT_SPIN_US, if over { 2 } else { 100 }),
+            spin_for: us(&WAIT_SPIN_US, if over { 0 } else { 100 }),
             yields: 0,
             yield_for: us(&WAIT_YIELD_US, if over { 200 } else { 0 }),
             futex: true,

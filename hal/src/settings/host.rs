@@ -29,7 +29,7 @@ pub static WAIT_SPIN_US: Setting = Setting {
     default: "100",
     set_by: SetBy::User,
     read_by: "channels",
-    doc: "how long a host wait spins before yielding (unset: 100 µs when every local rank has a core, else 2 µs)",
+    doc: "how long a host wait spins before yielding (unset: 100 µs when every local rank has a core, else 0: one check, then yield)",
 };
 
 /// `COMMHAL_WAIT_YIELD_US`: the yield phase of host waits.
