@@ -239,6 +239,27 @@ pub fn first_size_of(
     chosen_sizes(sizes, times, choice, c).map(|s| s.min().unwrap_or(0))
 }
 
+/// The window of column `col`: the smallest and largest size where it was the fastest
+/// of all columns (both 0 when it ran but never was; `None` when it never ran).
+fn window(sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) -> Option<(u64, u64)> {
+    if !times
+        .iter()
+        .any(|r| r.get(col).copied().flatten().is_some())
+    {
+        return None;
+    }
+    let wins: Vec<u64> = sizes
+        .iter()
+        .zip(&relative(times))
+        .filter(|(_, r)| r.get(col).copied().flatten() == Some(1.0))
+        .map(|(s, _)| *s)
+        .collect();
+    Some((
+        wins.first().copied().unwrap_or(0),
+        wins.last().copied().unwrap_or(0),
+    ))
+}
+
 /// Thresholds the tuner derived (file meaning; `None`: not measured, keep the old one).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Derived {
@@ -312,17 +333,10 @@ impl Derived {
             return;
         }
         self.reducescatter_ring_min = v;
-        if !times.iter().any(|r| r.get(3).copied().flatten().is_some()) {
-            return; // no push column: not measured
+        if let Some((min, max)) = window(sizes, times, 3) {
+            self.reducescatter_push_min = Some(min);
+            self.reducescatter_push_max = Some(max);
         }
-        let wins: Vec<u64> = sizes
-            .iter()
-            .zip(&relative(times))
-            .filter(|(_, r)| r.get(3).copied().flatten() == Some(1.0))
-            .map(|(s, _)| *s)
-            .collect();
-        self.reducescatter_push_min = Some(wins.first().copied().unwrap_or(0));
-        self.reducescatter_push_max = Some(wins.last().copied().unwrap_or(0));
     }
 
     /// The LL63 all-gather's window from an all-gather sweep whose column `col` is the
@@ -330,20 +344,10 @@ impl Derived {
     /// spanning the sizes where LL63 was the fastest of all columns (both 0: never; no
     /// LL63 time at all: not measured).
     pub fn allgather_ll63(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) {
-        if !times
-            .iter()
-            .any(|r| r.get(col).copied().flatten().is_some())
-        {
-            return;
+        if let Some((min, max)) = window(sizes, times, col) {
+            self.allgather_ll63_min = Some(min);
+            self.allgather_ll63_max = Some(max);
         }
-        let wins: Vec<u64> = sizes
-            .iter()
-            .zip(&relative(times))
-            .filter(|(_, r)| r.get(col).copied().flatten() == Some(1.0))
-            .map(|(s, _)| *s)
-            .collect();
-        self.allgather_ll63_min = Some(wins.first().copied().unwrap_or(0));
-        self.allgather_ll63_max = Some(wins.last().copied().unwrap_or(0));
     }
 
     /// Reduce: candidates `[all, worker, chain]` over bytes (3 or more ranks;
