@@ -187,13 +187,10 @@ impl SyncTable {
     /// To a far peer this is a port signal (ordered after this rank's earlier port
     /// writes to it).
     pub(crate) fn signal(&self, peer: u32, kind: usize, tag: u32) -> Result<(), CommError> {
-        let slot = Self::slot(self.me, kind, tag);
-        if let (Some(ports), Some(Some(sem))) = (&self.ports, self.remote.get(peer as usize))
-            && ports.is_far(peer)
-        {
-            return ports.signal(peer, sem, (SLOTS_AT + slot * 16) as u64);
+        if let (Some(ports), Some((sem, off))) = (&self.ports, self.far_sem(peer, kind, tag)) {
+            return ports.signal(peer, sem, off);
         }
-        let (counter, waiters) = self.sem(peer, slot);
+        let (counter, waiters) = self.sem(peer, Self::slot(self.me, kind, tag));
         counter.fetch_add(1, Ordering::SeqCst);
         wake_sleepers(counter, Some(waiters));
         Ok(())
