@@ -58,7 +58,7 @@ use super::raw::Span;
 use crate::comm::CommError;
 
 /// Name of the default cross-node port backend.
-pub(crate) const HOST_TCP: &str = "host-tcp";
+pub(crate) const HOST_TCP: &str = commhal_backend_host_emu::tcp::BACKEND;
 
 /// A registered buffer for port I/O: this rank's own, or a far peer's.
 #[derive(Debug, Clone)]
@@ -148,8 +148,11 @@ pub(crate) struct Ports {
     /// Per rank: true when it is on another node (never mapped here).
     pub(crate) far: Vec<bool>,
     ports: Vec<Option<Mutex<Box<dyn DynPort>>>>,
-    /// host-tcp: signals wake futex sleepers, and writes send their source at once.
+    /// host-tcp: signals wake futex sleepers.
     tcp: bool,
+    /// Every write is flushed before it returns: the backend's `write` may return
+    /// before its source was read (not host-tcp: `tcp::write_reads_source`).
+    flush_writes: bool,
     /// Registered staging for encoded LL packets (grown on demand).
     staging: Mutex<Option<Staging>>,
     writes: AtomicU64,
@@ -218,11 +221,13 @@ impl Ports {
             }
         }
         let tcp = transport.name() == HOST_TCP;
+        let flush_writes = !commhal_backend_host_emu::tcp::write_reads_source(transport.name());
         Ok(Ports {
             transport,
             far,
             ports,
             tcp,
+            flush_writes,
             staging: Mutex::new(None),
             writes: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -324,7 +329,7 @@ impl Ports {
                 None => Ok(()),
             };
         }
-        let flush = !self.tcp;
+        let flush = self.flush_writes;
         self.with_port(peer, |p| {
             match sem {
                 Some((sem, off)) => p.write_signal(

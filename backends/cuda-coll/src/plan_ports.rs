@@ -286,7 +286,7 @@ impl PlanPorts {
         let table = DeviceBuffer::new(ctx, std::mem::size_of::<PortTable>() as u64)?;
         table.write(0, table_bytes(&t))?;
         let mut carrier = Carrier {
-            flush_ports: (**port).name() != commhal_backend_host_emu::tcp::BACKEND,
+            flush_ports: !commhal_backend_host_emu::tcp::write_reads_source((**port).name()),
             ports,
             locals,
             remotes,

@@ -75,6 +75,14 @@ use regions::{Mem, RegionTable};
 /// The backend's name, as in [`Export::backend`] and the registry.
 pub const BACKEND: &str = "host-tcp";
 
+/// Whether a port of the backend named `name` returns from `write` with its source
+/// already read (host-tcp: copied into the socket before `write` returns, staged device
+/// memory too), so the source may be written again without a `flush`, whose round trip
+/// (the peer acknowledges applying every earlier frame) callers then save.
+pub fn write_reads_source(name: &str) -> bool {
+    name == BACKEND
+}
+
 /// Reach cost across hosts or virtual nodes.
 pub const COST_REMOTE: u32 = 100;
 /// Reach cost on one node: a fallback behind shared memory (host-emu: 10/20).
