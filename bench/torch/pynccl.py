@@ -87,11 +87,26 @@ def _bind(handle, name, restype, argtypes):
     return fn
 
 
+def _load_cxx_runtime():
+    """Load the system libstdc++ with RTLD_GLOBAL before any NCCL-API library.
+
+    Opened RTLD_LOCAL into a process without a global C++ runtime, MSCCL++ 0.9's
+    ncclGetUniqueId crashes (SIGSEGV in Socket::bind, in the libstdc++ iostream code
+    inside libmscclpp.so); with the runtime loaded globally first it runs. commhal's
+    own loader does the same (backends/cuda-coll/src/nccl_lib.rs, load_cxx_runtime).
+    """
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=os.RTLD_GLOBAL)
+    except OSError:
+        pass  # no C++ runtime to share: a C library needs none
+
+
 class NcclLib:
     """The NCCL C API of one shared library, opened by path with RTLD_LOCAL."""
 
     def __init__(self, path):
         self.path = path
+        _load_cxx_runtime()
         self.handle = ctypes.CDLL(path, mode=os.RTLD_LOCAL)
         self.fn = {}
         for name, (restype, argtypes) in _REQUIRED.items():
