@@ -252,9 +252,10 @@ pub fn describe_error(code: u32) -> &'static str {
              thread stopped on a port error, or the port backend stalls)"
         }
         ERR_TRIGGER_RANGE => {
-            "a plan's port put names memory outside the registered regions, or an offset \
-             or length past 4 GiB (create the communicator with a capacity below 1 GiB for \
-             plans across nodes)"
+            "a plan's port put names memory outside every window of the ranks' registered \
+             input, output and plan area in the port table (the windows cover each region \
+             whole, 4 GiB at most apiece: a plan or code generator bug, or regions whose \
+             lengths differ between ranks)"
         }
         _ => "unknown device error code",
     }

@@ -8,14 +8,20 @@
 //! to every rank of another node ("far" rank) and imported from them; one port per far
 //! rank is connected; a device-pushable FIFO ([`DeviceFifo`]) and its drain thread
 //! ([`GpuProxy`]) start; and a table for the kernels (`PlanPorts` in plan.h: the FIFO,
-//! and every rank's regions as this process addresses them) goes to device memory.
+//! and every rank's windows as this process addresses them) goes to device memory.
+//!
+//! Triggers carry 32-bit offsets (the channels' trigger format), and the plan area
+//! passes 4 GiB at 1 GiB messages, so a trigger's memory id names a *window* of a
+//! region, at most 4 GiB long ([`windows`]; plan.h `PLAN_PORT_REGIONS`): the proxy adds
+//! the window's offset in its region. Each region is still registered, exported and
+//! imported whole, once.
 //!
 //! What a trigger means here (plan.h, "port channels"):
 //!
 //! | trigger | ids | done as |
 //! |---|---|---|
-//! | PUT | semaphore id = far rank p; local id k (0 input, 1 output, 2 area); remote id 3p + k | `write` on the port to p |
-//! | SIGNAL | semaphore id = p; remote id 3p + 2 (p's plan area), `dst_offset` = the word; `w0` = the value | `signal` on the port to p with the difference to the value last written there, so the word becomes the value |
+//! | PUT | semaphore id = far rank p; local id k (this rank's window k); remote id 32p + k (p's window k) | `write` on the port to p, at the windows' offsets plus the trigger's |
+//! | SIGNAL | semaphore id = p; remote id 32p + 2 (the start of p's plan area), `dst_offset` = the word; `w0` = the value | `signal` on the port to p with the difference to the value last written there, so the word becomes the value |
 //! | FLUSH | semaphore id = p | `flush` on the port to p; nothing more on host-tcp, whose `write` returned once it had copied its source out |
 //!
 //! A word of a far rank's area is written by this rank only (its own row of
@@ -43,8 +49,14 @@ use crate::error::{CollError, Result};
 use crate::gpu_proxy::{DeviceFifo, GpuProxy};
 use crate::layout::MAX_RANKS;
 
-/// Regions per rank a trigger can name: input, output, plan area.
+/// Registered regions per rank: input, output, plan area.
 pub const REGIONS: usize = 3;
+/// Windows per rank a trigger can name (`PLAN_PORT_REGIONS`).
+pub const WINDOWS: usize = 32;
+/// Distance between the windows of a region past its first (`PLAN_PORT_WINDOW_STEP`);
+/// a window spans two steps, the 4 GiB that a trigger's 32-bit offsets reach. Also the
+/// largest put of one trigger (plan.h `far_put` splits larger ones).
+pub const WINDOW_STEP: u64 = 1 << 31;
 /// Slots of the FIFO.
 const FIFO_DEPTH: u64 = 1024;
 /// Bootstrap tags of the exports (`+ region`) and of the port connections (`+ peer`).
@@ -63,13 +75,88 @@ pub struct PortTable {
     pub head: u64,
     /// Device address of the tail counter.
     pub tail: u64,
-    /// `base[r][k]`: region k of rank r as this process addresses it (0: none).
-    pub base: [[u64; REGIONS]; MAX_RANKS],
+    /// `base[r][k]`: window k of rank r as this process addresses it (0: none).
+    pub base: [[u64; WINDOWS]; MAX_RANKS],
     /// Their lengths.
-    pub len: [[u64; REGIONS]; MAX_RANKS],
+    pub len: [[u64; WINDOWS]; MAX_RANKS],
 }
 
-const _: () = assert!(std::mem::size_of::<PortTable>() == 32 + 2 * 8 * MAX_RANKS * REGIONS);
+const _: () = assert!(std::mem::size_of::<PortTable>() == 32 + 2 * 8 * MAX_RANKS * WINDOWS);
+// remote ids (WINDOWS * rank + window) fit the trigger's 9 bits
+const _: () = assert!(WINDOWS * MAX_RANKS <= 512);
+
+impl PortTable {
+    /// Set every rank's windows: `addrs[k][r]` is region k of rank r as this process
+    /// addresses it (0: not reached); every rank's regions have the lengths `windows`
+    /// were made for (the communicator's capacity and plan area agree on every rank).
+    pub fn set_windows(&mut self, windows: &[Window], addrs: &[[u64; MAX_RANKS]; REGIONS]) {
+        for (k, w) in windows.iter().enumerate() {
+            for (rank, &a) in addrs[w.region].iter().enumerate() {
+                if a != 0 {
+                    self.base[rank][k] = a + w.off;
+                    self.len[rank][k] = w.len;
+                }
+            }
+        }
+    }
+
+    /// The window of `rank` holding `[addr, addr + n)` and the offset of `addr` in it,
+    /// as plan.h `far_locate` finds them (the first such window).
+    pub fn locate(&self, rank: u32, addr: u64, n: u64) -> Option<(u32, u64)> {
+        let (base, len) = (&self.base[rank as usize], &self.len[rank as usize]);
+        (0..WINDOWS)
+            .find(|&k| base[k] != 0 && addr >= base[k] && addr + n <= base[k] + len[k])
+            .map(|k| (k as u32, addr - base[k]))
+    }
+}
+
+/// A window of a registered region: what a trigger's memory id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// The region (0 input, 1 output, 2 plan area).
+    pub region: usize,
+    /// Where the window starts in it.
+    pub off: u64,
+    /// Its bytes (at most `2 * WINDOW_STEP`).
+    pub len: u64,
+}
+
+/// The windows of regions of `lens` bytes (plan.h, "port channels"): windows 0, 1, 2
+/// start the regions, up to 4 GiB each; then, region by region, one more every
+/// [`WINDOW_STEP`] until the region's end is covered. Neighbours overlap by one step, so
+/// any range of up to a step inside a region lies whole in one window. Too many: an
+/// error saying what to lower.
+pub fn windows(lens: [u64; REGIONS]) -> std::result::Result<Vec<Window>, String> {
+    let span = 2 * WINDOW_STEP;
+    let mut w: Vec<Window> = (0..REGIONS)
+        .map(|region| Window {
+            region,
+            off: 0,
+            len: lens[region].min(span),
+        })
+        .collect();
+    for (region, &len) in lens.iter().enumerate() {
+        // the window before ends at off + WINDOW_STEP
+        let mut off = WINDOW_STEP;
+        while off + WINDOW_STEP < len {
+            w.push(Window {
+                region,
+                off,
+                len: (len - off).min(span),
+            });
+            off += WINDOW_STEP;
+        }
+    }
+    if w.len() > WINDOWS {
+        return Err(format!(
+            "the input, output and plan area ({lens:?} bytes) need {} windows of 4 GiB \
+             for the 32-bit offsets of port triggers, more than the {WINDOWS} a rank has: \
+             lower COMMHAL_PLAN_SCRATCH or the communicator's capacity",
+            w.len()
+        ));
+    }
+    Ok(w)
+}
 
 /// The virtual node of every rank, and the ranks per node plans are built for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,8 +219,12 @@ struct Carrier {
     /// stream) flush.
     flush_ports: bool,
     ports: Vec<Option<Box<dyn DynPort>>>,
+    /// This rank's registered regions (input, output, plan area).
     locals: Vec<Box<dyn Region>>,
+    /// `remotes[REGIONS * p + k]`: rank p's region k, imported.
     remotes: Vec<Option<Box<dyn Any + Send + Sync>>>,
+    /// What the memory ids name, the same on every rank.
+    windows: Vec<Window>,
     /// Last value this rank made each far word (port, remote id, offset).
     written: HashMap<(u32, u32, u64), u64>,
 }
@@ -152,18 +243,63 @@ fn port_to(
         })
 }
 
-fn remote(
-    remotes: &[Option<Box<dyn Any + Send + Sync>>],
-    id: u32,
-) -> commhal_hal::Result<&(dyn Any + Send + Sync)> {
-    remotes
-        .get(id as usize)
+/// The region and offset that `[off, off + len)` of window `k` is: `(region, offset
+/// in it)`; an error when there is no window `k` or the range passes its end.
+fn in_window(windows: &[Window], k: u32, off: u64, len: u64) -> commhal_hal::Result<(usize, u64)> {
+    let w = windows.get(k as usize).ok_or_else(|| {
+        HalError::invalid(format!(
+            "a plan trigger names window {k}, which does not exist"
+        ))
+    })?;
+    if off.checked_add(len).is_none_or(|end| end > w.len) {
+        return Err(HalError::invalid(format!(
+            "a plan trigger's {len} bytes at {off} pass the end of window {k} ({} bytes)",
+            w.len
+        )));
+    }
+    Ok((w.region, w.off + off))
+}
+
+/// The local region and offset of a trigger's source.
+fn source<'a>(
+    locals: &'a [Box<dyn Region>],
+    windows: &[Window],
+    t: &Trigger,
+) -> commhal_hal::Result<(&'a dyn Region, u64)> {
+    let (k, off) = in_window(windows, t.src_memory, t.src_offset, t.size)?;
+    let r = locals.get(k).ok_or_else(|| {
+        HalError::invalid(format!(
+            "a plan trigger names local region {k}, which is not registered"
+        ))
+    })?;
+    Ok((r.as_ref(), off))
+}
+
+/// The imported region and offset of `len` bytes at a trigger's destination: remote
+/// id `WINDOWS * p + k` is rank p's window k, and p must be the trigger's port.
+fn destination<'a>(
+    remotes: &'a [Option<Box<dyn Any + Send + Sync>>],
+    windows: &[Window],
+    t: &Trigger,
+    len: u64,
+) -> commhal_hal::Result<(&'a (dyn Any + Send + Sync), u64)> {
+    let (p, k) = (t.dst_memory / WINDOWS as u32, t.dst_memory % WINDOWS as u32);
+    if p != t.semaphore {
+        return Err(HalError::invalid(format!(
+            "a plan trigger on the port to rank {} names rank {p}'s memory (id {})",
+            t.semaphore, t.dst_memory
+        )));
+    }
+    let (region, off) = in_window(windows, k, t.dst_offset, len)?;
+    let r = remotes
+        .get(REGIONS * p as usize + region)
         .and_then(Option::as_deref)
         .ok_or_else(|| {
             HalError::invalid(format!(
-                "a plan trigger names remote region {id}, which was not imported"
+                "a plan trigger names rank {p}'s region {region}, which was not imported"
             ))
-        })
+        })?;
+    Ok((r, off))
 }
 
 impl Carrier {
@@ -173,26 +309,22 @@ impl Carrier {
             ports,
             locals,
             remotes,
+            windows,
             written,
         } = self;
         let p = t.semaphore;
         if t.flags & FLAG_DATA != 0 {
-            let src = locals.get(t.src_memory as usize).ok_or_else(|| {
-                HalError::invalid(format!(
-                    "a plan trigger names local region {}",
-                    t.src_memory
-                ))
-            })?;
-            let dst = remote(remotes, t.dst_memory)?;
-            (**port_to(ports, p)?).write(dst, t.dst_offset, src.as_ref(), t.src_offset, t.size)?;
+            let (src, src_off) = source(locals, windows, t)?;
+            let (dst, dst_off) = destination(remotes, windows, t, t.size)?;
+            (**port_to(ports, p)?).write(dst, dst_off, src, src_off, t.size)?;
         }
         if t.flags & FLAG_SIGNAL != 0 {
             // the value rides in w0 (plan.h far_store)
             let value = raw[0];
+            let (dst, off) = destination(remotes, windows, t, 8)?;
             let key = (p, t.dst_memory, t.dst_offset);
             let last = written.get(&key).copied().unwrap_or(0);
-            let dst = remote(remotes, t.dst_memory)?;
-            (**port_to(ports, p)?).signal(dst, t.dst_offset, value.wrapping_sub(last))?;
+            (**port_to(ports, p)?).signal(dst, off, value.wrapping_sub(last))?;
             written.insert(key, value);
         }
         if t.flags & FLAG_FLUSH != 0 {
@@ -207,8 +339,8 @@ impl Carrier {
 
 impl PlanPorts {
     /// Collective setup (every rank, same `nodes`). `regions[k]`: this rank's input,
-    /// output and plan area; `addrs[k][r]`: region k of rank r as this process
-    /// addresses it; `endpoints[r]`: rank r's endpoint.
+    /// output and plan area, of the same lengths on every rank; `addrs[k][r]`: region k
+    /// of rank r as this process addresses it; `endpoints[r]`: rank r's endpoint.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         boot: &dyn Bootstrap,
@@ -230,6 +362,8 @@ impl PlanPorts {
                 "the plans' port channels to the other virtual nodes ({name}): {what}: {e}"
             ))
         };
+        let windows = windows(regions.map(|r| r.len()))
+            .map_err(|e| CollError::invalid(format!("the plans' port channels ({name}): {e}")))?;
         let mut locals = Vec::with_capacity(REGIONS);
         for r in regions {
             locals.push(
@@ -277,12 +411,7 @@ impl PlanPorts {
             tail: fifo.tail_addr(),
             ..PortTable::default()
         };
-        for (k, r) in regions.iter().enumerate() {
-            for (rank, &a) in addrs[k].iter().enumerate().take(boot.size() as usize) {
-                t.base[rank][k] = a;
-                t.len[rank][k] = if a == 0 { 0 } else { r.len() };
-            }
-        }
+        t.set_windows(&windows, &addrs);
         let table = DeviceBuffer::new(ctx, std::mem::size_of::<PortTable>() as u64)?;
         table.write(0, table_bytes(&t))?;
         let mut carrier = Carrier {
@@ -290,6 +419,7 @@ impl PlanPorts {
             ports,
             locals,
             remotes,
+            windows,
             written: HashMap::new(),
         };
         let proxy = GpuProxy::start(fifo, Box::new(move |t, raw| carrier.perform(t, raw)))?;
@@ -333,6 +463,7 @@ fn table_bytes(t: &PortTable) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan_exec;
     use commhal_hal::{Device, DeviceKind, MemoryKind};
     use std::sync::Mutex;
 
@@ -385,15 +516,16 @@ mod tests {
         }
     }
 
+    /// A region at an address, of a length.
     #[derive(Debug)]
-    struct Fake(u64);
+    struct Fake(u64, u64);
 
     impl Region for Fake {
         fn addr(&self) -> u64 {
             self.0
         }
         fn len(&self) -> u64 {
-            1 << 20
+            self.1
         }
         fn device(&self) -> Device {
             Device {
@@ -413,30 +545,38 @@ mod tests {
         t.encode().unwrap()
     }
 
-    #[test]
-    fn the_carrier_writes_stores_values_and_flushes() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        // rank 0 talks to far rank 1: its remote regions are ids 3, 4, 5
-        let mut c = Carrier {
+    /// Rank 0's carrier to far rank 1, regions of `lens` bytes at 0x1000, 0x2000, 0x3000
+    /// (past the first 4 GiB they overlap: only offsets matter); rank 1's imported
+    /// regions are recorded as 3, 4, 5 (`REGIONS * 1 + k`).
+    fn carrier(log: &Arc<Mutex<Vec<String>>>, lens: [u64; REGIONS]) -> Carrier {
+        Carrier {
             flush_ports: true,
             ports: vec![None, Some(Box::new(Recorder(log.clone())))],
-            locals: (0..3u64)
-                .map(|k| Box::new(Fake(0x1000 * (k + 1))) as Box<dyn Region>)
+            locals: (0..3)
+                .map(|k| Box::new(Fake(0x1000 * (k as u64 + 1), lens[k])) as Box<dyn Region>)
                 .collect(),
             remotes: (0..6u32)
                 .map(|id| (id >= 3).then(|| Box::new(id) as Box<dyn Any + Send + Sync>))
                 .collect(),
+            windows: windows(lens).unwrap(),
             written: HashMap::new(),
-        };
-        // PUT from local output (1) into rank 1's area (remote 5), then FLUSH
-        let put = Trigger::put(1, 5, 64, 1, 128, 4096);
+        }
+    }
+
+    #[test]
+    fn the_carrier_writes_stores_values_and_flushes() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut c = carrier(&log, [1 << 20; REGIONS]);
+        // PUT from local output (window 1) into rank 1's area (remote id 32 + 2 = 34),
+        // then FLUSH
+        let put = Trigger::put(1, 34, 64, 1, 128, 4096);
         c.perform(&put, raw(put)).unwrap();
         let flush = Trigger::flush(1);
         c.perform(&flush, raw(flush)).unwrap();
         // SIGNAL stores (L << 32) | k: the value rides in w0 (len | src_offset << 32)
         let store = |v: u64| {
             let mut t = Trigger::signal(1);
-            t.dst_memory = 5;
+            t.dst_memory = 34;
             t.dst_offset = 8 * 77;
             t.size = v & 0xffff_ffff;
             t.src_offset = v >> 32;
@@ -457,11 +597,17 @@ mod tests {
                 format!("signal remote5+616 add {}", (1u64 << 32) - 1),
             ]
         );
-        // a rank without a port, a region never imported: errors, not panics
-        let bad = Trigger::put(0, 5, 0, 0, 0, 8);
-        assert!(c.perform(&bad, raw(bad)).is_err());
-        let bad = Trigger::put(1, 2, 0, 0, 0, 8);
-        assert!(c.perform(&bad, raw(bad)).is_err());
+        // a rank without a port, another rank's memory, a window that does not exist, a
+        // range past a window's end: errors, not panics
+        for bad in [
+            Trigger::put(0, 2, 0, 0, 0, 8),
+            Trigger::put(1, 2, 0, 0, 0, 8),
+            Trigger::put(1, 34 + 3, 0, 0, 0, 8),
+            Trigger::put(1, 34, (1 << 20) - 4, 0, 0, 8),
+            Trigger::put(1, 34, 0, 0, 1 << 20, 8),
+        ] {
+            assert!(c.perform(&bad, raw(bad)).is_err(), "{bad:?}");
+        }
         // Where writes return with their source copied out (host-tcp), a FLUSH is done
         // once the proxy reached it: the port is not flushed; a rank without a port is
         // still an error.
@@ -475,6 +621,126 @@ mod tests {
         );
         let bad = Trigger::flush(0);
         assert!(c.perform(&bad, raw(bad)).is_err());
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    /// A table of ranks 0 and 1, their regions of `lens` bytes at `(rank + 1) << 44`,
+    /// `+ (k << 40)` for region k.
+    fn table(lens: [u64; REGIONS]) -> PortTable {
+        let mut addrs = [[0; MAX_RANKS]; REGIONS];
+        for (k, a) in addrs.iter_mut().enumerate() {
+            a[0] = (1 << 44) + ((k as u64) << 40);
+            a[1] = (2 << 44) + ((k as u64) << 40);
+        }
+        let mut t = PortTable::default();
+        t.set_windows(&windows(lens).unwrap(), &addrs);
+        t
+    }
+
+    /// The triggers plan.h `far_put` pushes for `n` bytes from rank 0's `src` into
+    /// rank `peer`'s `dst`: pieces of at most a step, each end named by its window.
+    fn far_put(t: &PortTable, peer: u32, dst: u64, src: u64, n: u64) -> Vec<Trigger> {
+        let mut out = Vec::new();
+        let mut done = 0;
+        while done < n {
+            let piece = (n - done).min(WINDOW_STEP);
+            let (sk, so) = t.locate(0, src + done, piece).expect("source in a window");
+            let (dk, dof) = t
+                .locate(peer, dst + done, piece)
+                .expect("destination in a window");
+            out.push(Trigger::put(
+                peer,
+                WINDOWS as u32 * peer + dk,
+                dof,
+                sk,
+                so,
+                piece,
+            ));
+            done += piece;
+        }
+        out
+    }
+
+    #[test]
+    fn windows_reach_every_range_of_regions_past_4_gib() {
+        let w = |region, off, len| Window { region, off, len };
+        // up to 4 GiB: one window each
+        assert_eq!(
+            windows([GIB, 4 * GIB, 0]).unwrap(),
+            vec![w(0, 0, GIB), w(1, 0, 4 * GIB), w(2, 0, 0)]
+        );
+        // 11 GiB of plan area: windows at 0, 2, 4, 6 and 8 GiB, 4 GiB long but the last
+        let area = 11 * GIB;
+        assert_eq!(
+            windows([GIB, GIB, area]).unwrap(),
+            vec![
+                w(0, 0, GIB),
+                w(1, 0, GIB),
+                w(2, 0, 4 * GIB),
+                w(2, 2 * GIB, 4 * GIB),
+                w(2, 4 * GIB, 4 * GIB),
+                w(2, 6 * GIB, 4 * GIB),
+                w(2, 8 * GIB, 3 * GIB),
+            ]
+        );
+        // every range of up to a step lies in a window, at an offset below 4 GiB
+        let t = table([GIB, GIB, area]);
+        let base = t.base[1][2];
+        for off in (0..area).step_by((GIB / 4 + 3) as usize) {
+            for n in [1, 4096, GIB, WINDOW_STEP] {
+                if off + n <= area {
+                    let (k, o) = t
+                        .locate(1, base + off, n)
+                        .unwrap_or_else(|| panic!("{off}+{n}"));
+                    assert!(k >= 2 && o + n <= 4 * GIB && t.base[1][k as usize] + o == base + off);
+                }
+            }
+        }
+        assert_eq!(
+            t.locate(1, base + area - 8, 16),
+            None,
+            "past the region's end"
+        );
+        // more windows than a rank has: what to lower
+        let e = windows([GIB, GIB, 80 * GIB]).unwrap_err();
+        assert!(e.contains("COMMHAL_PLAN_SCRATCH"), "{e}");
+    }
+
+    #[test]
+    fn puts_past_4_gib_of_the_plan_area_go_through_windows() {
+        // two 5.5 GiB scratch copies after the flags: the second copy starts past 4 GiB
+        let copy = 5 * GIB + GIB / 2;
+        let lens = [GIB, GIB, plan_exec::DATA_OFF + 2 * copy];
+        let t = table(lens);
+        let (out0, area0, area1) = (t.base[0][1], t.base[0][2], t.base[1][2]);
+        let copy1 = area1 + plan_exec::DATA_OFF + copy;
+        // 1 GiB of output into rank 1's second copy, 256 MiB in; then 5 GiB of rank 0's
+        // first copy into rank 1's second: pieces of 2, 2 and 1 GiB
+        let mut triggers = far_put(&t, 1, copy1 + GIB / 4, out0, GIB);
+        triggers.extend(far_put(&t, 1, copy1, area0 + plan_exec::DATA_OFF, 5 * GIB));
+        let ids: Vec<(u32, u32)> = triggers
+            .iter()
+            .map(|t| (t.src_memory, t.dst_memory))
+            .collect();
+        assert_eq!(ids, vec![(1, 36), (2, 36), (3, 37), (3, 38)]);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut c = carrier(&log, lens);
+        for put in &triggers {
+            // through the 16 bytes of the FIFO: 32-bit offsets and lengths
+            let w = raw(*put);
+            assert_eq!(Trigger::decode(w), *put);
+            c.perform(&Trigger::decode(w), w).unwrap();
+        }
+        let d = plan_exec::DATA_OFF;
+        let write =
+            |dst: u64, src: String, n: u64| format!("write remote5+{dst} <- local@{src} {n}");
+        let mut want = vec![write(d + copy + GIB / 4, "8192+0".into(), GIB)];
+        for (i, n) in [2 * GIB, 2 * GIB, GIB].into_iter().enumerate() {
+            let at = i as u64 * 2 * GIB;
+            want.push(write(d + copy + at, format!("12288+{}", d + at), n));
+        }
+        assert_eq!(log.lock().unwrap().clone(), want);
     }
 
     #[test]

@@ -97,23 +97,35 @@ static_assert(sizeof(PlanArgs) == 240, "PlanArgs layout");
 
 // Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
 // rank, drained by the host proxy (backends/cuda-coll/src/plan_ports.rs), which carries
-// each trigger with the port backend (cuda-dma). Memory ids: this rank's input, output,
-// plan area are local ids 0, 1, 2; rank p's are remote ids 3p, 3p + 1, 3p + 2. A
-// trigger's semaphore id is the peer rank (the proxy's port to it). A SIGNAL trigger
-// carries its 64-bit value in w0 (len | src_offset << 32) and names the word by its
-// remote memory and dst_offset: the proxy makes that word equal to the value, so port
-// signals are the same epoch flags as the SM stores of memory channels.
-#define PLAN_PORT_REGIONS 3
+// each trigger with the port backend (cuda-dma, host-tcp). A trigger's semaphore id is
+// the peer rank (the proxy's port to it). A SIGNAL trigger carries its 64-bit value in
+// w0 (len | src_offset << 32) and names the word by its remote memory and dst_offset:
+// the proxy makes that word equal to the value, so port signals are the same epoch
+// flags as the SM stores of memory channels.
+//
+// Memory ids name windows, not whole regions, so that the 32-bit offsets of a trigger
+// reach regions past 4 GiB (the plan area at 1 GiB messages): a rank's input, output
+// and plan area are seen through windows of at most 4 GiB. Windows 0, 1, 2 start the
+// input, output and plan area (a region of up to 4 GiB is its one window); windows
+// 3.. continue the regions past 4 GiB, PLAN_PORT_WINDOW_STEP apart, so neighbours
+// overlap by 2 GiB and any range of up to 2 GiB inside a region lies whole in one
+// window. This rank's windows are local ids 0..PLAN_PORT_REGIONS - 1; rank p's window k
+// is remote id PLAN_PORT_REGIONS * p + k (at most 255 of the trigger's 511).
+#define PLAN_PORT_REGIONS 32
+#define PLAN_PORT_AREA 2                       // the window at the plan area's start
+#define PLAN_PORT_WINDOW_STEP (1ull << 31)     // also the largest put one trigger carries
 struct PlanPorts {
   Trigger* fifo;   // the ring (host-pinned, device-mapped)
   u64 depth;       // its slots
   u64* head;       // triggers reserved (device memory)
   u64* tail;       // triggers the proxy finished (host-pinned)
-  u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's regions as addressed here
-  u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];
+  u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's windows as addressed here
+  u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];   // their lengths (0: none), <= 4 GiB
 };
 static_assert(sizeof(PlanPorts) == 32 + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
               "PlanPorts layout");
+static_assert(PLAN_PORT_REGIONS * PLAN_MAX_RANKS <= TRIGGER_MAX_MEMORY_ID + 1,
+              "remote window ids fit the trigger's 9-bit memory ids");
 
 // The local part of the plan area. Peers store into `done` only.
 struct PlanState {
@@ -321,8 +333,8 @@ COMMHAL_DEVICE PortChannelHandle far_handle(const Ctx& c, u32 peer) {
   return h;
 }
 
-// Region k (0 input, 1 output, 2 area) of `rank` holding [p, p + n), and the offset of
-// p in it; false (ERR_TRIGGER_RANGE stored) when none does.
+// The window k of `rank` holding [p, p + n), and the offset of p in it (below 4 GiB);
+// false (ERR_TRIGGER_RANGE stored) when none does.
 COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& k, u64& off) {
   const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
   const u64 a = reinterpret_cast<u64>(p);
@@ -337,20 +349,32 @@ COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& 
   return false;
 }
 
+// Push the put of n bytes (at most PLAN_PORT_WINDOW_STEP) from this rank's `src` into
+// `peer`'s `dst`: each end named by the window holding it. One thread.
+COMMHAL_DEVICE bool far_put_piece(const Ctx& c, u32 peer, const u8* dst, const u8* src, u64 n) {
+  u32 sk, dk;
+  u64 so, dof;
+  if (!far_locate(c, c.a->rank, src, n, sk, so) || !far_locate(c, peer, dst, n, dk, dof))
+    return false;
+  PortChannelHandle h = far_handle(c, peer);
+  h.local_memory_id = sk;
+  h.remote_memory_id = PLAN_PORT_REGIONS * peer + dk;
+  return commhal::port_put(h, dof, so, n);
+}
+
 // Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy. The whole
 // plan block: its CTAs finished writing the source before (replica sync); one thread
-// pushes the trigger. The source stays in use until far_flush (the generator flushes
-// before anything may write this rank's memory again, and at the end of the block).
+// pushes the triggers, one per PLAN_PORT_WINDOW_STEP bytes (a piece that large lies
+// whole in one window of each end). The source stays in use until far_flush (the
+// generator flushes before anything may write this rank's memory again, and at the
+// end of the block).
 COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
   group_sync(c);
-  if (c.part == 0 && threadIdx.x == 0 && n > 0) {
-    u32 sk, dk;
-    u64 so, dof;
-    if (far_locate(c, c.a->rank, src, n, sk, so) && far_locate(c, peer, dst, n, dk, dof)) {
-      PortChannelHandle h = far_handle(c, peer);
-      h.local_memory_id = sk;
-      h.remote_memory_id = 3 * peer + dk;
-      commhal::port_put(h, dof, so, n);
+  if (c.part == 0 && threadIdx.x == 0) {
+    for (u64 done = 0; done < n;) {
+      const u64 piece = n - done < PLAN_PORT_WINDOW_STEP ? n - done : PLAN_PORT_WINDOW_STEP;
+      if (!far_put_piece(c, peer, dst + done, src + done, piece)) break;
+      done += piece;
     }
   }
 }
@@ -377,10 +401,11 @@ COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
 }
 
 // Make the u64 word at `word` of `peer`'s plan area equal `value` through the proxy,
-// after every earlier port put of this rank to `peer` (one thread).
+// after every earlier port put of this rank to `peer` (one thread). The words are
+// flags of the area's head (below PLAN_DATA_OFF): the area's first window holds them.
 COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
   PortChannelHandle h = far_handle(c, peer);
-  h.remote_memory_id = 3 * peer + 2;
+  h.remote_memory_id = PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA;
   commhal::port_push(h, TRIGGER_SIGNAL, word, value >> 32, value & 0xffffffffull, 0);
 }
 
