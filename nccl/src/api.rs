@@ -118,8 +118,12 @@ fn retire(h: CommHandle) -> Result<Arc<NcclComm>, NcclError> {
 
 /// Run `f` as the body of the C function `name`: errors become codes and are kept for
 /// `ncclGetLastError`; a panic becomes `ncclInternalError`.
-fn entry(name: &str, comm: CommHandle, f: impl FnOnce() -> Result<(), NcclError>) -> NcclResult {
-    let r = match catch_unwind(AssertUnwindSafe(f)) {
+fn entry(
+    name: &'static str,
+    comm: CommHandle,
+    f: impl FnOnce() -> Result<(), NcclError>,
+) -> NcclResult {
+    let r = match crate::profile::timed(name, || catch_unwind(AssertUnwindSafe(f))) {
         Ok(r) => r,
         Err(_) => Err(NcclError::new(
             NcclResult::InternalError,
@@ -391,7 +395,7 @@ type CommCall = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// `ncclCommDestroy` (`abort == false`) / `ncclCommAbort`: retire the handle, wait for
 /// (or, aborting, stop) the device's work, free. NULL is a no-op, as in NCCL.
 fn end_comm(
-    name: &str,
+    name: &'static str,
     comm: CommHandle,
     theirs: impl FnOnce(&crate::fallback::Nccl) -> CommCall,
     abort: bool,
@@ -404,7 +408,9 @@ fn end_comm(
     if comm.is_null() {
         return NcclResult::Success;
     }
-    entry(name, comm, || retire(comm)?.teardown(abort))
+    let r = entry(name, comm, || retire(comm)?.teardown(abort));
+    crate::profile::report();
+    r
 }
 
 #[unsafe(no_mangle)]
@@ -465,7 +471,7 @@ type IntQuery = unsafe extern "C" fn(*mut c_void, *mut c_int) -> c_int;
 /// `ncclCommCount` / `ncclCommUserRank` / `ncclCommCuDevice`: one integer about `comm`
 /// (the fallback's function `theirs` answers for the fallback's own communicators).
 fn query_int(
-    name: &str,
+    name: &'static str,
     comm: CommHandle,
     slot: *mut c_int,
     theirs: impl FnOnce(&crate::fallback::Nccl) -> IntQuery,
@@ -541,7 +547,7 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(info: *mut SimInfo) -> NcclResult 
 
 #[allow(clippy::too_many_arguments)]
 fn coll(
-    name: &str,
+    name: &'static str,
     coll: Collective,
     send: *const c_void,
     recv: *mut c_void,
@@ -749,7 +755,7 @@ pub unsafe extern "C" fn ncclAlltoAll(
 
 #[allow(clippy::too_many_arguments)]
 fn p2p(
-    name: &str,
+    name: &'static str,
     recv: bool,
     buf: *const c_void,
     count: usize,
@@ -873,7 +879,7 @@ pub unsafe extern "C" fn ncclMemFree(ptr: *mut c_void) -> NcclResult {
 }
 
 fn register(
-    name: &str,
+    name: &'static str,
     comm: CommHandle,
     buf: *mut c_void,
     size: usize,
@@ -890,7 +896,7 @@ fn register(
     })
 }
 
-fn deregister(name: &str, comm: CommHandle, handle: *mut c_void) -> NcclResult {
+fn deregister(name: &'static str, comm: CommHandle, handle: *mut c_void) -> NcclResult {
     entry(name, comm, || {
         let c = resolve(comm)?;
         if handle.is_null() {
@@ -976,7 +982,7 @@ pub unsafe extern "C" fn ncclDevCommDestroy(
 /// Run `call` on the fallback's communicator of `comm` (NCCL calls commhal does not
 /// implement); `ncclInvalidUsage` without a fallback that has the function.
 fn on_fallback<F: Copy>(
-    name: &str,
+    name: &'static str,
     comm: CommHandle,
     f: impl FnOnce(&crate::fallback::Nccl) -> Option<F>,
     call: impl FnOnce(F, *mut c_void) -> c_int,

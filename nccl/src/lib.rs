@@ -17,6 +17,7 @@
 //! | [`memory`] | `ncclMemAlloc`, registrations and windows |
 //! | [`fallback`] | the real NCCL, opened at run time (the table of `commhal_cuda_coll::nccl_lib`) |
 //! | [`nvrtc`] | finding NVRTC next to what the application loaded |
+//! | [`profile`] | `COMMHAL_NCCL_PROFILE`: calls and host time per exported function |
 //! | [`settings`] | the environment variables, read through their declarations in `commhal_hal::settings`; the debug log |
 #![allow(non_snake_case)]
 
@@ -27,4 +28,5 @@ pub mod fallback;
 pub mod group;
 pub mod memory;
 pub mod nvrtc;
+pub mod profile;
 pub mod settings;

@@ -254,3 +254,52 @@ fn one_rank_communicator_or_a_clear_error_without_gpu() {
         assert_eq!(count(comm, &mut n), 4);
     }
 }
+
+/// Child half of [`profile_counts_calls_and_reports_at_exit`]: calls through the
+/// library with the census on; the table is written at exit.
+#[test]
+fn profile_child() {
+    if std::env::var_os("CDYLIB_TEST_PROFILE_CHILD").is_none() {
+        return;
+    }
+    let lib = load();
+    // SAFETY: NCCL's prototypes; null out-pointers are refused with a code.
+    unsafe {
+        let start: Symbol<unsafe extern "C" fn() -> c_int> = lib.get(b"ncclGroupStart\0").unwrap();
+        let end: Symbol<unsafe extern "C" fn() -> c_int> = lib.get(b"ncclGroupEnd\0").unwrap();
+        for _ in 0..3 {
+            assert_eq!(start(), 0);
+            assert_eq!(end(), 0);
+        }
+        let gid: Symbol<unsafe extern "C" fn(*mut Id) -> c_int> =
+            lib.get(b"ncclGetUniqueId\0").unwrap();
+        assert_ne!(gid(std::ptr::null_mut()), 0);
+    }
+}
+
+#[test]
+fn profile_counts_calls_and_reports_at_exit() {
+    let exe = std::env::current_exe().expect("test executable path");
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "profile_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CDYLIB_TEST_PROFILE_CHILD", "1")
+        .env("COMMHAL_NCCL_PROFILE", "1")
+        .output()
+        .expect("run the child test");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {err}");
+    let row = |name: &str| {
+        err.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_string())
+    };
+    assert!(err.contains("commhal-nccl: profile"), "{err}");
+    assert_eq!(row("ncclGroupStart").as_deref(), Some("3"), "{err}");
+    assert_eq!(row("ncclGroupEnd").as_deref(), Some("3"), "{err}");
+    assert_eq!(row("ncclGetUniqueId").as_deref(), Some("1"), "{err}");
+}

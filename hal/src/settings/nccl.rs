@@ -25,6 +25,17 @@ pub static DEBUG: Setting = Setting {
     doc: "1: the NCCL drop-in logs every call to stderr with where it ran (commhal and its buffer path, or NCCL and why)",
 };
 
+/// `COMMHAL_NCCL_PROFILE`: the drop-in's per-function call census.
+pub static NCCL_PROFILE: Setting = Setting {
+    env: "COMMHAL_NCCL_PROFILE",
+    key: FileKey::None,
+    kind: Kind::Flag,
+    default: "0",
+    set_by: SetBy::User,
+    read_by: "nccl",
+    doc: "1: the NCCL drop-in counts the calls of each exported function and the host time spent inside them, and writes the table to stderr when a communicator is destroyed and at exit (where an application's per-call host time goes)",
+};
+
 /// `COMMHAL_NCCL_BUFFER_BYTES`: the drop-in's registered regions.
 pub static NCCL_BUFFER_BYTES: Setting = Setting {
     env: "COMMHAL_NCCL_BUFFER_BYTES",
@@ -92,6 +103,7 @@ pub static DROPIN_LIB: Setting = Setting {
 pub const ALL: &[&Setting] = &[
     &NCCL_FALLBACK,
     &DEBUG,
+    &NCCL_PROFILE,
     &NCCL_BUFFER_BYTES,
     &NCCL_WAIT_S,
     &NCCL_DISABLE,
