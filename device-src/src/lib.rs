@@ -67,6 +67,7 @@ pub const HEADERS: &[Source] = &[
     header!("ll63.h"),
     header!("port_channel.h"),
     header!("switch_channel.h"),
+    header!("elem.h"),
     header!("plan.h"),
     coll!("protocol.cuh"),
     coll!("ops.cuh"),

@@ -1,7 +1,8 @@
-//! The device reduction operators on the host: g++ compiles `coll_nvlink.cu`'s element
-//! types and `RedOp` (integers, f32, f64, fp8 with its software conversions; not
-//! f16 / bf16, which are PTX instructions) with host stand-ins for the CUDA
-//! intrinsics, and every lane of `add64`, `pre64` and `fin64` must equal the host
+//! The device reduction operators on the host: g++ compiles the element types of
+//! `commhal/elem.h` (what hand and generated plan kernels reduce with) and
+//! `coll/ops.cuh`'s `RedOp` over them (integers, f32, f64, fp8 with its software
+//! conversions; not f16 / bf16, which are PTX instructions) with host stand-ins for the
+//! CUDA intrinsics, and every lane of `add64`, `pre64` and `fin64` must equal the host
 //! reference (`commhal_algorithms::dtype`), bit for bit: exhaustively for fp8 pairs,
 //! on random words for the other types. What this cannot show: that the GPU's
 //! intrinsics (`__fadd_rn`, `rintf`, `fminf`, ...) behave as their IEEE host
@@ -102,21 +103,36 @@ const OPS: [RedOp; 6] = [
     RedOp::Sum, // premulsum: its steps are sums
 ];
 
-fn harness() -> std::path::PathBuf {
-    let src = commhal_device_src::header("coll/ops.cuh")
-        .expect("coll/ops.cuh is embedded")
+/// `name`'s text from `from` up to (not including) `to`.
+fn section(name: &str, from: &str, to: &str) -> &'static str {
+    let src = commhal_device_src::header(name)
+        .unwrap_or_else(|| panic!("{name} is embedded"))
         .contents;
-    let start = src
-        .find("// ---- element types of RedOp")
-        .expect("element types section");
-    let end = src
-        .find("template <typename Op>\nCOMMHAL_DEVICE v16 add16")
-        .expect("end of RedOp");
+    let start = src.find(from).unwrap_or_else(|| panic!("{name}: {from}"));
+    let end = start
+        + src[start..]
+            .find(to)
+            .unwrap_or_else(|| panic!("{name}: {to}"));
+    &src[start..end]
+}
+
+fn harness() -> std::path::PathBuf {
+    // commhal/elem.h's element types and ops (the generated plan kernels' too), then
+    // coll/ops.cuh's RedOp over them
+    let elem = section(
+        "commhal/elem.h",
+        "// Operator codes",
+        "}  // namespace commhal",
+    );
+    let red_op = section(
+        "coll/ops.cuh",
+        "// Every (type, op) but the unit's own sums",
+        "template <typename Op>\nCOMMHAL_DEVICE v16 add16",
+    );
     let dir = std::env::temp_dir().join(format!("commhal-host-red-ops-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cpp = dir.join("red_ops.cpp");
-    let defines = "#define COLL_OP_SUM 0\n#define COLL_OP_PROD 1\n#define COLL_OP_MIN 2\n#define COLL_OP_MAX 3\n#define COLL_OP_AVG 4\n#define COLL_OP_PREMULSUM 5\n";
-    std::fs::write(&cpp, format!("{SHIMS}{defines}{}{MAIN}", &src[start..end])).unwrap();
+    std::fs::write(&cpp, format!("{SHIMS}{elem}{red_op}{MAIN}")).unwrap();
     let exe = dir.join("red_ops");
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".to_string());
     let out = Command::new(&cxx)
