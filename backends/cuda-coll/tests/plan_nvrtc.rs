@@ -67,21 +67,25 @@ fn ll_plans_compile_on_every_rank() {
 
 #[test]
 fn every_dtype_and_op_compiles_for_sm_90() {
+    // Every (type, op) of the element layer (commhal/elem.h) through reduce_packets and
+    // finalize_avg (2pa-ll), and every type through reduce (2pa-hb), the op rotating.
     if !nvrtc_or_skip("every_dtype_and_op_compiles_for_sm_90") {
         return;
     }
-    let plan = build(
-        Algorithm::AllReduce2paLl,
-        &params(Algorithm::AllReduce2paLl, 2, false),
-    )
-    .unwrap();
-    let ops = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max, RedOp::Avg];
-    for (i, dt) in DataType::ALL.into_iter().enumerate() {
-        // Every dtype, and every op on a rotating dtype (5 ops cover 5 dtypes).
-        let op = ops[i % ops.len()];
-        let k = generate_cuda(&plan, 0, dt, op).unwrap();
-        compile(&k, "sm_90", None).unwrap_or_else(|e| panic!("{dt} {op:?}:\n{e}\n{}", k.source));
-    }
+    let compile_all = |algo: Algorithm, ops: &dyn Fn(usize) -> Vec<RedOp>| {
+        let plan = build(algo, &params(algo, 2, false)).unwrap();
+        for (i, dt) in DataType::ALL.into_iter().enumerate() {
+            for op in ops(i) {
+                let k = generate_cuda(&plan, 0, dt, op).unwrap();
+                compile(&k, "sm_90", None)
+                    .unwrap_or_else(|e| panic!("{} {dt} {op:?}:\n{e}\n{}", plan.name, k.source));
+            }
+        }
+    };
+    compile_all(Algorithm::AllReduce2paLl, &|_| RedOp::ALL.to_vec());
+    compile_all(Algorithm::AllReduce2paHb, &|i| {
+        vec![RedOp::ALL[i % RedOp::ALL.len()]]
+    });
 }
 
 #[test]

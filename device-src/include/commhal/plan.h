@@ -58,6 +58,7 @@
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/elem.h"
 #include "commhal/launch.h"
 #include "commhal/packets.h"
 #include "commhal/port_channel.h"
@@ -444,119 +445,22 @@ COMMHAL_DEVICE void far_handshake(Ctx& c, u32 which, u32 far) {
   barrier(c);
 }
 
-// ---- data types: storage S, arithmetic A ----
-// Codes (algorithms DataType order): 0 f64, 1 f32, 2 f16, 3 bf16, 4 f8e4m3, 5 f8e5m2,
-// 6 i8, 7 u8, 8 i32, 9 u32, 10 i64, 11 u64.
-template <int DT> struct Ty;
-#define PLAN_PLAIN_TY(code, stype, atype, utype, isfloat)                      \
-  template <> struct Ty<code> {                                                \
-    typedef stype S;                                                           \
-    typedef atype A;                                                           \
-    static COMMHAL_DEVICE A ld(S v) { return (A)v; }                           \
-    static COMMHAL_DEVICE S st(A v) { return (S)v; }                           \
-    static COMMHAL_DEVICE A add(A x, A y) { return (A)((utype)x + (utype)y); } \
-    static COMMHAL_DEVICE A mul(A x, A y) { return (A)((utype)x * (utype)y); } \
-    static const bool FLOAT = isfloat;                                         \
-  };
-PLAN_PLAIN_TY(6, signed char, signed char, unsigned char, false)
-PLAN_PLAIN_TY(7, unsigned char, unsigned char, unsigned char, false)
-PLAN_PLAIN_TY(8, int, int, unsigned int, false)
-PLAN_PLAIN_TY(9, unsigned int, unsigned int, unsigned int, false)
-PLAN_PLAIN_TY(10, long long, long long, unsigned long long, false)
-PLAN_PLAIN_TY(11, unsigned long long, unsigned long long, unsigned long long, false)
-#undef PLAN_PLAIN_TY
-
-template <> struct Ty<0> {
-  typedef double S;
-  typedef double A;
-  static COMMHAL_DEVICE A ld(S v) { return v; }
-  static COMMHAL_DEVICE S st(A v) { return v; }
-  static COMMHAL_DEVICE A add(A x, A y) { return x + y; }
-  static COMMHAL_DEVICE A mul(A x, A y) { return x * y; }
-  static const bool FLOAT = true;
-};
-template <> struct Ty<1> {
-  typedef float S;
-  typedef float A;
-  static COMMHAL_DEVICE A ld(S v) { return v; }
-  static COMMHAL_DEVICE S st(A v) { return v; }
-  static COMMHAL_DEVICE A add(A x, A y) { return x + y; }
-  static COMMHAL_DEVICE A mul(A x, A y) { return x * y; }
-  static const bool FLOAT = true;
-};
-template <> struct Ty<2> {
-  typedef unsigned short S;
-  typedef float A;
-  static COMMHAL_DEVICE A ld(S v) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
-    return f;
-  }
-  static COMMHAL_DEVICE S st(A v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-  }
-  static COMMHAL_DEVICE A add(A x, A y) { return x + y; }
-  static COMMHAL_DEVICE A mul(A x, A y) { return x * y; }
-  static const bool FLOAT = true;
-};
-template <> struct Ty<3> {
-  typedef unsigned short S;
-  typedef float A;
-  static COMMHAL_DEVICE A ld(S v) { return __uint_as_float(((u32)v) << 16); }
-  static COMMHAL_DEVICE S st(A v) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-  }
-  static COMMHAL_DEVICE A add(A x, A y) { return x + y; }
-  static COMMHAL_DEVICE A mul(A x, A y) { return x * y; }
-  static const bool FLOAT = true;
-};
-// fp8 through the sm_89+ conversions (saturating, as the host's f32_to_fp8).
-#define PLAN_FP8_TY(code, fmt)                                                 \
-  template <> struct Ty<code> {                                                \
-    typedef unsigned char S;                                                   \
-    typedef float A;                                                           \
-    static COMMHAL_DEVICE A ld(S v) {                                          \
-      u32 h2;                                                                  \
-      unsigned short in = v;                                                   \
-      asm("cvt.rn.f16x2." fmt "x2 %0, %1;" : "=r"(h2) : "h"(in));              \
-      float f;                                                                 \
-      unsigned short lo = (unsigned short)(h2 & 0xffff);                       \
-      asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(lo));                          \
-      return f;                                                                \
-    }                                                                          \
-    static COMMHAL_DEVICE S st(A v) {                                          \
-      unsigned short r;                                                        \
-      asm("cvt.rn.satfinite." fmt "x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(v)); \
-      return (S)(r & 0xff);                                                    \
-    }                                                                          \
-    static COMMHAL_DEVICE A add(A x, A y) { return x + y; }                    \
-    static COMMHAL_DEVICE A mul(A x, A y) { return x * y; }                    \
-    static const bool FLOAT = true;                                            \
-  };
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-PLAN_FP8_TY(4, "e4m3")
-PLAN_FP8_TY(5, "e5m2")
-#endif
-#undef PLAN_FP8_TY
-
-// Ops: 0 sum, 1 prod, 2 min, 3 max, 4 avg (sum, then finalize divides by nranks).
-template <int DT, int OP>
-COMMHAL_DEVICE typename Ty<DT>::A combine(typename Ty<DT>::A x, typename Ty<DT>::A y) {
-  if (OP == 1) return Ty<DT>::mul(x, y);
-  if (OP == 2) {
-    if (Ty<DT>::FLOAT && x != x) return y;  // as Rust's f32::min: NaN loses
-    return y < x ? y : x;
-  }
-  if (OP == 3) {
-    if (Ty<DT>::FLOAT && x != x) return y;
-    return y > x ? y : x;
-  }
-  return Ty<DT>::add(x, y);
-}
+// ---- element types and operators: commhal/elem.h's, as the hand kernels ----
+// DT is codegen's dtype_code (algorithms DataType order), OP its op_code: the COLL_OP_*
+// codes 0 sum, 1 prod, 2 min, 3 max, 4 avg (reduced as sum; finalize_avg divides).
+template <int DT> struct Elem;
+template <> struct Elem<0> { typedef Ty_f64 T; };
+template <> struct Elem<1> { typedef Ty_f32 T; };
+template <> struct Elem<2> { typedef Ty_f16 T; };
+template <> struct Elem<3> { typedef Ty_bf16 T; };
+template <> struct Elem<4> { typedef Ty_f8e4m3 T; };
+template <> struct Elem<5> { typedef Ty_f8e5m2 T; };
+template <> struct Elem<6> { typedef Ty_i8 T; };
+template <> struct Elem<7> { typedef Ty_u8 T; };
+template <> struct Elem<8> { typedef Ty_i32 T; };
+template <> struct Elem<9> { typedef Ty_u32 T; };
+template <> struct Elem<10> { typedef Ty_i64 T; };
+template <> struct Elem<11> { typedef Ty_u64 T; };
 
 // ---- data ops ----
 
@@ -574,73 +478,80 @@ COMMHAL_DEVICE void copy(const Ctx& c, u8* dst, const u8* src, u64 n, u64 esz) {
     copy_cooperative(dst + lo * esz, src + lo * esz, (hi - lo) * esz, threadIdx.x, blockDim.x);
 }
 
-// dst[i] = srcs[0][i] (op) srcs[1][i] (op) ... for i < n elements (this CTA's share).
-// dst may alias a source element for element.
-template <int DT, int OP>
-COMMHAL_DEVICE void reduce(const Ctx& c, u8* dst, const u8* const* srcs, u32 nsrc, u64 n) {
-  typedef typename Ty<DT>::S S;
-  typedef typename Ty<DT>::A A;
-  const u64 V = 16 / sizeof(S);
-  u64 lo, hi;
-  share_elems(c, n, sizeof(S), lo, hi);
-  if (hi <= lo) return;
-  S* d = reinterpret_cast<S*>(dst);
-  const u64 mis = reinterpret_cast<u64>(d + lo) & 15;
-  bool vec = true;
-  for (u32 k = 0; k < nsrc; ++k)
-    vec = vec && ((reinterpret_cast<u64>(srcs[k] + lo * sizeof(S)) & 15) == mis);
-  u64 head = lo;
-  u64 bulk_end = lo;
-  if (vec) {
-    head = lo + ((16 - mis) & 15) / sizeof(S);
-    if (head > hi) head = hi;
-    bulk_end = head + (hi - head) / V * V;
-  }
-  // Scalar head (and everything when not vectorisable), then vector bulk, scalar tail.
-  const u64 scalar_end = vec ? head : hi;
-  for (u64 i = lo + threadIdx.x; i < scalar_end; i += blockDim.x) {
-    A acc = Ty<DT>::ld(reinterpret_cast<const S*>(srcs[0])[i]);
-    for (u32 k = 1; k < nsrc; ++k)
-      acc = combine<DT, OP>(acc, Ty<DT>::ld(reinterpret_cast<const S*>(srcs[k])[i]));
-    d[i] = Ty<DT>::st(acc);
-  }
-  if (!vec) return;
-  for (u64 i = head + threadIdx.x * V; i < bulk_end; i += (u64)blockDim.x * V) {
-    union {
-      v16 v;
-      S s[16 / sizeof(S)];
-    } x, y;
-    x.v = *reinterpret_cast<const v16*>(srcs[0] + i * sizeof(S));
-    A acc[16 / sizeof(S)];
-#pragma unroll
-    for (u32 j = 0; j < V; ++j) acc[j] = Ty<DT>::ld(x.s[j]);
-    for (u32 k = 1; k < nsrc; ++k) {
-      y.v = *reinterpret_cast<const v16*>(srcs[k] + i * sizeof(S));
-#pragma unroll
-      for (u32 j = 0; j < V; ++j) acc[j] = combine<DT, OP>(acc[j], Ty<DT>::ld(y.s[j]));
-    }
-#pragma unroll
-    for (u32 j = 0; j < V; ++j) x.s[j] = Ty<DT>::st(acc[j]);
-    *reinterpret_cast<v16*>(dst + i * sizeof(S)) = x.v;
-  }
-  for (u64 i = bulk_end + threadIdx.x; i < hi; i += blockDim.x) {
-    A acc = Ty<DT>::ld(reinterpret_cast<const S*>(srcs[0])[i]);
-    for (u32 k = 1; k < nsrc; ++k)
-      acc = combine<DT, OP>(acc, Ty<DT>::ld(reinterpret_cast<const S*>(srcs[k])[i]));
-    d[i] = Ty<DT>::st(acc);
-  }
+// Element i of srcs[0] (op) srcs[1] (op) ...: left to right, every step rounded to the
+// type (the host's reduce_into, one source after another).
+template <typename T, int OP>
+COMMHAL_DEVICE typename T::R reduce_elem(const u8* const* srcs, u32 nsrc, u64 i) {
+  typedef typename T::R R;
+  R acc = reinterpret_cast<const R*>(srcs[0])[i];
+  for (u32 k = 1; k < nsrc; ++k)
+    acc = elem_op<T, OP>(acc, reinterpret_cast<const R*>(srcs[k])[i]);
+  return acc;
 }
 
-// avg's last step: divide n elements by nranks (this CTA's share).
+// The same for the 16 bytes at byte offset `off` of every source (16-byte aligned).
+template <typename T, int OP>
+COMMHAL_DEVICE ulonglong2 reduce_vec(const u8* const* srcs, u32 nsrc, u64 off) {
+  ulonglong2 acc = *reinterpret_cast<const ulonglong2*>(srcs[0] + off);
+  for (u32 k = 1; k < nsrc; ++k) {
+    const ulonglong2 y = *reinterpret_cast<const ulonglong2*>(srcs[k] + off);
+    acc.x = elem_op64<T, OP>(acc.x, y.x);
+    acc.y = elem_op64<T, OP>(acc.y, y.y);
+  }
+  return acc;
+}
+
+// The 16-byte vectors [head, end) inside elements [lo, hi) of esz bytes, when dst and
+// every source are equally aligned mod 16; else head = end = hi (no vectors).
+COMMHAL_DEVICE void vector_range(const u8* dst, const u8* const* srcs, u32 nsrc, u64 esz,
+                                 u64 lo, u64 hi, u64& head, u64& end) {
+  head = end = hi;
+  const u64 mis = reinterpret_cast<u64>(dst + lo * esz) & 15;
+  for (u32 k = 0; k < nsrc; ++k)
+    if ((reinterpret_cast<u64>(srcs[k] + lo * esz) & 15) != mis) return;
+  const u64 v = 16 / esz;
+  head = lo + ((16 - mis) & 15) / esz;
+  if (head > hi) head = hi;
+  end = head + (hi - head) / v * v;
+}
+
+// dst[i] = srcs[0][i] (op) srcs[1][i] (op) ... for i < n elements (this CTA's share):
+// scalar head, 16-byte vector bulk, scalar tail. dst may alias a source element for
+// element.
+template <int DT, int OP>
+COMMHAL_DEVICE void reduce(const Ctx& c, u8* dst, const u8* const* srcs, u32 nsrc, u64 n) {
+  typedef typename Elem<DT>::T T;
+  typedef typename T::R R;
+  const u64 V = 16 / sizeof(R);
+  u64 lo, hi, head, end;
+  share_elems(c, n, sizeof(R), lo, hi);
+  if (hi <= lo) return;
+  vector_range(dst, srcs, nsrc, sizeof(R), lo, hi, head, end);
+  R* d = reinterpret_cast<R*>(dst);
+  for (u64 i = lo + threadIdx.x; i < head; i += blockDim.x)
+    d[i] = reduce_elem<T, OP>(srcs, nsrc, i);
+  // Unaligned buffers (or a short share): the head was everything. Leaving here keeps the
+  // scalar-only path apart from the vector loop, which ptxas otherwise spills around.
+  if (head == hi) return;
+  for (u64 i = head + threadIdx.x * V; i < end; i += (u64)blockDim.x * V) {
+    const u64 off = i * sizeof(R);
+    *reinterpret_cast<ulonglong2*>(dst + off) = reduce_vec<T, OP>(srcs, nsrc, off);
+  }
+  for (u64 i = end + threadIdx.x; i < hi; i += blockDim.x)
+    d[i] = reduce_elem<T, OP>(srcs, nsrc, i);
+}
+
+// avg's last step: divide n elements by nranks in the type (this CTA's share), as the
+// host's finalize_avg (which leaves a single rank's sum untouched).
 template <int DT>
 COMMHAL_DEVICE void finalize_avg(const Ctx& c, u8* dst, u64 n, u32 nranks) {
-  typedef typename Ty<DT>::S S;
-  typedef typename Ty<DT>::A A;
+  typedef typename Elem<DT>::T T;
+  typedef typename T::R R;
+  if (nranks == 1) return;
   u64 lo, hi;
-  share_elems(c, n, sizeof(S), lo, hi);
-  S* d = reinterpret_cast<S*>(dst);
-  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
-    d[i] = Ty<DT>::st(Ty<DT>::ld(d[i]) / (A)nranks);
+  share_elems(c, n, sizeof(R), lo, hi);
+  R* d = reinterpret_cast<R*>(dst);
+  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) d[i] = T::div(d[i], nranks);
 }
 
 // Flag of a packet write: epoch and occurrence (< 255) in a non-zero u32.
@@ -676,78 +587,68 @@ COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   return ok ? data : make_uint2(0, 0);
 }
 
+// One 8-byte packet's worth of dst: locals[0] (op) ... (op) packets[0] (op) ..., lane by
+// lane (locals are 8-byte words of the local buffers, packets the words received).
+template <typename T, int OP>
+COMMHAL_DEVICE u64 reduce_word(const u64* loc, u32 nl, const u64* got, u32 np) {
+  u64 acc = nl > 0 ? loc[0] : got[0];
+  for (u32 q = 1; q < nl && q < PLAN_MAX_RANKS; ++q) acc = elem_op64<T, OP>(acc, loc[q]);
+  for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
+    acc = elem_op64<T, OP>(acc, got[q]);
+  return acc;
+}
+
+// Element i = 8k / sizeof(R) + e of the same, for a packet that is not reduced whole.
+template <typename T, int OP>
+COMMHAL_DEVICE typename T::R reduce_lane(const u8* const* locals, u32 nl, const u64* got, u32 np,
+                                         u64 i, u32 e) {
+  typedef typename T::R R;
+  const u32 sh = 8 * sizeof(R) * e;
+  R acc = nl > 0 ? reduce_elem<T, OP>(locals, nl, i) : (R)(got[0] >> sh);
+  for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
+    acc = elem_op<T, OP>(acc, (R)(got[q] >> sh));
+  return acc;
+}
+
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet
 // area holds the chunk's bytes from its first packet. This CTA's share of the packets.
+// A single packet source and no locals (unpack) moves the bits as they are.
 template <int DT, int OP>
 COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* locals, u32 nl,
                                    const u8* const* pk, const u32* flags, u32 np, u64 n) {
-  typedef typename Ty<DT>::S S;
-  typedef typename Ty<DT>::A A;
-  const u64 per_packet = 8 / sizeof(S);  // elements of 1, 2, 4 or 8 bytes
+  typedef typename Elem<DT>::T T;
+  typedef typename T::R R;
+  const u64 per_packet = 8 / sizeof(R);  // elements of 1, 2, 4 or 8 bytes
   u64 elo, ehi;
-  share_elems(c, n, sizeof(S), elo, ehi);
+  share_elems(c, n, sizeof(R), elo, ehi);
   const u64 lo = elo / per_packet;
   const u64 hi = (ehi + per_packet - 1) / per_packet;
-  S* d = reinterpret_cast<S*>(dst);
+  R* d = reinterpret_cast<R*>(dst);
   // Whole packets of 8-byte aligned memory move as one 8-byte load / store per buffer
   // (as the hand LL16 kernels do) instead of one per element; a packet at the end of
   // the range, or unaligned memory, goes element by element.
   bool aligned = (reinterpret_cast<u64>(dst) & 7) == 0;
   aligned = aligned && nl <= PLAN_MAX_RANKS;
   for (u32 q = 0; q < nl; ++q) aligned = aligned && (reinterpret_cast<u64>(locals[q]) & 7) == 0;
-  typedef union {
-    uint2 v;
-    S s[8 / sizeof(S)];
-  } Packet;
   for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
     const bool whole = aligned && (k + 1) * per_packet <= n;
     // This rank's own operands first, so their loads overlap the packet waits (as the
     // hand kernels load their own input before waiting); the store below follows both.
-    Packet loc[PLAN_MAX_RANKS];
+    u64 loc[PLAN_MAX_RANKS];
     if (whole)
       for (u32 q = 0; q < nl && q < PLAN_MAX_RANKS; ++q)
-        loc[q].v = reinterpret_cast<const uint2*>(locals[q])[k];
-    Packet got[PLAN_MAX_RANKS];
-    for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) got[q].v = packet_at(c, pk[q], k, flags[q]);
+        loc[q] = reinterpret_cast<const u64*>(locals[q])[k];
+    u64 got[PLAN_MAX_RANKS];
+    for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) {
+      const uint2 w = packet_at(c, pk[q], k, flags[q]);
+      got[q] = (u64)w.x | ((u64)w.y << 32);
+    }
     if (whole) {
-      Packet out;
-      if (nl == 0 && np == 1) {
-        out.v = got[0].v;
-      } else {
-#pragma unroll
-        for (u32 e = 0; e < 8 / sizeof(S); ++e) {
-          A acc = nl > 0 ? Ty<DT>::ld(loc[0].s[e]) : Ty<DT>::ld(got[0].s[e]);
-          for (u32 q = 1; q < nl && q < PLAN_MAX_RANKS; ++q)
-            acc = combine<DT, OP>(acc, Ty<DT>::ld(loc[q].s[e]));
-          for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
-            acc = combine<DT, OP>(acc, Ty<DT>::ld(got[q].s[e]));
-          out.s[e] = Ty<DT>::st(acc);
-        }
-      }
-      reinterpret_cast<uint2*>(dst)[k] = out.v;
+      reinterpret_cast<u64*>(dst)[k] = reduce_word<T, OP>(loc, nl, got, np);
       continue;
     }
-    for (u64 e = 0; e < per_packet; ++e) {
-      const u64 i = k * per_packet + e;
-      if (i >= n) break;
-      if (nl == 0 && np == 1) {  // unpack: bits as they are
-        d[i] = got[0].s[e];
-        continue;
-      }
-      A acc;
-      u32 first = 0;
-      if (nl > 0) {
-        acc = Ty<DT>::ld(reinterpret_cast<const S*>(locals[0])[i]);
-        for (u32 q = 1; q < nl; ++q)
-          acc = combine<DT, OP>(acc, Ty<DT>::ld(reinterpret_cast<const S*>(locals[q])[i]));
-      } else {
-        acc = Ty<DT>::ld(got[0].s[e]);
-        first = 1;
-      }
-      for (u32 q = first; q < np && q < PLAN_MAX_RANKS; ++q)
-        acc = combine<DT, OP>(acc, Ty<DT>::ld(got[q].s[e]));
-      d[i] = Ty<DT>::st(acc);
-    }
+    for (u32 e = 0; e < per_packet && k * per_packet + e < n; ++e)
+      d[k * per_packet + e] = reduce_lane<T, OP>(locals, nl, got, np, k * per_packet + e, e);
   }
 }
 
