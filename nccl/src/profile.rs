@@ -71,8 +71,20 @@ pub fn table() -> Option<String> {
     Some(s)
 }
 
-/// Write [`table`] to stderr (nothing when off).
+/// Write [`table`] to stderr (nothing when off, or when no call ran since the last
+/// report: the exit report after a communicator's destroy).
 pub fn report() {
+    static LAST: Mutex<u64> = Mutex::new(0);
+    let calls: u64 = match census().lock() {
+        Ok(c) => c.values().map(|v| v.0).sum(),
+        Err(_) => return,
+    };
+    if let Ok(mut last) = LAST.lock() {
+        if *last == calls {
+            return;
+        }
+        *last = calls;
+    }
     if let Some(t) = table() {
         let _ = std::io::stderr().lock().write_all(t.as_bytes());
     }
