@@ -23,9 +23,10 @@
 //! written for memory channels take a put as done when the next op starts); a
 //! signal makes the peer's flag word the same epoch value an SM store would, and the
 //! start / end handshakes with those ranks go through the proxy from CTA 0 behind the
-//! intra-rank barrier. No SM touches a far peer's memory, so packets (`PutPackets`) and
-//! reads (`Get`, `ReadReduce`) across nodes are refused: use an HB plan there. Switch
-//! ops need multicast (cuda-nvls) and are refused here.
+//! intra-rank barrier, only with the far ranks where one of the pair touches the
+//! other's input or output (`far_handshake_peers`). No SM touches a far peer's memory,
+//! so packets (`PutPackets`) and reads (`Get`, `ReadReduce`) across nodes are refused:
+//! use an HB plan there. Switch ops need multicast (cuda-nvls) and are refused here.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -66,6 +67,55 @@ fn peer_user_access(plan: &Plan) -> (bool, bool) {
         }
     }
     (any, reads)
+}
+
+/// The peers whose user buffers `op` writes or reads (the peer side of the op).
+fn user_buffer_peers(op: &Op) -> Vec<u32> {
+    let user = |c: &ChunkRef| c.buf != BufferKind::Scratch;
+    match op {
+        Op::Put { peer, dst, .. } | Op::PutPackets { peer, dst, .. } if user(dst) => vec![*peer],
+        Op::Get { peer, src, .. } if user(src) => vec![*peer],
+        Op::ReadReduce { peers, src, .. } if user(src) => peers.clone(),
+        _ => vec![],
+    }
+}
+
+/// The ranks of other nodes (bits of `far`) that `rank` handshakes with when the plan
+/// needs start / end handshakes (bit p: rank p): those where one of the pair writes or
+/// reads the other's input or output. A far peer reached through scratch only needs
+/// none: the plan's own signals order the reuse of a scratch copy (each builder's doc
+/// comment argues it), and each far handshake is a round trip through the proxy and the
+/// network. Every rank derives the same pairs from the whole plan, so both sides of a
+/// pair agree.
+fn far_handshake_peers(plan: &Plan, rank: u32, far: u32) -> u32 {
+    let mut mask = 0u32;
+    for (r, blocks) in plan.flatten().iter().enumerate() {
+        let r = r as u32;
+        for (_, op) in blocks.iter().flatten() {
+            for p in user_buffer_peers(op) {
+                if r == rank {
+                    mask |= 1 << p;
+                } else if p == rank {
+                    mask |= 1 << r;
+                }
+            }
+        }
+    }
+    mask & far
+}
+
+/// The line of a start (`which` = "start") or end handshake: every near peer, and the
+/// far peers of `far_hs` through the proxy (plan.h `start_sync`, `end_sync`).
+fn sync_line(which: &str, nranks: u32, far: u32, far_hs: u32) -> String {
+    if far_hs == far {
+        return format!("  {which}_sync(c, {nranks}u, {far}u);\n");
+    }
+    let row = u32::from(which == "end");
+    let mut s = format!("  handshake(c, {row}u, {nranks}u, {far}u);\n");
+    if far_hs != 0 {
+        let _ = writeln!(s, "  far_handshake(c, {row}u, {far_hs}u);");
+    }
+    s
 }
 
 /// Whether some rank's kernel reads or writes a peer's user buffers (input or output).
@@ -869,15 +919,16 @@ pub fn generate_cuda(
     for (s, _) in one_way.iter().filter(|(_, r)| *r == rank) {
         let _ = writeln!(src, "  publish_done(c, {s}u);");
     }
+    let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
-        let _ = writeln!(src, "  start_sync(c, {}u, {far}u);", plan.nranks);
+        src.push_str(&sync_line("start", plan.nranks, far, far_hs));
     }
     src.push_str(&body);
     if end_sync {
-        let _ = writeln!(src, "  end_sync(c, {}u, {far}u);", plan.nranks);
+        src.push_str(&sync_line("end", plan.nranks, far, far_hs));
     }
     // the handshakes with far peers run behind the intra-rank barrier
-    uses_barrier |= far != 0 && (start_sync || end_sync);
+    uses_barrier |= far_hs != 0 && (start_sync || end_sync);
     src.push_str("}\n");
     Ok(CudaKernel {
         unit: format!(
@@ -1197,10 +1248,9 @@ mod tests {
         for line in src.lines().filter(|l| l.contains("[3]")) {
             assert!(line.contains("far_put(c, 3u"), "{line}");
         }
-        if src.contains("start_sync(") {
-            assert!(src.contains("start_sync(c, 4u, 8u);"), "{src}");
-            assert!(k.uses_barrier);
-        }
+        // rank 3 is reached through its scratch only: no handshake with it
+        assert!(!src.contains("far_handshake(") && !src.contains("_sync(c, 4u, 8u)"));
+        assert!(!k.uses_barrier);
         // One node: no port op, no far mask.
         let one = build(Algorithm::AllReduce2phHb, &BuildParams::new(4)).unwrap();
         assert_eq!(
@@ -1209,6 +1259,50 @@ mod tests {
                 .far,
             0
         );
+    }
+
+    /// The hierarchical plans reach far peers through their scratch only: no kernel
+    /// handshakes through the proxy (2, 3 and 4 nodes). A plan that writes far peers'
+    /// outputs still handshakes with them.
+    #[test]
+    fn far_handshakes_only_where_far_user_buffers_are_touched() {
+        let plan = |a: Algorithm, n: u32, l: u32, in_place: bool| {
+            let mut p = BuildParams::new(n);
+            p.ranks_per_node = l;
+            p.in_place = in_place;
+            build(a, &p).unwrap()
+        };
+        for a in [
+            Algorithm::AllReduce2phHb,
+            Algorithm::AllGather2ph,
+            Algorithm::ReduceScatter2ph,
+        ] {
+            for (n, l) in [(4, 2), (6, 2), (8, 2), (8, 4), (4, 1)] {
+                for in_place in [false, true] {
+                    let plan = plan(a, n, l, in_place);
+                    for r in 0..n {
+                        let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                        let far_sync = format!("_sync(c, {n}u, {}u)", k.far);
+                        let s = &k.source;
+                        assert!(k.far != 0, "{a:?} n={n} l={l}: rank {r}");
+                        assert!(
+                            !s.contains("far_handshake(") && !s.contains(&far_sync),
+                            "{s}"
+                        );
+                        assert!(!k.uses_barrier, "{a:?} n={n} l={l}: rank {r}");
+                    }
+                }
+            }
+        }
+        let k = generate_cuda(
+            &plan(Algorithm::AllGatherAllPairs, 4, 2, false),
+            0,
+            DataType::F16,
+            RedOp::Sum,
+        )
+        .unwrap();
+        assert!(k.source.contains("start_sync(c, 4u, 12u);"), "{}", k.source);
+        assert!(k.uses_barrier);
     }
 
     #[test]

@@ -87,7 +87,8 @@ fn plans_survive_json() {
 
 /// The hierarchical plans cross nodes into the far peer's scratch only, so no rank
 /// handshakes with a rank of another node before a call (the executor's entry
-/// handshake, a network round trip per call): 2 and 3 nodes of 2 ranks.
+/// handshake, a network round trip per call): 2, 3 and 4 nodes of 2 ranks, 2 nodes of
+/// 4.
 #[test]
 fn hierarchical_plans_need_no_entry_handshake_across_nodes() {
     use commhal_algorithms::exec::Prepared;
@@ -97,7 +98,7 @@ fn hierarchical_plans_need_no_entry_handshake_across_nodes() {
         Algorithm::AllGather2ph,
         Algorithm::ReduceScatter2ph,
     ] {
-        for (n, l) in [(4u32, 2u32), (6, 2)] {
+        for (n, l) in [(4u32, 2u32), (6, 2), (8, 2), (8, 4)] {
             for in_place in [false, true] {
                 let mut p = BuildParams::new(n);
                 p.ranks_per_node = l;

@@ -152,6 +152,18 @@ pub fn allreduce_2pa(
 ///
 /// `nranks` must be a multiple of L. Scratch: `(L+M) × count` (HB) or `(2L+M) × count`
 /// (LL) for M nodes, rotated over 2 copies. One block per rank.
+///
+/// Between nodes only scratch is written (slot region `L + node` of the far peer), so
+/// no rank needs a handshake with a rank of another node (on the host the executor's
+/// entry handshake, on the GPUs `far_handshake`: a network round trip each). Reuse of a
+/// scratch copy is ordered by the plan's own signals: every rank that writes into
+/// rank r's scratch (its near peers in phases 1 and 3, its counterparts in phase 2)
+/// also hears from r in every invocation (HB: r's signal; LL: r's packets), sent by r
+/// only after r finished the invocation before. So a writer in invocation `k + 2`,
+/// which writes copy `k mod 2`, has heard from r in invocation `k + 1`: r is done
+/// reading that copy in invocation `k`. On the GPUs copies rotate by launch parity over
+/// every plan; launch `k + 1` being another collective whose result at the writer
+/// depends on r's input (all-reduce, all-gather, reduce-scatter) orders it alike.
 pub fn allreduce_2ph(
     nranks: u32,
     ranks_per_node: u32,

@@ -462,7 +462,8 @@ fn node_of(r: u32, l: u32) -> (u32, u32) {
 ///
 /// The far copy lands in scratch, not in the peer's output, so no rank writes a far
 /// peer's user buffer: the executor needs no entry handshake across nodes (a round trip
-/// over the network per call) and codegen no start handshake with far peers. Reuse of a
+/// over the network per call) and codegen no handshake with far peers (the near start
+/// handshake stays: near outputs are written before hearing from them). Reuse of a
 /// scratch copy is safe as in [`reducescatter_2ph`]: a rank writes copy `k mod 2` again
 /// in invocation `k + 2` only after the reader's signal of invocation `k + 1`, sent
 /// once it had copied out of it in invocation `k`.
@@ -534,7 +535,17 @@ pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result
 /// partial sums (slots `n + c`); between nodes, it puts partial `c` into slot
 /// `n + M + a` of rank (c, l) (one copy of each partial per node) and reduces its own
 /// partial with the `M − 1` it received into its output. Scratch `(n + 2M) × count`,
-/// rotated over 2 copies (a rank two invocations ahead has seen every reader finish).
+/// rotated over 2 copies.
+///
+/// Only scratch is written across ranks, so no rank handshakes with another (the
+/// executor's entry handshake, the GPUs' start and end handshakes, across nodes a
+/// network round trip each). Reuse of a scratch copy is ordered by the plan's own
+/// signals: rank r is written by its near peers (tag 0) and its counterparts on the
+/// other nodes (tag 1), and signals each of them in every invocation once it finished
+/// the one before. A writer in invocation `k + 2` (copy `k mod 2`) has waited for r's
+/// signal of invocation `k + 1`, so r is done reading that copy in invocation `k`. On
+/// the GPUs copies rotate by launch parity over every plan; launch `k + 1` being another
+/// collective whose result at the writer depends on r's input orders it alike.
 pub fn reducescatter_2ph(
     nranks: u32,
     ranks_per_node: u32,
