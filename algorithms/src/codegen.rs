@@ -24,7 +24,10 @@
 //! signal makes the peer's flag word the same epoch value an SM store would, and the
 //! start / end handshakes with those ranks go through the proxy from CTA 0 behind the
 //! intra-rank barrier, only with the far ranks where one of the pair touches the
-//! other's input or output (`far_handshake_peers`). No SM touches a far peer's memory,
+//! other's input or output (`far_handshake_peers`). The other far ranks that put into a
+//! rank's scratch first check that it is done with the copy, since copies rotate over
+//! every plan (`far_done_pairs`: a done word the reader publishes to them through the
+//! proxy at the start of each launch of the plan). No SM touches a far peer's memory,
 //! so packets (`PutPackets`) and reads (`Get`, `ReadReduce`) across nodes are refused:
 //! use an HB plan there. Switch ops need multicast (cuda-nvls) and are refused here.
 
@@ -116,6 +119,42 @@ fn sync_line(which: &str, nranks: u32, far: u32, far_hs: u32) -> String {
         let _ = writeln!(s, "  far_handshake(c, {row}u, {far_hs}u);");
     }
     s
+}
+
+/// The far scratch pairs `(writer, reader)` whose reuse of a scratch copy the kernels
+/// order with done words (plan.h `far_publish_done`, `far_wait_done`; the argument is
+/// [`Plan::far_scratch_writer_pairs`]'s): all of them but those with a far start
+/// handshake (`start_sync`), which tells the writer that the reader runs this launch,
+/// so it finished the launches before.
+fn far_done_pairs(plan: &Plan, start_sync: bool) -> Vec<(u32, u32)> {
+    let mut pairs = plan.far_scratch_writer_pairs();
+    if start_sync {
+        pairs.retain(|&(w, r)| far_handshake_peers(plan, w, 1 << r) == 0);
+    }
+    pairs
+}
+
+/// The lines at the start of `rank`'s kernel that publish its progress: to one-way
+/// packet senders (plan.h `publish_done`, a store into their memory) and to far
+/// scratch writers (`far_publish_done`, through the proxy).
+fn publish_lines(rank: u32, one_way: &[(u32, u32)], far_done: &[(u32, u32)]) -> String {
+    let mut s = String::new();
+    for (w, _) in one_way.iter().filter(|(_, r)| *r == rank) {
+        let _ = writeln!(s, "  publish_done(c, {w}u);");
+    }
+    for (w, _) in far_done.iter().filter(|(_, r)| *r == rank) {
+        let _ = writeln!(s, "  far_publish_done(c, {w}u);");
+    }
+    s
+}
+
+/// The second elements of the pairs whose first is `rank`.
+fn pairs_from(pairs: &[(u32, u32)], rank: u32) -> BTreeSet<u32> {
+    pairs
+        .iter()
+        .filter(|(a, _)| *a == rank)
+        .map(|(_, b)| *b)
+        .collect()
 }
 
 /// Whether some rank's kernel reads or writes a peer's user buffers (input or output).
@@ -359,7 +398,10 @@ struct Gen<'a> {
     signalled: BTreeSet<(u32, u32)>,
     /// Peers this rank writes packets into one way (plan.h `wait_done`).
     one_way_to: &'a BTreeSet<u32>,
-    /// Of those, the ones this block already waited for.
+    /// Far ranks whose scratch this rank puts into with a done-word check first
+    /// (plan.h `far_wait_done`; [`far_done_pairs`]).
+    far_done_to: &'a BTreeSet<u32>,
+    /// Of those and the one-way receivers, the ones this block already waited for.
     done_waited: BTreeSet<u32>,
     /// Ranks reached over port channels ([`far_peers`]).
     far: u32,
@@ -506,6 +548,17 @@ impl Gen<'_> {
         }
     }
 
+    /// Before the first of `ops` that puts into the scratch of a far reader of
+    /// `far_done_to` in this block: wait until the reader is done with the copy
+    /// (plan.h `far_wait_done`).
+    fn wait_far_readers(&mut self, ops: &[Op]) {
+        for r in ops.iter().filter_map(Op::port_scratch_reader) {
+            if self.far_done_to.contains(&r) && self.done_waited.insert(r) {
+                self.line(&format!("far_wait_done(c, {r}u);"));
+            }
+        }
+    }
+
     /// An error for `what` between this rank and far `peer` (no SM reaches it).
     fn no_far(&self, peer: u32, what: &str) -> Result<(), AlgoError> {
         if self.far & (1 << peer) != 0 {
@@ -565,6 +618,7 @@ impl Gen<'_> {
                 channel: ChannelKind::Port,
                 ..
             } => {
+                self.wait_far_readers(std::slice::from_ref(op));
                 self.data_op(&[*src], &[], iterations);
                 let s = self.span(src, me, looped, false);
                 let d = self.span(dst, *peer, looped, false);
@@ -816,11 +870,9 @@ pub fn generate_cuda(
     };
     let far = far_peers(plan, rank);
     let one_way = plan.one_way_packet_pairs();
-    let one_way_to: BTreeSet<u32> = one_way
-        .iter()
-        .filter(|(s, _)| *s == rank)
-        .map(|(_, r)| *r)
-        .collect();
+    let one_way_to = pairs_from(&one_way, rank);
+    let far_done = far_done_pairs(plan, start_sync);
+    let far_done_to = pairs_from(&far_done, rank);
     let mut body = String::new();
     let mut uses_barrier = false;
     for (b, blk) in blocks.iter().enumerate() {
@@ -836,6 +888,7 @@ pub fn generate_cuda(
             waited: BTreeSet::new(),
             signalled: BTreeSet::new(),
             one_way_to: &one_way_to,
+            far_done_to: &far_done_to,
             done_waited: BTreeSet::new(),
             far,
             unflushed: 0,
@@ -845,6 +898,7 @@ pub fn generate_cuda(
             match op {
                 Op::Loop { iterations, body } if !body.iter().any(Op::is_packet) => {
                     // A C++ loop; its extents count for every iteration.
+                    g.wait_far_readers(body);
                     g.line(&format!("for (u32 it = 0; it < {iterations}u; ++it) {{"));
                     for o in body {
                         g.op(o, b, flat, true, *iterations)?;
@@ -916,9 +970,7 @@ pub fn generate_cuda(
         src,
         "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
-    for (s, _) in one_way.iter().filter(|(_, r)| *r == rank) {
-        let _ = writeln!(src, "  publish_done(c, {s}u);");
-    }
+    src.push_str(&publish_lines(rank, &one_way, &far_done));
     let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
         src.push_str(&sync_line("start", plan.nranks, far, far_hs));
@@ -1303,6 +1355,66 @@ mod tests {
         .unwrap();
         assert!(k.source.contains("start_sync(c, 4u, 12u);"), "{}", k.source);
         assert!(k.uses_barrier);
+    }
+
+    /// The ranks p of the lines `f(c, pu...` of `source`, sorted.
+    fn calls(source: &str, f: &str) -> Vec<u32> {
+        let mut v: Vec<u32> = source
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(&format!("{f}(c, ")))
+            .filter_map(|l| l.split('u').next()?.parse().ok())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Hierarchical plans on 2 nodes of 2: each rank publishes its progress to its
+    /// counterpart (the rank that puts into its scratch) once, from the top of the
+    /// kernel through the proxy (its kernel has the ports table), and waits for the
+    /// counterpart's before its first far put in each block; nothing for near peers.
+    #[test]
+    fn far_scratch_writers_wait_for_their_readers_progress() {
+        let mut p = BuildParams::new(4);
+        p.ranks_per_node = 2;
+        for a in [
+            Algorithm::AllReduce2phHb,
+            Algorithm::AllGather2ph,
+            Algorithm::ReduceScatter2ph,
+        ] {
+            let plan = build(a, &p).unwrap();
+            assert_eq!(
+                plan.far_scratch_writer_pairs(),
+                [(0, 2), (1, 3), (2, 0), (3, 1)]
+            );
+            for r in 0..4 {
+                let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                let s = &k.source;
+                let far = (r + 2) % 4;
+                assert_eq!(calls(s, "far_publish_done"), [far], "{a:?}: {s}");
+                assert_ne!(k.far & (1 << far), 0, "{a:?}: no ports table");
+                let blocks = s.split("if (b == ").skip(1);
+                let mut waits = 0;
+                for blk in blocks.filter(|b| b.contains("far_put(")) {
+                    assert_eq!(calls(blk, "far_wait_done"), [far], "{a:?}: {blk}");
+                    assert!(blk.find("far_wait_done(") < blk.find("far_put("), "{blk}");
+                    waits += 1;
+                }
+                assert!(waits > 0, "{a:?}: {s}");
+                assert!(calls(s, "publish_done").is_empty() && calls(s, "wait_done").is_empty());
+            }
+        }
+        // One node: no far pair.
+        let one = build(Algorithm::AllReduce2phHb, &BuildParams::new(4)).unwrap();
+        assert!(one.far_scratch_writer_pairs().is_empty());
+        // A ring's far pairs handshake at the start already: no done word.
+        let ring = build(Algorithm::AllReduceRing, &p).unwrap();
+        assert!(!ring.far_scratch_writer_pairs().is_empty());
+        for r in 0..4 {
+            let s = generate_cuda(&ring, r, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .source;
+            assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
+        }
     }
 
     #[test]

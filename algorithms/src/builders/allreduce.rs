@@ -162,8 +162,9 @@ pub fn allreduce_2pa(
 /// only after r finished the invocation before. So a writer in invocation `k + 2`,
 /// which writes copy `k mod 2`, has heard from r in invocation `k + 1`: r is done
 /// reading that copy in invocation `k`. On the GPUs copies rotate by launch parity over
-/// every plan; launch `k + 1` being another collective whose result at the writer
-/// depends on r's input (all-reduce, all-gather, reduce-scatter) orders it alike.
+/// every plan, and launch `k + 1` may be another plan in which the writer does not hear
+/// from r: there the counterparts check r's published progress before writing
+/// ([`Plan::far_scratch_writer_pairs`]).
 pub fn allreduce_2ph(
     nranks: u32,
     ranks_per_node: u32,

@@ -544,8 +544,9 @@ pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result
 /// other nodes (tag 1), and signals each of them in every invocation once it finished
 /// the one before. A writer in invocation `k + 2` (copy `k mod 2`) has waited for r's
 /// signal of invocation `k + 1`, so r is done reading that copy in invocation `k`. On
-/// the GPUs copies rotate by launch parity over every plan; launch `k + 1` being another
-/// collective whose result at the writer depends on r's input orders it alike.
+/// the GPUs copies rotate by launch parity over every plan, and launch `k + 1` may be
+/// another plan in which the writer does not hear from r: there the counterparts check
+/// r's published progress before writing ([`Plan::far_scratch_writer_pairs`]).
 pub fn reducescatter_2ph(
     nranks: u32,
     ranks_per_node: u32,

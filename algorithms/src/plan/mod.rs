@@ -281,6 +281,47 @@ impl Plan {
         out
     }
 
+    /// `(writer, reader)` pairs of ranks on different nodes (a port channel between
+    /// them) where the writer puts data or packets into the reader's scratch, less the
+    /// [one-way packet pairs](Self::one_way_packet_pairs), which executors already hold
+    /// back (a pair never gets both).
+    ///
+    /// Where scratch copies rotate over every plan (the GPUs: two copies by launch
+    /// parity), the plan's own signals do not order their reuse. The writer writes copy
+    /// `k mod 2` in launch `k + 2`, which the reader read in launch `k`; the builders'
+    /// argument (the writer heard from the reader in launch `k + 1`, so the reader
+    /// finished `k`) fails when launch `k + 1` is another plan in which the writer does
+    /// not hear from the reader (a broadcast root, a reduce non-root, a send). So the
+    /// reader publishes its completed launches to the writer at the start of each launch
+    /// of this plan, and the writer waits, before its first put into the reader in the
+    /// launch, until the reader completed launch `k`. The reader publishes in launch
+    /// `k + 2` at the latest, without waiting, so the writer cannot wait forever; back to
+    /// back, the writer heard from the reader in launch `k + 1` through the same port,
+    /// after the reader's publication of that launch, so the wait returns at once.
+    ///
+    /// The host executor keeps scratch copies per plan and counts each plan's
+    /// invocations, so what runs in between does not matter there: the plan's own
+    /// signals order the reuse, and these pairs need nothing more.
+    pub fn far_scratch_writer_pairs(&self) -> Vec<(u32, u32)> {
+        let one_way = self.one_way_packet_pairs();
+        let mut pairs = std::collections::BTreeSet::new();
+        for (w, rp) in self.ranks.iter().enumerate() {
+            for op in rp.blocks.iter().flat_map(|b| &b.ops) {
+                let ops = match op {
+                    Op::Loop { body, .. } => body.as_slice(),
+                    o => std::slice::from_ref(o),
+                };
+                pairs.extend(
+                    ops.iter()
+                        .filter_map(Op::port_scratch_reader)
+                        .map(|r| (w as u32, r)),
+                );
+            }
+        }
+        pairs.retain(|p| !one_way.contains(p));
+        pairs.into_iter().collect()
+    }
+
     /// Bytes of one scratch copy for `count` elements of `dtype` (packets double it).
     pub fn scratch_bytes(&self, count: u64, dtype: DataType) -> u64 {
         let data = self.scratch.factor as u64 * count * dtype.size() as u64;

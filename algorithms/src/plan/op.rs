@@ -1,7 +1,7 @@
 //! Plan operations. Peers are ranks; chunk references name buffers of the rank that
 //! holds them (a `Put`'s `dst` is in the peer's buffer, a `Get`'s `src` too).
 
-use super::chunk::ChunkRef;
+use super::chunk::{BufferKind, ChunkRef};
 use serde::{Deserialize, Serialize};
 
 /// Which channel kind carries an op.
@@ -159,6 +159,26 @@ impl Op {
     /// Whether it is a packet op.
     pub fn is_packet(&self) -> bool {
         matches!(self, Op::PutPackets { .. } | Op::ReadReducePackets { .. })
+    }
+
+    /// The peer whose scratch a port-channel put (data or packets) writes: a rank of
+    /// another node.
+    pub fn port_scratch_reader(&self) -> Option<u32> {
+        match self {
+            Op::Put {
+                peer,
+                channel: ChannelKind::Port,
+                dst,
+                ..
+            }
+            | Op::PutPackets {
+                peer,
+                channel: ChannelKind::Port,
+                dst,
+                ..
+            } if dst.buf == BufferKind::Scratch => Some(*peer),
+            _ => None,
+        }
     }
 
     /// Every chunk reference with whether it is written and whether it is on a peer:

@@ -90,12 +90,12 @@ fn every_dtype_and_op_compiles_for_sm_90() {
 
 #[test]
 fn plans_across_two_nodes_compile_on_every_rank() {
-    // 2 × 2 virtual nodes: every plan that runs across them (puts, signals, waits and
-    // handshakes through the port proxy) compiles on every rank.
+    // 2 × 2 virtual nodes: every plan that runs across them (puts, signals, waits,
+    // handshakes and done words through the port proxy) compiles on every rank.
     if !nvrtc_or_skip("plans_across_two_nodes_compile_on_every_rank") {
         return;
     }
-    let mut far = 0;
+    let (mut far, mut done) = (0, 0);
     for algo in Algorithm::ALL {
         let mut p = params(algo, 4, false);
         p.ranks_per_node = 2;
@@ -108,9 +108,12 @@ fn plans_across_two_nodes_compile_on_every_rank() {
                 continue; // packets or reads across nodes: refused (codegen tests)
             };
             far += usize::from(k.far != 0);
+            done += usize::from(k.source.contains("far_publish_done("));
             compile(&k, "sm_90", None)
                 .unwrap_or_else(|e| panic!("{} r={r}:\n{e}\n{}", plan.name, k.source));
         }
     }
     assert!(far >= 20, "{far} kernels with port channels");
+    // the hierarchical plans' far scratch readers publish their progress
+    assert!(done >= 12, "{done} kernels publish to far scratch writers");
 }

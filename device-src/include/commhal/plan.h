@@ -49,6 +49,14 @@
 //   at most one launch behind in steady state, so that wait is a local load. Senders
 //   that hear from the receiver in every launch need none: to start launch L they saw
 //   a write of the receiver's launch L − 1, so it finished L − 2.
+// * Far scratch writers (a rank that puts into the scratch of a rank of another node,
+//   Plan::far_scratch_writer_pairs) cannot count on that: copies rotate by launch
+//   parity over every plan, and launch L − 1 may be a plan in which the writer does not
+//   hear from the reader. So the reader publishes its done epoch to the writer through
+//   the proxy at the start of the launch (far_publish_done), and the writer checks it
+//   before its first put into the reader (far_wait_done). Back to back, the writer
+//   heard in launch L − 1 from the reader over the same port, after that publication,
+//   so the check is a local load.
 //
 // Semaphores and packets are the channels' epoch flags and LL16 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
@@ -132,7 +140,8 @@ static_assert(PLAN_PORT_REGIONS * PLAN_MAX_RANKS <= TRIGGER_MAX_MEMORY_ID + 1,
 struct PlanState {
   u32 error;                    // first error code (0: none)
   u32 pad0;
-  u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (one-way receivers)
+  u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (one-way receivers,
+                                // far scratch readers)
   u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS];
   u64 epoch[PLAN_MAX_CTAS];     // per CTA slot: plan launches completed on this rank
   u64 bar[PLAN_MAX_CTAS];       // per CTA: (L << 32) | intra-rank barriers passed
@@ -408,6 +417,28 @@ COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
   PortChannelHandle h = far_handle(c, peer);
   h.remote_memory_id = PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA;
   commhal::port_push(h, TRIGGER_SIGNAL, word, value >> 32, value & 0xffffffffull, 0);
+}
+
+// Far scratch reader: publish this rank's completed plan launches to `writer` (a rank
+// of another node that puts into this rank's scratch), as publish_done does for
+// one-way packet senders: CTA 0, one thread, no wait; the proxy stores the value into
+// done[me] of the writer's PlanState (the area's head, in its first window). Launch
+// L − 1 is over at the kernel boundary, and the port carries the store before the
+// triggers this launch pushes later. The first launch has nothing to publish.
+COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
+  if (blockIdx.x != 0 || threadIdx.x != 0 || c.epoch == 0) return;
+  const u32 me = c.a->rank;
+  const u64 word = reinterpret_cast<u64>(&c.st->done[me]) - c.a->area[me];
+  far_store(c, writer, word, c.epoch);
+}
+
+// Far scratch writer, before its first put into `reader` in this launch: wait until the
+// reader completed the last launch that read the copy this one writes. Copies
+// alternate by launch parity whatever the plan's rotation, so that is launch
+// epoch − 2 (0-based): done[reader] >= epoch − 1.
+COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) {
+  if (threadIdx.x == 0 && c.epoch >= 2) flag_wait(&c.st->done[reader], c.epoch - 1, bound(c));
+  __syncthreads();
 }
 
 // The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
