@@ -121,3 +121,58 @@ fn hierarchical_plans_need_no_entry_handshake_across_nodes() {
         }
     }
 }
+
+/// The ranks `r` hears from in `plan`: `(r, p)` for every wait on p's signal and every
+/// read of p's packets.
+fn hears(plan: &commhal_algorithms::Plan) -> std::collections::BTreeSet<(u32, u32)> {
+    use commhal_algorithms::plan::Op;
+    let mut out = std::collections::BTreeSet::new();
+    for (r, blocks) in plan.flatten().iter().enumerate() {
+        for (_, op) in blocks.iter().flatten() {
+            match op {
+                Op::Wait { peer, .. } => {
+                    out.insert((r as u32, *peer));
+                }
+                Op::ReadReducePackets { packets, .. } => {
+                    out.extend(packets.iter().map(|(p, _)| (r as u32, *p)));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Every builder's far scratch writer hears from its reader in every invocation: on the
+/// host executor (scratch copies per plan) the plan's own signals order the reuse of a
+/// copy, and on the GPUs the done-word check is a local load back to back. One-way
+/// packet senders keep their own mechanism: broadcast:ll's far pairs are not far
+/// scratch pairs.
+#[test]
+fn far_scratch_writers_hear_from_their_readers() {
+    for algo in Algorithm::ALL {
+        for (n, l) in [(4u32, 2u32), (4, 1), (6, 2), (8, 4)] {
+            let mut p = BuildParams::new(n);
+            p.ranks_per_node = l;
+            p.root = 1;
+            if algo == Algorithm::SendRecv {
+                p.pairs = (0..n).map(|r| (r, (r + l) % n)).collect();
+            }
+            if !algo.supports(&p) {
+                continue;
+            }
+            let plan = build(algo, &p).unwrap();
+            let heard = hears(&plan);
+            for pair in plan.far_scratch_writer_pairs() {
+                assert!(pair.0 / l != pair.1 / l, "{algo:?} n={n} l={l}: {pair:?}");
+                assert!(heard.contains(&pair), "{algo:?} n={n} l={l}: {pair:?}");
+            }
+        }
+    }
+    let mut p = BuildParams::new(4);
+    p.ranks_per_node = 2;
+    p.root = 1;
+    let plan = build(Algorithm::BroadcastLl, &p).unwrap();
+    assert!(plan.one_way_packet_pairs().contains(&(1, 3)));
+    assert!(plan.far_scratch_writer_pairs().is_empty());
+}

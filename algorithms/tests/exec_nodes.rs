@@ -8,6 +8,7 @@
 
 mod common;
 
+use commhal_algorithms::builders::Algorithm;
 use commhal_algorithms::plan::Collective;
 use commhal_algorithms::{DataType, RedOp};
 use common::{Case, check_case, with_ranks};
@@ -227,4 +228,57 @@ fn reduce_alltoall_and_send_recv_cross_nodes() {
             assert!(comm.port_stats().bytes > 0);
         });
     }
+}
+
+/// The hierarchical plans interleaved with plans in which a writer across nodes does
+/// not hear from its reader (a broadcast:ll root, a reduce non-root, a send) on 2 nodes
+/// of 2: the host executor keeps scratch copies per plan, so each plan's own signals
+/// order their reuse whatever runs in between (the GPUs, whose copies rotate over
+/// every plan, order it with done words: `Plan::far_scratch_writer_pairs`).
+#[test]
+fn hierarchical_plans_interleaved_with_one_way_plans() {
+    let algos = "allreduce:2ph-hb,allgather:2ph,reducescatter:2ph,broadcast:ll";
+    with_ranks(4, 2, Some(algos), |comm| {
+        let (me, n) = (comm.rank(), comm.size());
+        let bcast = comm.algorithm_for(Collective::Broadcast, 1, DataType::I32);
+        assert_eq!(bcast.unwrap(), Algorithm::BroadcastLl);
+        for round in 0..6u64 {
+            for (i, coll) in [
+                Collective::ReduceScatter,
+                Collective::Broadcast,
+                Collective::AllReduce,
+                Collective::Reduce,
+                Collective::AllGather,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let count = 1 + 97 * ((round + i as u64) % 3);
+                let case = Case {
+                    coll,
+                    count,
+                    dtype: DataType::I32,
+                    op: RedOp::Sum,
+                    root: (round as u32 + i as u32) % n,
+                    in_place: round % 2 == 1,
+                    registered: false,
+                    seed: 31 * round + i as u64,
+                };
+                check_case(comm, &case).unwrap_or_else(|e| panic!("round {round} {case:?}: {e}"));
+            }
+            // An exchange with the other node's rank (send/recv plans).
+            let peer = (me + 2) % n;
+            let data = vec![round as u8 ^ me as u8; 513];
+            let mut got = vec![0u8; 513];
+            let mut g = comm.group_start();
+            g.send(peer, &data).unwrap();
+            g.recv(peer, &mut got).unwrap();
+            g.group_end().unwrap();
+            assert!(
+                got.iter().all(|&b| b == round as u8 ^ peer as u8),
+                "rank {me}"
+            );
+        }
+        assert!(comm.port_stats().bytes > 0);
+    });
 }

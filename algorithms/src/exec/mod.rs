@@ -30,7 +30,12 @@
 //!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
 //!   packets start on a 16-byte pair of words of their own, where the GPU stores two
 //!   words as one LL16 packet (see [`run::packet_area_bytes`]);
-//! * scratch rotation: invocation `i` uses copy `i mod scratch_rotation`;
+//! * scratch rotation: invocation `i` of a plan uses copy `i mod scratch_rotation` of
+//!   that plan's own scratch (each cached plan has its scratch and counts its own
+//!   invocations), so only the plan's signals order the reuse of a copy, whatever
+//!   other plans run in between; the far scratch writers that the GPUs must hold back
+//!   ([`Plan::far_scratch_writer_pairs`](crate::plan::Plan::far_scratch_writer_pairs),
+//!   where copies rotate over every plan) need nothing here;
 //! * one-way packet senders ([`Plan::one_way_packet_pairs`](crate::plan::Plan::one_way_packet_pairs),
 //!   e.g. the broadcast root of `broadcast:ll`): the receiver signals the sender at the
 //!   end of each invocation and the sender waits for the signal of the invocation
