@@ -8,7 +8,9 @@
 // coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter, the
 // one-shot and push all-reduces and the direct broadcast are written once over the
 // primitives of coll/prims.cuh; their Simple, LL16 and LL63 (coll/prims_ll63.cuh)
-// kernels are instantiations of one template (the tables below).
+// kernels are instantiations of one template (the tables below). The LL63 chains
+// (broadcast_ll63, reduce_ll63) are written over them too, with NCCL's chain steps
+// (Prims<LL63, RootChain>: send, recv, recv_copy_send, recv_reduce_send, ...).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -50,7 +52,8 @@
 //                                    stored into the next rank's staging, chunk by chunk.
 //   commhal_coll_broadcast_ll63,     (above the LL16 sizes, bytes % 16 == 0) the chains' ranks with
 //   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
-//                                    word) instead of round flags: no barrier, no fence.
+//                                    word) instead of round flags: no barrier, no fence;
+//                                    on the primitives (Prims<LL63, RootChain>).
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
 //   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
 //                                    n-1 reduce-scatter steps into the next rank's

@@ -2,7 +2,7 @@
 #pragma once
 #include "coll/chain.cuh"
 #include "coll/prims.cuh"
-#include "coll/ll63.cuh"
+#include "coll/prims_ll63.cuh"
 
 // Broadcast and reduce (as all-to-all and send/recv): the direct kernels run between a
 // START and an END block barrier (coll/protocol.cuh; every rank launches the same grid,
@@ -191,43 +191,21 @@ COMMHAL_DEVICE void broadcast_chain(const CollArgs& a) {
   }
 }
 
-// Broadcast, LL63 chain: a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
+// Broadcast, LL63 chain, over the primitives (Prims<LL63, ChainFromRoot>,
+// coll/prims_ll63.cuh): a.count = bytes, bytes % 16 == 0 (host), blockDim a multiple of
 // 32. Position (r - root) mod n as in broadcast_chain: the root packs its input and
-// sends; a middle rank forwards the packets unchanged, then unpacks them into its
-// output; the last rank only unpacks. The root copies its input into its own output
-// unless in place.
+// sends it (and copies it into its own output unless in place); a middle rank forwards
+// the packets unchanged, then unpacks them into its output; the last rank only unpacks.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1.
 COMMHAL_DEVICE void broadcast_ll63(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 n = a.nranks;
-  const u32 root = coll_root(a);
-  const u32 pos = (a.rank + n - root) % n;
-  const u32 next = (a.rank + 1) % n;
-  const bool last = pos == n - 1;
-  const u64 nvec = a.count / 16;
-  const bool small = ll63_small(a, nvec);
-  if (!last) ll63_next_free(a, next, e, small);
-  const v16* src = reinterpret_cast<const v16*>(a.in[root]);
+  Prims<LL63, ChainFromRoot> prims(a, a.count);
+  const v16* in = reinterpret_cast<const v16*>(a.in[a.root]);
   v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
-  const bool copy_own = pos == 0 && a.in[root] != a.out[root];
-  u8* mine = ll63_region_for(a, a.rank, small, e);
-  u8* theirs = ll63_region_for(a, next, small, e);
-  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
-    u64 w[16];
-    if (pos == 0) {
-      ll63_load(src, v0, lane, nvec, w);
-      if (copy_own) ll63_store(out, v0, lane, nvec, w);
-      ll63_pack(w, lane);
-      ll63_send(theirs + pk, w);
-      return true;
-    }
-    const u32 down = last ? a.rank : next;
-    if (!(small ? ll63_recv<true>(a, mine + pk, down, w) : ll63_recv(a, mine + pk, down, w)))
-      return false;
-    if (!last) ll63_send(theirs + pk, w);
-    ll63_clear(mine + pk);
-    ll63_unpack(w, lane);
-    ll63_store(out, v0, lane, nvec, w);
-    return true;
-  });
+  if (prims.first()) {
+    prims.copy_send(in, a.in[a.root] != a.out[a.rank] ? out : nullptr);
+  } else if (prims.last()) {
+    prims.recv(out);
+  } else {
+    prims.recv_copy_send(out);
+  }
 }

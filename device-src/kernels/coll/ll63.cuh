@@ -6,7 +6,8 @@
 // LL63 chains for broadcasts and reduces above the LL16 sizes (up to the tuned LL63
 // maximum, 1 GiB for reduce on 4 x H200): the chains' ranks (r -> r+1) with
 // the data in LL63 packets (commhal/ll63.h) instead of behind round flags, so no rank ever
-// waits on a fence and no barrier runs.
+// waits on a fence and no barrier runs. Their steps: Prims<LL63, RootChain>
+// (coll/prims_ll63.cuh).
 //   Region: one per rank after the LL slots (layout::off_ll63), written by the previous
 //   rank of the chain only, ceil(vectors / 252) x 4 KiB for the largest LL63 transfer.
 //   Reuse. The receiver clears every packet it read (local stores of zeros), so at the

@@ -2,9 +2,11 @@
 // protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
 // all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces (on
-// LL63 too: coll/prims_ll63.cuh) and the direct broadcast; the pull kernels (two-shot
-// all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and its
-// reduce_pull.
+// LL63 too: coll/prims_ll63.cuh), the direct broadcast, and the LL63 chains of the
+// broadcast and the reduce (Prims<LL63, RootChain>: NCCL's send / recv /
+// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh); the pull kernels
+// (two-shot all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and
+// its reduce_pull.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -92,6 +94,26 @@ struct FromRoot {
   }
   static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32) { return a.root; }
 };
+// The chain of a rooted collective, r -> r + 1 along the ring, starting OFFSET ranks
+// after the root: rank r is at position (r - root - OFFSET) mod n, position 0 only sends,
+// position n - 1 only receives. ChainFromRoot (broadcast): the root first. ChainToRoot
+// (reduce): root + 1 first, the root last.
+template <u32 OFFSET>
+struct RootChain {
+  static constexpr bool ONE_WAY = true;
+  static constexpr u32 MAX_SENDS = 1, MAX_RECVS = 1;
+  static COMMHAL_DEVICE u32 pos(const CollArgs& a) {
+    return (a.rank + a.nranks - a.root - OFFSET) % a.nranks;
+  }
+  static COMMHAL_DEVICE u32 sends(const CollArgs& a) { return pos(a) < a.nranks - 1 ? 1 : 0; }
+  static COMMHAL_DEVICE u32 recvs(const CollArgs& a) { return pos(a) > 0 ? 1 : 0; }
+  static COMMHAL_DEVICE u32 send_to(const CollArgs& a, u32) { return (a.rank + 1) % a.nranks; }
+  static COMMHAL_DEVICE u32 recv_from(const CollArgs& a, u32) {
+    return (a.rank + a.nranks - 1) % a.nranks;
+  }
+};
+typedef RootChain<0> ChainFromRoot;
+typedef RootChain<1> ChainToRoot;
 
 template <typename Proto, typename Pattern>
 struct Prims;

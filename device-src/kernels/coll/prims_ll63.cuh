@@ -1,11 +1,15 @@
-// coll/prims_ll63.cuh — the LL63 protocol of the primitives (coll/prims.cuh):
-// Prims<LL63, AllPeers>, packets of 63 data bits and a valid bit per 64-bit word
-// (commhal/ll63.h), moved by whole warps in tiles of 252 16-byte vectors (4 KiB of
-// packets). For mid sizes, where LL16's doubled bytes cost more than its missing
-// barrier saves: the one-shot all-reduce (replicate, reduce), the all-pairs one
-// (scatter, reduce_replicate, gather; the push all-reduce's steps) and the all-gather
-// (replicate, gather) run on it.
+// coll/prims_ll63.cuh — the LL63 protocol of the primitives (coll/prims.cuh): packets of
+// 63 data bits and a valid bit per 64-bit word (commhal/ll63.h), moved by whole warps in
+// tiles of 252 16-byte vectors (4 KiB of packets). For mid sizes, where LL16's doubled
+// bytes cost more than its missing barrier saves. Two patterns:
+//   Prims<LL63, AllPeers>: the one-shot all-reduce (replicate, reduce), the all-pairs
+//     one (scatter, reduce_replicate, gather; the push all-reduce's steps) and the
+//     all-gather (replicate, gather). Described first, below.
+//   Prims<LL63, RootChain<OFFSET>>: the chains of the rooted collectives, NCCL's steps
+//     (broadcast_ll63: copy_send, recv_copy_send, recv; reduce_ll63: send,
+//     recv_reduce_send, recv_reduce_copy). Described at its class, at the end.
 //
+// AllPeers.
 // Where packets land. Every launch uses half e mod 2 of every rank's LL63 small region
 // (a.ll63_small_off, a.ll63_small_half; the one the small LL63 chains use). Before its
 // first send a block waits until every peer completed launch e - 2, the last one that
@@ -242,5 +246,184 @@ struct Prims<LL63, AllPeers> {
       for (int s = 0; s < 8; ++s) ll63_set(acc, s, fin16<Op>(a, ll63_vec(acc, s)));
     }
     return true;
+  }
+};
+
+// Prims<LL63, RootChain<OFFSET>>: the LL63 chains of the rooted collectives
+// (ChainFromRoot: broadcast_ll63; ChainToRoot: reduce_ll63; coll/ll63.cuh says why they
+// need no barrier and no fence). A rank receives packets only from the previous rank of
+// the chain and sends only to the next, in the regions of coll/ll63.cuh: half e mod 2
+// of the small region when the transfer fits one (ll63_small), else the large region;
+// before its first send a block waits until the next rank completed the last launch
+// that used them (ll63_next_free). A receiver clears every packet it read; a failed
+// wait marks the next rank's error word too (ll63_recv), so every rank downstream gives
+// up. The small transfers are latency-bound: their waits are EAGER (commhal/ll63.h).
+// Every step walks the transfer's tiles as ll63_tiles does (tile t on warp t mod W of
+// every rank), so a tile travels warp to warp down the chain. One step per position, as
+// NCCL's (n >= 2, host: the first and the last rank differ):
+//   broadcast: copy_send (first), recv_copy_send (middle), recv (last);
+//   reduce:    send (first), recv_reduce_send (middle), recv_reduce_copy (last).
+// Whole 16-byte vectors, 16-byte aligned (host).
+// Code. Each step has its own tile loop, and a receiving step one per kind of wait
+// (EAGER or not), so a rank's loop branches neither on its position nor on its region.
+// One loop for every position, with those branches inside, took 15-49 more SASS
+// instructions per tile on every position's path (sm_90: 288 on a middle rank of the
+// broadcast against 255, 384 against 366 on the f16 reduce's); the price is code (the
+// f16 reduce is 2.2 k instructions instead of 0.9 k, the typed ones ~3.5 x) and NVRTC
+// time. Registers must stay <= 128 (512-thread blocks): the f16 reduce takes 123, its
+// peak in the retry pass of a lazy wait.
+template <u32 OFFSET>
+struct Prims<LL63, RootChain<OFFSET>> {
+  typedef RootChain<OFFSET> Pattern;
+  const CollArgs& a;
+  u64 nvec;    // vectors of the transfer
+  u32 pos;     // this rank's position in the chain
+  u32 next;    // the next rank
+  bool small;  // the small region's half, not the large region
+  u8* mine;    // this launch's packets for this rank (from the previous one)
+  u8* theirs;  // this launch's packets for the next rank
+
+  COMMHAL_DEVICE Prims(const CollArgs& args, u64 bytes) : a(args), nvec(bytes / 16) {
+    const u64 e = coll_begin(a);
+    next = Pattern::send_to(a, 0);
+    pos = Pattern::pos(a);
+    small = ll63_small(a, nvec);
+    if (!last()) ll63_next_free(a, next, e, small);
+    mine = ll63_region_for(a, a.rank, small, e);
+    theirs = ll63_region_for(a, next, small, e);
+  }
+
+  COMMHAL_DEVICE bool first() const { return pos == 0; }
+  COMMHAL_DEVICE bool last() const { return pos == a.nranks - 1; }
+
+  // The first rank of a broadcast: `in` packed and sent, and copied to `own` unless
+  // that is null (in place).
+  COMMHAL_DEVICE void copy_send(const v16* in, v16* own) const {
+    ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+      u64 w[16];
+      ll63_load(in, v0, lane, nvec, w);
+      if (own != nullptr) ll63_store(own, v0, lane, nvec, w);
+      ll63_pack(w, lane);
+      ll63_send(theirs + pk, w);
+      return true;
+    });
+  }
+
+  // A middle rank of a broadcast: the packets forwarded as they came, then unpacked
+  // into `out`; the last rank: unpacked only.
+  COMMHAL_DEVICE void recv_copy_send(v16* out) const { recv_copy<true>(out); }
+  COMMHAL_DEVICE void recv(v16* out) const { recv_copy<false>(out); }
+
+  // The first rank of a reduce: `in`, pre-multiplied (premulsum), packed and sent.
+  template <typename Op>
+  COMMHAL_DEVICE void send(const v16* in) const {
+    ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+      u64 d[16];
+      load_pre<Op>(in, v0, lane, d);
+      ll63_pack(d, lane);
+      ll63_send(theirs + pk, d);
+      return true;
+    });
+  }
+
+  // A middle rank of a reduce: the partial sum received plus `in` (pre-multiplied),
+  // sent on; the last rank (the root): that sum finished (avg) into `out`, which may
+  // be `in` (each vector read, then written, by the same lane).
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_send(const v16* in) const {
+    recv_reduce<Op, true>(in, nullptr);
+  }
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_copy(const v16* in, v16* out) const {
+    recv_reduce<Op, false>(in, out);
+  }
+
+ private:
+  // This lane's packets at byte offset pk of this rank's region (the warp's verdict);
+  // a give-up marks the next rank's error word too where this rank SENDs on.
+  template <bool SEND, bool EAGER>
+  COMMHAL_DEVICE bool recv_tile(u64 pk, u64 (&w)[16]) const {
+    return ll63_recv<EAGER>(a, mine + pk, SEND ? next : a.rank, w);
+  }
+
+  template <bool SEND>
+  COMMHAL_DEVICE void recv_copy(v16* out) const {
+    if (small) {
+      recv_copy<SEND, true>(out);
+    } else {
+      recv_copy<SEND, false>(out);
+    }
+  }
+  template <bool SEND, bool EAGER>
+  COMMHAL_DEVICE void recv_copy(v16* out) const {
+    ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+      u64 w[16];
+      if (!recv_tile<SEND, EAGER>(pk, w)) return false;
+      if (SEND) ll63_send(theirs + pk, w);
+      ll63_clear(mine + pk);
+      ll63_unpack(w, lane);
+      ll63_store(out, v0, lane, nvec, w);
+      return true;
+    });
+  }
+
+  template <typename Op, bool SEND>
+  COMMHAL_DEVICE void recv_reduce(const v16* in, v16* out) const {
+    if (small) {
+      recv_reduce<Op, SEND, true>(in, out);
+    } else {
+      recv_reduce<Op, SEND, false>(in, out);
+    }
+  }
+  template <typename Op, bool SEND, bool EAGER>
+  COMMHAL_DEVICE void recv_reduce(const v16* in, v16* out) const {
+    ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
+      u64 d[16];
+      load_pre<Op>(in, v0, lane, d);  // before the wait: its latency overlaps the packets'
+      u64 w[16];
+      if (!recv_tile<SEND, EAGER>(pk, w)) return false;
+      ll63_clear(mine + pk);
+      ll63_unpack(w, lane);
+      if (SEND) {
+        send_sum<Op>(d, w, pk, lane);
+      } else {
+        store_sum<Op>(d, w, v0, lane, out);
+      }
+      return true;
+    });
+  }
+
+  // d + w (the partial sum received), packed and sent on.
+  template <typename Op>
+  COMMHAL_DEVICE void send_sum(u64 (&d)[16], const u64 (&w)[16], u64 pk, u32 lane) const {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) ll63_set(d, s, add16<Op>(ll63_vec(w, s), ll63_vec(d, s)));
+    ll63_pack(d, lane);
+    ll63_send(theirs + pk, d);
+  }
+
+  // w + d finished (avg) into `out`, slot by slot. Under the typed modules' 128-register
+  // cap, every slot summed first and then finished spilled (296 bytes for the f8e4m3
+  // average, 28 for the int8 minimum, sm_90); a sum computed only for the slots in
+  // range cost 25 instructions per tile on the f16 one.
+  template <typename Op>
+  COMMHAL_DEVICE void store_sum(const u64 (&d)[16], const u64 (&w)[16], u64 v0, u32 lane,
+                                v16* out) const {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const v16 x = fin16<Op>(a, add16<Op>(ll63_vec(w, s), ll63_vec(d, s)));
+      const u64 v = v0 + ll63_slot_vec(s, lane);
+      if (ll63_slot_has_vec(s, lane) && v < nvec) out[v] = x;
+    }
+  }
+
+  // This lane's vectors of the tile at v0 of `in` as words, pre-multiplied (premulsum).
+  template <typename Op>
+  COMMHAL_DEVICE void load_pre(const v16* in, u64 v0, u32 lane, u64 (&d)[16]) const {
+    ll63_load(in, v0, lane, nvec, d);
+    if (Op::PRE) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) ll63_set(d, s, pre16<Op>(a, ll63_vec(d, s)));
+    }
   }
 };

@@ -2,7 +2,7 @@
 #pragma once
 #include "coll/ll16.cuh"
 #include "coll/chain.cuh"
-#include "coll/ll63.cuh"
+#include "coll/prims_ll63.cuh"
 #include "coll/reduce_inputs.cuh"
 
 // Reduce (sum) to the root: a.count elements. The workers (layout::reduce_worker)
@@ -144,7 +144,8 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
   }
 }
 
-// Reduce (sum), LL63 chain: a.count elements, bytes % 16 == 0 (host). Position
+// Reduce (sum), LL63 chain, over the primitives (Prims<LL63, ChainToRoot>,
+// coll/prims_ll63.cuh): a.count elements, bytes % 16 == 0 (host). Position
 // (r - root - 1) mod n as in reduce_chain (the root is last, the sum starts at position
 // 0): position 0 packs its input and sends; a middle rank adds its input to the partial
 // sum it unpacked and sends that; the root adds its input and stores its output.
@@ -153,46 +154,13 @@ COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
 // same thread; the other ranks only read theirs.
 template <typename Op>
 COMMHAL_DEVICE void reduce_ll63(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 n = a.nranks;
-  const u32 root = coll_root(a);
-  const u32 pos = (a.rank + n - root - 1) % n;
-  const u32 next = (a.rank + 1) % n;
-  const bool last = pos == n - 1;
-  const u64 nvec = a.count * Op::ELEM / 16;
-  const bool small = ll63_small(a, nvec);
-  if (!last) ll63_next_free(a, next, e, small);
+  Prims<LL63, ChainToRoot> prims(a, a.count * Op::ELEM);
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  v16* out = reinterpret_cast<v16*>(a.out[a.rank]);
-  u8* mine = ll63_region_for(a, a.rank, small, e);
-  u8* theirs = ll63_region_for(a, next, small, e);
-  ll63_tiles(nvec, [&](u64 v0, u64 pk, u32 lane) {
-    u64 d[16];
-    ll63_load(in, v0, lane, nvec, d);  // before the wait: its latency overlaps the packets'
-    if (Op::PRE) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(d, s, pre16<Op>(a, ll63_vec(d, s)));
-    }
-    if (pos > 0) {
-      u64 w[16];
-      const u32 down = last ? a.rank : next;
-      if (!(small ? ll63_recv<true>(a, mine + pk, down, w) : ll63_recv(a, mine + pk, down, w)))
-        return false;
-      ll63_clear(mine + pk);
-      ll63_unpack(w, lane);
-#pragma unroll
-      for (int s = 0; s < 8; ++s) ll63_set(d, s, add16<Op>(ll63_vec(w, s), ll63_vec(d, s)));
-    }
-    if (!last) {
-      ll63_pack(d, lane);
-      ll63_send(theirs + pk, d);
-    } else {
-      if (Op::FIN) {
-#pragma unroll
-        for (int s = 0; s < 8; ++s) ll63_set(d, s, fin16<Op>(a, ll63_vec(d, s)));
-      }
-      ll63_store(out, v0, lane, nvec, d);
-    }
-    return true;
-  });
+  if (prims.first()) {
+    prims.template send<Op>(in);
+  } else if (prims.last()) {
+    prims.template recv_reduce_copy<Op>(in, reinterpret_cast<v16*>(a.out[a.rank]));
+  } else {
+    prims.template recv_reduce_send<Op>(in);
+  }
 }
