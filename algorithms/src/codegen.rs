@@ -24,19 +24,22 @@
 //! signal makes the peer's flag word the same epoch value an SM store would, and the
 //! start / end handshakes with those ranks go through the proxy from CTA 0 behind the
 //! intra-rank barrier, only with the far ranks where one of the pair touches the
-//! other's input or output (`far_handshake_peers`). The other far ranks that put into a
-//! rank's scratch first check that it is done with the copy, since copies rotate over
-//! every plan (`far_done_pairs`: a done word the reader publishes to them through the
-//! proxy at the start of each launch of the plan). No SM touches a far peer's memory,
+//! other's input or output (`far_handshake_peers`). No SM touches a far peer's memory,
 //! so packets (`PutPackets`) and reads (`Get`, `ReadReduce`) across nodes are refused:
 //! use an HB plan there. Switch ops need multicast (cuda-nvls) and are refused here.
+//!
+//! Scratch. Copies alternate by launch parity over every plan (plan.h `begin`), so a
+//! rank that writes a peer's scratch (near or far) and does not handshake with it at
+//! the start first checks that the peer is done with the copy (`done_pairs`: a done
+//! word the reader publishes to it at the start of each launch, a store into its
+//! memory or through the proxy; [`Plan::scratch_writer_pairs`] argues the order).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use crate::dtype::{DataType, RedOp};
 use crate::error::AlgoError;
-use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan, ScratchWriter};
 
 /// Name of the generated kernel.
 pub const ENTRY: &str = "commhal_plan";
@@ -121,39 +124,47 @@ fn sync_line(which: &str, nranks: u32, far: u32, far_hs: u32) -> String {
     s
 }
 
-/// The far scratch pairs `(writer, reader)` whose reuse of a scratch copy the kernels
-/// order with done words (plan.h `far_publish_done`, `far_wait_done`; the argument is
-/// [`Plan::far_scratch_writer_pairs`]'s): all of them but those with a far start
-/// handshake (`start_sync`), which tells the writer that the reader runs this launch,
-/// so it finished the launches before.
-fn far_done_pairs(plan: &Plan, start_sync: bool) -> Vec<(u32, u32)> {
-    let mut pairs = plan.far_scratch_writer_pairs();
+/// The [scratch writer pairs](Plan::scratch_writer_pairs) whose reuse of a copy the
+/// kernels order with done words (plan.h `publish_done` / `far_publish_done`,
+/// `wait_done` / `far_wait_done`): all but those whose writer's start handshake
+/// (`start_sync`) reaches the reader, which tells the writer that the reader runs this
+/// launch, so it finished the launches before. One-way packet senders are among them.
+fn done_pairs(plan: &Plan, start_sync: bool) -> Vec<ScratchWriter> {
+    let mut pairs = plan.scratch_writer_pairs();
     if start_sync {
-        pairs.retain(|&(w, r)| far_handshake_peers(plan, w, 1 << r) == 0);
+        pairs.retain(|p| handshake_peers(plan, p.writer) & (1 << p.reader) == 0);
     }
     pairs
 }
 
-/// The lines at the start of `rank`'s kernel that publish its progress: to one-way
-/// packet senders (plan.h `publish_done`, a store into their memory) and to far
-/// scratch writers (`far_publish_done`, through the proxy).
-fn publish_lines(rank: u32, one_way: &[(u32, u32)], far_done: &[(u32, u32)]) -> String {
+/// The ranks `rank`'s start handshake reaches (bit p: rank p): every near rank, and the
+/// far ranks of [`far_handshake_peers`].
+fn handshake_peers(plan: &Plan, rank: u32) -> u32 {
+    let far = far_peers(plan, rank);
+    !far | far_handshake_peers(plan, rank, far)
+}
+
+/// The lines at the start of `rank`'s kernel that publish its progress to the writers
+/// into its scratch of `done` (plan.h `publish_done`, a store into their memory;
+/// `far_publish_done` through the proxy).
+fn publish_lines(rank: u32, done: &[ScratchWriter]) -> String {
     let mut s = String::new();
-    for (w, _) in one_way.iter().filter(|(_, r)| *r == rank) {
-        let _ = writeln!(s, "  publish_done(c, {w}u);");
-    }
-    for (w, _) in far_done.iter().filter(|(_, r)| *r == rank) {
-        let _ = writeln!(s, "  far_publish_done(c, {w}u);");
+    for p in done.iter().filter(|p| p.reader == rank) {
+        let f = if p.far {
+            "far_publish_done"
+        } else {
+            "publish_done"
+        };
+        let _ = writeln!(s, "  {f}(c, {}u);", p.writer);
     }
     s
 }
 
-/// The second elements of the pairs whose first is `rank`.
-fn pairs_from(pairs: &[(u32, u32)], rank: u32) -> BTreeSet<u32> {
-    pairs
-        .iter()
-        .filter(|(a, _)| *a == rank)
-        .map(|(_, b)| *b)
+/// The readers of `done` that `rank` writes into, each with whether through a port.
+fn readers_of(done: &[ScratchWriter], rank: u32) -> BTreeMap<u32, bool> {
+    done.iter()
+        .filter(|p| p.writer == rank)
+        .map(|p| (p.reader, p.far))
         .collect()
 }
 
@@ -396,13 +407,14 @@ struct Gen<'a> {
     waited: BTreeSet<u32>,
     /// (peer, semaphore index in the peer) this block signals.
     signalled: BTreeSet<(u32, u32)>,
-    /// Peers this rank writes packets into one way (plan.h `wait_done`).
-    one_way_to: &'a BTreeSet<u32>,
-    /// Far ranks whose scratch this rank puts into with a done-word check first
-    /// (plan.h `far_wait_done`; [`far_done_pairs`]).
-    far_done_to: &'a BTreeSet<u32>,
-    /// Of those and the one-way receivers, the ones this block already waited for.
+    /// Ranks whose scratch this rank writes with a done-word check first, each with
+    /// whether through a port (plan.h `wait_done`, `far_wait_done`; [`done_pairs`]).
+    done_to: &'a BTreeMap<u32, bool>,
+    /// Of those, the ones this block already waited for.
     done_waited: BTreeSet<u32>,
+    /// The near ones this block writes into anywhere (bit p: rank p), waited for
+    /// together before the first of those writes.
+    near_done: u32,
     /// Ranks reached over port channels ([`far_peers`]).
     far: u32,
     /// Far ranks this block pushed puts to that were not flushed yet (bit p).
@@ -548,15 +560,40 @@ impl Gen<'_> {
         }
     }
 
-    /// Before the first of `ops` that puts into the scratch of a far reader of
-    /// `far_done_to` in this block: wait until the reader is done with the copy
-    /// (plan.h `far_wait_done`).
-    fn wait_far_readers(&mut self, ops: &[Op]) {
-        for r in ops.iter().filter_map(Op::port_scratch_reader) {
-            if self.far_done_to.contains(&r) && self.done_waited.insert(r) {
-                self.line(&format!("far_wait_done(c, {r}u);"));
+    /// Before the first of `ops` that writes into the scratch of a reader of `done_to`
+    /// in this block: wait until the reader is done with the copy. A near reader's
+    /// first write waits for every near reader of the block at once (plan.h
+    /// `wait_done`: one load per reader side by side, one CTA sync); a far reader is
+    /// waited for before its first put (`far_wait_done`).
+    fn wait_readers(&mut self, ops: &[Op]) {
+        for (r, _) in ops.iter().filter_map(Op::scratch_reader) {
+            match self.done_to.get(&r) {
+                Some(true) if self.done_waited.insert(r) => {
+                    self.line(&format!("far_wait_done(c, {r}u);"));
+                }
+                Some(false) if !self.done_waited.contains(&r) => {
+                    let m = self.near_done;
+                    self.line(&format!("wait_done(c, {m}u);"));
+                    self.done_waited
+                        .extend((0..32).filter(|p| m & (1 << p) != 0));
+                }
+                _ => {}
             }
         }
+    }
+
+    /// The near readers of `done_to` that `ops` write into (bit p: rank p).
+    fn near_readers(done_to: &BTreeMap<u32, bool>, ops: &[Op]) -> u32 {
+        let one = |o: &Op| match o.scratch_reader() {
+            Some((r, _)) if done_to.get(&r) == Some(&false) => 1 << r,
+            _ => 0,
+        };
+        ops.iter()
+            .map(|o| match o {
+                Op::Loop { body, .. } => body.iter().map(one).fold(0, |a, b| a | b),
+                o => one(o),
+            })
+            .fold(0, |a, b| a | b)
     }
 
     /// An error for `what` between this rank and far `peer` (no SM reaches it).
@@ -610,6 +647,7 @@ impl Gen<'_> {
             Op::Flush { peer, .. } => self.flush_far(1 << peer),
             _ => self.flush_far(u32::MAX),
         }
+        self.wait_readers(std::slice::from_ref(op));
         match op {
             Op::Put {
                 peer,
@@ -618,7 +656,6 @@ impl Gen<'_> {
                 channel: ChannelKind::Port,
                 ..
             } => {
-                self.wait_far_readers(std::slice::from_ref(op));
                 self.data_op(&[*src], &[], iterations);
                 let s = self.span(src, me, looped, false);
                 let d = self.span(dst, *peer, looped, false);
@@ -720,9 +757,6 @@ impl Gen<'_> {
             }
             Op::PutPackets { peer, src, dst, .. } => {
                 self.no_far(*peer, "writes LL packets into")?;
-                if self.one_way_to.contains(peer) && self.done_waited.insert(*peer) {
-                    self.line(&format!("wait_done(c, {peer}u);"));
-                }
                 self.data_op(&[*src], &[], iterations);
                 let occ = self.occurrence(block, flat, 0)?;
                 let s = self.span(src, me, looped, false);
@@ -869,10 +903,8 @@ pub fn generate_cuda(
         (false, false)
     };
     let far = far_peers(plan, rank);
-    let one_way = plan.one_way_packet_pairs();
-    let one_way_to = pairs_from(&one_way, rank);
-    let far_done = far_done_pairs(plan, start_sync);
-    let far_done_to = pairs_from(&far_done, rank);
+    let done = done_pairs(plan, start_sync);
+    let done_to = readers_of(&done, rank);
     let mut body = String::new();
     let mut uses_barrier = false;
     for (b, blk) in blocks.iter().enumerate() {
@@ -887,9 +919,9 @@ pub fn generate_cuda(
             writes: Vec::new(),
             waited: BTreeSet::new(),
             signalled: BTreeSet::new(),
-            one_way_to: &one_way_to,
-            far_done_to: &far_done_to,
+            done_to: &done_to,
             done_waited: BTreeSet::new(),
+            near_done: Gen::near_readers(&done_to, &blk.ops),
             far,
             unflushed: 0,
         };
@@ -898,7 +930,7 @@ pub fn generate_cuda(
             match op {
                 Op::Loop { iterations, body } if !body.iter().any(Op::is_packet) => {
                     // A C++ loop; its extents count for every iteration.
-                    g.wait_far_readers(body);
+                    g.wait_readers(body);
                     g.line(&format!("for (u32 it = 0; it < {iterations}u; ++it) {{"));
                     for o in body {
                         g.op(o, b, flat, true, *iterations)?;
@@ -970,7 +1002,7 @@ pub fn generate_cuda(
         src,
         "extern \"C\" __global__ void __launch_bounds__(1024) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
-    src.push_str(&publish_lines(rank, &one_way, &far_done));
+    src.push_str(&publish_lines(rank, &done));
     let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
         src.push_str(&sync_line("start", plan.nranks, far, far_hs));
@@ -1142,22 +1174,20 @@ mod tests {
                 );
             }
         }
-        // All-pairs: every sender hears from its receivers.
+        // All-pairs: every rank publishes to every peer and waits for all of them at
+        // once, before its first packet write (launch k + 1 may be another plan).
         for a in [Algorithm::AllGatherLl, Algorithm::ReduceScatterLl] {
             let s = source(a, 2);
-            assert!(
-                !s.contains("wait_done(") && !s.contains("publish_done("),
-                "{s}"
-            );
+            assert_eq!(calls(&s, "publish_done"), [0, 1, 3], "{s}");
+            assert_eq!(calls(&s, "wait_done"), [0b1011], "{s}");
+            assert!(s.find("wait_done(") < s.find("put_packets("), "{s}");
         }
-        // Broadcast: the root waits once per receiver, each receiver publishes to it.
+        // Broadcast: the root waits once for its receivers, each publishes to it.
         let root = source(Algorithm::BroadcastLl, 1);
-        for p in [0, 2, 3] {
-            assert_eq!(root.matches(&format!("wait_done(c, {p}u);")).count(), 1);
-        }
+        assert_eq!(calls(&root, "wait_done"), [0b1101], "{root}");
         assert!(!root.contains("publish_done("), "{root}");
         let recv = source(Algorithm::BroadcastLl, 3);
-        assert!(recv.contains("publish_done(c, 1u);"), "{recv}");
+        assert_eq!(calls(&recv, "publish_done"), [1], "{recv}");
         assert!(!recv.contains("wait_done("), "{recv}");
     }
 
@@ -1371,7 +1401,9 @@ mod tests {
     /// Hierarchical plans on 2 nodes of 2: each rank publishes its progress to its
     /// counterpart (the rank that puts into its scratch) once, from the top of the
     /// kernel through the proxy (its kernel has the ports table), and waits for the
-    /// counterpart's before its first far put in each block; nothing for near peers.
+    /// counterpart's before its first far put in each block. Near peers: nothing where
+    /// the near start handshake orders them (2ph-hb, allgather 2ph); reducescatter 2ph
+    /// has none, so its near counterpart publishes to it directly.
     #[test]
     fn far_scratch_writers_wait_for_their_readers_progress() {
         let mut p = BuildParams::new(4);
@@ -1400,7 +1432,14 @@ mod tests {
                     waits += 1;
                 }
                 assert!(waits > 0, "{a:?}: {s}");
-                assert!(calls(s, "publish_done").is_empty() && calls(s, "wait_done").is_empty());
+                if a == Algorithm::ReduceScatter2ph {
+                    assert_eq!(calls(s, "publish_done"), [r ^ 1], "{s}");
+                    assert_eq!(calls(s, "wait_done"), [1 << (r ^ 1)], "{s}");
+                } else {
+                    assert!(
+                        calls(s, "publish_done").is_empty() && calls(s, "wait_done").is_empty()
+                    );
+                }
             }
         }
         // One node: no far pair.
@@ -1414,6 +1453,153 @@ mod tests {
                 .unwrap()
                 .source;
             assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
+        }
+    }
+
+    /// The peer p of `Span d = chunk((a.area[p] ...` / `packets(...`: a write into p's
+    /// scratch.
+    fn scratch_write_peer(line: &str) -> Option<u32> {
+        ["Span d = chunk((a.area[", "Span d = packets((a.area["]
+            .iter()
+            .find_map(|k| line.split(k).nth(1))?
+            .split(']')
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// The ranks `source`'s start handshake reaches (bit p): all with `start_sync`,
+    /// else the near ones of `handshake(c, 0u, ..)` and those of `far_handshake(c, 0u, ..)`.
+    fn start_handshake_mask(source: &str, far: u32) -> u32 {
+        if source.contains("start_sync(") {
+            return u32::MAX;
+        }
+        let near = if source.contains("handshake(c, 0u") {
+            !far
+        } else {
+            0
+        };
+        let far_hs = source
+            .split("far_handshake(c, 0u, ")
+            .nth(1)
+            .and_then(|t| t.split('u').next()?.parse::<u32>().ok())
+            .unwrap_or(0);
+        near | far_hs
+    }
+
+    /// Every generated kernel of every plan, on one node and across nodes: each write
+    /// into a peer's scratch comes after the start handshake with that peer or a wait
+    /// for its done word in the block; each such wait has the reader publishing to the
+    /// writer with the right transport (a store for a near writer, the proxy for a far
+    /// one), and each publication a writer that waits for it.
+    #[test]
+    fn scratch_writes_wait_for_the_readers_published_progress() {
+        let mut checked = 0;
+        for algo in Algorithm::ALL {
+            for (n, l) in [(4u32, 4u32), (8, 8), (4, 2), (8, 4)] {
+                let mut p = BuildParams::new(n);
+                p.ranks_per_node = l;
+                p.root = 1;
+                if algo == Algorithm::SendRecv {
+                    p.pairs = (0..n).map(|r| (r, (r + 1) % n)).collect();
+                }
+                let Ok(plan) = build(algo, &p) else { continue };
+                let kernels: Vec<_> = (0..n)
+                    .map(|r| generate_cuda(&plan, r, DataType::F16, RedOp::Sum))
+                    .collect();
+                if kernels.iter().any(Result::is_err) {
+                    continue; // packets or reads across nodes
+                }
+                let mut waits = BTreeSet::new(); // (writer, reader, far)
+                let mut publishes = BTreeSet::new();
+                for (r, k) in kernels.iter().map(|k| k.as_ref().unwrap()).enumerate() {
+                    let r = r as u32;
+                    let s = &k.source;
+                    let hs = start_handshake_mask(s, k.far);
+                    for w in calls(s, "publish_done") {
+                        publishes.insert((w, r, false));
+                    }
+                    for w in calls(s, "far_publish_done") {
+                        publishes.insert((w, r, true));
+                    }
+                    for blk in s.split("if (b == ").skip(1) {
+                        let (mut near, mut far) = (0u32, 0u32);
+                        for line in blk.lines().map(str::trim) {
+                            near |= calls(line, "wait_done").first().copied().unwrap_or(0);
+                            far |= calls(line, "far_wait_done")
+                                .iter()
+                                .map(|p| 1 << p)
+                                .sum::<u32>();
+                            let Some(q) = scratch_write_peer(line).filter(|&q| q != r) else {
+                                continue;
+                            };
+                            let what = format!("{} {n}/{l} r{r} -> {q}", plan.name);
+                            assert!((near | far | hs) & (1 << q) != 0, "{what}: {blk}");
+                        }
+                        let name = |m: u32, f| {
+                            (0..n)
+                                .filter(move |q| m & (1 << q) != 0)
+                                .map(move |q| (r, q, f))
+                        };
+                        waits.extend(name(near, false).chain(name(far, true)));
+                    }
+                    checked += 1;
+                }
+                assert_eq!(waits, publishes, "{} {n}/{l}", plan.name);
+            }
+        }
+        assert!(checked > 300, "{checked} kernels");
+    }
+
+    /// The small packet plans on one node pay a store per peer at the start (CTA 0) and
+    /// one wait per block (a local load per reader, side by side) before the first
+    /// packet write; plans whose start handshake reaches every peer pay nothing.
+    #[test]
+    fn near_done_words_cost_a_store_per_peer_and_one_wait_per_block() {
+        for a in [
+            Algorithm::AllReduce1pa,
+            Algorithm::AllReduce2paLl,
+            Algorithm::ReduceScatter2ph,
+        ] {
+            let plan = build(a, &BuildParams::new(8)).unwrap();
+            for r in 0..8u32 {
+                let s = generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                    .unwrap()
+                    .source;
+                let peers: Vec<u32> = (0..8).filter(|&q| q != r).collect();
+                assert_eq!(calls(&s, "publish_done"), peers, "{a:?}: {s}");
+                assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
+                for blk in s.split("if (b == ").skip(1) {
+                    let writes: u32 = blk
+                        .lines()
+                        .filter_map(scratch_write_peer)
+                        .filter(|&q| q != r)
+                        .map(|q| 1 << q)
+                        .fold(0, |x, y| x | y);
+                    let w = calls(blk, "wait_done");
+                    assert_eq!(
+                        w,
+                        if writes == 0 { vec![] } else { vec![writes] },
+                        "{a:?}: {blk}"
+                    );
+                }
+            }
+        }
+        for a in [
+            Algorithm::AllReduce2paHb,
+            Algorithm::AllReduce2phHb,
+            Algorithm::AllReduceRing,
+        ] {
+            let plan = build(a, &BuildParams::new(8)).unwrap();
+            for r in 0..8 {
+                let s = generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                    .unwrap()
+                    .source;
+                assert!(
+                    s.contains("start_sync(") && !s.contains("_done("),
+                    "{a:?}: {s}"
+                );
+            }
         }
     }
 

@@ -38,5 +38,5 @@ pub use dtype::{DataType, RedOp, finalize, finalize_avg, reduce_into, reference_
 pub use error::{AlgoError, Location};
 pub use plan::{
     Block, BufferKind, BufferSpec, ChannelKind, ChunkRef, Collective, Op, Plan, RankPlan,
-    SCHEMA_VERSION,
+    SCHEMA_VERSION, ScratchWriter,
 };

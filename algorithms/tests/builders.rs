@@ -176,3 +176,43 @@ fn far_scratch_writers_hear_from_their_readers() {
     assert!(plan.one_way_packet_pairs().contains(&(1, 3)));
     assert!(plan.far_scratch_writer_pairs().is_empty());
 }
+
+/// Every builder's scratch writer, near or far, hears from its reader in every
+/// invocation, but one-way packet senders: back to back on the GPUs, the reader's done
+/// word of launch k + 1 was published before anything the writer heard from it in that
+/// launch, so the writer's check in launch k + 2 is a local load (`allreduce:1pa`: every
+/// rank reads every peer's packets in every launch).
+#[test]
+fn scratch_writers_hear_from_their_readers_or_are_one_way() {
+    for algo in Algorithm::ALL {
+        for (n, l) in [(2u32, 2u32), (4, 4), (8, 8), (4, 2), (8, 4)] {
+            let mut p = BuildParams::new(n);
+            p.ranks_per_node = l;
+            p.root = 1;
+            if algo == Algorithm::SendRecv {
+                p.pairs = (0..n).map(|r| (r, (r + 1) % n)).collect();
+            }
+            if !algo.supports(&p) {
+                continue;
+            }
+            let plan = build(algo, &p).unwrap();
+            let heard = hears(&plan);
+            let one_way = plan.one_way_packet_pairs();
+            for w in plan.scratch_writer_pairs() {
+                let pair = (w.writer, w.reader);
+                assert_eq!(
+                    w.far,
+                    pair.0 / l != pair.1 / l,
+                    "{algo:?} n={n} l={l}: {w:?}"
+                );
+                assert!(
+                    heard.contains(&pair) || one_way.contains(&pair),
+                    "{algo:?} n={n} l={l}: {pair:?}"
+                );
+            }
+        }
+    }
+    let plan = build(Algorithm::AllReduce1pa, &BuildParams::new(8)).unwrap();
+    assert_eq!(plan.scratch_writer_pairs().len(), 8 * 7);
+    assert!(plan.one_way_packet_pairs().is_empty());
+}

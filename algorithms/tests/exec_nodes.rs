@@ -234,7 +234,7 @@ fn reduce_alltoall_and_send_recv_cross_nodes() {
 /// not hear from its reader (a broadcast:ll root, a reduce non-root, a send) on 2 nodes
 /// of 2: the host executor keeps scratch copies per plan, so each plan's own signals
 /// order their reuse whatever runs in between (the GPUs, whose copies rotate over
-/// every plan, order it with done words: `Plan::far_scratch_writer_pairs`).
+/// every plan, order it with done words: `Plan::scratch_writer_pairs`).
 #[test]
 fn hierarchical_plans_interleaved_with_one_way_plans() {
     let algos = "allreduce:2ph-hb,allgather:2ph,reducescatter:2ph,broadcast:ll";

@@ -7,6 +7,15 @@ use crate::plan::{BufferSpec, Collective, Op, Plan};
 /// as packets into slot `rank` of every peer's scratch, then reduces its input with the
 /// `n-1` packet slots into its output. One block, one round trip. Scratch: `n × count`,
 /// rotated over 2 copies.
+///
+/// Every rank reads every peer's packets in every invocation, which the peer wrote
+/// after it finished the invocation before; so a writer of copy `k mod 2` in invocation
+/// `k + 2` heard from its reader in `k + 1`, and the reader is done with the copy. On
+/// the GPUs copies alternate over every plan and launch `k + 1` may be another, so
+/// each rank also publishes its done launches to every peer (a store each, CTA 0) and
+/// waits for the peers' before its first packet ([`Plan::scratch_writer_pairs`]); back
+/// to back that wait is a local load, the publications of launch `k + 1` having come
+/// before the packets each rank read from every peer in that launch.
 pub fn allreduce_1pa(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> {
     check_n(nranks, "allreduce_1pa")?;
     let mut plan = Plan::new(Collective::AllReduce, "allreduce-1pa", nranks, in_place);
@@ -163,8 +172,9 @@ pub fn allreduce_2pa(
 /// which writes copy `k mod 2`, has heard from r in invocation `k + 1`: r is done
 /// reading that copy in invocation `k`. On the GPUs copies rotate by launch parity over
 /// every plan, and launch `k + 1` may be another plan in which the writer does not hear
-/// from r: there the counterparts check r's published progress before writing
-/// ([`Plan::far_scratch_writer_pairs`]).
+/// from r: there the writers without a start handshake with r (the counterparts, and
+/// the near peers of 2ph-ll) check r's published progress before writing
+/// ([`Plan::scratch_writer_pairs`]).
 pub fn allreduce_2ph(
     nranks: u32,
     ranks_per_node: u32,

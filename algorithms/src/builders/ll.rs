@@ -14,9 +14,14 @@
 //!   plan with such a pair ([`crate::plan::Plan::one_way_packet_pairs`]): the receiver
 //!   publishes how many invocations it completed, and the sender waits, before its
 //!   first packet write, until the receiver completed the one that last read the copy
-//!   (`i − rotation`). In steady state that is long done (the receiver is one
+//!   (`i − rotation` on the host; `i − 2` on the GPUs, whose copies alternate by
+//!   launch parity). In steady state that is long done (the receiver is one
 //!   invocation behind at most), so the wait costs a local load, as the hand
 //!   `broadcast_ll`'s wait on the receiver's done epoch `e − 2`.
+//!
+//! On the GPUs copies alternate over every plan, so launch `i − 1` may be another plan
+//! in which a writer does not hear from its reader: there every scratch writer of these
+//! plans waits the same way ([`crate::plan::Plan::scratch_writer_pairs`]).
 
 use super::*;
 use crate::plan::{BufferSpec, Collective, Op, Plan};

@@ -545,8 +545,8 @@ pub fn allgather_2ph(nranks: u32, ranks_per_node: u32, in_place: bool) -> Result
 /// the one before. A writer in invocation `k + 2` (copy `k mod 2`) has waited for r's
 /// signal of invocation `k + 1`, so r is done reading that copy in invocation `k`. On
 /// the GPUs copies rotate by launch parity over every plan, and launch `k + 1` may be
-/// another plan in which the writer does not hear from r: there the counterparts check
-/// r's published progress before writing ([`Plan::far_scratch_writer_pairs`]).
+/// another plan in which the writer does not hear from r: there its writers, near and
+/// far, check r's published progress before writing ([`Plan::scratch_writer_pairs`]).
 pub fn reducescatter_2ph(
     nranks: u32,
     ranks_per_node: u32,

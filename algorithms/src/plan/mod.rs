@@ -36,7 +36,9 @@
 //!   next one on each invocation (LL flag values change per invocation too). A rank
 //!   that writes packets into a peer it never hears from in the plan (a one-way
 //!   sender, [`Plan::one_way_packet_pairs`]) is held back by the executor until that
-//!   peer has finished reading the copy it is about to overwrite.
+//!   peer has finished reading the copy it is about to overwrite. On the GPUs copies
+//!   alternate by launch parity over every plan instead ([`Plan::scratch_writer_pairs`]
+//!   says what orders their reuse there).
 //! * `Barrier` is **intra-rank**: every block of the rank reaches its k-th barrier before
 //!   any passes it. Cross-rank synchronisation is always signal/wait or packets.
 //! * `Finalize` applies the op's last step (avg: divide by nranks) to a local chunk.
@@ -172,6 +174,18 @@ pub struct Plan {
     pub ranks: Vec<RankPlan>,
 }
 
+/// A rank that writes into another rank's scratch in a plan
+/// ([`Plan::scratch_writer_pairs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ScratchWriter {
+    /// The rank that puts data or packets.
+    pub writer: u32,
+    /// The rank whose scratch it writes.
+    pub reader: u32,
+    /// Through a port channel (a rank of another node) rather than mapped memory.
+    pub far: bool,
+}
+
 impl Plan {
     /// An empty plan (no ops) with the collective's input/output factors and one chunk each.
     pub fn new(
@@ -281,45 +295,68 @@ impl Plan {
         out
     }
 
-    /// `(writer, reader)` pairs of ranks on different nodes (a port channel between
-    /// them) where the writer puts data or packets into the reader's scratch, less the
-    /// [one-way packet pairs](Self::one_way_packet_pairs), which executors already hold
-    /// back (a pair never gets both).
+    /// Every pair of distinct ranks where the writer puts data or LL packets into the
+    /// reader's scratch, with whether through a port (a rank of another node).
     ///
     /// Where scratch copies rotate over every plan (the GPUs: two copies by launch
-    /// parity), the plan's own signals do not order their reuse. The writer writes copy
-    /// `k mod 2` in launch `k + 2`, which the reader read in launch `k`; the builders'
-    /// argument (the writer heard from the reader in launch `k + 1`, so the reader
-    /// finished `k`) fails when launch `k + 1` is another plan in which the writer does
-    /// not hear from the reader (a broadcast root, a reduce non-root, a send). So the
-    /// reader publishes its completed launches to the writer at the start of each launch
-    /// of this plan, and the writer waits, before its first put into the reader in the
-    /// launch, until the reader completed launch `k`. The reader publishes in launch
-    /// `k + 2` at the latest, without waiting, so the writer cannot wait forever; back to
-    /// back, the writer heard from the reader in launch `k + 1` through the same port,
-    /// after the reader's publication of that launch, so the wait returns at once.
+    /// parity, whatever `scratch_rotation` says), the plan's own signals do not order
+    /// their reuse. The writer writes copy `k mod 2` in launch `k + 2`, which the reader
+    /// read in launch `k`. A start handshake of the pair in launch `k + 2` orders it (the
+    /// reader runs `k + 2`, so it finished `k`). Hearing from the reader in launch
+    /// `k + 1` does too, but launch `k + 1` may be another plan in which the writer does
+    /// not hear from the reader (a broadcast root, a reduce non-root, a send), and a
+    /// [one-way sender](Self::one_way_packet_pairs) never does. So for each pair without
+    /// a start handshake the reader publishes its completed launches to the writer at
+    /// the start of each launch (a done word: one store, no wait), and the writer waits,
+    /// before its first write into the reader in the launch, until the reader completed
+    /// launch `k`: `done >= k + 1`. Both run launch `k + 2`, where the reader publishes
+    /// without waiting for anything, so the writer cannot wait forever.
+    ///
+    /// Back to back, the wait is a local load that finds the value: a writer that hears
+    /// from its reader in every launch of the plan (every builder's, one-way senders
+    /// aside: `tests/builders.rs`) heard in launch `k + 1` from writes the reader made
+    /// after it published `k + 1`, first thing in that launch, a whole launch boundary
+    /// before the writer's check. (The relaxed store is not ordered with those writes,
+    /// so this is timing, not a guarantee: the check stays a wait.) A one-way sender
+    /// waits only when it runs two launches ahead of its receiver.
     ///
     /// The host executor keeps scratch copies per plan and counts each plan's
     /// invocations, so what runs in between does not matter there: the plan's own
-    /// signals order the reuse, and these pairs need nothing more.
-    pub fn far_scratch_writer_pairs(&self) -> Vec<(u32, u32)> {
-        let one_way = self.one_way_packet_pairs();
-        let mut pairs = std::collections::BTreeSet::new();
+    /// signals order the reuse, and one-way senders wait for a progress signal.
+    pub fn scratch_writer_pairs(&self) -> Vec<ScratchWriter> {
+        let mut far = std::collections::BTreeMap::new();
         for (w, rp) in self.ranks.iter().enumerate() {
             for op in rp.blocks.iter().flat_map(|b| &b.ops) {
                 let ops = match op {
                     Op::Loop { body, .. } => body.as_slice(),
                     o => std::slice::from_ref(o),
                 };
-                pairs.extend(
-                    ops.iter()
-                        .filter_map(Op::port_scratch_reader)
-                        .map(|r| (w as u32, r)),
-                );
+                for (r, ch) in ops.iter().filter_map(Op::scratch_reader) {
+                    if r as usize != w {
+                        *far.entry((w as u32, r)).or_insert(false) |= ch == ChannelKind::Port;
+                    }
+                }
             }
         }
-        pairs.retain(|p| !one_way.contains(p));
-        pairs.into_iter().collect()
+        far.into_iter()
+            .map(|((writer, reader), far)| ScratchWriter {
+                writer,
+                reader,
+                far,
+            })
+            .collect()
+    }
+
+    /// The `(writer, reader)` [scratch writer pairs](Self::scratch_writer_pairs) through
+    /// a port, less the one-way packet pairs (packets do not cross nodes on the GPUs).
+    pub fn far_scratch_writer_pairs(&self) -> Vec<(u32, u32)> {
+        let one_way = self.one_way_packet_pairs();
+        self.scratch_writer_pairs()
+            .into_iter()
+            .filter(|p| p.far)
+            .map(|p| (p.writer, p.reader))
+            .filter(|p| !one_way.contains(p))
+            .collect()
     }
 
     /// Bytes of one scratch copy for `count` elements of `dtype` (packets double it).

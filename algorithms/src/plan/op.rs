@@ -161,22 +161,16 @@ impl Op {
         matches!(self, Op::PutPackets { .. } | Op::ReadReducePackets { .. })
     }
 
-    /// The peer whose scratch a port-channel put (data or packets) writes: a rank of
-    /// another node.
-    pub fn port_scratch_reader(&self) -> Option<u32> {
+    /// The peer whose scratch a put (data or packets) writes, and the channel it
+    /// goes through (a port: a rank of another node).
+    pub fn scratch_reader(&self) -> Option<(u32, ChannelKind)> {
         match self {
             Op::Put {
-                peer,
-                channel: ChannelKind::Port,
-                dst,
-                ..
+                peer, channel, dst, ..
             }
             | Op::PutPackets {
-                peer,
-                channel: ChannelKind::Port,
-                dst,
-                ..
-            } if dst.buf == BufferKind::Scratch => Some(*peer),
+                peer, channel, dst, ..
+            } if dst.buf == BufferKind::Scratch => Some((*peer, *channel)),
             _ => None,
         }
     }

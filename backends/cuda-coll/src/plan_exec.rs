@@ -74,7 +74,8 @@ pub struct PlanArgs {
     pub spin_ns: u64,
     /// CTAs per plan block.
     pub replicas: u32,
-    /// Scratch copies.
+    /// The plan's scratch rotation (the host executor's; the kernels alternate two
+    /// copies by launch parity whatever it says).
     pub rotation: u32,
     /// This rank.
     pub rank: u32,

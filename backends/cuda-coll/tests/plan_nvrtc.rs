@@ -44,7 +44,8 @@ fn every_builder_compiles_for_sm_90() {
 
 #[test]
 fn ll_plans_compile_on_every_rank() {
-    // The broadcast root (wait_done) and its receivers (publish_done) differ.
+    // The broadcast root (wait_done) and its receivers (publish_done) differ; the
+    // all-pairs plans do both (done words between near scratch writers and readers).
     if !nvrtc_or_skip("ll_plans_compile_on_every_rank") {
         return;
     }
@@ -52,6 +53,7 @@ fn ll_plans_compile_on_every_rank() {
         Algorithm::AllGatherLl,
         Algorithm::ReduceScatterLl,
         Algorithm::BroadcastLl,
+        Algorithm::AllReduce1pa,
     ] {
         let mut p = params(algo, 3, false);
         p.root = 1;
@@ -59,6 +61,8 @@ fn ll_plans_compile_on_every_rank() {
         for r in 0..3 {
             let k = generate_cuda(&plan, r, DataType::Bf16, RedOp::Sum)
                 .unwrap_or_else(|e| panic!("{}: {e}", plan.name));
+            let done = k.source.contains("publish_done(") || k.source.contains("wait_done(");
+            assert!(done, "{}: no done word on rank {r}", plan.name);
             compile(&k, "sm_90", None)
                 .unwrap_or_else(|e| panic!("{} r={r}:\n{e}\n{}", plan.name, k.source));
         }

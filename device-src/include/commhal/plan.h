@@ -10,7 +10,7 @@
 //   [PLAN_HS_OFF, PLAN_STATE_OFF)       inbound start / end handshake flags
 //                                       u64 [2][sender][CTA]
 //   [PLAN_STATE_OFF, PLAN_DATA_OFF)     PlanState, touched by this rank only
-//   [PLAN_DATA_OFF, ...)                scratch copies (the plan's scratch_rotation)
+//   [PLAN_DATA_OFF, ...)                two scratch copies (by launch parity)
 //
 // The protocol of the hand-written collectives (coll/protocol.cuh), so that nothing
 // is counted, reset or fenced at the end of a kernel:
@@ -39,24 +39,21 @@
 // (epoch and occurrence), in one 16-byte store; scratch copies rotate with the epoch.
 // Word for word this is the host executor's LL8 layout (word i = {data i, flag}), so
 // both size and address the packet area alike (exec::packet_range).
-// * One-way packet senders (a sender that never hears from its receiver in the plan,
-//   Plan::one_way_packet_pairs: the broadcast:ll root) have nothing in the plan that
-//   bounds how far they run ahead, so the receiver publishes its progress as the hand
-//   kernels' done epochs: CTA 0 of every launch stores the launches this rank completed
-//   into done[me] of the sender's state (one store into peer memory), and the sender
-//   waits, before its first packet write into the receiver, until done reaches the
-//   launch that last read the scratch copy it writes (L − rotation). The receiver is
-//   at most one launch behind in steady state, so that wait is a local load. Senders
-//   that hear from the receiver in every launch need none: to start launch L they saw
-//   a write of the receiver's launch L − 1, so it finished L − 2.
-// * Far scratch writers (a rank that puts into the scratch of a rank of another node,
-//   Plan::far_scratch_writer_pairs) cannot count on that: copies rotate by launch
-//   parity over every plan, and launch L − 1 may be a plan in which the writer does not
-//   hear from the reader. So the reader publishes its done epoch to the writer through
-//   the proxy at the start of the launch (far_publish_done), and the writer checks it
-//   before its first put into the reader (far_wait_done). Back to back, the writer
-//   heard in launch L − 1 from the reader over the same port, after that publication,
-//   so the check is a local load.
+// * Scratch writers (a rank that writes data or packets into a peer's scratch,
+//   Plan::scratch_writer_pairs): copies alternate by launch parity over every plan, so
+//   the copy a writer fills in launch L was last read in launch L − 2, and the plan's
+//   own signals need not show that the reader finished it: launch L − 1 may be a plan
+//   in which the writer does not hear from the reader, and a one-way sender (the
+//   broadcast:ll root) never does. Unless the pair's start handshake orders it, the
+//   reader publishes its done epoch to the writer at the start of every launch of the
+//   plan, as the hand kernels' done epochs (CTA 0, one store into the writer's PlanState,
+//   no wait: publish_done, or far_publish_done through the proxy for a rank of another
+//   node), and the writer waits, before its first write into the reader, until the
+//   reader completed launch L − 2 (wait_done, far_wait_done: a load of its own state;
+//   one wait per plan block for all its near readers).
+//   Back to back, a writer that hears from its reader in every launch heard, in launch
+//   L − 1, from writes the reader made after publishing, so the wait finds the value at
+//   once; a one-way sender waits only when it runs two launches ahead.
 //
 // Semaphores and packets are the channels' epoch flags and LL16 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
@@ -97,7 +94,8 @@ struct PlanArgs {
   u64 scratch_copy_bytes;      // distance between scratch copies (fixed per Comm)
   u64 spin_ns;                 // bound of every wait
   u32 replicas;                // CTAs per plan block
-  u32 rotation;                // scratch copies (>= 1)
+  u32 rotation;                // the plan's scratch_rotation (the host's; copies here
+                               // alternate by launch parity whatever it says)
   u32 rank;                    // this rank
   u32 pad;
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
@@ -140,8 +138,7 @@ static_assert(PLAN_PORT_REGIONS * PLAN_MAX_RANKS <= TRIGGER_MAX_MEMORY_ID + 1,
 struct PlanState {
   u32 error;                    // first error code (0: none)
   u32 pad0;
-  u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (one-way receivers,
-                                // far scratch readers)
+  u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (scratch readers)
   u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS];
   u64 epoch[PLAN_MAX_CTAS];     // per CTA slot: plan launches completed on this rank
   u64 bar[PLAN_MAX_CTAS];       // per CTA: (L << 32) | intra-rank barriers passed
@@ -303,23 +300,28 @@ COMMHAL_DEVICE void end_sync(Ctx& c, u32 nranks, u32 far) {
   if (far) far_handshake(c, 1, far);
 }
 
-// One-way receiver: publish this rank's completed plan launches to `sender` (CTA 0 of
-// the grid). Relaxed, as the hand kernels' done epochs (coll/protocol.cuh): every
-// access of launch L − 1 and earlier is over at the kernel boundary (griddepcontrol.wait
-// under PDL), so nothing is left to release, and a system-scope release here is a full
-// fence on every launch, the root's wait included.
-COMMHAL_DEVICE void publish_done(const Ctx& c, u32 sender) {
+// Scratch reader: publish this rank's completed plan launches to `writer` (a rank of
+// this node that writes into this rank's scratch; CTA 0 of the grid). Relaxed, as the
+// hand kernels' done epochs (coll/protocol.cuh): every access of launch L − 1 and
+// earlier is over at the kernel boundary (griddepcontrol.wait under PDL), so nothing is
+// left to release, and a system-scope release here is a full fence on every launch,
+// the writer's wait included.
+COMMHAL_DEVICE void publish_done(const Ctx& c, u32 writer) {
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    store_relaxed(&reinterpret_cast<PlanState*>(c.a->area[sender] + PLAN_STATE_OFF)->done[c.a->rank],
+    store_relaxed(&reinterpret_cast<PlanState*>(c.a->area[writer] + PLAN_STATE_OFF)->done[c.a->rank],
                   c.epoch);
 }
 
-// One-way sender, before its first packet write into `receiver` in this launch: wait
-// until the receiver completed the last launch that read the scratch copy this one
-// writes (epoch − rotation, 0-based), i.e. done[receiver] >= epoch + 1 − rotation.
-COMMHAL_DEVICE void wait_done(const Ctx& c, u32 receiver) {
-  const u64 r = c.a->rotation;
-  if (threadIdx.x == 0 && c.epoch + 1 > r) flag_wait(&c.st->done[receiver], c.epoch + 1 - r, bound(c));
+// Scratch writer, before its first write into any of `readers` (bit p: rank p) in this
+// launch: wait until each completed the last launch that read the copy this one writes.
+// Copies alternate by launch parity whatever the plan's rotation, so that is launch
+// epoch − 2 (0-based): done[p] >= epoch − 1. Thread p loads done[p] (the loads run
+// side by side), then the CTA syncs once. Waiting early is safe: each reader publishes
+// first thing in this launch, waiting for nothing.
+COMMHAL_DEVICE void wait_done(const Ctx& c, u32 readers) {
+  if (c.epoch >= 2)
+    for (u32 p = threadIdx.x; p < PLAN_MAX_RANKS; p += blockDim.x)
+      if ((readers >> p) & 1) flag_wait(&c.st->done[p], c.epoch - 1, bound(c));
   __syncthreads();
 }
 
@@ -419,12 +421,11 @@ COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
   commhal::port_push(h, TRIGGER_SIGNAL, word, value >> 32, value & 0xffffffffull, 0);
 }
 
-// Far scratch reader: publish this rank's completed plan launches to `writer` (a rank
-// of another node that puts into this rank's scratch), as publish_done does for
-// one-way packet senders: CTA 0, one thread, no wait; the proxy stores the value into
-// done[me] of the writer's PlanState (the area's head, in its first window). Launch
-// L − 1 is over at the kernel boundary, and the port carries the store before the
-// triggers this launch pushes later. The first launch has nothing to publish.
+// Far scratch reader: publish_done towards `writer`, a rank of another node, through
+// the proxy: CTA 0, one thread, no wait; the proxy stores the value into done[me] of the
+// writer's PlanState (the area's head, in its first window). Launch L − 1 is over at
+// the kernel boundary, and the port carries the store before the triggers this launch
+// pushes later. The first launch has nothing to publish.
 COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
   if (blockIdx.x != 0 || threadIdx.x != 0 || c.epoch == 0) return;
   const u32 me = c.a->rank;
@@ -432,14 +433,9 @@ COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
   far_store(c, writer, word, c.epoch);
 }
 
-// Far scratch writer, before its first put into `reader` in this launch: wait until the
-// reader completed the last launch that read the copy this one writes. Copies
-// alternate by launch parity whatever the plan's rotation, so that is launch
-// epoch − 2 (0-based): done[reader] >= epoch − 1.
-COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) {
-  if (threadIdx.x == 0 && c.epoch >= 2) flag_wait(&c.st->done[reader], c.epoch - 1, bound(c));
-  __syncthreads();
-}
+// Far scratch writer, before its first put into `reader`: wait_done for a reader that
+// publishes through the proxy (the same load of this rank's own state).
+COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) { wait_done(c, 1u << reader); }
 
 // The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
 // [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k. One
