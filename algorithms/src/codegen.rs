@@ -415,6 +415,10 @@ struct Gen<'a> {
     /// The near ones this block writes into anywhere (bit p: rank p), waited for
     /// together before the first of those writes.
     near_done: u32,
+    /// Of the readers, those this rank sends one-way packets to (bit p: rank p): waited
+    /// for even when the host says the launch before ran the same plan (plan.h
+    /// `PLAN_FLAG_ORDERED`), since the writer never hears from them.
+    one_way: u32,
     /// Ranks reached over port channels ([`far_peers`]).
     far: u32,
     /// Far ranks this block pushed puts to that were not flushed yet (bit p).
@@ -573,7 +577,8 @@ impl Gen<'_> {
                 }
                 Some(false) if !self.done_waited.contains(&r) => {
                     let m = self.near_done;
-                    self.line(&format!("wait_done(c, {m}u);"));
+                    let o = m & self.one_way;
+                    self.line(&format!("wait_done(c, {m}u, {o}u);"));
                     self.done_waited
                         .extend((0..32).filter(|p| m & (1 << p) != 0));
                 }
@@ -905,6 +910,11 @@ pub fn generate_cuda(
     let far = far_peers(plan, rank);
     let done = done_pairs(plan, start_sync);
     let done_to = readers_of(&done, rank);
+    let one_way = plan
+        .one_way_packet_pairs()
+        .iter()
+        .filter(|(w, _)| *w == rank)
+        .fold(0u32, |m, (_, r)| m | (1 << r));
     let mut body = String::new();
     let mut uses_barrier = false;
     for (b, blk) in blocks.iter().enumerate() {
@@ -922,6 +932,7 @@ pub fn generate_cuda(
             done_to: &done_to,
             done_waited: BTreeSet::new(),
             near_done: Gen::near_readers(&done_to, &blk.ops),
+            one_way,
             far,
             unflushed: 0,
         };
@@ -1181,10 +1192,14 @@ mod tests {
             assert_eq!(calls(&s, "publish_done"), [0, 1, 3], "{s}");
             assert_eq!(calls(&s, "wait_done"), [0b1011], "{s}");
             assert!(s.find("wait_done(") < s.find("put_packets("), "{s}");
+            // they hear from every reader: the wait is skipped after the same plan
+            assert!(s.contains("wait_done(c, 11u, 0u);"), "{s}");
         }
-        // Broadcast: the root waits once for its receivers, each publishes to it.
+        // Broadcast: the root waits once for its receivers, each publishes to it; it
+        // never hears from them, so it waits even after the same plan.
         let root = source(Algorithm::BroadcastLl, 1);
         assert_eq!(calls(&root, "wait_done"), [0b1101], "{root}");
+        assert!(root.contains("wait_done(c, 13u, 13u);"), "{root}");
         assert!(!root.contains("publish_done("), "{root}");
         let recv = source(Algorithm::BroadcastLl, 3);
         assert_eq!(calls(&recv, "publish_done"), [1], "{recv}");

@@ -79,8 +79,8 @@ pub struct PlanArgs {
     pub rotation: u32,
     /// This rank.
     pub rank: u32,
-    /// Padding.
-    pub pad: u32,
+    /// `PLAN_FLAG_*`: what the host knows of the launch before ([`LaunchOrder`]).
+    pub flags: u32,
     /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
     pub ports: u64,
 }
@@ -108,6 +108,56 @@ struct Key {
     dtype: DataType,
     blocks: u32,
 }
+
+/// What the host knows of the plan launch before the next one, for plan.h's
+/// `PLAN_FLAG_ORDERED`: set when the launch before on this rank ran the same kernel in
+/// the same stream context (the same capture, or both eager while no plan launch was
+/// ever captured: a captured graph's replays may run between two eager launches
+/// unseen). The first launch of a capture follows whatever ran before the replay.
+#[derive(Debug, Default)]
+struct LaunchOrder {
+    /// The last kernel queued and the capture it went into (0: none).
+    last: Option<(Key, u64)>,
+    /// A plan launch was captured on this communicator.
+    captured: bool,
+}
+
+impl LaunchOrder {
+    fn ordered(&self, key: &Key, capture: u64) -> bool {
+        (capture != 0 || !self.captured)
+            && self
+                .last
+                .as_ref()
+                .is_some_and(|(k, c)| k == key && *c == capture)
+    }
+
+    /// Record a kernel queued (only once it is: a failed launch changes nothing).
+    fn record(&mut self, key: Key, capture: u64) {
+        self.captured |= capture != 0;
+        self.last = Some((key, capture));
+    }
+}
+
+/// The compiled kernel a call runs.
+fn key_of(c: &PlanCall) -> Result<Key> {
+    if c.algo.collective() != collective_of(c.coll) {
+        return Err(CollError::invalid(format!(
+            "algorithm {} does not implement {}",
+            c.algo.full_name(),
+            c.coll.name()
+        )));
+    }
+    Ok(Key {
+        algo: c.algo,
+        in_place: c.in_place,
+        root: if c.coll.has_root() { c.root } else { 0 },
+        dtype: dtype_of(c.dtype),
+        blocks: c.blocks.max(1),
+    })
+}
+
+/// `PlanArgs::flags`: the launch before ran the same plan kernel (plan.h).
+pub const PLAN_FLAG_ORDERED: u32 = 1;
 
 #[derive(Debug)]
 struct Loaded {
@@ -204,6 +254,8 @@ pub struct PlanExec {
     /// Launch with programmatic dependent launch, as the hand-written kernels.
     pdl: bool,
     loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
+    /// The plan launch before the next one.
+    order: Mutex<LaunchOrder>,
     /// Ranks per virtual node plans are built for (`COMMHAL_NODE`), or why the nodes
     /// cannot be (not equal runs of consecutive ranks).
     ranks_per_node: std::result::Result<u32, String>,
@@ -300,6 +352,7 @@ impl PlanExec {
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
             loaded: Mutex::new(HashMap::new()),
+            order: Mutex::new(LaunchOrder::default()),
             ranks_per_node,
             ports,
         })
@@ -403,21 +456,7 @@ impl PlanExec {
 
     /// The compiled plan of a call (built and compiled on first use, then cached).
     fn loaded(&self, c: &PlanCall) -> Result<Arc<Loaded>> {
-        if c.algo.collective() != collective_of(c.coll) {
-            return Err(CollError::invalid(format!(
-                "algorithm {} does not implement {}",
-                c.algo.full_name(),
-                c.coll.name()
-            )));
-        }
-        let key = Key {
-            algo: c.algo,
-            in_place: c.in_place,
-            root: if c.coll.has_root() { c.root } else { 0 },
-            dtype: dtype_of(c.dtype),
-            blocks: c.blocks.max(1),
-        };
-        self.load(&key, c.coll)
+        self.load(&key_of(c)?, c.coll)
     }
 
     /// How the plan a call runs reaches its peers ([`PlanReach`]), from the compiled
@@ -463,7 +502,8 @@ impl PlanExec {
             in_place,
             ..
         } = *c;
-        let l = self.loaded(c)?;
+        let key = key_of(c)?;
+        let l = self.load(&key, c.coll)?;
         let plan = &l.plan;
         let es = dtype.size();
         let dt = dtype_of(dtype);
@@ -505,7 +545,7 @@ impl PlanExec {
         }
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
         let (replicas, threads) = self.plan_grid(plan, l.kernel.blocks, bytes);
-        let args = PlanArgs {
+        let mut args = PlanArgs {
             input: inp,
             output: out,
             area: self.areas,
@@ -515,7 +555,7 @@ impl PlanExec {
             replicas,
             rotation,
             rank: self.rank,
-            pad: 0,
+            flags: 0,
             ports: match (&self.ports, l.kernel.far) {
                 (_, 0) => 0,
                 (Ok(p), _) => p.table_addr(),
@@ -537,6 +577,14 @@ impl PlanExec {
                 plan.name
             )));
         }
+        let capture = stream.capture_id()?;
+        let mut order = self
+            .order
+            .lock()
+            .map_err(|_| CollError::invalid("plan order lock poisoned"))?;
+        if order.ordered(&key, capture) {
+            args.flags |= PLAN_FLAG_ORDERED;
+        }
         // SAFETY: input/output are the Comm's registered regions (own and mapped
         // peers, alive as long as the Comm), or the caller's buffers, inspected to hold
         // the call's bytes and mapped through the call table (`capacity` u64::MAX);
@@ -550,6 +598,7 @@ impl PlanExec {
             l.module
                 .launch(codegen::ENTRY, stream, grid, threads, &args, self.pdl)?;
         }
+        order.record(key, capture);
         Ok(plan.name.clone())
     }
 }
@@ -644,6 +693,38 @@ fn nodes(boot: &dyn Bootstrap) -> Result<Nodes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key(algo: Algorithm) -> Key {
+        Key {
+            algo,
+            in_place: false,
+            root: 0,
+            dtype: DataType::F16,
+            blocks: 1,
+        }
+    }
+
+    #[test]
+    fn ordered_only_after_the_same_kernel_in_the_same_context() {
+        let (a, b) = (
+            key(Algorithm::AllReduce1pa),
+            key(Algorithm::ReduceScatterLl),
+        );
+        let mut o = LaunchOrder::default();
+        assert!(!o.ordered(&a, 0), "the first launch follows nothing known");
+        o.record(a.clone(), 0);
+        assert!(o.ordered(&a, 0));
+        assert!(!o.ordered(&b, 0), "another plan ran before");
+        o.record(b.clone(), 0);
+        assert!(!o.ordered(&a, 0));
+        // a capture's first launch follows whatever ran before the replay
+        assert!(!o.ordered(&b, 7));
+        o.record(b.clone(), 7);
+        assert!(o.ordered(&b, 7));
+        // once a plan was captured, its replays may come between eager launches
+        o.record(b.clone(), 0);
+        assert!(!o.ordered(&b, 0));
+    }
 
     #[test]
     fn overrides_parse_and_reject() {

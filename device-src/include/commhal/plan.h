@@ -97,10 +97,17 @@ struct PlanArgs {
   u32 rotation;                // the plan's scratch_rotation (the host's; copies here
                                // alternate by launch parity whatever it says)
   u32 rank;                    // this rank
-  u32 pad;
+  u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
 };
 static_assert(sizeof(PlanArgs) == 240, "PlanArgs layout");
+// The plan launch before this one on this rank ran this same plan (same kernel, in the
+// same stream context: not the first launch of a graph capture, nor an eager launch on a
+// communicator whose plans were ever captured). In it every scratch writer that is not
+// a one-way sender heard from its reader (Plan::scratch_writer_pairs: each hears from
+// its reader in every launch), so each reader had finished the launch before that, the
+// last one that used the copy this launch writes: wait_done skips those readers.
+#define PLAN_FLAG_ORDERED 1u
 
 // Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
 // rank, drained by the host proxy (backends/cuda-coll/src/plan_ports.rs), which carries
@@ -318,7 +325,12 @@ COMMHAL_DEVICE void publish_done(const Ctx& c, u32 writer) {
 // epoch − 2 (0-based): done[p] >= epoch − 1. Thread p loads done[p] (the loads run
 // side by side), then the CTA syncs once. Waiting early is safe: each reader publishes
 // first thing in this launch, waiting for nothing.
-COMMHAL_DEVICE void wait_done(const Ctx& c, u32 readers) {
+// With PLAN_FLAG_ORDERED only the `one_way` readers (one-way packet receivers, which
+// the writer never hears from) are waited for; the flag is the same in every CTA, so a
+// block with nothing to wait for skips the sync too.
+COMMHAL_DEVICE void wait_done(const Ctx& c, u32 readers, u32 one_way) {
+  if (c.a->flags & PLAN_FLAG_ORDERED) readers &= one_way;
+  if (readers == 0) return;
   if (c.epoch >= 2)
     for (u32 p = threadIdx.x; p < PLAN_MAX_RANKS; p += blockDim.x)
       if ((readers >> p) & 1) flag_wait(&c.st->done[p], c.epoch - 1, bound(c));
@@ -435,7 +447,7 @@ COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
 
 // Far scratch writer, before its first put into `reader`: wait_done for a reader that
 // publishes through the proxy (the same load of this rank's own state).
-COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) { wait_done(c, 1u << reader); }
+COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) { wait_done(c, 1u << reader, 0); }
 
 // The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
 // [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k. One
