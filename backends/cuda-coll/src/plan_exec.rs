@@ -79,7 +79,7 @@ pub struct PlanArgs {
     pub rotation: u32,
     /// This rank.
     pub rank: u32,
-    /// `PLAN_FLAG_*`: what the host knows of the launch before ([`LaunchOrder`]).
+    /// `PLAN_FLAG_*`: what the host knows of the launch before (the private `LaunchOrder`).
     pub flags: u32,
     /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
     pub ports: u64,
