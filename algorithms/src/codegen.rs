@@ -536,9 +536,24 @@ impl Gen<'_> {
         }
     }
 
-    /// `chunk(...)` / `packets(...)` expression for `c` in `rank`'s buffers.
+    /// `chunk(...)` / `packets(...)` expression for `c` in `rank`'s buffers: in a C++
+    /// loop the generic form; otherwise the bounds as constant expressions of `a.count`
+    /// (`span_of` / `packets_of`), so that the op divides nothing at run time.
     fn span(&self, c: &ChunkRef, rank: u32, looped: bool, packets: bool) -> String {
         let spec = self.plan.spec(c.buf);
+        if !(looped && c.step != 0) {
+            let n = spec.chunks.max(1) as u64;
+            let f = spec.factor as u64;
+            let s = position(c.index as u64 * f, n);
+            let e = position((c.index as u64 + c.count as u64) * f, n);
+            let base = self.base(c.buf, rank);
+            let es = self.es;
+            return if packets {
+                format!("packets_of({base}, {es}ull, {}ull, {s}, {e})", c.index)
+            } else {
+                format!("span_of({base}, {es}ull, {s}, {e})")
+            };
+        }
         format!(
             "{}({}, {}ull, a.count * {}ull, {}u, {}, {}u)",
             if packets { "packets" } else { "chunk" },
@@ -855,6 +870,23 @@ impl Gen<'_> {
                 ))
             })
     }
+}
+
+/// `floor(a.count * num / den)` as a C++ expression with constants (the arithmetic of
+/// `ChunkRef::range`, the fraction reduced so that whole positions need no division).
+fn position(num: u64, den: u64) -> String {
+    let g = gcd(num, den);
+    let (num, den) = (num / g.max(1), den / g.max(1));
+    match (num, den) {
+        (0, _) => "0ull".to_string(),
+        (1, 1) => "a.count".to_string(),
+        (n, 1) => format!("(a.count * {n}ull)"),
+        (n, d) => format!("(a.count * {n}ull / {d}ull)"),
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Generate the CUDA kernel of `rank` for `plan` with `dtype` and `op`. The plan must
@@ -1471,16 +1503,21 @@ mod tests {
         }
     }
 
-    /// The peer p of `Span d = chunk((a.area[p] ...` / `packets(...`: a write into p's
-    /// scratch.
+    /// The peer p of `Span d = chunk((a.area[p] ...` / `packets(...` (or their `_of`
+    /// forms): a write into p's scratch.
     fn scratch_write_peer(line: &str) -> Option<u32> {
-        ["Span d = chunk((a.area[", "Span d = packets((a.area["]
-            .iter()
-            .find_map(|k| line.split(k).nth(1))?
-            .split(']')
-            .next()?
-            .parse()
-            .ok()
+        [
+            "Span d = chunk((a.area[",
+            "Span d = packets((a.area[",
+            "Span d = span_of((a.area[",
+            "Span d = packets_of((a.area[",
+        ]
+        .iter()
+        .find_map(|k| line.split(k).nth(1))?
+        .split(']')
+        .next()?
+        .parse()
+        .ok()
     }
 
     /// The ranks `source`'s start handshake reaches (bit p): all with `start_sync`,

@@ -1305,8 +1305,9 @@ impl Communicator {
         let plan = &slot.prep.plan;
         let data = plan.scratch.elems(count) * dtype.size() as u64;
         let pk = packet_area_bytes(plan, count, dtype);
-        let data_area = data.next_multiple_of(64);
-        let copy = (data_area + pk).next_multiple_of(64);
+        // packet chunks start on 128-byte lines of the area, as on the GPU
+        let data_area = data.next_multiple_of(128);
+        let copy = (data_area + pk).next_multiple_of(128);
         let rotation = plan.scratch_rotation.max(1) as u64;
         if copy > 0 {
             Self::ensure(

@@ -28,8 +28,9 @@
 //! * LL packets: LL8 words (4 data bytes + 4 flag bytes, one release store); the flag
 //!   is `1 + (invocation × stride + k) mod (2³²−1)` where `k` counts earlier uses of the
 //!   same packet slot in the invocation, so scratch never needs clearing; each chunk's
-//!   packets start on a 16-byte pair of words of their own, where the GPU stores two
-//!   words as one LL16 packet (see [`run::packet_area_bytes`]);
+//!   packets start on a 128-byte line of their own, where the GPU stores two words as
+//!   one LL16 packet and a warp's stores fill whole sectors (see
+//!   [`run::packet_area_bytes`]);
 //! * scratch rotation: invocation `i` of a plan uses copy `i mod scratch_rotation` of
 //!   that plan's own scratch (each cached plan has its scratch and counts its own
 //!   invocations), so only the plan's signals order the reuse of a copy, whatever

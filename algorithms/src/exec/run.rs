@@ -261,15 +261,23 @@ impl Default for RankBufs {
     }
 }
 
-/// Bytes of the packet area for `count` elements: 16 per 8 data bytes, plus one spare
-/// pair of words per chunk so chunk starts never share a pair (see `packet_range`).
+/// Bytes of the packet area for `count` elements: 16 per 8 data bytes, each chunk from
+/// a 128-byte line of its own (see `packet_range`). A chunk starting at data byte x
+/// (index i) starts at line ceil(x / 64) + i and ends by line ceil(y / 64) + i + 1,
+/// where y is its end: no later than the next chunk's start, and the last by line
+/// ceil(data / 64) + chunks.
 pub fn packet_area_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
     if !plan.uses_packets() {
         return 0;
     }
     let data = plan.scratch.elems(count) * dtype.size() as u64;
-    16 * (data.div_ceil(8) + plan.scratch.chunks as u64 + 1)
+    PACKET_LINE * (data.div_ceil(PACKET_LINE / 2) + plan.scratch.chunks.max(1) as u64)
 }
+
+/// Alignment of each chunk's packets in the packet area, in bytes: a cache line, so
+/// that a warp's 16-byte packet stores touch whole 32-byte sectors (plan.h
+/// `packet_offset`).
+const PACKET_LINE: u64 = 128;
 
 /// Everything one invocation needs.
 pub(crate) struct Invocation<'a> {
@@ -292,13 +300,14 @@ fn flag_of(base: u64, k: u32) -> u32 {
 }
 
 /// Word range `[first, first + n)` of a packet chunk in the packet area. Word i of a
-/// chunk is `{data word i, flag}`. A chunk starts on a 16-byte pair of words and owns
-/// whole pairs (up to the next chunk's first pair), so that the GPU writes two words as
-/// one LL16 packet (plan.h `packets`, the same arithmetic); the range covers the data
-/// words only.
+/// chunk is `{data word i, flag}`. A chunk starts on a 128-byte line (16 words) and
+/// owns whole lines up to the next chunk's first, so that the GPU writes two words as
+/// one LL16 packet and a warp's packets fill whole sectors (plan.h `packet_offset`,
+/// the same arithmetic); the range covers the data words only.
 fn packet_range(plan: &Plan, c: &ChunkRef, count: u64, s: u64) -> (usize, usize) {
     let (a, b) = plan.chunk_range(c, 0, count);
-    let first = 2 * ((a * s).div_ceil(8) + c.index as u64);
+    let line = (a * s).div_ceil(PACKET_LINE / 2) + c.index as u64;
+    let first = line * PACKET_LINE / 8;
     let n = ((b - a) * s).div_ceil(4);
     (first as usize, n as usize)
 }

@@ -165,6 +165,7 @@ struct Ctx {
   u64 epoch;  // plan launches before this one on this rank
   u64 hi;     // (epoch + 1) << 32: the high half of this launch's flag values
   u64 scr;    // offset of this invocation's scratch copy inside a plan area
+  u32 flag;   // ll_flag(c, 0): this launch's packet flag base, computed once
   u32 part;   // this CTA's index within its plan block
   u32 parts;  // replicas
   u32 nbar;   // barriers passed in this invocation
@@ -186,6 +187,7 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   c.hi = (c.epoch + 1) << 32;
   // copy (launch parity): consecutive plan launches, of any plan, use different copies
   c.scr = PLAN_DATA_OFF + (c.epoch & 1) * a.scratch_copy_bytes;
+  c.flag = (u32)((c.epoch % 0xFFFFFFull) << 8) + 1;
   c.part = blockIdx.x % a.replicas;
   c.parts = a.replicas;
   c.nbar = 0;
@@ -203,22 +205,53 @@ COMMHAL_DEVICE Span chunk(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, 
   return r;
 }
 
-// LL16 packet area of a scratch chunk: packet k carries bytes [8k, 8k + 8) of the chunk;
-// each chunk's packets start on a packet of their own (16-byte aligned: the area's base
-// is), as exec::packet_range places them on the host.
-COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
-  const u64 s = first * total / nchunks;
-  const u64 e = (first + cnt) * total / nchunks;
+// The same span from its bounds: codegen emits them as constant expressions of
+// a.count (rational chunk positions known when the kernel is generated), so no op
+// divides at run time.
+COMMHAL_DEVICE Span span_of(u64 base, u64 esz, u64 s, u64 e) {
   Span r;
-  r.p = reinterpret_cast<u8*>(base + 16 * ((s * esz + 7) / 8 + first));
+  r.p = reinterpret_cast<u8*>(base + s * esz);
   r.n = e - s;
   return r;
 }
 
-// This CTA's share [lo, hi) of n units, cut at multiples of `align` units.
+// Byte offset of the LL16 packets of a scratch chunk starting at element s (index
+// `first`) in the packet area: packet k carries bytes [8k, 8k + 8) of the chunk. Each
+// chunk's packets start on a 128-byte line of their own (the area's base is 256-byte
+// aligned), so a warp's 512 bytes of packets touch 16 sectors, not 17; the spare line
+// per chunk keeps chunks apart. exec::packet_range places them alike on the host.
+COMMHAL_DEVICE u64 packet_offset(u64 s, u64 esz, u64 first) {
+  return 128 * ((s * esz + 63) / 64 + first);
+}
+
+// LL16 packet area of a scratch chunk (see packet_offset).
+COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
+  const u64 s = first * total / nchunks;
+  const u64 e = (first + cnt) * total / nchunks;
+  Span r;
+  r.p = reinterpret_cast<u8*>(base + packet_offset(s, esz, first));
+  r.n = e - s;
+  return r;
+}
+
+// The same from its bounds (as span_of).
+COMMHAL_DEVICE Span packets_of(u64 base, u64 esz, u64 first, u64 s, u64 e) {
+  Span r;
+  r.p = reinterpret_cast<u8*>(base + packet_offset(s, esz, first));
+  r.n = e - s;
+  return r;
+}
+
+// ceil(u / parts); no division for a single part (every small message).
+COMMHAL_DEVICE u64 div_parts(const Ctx& c, u64 u) {
+  if (c.parts == 1) return u;
+  return (u + c.parts - 1) / c.parts;
+}
+
+// This CTA's share [lo, hi) of n units, cut at multiples of `align` units (a power of
+// two): ceil(ceil(n / align) / parts) aligns, which equals ceil(ceil(n / parts) / align).
 COMMHAL_DEVICE void share(const Ctx& c, u64 n, u64 align, u64& lo, u64& hi) {
-  u64 per = (n + c.parts - 1) / c.parts;
-  per = (per + align - 1) / align * align;
+  const u64 per = div_parts(c, (n + align - 1) / align) * align;
   lo = per * c.part;
   hi = lo + per;
   if (lo > n) lo = n;
@@ -594,9 +627,8 @@ COMMHAL_DEVICE void finalize_avg(const Ctx& c, u8* dst, u64 n, u32 nranks) {
 }
 
 // Flag of a packet write: epoch and occurrence (< 255) in a non-zero u32.
-COMMHAL_DEVICE u32 ll_flag(const Ctx& c, u32 occ) {
-  return (u32)(((c.epoch % 0xFFFFFFull) << 8) | occ) + 1;
-}
+// c.flag is the occurrence-0 value, computed once in begin.
+COMMHAL_DEVICE u32 ll_flag(const Ctx& c, u32 occ) { return c.flag + occ; }
 
 // The 8 bytes [8k, 8k + 8) of src (n bytes), zero past the end.
 COMMHAL_DEVICE uint2 packet_data(const u8* src, u64 bytes, u64 k) {
