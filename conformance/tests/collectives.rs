@@ -1,6 +1,7 @@
 //! Collective cases (21, 22): every collective × algorithm on host-emu (one node) and
 //! host-tcp (two virtual nodes, port channels between them); every combination runs
-//! and passes on both. Also host-tcp's port reads (23), which its `get` claim needs.
+//! and passes on both. Also host-tcp's port reads (23), which its `get` claim needs,
+//! and its writes that copy their source (24, the `write-copies-source` claim).
 
 use commhal_conformance::{Mode, Report, RunOptions, Status, run};
 
@@ -69,6 +70,19 @@ fn multi_node_algorithms_as_processes() {
 #[test]
 fn host_tcp_port_reads_as_processes() {
     let filter = ["host-tcp/port/port-read", "honest-capabilities"];
+    let o = RunOptions::for_test("host-tcp", 2, Mode::Processes, &filter);
+    let r = run(&o);
+    println!("{}", r.table());
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!((r.passed, r.failed), (4, 0), "{}", r.table());
+}
+
+/// Case 24 on host-tcp, two rank processes: `write` sends its source before it
+/// returns, so bytes stored over the source right after never reach the peer; the
+/// claim is exercised (honest capabilities).
+#[test]
+fn host_tcp_write_copies_source_as_processes() {
+    let filter = ["host-tcp/port/write-copies-source", "honest-capabilities"];
     let o = RunOptions::for_test("host-tcp", 2, Mode::Processes, &filter);
     let r = run(&o);
     println!("{}", r.table());

@@ -16,6 +16,9 @@ const FLUSH_VIS: &str = "host-emu/port/flush-remote-visible/host-shared";
 const FIFO: &str = "host-emu/port/proxy-fifo/host-shared,depth=4";
 const COUNT: &str = "host-emu/port/signal-counting/host-shared,start=0";
 const READ: &str = "host-emu/port/port-read/host-shared,n=4099,off=3";
+/// A faulty port queues writes and copies their source later: bytes stored over the
+/// source after `write` returned are what lands.
+const COPIES: &str = "host-emu/port/write-copies-source/host-shared,n=4099,off=3";
 /// Memory channels do not go through the faulty port: they must still pass.
 const MEM: &str = "host-emu/memory/message-passing/host-shared,n=4099,off=0";
 
@@ -72,17 +75,17 @@ fn assert_caught(faults: &str, catchers: &[&str]) {
 
 #[test]
 fn signal_before_data_is_caught() {
-    assert_caught("signal-before-data", &[MP, MP1, PWS, STRONG]);
+    assert_caught("signal-before-data", &[MP, MP1, PWS, STRONG, COPIES]);
 }
 
 #[test]
 fn relaxed_signal_is_caught() {
-    assert_caught("relaxed-signal", &[MP, MP1, PWS, STRONG]);
+    assert_caught("relaxed-signal", &[MP, MP1, PWS, STRONG, COPIES]);
 }
 
 #[test]
 fn early_flush_is_caught() {
-    assert_caught("early-flush", &[FLUSH_SRC, FLUSH_VIS, READ]);
+    assert_caught("early-flush", &[FLUSH_SRC, FLUSH_VIS, READ, COPIES]);
 }
 
 #[test]

@@ -93,7 +93,9 @@ fn suite_parent() {
         if c.status != Status::Pass {
             assert_eq!(c.status, Status::NotSupported, "{}: {}", c.id, c.detail);
             assert!(
-                c.id.contains("flush-remote-visible") || c.id.contains("peers-independent"),
+                c.id.contains("flush-remote-visible")
+                    || c.id.contains("peers-independent")
+                    || c.id.contains("write-copies-source"),
                 "unexpected not-supported: {} ({})",
                 c.id,
                 c.detail

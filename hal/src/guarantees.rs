@@ -18,7 +18,9 @@ pub enum SignalStrength {
 /// What a completed `flush` means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlushMeaning {
-    /// After flush the source buffers of earlier puts may be overwritten.
+    /// After flush the source buffers of earlier puts may be overwritten (a port
+    /// transport claiming [`Guarantees::write_copies_source`] allows it sooner: when
+    /// `write` returns).
     pub source_reusable: bool,
     /// After flush earlier puts are visible in the peer's memory (without a signal).
     pub remote_visible: bool,
@@ -34,6 +36,14 @@ pub struct Guarantees {
     pub put_put_ordered: bool,
     /// What flush guarantees.
     pub flush: FlushMeaning,
+    /// When [`crate::Port::write`] returns, its source has been read: the caller may
+    /// overwrite it at once, and `flush` is needed only for what the peer sees
+    /// ([`FlushMeaning::remote_visible`]). False where the transport reads the source
+    /// after `write` returns (copy engines, RDMA), and for a backend with no port
+    /// transport. Missing from a serialized descriptor, it reads as false, the safe
+    /// default.
+    #[serde(default)]
+    pub write_copies_source: bool,
     /// One-sided `get` is supported: a memory channel's `get` (a load through the
     /// peer mapping) on a memory transport, [`crate::Port::read`] on a port transport.
     /// Where it is false, `Port::read` returns [`crate::HalError::Unsupported`].
@@ -60,6 +70,7 @@ impl Guarantees {
                 source_reusable: true,
                 remote_visible: false,
             },
+            write_copies_source: false,
             get: false,
             ll8: false,
             ll16: false,
@@ -81,6 +92,7 @@ impl Guarantees {
             ("ll8", self.ll8),
             ("ll16", self.ll16),
             ("graph-capture", self.graph_capture),
+            ("write-copies-source", self.write_copies_source),
         ]
     }
 }

@@ -151,7 +151,7 @@ pub(crate) struct Ports {
     /// host-tcp: signals wake futex sleepers.
     tcp: bool,
     /// Every write is flushed before it returns: the backend's `write` may return
-    /// before its source was read (not host-tcp: `tcp::write_reads_source`).
+    /// before its source was read (it does not claim `write_copies_source`).
     flush_writes: bool,
     /// Registered staging for encoded LL packets (grown on demand).
     staging: Mutex<Option<Staging>>,
@@ -221,7 +221,7 @@ impl Ports {
             }
         }
         let tcp = transport.name() == HOST_TCP;
-        let flush_writes = !commhal_backend_host_emu::tcp::write_reads_source(transport.name());
+        let flush_writes = !transport.guarantees().write_copies_source;
         Ok(Ports {
             transport,
             far,

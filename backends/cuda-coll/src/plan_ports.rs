@@ -212,11 +212,11 @@ struct Carrier {
     /// Whether a FLUSH trigger flushes the port. A FLUSH asks only that the sources
     /// of the puts before it may be written again (codegen: the kernels flush before
     /// anything may write this rank's memory, and at a block's end), and the proxy
-    /// performs triggers in order. On host-tcp a `write` returns once it copied its
-    /// source out (staged device memory too), so a FLUSH performed after it is already
-    /// true there; its port flush would add a TCP round trip (the peer acknowledges
-    /// applying every earlier frame). Other backends (cuda-dma: copies queued on a
-    /// stream) flush.
+    /// performs triggers in order. Where the port backend claims
+    /// `write_copies_source` (host-tcp: staged device memory is copied out before
+    /// `write` returns), a FLUSH performed after the writes is already true; its port
+    /// flush would add a round trip (host-tcp: the peer acknowledges applying every
+    /// earlier frame). Other backends (cuda-dma: copies queued on a stream) flush.
     flush_ports: bool,
     ports: Vec<Option<Box<dyn DynPort>>>,
     /// This rank's registered regions (input, output, plan area).
@@ -415,7 +415,7 @@ impl PlanPorts {
         let table = DeviceBuffer::new(ctx, std::mem::size_of::<PortTable>() as u64)?;
         table.write(0, table_bytes(&t))?;
         let mut carrier = Carrier {
-            flush_ports: !commhal_backend_host_emu::tcp::write_reads_source((**port).name()),
+            flush_ports: !(**port).guarantees().write_copies_source,
             ports,
             locals,
             remotes,
@@ -608,9 +608,9 @@ mod tests {
         ] {
             assert!(c.perform(&bad, raw(bad)).is_err(), "{bad:?}");
         }
-        // Where writes return with their source copied out (host-tcp), a FLUSH is done
-        // once the proxy reached it: the port is not flushed; a rank without a port is
-        // still an error.
+        // Where writes return with their source copied out (`write_copies_source`:
+        // host-tcp), a FLUSH is done once the proxy reached it: the port is not
+        // flushed; a rank without a port is still an error.
         log.lock().unwrap().clear();
         c.flush_ports = false;
         c.perform(&put, raw(put)).unwrap();

@@ -29,6 +29,8 @@ pub const FIFO_DEPTH: u32 = 512;
 ///   the same stream, with the default memory barrier: seen ⇒ every earlier put landed.
 /// * `put_put_ordered: true` — one stream: a copy starts after the previous finished.
 /// * `flush: source reusable + remote visible` — flush returns when the stream drained.
+/// * `write_copies_source: false` — `write` queues a `cuMemcpyAsync`: the copy engine
+///   reads the source after `write` returned, until the stream drains (flush).
 /// * no `get` (`Port::read` returns `Unsupported`), no LL packets (the copy engine moves
 ///   whole buffers; packets need 8/16-byte single stores), no graph capture (the proxy is
 ///   a host thread).
@@ -39,6 +41,7 @@ pub const GUARANTEES: Guarantees = Guarantees {
         source_reusable: true,
         remote_visible: true,
     },
+    write_copies_source: false,
     get: false,
     ll8: false,
     ll16: false,
@@ -193,6 +196,7 @@ mod tests {
                 ("ll8", false),
                 ("ll16", false),
                 ("graph-capture", false),
+                ("write-copies-source", false),
             ]
         );
         assert_eq!(Transport::guarantees(&t).fifo_depth, 512);

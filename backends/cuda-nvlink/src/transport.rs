@@ -29,6 +29,8 @@ use crate::memory::{self, NvlinkMapping, NvlinkMemory};
 ///   `st.volatile.v4` packet stores (readers check every flag).
 /// * `graph_capture: true` — kernels using the mapping can be captured and replayed
 ///   (the GPU conformance case `graph-capture` checks it).
+/// * `write_copies_source: false` — a property of `Port::write`, and this backend has
+///   no port transport.
 pub const GUARANTEES: Guarantees = Guarantees {
     signal: SignalStrength::Strong,
     put_put_ordered: false,
@@ -36,6 +38,7 @@ pub const GUARANTEES: Guarantees = Guarantees {
         source_reusable: true,
         remote_visible: false,
     },
+    write_copies_source: false,
     get: true,
     ll8: true,
     ll16: true,
@@ -217,6 +220,7 @@ mod tests {
                 ("ll8", true),
                 ("ll16", true),
                 ("graph-capture", true),
+                ("write-copies-source", false),
             ]
         );
         assert_eq!(Transport::guarantees(&t).fifo_depth, 0);

@@ -4,7 +4,8 @@
 //! and every signal an atomic add with release, issued in program order by one thread,
 //! so signals are strong, puts land in order, a returned `flush` means source reusable
 //! *and* remote visible, and gets/LL8/LL16 work (8/16-byte stores are single-copy atomic
-//! on the supported CPUs). No graph capture.
+//! on the supported CPUs). A port `write` is that `memcpy`, done on the calling thread
+//! before it returns, so it copies its source (`write_copies_source`). No graph capture.
 
 use commhal_hal::{
     Device, DeviceKind, Endpoint, Export, FlushMeaning, Guarantees, HalError, MemoryMapped, Reach,
@@ -34,6 +35,7 @@ impl HostEmu {
             source_reusable: true,
             remote_visible: true,
         },
+        write_copies_source: true,
         get: true,
         ll8: true,
         ll16: true,

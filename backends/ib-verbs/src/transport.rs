@@ -40,6 +40,8 @@ pub const SQ_DEPTH: u32 = 256;
 ///   completion: the NIC has read every source. A completion does not promise that
 ///   the bytes are visible to the peer's CPU without a signal (that would need a
 ///   read-back, not done).
+/// * `write_copies_source: false` — `write` posts `IBV_WR_RDMA_WRITE`s; the NIC reads
+///   the source until their completion, which flush waits for.
 /// * `get: true` — `Port::read` is `IBV_WR_RDMA_READ` into a local region registered
 ///   with local write access, from a peer region registered with remote read access
 ///   (every registration here has both); RC executes it after the port's earlier
@@ -53,6 +55,7 @@ pub const GUARANTEES: Guarantees = Guarantees {
         source_reusable: true,
         remote_visible: false,
     },
+    write_copies_source: false,
     get: true,
     ll8: false,
     ll16: false,
@@ -663,5 +666,6 @@ mod tests {
         assert!(claims.contains(&("strong-signal", true)));
         assert!(claims.contains(&("flush-remote-visible", false)));
         assert!(claims.contains(&("get", true)));
+        assert!(claims.contains(&("write-copies-source", false)));
     }
 }

@@ -25,6 +25,7 @@
 //! | 21 | `collective/coll=..,algo=..,nodes=..` (host-emu: 1 node; host-tcp, ib-verbs: 2 virtual nodes) | all |
 //! | 22 | `collective-dead-peer/nodes=..` | all |
 //! | 23 | `port-read/n=..,off=..` | port |
+//! | 24 | `write-copies-source/n=..,off=..` | port |
 
 pub mod collectives;
 pub mod p2p;
@@ -32,6 +33,7 @@ pub mod port_read;
 pub mod setup;
 pub mod special;
 pub mod switch;
+pub mod write_copies;
 
 use commhal_channels::packet::LlFormat;
 
@@ -223,6 +225,15 @@ pub fn all(world: &World) -> Vec<Case> {
                         port_read::port_read(c, n, off)
                     })
                     .needs("get")
+                    .params(with(mem, &format!("n={n},off={off}"))),
+                );
+            }
+            for (n, off) in [(1u64, 0u64), (4099, 3), ((1 << 20) + 3, 3)] {
+                v.push(
+                    Case::new(kind, 24, "write-copies-source", "write; overwrite the source at once; signal; flush ⇒ the peer got the original bytes", move |c| {
+                        write_copies::write_copies_source(c, n, off)
+                    })
+                    .needs("write-copies-source")
                     .params(with(mem, &format!("n={n},off={off}"))),
                 );
             }

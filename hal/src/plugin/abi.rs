@@ -30,12 +30,17 @@
 //! #define COMMHAL_ERR_BACKEND     -3  /* the driver/library below failed */
 //! #define COMMHAL_ERR_PANIC       -4  /* internal bug caught inside the plugin */
 //!
-//! struct commhal_guarantees {         /* every uint8_t is 0 or 1 */
+//! struct commhal_guarantees {         /* every flag is 0 or 1 */
 //!     uint8_t  signal_strong, put_put_ordered, flush_source_reusable,
 //!              flush_remote_visible, get, ll8, ll16, graph_capture;
 //!     uint64_t max_transfer;          /* bytes */
 //!     uint32_t fifo_depth;
-//!     uint32_t reserved;              /* 0 */
+//!     /* 1: when a port write returns, its source has been read (it may be overwritten
+//!        at once; flush only for the peer's view). Port transports only: 0 for a
+//!        memory-only plugin. Byte 20 was the first byte of a reserved, zero uint32_t,
+//!        so a table built without this field reads as 0, the safe default. */
+//!     uint8_t  write_copies_source;
+//!     uint8_t  reserved[3];           /* 0 */
 //! };                                   /* 24 bytes */
 //!
 //! struct commhal_region {             /* filled by alloc and map */
@@ -79,6 +84,9 @@
 //! * **Version and size.** The loader refuses a table whose `abi_version` is not 1 or
 //!   whose `struct_size` is smaller than the table it knows. Fields may be appended in
 //!   later v1 revisions (the loader then reads only the prefix it knows).
+//! * **Reserved bytes.** A v1 revision may give meaning to reserved bytes, where 0 is
+//!   the old behaviour and the safe default: `write_copies_source` is such a byte. The
+//!   table's size and version stay, so tables built before and after load alike.
 //! * **Strings.** `name` and `description` are NUL-terminated UTF-8 and static. Error and
 //!   reason buffers are caller-owned (`err_len` = [`MSG_BUF_LEN`] bytes); the plugin
 //!   writes a NUL-terminated message, truncated to fit.
@@ -220,8 +228,11 @@ pub struct CGuarantees {
     pub max_transfer: u64,
     /// [`crate::Guarantees::fifo_depth`].
     pub fifo_depth: u32,
+    /// [`crate::Guarantees::write_copies_source`]; 0 for a memory-only plugin. It is
+    /// the first byte of what was a reserved zero `u32`, so older tables read 0 (false).
+    pub write_copies_source: u8,
     /// Must be 0.
-    pub reserved: u32,
+    pub reserved: [u8; 3],
 }
 
 /// A region as reported by `mem_alloc` / `mem_map`.
@@ -381,6 +392,7 @@ mod tests {
         assert_eq!(size_of::<CGuarantees>(), 24);
         assert_eq!(offset_of!(CGuarantees, max_transfer), 8);
         assert_eq!(offset_of!(CGuarantees, fifo_depth), 16);
+        assert_eq!(offset_of!(CGuarantees, write_copies_source), 20);
         assert_eq!(size_of::<CRegion>(), 32);
         assert_eq!(offset_of!(CRegion, len), 16);
         assert_eq!(offset_of!(CRegion, device_ordinal), 28);
@@ -396,6 +408,31 @@ mod tests {
             ENTRY_SYMBOL,
             format!("commhal_plugin_v{ABI_VERSION}\0").as_bytes()
         );
+    }
+
+    /// A table built when byte 20 of `struct commhal_guarantees` was the first byte of
+    /// a reserved zero `uint32_t` reads `write_copies_source = 0`.
+    #[test]
+    fn a_zero_reserved_word_reads_as_no_write_copies_source() {
+        #[repr(C)]
+        struct WithReservedWord {
+            flags: [u8; 8],
+            max_transfer: u64,
+            fifo_depth: u32,
+            reserved: u32,
+        }
+        let old = WithReservedWord {
+            flags: [1; 8],
+            max_transfer: 7,
+            fifo_depth: 4,
+            reserved: 0,
+        };
+        assert_eq!(size_of::<WithReservedWord>(), size_of::<CGuarantees>());
+        // SAFETY: both are repr(C), 24 bytes, every field an integer: any bytes are a
+        // valid CGuarantees.
+        let g: CGuarantees = unsafe { std::mem::transmute(old) };
+        assert_eq!((g.write_copies_source, g.reserved), (0, [0; 3]));
+        assert_eq!((g.graph_capture, g.max_transfer, g.fifo_depth), (1, 7, 4));
     }
 
     #[test]

@@ -299,6 +299,7 @@ impl PluginBackend {
             ll8: flag(file, "ll8", g.ll8)?,
             ll16: flag(file, "ll16", g.ll16)?,
             graph_capture: flag(file, "graph_capture", g.graph_capture)?,
+            write_copies_source: flag(file, "write_copies_source", g.write_copies_source)?,
             max_transfer: g.max_transfer,
             fifo_depth: g.fifo_depth,
         };

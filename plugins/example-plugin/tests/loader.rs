@@ -46,6 +46,10 @@ fn example_plugin_declares_what_its_table_says() {
     let g = p.guarantees();
     assert_eq!(g.signal, SignalStrength::Strong);
     assert!(g.get && g.ll8 && !g.ll16 && !g.put_put_ordered);
+    assert!(
+        !g.write_copies_source,
+        "a memory-only plugin has no port write"
+    );
     assert_eq!(p.memory_kind(), MemoryKind::HostShared);
     assert_eq!(p.probe(), Availability::Available);
 }

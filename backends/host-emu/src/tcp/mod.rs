@@ -36,8 +36,9 @@
 //! applying it, so signals are strong and puts ordered; `write` copies the source into
 //! the socket before returning and `flush` returns after the peer acknowledged
 //! applying everything before it, so flush means source reusable *and* remote visible.
-//! The source being reusable when `write` returns is this backend's own (callers that
-//! know the backend skip flushes that ask only for that: a round trip each).
+//! The source is reusable when `write` returns, staged device memory too (its bytes
+//! are copied out first): `write_copies_source`, so callers skip the flushes that ask
+//! only for that, a round trip each.
 //! `write_signal` sends the write and its signal in one socket send.
 //! `get`: a port `read` is answered by the peer's receiver after every earlier frame,
 //! and its bytes land before the `ACK` of a later flush. No LL8/LL16 packets, no graph
@@ -75,14 +76,6 @@ use regions::{Mem, RegionTable};
 /// The backend's name, as in [`Export::backend`] and the registry.
 pub const BACKEND: &str = "host-tcp";
 
-/// Whether a port of the backend named `name` returns from `write` with its source
-/// already read (host-tcp: copied into the socket before `write` returns, staged device
-/// memory too), so the source may be written again without a `flush`, whose round trip
-/// (the peer acknowledges applying every earlier frame) callers then save.
-pub fn write_reads_source(name: &str) -> bool {
-    name == BACKEND
-}
-
 /// Reach cost across hosts or virtual nodes.
 pub const COST_REMOTE: u32 = 100;
 /// Reach cost on one node: a fallback behind shared memory (host-emu: 10/20).
@@ -104,6 +97,7 @@ impl HostTcp {
             source_reusable: true,
             remote_visible: true,
         },
+        write_copies_source: true,
         get: true,
         ll8: false,
         ll16: false,
