@@ -74,9 +74,9 @@ pub struct PlanArgs {
     pub spin_ns: u64,
     /// CTAs per plan block.
     pub replicas: u32,
-    /// The plan's scratch rotation (the host executor's; the kernels alternate two
-    /// copies by launch parity whatever it says).
-    pub rotation: u32,
+    /// Padding (the kernels alternate two scratch copies by launch parity, whatever
+    /// the plan's scratch rotation says).
+    pub pad: u32,
     /// This rank.
     pub rank: u32,
     /// `PLAN_FLAG_*`: what the host knows of the launch before (the private `LaunchOrder`).
@@ -517,7 +517,6 @@ impl PlanExec {
             }
         }
         let copy = codegen::gpu_scratch_copy_bytes(plan, count, dt);
-        let rotation = plan.scratch_rotation.max(1);
         // Two copies at fixed places, chosen by launch parity for every plan (plan.h
         // `begin`), whatever the plan's rotation and size: a launch's copy never overlaps
         // the one the previous launch (of any plan or size) may still be reading on a
@@ -553,7 +552,7 @@ impl PlanExec {
             scratch_copy_bytes: stride,
             spin_ns: self.spin_ns,
             replicas,
-            rotation,
+            pad: 0,
             rank: self.rank,
             flags: 0,
             ports: match (&self.ports, l.kernel.far) {

@@ -53,7 +53,8 @@
 //   one wait per plan block for all its near readers).
 //   Back to back, a writer that hears from its reader in every launch heard, in launch
 //   L − 1, from writes the reader made after publishing, so the wait finds the value at
-//   once; a one-way sender waits only when it runs two launches ahead.
+//   once; a one-way sender waits only when it runs two launches ahead. When the host
+//   knows launch L − 1 ran the same plan (PLAN_FLAG_ORDERED), only one-way senders wait.
 //
 // Semaphores and packets are the channels' epoch flags and LL16 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
@@ -94,8 +95,8 @@ struct PlanArgs {
   u64 scratch_copy_bytes;      // distance between scratch copies (fixed per Comm)
   u64 spin_ns;                 // bound of every wait
   u32 replicas;                // CTAs per plan block
-  u32 rotation;                // the plan's scratch_rotation (the host's; copies here
-                               // alternate by launch parity whatever it says)
+  u32 pad;                     // (copies alternate by launch parity whatever the
+                               // plan's scratch_rotation says: nothing to pass)
   u32 rank;                    // this rank
   u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
@@ -196,16 +197,7 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
 }
 
 // ---- chunk addressing (the arithmetic of ChunkRef::range) ----
-COMMHAL_DEVICE Span chunk(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
-  const u64 s = first * total / nchunks;
-  const u64 e = (first + cnt) * total / nchunks;
-  Span r;
-  r.p = reinterpret_cast<u8*>(base + s * esz);
-  r.n = e - s;
-  return r;
-}
-
-// The same span from its bounds: codegen emits them as constant expressions of
+// A span from its element bounds [s, e): codegen emits them as constant expressions of
 // a.count (rational chunk positions known when the kernel is generated), so no op
 // divides at run time.
 COMMHAL_DEVICE Span span_of(u64 base, u64 esz, u64 s, u64 e) {
@@ -213,6 +205,12 @@ COMMHAL_DEVICE Span span_of(u64 base, u64 esz, u64 s, u64 e) {
   r.p = reinterpret_cast<u8*>(base + s * esz);
   r.n = e - s;
   return r;
+}
+
+// Chunks first .. first + cnt of `nchunks` of `total` elements, for a position known only
+// at run time (a chunk index of a generated loop).
+COMMHAL_DEVICE Span chunk(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
+  return span_of(base, esz, first * total / nchunks, (first + cnt) * total / nchunks);
 }
 
 // Byte offset of the LL16 packets of a scratch chunk starting at element s (index
@@ -225,21 +223,16 @@ COMMHAL_DEVICE u64 packet_offset(u64 s, u64 esz, u64 first) {
 }
 
 // LL16 packet area of a scratch chunk (see packet_offset).
-COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
-  const u64 s = first * total / nchunks;
-  const u64 e = (first + cnt) * total / nchunks;
+COMMHAL_DEVICE Span packets_of(u64 base, u64 esz, u64 first, u64 s, u64 e) {
   Span r;
   r.p = reinterpret_cast<u8*>(base + packet_offset(s, esz, first));
   r.n = e - s;
   return r;
 }
 
-// The same from its bounds (as span_of).
-COMMHAL_DEVICE Span packets_of(u64 base, u64 esz, u64 first, u64 s, u64 e) {
-  Span r;
-  r.p = reinterpret_cast<u8*>(base + packet_offset(s, esz, first));
-  r.n = e - s;
-  return r;
+// The same from the chunk's rational position (as chunk).
+COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first, u32 cnt) {
+  return packets_of(base, esz, first, first * total / nchunks, (first + cnt) * total / nchunks);
 }
 
 // ceil(u / parts); no division for a single part (every small message).
