@@ -10,7 +10,10 @@
 // primitives of coll/prims.cuh; their Simple, LL16 and LL63 (coll/prims_ll63.cuh)
 // kernels are instantiations of one template (the tables below). The LL63 chains
 // (broadcast_ll63, reduce_ll63) are written over them too, with NCCL's chain steps
-// (Prims<LL63, RootChain>: send, recv, recv_copy_send, recv_reduce_send, ...).
+// (Prims<LL63, RootChain>: send, recv, recv_copy_send, recv_reduce_send, ...), and so
+// are the rings, with NCCL's ring steps over the chain round flags (Prims<Simple, Ring>:
+// send, recv_reduce_send, recv_reduce_copy_send, recv_copy_send, recv). The Simple
+// chains of the broadcast and the reduce keep their own round loops (credits).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -55,9 +58,10 @@
 //                                    word) instead of round flags: no barrier, no fence;
 //                                    on the primitives (Prims<LL63, RootChain>).
 //   commhal_coll_allreduce_ring_*, commhal_coll_reducescatter_ring_*,
-//   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags:
-//                                    n-1 reduce-scatter steps into the next rank's
-//                                    staging and/or n-1 all-gather steps into its output.
+//   commhal_coll_allgather_ring      (large) barrier; ring r -> r+1 over the chain flags
+//                                    (Prims<Simple, Ring>): n-1 reduce-scatter steps into
+//                                    the next rank's staging and/or n-1 all-gather steps
+//                                    into its output.
 //   commhal_coll_allreduce_ring_head_* (3+ ranks, large) the all-reduce ring from its second
 //                                    reduce-scatter step to its first all-gather step;
 //                                    the copy engines do the first and the rest.

@@ -2,11 +2,12 @@
 // protocol, as NCCL's device code is: an algorithm says which bytes of which rank go
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
 // all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces (on
-// LL63 too: coll/prims_ll63.cuh), the direct broadcast, and the LL63 chains of the
+// LL63 too: coll/prims_ll63.cuh), the direct broadcast, the LL63 chains of the
 // broadcast and the reduce (Prims<LL63, RootChain>: NCCL's send / recv /
-// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh); the pull kernels
-// (two-shot all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and
-// its reduce_pull.
+// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh) and the rings
+// (Prims<Simple, Ring>: NCCL's ring steps over the chain round flags, below); the pull
+// kernels (two-shot all-reduce, reduce-scatter, reduce to a root) take Simple's barriers
+// and its reduce_pull.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -42,6 +43,7 @@
 // Simple writes only dst(r, s) in the receiver, LL16 only the receiver's slot for s;
 // both read only src(s, r) of the sender.
 #pragma once
+#include "coll/chain.cuh"
 #include "coll/ll16.cuh"
 #include "coll/reduce_inputs.cuh"
 
@@ -114,6 +116,9 @@ struct RootChain {
 };
 typedef RootChain<0> ChainFromRoot;
 typedef RootChain<1> ChainToRoot;
+// The ring of the ring collectives: NextRank's peers, with Simple's round-flag steps
+// (Prims<Simple, Ring> below).
+struct Ring : NextRank {};
 
 template <typename Proto, typename Pattern>
 struct Prims;
@@ -332,6 +337,127 @@ struct Prims<Simple, Pattern> {
                        reinterpret_cast<const void*>(src(a.rank, p)), part_bytes(bytes, p),
                        (u32)tid0, (u32)gthreads);
     }
+  }
+};
+
+// Prims<Simple, Ring>: the ring collectives' steps (coll/ring.cuh), NCCL's ring
+// primitives over the chain flags of coll/chain.cuh. The START barrier, then every step
+// runs R rounds, one chunk c = blockIdx.x + i x gridDim.x (chunk_for: cv vectors) of its
+// segment each, where R covers the longest segment (`seglen`), so round k of this rank
+// pairs with round k - R of the previous rank: before round k a block waits for the
+// previous rank's flag of round k - R, after it a sending step raises round k's flag
+// (e << 32) | (k + 1) in the next rank. The first step this launch runs waits for
+// nothing: it is step 0, or (`first` = 1, the all-reduce head) the copy engine moved
+// step 0 and the stream waited for it. Rounds count from step 0 either way.
+// Steps, over one segment of `len` vectors, the pointers at its first vector:
+//   send                   in (pre-multiplied) to the next rank, and to `own` too
+//                          unless that is null;
+//   recv_reduce_send       staging + in to the next rank (the partial sum goes on);
+//   recv_reduce_copy_send  staging + in, finished, to `own` and the next rank;
+//   recv_reduce_copy       staging + in, finished, to `own` (no flag: nobody waits);
+//   recv_copy_send         own (what arrived there) to the next rank;
+//   recv                   wait only (the last arrival).
+// Each step is its own round loop, so no loop branches on the step kind. Every vector
+// is read and then written by the same thread (in place).
+template <>
+struct Prims<Simple, Ring> {
+  const CollArgs& a;
+  u64 e;
+  u64 seglen;   // vectors of the longest segment
+  u64 cv;       // vectors per chunk
+  u32 rounds;   // R: rounds per step
+  u32 k;        // the next round
+  u32 prev, next;
+  bool waits = false;  // past the first step: rounds wait for the previous rank's
+  bool ok = true;      // thread 0: no wait gave up
+
+  COMMHAL_DEVICE Prims(const CollArgs& args, u64 longest, u32 first)
+      : a(args), e(coll_begin(args)), seglen(longest) {
+    block_barrier(a, COLL_OFF_START_FLAGS, e);
+    cv = (u64)blockDim.x * chain_unroll(a);
+    rounds = 0;
+    for (u64 c = blockIdx.x; c * cv < seglen; c += gridDim.x) ++rounds;
+    k = first * rounds;
+    prev = Ring::recv_from(a, 0);
+    next = Ring::send_to(a, 0);
+  }
+
+  template <typename Op>
+  COMMHAL_DEVICE void send(const v16* in, v16* to, v16* own, u64 len) {
+    steps<true>([&](u64 c) {
+      chunk_for(
+          a, c, len, [&](u64 v) { return pre16<Op>(a, in[v]); },
+          [&](u64 v, v16 x) {
+            to[v] = x;
+            if (own != nullptr) own[v] = x;
+          });
+    });
+  }
+
+  // `raw`: the staging holds the previous rank's input as the copy engine moved it, not
+  // yet pre-multiplied (premulsum; the head's first step).
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_send(const v16* stage, const v16* in, v16* to, u64 len,
+                                       bool raw) {
+    steps<true>([&](u64 c) {
+      chunk_for(
+          a, c, len, [&](u64 v) { return reduced<Op>(stage, in, v, raw); },
+          [&](u64 v, v16 x) { to[v] = x; });
+    });
+  }
+
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_copy_send(const v16* stage, const v16* in, v16* own, v16* to,
+                                            u64 len) {
+    steps<true>([&](u64 c) {
+      chunk_for(
+          a, c, len, [&](u64 v) { return fin16<Op>(a, reduced<Op>(stage, in, v, false)); },
+          [&](u64 v, v16 x) {
+            to[v] = x;
+            own[v] = x;
+          });
+    });
+  }
+
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_copy(const v16* stage, const v16* in, v16* own, u64 len) {
+    steps<false>([&](u64 c) {
+      chunk_for(
+          a, c, len, [&](u64 v) { return fin16<Op>(a, reduced<Op>(stage, in, v, false)); },
+          [&](u64 v, v16 x) { own[v] = x; });
+    });
+  }
+
+  COMMHAL_DEVICE void recv_copy_send(const v16* own, v16* to, u64 len) {
+    steps<true>([&](u64 c) {
+      chunk_for(
+          a, c, len, [&](u64 v) { return own[v]; }, [&](u64 v, v16 x) { to[v] = x; });
+    });
+  }
+
+  COMMHAL_DEVICE void recv() {
+    steps<false>([](u64) {});
+  }
+
+ private:
+  // One step: R rounds of `round(c)`, each after the previous rank's round k - R, each
+  // flagged to the next rank where SEND.
+  template <bool SEND, typename Round>
+  COMMHAL_DEVICE void steps(Round round) {
+    for (u64 c = blockIdx.x; c * cv < seglen; c += gridDim.x, ++k) {
+      if (waits) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
+      round(c);
+      if (SEND) chain_signal(a, next, chain_tag(e, k), ok);
+    }
+    waits = true;
+  }
+
+  // Vector v reduced so far: the partial sum in the staging plus this rank's input
+  // (pre-multiplied; the staging too where `raw`).
+  template <typename Op>
+  COMMHAL_DEVICE v16 reduced(const v16* stage, const v16* in, u64 v, bool raw) const {
+    if (Op::PRE && raw) return add16<Op>(pre16<Op>(a, stage[v]), pre16<Op>(a, in[v]));
+    return add16<Op>(stage[v], pre16<Op>(a, in[v]));
   }
 };
 

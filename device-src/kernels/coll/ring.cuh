@@ -1,17 +1,20 @@
-// coll/ring.cuh — ring all-reduce, reduce-scatter and all-gather over the chain
-// flags.
+// coll/ring.cuh — ring all-reduce, reduce-scatter and all-gather, written over the
+// ring steps of the primitives (Prims<Simple, Ring>, coll/prims.cuh).
 #pragma once
-#include "coll/chain.cuh"
 #include "coll/prims.cuh"
-#include "coll/reduce_inputs.cuh"
 
 // Ring all-reduce / reduce-scatter / all-gather (large sizes): the chains' links and
-// flags, with the data split into n segments. Reduce-scatter steps s = 0..n-2: rank r
-// sends segment (r - s - 1) mod n — its input for s = 0, else the partial sum that
-// arrived in its staging plus its input — into the next rank's staging; after the last
-// step, segment r is complete on rank r (input + staging). All-gather steps t =
-// 0..n-2: rank r sends segment (r - t) mod n — its own (reduced) segment for t = 0,
-// else the one that arrived in its output in step t-1 — into the next rank's output.
+// flags, with the data split into n segments. ring() below says which segment moves in
+// which step, by which step of the primitives; those run the rounds, waits and flags.
+// Reduce-scatter steps s = 0..n-2: rank r sends segment (r - s - 1) mod n — its input
+// for s = 0 (send), else the partial sum that arrived in its staging plus its input
+// (recv_reduce_send) — into the next rank's staging; after the last step, segment r is
+// complete on rank r (input + staging: recv_reduce_copy into the reduce-scatter's
+// output, or recv_reduce_copy_send, the all-reduce's all-gather step 0). All-gather
+// steps t = 0..n-2: rank r sends segment (r - t) mod n — its own (reduced) segment for
+// t = 0 (the all-gather's: send, with the copy into its own output unless in place),
+// else the one that arrived in its output in step t-1 (recv_copy_send) — into the next
+// rank's output; then it waits for the last arrival (recv).
 // Step-major order: a block runs all its chunks of step s before step s+1, so while
 // rank r works on chunk c of step s the previous rank is one chunk ahead in step s and
 // the flag r waits for is usually raised already (with chunk-major order every step
@@ -44,87 +47,62 @@
 #define COLL_RING_RS 1
 #define COLL_RING_AG 2
 #define COLL_RING_AR_HEAD 3
+
+// Segment q of a ring, in 16-byte vectors: [b, b + len).
+struct RingSeg {
+  u64 b, len;
+};
+
+// The segments (see the geometry above): a partition of `units` for the all-reduce,
+// `units` each at q x units otherwise.
+template <bool AR>
+COMMHAL_DEVICE RingSeg ring_seg(u64 units, u32 n, u32 q) {
+  if (!AR) return {(u64)q * units, units};
+  u64 sb, se;
+  partition(units, n, q, sb, se);
+  return {sb, se - sb};
+}
+
 template <typename Op, int MODE>
 COMMHAL_DEVICE void ring(const CollArgs& a) {
-  constexpr bool AR = MODE == COLL_RING_AR || MODE == COLL_RING_AR_HEAD;
-  // the START barrier from the primitives; then the ring's own round flags
-  const Prims<Simple, NextRank> prims(a);
-  const u64 e = prims.e;
+  constexpr bool HEAD = MODE == COLL_RING_AR_HEAD;
+  constexpr bool AR = MODE == COLL_RING_AR || HEAD;
   const u32 n = a.nranks, r = a.rank;
-  const u32 next = (r + 1) % n, prev = (r + n - 1) % n;
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
   const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
-  const u64 maxlen = AR ? (units + n - 1) / n : units;
-  const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  u32 rounds = 0;  // R
-  for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x) ++rounds;
+  // the head starts at step 1 (step 0 came by the copy engine)
+  Prims<Simple, Ring> p(a, AR ? (units + n - 1) / n : units, HEAD ? 1 : 0);
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
   v16* out = reinterpret_cast<v16*>(a.out[r]);
-  v16* out_next = reinterpret_cast<v16*>(a.out[next]);
+  v16* out_next = reinterpret_cast<v16*>(a.out[p.next]);
   const v16* stage = reinterpret_cast<const v16*>(a.stage[r]);
-  v16* stage_next = reinterpret_cast<v16*>(a.stage[next]);
-  bool ok = true;
-  // the head starts at step 1: step 0 came by the copy engine, and the host queued the
-  // wait for its arrival here before this kernel (no round flags to wait for in step 1)
-  const u32 first = (MODE == COLL_RING_AR_HEAD) ? 1 : 0;
-  u32 k = first * rounds;
-  const u32 rs_steps = (MODE == COLL_RING_AG) ? 0 : n - 1;
-  const u32 ag_steps = (MODE == COLL_RING_RS) ? 0 : (MODE == COLL_RING_AR_HEAD) ? 1 : n - 1;
-  for (u32 s = first; s < rs_steps + ag_steps + 1; ++s) {
-    const bool rs = MODE != COLL_RING_AG && s < rs_steps;
-    const bool last = s == rs_steps + ag_steps;  // wait-only rounds
-    const u32 t = s - rs_steps;                  // all-gather step (when !rs)
-    // the last rounds: reduce-scatter finishes segment r; the others only wait
-    const u32 seg = rs ? (r + 2 * n - s - 1) % n : (last ? r : (r + n - t) % n);
-    u64 sb, se;  // segment [sb, se) in vectors
-    if (AR) {
-      partition(units, n, seg, sb, se);
+  v16* stage_next = reinterpret_cast<v16*>(a.stage[p.next]);
+  // reduce-scatter step s: segment r - s - 1 into the next rank's staging (the head's
+  // first step sums the staging as the copy engine moved it: `raw`)
+  if (MODE != COLL_RING_AG) {
+    const RingSeg f = ring_seg<AR>(units, n, HEAD ? (r + n - 2) % n : (r + n - 1) % n);
+    if (HEAD) {
+      p.recv_reduce_send<Op>(stage + f.b, in + f.b, stage_next + f.b, f.len, true);
     } else {
-      sb = (u64)seg * units;
-      se = sb + units;
+      p.send<Op>(in + f.b, stage_next + f.b, nullptr, f.len);
     }
-    const u64 sl = se - sb;
-    // vector v of this segment reduced so far: the partial sum that arrived in the
-    // staging plus this rank's input
-    // (premulsum: the input is pre-multiplied here; the staging holds pre-multiplied
-    // partial sums, except in the head's first step, where it holds the previous rank's
-    // input as the copy engine moved it)
-    const bool stage_raw = MODE == COLL_RING_AR_HEAD && s == first;
-    const auto reduced = [&](u64 v) {
-      if (Op::PRE && stage_raw) return add16<Op>(pre16<Op>(a, stage[sb + v]), pre16<Op>(a, in[sb + v]));
-      return add16<Op>(stage[sb + v], pre16<Op>(a, in[sb + v]));
-    };
-    for (u64 c = blockIdx.x; c * cv < maxlen; c += gridDim.x, ++k) {
-      if (k >= (first + 1) * rounds) chain_wait(a, prev, next, chain_tag(e, k - rounds), ok);
-      if (MODE == COLL_RING_RS && last) {
-        // own segment complete: staging + input -> output offset 0
-        chunk_for(
-            a, c, sl, [&](u64 v) { return fin16<Op>(a, reduced(v)); },
-            [&](u64 v, v16 x) { out[v] = x; });
-        continue;
-      }
-      if (last) continue;
-      if (rs) {
-        chunk_for(
-            a, c, sl,
-            [&](u64 v) { return s == 0 ? pre16<Op>(a, in[sb + v]) : reduced(v); },
-            [&](u64 v, v16 x) { stage_next[sb + v] = x; });
-      } else if (t == 0) {
-        chunk_for(
-            a, c, sl,
-            [&](u64 v) {
-              return (MODE == COLL_RING_AG) ? in[v] : fin16<Op>(a, reduced(v));
-            },
-            [&](u64 v, v16 x) {
-              out_next[sb + v] = x;
-              if (AR || in + v != out + sb + v) out[sb + v] = x;
-            });
-      } else {
-        chunk_for(
-            a, c, sl, [&](u64 v) { return out[sb + v]; },
-            [&](u64 v, v16 x) { out_next[sb + v] = x; });
-      }
-      chain_signal(a, next, chain_tag(e, k), ok);
+    for (u32 s = HEAD ? 2 : 1; s + 1 < n; ++s) {
+      const RingSeg g = ring_seg<AR>(units, n, (r + 2 * n - s - 1) % n);
+      p.recv_reduce_send<Op>(stage + g.b, in + g.b, stage_next + g.b, g.len, false);
     }
   }
+  // segment r: complete here (reduce-scatter), or the all-gather's first
+  const RingSeg g = ring_seg<AR>(units, n, r);
+  if (MODE == COLL_RING_RS) return p.recv_reduce_copy<Op>(stage + g.b, in + g.b, out, g.len);
+  if (AR) {
+    p.recv_reduce_copy_send<Op>(stage + g.b, in + g.b, out + g.b, out_next + g.b, g.len);
+  } else {
+    p.send<Op>(in, out_next + g.b, in == out + g.b ? nullptr : out + g.b, g.len);
+  }
+  // all-gather step t: segment r - t, arrived in step t - 1, on to the next rank
+  for (u32 t = 1; !HEAD && t + 1 < n; ++t) {
+    const RingSeg h = ring_seg<AR>(units, n, (r + n - t) % n);
+    p.recv_copy_send(out + h.b, out_next + h.b, h.len);
+  }
+  p.recv();
 }
