@@ -12,8 +12,10 @@
 // (broadcast_ll63, reduce_ll63) are written over them too, with NCCL's chain steps
 // (Prims<LL63, RootChain>: send, recv, recv_copy_send, recv_reduce_send, ...), and so
 // are the rings, with NCCL's ring steps over the chain round flags (Prims<Simple, Ring>:
-// send, recv_reduce_send, recv_reduce_copy_send, recv_copy_send, recv). The Simple
-// chains of the broadcast and the reduce keep their own round loops (credits).
+// send, recv_reduce_send, recv_reduce_copy_send, recv_copy_send, recv), and the Simple
+// chains (broadcast_chain, reduce_chain) with the chain steps over the same flags
+// (Prims<Simple, RootChain>: copy_send, recv_copy_send, recv, send, recv_reduce_send,
+// recv_reduce_copy).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -49,10 +51,12 @@
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
 //   commhal_coll_broadcast_chain     (large, bytes % 16 == 0) barrier; pipelined chain
 //                                    root -> root+1 -> ... : every rank stores each chunk
-//                                    into the next rank's output and raises its flag.
+//                                    into the next rank's output and raises its flag
+//                                    (Prims<Simple, ChainFromRoot>).
 //   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
 //                                    pipelined chain root+1 -> ... -> root: partial sums
-//                                    stored into the next rank's staging, chunk by chunk.
+//                                    stored into the next rank's staging, chunk by chunk
+//                                    (Prims<Simple, ChainToRoot>).
 //   commhal_coll_broadcast_ll63,     (above the LL16 sizes, bytes % 16 == 0) the chains' ranks with
 //   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
 //                                    word) instead of round flags: no barrier, no fence;

@@ -155,39 +155,29 @@ COMMHAL_DEVICE void broadcast_ll(const CollArgs& a) {
 //   forwards. One more local store per byte, but no rank ever stores into a peer's
 //   output, so back-to-back broadcasts stream on with credits like the reduce chain.
 //   4 ranks, root 2: 2 -> 3 -> 0 -> 1; rank 1 (position 3) only waits.
+// Over the primitives (Prims<Simple, ChainFromRoot>, coll/prims.cuh), one step per
+// position: copy_send (root), recv_copy_send (middle), recv_copy (last, staged) or recv
+// (last, direct).
 COMMHAL_DEVICE void broadcast_chain(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 n = a.nranks;
-  const u32 root = coll_root(a);
-  const u32 pos = (a.rank + n - root) % n;
   const bool staged = a.flags & COLL_FLAG_BCAST_STAGED;
-  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  const bool last = pos == n - 1;
-  const bool credits =
-      chain_start(a, e, !last, staged ? chain_geometry(nvec, cv, true) : 0) == COLL_CHAIN_CREDITS &&
-      !last;
-  const v16* src = reinterpret_cast<const v16*>(pos == 0   ? a.in[root]
-                                                : staged ? a.stage[a.rank]
-                                                         : a.out[a.rank]);
-  v16* own = reinterpret_cast<v16*>(a.out[a.rank]);
-  v16* dst = reinterpret_cast<v16*>(staged ? a.stage[next] : a.out[next]);
-  const bool copy_own = pos == 0 ? a.in[root] != a.out[root] : staged;
-  bool ok = true;
-  u32 k = 0;
-  for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
-    const u64 tag = chain_tag(e, k);
-    if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
-    if (last && !copy_own) continue;
-    chunk_for(
-        a, c, nvec, [&](u64 v) { return src[v]; },
-        [&](u64 v, v16 x) {
-          if (!last) dst[v] = x;
-          if (copy_own) own[v] = x;
-        });
-    // staged: a rank past the root consumed this round's staging, credit the previous
-    chain_signal(a, next, tag, ok, !last, staged && pos > 0);
+  Prims<Simple, ChainFromRoot> p(a, nvec, staged ? chain_geometry(nvec, cv, true) : 0);
+  const u32 r = a.rank;
+  v16* own = reinterpret_cast<v16*>(a.out[r]);
+  v16* to = reinterpret_cast<v16*>(staged ? a.stage[p.next] : a.out[p.next]);
+  // staged: a rank past the root copies its staging out and credits the previous rank
+  const v16* got = reinterpret_cast<const v16*>(staged ? a.stage[r] : a.out[r]);
+  if (p.first()) {
+    p.copy_send(reinterpret_cast<const v16*>(a.in[r]), to, a.in[r] != a.out[r] ? own : nullptr);
+  } else if (p.last()) {
+    if (staged) {
+      p.recv_copy(got, own, true);
+    } else {
+      p.recv();
+    }
+  } else {
+    p.recv_copy_send(got, to, staged ? own : nullptr, staged);
   }
 }
 

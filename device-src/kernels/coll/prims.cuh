@@ -4,10 +4,12 @@
 // all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces (on
 // LL63 too: coll/prims_ll63.cuh), the direct broadcast, the LL63 chains of the
 // broadcast and the reduce (Prims<LL63, RootChain>: NCCL's send / recv /
-// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh) and the rings
-// (Prims<Simple, Ring>: NCCL's ring steps over the chain round flags, below); the pull
-// kernels (two-shot all-reduce, reduce-scatter, reduce to a root) take Simple's barriers
-// and its reduce_pull.
+// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh), the rings
+// (Prims<Simple, Ring>: NCCL's ring steps over the chain round flags, below) and the
+// Simple chains of the broadcast and the reduce (Prims<Simple, RootChain>: the chain
+// steps over the same flags, with credits, below); the pull kernels (two-shot
+// all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and its
+// reduce_pull.
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -458,6 +460,112 @@ struct Prims<Simple, Ring> {
   COMMHAL_DEVICE v16 reduced(const v16* stage, const v16* in, u64 v, bool raw) const {
     if (Op::PRE && raw) return add16<Op>(pre16<Op>(a, stage[v]), pre16<Op>(a, in[v]));
     return add16<Op>(stage[v], pre16<Op>(a, in[v]));
+  }
+};
+
+// Prims<Simple, RootChain<OFFSET>>: the Simple chains of the rooted collectives
+// (ChainFromRoot: broadcast_chain; ChainToRoot: reduce_chain) over the chain flags of
+// coll/chain.cuh. chain_start instead of the START barrier (its neighbour start and
+// credits, `geometry` as chain_geometry's, 0 for none); then one step per position, as
+// NCCL's, of one round per chunk c = blockIdx.x + k x gridDim.x (chunk_for over the
+// transfer's nvec vectors): round k waits for the previous rank's flag of round k where
+// the step receives, and for the next rank's credit where this launch stores under
+// credits (not the last position); it raises round k's flag in the next rank where the
+// step sends, and credits the previous rank where it consumed its own staging
+// (`credit`). Steps (the pointers at the transfer's first vector):
+//   broadcast: copy_send (first: in to the next rank, and to `own` unless null),
+//              recv_copy_send (middle: what arrived, to the next rank and `own`),
+//              recv_copy (last, staged: the staging to `own`), recv (last: wait only);
+//   reduce:    send (first: in, pre-multiplied), recv_reduce_send (middle: staging +
+//              in), recv_reduce_copy (last: staging + in, finished, to `own`).
+// Each step is its own round loop, so no round branches on the position. Host: n >= 2.
+template <u32 OFFSET>
+struct Prims<Simple, RootChain<OFFSET>> {
+  typedef RootChain<OFFSET> Pattern;
+  const CollArgs& a;
+  u64 e;
+  u64 nvec;  // vectors of the transfer
+  u32 pos, prev, next;
+  bool credits;    // stores into the next rank wait for its credit, round by round
+  bool ok = true;  // thread 0: no wait gave up
+
+  COMMHAL_DEVICE Prims(const CollArgs& args, u64 vectors, u64 geometry)
+      : a(args), e(coll_begin(args)), nvec(vectors) {
+    pos = Pattern::pos(a);
+    prev = Pattern::recv_from(a, 0);
+    next = Pattern::send_to(a, 0);
+    credits = chain_start(a, e, !last(), geometry) == COLL_CHAIN_CREDITS && !last();
+  }
+
+  COMMHAL_DEVICE bool first() const { return pos == 0; }
+  COMMHAL_DEVICE bool last() const { return pos == a.nranks - 1; }
+
+  COMMHAL_DEVICE void copy_send(const v16* in, v16* to, v16* own) {
+    copy<false, true>(in, to, own, false);
+  }
+  COMMHAL_DEVICE void recv_copy_send(const v16* src, v16* to, v16* own, bool credit) {
+    copy<true, true>(src, to, own, credit);
+  }
+  COMMHAL_DEVICE void recv_copy(const v16* src, v16* own, bool credit) {
+    copy<true, false>(src, nullptr, own, credit);
+  }
+  COMMHAL_DEVICE void recv() {
+    rounds<true, false>(false, [](u64) {});
+  }
+
+  template <typename Op>
+  COMMHAL_DEVICE void send(const v16* in, v16* to) {
+    rounds<false, true>(false, [&](u64 c) {
+      chunk_for(
+          a, c, nvec, [&](u64 v) { return pre16<Op>(a, in[v]); },
+          [&](u64 v, v16 x) { to[v] = x; });
+    });
+  }
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_send(const v16* stage, const v16* in, v16* to) {
+    rounds<true, true>(true, [&](u64 c) {
+      chunk_for(
+          a, c, nvec, [&](u64 v) { return add16<Op>(stage[v], pre16<Op>(a, in[v])); },
+          [&](u64 v, v16 x) { to[v] = x; });
+    });
+  }
+  template <typename Op>
+  COMMHAL_DEVICE void recv_reduce_copy(const v16* stage, const v16* in, v16* own) {
+    rounds<true, false>(true, [&](u64 c) {
+      chunk_for(
+          a, c, nvec,
+          [&](u64 v) { return fin16<Op>(a, add16<Op>(stage[v], pre16<Op>(a, in[v]))); },
+          [&](u64 v, v16 x) { own[v] = x; });
+    });
+  }
+
+ private:
+  // src to the next rank (SEND) and to `own` unless null.
+  template <bool RECV, bool SEND>
+  COMMHAL_DEVICE void copy(const v16* src, v16* to, v16* own, bool credit) {
+    rounds<RECV, SEND>(credit, [&](u64 c) {
+      chunk_for(
+          a, c, nvec, [&](u64 v) { return src[v]; },
+          [&](u64 v, v16 x) {
+            if (SEND) to[v] = x;
+            if (own != nullptr) own[v] = x;
+          });
+    });
+  }
+
+  // One round per chunk: wait (RECV: the previous rank's flag; credits: the next
+  // rank's credit), `round(c)`, then flag the next rank (SEND) and / or credit the
+  // previous one (`credit`).
+  template <bool RECV, bool SEND, typename Round>
+  COMMHAL_DEVICE void rounds(bool credit, Round round) {
+    const u64 cv = (u64)blockDim.x * chain_unroll(a);
+    u32 k = 0;
+    for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
+      const u64 tag = chain_tag(e, k);
+      if (RECV || credits) chain_wait(a, prev, next, tag, ok, RECV, credits);
+      round(c);
+      if (SEND || credit) chain_signal(a, next, tag, ok, SEND, credit);
+    }
   }
 };
 

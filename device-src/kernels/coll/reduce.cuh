@@ -112,35 +112,22 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
 //   4 ranks, root 1: 2 -> 3 -> 0 -> 1. 2 ranks, root 0: 1 -> 0.
 // In place (inputs = outputs): the root reads and then writes each of its vectors in the
 // same thread; the other ranks only read theirs.
+// Over the primitives (Prims<Simple, ChainToRoot>, coll/prims.cuh), one step per
+// position: send (position 0), recv_reduce_send (middle), recv_reduce_copy (the root).
 template <typename Op>
 COMMHAL_DEVICE void reduce_chain(const CollArgs& a) {
-  const u64 e = coll_begin(a);
-  const u32 n = a.nranks;
-  const u32 root = coll_root(a);
-  const u32 pos = (a.rank + n - root - 1) % n;
-  const u32 next = (a.rank + 1) % n, prev = (a.rank + n - 1) % n;
   const u64 nvec = a.count * Op::ELEM / 16;
   const u64 cv = (u64)blockDim.x * chain_unroll(a);
-  const bool credits =
-      chain_start(a, e, pos != n - 1, chain_geometry(nvec, cv, false)) == COLL_CHAIN_CREDITS &&
-      pos != n - 1;
+  Prims<Simple, ChainToRoot> p(a, nvec, chain_geometry(nvec, cv, false));
   const v16* in = reinterpret_cast<const v16*>(a.in[a.rank]);
-  const v16* partial = reinterpret_cast<const v16*>(a.stage[a.rank]);
-  v16* dst = reinterpret_cast<v16*>(pos == n - 1 ? a.out[a.rank] : a.stage[next]);
-  bool ok = true;
-  u32 k = 0;
-  for (u64 c = blockIdx.x; c * cv < nvec; c += gridDim.x, ++k) {
-    const u64 tag = chain_tag(e, k);
-    if (pos > 0 || credits) chain_wait(a, prev, next, tag, ok, pos > 0, credits);
-    chunk_for(
-        a, c, nvec,
-        [&](u64 v) {
-          const v16 x = pos > 0 ? add16<Op>(partial[v], pre16<Op>(a, in[v])) : pre16<Op>(a, in[v]);
-          return pos == n - 1 ? fin16<Op>(a, x) : x;
-        },
-        [&](u64 v, v16 x) { dst[v] = x; });
-    // a rank past position 0 consumed this round's staging: credit the previous rank
-    chain_signal(a, next, tag, ok, pos < n - 1, pos > 0);
+  const v16* stage = reinterpret_cast<const v16*>(a.stage[a.rank]);
+  v16* to = reinterpret_cast<v16*>(a.stage[p.next]);
+  if (p.first()) {
+    p.template send<Op>(in, to);
+  } else if (p.last()) {
+    p.template recv_reduce_copy<Op>(stage, in, reinterpret_cast<v16*>(a.out[a.rank]));
+  } else {
+    p.template recv_reduce_send<Op>(stage, in, to);
   }
 }
 
