@@ -32,8 +32,8 @@
 // all-gather: input = output + r x chunk): every input vector is read before the ring
 // delivers the finished segment over it (the flags chain the read to the write), and a
 // rank reads and then writes its own segment in the same thread.
-// Host: n >= 2, whole 16-byte vectors, staging of >= the input bytes (all-reduce and
-// reduce-scatter).
+// Host: n >= 2, whole 16-byte vectors, a staging area: of >= the input bytes for the
+// reduce-scatter and the all-reduce head, any size for the all-reduce (portions below).
 // All-reduce head (COLL_RING_AR_HEAD, 3 or more ranks, dma.rs allreduce_ring_first /
 // allreduce_ring_tail): the copy engine has moved reduce-scatter step 0 (rank r's input
 // segment r-1 into the next rank's staging; the stream waited for the previous rank's
@@ -63,6 +63,15 @@ COMMHAL_DEVICE RingSeg ring_seg(u64 units, u32 n, u32 q) {
   return {sb, se - sb};
 }
 
+// Portions (all-reduce, not the head): a staging area smaller than the buffer (the
+// NCCL drop-in's regions are 64 MiB by default) runs the whole ring once per portion of
+// at most stage_slot_bytes x n bytes, all portions the same size but the last, in one
+// launch: round k keeps counting and every portion has the rounds of a full one (the
+// last one's missing vectors are skipped), so round k still pairs with round k - R of
+// the previous rank. Reuse of the staging: the previous rank writes portion p + 1 into
+// this rank's staging, chunk c, only after its own final wait (`recv`) of portion p for
+// chunk c, which follows, flag by flag around the ring in the same block, this rank's
+// step n - 1 of chunk c: its last read of that staging in portion p.
 template <typename Op, int MODE>
 COMMHAL_DEVICE void ring(const CollArgs& a) {
   constexpr bool HEAD = MODE == COLL_RING_AR_HEAD;
@@ -70,39 +79,51 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   const u32 n = a.nranks, r = a.rank;
   // AR: count elements; RS: count elements per rank; AG: count bytes per rank
   const u64 units = (MODE == COLL_RING_AG) ? a.count / 16 : a.count * Op::ELEM / 16;
+  const u64 room = a.stage_slot_bytes * n / 16;
+  const u64 parts = (MODE == COLL_RING_AR && room > 0 && units > room) ? (units + room - 1) / room : 1;
+  const u64 pu = (units + parts - 1) / parts;  // units of a portion
   // the head starts at step 1 (step 0 came by the copy engine)
-  Prims<Simple, Ring> p(a, AR ? (units + n - 1) / n : units, HEAD ? 1 : 0);
+  Prims<Simple, Ring> p(a, AR ? (pu + n - 1) / n : pu, HEAD ? 1 : 0);
   const v16* in = reinterpret_cast<const v16*>(a.in[r]);
   v16* out = reinterpret_cast<v16*>(a.out[r]);
   v16* out_next = reinterpret_cast<v16*>(a.out[p.next]);
   const v16* stage = reinterpret_cast<const v16*>(a.stage[r]);
   v16* stage_next = reinterpret_cast<v16*>(a.stage[p.next]);
-  // reduce-scatter step s: segment r - s - 1 into the next rank's staging (the head's
-  // first step sums the staging as the copy engine moved it: `raw`)
-  if (MODE != COLL_RING_AG) {
-    const RingSeg f = ring_seg<AR>(units, n, HEAD ? (r + n - 2) % n : (r + n - 1) % n);
-    if (HEAD) {
-      p.recv_reduce_send<Op>(stage + f.b, in + f.b, stage_next + f.b, f.len, true);
+  for (u64 base = 0; base < units; base += pu) {
+    const u64 len = units - base < pu ? units - base : pu;
+    // segment q of the portion: at g.b in the staging, at io(q, g) in input and output
+    auto io = [&](u32 q, const RingSeg& g) { return AR ? base + g.b : (u64)q * units + base; };
+    // reduce-scatter step s: segment r - s - 1 into the next rank's staging (the head's
+    // first step sums the staging as the copy engine moved it: `raw`)
+    if (MODE != COLL_RING_AG) {
+      const u32 q = HEAD ? (r + n - 2) % n : (r + n - 1) % n;
+      const RingSeg f = ring_seg<AR>(len, n, q);
+      if (HEAD) {
+        p.recv_reduce_send<Op>(stage + f.b, in + io(q, f), stage_next + f.b, f.len, true);
+      } else {
+        p.send<Op>(in + io(q, f), stage_next + f.b, nullptr, f.len);
+      }
+      for (u32 s = HEAD ? 2 : 1; s + 1 < n; ++s) {
+        const u32 qs = (r + 2 * n - s - 1) % n;
+        const RingSeg g = ring_seg<AR>(len, n, qs);
+        p.recv_reduce_send<Op>(stage + g.b, in + io(qs, g), stage_next + g.b, g.len, false);
+      }
+    }
+    // segment r: complete here (reduce-scatter), or the all-gather's first
+    const RingSeg g = ring_seg<AR>(len, n, r);
+    if (MODE == COLL_RING_RS) return p.recv_reduce_copy<Op>(stage + g.b, in + io(r, g), out, g.len);
+    if (AR) {
+      const u64 o = io(r, g);
+      p.recv_reduce_copy_send<Op>(stage + g.b, in + o, out + o, out_next + o, g.len);
     } else {
-      p.send<Op>(in + f.b, stage_next + f.b, nullptr, f.len);
+      p.send<Op>(in, out_next + g.b, in == out + g.b ? nullptr : out + g.b, g.len);
     }
-    for (u32 s = HEAD ? 2 : 1; s + 1 < n; ++s) {
-      const RingSeg g = ring_seg<AR>(units, n, (r + 2 * n - s - 1) % n);
-      p.recv_reduce_send<Op>(stage + g.b, in + g.b, stage_next + g.b, g.len, false);
+    // all-gather step t: segment r - t, arrived in step t - 1, on to the next rank
+    for (u32 t = 1; !HEAD && t + 1 < n; ++t) {
+      const u32 qt = (r + n - t) % n;
+      const RingSeg h = ring_seg<AR>(len, n, qt);
+      p.recv_copy_send(out + io(qt, h), out_next + io(qt, h), h.len);
     }
+    p.recv();
   }
-  // segment r: complete here (reduce-scatter), or the all-gather's first
-  const RingSeg g = ring_seg<AR>(units, n, r);
-  if (MODE == COLL_RING_RS) return p.recv_reduce_copy<Op>(stage + g.b, in + g.b, out, g.len);
-  if (AR) {
-    p.recv_reduce_copy_send<Op>(stage + g.b, in + g.b, out + g.b, out_next + g.b, g.len);
-  } else {
-    p.send<Op>(in, out_next + g.b, in == out + g.b ? nullptr : out + g.b, g.len);
-  }
-  // all-gather step t: segment r - t, arrived in step t - 1, on to the next rank
-  for (u32 t = 1; !HEAD && t + 1 < n; ++t) {
-    const RingSeg h = ring_seg<AR>(units, n, (r + n - t) % n);
-    p.recv_copy_send(out + h.b, out_next + h.b, h.len);
-  }
-  p.recv();
 }

@@ -111,14 +111,18 @@ impl Comm {
     /// Whether an all-reduce (`bytes` = the buffer), all-gather (the output) or
     /// reduce-scatter (the input) runs on the ring kernels: from the tuned size, 2 or
     /// more ranks, whole 16-byte vectors per rank's segment (all-reduce: of the
-    /// buffer), and the staging area for the reducing ones.
+    /// buffer), and a staging area for the reducing ones: one that holds the input for
+    /// the reduce-scatter; the all-reduce runs in portions of the area's size.
     pub(super) fn ring(&self, coll: Collective, bytes: u64) -> bool {
         let n = u64::from(self.n);
         let staged = self.base.stage_slot_bytes * n >= bytes;
         self.n > 1
             && match coll {
+                // larger than the staging area: the kernel runs it in portions
                 Collective::Allreduce => {
-                    bytes >= self.tuning.ar_ring_min && bytes.is_multiple_of(16) && staged
+                    bytes >= self.tuning.ar_ring_min
+                        && bytes.is_multiple_of(16)
+                        && self.base.stage_slot_bytes > 0
                 }
                 Collective::Allgather => {
                     bytes >= self.tuning.ag_ring_min && (bytes / n).is_multiple_of(16)
@@ -165,11 +169,13 @@ impl Comm {
 
     /// Whether a collective of `bytes` that the selector put on `kernel` ends on the copy
     /// engines: the all-reduce ring on 3 or more ranks from the tuned `ar_ce_min` (it
-    /// then runs as [`Kernel::AllreduceRingHead`]). Outside a graph capture only: the
+    /// then runs as [`Kernel::AllreduceRingHead`]), when the staging area holds the whole
+    /// buffer (the copy engines move whole segments). Outside a graph capture only: the
     /// callers check that (last, since it asks the driver).
     pub(super) fn ce_tail(&self, kernel: Kernel, bytes: u64) -> bool {
         kernel == Kernel::AllreduceRing
             && self.dma.is_some()
+            && self.staging_holds(bytes)
             && self.n >= 3
             && bytes >= self.tuning.ar_ce_min
     }
