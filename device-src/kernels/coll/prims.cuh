@@ -441,6 +441,11 @@ struct Prims<Simple, Ring> {
     steps<false>([](u64) {});
   }
 
+  // The next portion of a ring run in portions (coll/ring.cuh): its first step waits for
+  // nothing, like the first step of the launch (`recv` raises no flag to wait for; it
+  // waited for the arrival that orders this rank's next stores into the staging).
+  COMMHAL_DEVICE void next_portion() { waits = false; }
+
  private:
   // One step: R rounds of `round(c)`, each after the previous rank's round k - R, each
   // flagged to the next rank where SEND.

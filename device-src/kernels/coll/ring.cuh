@@ -68,10 +68,12 @@ COMMHAL_DEVICE RingSeg ring_seg(u64 units, u32 n, u32 q) {
 // at most stage_slot_bytes x n bytes, all portions the same size but the last, in one
 // launch: round k keeps counting and every portion has the rounds of a full one (the
 // last one's missing vectors are skipped), so round k still pairs with round k - R of
-// the previous rank. Reuse of the staging: the previous rank writes portion p + 1 into
-// this rank's staging, chunk c, only after its own final wait (`recv`) of portion p for
-// chunk c, which follows, flag by flag around the ring in the same block, this rank's
-// step n - 1 of chunk c: its last read of that staging in portion p.
+// the previous rank. A portion's first step waits for nothing (`next_portion`: the
+// final `recv` of the one before raises no flag). Reuse of the staging: the previous
+// rank writes portion p + 1 into this rank's staging, chunk c, only after its own final
+// wait (`recv`) of portion p for chunk c, which follows, flag by flag around the ring in
+// the same block, this rank's step n - 1 of chunk c: its last read of that staging in
+// portion p.
 template <typename Op, int MODE>
 COMMHAL_DEVICE void ring(const CollArgs& a) {
   constexpr bool HEAD = MODE == COLL_RING_AR_HEAD;
@@ -90,6 +92,7 @@ COMMHAL_DEVICE void ring(const CollArgs& a) {
   const v16* stage = reinterpret_cast<const v16*>(a.stage[r]);
   v16* stage_next = reinterpret_cast<v16*>(a.stage[p.next]);
   for (u64 base = 0; base < units; base += pu) {
+    if (base > 0) p.next_portion();
     const u64 len = units - base < pu ? units - base : pu;
     // segment q of the portion: at g.b in the staging, at io(q, g) in input and output
     auto io = [&](u32 q, const RingSeg& g) { return AR ? base + g.b : (u64)q * units + base; };
