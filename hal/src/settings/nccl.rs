@@ -48,7 +48,7 @@ pub static NCCL_BUFFER_BYTES: Setting = Setting {
     default: "67108864",
     set_by: SetBy::User,
     read_by: "nccl",
-    doc: "size of each communicator's registered input, output and staging regions: the largest call that can be staged (unaligned pointers, cuMem VMM memory) and the largest all-reduce the ring kernel runs; every rank the same",
+    doc: "size of each communicator's registered input, output and staging regions: the largest call that can be staged (unaligned pointers, cuMem VMM memory) and the portion in which the ring all-reduce runs larger calls; every rank the same",
 };
 
 /// `COMMHAL_NCCL_WAIT_S`: the bound of the drop-in's waits.
