@@ -11,7 +11,12 @@
 //!   pairs with the k-th wait: plan.h's epoch flags), and that signals and waits match;
 //! * the occurrence number of every LL packet write/read (part of the flag);
 //! * where a block's replicas (several CTAs sharing a plan block's work) must sync
-//!   because an op touches local data that an earlier op split differently.
+//!   because an op touches local data that an earlier op split differently;
+//! * which consecutive ops fuse into one loop: puts of LL packets of one source chunk
+//!   to several peers, with a copy of that chunk into disjoint local memory (plan.h
+//!   `put_packets_multi`: each packet's bytes loaded once, as the hand `broadcast_ll`
+//!   does; `Gen::packet_run` says when the fused op equals the separate ones). The
+//!   host executor runs the ops one by one.
 //!
 //! Channels. Between ranks of one node every peer buffer is mapped: memory-channel ops
 //! are the CTAs' own loads and stores. Port-channel ops (between virtual nodes:
@@ -858,6 +863,134 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// Straight-line ops of a block (outside C++ loops; `flat` = each one's index among
+    /// the block's flattened ops): runs that [`Gen::packet_run`] finds go out as one
+    /// `put_packets_multi`, every other op as itself.
+    fn straight(&mut self, ops: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
+        let mut i = 0;
+        while i < ops.len() {
+            let n = self.packet_run(&ops[i..]);
+            if n > 0 {
+                self.put_packets_multi(&ops[i..i + n], block)?;
+                i += n;
+            } else {
+                self.op(&ops[i].0, block, ops[i].1, false, 1)?;
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The length of the run at the start of `ops` that fuses into one
+    /// `put_packets_multi` (plan.h), or 0: consecutive `PutPackets` of one source chunk
+    /// to near peers (each packet area once) and at most one `Copy` of that chunk,
+    /// at least two ops of which one puts packets. Every op of the run splits the
+    /// chunk among the CTAs alike (plan.h `share_elems`), so the fused op moves, CTA
+    /// by CTA, what the separate ops move, loading each packet's bytes once. The copy
+    /// fuses only where it reads none of what it writes (its destination is disjoint
+    /// from the source, so the order of its stores and the packets' loads is free) and
+    /// where it moves as many elements as the puts for every count.
+    fn packet_run(&self, ops: &[(Op, usize)]) -> usize {
+        let src = match ops.first() {
+            Some((Op::PutPackets { src, .. } | Op::Copy { src, .. }, _)) => *src,
+            _ => return 0,
+        };
+        let (mut puts, mut copy, mut len) = (0, false, 0);
+        let mut areas = BTreeSet::new();
+        for (op, _) in ops {
+            match op {
+                Op::PutPackets {
+                    peer, src: s, dst, ..
+                } if *s == src
+                    && self.far & (1 << peer) == 0
+                    && areas.insert((*peer, dst.buf, dst.index, dst.count)) =>
+                {
+                    puts += 1
+                }
+                Op::Copy { src: s, dst } if *s == src && !copy && self.copy_fuses(s, dst) => {
+                    copy = true
+                }
+                _ => break,
+            }
+            len += 1;
+        }
+        if puts > 0 && len >= 2 { len } else { 0 }
+    }
+
+    /// Whether a `Copy` of `src` into `dst` (straight-line, no loop index) can run in
+    /// the loop of puts of `src`: disjoint memory, and the same number of elements for
+    /// every count (equal lengths in units of count, and bounds that differ by whole
+    /// counts, so that both round down alike).
+    fn copy_fuses(&self, src: &ChunkRef, dst: &ChunkRef) -> bool {
+        let (s, d) = (self.extent(src, 1), self.extent(dst, 1));
+        if Self::conflicts(&s, &d) != Hazard::None {
+            return false;
+        }
+        let bounds = |c: &ChunkRef| {
+            let spec = self.plan.spec(c.buf);
+            let (n, f) = (spec.chunks.max(1) as i128, spec.factor as i128);
+            (
+                c.index as i128 * f,
+                (c.index as i128 + c.count as i128) * f,
+                n,
+            )
+        };
+        let ((s0, s1, sn), (d0, d1, dn)) = (bounds(src), bounds(dst));
+        // (s1 - s0) / sn == (d1 - d0) / dn, and (d0 / dn - s0 / sn) is an integer
+        (s1 - s0) * dn == (d1 - d0) * sn && (d0 * sn - s0 * dn) % (sn * dn) == 0
+    }
+
+    /// A run of [`Gen::packet_run`] as one `put_packets_multi`: first what each op
+    /// would have done before it (a copy's flush of far puts, the puts' done-word
+    /// wait, the replica sync or CTA barrier its local reads and writes need).
+    fn put_packets_multi(&mut self, run: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
+        let me = self.me;
+        let es = self.es;
+        let copy = run.iter().find_map(|(o, _)| match o {
+            Op::Copy { dst, .. } => Some(*dst),
+            _ => None,
+        });
+        let mut puts = Vec::new();
+        for (o, flat) in run {
+            if let Op::PutPackets { peer, src, dst, .. } = o {
+                self.no_far(*peer, "writes LL packets into")?;
+                puts.push((*peer, *src, *dst, self.occurrence(block, *flat, 0)?));
+            }
+        }
+        let src = puts[0].1;
+        if copy.is_some() {
+            self.flush_far(u32::MAX);
+        }
+        let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
+        self.wait_readers(&ops);
+        self.data_op(&[src], copy.as_slice(), 1);
+        let mut text = format!("{{ Span s = {};", self.span(&src, me, false, false));
+        for (k, (peer, _, dst, _)) in puts.iter().enumerate() {
+            let _ = write!(text, " Span d{k} = {};", self.span(dst, *peer, false, true));
+        }
+        let own = match &copy {
+            Some(d) => {
+                let _ = write!(text, " Span o = {};", self.span(d, me, false, false));
+                "o.p"
+            }
+            None => "nullptr",
+        };
+        let n = puts.len();
+        let d: Vec<String> = (0..n).map(|k| format!("d{k}.p")).collect();
+        let f: Vec<String> = puts
+            .iter()
+            .map(|p| format!("ll_flag(c, {}u)", p.3))
+            .collect();
+        let _ = write!(
+            text,
+            " u8* const d[{n}] = {{{}}}; const u32 f[{n}] = {{{}}}; put_packets_multi<{n}>(c, d, f, s.p, s.n, {es}ull, {own}); }}",
+            d.join(", "),
+            f.join(", ")
+        );
+        self.line(&text);
+        Ok(())
+    }
+
     fn occurrence(&self, block: usize, flat: usize, k: usize) -> Result<u32, AlgoError> {
         self.occ
             .get(&(self.me, block, flat))
@@ -969,9 +1102,14 @@ pub fn generate_cuda(
             unflushed: 0,
         };
         let mut flat = 0usize;
+        // Straight-line ops (outside C++ loops), each with its flat index, emitted
+        // together so that runs of them can fuse (Gen::straight).
+        let mut straight: Vec<(Op, usize)> = Vec::new();
         for op in &blk.ops {
             match op {
                 Op::Loop { iterations, body } if !body.iter().any(Op::is_packet) => {
+                    g.straight(&straight, b)?;
+                    straight.clear();
                     // A C++ loop; its extents count for every iteration.
                     g.wait_readers(body);
                     g.line(&format!("for (u32 it = 0; it < {iterations}u; ++it) {{"));
@@ -987,17 +1125,18 @@ pub fn generate_cuda(
                     // Packet flags are per iteration: unroll.
                     for it in 0..*iterations {
                         for o in body {
-                            g.op(&o.at_iteration(it), b, flat, false, 1)?;
+                            straight.push((o.at_iteration(it), flat));
                             flat += 1;
                         }
                     }
                 }
                 o => {
-                    g.op(o, b, flat, false, 1)?;
+                    straight.push((o.clone(), flat));
                     flat += 1;
                 }
             }
         }
+        g.straight(&straight, b)?;
         // the launch ends with every put done (the stream's next work may reuse sources)
         g.flush_far(u32::MAX);
         uses_barrier |= blk.ops.iter().any(|o| {
@@ -1223,7 +1362,7 @@ mod tests {
             let s = source(a, 2);
             assert_eq!(calls(&s, "publish_done"), [0, 1, 3], "{s}");
             assert_eq!(calls(&s, "wait_done"), [0b1011], "{s}");
-            assert!(s.find("wait_done(") < s.find("put_packets("), "{s}");
+            assert!(s.find("wait_done(") < s.find("put_packets"), "{s}");
             // they hear from every reader: the wait is skipped after the same plan
             assert!(s.contains("wait_done(c, 11u, 0u);"), "{s}");
         }
@@ -1236,6 +1375,220 @@ mod tests {
         let recv = source(Algorithm::BroadcastLl, 3);
         assert_eq!(calls(&recv, "publish_done"), [1], "{recv}");
         assert!(!recv.contains("wait_done("), "{recv}");
+    }
+
+    /// The broadcast root loads its input once: its puts to every receiver and the
+    /// copy into its own output are one put_packets_multi (one loop storing a packet to
+    /// each peer and the bytes to the output), after the wait for the receivers.
+    #[test]
+    fn broadcast_root_puts_and_copies_in_one_pass() {
+        let source = |n: u32, r: u32, in_place: bool| {
+            let mut p = BuildParams::new(n);
+            p.root = 1;
+            p.in_place = in_place;
+            let plan = build(Algorithm::BroadcastLl, &p).unwrap();
+            generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .source
+        };
+        let root = source(4, 1, false);
+        let call = "u8* const d[3] = {d0.p, d1.p, d2.p}; \
+                    const u32 f[3] = {ll_flag(c, 0u), ll_flag(c, 0u), ll_flag(c, 0u)}; \
+                    put_packets_multi<3>(c, d, f, s.p, s.n, 2ull, o.p); }";
+        assert_eq!(root.matches("put_packets_multi<").count(), 1, "{root}");
+        assert!(root.contains(call), "{root}");
+        assert!(
+            !root.contains("put_packets(c,") && !root.contains("copy(c,"),
+            "{root}"
+        );
+        assert!(root.contains("Span s = span_of(a.input[1], 2ull, 0ull, a.count);"));
+        assert!(root.contains("Span o = span_of(a.output[1], 2ull, 0ull, a.count);"));
+        for (k, p) in [0, 2, 3].iter().enumerate() {
+            let d = format!("Span d{k} = packets_of((a.area[{p}] + c.scr), 2ull, 0ull, 0ull");
+            assert!(root.contains(&d), "{d}: {root}");
+        }
+        assert!(root.find("wait_done(c, 13u, 13u);") < root.find("put_packets_multi<"));
+        // The receivers only unpack.
+        let recv = source(4, 2, false);
+        assert!(!recv.contains("put_packets") && recv.contains("reduce_packets<"));
+        // In place: the puts alone, still one load for every peer.
+        let root = source(4, 1, true);
+        assert!(root.contains("put_packets_multi<3>(c, d, f, s.p, s.n, 2ull, nullptr);"));
+        assert!(
+            !root.contains("put_packets(c,") && !root.contains("copy(c,"),
+            "{root}"
+        );
+        // Two ranks: one peer and the own output.
+        let root = source(2, 1, false);
+        assert!(root.contains("put_packets_multi<1>(c, d, f, s.p, s.n, 2ull, o.p);"));
+        assert!(!root.contains("copy(c,"), "{root}");
+        // Two ranks in place: a single put has nothing to fuse with.
+        let root = source(2, 1, true);
+        assert!(!root.contains("put_packets_multi<") && root.contains("put_packets(c,"));
+    }
+
+    /// Every packet plan whose blocks put one chunk to several peers (and copy it)
+    /// fuses them; where each peer gets its own chunk nothing fuses.
+    #[test]
+    fn packet_puts_of_one_source_fuse_in_every_plan() {
+        let body = |a: Algorithm, n: u32, in_place: bool| {
+            let mut p = BuildParams::new(n);
+            p.in_place = in_place;
+            let plan = build(a, &p).unwrap();
+            let s = generate_cuda(&plan, 1, DataType::F32, RedOp::Sum)
+                .unwrap()
+                .source;
+            s[s.find("if (b == 0u)").unwrap()..].to_string()
+        };
+        // All-gather: the input to every peer and into the own output chunk.
+        let ag = body(Algorithm::AllGatherLl, 4, false);
+        assert!(ag.contains("put_packets_multi<3>(c, d, f, s.p, s.n, 4ull, o.p);"));
+        assert!(ag.contains("Span o = span_of(a.output[1], 4ull, a.count, (a.count * 2ull));"));
+        assert!(
+            !ag.contains("copy(c,") && !ag.contains("put_packets(c,"),
+            "{ag}"
+        );
+        let ag = body(Algorithm::AllGatherLl, 4, true);
+        assert!(ag.contains("put_packets_multi<3>(c, d, f, s.p, s.n, 4ull, nullptr);"));
+        // One-shot all-reduce: the input to every peer.
+        let one = body(Algorithm::AllReduce1pa, 4, false);
+        assert!(one.contains("put_packets_multi<3>(c, d, f, s.p, s.n, 4ull, nullptr);"));
+        // Two-shot: the first puts send each peer its own chunk (no fusion); the
+        // second send the reduced chunk to all, after one CTA barrier for the lot (the
+        // separate puts each had one: the reduce wrote what they read).
+        let two = body(Algorithm::AllReduce2paLl, 4, false);
+        assert_eq!(two.matches("put_packets(c,").count(), 3, "{two}");
+        assert_eq!(two.matches("put_packets_multi<3>(").count(), 1, "{two}");
+        let after = &two[two.find("finalize_avg").unwrap()..two.find("put_packets_multi").unwrap()];
+        assert_eq!(after.matches("__syncthreads();").count(), 1, "{two}");
+        // Reduce-scatter: a chunk per peer, nothing fuses.
+        let rs = body(Algorithm::ReduceScatterLl, 4, false);
+        assert!(
+            !rs.contains("put_packets_multi") && rs.contains("put_packets(c,"),
+            "{rs}"
+        );
+    }
+
+    /// Rank 0 of a 3-rank plan runs `ops` in one block (ranks 1 and 2: empty blocks);
+    /// its block's code.
+    fn rank0_block(ops: Vec<Op>, in_place: bool, input_chunks: u32, output: (u32, u32)) -> String {
+        let mut plan = Plan::new(Collective::AllGather, "t", 3, in_place);
+        plan.input.chunks = input_chunks;
+        plan.output.factor = output.0;
+        plan.output.chunks = output.1;
+        plan.scratch = crate::plan::BufferSpec {
+            factor: 1,
+            chunks: 2,
+        };
+        plan.scratch_rotation = 2;
+        plan.ranks[0].blocks.push(crate::plan::Block { ops });
+        for r in 1..3 {
+            plan.ranks[r]
+                .blocks
+                .push(crate::plan::Block { ops: vec![] });
+        }
+        let s = generate_cuda(&plan, 0, DataType::F32, RedOp::Sum)
+            .unwrap()
+            .source;
+        s[s.find("if (b == 0u)").unwrap()..].to_string()
+    }
+
+    #[test]
+    fn packet_runs_fuse_only_what_the_separate_ops_would_do_alike() {
+        let c = |buf, i| ChunkRef::new(buf, i);
+        let (inp, out, scr) = (BufferKind::Input, BufferKind::Output, BufferKind::Scratch);
+        let pp = |peer, src, dst| Op::PutPackets {
+            peer,
+            channel: ChannelKind::Memory,
+            tag: 0,
+            src,
+            dst,
+        };
+        let copy = |src, dst| Op::Copy { src, dst };
+        // Another op between the puts ends the run: nothing fuses.
+        let b = rank0_block(
+            vec![
+                pp(1, c(inp, 0), c(scr, 0)),
+                copy(c(inp, 1), c(out, 1)),
+                pp(2, c(inp, 0), c(scr, 0)),
+            ],
+            false,
+            2,
+            (1, 2),
+        );
+        assert!(!b.contains("put_packets_multi"), "{b}");
+        assert_eq!(b.matches("put_packets(c,").count(), 2, "{b}");
+        // Puts of another source, or into a packet area already written, end it too.
+        let b = rank0_block(
+            vec![
+                pp(1, c(inp, 0), c(scr, 0)),
+                pp(2, c(inp, 0), c(scr, 0)),
+                pp(2, c(inp, 0), c(scr, 0)),
+                pp(1, c(inp, 1), c(scr, 1)),
+            ],
+            false,
+            2,
+            (1, 2),
+        );
+        assert_eq!(b.matches("put_packets_multi<2>(").count(), 1, "{b}");
+        assert_eq!(b.matches("put_packets(c,").count(), 2, "{b}");
+        // In place, a copy whose destination is (aliases) its source stays apart.
+        let b = rank0_block(
+            vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
+            true,
+            1,
+            (1, 1),
+        );
+        assert!(
+            !b.contains("put_packets_multi") && b.contains("copy(c,"),
+            "{b}"
+        );
+        // A copy of another length (half the count) stays apart, and so does one whose
+        // bounds round down unlike the source's (count / 2 elements against
+        // count - count / 2 for an odd count).
+        let b = rank0_block(
+            vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
+            false,
+            1,
+            (1, 2),
+        );
+        assert!(
+            !b.contains("put_packets_multi") && b.contains("copy(c,"),
+            "{b}"
+        );
+        let b = rank0_block(
+            vec![pp(1, c(inp, 1), c(scr, 0)), copy(c(inp, 1), c(out, 0))],
+            false,
+            2,
+            (1, 2),
+        );
+        assert!(
+            !b.contains("put_packets_multi") && b.contains("copy(c,"),
+            "{b}"
+        );
+        // Bounds a whole count apart round alike: input chunk 0 of 2 into output chunk 2
+        // of 4 (factor 2), [0, count / 2) into [count, 3 count / 2). A copy first fuses
+        // as well.
+        let b = rank0_block(
+            vec![
+                copy(c(inp, 0), c(out, 2)),
+                pp(1, c(inp, 0), c(scr, 0)),
+                pp(2, c(inp, 0), c(scr, 0)),
+            ],
+            false,
+            2,
+            (2, 4),
+        );
+        assert!(
+            b.contains("put_packets_multi<2>(c, d, f, s.p, s.n, 4ull, o.p);"),
+            "{b}"
+        );
+        assert!(
+            !b.contains("copy(c,") && !b.contains("put_packets(c,"),
+            "{b}"
+        );
+        // The done-word wait comes before it, as before the first put.
+        assert!(b.find("wait_done(") < b.find("put_packets_multi"), "{b}");
     }
 
     #[test]
@@ -1503,21 +1856,22 @@ mod tests {
         }
     }
 
-    /// The peer p of `Span d = chunk((a.area[p] ...` / `packets(...` (or their `_of`
-    /// forms): a write into p's scratch.
-    fn scratch_write_peer(line: &str) -> Option<u32> {
-        [
-            "Span d = chunk((a.area[",
-            "Span d = packets((a.area[",
-            "Span d = span_of((a.area[",
-            "Span d = packets_of((a.area[",
-        ]
-        .iter()
-        .find_map(|k| line.split(k).nth(1))?
-        .split(']')
-        .next()?
-        .parse()
-        .ok()
+    /// The peers p of `Span d = chunk((a.area[p] ...` / `packets(...` (or their `_of`
+    /// forms), and of `Span d0 = ...`, `Span d1 = ...` (put_packets_multi): writes into
+    /// p's scratch (bit p).
+    fn scratch_write_peers(line: &str) -> u32 {
+        let mut mask = 0;
+        for part in line.split("Span d").skip(1) {
+            let rest = part.trim_start_matches(|c: char| c.is_ascii_digit());
+            let peer = ["chunk", "packets", "span_of", "packets_of"]
+                .iter()
+                .find_map(|f| rest.strip_prefix(&format!(" = {f}((a.area[")))
+                .and_then(|t| t.split(']').next()?.parse::<u32>().ok());
+            if let Some(p) = peer {
+                mask |= 1 << p;
+            }
+        }
+        mask
     }
 
     /// The ranks `source`'s start handshake reaches (bit p): all with `start_sync`,
@@ -1582,11 +1936,9 @@ mod tests {
                                 .iter()
                                 .map(|p| 1 << p)
                                 .sum::<u32>();
-                            let Some(q) = scratch_write_peer(line).filter(|&q| q != r) else {
-                                continue;
-                            };
-                            let what = format!("{} {n}/{l} r{r} -> {q}", plan.name);
-                            assert!((near | far | hs) & (1 << q) != 0, "{what}: {blk}");
+                            let q = scratch_write_peers(line) & !(1 << r);
+                            let what = format!("{} {n}/{l} r{r} -> {q:#b}", plan.name);
+                            assert!((near | far | hs) & q == q, "{what}: {blk}");
                         }
                         let name = |m: u32, f| {
                             (0..n)
@@ -1622,12 +1974,8 @@ mod tests {
                 assert_eq!(calls(&s, "publish_done"), peers, "{a:?}: {s}");
                 assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
                 for blk in s.split("if (b == ").skip(1) {
-                    let writes: u32 = blk
-                        .lines()
-                        .filter_map(scratch_write_peer)
-                        .filter(|&q| q != r)
-                        .map(|q| 1 << q)
-                        .fold(0, |x, y| x | y);
+                    let writes: u32 =
+                        blk.lines().map(scratch_write_peers).fold(0, |x, y| x | y) & !(1 << r);
                     let w = calls(blk, "wait_done");
                     assert_eq!(
                         w,
