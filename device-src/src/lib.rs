@@ -68,6 +68,7 @@ pub const HEADERS: &[Source] = &[
     header!("port_channel.h"),
     header!("switch_channel.h"),
     header!("elem.h"),
+    header!("dataops.h"),
     header!("plan.h"),
     coll!("protocol.cuh"),
     coll!("ops.cuh"),

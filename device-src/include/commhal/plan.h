@@ -64,6 +64,7 @@
 #pragma once
 #include "commhal/commhal_port.h"
 #include "commhal/copy.h"
+#include "commhal/dataops.h"
 #include "commhal/elem.h"
 #include "commhal/launch.h"
 #include "commhal/packets.h"
@@ -632,25 +633,14 @@ COMMHAL_DEVICE uint2 packet_data(const u8* src, u64 bytes, u64 k) {
   return make_uint2(w[0], w[1]);
 }
 
-// Write n elements of src as LL16 packets at dst (this CTA's share of the packets).
-COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64 esz,
-                                u32 flag) {
-  const u64 bytes = n * esz;
-  u64 elo, ehi;
-  share_elems(c, n, esz, elo, ehi);  // 16-byte units: whole packets
-  const u64 lo = elo * esz / 8;
-  const u64 hi = (ehi * esz + 7) / 8;
-  for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x)
-    ll16_store(dst + 16 * k, packet_data(src, bytes, k), flag);
-}
-
 // The put_packets of one source to NP peers (packet areas dst[q], flags flags[q]) and,
-// unless own is null, the copy of the same n elements into own, in one loop: each
-// packet's 8 bytes are loaded once and stored to every peer, then into own (as the hand
-// broadcast_ll stores its own output). Codegen fuses a run of a block's puts of one
-// source chunk and a copy of it (disjoint from it) into this: the same share per CTA
-// (share_elems), so every peer gets the packets, and own the bytes, the separate ops
-// give; what each op waited for (wait_done, a flush, a replica sync) comes before.
+// unless own is null, the copy of the same n elements into own, in one loop (dataops.h
+// ll16_put, the hand kernels' LL16 put): each packet's 8 bytes are loaded once and
+// stored to every peer, then into own (as the hand broadcast_ll stores its own output).
+// Codegen fuses a run of a block's puts of one source chunk and a copy of it (disjoint
+// from it) into this: the same share per CTA (share_elems), so every peer gets the
+// packets, and own the bytes, the separate ops give; what each op waited for
+// (wait_done, a flush, a replica sync) comes before.
 template <u32 NP>
 COMMHAL_DEVICE void put_packets_multi(const Ctx& c, u8* const (&dst)[NP], const u32 (&flags)[NP],
                                       const u8* src, u64 n, u64 esz, u8* own) {
@@ -660,19 +650,27 @@ COMMHAL_DEVICE void put_packets_multi(const Ctx& c, u8* const (&dst)[NP], const 
   const u64 lo = elo * esz / 8;
   const u64 hi = (ehi * esz + 7) / 8;
   const bool own_words = (reinterpret_cast<u64>(own) & 7) == 0;
-  for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-    const uint2 v = packet_data(src, bytes, k);
-#pragma unroll
-    for (u32 q = 0; q < NP; ++q) ll16_store(dst[q] + 16 * k, v, flags[q]);
-    if (own == nullptr) continue;
-    if (own_words && 8 * k + 8 <= bytes) {
-      reinterpret_cast<uint2*>(own)[k] = v;
-      continue;
-    }
-    // an unaligned destination, or the last packet of the chunk: byte by byte
-    const u64 w = (u64)v.x | ((u64)v.y << 32);
-    for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) own[8 * k + b] = (u8)(w >> (8 * b));
-  }
+  ll16_put<NP, true>(
+      lo + threadIdx.x, hi, blockDim.x, NP, dst,
+      [&](u32, u64 k) { return packet_data(src, bytes, k); }, [&](u32 q) { return flags[q]; },
+      [&](u64 k, const uint2(&v)[NP]) {
+        if (own == nullptr) return;
+        if (own_words && 8 * k + 8 <= bytes) {
+          reinterpret_cast<uint2*>(own)[k] = v[0];
+          return;
+        }
+        // an unaligned destination, or the last packet of the chunk: byte by byte
+        const u64 w = (u64)v[0].x | ((u64)v[0].y << 32);
+        for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) own[8 * k + b] = (u8)(w >> (8 * b));
+      });
+}
+
+// Write n elements of src as LL16 packets at dst (this CTA's share of the packets).
+COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64 esz,
+                                u32 flag) {
+  u8* const d[1] = {dst};
+  const u32 f[1] = {flag};
+  put_packets_multi<1>(c, d, f, src, n, esz, nullptr);
 }
 
 // Wait for LL16 packet k of packet area p to carry `flag`; its data (0 after a timeout).

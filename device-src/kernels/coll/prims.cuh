@@ -48,6 +48,7 @@
 #include "coll/chain.cuh"
 #include "coll/ll16.cuh"
 #include "coll/reduce_inputs.cuh"
+#include "commhal/dataops.h"
 
 // ---- protocols ----
 struct Simple {};
@@ -679,17 +680,15 @@ struct Prims<LL16, Pattern> {
     const u32 f = flag;
     const u64 npk = bytes / 8;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
-      uint2 v[Pattern::MAX_SENDS];
-#pragma unroll
-      for (u32 k = 0; k < Pattern::MAX_SENDS; ++k) {
-        if (k < np) v[k] = SAME ? (k == 0 ? s_own[i] : v[0]) : s[k][i];
-      }
-#pragma unroll
-      for (u32 k = 0; k < Pattern::MAX_SENDS; ++k) {
-        if (k < np) ll16_store(slot[k] + i * 16, v[k], f);
-      }
-      if (d_own != nullptr) d_own[i] = SAME && np > 0 ? v[0] : s_own[i];
-    }
+    ll16_put<Pattern::MAX_SENDS, SAME>(
+        (u64)blockIdx.x * blockDim.x + threadIdx.x, npk, gthreads, np, slot,
+        [&](u32 k, u64 i) {
+          if constexpr (SAME) return s_own[i];
+          else return s[k][i];
+        },
+        [&](u32) { return f; },
+        [&](u64 i, const uint2(&v)[Pattern::MAX_SENDS]) {
+          if (d_own != nullptr) d_own[i] = SAME && np > 0 ? v[0] : s_own[i];
+        });
   }
 };

@@ -1,0 +1,40 @@
+// dataops.h — the data-op loops that the hand-written collectives' primitives
+// (coll/prims.cuh) and the kernels generated from plans (commhal/plan.h) share: one loop
+// each, the index range and the addressing given by the caller.
+//
+// Index ranges: a loop visits i = first, first + step, ... below end. The hand kernels
+// pass their grid-stride range (first = the thread's global index, step = every thread
+// of the grid); plan.h passes one CTA's share of an op (first = share start + threadIdx.x,
+// step = blockDim.x).
+//
+// Peers' addresses and flags come in arrays of MAX entries indexed by unrolled constant
+// loops (so they stay in registers; only the first n are used), or through callables,
+// which the loops call with constant indices where they can.
+#pragma once
+#include "commhal/packets.h"
+
+namespace commhal {
+
+// LL16 puts of one range of packets to up to MAX targets: for each packet i, the 8
+// bytes load(t, i) of every target t < nt are loaded before any is stored (SAME: every
+// target's bytes are load(0, i), loaded once), then stored as packet i of slot[t] with
+// flag(t), target by target; then own(i, v) (v: the loaded bytes, v[0] for SAME; not
+// set when nt == 0) may store them locally too, after the packets left.
+template <u32 MAX, bool SAME, typename Load, typename Flag, typename Own>
+COMMHAL_DEVICE void ll16_put(u64 first, u64 end, u64 step, u32 nt, u8* const (&slot)[MAX],
+                             Load load, Flag flag, Own own) {
+  for (u64 i = first; i < end; i += step) {
+    uint2 v[MAX];
+#pragma unroll
+    for (u32 t = 0; t < MAX; ++t) {
+      if (t < nt) v[t] = SAME ? (t == 0 ? load(0u, i) : v[0]) : load(t, i);
+    }
+#pragma unroll
+    for (u32 t = 0; t < MAX; ++t) {
+      if (t < nt) ll16_store(slot[t] + i * 16, v[t], flag(t));
+    }
+    own(i, v);
+  }
+}
+
+}  // namespace commhal
