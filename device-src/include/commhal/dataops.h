@@ -37,4 +37,21 @@ COMMHAL_DEVICE void ll16_put(u64 first, u64 end, u64 step, u32 nt, u8* const (&s
   }
 }
 
+// Reduce n sources into one, index by index: for each i, load(0, i) (op) load(1, i) (op)
+// ... (op) load(n - 1, i), left to right (the host's reduce_into, one source after
+// another; each step rounds to the type), then store(i, acc). V is whatever one index
+// covers (an element, an 8-byte word, a 16-byte vector); load and store say where it
+// lives and what happens on the way (a pre-multiply, avg's division, several outputs).
+// n is read where the loop tests it, as the callers' own loops read it (the hand
+// kernels' element loop tests a.nranks), so that their code stays what it was.
+template <typename V, typename Load, typename Op, typename Store>
+COMMHAL_DEVICE void reduce_sources(u64 first, u64 end, u64 step, const u32& n, Load load, Op op,
+                                   Store store) {
+  for (u64 i = first; i < end; i += step) {
+    V acc = load(0u, i);
+    for (u32 p = 1; p < n; ++p) acc = op(acc, load(p, i));
+    store(i, acc);
+  }
+}
+
 }  // namespace commhal

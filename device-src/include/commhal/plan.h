@@ -555,18 +555,6 @@ COMMHAL_DEVICE typename T::R reduce_elem(const u8* const* srcs, u32 nsrc, u64 i)
   return acc;
 }
 
-// The same for the 16 bytes at byte offset `off` of every source (16-byte aligned).
-template <typename T, int OP>
-COMMHAL_DEVICE ulonglong2 reduce_vec(const u8* const* srcs, u32 nsrc, u64 off) {
-  ulonglong2 acc = *reinterpret_cast<const ulonglong2*>(srcs[0] + off);
-  for (u32 k = 1; k < nsrc; ++k) {
-    const ulonglong2 y = *reinterpret_cast<const ulonglong2*>(srcs[k] + off);
-    acc.x = elem_op64<T, OP>(acc.x, y.x);
-    acc.y = elem_op64<T, OP>(acc.y, y.y);
-  }
-  return acc;
-}
-
 // The 16-byte vectors [head, end) inside elements [lo, hi) of esz bytes, when dst and
 // every source are equally aligned mod 16; else head = end = hi (no vectors).
 COMMHAL_DEVICE void vector_range(const u8* dst, const u8* const* srcs, u32 nsrc, u64 esz,
@@ -593,18 +581,26 @@ COMMHAL_DEVICE void reduce(const Ctx& c, u8* dst, const u8* const* srcs, u32 nsr
   share_elems(c, n, sizeof(R), lo, hi);
   if (hi <= lo) return;
   vector_range(dst, srcs, nsrc, sizeof(R), lo, hi, head, end);
+  // One loop (dataops.h reduce_sources, as the hand kernels' pull reductions) per part:
+  // elements, 16-byte vectors (two 8-byte words of lanes each), elements.
   R* d = reinterpret_cast<R*>(dst);
-  for (u64 i = lo + threadIdx.x; i < head; i += blockDim.x)
-    d[i] = reduce_elem<T, OP>(srcs, nsrc, i);
+  auto elem = [&](u32 k, u64 i) { return reinterpret_cast<const R*>(srcs[k])[i]; };
+  auto op = [](R x, R y) { return elem_op<T, OP>(x, y); };
+  auto store = [&](u64 i, R v) { d[i] = v; };
+  reduce_sources<R>(lo + threadIdx.x, head, blockDim.x, nsrc, elem, op, store);
   // Unaligned buffers (or a short share): the head was everything. Leaving here keeps the
   // scalar-only path apart from the vector loop, which ptxas otherwise spills around.
   if (head == hi) return;
-  for (u64 i = head + threadIdx.x * V; i < end; i += (u64)blockDim.x * V) {
-    const u64 off = i * sizeof(R);
-    *reinterpret_cast<ulonglong2*>(dst + off) = reduce_vec<T, OP>(srcs, nsrc, off);
-  }
-  for (u64 i = end + threadIdx.x; i < hi; i += blockDim.x)
-    d[i] = reduce_elem<T, OP>(srcs, nsrc, i);
+  reduce_sources<ulonglong2>(
+      head + threadIdx.x * V, end, (u64)blockDim.x * V, nsrc,
+      [&](u32 k, u64 i) { return *reinterpret_cast<const ulonglong2*>(srcs[k] + i * sizeof(R)); },
+      [](ulonglong2 x, ulonglong2 y) {
+        x.x = elem_op64<T, OP>(x.x, y.x);
+        x.y = elem_op64<T, OP>(x.y, y.y);
+        return x;
+      },
+      [&](u64 i, ulonglong2 v) { *reinterpret_cast<ulonglong2*>(dst + i * sizeof(R)) = v; });
+  reduce_sources<R>(end + threadIdx.x, hi, blockDim.x, nsrc, elem, op, store);
 }
 
 // avg's last step: divide n elements by nranks in the type (this CTA's share), as the

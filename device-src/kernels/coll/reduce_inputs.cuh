@@ -2,6 +2,7 @@
 // or of the staging slots.
 #pragma once
 #include "coll/ops.cuh"
+#include "commhal/dataops.h"
 
 // Reduce vector range [vb, ve) (16-byte units at byte offset `base_off` of every input)
 // and store the result at byte offset `dst_off` of every output (`to_all`) or of this
@@ -66,20 +67,21 @@ COMMHAL_DEVICE void reduce_vectors_any(const CollArgs& a, u64 base_off, u64 vb, 
                                        u64 dst_off, bool to_all) {
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
   const u32 n = a.nranks;
-  for (u64 v = vb + (u64)blockIdx.x * blockDim.x + threadIdx.x; v < ve; v += gthreads) {
-    v16 acc = pre16<Op>(a, reinterpret_cast<const v16*>(a.in[0] + base_off)[v]);
-    for (u32 p = 1; p < n; ++p)
-      acc = add16<Op>(acc, pre16<Op>(a, reinterpret_cast<const v16*>(a.in[p] + base_off)[v]));
-    acc = fin16<Op>(a, acc);
-    if (to_all) {
-      for (u32 k = 0; k < n; ++k) {
-        const u32 p = (a.rank + k) % n;
-        reinterpret_cast<v16*>(a.out[p] + dst_off)[v] = acc;
-      }
-    } else {
-      reinterpret_cast<v16*>(a.out[a.rank] + dst_off)[v] = acc;
-    }
-  }
+  reduce_sources<v16>(
+      vb + (u64)blockIdx.x * blockDim.x + threadIdx.x, ve, gthreads, n,
+      [&](u32 p, u64 v) { return pre16<Op>(a, reinterpret_cast<const v16*>(a.in[p] + base_off)[v]); },
+      [](v16 x, v16 y) { return add16<Op>(x, y); },
+      [&](u64 v, v16 acc) {
+        acc = fin16<Op>(a, acc);
+        if (to_all) {
+          for (u32 k = 0; k < n; ++k) {
+            const u32 p = (a.rank + k) % n;
+            reinterpret_cast<v16*>(a.out[p] + dst_off)[v] = acc;
+          }
+        } else {
+          reinterpret_cast<v16*>(a.out[a.rank] + dst_off)[v] = acc;
+        }
+      });
 }
 
 template <typename Op>
@@ -96,18 +98,20 @@ COMMHAL_DEVICE void reduce_vectors(const CollArgs& a, u64 base_off, u64 vb, u64 
 template <typename Op>
 COMMHAL_DEVICE void reduce_elems(const CollArgs& a, u64 in_off, u64 eb, u64 ee, u64 dst_off,
                                  bool to_all) {
+  typedef typename Op::W W;
   const u64 gthreads = (u64)gridDim.x * blockDim.x;
-  for (u64 i = eb + (u64)blockIdx.x * blockDim.x + threadIdx.x; i < ee; i += gthreads) {
-    typename Op::W acc = Op::pre_w(a, load_elem<Op>(a.in[0], in_off + i * Op::ELEM));
-    for (u32 p = 1; p < a.nranks; ++p)
-      acc = Op::add_w(acc, Op::pre_w(a, load_elem<Op>(a.in[p], in_off + i * Op::ELEM)));
-    acc = Op::fin_w(a, acc);
-    if (to_all) {
-      for (u32 p = 0; p < a.nranks; ++p) store_elem<Op>(a.out[p], dst_off + i * Op::ELEM, acc);
-    } else {
-      store_elem<Op>(a.out[a.rank], dst_off + i * Op::ELEM, acc);
-    }
-  }
+  reduce_sources<W>(
+      eb + (u64)blockIdx.x * blockDim.x + threadIdx.x, ee, gthreads, a.nranks,
+      [&](u32 p, u64 i) { return Op::pre_w(a, load_elem<Op>(a.in[p], in_off + i * Op::ELEM)); },
+      [](W x, W y) { return Op::add_w(x, y); },
+      [&](u64 i, W acc) {
+        acc = Op::fin_w(a, acc);
+        if (to_all) {
+          for (u32 p = 0; p < a.nranks; ++p) store_elem<Op>(a.out[p], dst_off + i * Op::ELEM, acc);
+        } else {
+          store_elem<Op>(a.out[a.rank], dst_off + i * Op::ELEM, acc);
+        }
+      });
 }
 
 // Vector j summed over the ranks in rank order, x[p] holding rank p's vectors; every
