@@ -10,6 +10,28 @@
 // Peers' addresses and flags come in arrays of MAX entries indexed by unrolled constant
 // loops (so they stay in registers; only the first n are used), or through callables,
 // which the loops call with constant indices where they can.
+//
+// Shared: the LL16 put (Prims<LL16> replicate / scatter; plan.h put_packets and
+// put_packets_multi), the LL16 read-reduce (Prims<LL16>::reduce; plan.h reduce_packets,
+// which unpacks too), the reduction of k sources (the pull kernels' reduce_vectors_any
+// and reduce_elems; plan.h reduce), and copy.h's copy_cooperative (plan.h copy; Simple's
+// copy of unaligned bytes). Each hand kernel's PTX is what it was with its own loop,
+// but for the order of two commutative compare operands in the LL16 reduce's wait and
+// the sendrecv_ll prologue (its receiver computed once). Not shared:
+// * Simple's replicate (warp units of 4 vectors per lane) and scatter (one vector per
+//   thread for every target): plans copy one op at a time with copy_cooperative over a
+//   CTA's share; moving them to warp units changes the plans, not the sharing.
+// * sum_ranks (Simple's reduce, the copy-engine reduction): every rank's vector loaded
+//   before the first add, unrolled over COLL_MAX_RANKS. reduce_sources loads as it
+//   folds, over a count known at run time, as plans take it: loads first would need
+//   the count at compile time in the plans and their 1024-thread register budget.
+// * reduce_vectors_n (two vectors per thread per step for 2 and 4 ranks): no plan op
+//   has that shape.
+// * Prims<LL16>::gather: each sender's packet goes to its own destination, no fold
+//   (plans unpack one sender per op, a one-term ll16_reduce).
+// * broadcast_ll and reduce_ll (not on Prims): they walk the ranks in a run-time loop
+//   per packet; ll16_put keeps a register per target, unrolled, which is the primitives'
+//   form that measured 5-15 % slower for these two (docs/architecture.md).
 #pragma once
 #include "commhal/packets.h"
 
@@ -50,6 +72,26 @@ COMMHAL_DEVICE void reduce_sources(u64 first, u64 end, u64 step, const u32& n, L
   for (u64 i = first; i < end; i += step) {
     V acc = load(0u, i);
     for (u32 p = 1; p < n; ++p) acc = op(acc, load(p, i));
+    store(i, acc);
+  }
+}
+
+// Reduce LL16 packets (and local operands) into one, packet by packet: for each packet i,
+// own = pre(i) first (the loads of local operands, so that their latency hides behind
+// the packet waits), then term(0, i, own) (op) term(1, i, own) ... (op) term(n - 1, i,
+// own), left to right (each term a local word or a waited packet's 8 bytes), then
+// store(i, acc). W: the 8 bytes a packet carries (uint2 or u64). n is read where the
+// loop tests it (as reduce_sources).
+template <typename W, typename Pre, typename Term, typename Op, typename Store>
+COMMHAL_DEVICE void ll16_reduce(u64 first, u64 end, u64 step, const u32& n, Pre pre, Term term,
+                                Op op, Store store) {
+  for (u64 i = first; i < end; i += step) {
+    const auto own = pre(i);
+    W acc = W{};
+    for (u32 t = 0; t < n; ++t) {
+      const W v = term(t, i, own);
+      acc = t == 0 ? v : op(acc, v);
+    }
     store(i, acc);
   }
 }

@@ -529,6 +529,10 @@ template <> struct Elem<10> { typedef Ty_i64 T; };
 template <> struct Elem<11> { typedef Ty_u64 T; };
 
 // ---- data ops ----
+// The copy, the reduction and the packet puts and reads cut their op into this CTA's
+// share and run the loop the hand kernels' primitives run over it (commhal/dataops.h:
+// ll16_put, ll16_reduce, reduce_sources; commhal/copy.h: copy_cooperative).
+// finalize_avg is the plans' own: the hand kernels divide in the loop that reduces.
 
 // Every data op splits its n elements the same way (multiples of 16 bytes), so two ops
 // on the same chunk give each CTA the same elements.
@@ -542,17 +546,6 @@ COMMHAL_DEVICE void copy(const Ctx& c, u8* dst, const u8* src, u64 n, u64 esz) {
   share_elems(c, n, esz, lo, hi);
   if (hi > lo)
     copy_cooperative(dst + lo * esz, src + lo * esz, (hi - lo) * esz, threadIdx.x, blockDim.x);
-}
-
-// Element i of srcs[0] (op) srcs[1] (op) ...: left to right, every step rounded to the
-// type (the host's reduce_into, one source after another).
-template <typename T, int OP>
-COMMHAL_DEVICE typename T::R reduce_elem(const u8* const* srcs, u32 nsrc, u64 i) {
-  typedef typename T::R R;
-  R acc = reinterpret_cast<const R*>(srcs[0])[i];
-  for (u32 k = 1; k < nsrc; ++k)
-    acc = elem_op<T, OP>(acc, reinterpret_cast<const R*>(srcs[k])[i]);
-  return acc;
 }
 
 // The 16-byte vectors [head, end) inside elements [lo, hi) of esz bytes, when dst and
@@ -620,13 +613,25 @@ COMMHAL_DEVICE void finalize_avg(const Ctx& c, u8* dst, u64 n, u32 nranks) {
 // c.flag is the occurrence-0 value, computed once in begin.
 COMMHAL_DEVICE u32 ll_flag(const Ctx& c, u32 occ) { return c.flag + occ; }
 
-// The 8 bytes [8k, 8k + 8) of src (n bytes), zero past the end.
+// The 8 bytes [8k, 8k + 8) of src (n bytes), zero past the end: one 8-byte load where
+// src is 8-byte aligned and they lie inside, else byte by byte.
 COMMHAL_DEVICE uint2 packet_data(const u8* src, u64 bytes, u64 k) {
   if ((reinterpret_cast<u64>(src) & 7) == 0 && 8 * k + 8 <= bytes)
     return reinterpret_cast<const uint2*>(src)[k];
-  u32 w[2] = {0, 0};
-  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) w[b / 4] |= (u32)src[8 * k + b] << (8 * (b % 4));
-  return make_uint2(w[0], w[1]);
+  u64 w = 0;
+  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) w |= (u64)src[8 * k + b] << (8 * b);
+  return make_uint2((u32)w, (u32)(w >> 32));
+}
+
+// Store v as the bytes [8k, 8k + 8) of dst (n bytes), none past the end: the inverse
+// of packet_data.
+COMMHAL_DEVICE void store_packet_data(u8* dst, u64 bytes, u64 k, uint2 v) {
+  if ((reinterpret_cast<u64>(dst) & 7) == 0 && 8 * k + 8 <= bytes) {
+    reinterpret_cast<uint2*>(dst)[k] = v;
+    return;
+  }
+  const u64 w = (u64)v.x | ((u64)v.y << 32);
+  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) dst[8 * k + b] = (u8)(w >> (8 * b));
 }
 
 // The put_packets of one source to NP peers (packet areas dst[q], flags flags[q]) and,
@@ -645,19 +650,11 @@ COMMHAL_DEVICE void put_packets_multi(const Ctx& c, u8* const (&dst)[NP], const 
   share_elems(c, n, esz, elo, ehi);  // 16-byte units: whole packets
   const u64 lo = elo * esz / 8;
   const u64 hi = (ehi * esz + 7) / 8;
-  const bool own_words = (reinterpret_cast<u64>(own) & 7) == 0;
   ll16_put<NP, true>(
       lo + threadIdx.x, hi, blockDim.x, NP, dst,
       [&](u32, u64 k) { return packet_data(src, bytes, k); }, [&](u32 q) { return flags[q]; },
       [&](u64 k, const uint2(&v)[NP]) {
-        if (own == nullptr) return;
-        if (own_words && 8 * k + 8 <= bytes) {
-          reinterpret_cast<uint2*>(own)[k] = v[0];
-          return;
-        }
-        // an unaligned destination, or the last packet of the chunk: byte by byte
-        const u64 w = (u64)v[0].x | ((u64)v[0].y << 32);
-        for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) own[8 * k + b] = (u8)(w >> (8 * b));
+        if (own != nullptr) store_packet_data(own, bytes, k, v[0]);
       });
 }
 
@@ -676,69 +673,45 @@ COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   return ok ? data : make_uint2(0, 0);
 }
 
-// One 8-byte packet's worth of dst: locals[0] (op) ... (op) packets[0] (op) ..., lane by
-// lane (locals are 8-byte words of the local buffers, packets the words received).
-template <typename T, int OP>
-COMMHAL_DEVICE u64 reduce_word(const u64* loc, u32 nl, const u64* got, u32 np) {
-  u64 acc = nl > 0 ? loc[0] : got[0];
-  for (u32 q = 1; q < nl && q < PLAN_MAX_RANKS; ++q) acc = elem_op64<T, OP>(acc, loc[q]);
-  for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
-    acc = elem_op64<T, OP>(acc, got[q]);
-  return acc;
-}
-
-// Element i = 8k / sizeof(R) + e of the same, for a packet that is not reduced whole.
-template <typename T, int OP>
-COMMHAL_DEVICE typename T::R reduce_lane(const u8* const* locals, u32 nl, const u64* got, u32 np,
-                                         u64 i, u32 e) {
-  typedef typename T::R R;
-  const u32 sh = 8 * sizeof(R) * e;
-  R acc = nl > 0 ? reduce_elem<T, OP>(locals, nl, i) : (R)(got[0] >> sh);
-  for (u32 q = nl > 0 ? 0 : 1; q < np && q < PLAN_MAX_RANKS; ++q)
-    acc = elem_op<T, OP>(acc, (R)(got[q] >> sh));
-  return acc;
-}
-
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet
-// area holds the chunk's bytes from its first packet. This CTA's share of the packets.
-// A single packet source and no locals (unpack) moves the bits as they are.
+// area holds the chunk's bytes from its first packet. This CTA's share of the packets,
+// one 8-byte word of lanes at a time (dataops.h ll16_reduce, as the hand LL16 reduce):
+// the locals first, loaded and reduced before the packet waits so that their latency
+// hides behind them (as the hand kernels load their own input before waiting), then
+// each packet in order. Words past the chunk's end are zero in the packets and read as
+// zero from the locals, and only the chunk's bytes are stored; unaligned memory moves
+// byte by byte (packet_data, store_packet_data). A single packet source and no locals
+// (unpack) moves the bits as they are.
 template <int DT, int OP>
 COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* locals, u32 nl,
                                    const u8* const* pk, const u32* flags, u32 np, u64 n) {
   typedef typename Elem<DT>::T T;
   typedef typename T::R R;
-  const u64 per_packet = 8 / sizeof(R);  // elements of 1, 2, 4 or 8 bytes
+  const u64 bytes = n * sizeof(R);
   u64 elo, ehi;
   share_elems(c, n, sizeof(R), elo, ehi);
-  const u64 lo = elo / per_packet;
-  const u64 hi = (ehi + per_packet - 1) / per_packet;
-  R* d = reinterpret_cast<R*>(dst);
-  // Whole packets of 8-byte aligned memory move as one 8-byte load / store per buffer
-  // (as the hand LL16 kernels do) instead of one per element; a packet at the end of
-  // the range, or unaligned memory, goes element by element.
-  bool aligned = (reinterpret_cast<u64>(dst) & 7) == 0;
-  aligned = aligned && nl <= PLAN_MAX_RANKS;
-  for (u32 q = 0; q < nl; ++q) aligned = aligned && (reinterpret_cast<u64>(locals[q]) & 7) == 0;
-  for (u64 k = lo + threadIdx.x; k < hi; k += blockDim.x) {
-    const bool whole = aligned && (k + 1) * per_packet <= n;
-    // This rank's own operands first, so their loads overlap the packet waits (as the
-    // hand kernels load their own input before waiting); the store below follows both.
-    u64 loc[PLAN_MAX_RANKS];
-    if (whole)
-      for (u32 q = 0; q < nl && q < PLAN_MAX_RANKS; ++q)
-        loc[q] = reinterpret_cast<const u64*>(locals[q])[k];
-    u64 got[PLAN_MAX_RANKS];
-    for (u32 q = 0; q < np && q < PLAN_MAX_RANKS; ++q) {
-      const uint2 w = packet_at(c, pk[q], k, flags[q]);
-      got[q] = (u64)w.x | ((u64)w.y << 32);
-    }
-    if (whole) {
-      reinterpret_cast<u64*>(dst)[k] = reduce_word<T, OP>(loc, nl, got, np);
-      continue;
-    }
-    for (u32 e = 0; e < per_packet && k * per_packet + e < n; ++e)
-      d[k * per_packet + e] = reduce_lane<T, OP>(locals, nl, got, np, k * per_packet + e, e);
-  }
+  const u64 lo = elo * sizeof(R) / 8;
+  const u64 hi = (ehi * sizeof(R) + 7) / 8;
+  auto word = [](uint2 v) { return (u64)v.x | ((u64)v.y << 32); };
+  auto op = [](u64 x, u64 y) { return elem_op64<T, OP>(x, y); };
+  const u32 first = nl > 0 ? 1 : 0;  // terms: the locals' sum, if any, then the packets
+  const u32 nt = first + np;
+  ll16_reduce<u64>(
+      lo + threadIdx.x, hi, blockDim.x, nt,
+      [&](u64 k) {
+        u64 acc = 0;
+        for (u32 q = 0; q < nl; ++q) {
+          const u64 w = word(packet_data(locals[q], bytes, k));
+          acc = q == 0 ? w : op(acc, w);
+        }
+        return acc;
+      },
+      [&](u32 t, u64 k, u64 mine) {
+        if (t < first) return mine;
+        return word(packet_at(c, pk[t - first], k, flags[t - first]));
+      },
+      op,
+      [&](u64 k, u64 w) { store_packet_data(dst, bytes, k, make_uint2((u32)w, (u32)(w >> 32))); });
 }
 
 }  // namespace plan

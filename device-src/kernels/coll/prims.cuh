@@ -643,15 +643,14 @@ struct Prims<LL16, Pattern> {
     const u64 npk = bytes / 8;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     bool ok = true;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
-      const uint2 mine = own[i];  // before the waits: its latency hides behind them
-      uint2 acc = make_uint2(0, 0);
-      for (u32 p = 0; p < n; ++p) {
-        const uint2 v = pre8<Op>(a, p == in.me ? mine : ll16_wait(in.from(p) + i * 16, flag, b, ok));
-        acc = p == 0 ? v : add8<Op>(acc, v);
-      }
-      o[i] = fin8<Op>(a, acc);
-    }
+    ll16_reduce<uint2>(
+        (u64)blockIdx.x * blockDim.x + threadIdx.x, npk, gthreads, n,
+        [&](u64 i) { return own[i]; },  // before the waits: its latency hides behind them
+        [&](u32 p, u64 i, uint2 mine) {
+          return pre8<Op>(a, p == in.me ? mine : ll16_wait(in.from(p) + i * 16, flag, b, ok));
+        },
+        [](uint2 x, uint2 y) { return add8<Op>(x, y); },
+        [&](u64 i, uint2 acc) { o[i] = fin8<Op>(a, acc); });
   }
 
  private:
