@@ -613,14 +613,25 @@ COMMHAL_DEVICE void finalize_avg(const Ctx& c, u8* dst, u64 n, u32 nranks) {
 // c.flag is the occurrence-0 value, computed once in begin.
 COMMHAL_DEVICE u32 ll_flag(const Ctx& c, u32 occ) { return c.flag + occ; }
 
+// The byte loops of packet_data and store_packet_data, for the last packet of a chunk
+// and unaligned memory. Not inlined: inside every packet loop they cost the loop
+// registers (at ptxas's 32-register target for these kernels, spills in more plans).
+__device__ __noinline__ uint2 packet_data_bytes(const u8* src, u64 bytes, u64 k) {
+  u64 w = 0;
+  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) w |= (u64)src[8 * k + b] << (8 * b);
+  return make_uint2((u32)w, (u32)(w >> 32));
+}
+__device__ __noinline__ void store_packet_bytes(u8* dst, u64 bytes, u64 k, uint2 v) {
+  const u64 w = (u64)v.x | ((u64)v.y << 32);
+  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) dst[8 * k + b] = (u8)(w >> (8 * b));
+}
+
 // The 8 bytes [8k, 8k + 8) of src (n bytes), zero past the end: one 8-byte load where
 // src is 8-byte aligned and they lie inside, else byte by byte.
 COMMHAL_DEVICE uint2 packet_data(const u8* src, u64 bytes, u64 k) {
   if ((reinterpret_cast<u64>(src) & 7) == 0 && 8 * k + 8 <= bytes)
     return reinterpret_cast<const uint2*>(src)[k];
-  u64 w = 0;
-  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) w |= (u64)src[8 * k + b] << (8 * b);
-  return make_uint2((u32)w, (u32)(w >> 32));
+  return packet_data_bytes(src, bytes, k);
 }
 
 // Store v as the bytes [8k, 8k + 8) of dst (n bytes), none past the end: the inverse
@@ -630,8 +641,7 @@ COMMHAL_DEVICE void store_packet_data(u8* dst, u64 bytes, u64 k, uint2 v) {
     reinterpret_cast<uint2*>(dst)[k] = v;
     return;
   }
-  const u64 w = (u64)v.x | ((u64)v.y << 32);
-  for (u32 b = 0; b < 8 && 8 * k + b < bytes; ++b) dst[8 * k + b] = (u8)(w >> (8 * b));
+  store_packet_bytes(dst, bytes, k, v);
 }
 
 // The put_packets of one source to NP peers (packet areas dst[q], flags flags[q]) and,
