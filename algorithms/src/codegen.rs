@@ -1532,40 +1532,35 @@ mod tests {
         );
         assert_eq!(b.matches("put_packets_multi<2>(").count(), 1, "{b}");
         assert_eq!(b.matches("put_packets(c,").count(), 2, "{b}");
-        // In place, a copy whose destination is (aliases) its source stays apart.
-        let b = rank0_block(
-            vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
-            true,
-            1,
-            (1, 1),
-        );
-        assert!(
-            !b.contains("put_packets_multi") && b.contains("copy(c,"),
-            "{b}"
-        );
-        // A copy of another length (half the count) stays apart, and so does one whose
-        // bounds round down unlike the source's (count / 2 elements against
-        // count - count / 2 for an odd count).
-        let b = rank0_block(
-            vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
-            false,
-            1,
-            (1, 2),
-        );
-        assert!(
-            !b.contains("put_packets_multi") && b.contains("copy(c,"),
-            "{b}"
-        );
-        let b = rank0_block(
-            vec![pp(1, c(inp, 1), c(scr, 0)), copy(c(inp, 1), c(out, 0))],
-            false,
-            2,
-            (1, 2),
-        );
-        assert!(
-            !b.contains("put_packets_multi") && b.contains("copy(c,"),
-            "{b}"
-        );
+        // A copy stays apart: in place (its destination aliases its source), of another
+        // length (half the count), or with bounds that round down unlike the source's
+        // (count / 2 elements against count - count / 2 for an odd count).
+        for (ops, in_place, chunks, frac) in [
+            (
+                vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
+                true,
+                1,
+                (1, 1),
+            ),
+            (
+                vec![pp(1, c(inp, 0), c(scr, 0)), copy(c(inp, 0), c(out, 0))],
+                false,
+                1,
+                (1, 2),
+            ),
+            (
+                vec![pp(1, c(inp, 1), c(scr, 0)), copy(c(inp, 1), c(out, 0))],
+                false,
+                2,
+                (1, 2),
+            ),
+        ] {
+            let b = rank0_block(ops, in_place, chunks, frac);
+            assert!(
+                !b.contains("put_packets_multi") && b.contains("copy(c,"),
+                "{b}"
+            );
+        }
         // Bounds a whole count apart round alike: input chunk 0 of 2 into output chunk 2
         // of 4 (factor 2), [0, count / 2) into [count, 3 count / 2). A copy first fuses
         // as well.
