@@ -64,8 +64,27 @@ fn connect(t: &HostTcp, b: &dyn Bootstrap, me: Rank) -> Result<TcpPort> {
 
 /// Two ranks; rank r registers `mems[r]`; exports are swapped; ports connected.
 fn world(mems: [Box<dyn Region>; 2]) -> [Side; 2] {
+    world_with(mems, None)
+}
+
+/// The receivers' two ways of waiting for bytes, each alone: always blocking in a
+/// read, and polling for longer than any test runs.
+const RECEIVE_MODES: [(&str, Duration); 2] = [
+    ("blocking", Duration::ZERO),
+    ("polling", Duration::from_secs(3600)),
+];
+
+/// [`world`] whose receivers poll for `spin` after traffic (`None`: the default).
+fn world_with(mems: [Box<dyn Region>; 2], spin: Option<Duration>) -> [Side; 2] {
     let b = boots();
-    let ts = [HostTcp::new().unwrap(), HostTcp::new().unwrap()];
+    let t = || {
+        let t = HostTcp::new().unwrap();
+        match spin {
+            Some(s) => t.with_receive_spin(s),
+            None => t,
+        }
+    };
+    let ts = [t(), t()];
     let bufs: Vec<TcpLocal> = (0..2)
         .map(|r| PortMapped::register(&ts[r], &mems[r]).unwrap())
         .collect();
@@ -128,70 +147,76 @@ fn bytes(l: &TcpLocal, off: u64, n: usize) -> Vec<u8> {
 
 #[test]
 fn write_and_signal_land_in_the_peers_shared_memory_both_ways() {
-    let r0 = ShmRegion::alloc(4096).unwrap();
-    let r1 = ShmRegion::alloc(4096).unwrap();
-    let [mut a, mut b] = world([Box::new(r0.clone()), Box::new(r1.clone())]);
-    a.buf.write(1000, b"from rank 0").unwrap();
-    b.buf.write(2000, b"from rank 1").unwrap();
-    thread::scope(|s| {
-        s.spawn(|| {
-            b.port.write(&b.remote, 100, &b.buf, 2000, 11).unwrap();
-            b.port.signal(&b.remote, SEM, 5).unwrap();
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        let r0 = ShmRegion::alloc(4096).unwrap();
+        let r1 = ShmRegion::alloc(4096).unwrap();
+        let [mut a, mut b] = world_with([Box::new(r0.clone()), Box::new(r1.clone())], Some(spin));
+        a.buf.write(1000, b"from rank 0").unwrap();
+        b.buf.write(2000, b"from rank 1").unwrap();
+        thread::scope(|s| {
+            s.spawn(|| {
+                b.port.write(&b.remote, 100, &b.buf, 2000, 11).unwrap();
+                b.port.signal(&b.remote, SEM, 5).unwrap();
+            });
+            a.port.write(&a.remote, 64, &a.buf, 1000, 11).unwrap();
+            a.port.signal(&a.remote, SEM, 1).unwrap();
+            a.port.signal(&a.remote, SEM, 2).unwrap();
         });
-        a.port.write(&a.remote, 64, &a.buf, 1000, 11).unwrap();
-        a.port.signal(&a.remote, SEM, 1).unwrap();
-        a.port.signal(&a.remote, SEM, 2).unwrap();
-    });
-    // The semaphore lives in the host-emu memory itself: wait there, read there.
-    wait_at_least(r1.atomic_u64(SEM).unwrap(), 3);
-    let mut got = [0u8; 11];
-    r1.read(64, &mut got).unwrap();
-    assert_eq!(&got, b"from rank 0");
-    wait_at_least(r0.atomic_u64(SEM).unwrap(), 5);
-    r0.read(100, &mut got).unwrap();
-    assert_eq!(&got, b"from rank 1");
-    assert_eq!(r1.atomic_u64(SEM).unwrap().load(Ordering::Acquire), 3);
+        // The semaphore lives in the host-emu memory itself: wait there, read there.
+        wait_at_least(r1.atomic_u64(SEM).unwrap(), 3);
+        let mut got = [0u8; 11];
+        r1.read(64, &mut got).unwrap();
+        assert_eq!(&got, b"from rank 0");
+        wait_at_least(r0.atomic_u64(SEM).unwrap(), 5);
+        r0.read(100, &mut got).unwrap();
+        assert_eq!(&got, b"from rank 1");
+        assert_eq!(r1.atomic_u64(SEM).unwrap().load(Ordering::Acquire), 3);
+    }
 }
 
 #[test]
 fn write_signal_lands_the_data_before_the_signal_and_checks_first() {
-    // Over three WRITE chunks, the signal riding in the last chunk's send.
-    const N: usize = 2 * (1 << 20) + 4321;
-    const SEM_AT: u64 = (N as u64).next_multiple_of(8);
-    let r1 = ShmRegion::alloc(SEM_AT + 8).unwrap();
-    let [mut a, b] = world([host(N as u64), Box::new(r1.clone())]);
-    let data = pattern(9, N);
-    a.buf.write(0, &data).unwrap();
-    let p = &mut a.port;
-    // A bad semaphore is refused before anything is sent: the data does not land.
-    let bad = p.write_signal(
-        &a.remote,
-        0,
-        &a.buf,
-        0,
-        N as u64,
-        (&a.remote, SEM_AT + 8, 1),
-    );
-    assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
-    let bad = p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, 12, 1));
-    assert!(matches!(bad, Err(HalError::Unaligned { .. })), "{bad:?}");
-    let bad = p.write_signal(&a.remote, 16, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 1));
-    assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
-    p.flush().unwrap();
-    assert_eq!(bytes(&b.buf, 0, 64), vec![0; 64]);
-    assert_eq!(r1.atomic_u64(SEM_AT).unwrap().load(Ordering::Acquire), 0);
-    // The signal is applied after every byte of the write.
-    p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 3))
-        .unwrap();
-    wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 3);
-    assert!(
-        bytes(&b.buf, 0, N) == data,
-        "a byte of the write is missing at the signal"
-    );
-    // A zero-length write still sends its signal.
-    p.write_signal(&a.remote, 0, &a.buf, 0, 0, (&a.remote, SEM_AT, 2))
-        .unwrap();
-    wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 5);
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        // Over three WRITE chunks, the signal riding in the last chunk's send.
+        const N: usize = 2 * (1 << 20) + 4321;
+        const SEM_AT: u64 = (N as u64).next_multiple_of(8);
+        let r1 = ShmRegion::alloc(SEM_AT + 8).unwrap();
+        let [mut a, b] = world_with([host(N as u64), Box::new(r1.clone())], Some(spin));
+        let data = pattern(9, N);
+        a.buf.write(0, &data).unwrap();
+        let p = &mut a.port;
+        // A bad semaphore is refused before anything is sent: the data does not land.
+        let bad = p.write_signal(
+            &a.remote,
+            0,
+            &a.buf,
+            0,
+            N as u64,
+            (&a.remote, SEM_AT + 8, 1),
+        );
+        assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
+        let bad = p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, 12, 1));
+        assert!(matches!(bad, Err(HalError::Unaligned { .. })), "{bad:?}");
+        let bad = p.write_signal(&a.remote, 16, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 1));
+        assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
+        p.flush().unwrap();
+        assert_eq!(bytes(&b.buf, 0, 64), vec![0; 64]);
+        assert_eq!(r1.atomic_u64(SEM_AT).unwrap().load(Ordering::Acquire), 0);
+        // The signal is applied after every byte of the write.
+        p.write_signal(&a.remote, 0, &a.buf, 0, N as u64, (&a.remote, SEM_AT, 3))
+            .unwrap();
+        wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 3);
+        assert!(
+            bytes(&b.buf, 0, N) == data,
+            "a byte of the write is missing at the signal"
+        );
+        // A zero-length write still sends its signal.
+        p.write_signal(&a.remote, 0, &a.buf, 0, 0, (&a.remote, SEM_AT, 2))
+            .unwrap();
+        wait_at_least(r1.atomic_u64(SEM_AT).unwrap(), 5);
+    }
 }
 
 #[test]
@@ -231,40 +256,43 @@ fn write_signal_puts_the_same_frames_on_the_wire_as_write_then_signal() {
 
 #[test]
 fn puts_land_in_issue_order() {
-    const SLOTS: u64 = 2000;
-    let [mut a, b] = world([host(8 * SLOTS), host(8 * SLOTS + 8)]);
-    let done = AtomicU64::new(0);
-    thread::scope(|s| {
-        // Rank 1 watches its buffer while rank 0 fills slot 1, 2, ... in order: reading
-        // from the top down, once a filled slot is seen every lower one must be filled.
-        let watcher = s.spawn(|| {
-            let mut checks = 0u64;
-            while done.load(Ordering::Acquire) == 0 || checks == 0 {
-                let mut seen_filled = false;
-                for slot in (1..=SLOTS).rev() {
-                    let v = u64::from_le_bytes(bytes(&b.buf, 8 * slot, 8).try_into().unwrap());
-                    if seen_filled {
-                        assert_eq!(v, slot, "slot {slot} empty although a later put landed");
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        const SLOTS: u64 = 2000;
+        let [mut a, b] = world_with([host(8 * SLOTS), host(8 * SLOTS + 8)], Some(spin));
+        let done = AtomicU64::new(0);
+        thread::scope(|s| {
+            // Rank 1 watches its buffer while rank 0 fills slot 1, 2, ... in order: reading
+            // from the top down, once a filled slot is seen every lower one must be filled.
+            let watcher = s.spawn(|| {
+                let mut checks = 0u64;
+                while done.load(Ordering::Acquire) == 0 || checks == 0 {
+                    let mut seen_filled = false;
+                    for slot in (1..=SLOTS).rev() {
+                        let v = u64::from_le_bytes(bytes(&b.buf, 8 * slot, 8).try_into().unwrap());
+                        if seen_filled {
+                            assert_eq!(v, slot, "slot {slot} empty although a later put landed");
+                        }
+                        seen_filled |= v != 0;
                     }
-                    seen_filled |= v != 0;
+                    checks += 1;
                 }
-                checks += 1;
+            });
+            for slot in 1..=SLOTS {
+                a.buf.write(8 * (slot - 1), &slot.to_le_bytes()).unwrap();
+                a.port
+                    .write(&a.remote, 8 * slot, &a.buf, 8 * (slot - 1), 8)
+                    .unwrap();
             }
+            a.port.signal(&a.remote, SEM, 1).unwrap();
+            wait_at_least(b.buf.atomic_u64(SEM).unwrap(), 1);
+            done.store(1, Ordering::Release);
+            watcher.join().unwrap();
         });
         for slot in 1..=SLOTS {
-            a.buf.write(8 * (slot - 1), &slot.to_le_bytes()).unwrap();
-            a.port
-                .write(&a.remote, 8 * slot, &a.buf, 8 * (slot - 1), 8)
-                .unwrap();
+            let v = u64::from_le_bytes(bytes(&b.buf, 8 * slot, 8).try_into().unwrap());
+            assert_eq!(v, slot);
         }
-        a.port.signal(&a.remote, SEM, 1).unwrap();
-        wait_at_least(b.buf.atomic_u64(SEM).unwrap(), 1);
-        done.store(1, Ordering::Release);
-        watcher.join().unwrap();
-    });
-    for slot in 1..=SLOTS {
-        let v = u64::from_le_bytes(bytes(&b.buf, 8 * slot, 8).try_into().unwrap());
-        assert_eq!(v, slot);
     }
 }
 
@@ -293,42 +321,45 @@ fn flush_means_remote_visible_and_source_reusable() {
 
 #[test]
 fn large_writes_in_both_directions_land_intact() {
-    const N: u64 = 8 << 20;
-    // Each buffer: semaphore, then the target half, then the source half.
-    const DST: u64 = 8;
-    const SRC: u64 = 8 + N;
-    let [mut a, mut b] = world([shm(8 + 2 * N), host(8 + 2 * N)]);
-    let (pa, pb) = (pattern(1, N as usize), pattern(2, N as usize));
-    a.buf.write(SRC, &pa).unwrap();
-    b.buf.write(SRC, &pb).unwrap();
-    // Both ports stream more than the socket buffers hold at the same time, in
-    // uneven pieces, then flush: neither side may stall the other.
-    thread::scope(|s| {
-        s.spawn(|| {
-            let mut off = 0;
-            for piece in [5u64 << 20, 1, (3 << 20) - 1] {
-                b.port
-                    .write(&b.remote, DST + off, &b.buf, SRC + off, piece)
-                    .unwrap();
-                off += piece;
-            }
-            b.port.flush().unwrap();
-            b.port.signal(&b.remote, SEM, 1).unwrap();
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        const N: u64 = 8 << 20;
+        // Each buffer: semaphore, then the target half, then the source half.
+        const DST: u64 = 8;
+        const SRC: u64 = 8 + N;
+        let [mut a, mut b] = world_with([shm(8 + 2 * N), host(8 + 2 * N)], Some(spin));
+        let (pa, pb) = (pattern(1, N as usize), pattern(2, N as usize));
+        a.buf.write(SRC, &pa).unwrap();
+        b.buf.write(SRC, &pb).unwrap();
+        // Both ports stream more than the socket buffers hold at the same time, in
+        // uneven pieces, then flush: neither side may stall the other.
+        thread::scope(|s| {
+            s.spawn(|| {
+                let mut off = 0;
+                for piece in [5u64 << 20, 1, (3 << 20) - 1] {
+                    b.port
+                        .write(&b.remote, DST + off, &b.buf, SRC + off, piece)
+                        .unwrap();
+                    off += piece;
+                }
+                b.port.flush().unwrap();
+                b.port.signal(&b.remote, SEM, 1).unwrap();
+            });
+            a.port.write(&a.remote, DST, &a.buf, SRC, N).unwrap();
+            a.port.flush().unwrap();
+            a.port.signal(&a.remote, SEM, 1).unwrap();
         });
-        a.port.write(&a.remote, DST, &a.buf, SRC, N).unwrap();
-        a.port.flush().unwrap();
-        a.port.signal(&a.remote, SEM, 1).unwrap();
-    });
-    wait_at_least(a.buf.atomic_u64(SEM).unwrap(), 1);
-    wait_at_least(b.buf.atomic_u64(SEM).unwrap(), 1);
-    assert!(
-        bytes(&b.buf, DST, N as usize) == pa,
-        "rank 0's 8 MiB arrived damaged"
-    );
-    assert!(
-        bytes(&a.buf, DST, N as usize) == pb,
-        "rank 1's 8 MiB arrived damaged"
-    );
+        wait_at_least(a.buf.atomic_u64(SEM).unwrap(), 1);
+        wait_at_least(b.buf.atomic_u64(SEM).unwrap(), 1);
+        assert!(
+            bytes(&b.buf, DST, N as usize) == pa,
+            "rank 0's 8 MiB arrived damaged"
+        );
+        assert!(
+            bytes(&a.buf, DST, N as usize) == pb,
+            "rank 1's 8 MiB arrived damaged"
+        );
+    }
 }
 
 /// `read` returns the bytes of the port's earlier writes (no flush in between) and what
@@ -336,38 +367,41 @@ fn large_writes_in_both_directions_land_intact() {
 /// next flush returns.
 #[test]
 fn reads_see_earlier_writes_and_the_peers_stores_before_its_signal() {
-    let [mut a, mut b] = world([shm(1 << 16), host(1 << 16)]);
-    for round in 1..=30u8 {
-        let n = 1000 + usize::from(round) * 7;
-        let data = pattern(round, n);
-        a.buf.write(64, &data).unwrap();
-        a.port.write(&a.remote, 8192, &a.buf, 64, n as u64).unwrap();
-        a.port.signal(&a.remote, SEM, 1).unwrap();
-        a.port
-            .read(&a.buf, 16_384, &a.remote, 8192, n as u64)
-            .unwrap();
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        let [mut a, mut b] = world_with([shm(1 << 16), host(1 << 16)], Some(spin));
+        for round in 1..=30u8 {
+            let n = 1000 + usize::from(round) * 7;
+            let data = pattern(round, n);
+            a.buf.write(64, &data).unwrap();
+            a.port.write(&a.remote, 8192, &a.buf, 64, n as u64).unwrap();
+            a.port.signal(&a.remote, SEM, 1).unwrap();
+            a.port
+                .read(&a.buf, 16_384, &a.remote, 8192, n as u64)
+                .unwrap();
+            a.port.flush().unwrap();
+            assert!(
+                bytes(&a.buf, 16_384, n) == data,
+                "round {round}: the read missed the earlier write"
+            );
+            wait_at_least(b.buf.atomic_u64(SEM).unwrap(), u64::from(round));
+            let fresh = pattern(round ^ 0x5a, n);
+            b.buf.write(32_768, &fresh).unwrap();
+            b.port.signal(&b.remote, 8, 1).unwrap();
+            wait_at_least(a.buf.atomic_u64(8).unwrap(), u64::from(round));
+            a.port
+                .read(&a.buf, 49_152, &a.remote, 32_768, n as u64)
+                .unwrap();
+            a.port.flush().unwrap();
+            assert!(
+                bytes(&a.buf, 49_152, n) == fresh,
+                "round {round}: the read after the peer's signal was stale"
+            );
+        }
+        // A 0-byte read is a no-op.
+        a.port.read(&a.buf, 0, &a.remote, 0, 0).unwrap();
         a.port.flush().unwrap();
-        assert!(
-            bytes(&a.buf, 16_384, n) == data,
-            "round {round}: the read missed the earlier write"
-        );
-        wait_at_least(b.buf.atomic_u64(SEM).unwrap(), u64::from(round));
-        let fresh = pattern(round ^ 0x5a, n);
-        b.buf.write(32_768, &fresh).unwrap();
-        b.port.signal(&b.remote, 8, 1).unwrap();
-        wait_at_least(a.buf.atomic_u64(8).unwrap(), u64::from(round));
-        a.port
-            .read(&a.buf, 49_152, &a.remote, 32_768, n as u64)
-            .unwrap();
-        a.port.flush().unwrap();
-        assert!(
-            bytes(&a.buf, 49_152, n) == fresh,
-            "round {round}: the read after the peer's signal was stale"
-        );
     }
-    // A 0-byte read is a no-op.
-    a.port.read(&a.buf, 0, &a.remote, 0, 0).unwrap();
-    a.port.flush().unwrap();
 }
 
 /// Both ranks read more from each other than the socket buffers and the in-flight
@@ -475,12 +509,15 @@ fn a_write_to_a_dropped_region_is_refused_by_the_peer() {
 
 #[test]
 fn a_dead_peer_is_peer_dead_not_a_hang() {
-    let [mut a, b] = world([host(64), host(64)]);
-    drop(b);
-    let err = a.port.flush().unwrap_err();
-    assert!(matches!(err, HalError::PeerDead { rank: 1, .. }), "{err}");
-    let err = a.port.write(&a.remote, 0, &a.buf, 0, 8).unwrap_err();
-    assert!(matches!(err, HalError::PeerDead { rank: 1, .. }), "{err}");
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        let [mut a, b] = world_with([host(64), host(64)], Some(spin));
+        drop(b);
+        let err = a.port.flush().unwrap_err();
+        assert!(matches!(err, HalError::PeerDead { rank: 1, .. }), "{err}");
+        let err = a.port.write(&a.remote, 0, &a.buf, 0, 8).unwrap_err();
+        assert!(matches!(err, HalError::PeerDead { rank: 1, .. }), "{err}");
+    }
 }
 
 // ------------------------------------------------------ rogue clients ----
@@ -630,6 +667,36 @@ fn flush_times_out_when_the_peer_never_acknowledges() {
     assert!(matches!(err, HalError::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("rank 1"), "{err}");
     drop(raw);
+}
+
+/// Dropping a port ends its receiver even while it polls, and though the peer keeps
+/// its end open: the connection then closes, which the peer sees as a reset of its
+/// next send (until then its frames are taken, ACK #0 being harmless).
+#[test]
+fn a_dropped_port_ends_its_receiver_in_either_mode() {
+    for (mode, spin) in RECEIVE_MODES {
+        let t0 = HostTcp::new().unwrap().with_receive_spin(spin);
+        let (port, mut raw, _b) = with_raw_peer(t0);
+        drop(port);
+        let probe = Header::Ack { seq: 0 }.encode();
+        let give_up = Instant::now() + BOUND;
+        loop {
+            assert!(
+                Instant::now() < give_up,
+                "receivers {mode}: rank 0 kept its connection open after its port was dropped"
+            );
+            if raw.write_all(&probe).is_err() {
+                break;
+            }
+            // Longer than a blocking receiver's read-timeout tick.
+            thread::sleep(Duration::from_millis(300));
+            let mut b = [0u8; 1];
+            if let Err(e) = raw.read(&mut b) {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+                break;
+            }
+        }
+    }
 }
 
 /// Rank 1's bootstrap, tapping the invitation to try impostors before the real
@@ -961,68 +1028,74 @@ impl Region for DeviceRegion {
 
 #[test]
 fn device_memory_travels_through_copies() {
-    let (d0, d1) = (FakeDevice::new(4 << 20), FakeDevice::new(4 << 20));
-    let [mut a, b] = world([
-        Box::new(DeviceRegion(d0.clone())),
-        Box::new(DeviceRegion(d1.clone())),
-    ]);
-    assert_eq!(a.buf.kind(), MemoryKind::Device);
-    assert_eq!(a.buf.device().ordinal, 3);
-    // More than one frame (1 MiB) of data, then two signals on one word.
-    let data = pattern(5, 3 << 20);
-    d0.write(64, &data).unwrap();
-    d0.settle().unwrap(); // as device code that finished writing its source
-    a.port
-        .write(&a.remote, 1024, &a.buf, 64, data.len() as u64)
-        .unwrap();
-    a.port.signal(&a.remote, 8, 5).unwrap();
-    a.port.signal(&a.remote, 8, 2).unwrap();
-    // The flush is acknowledged only once everything landed.
-    a.port.flush().unwrap();
-    assert!(
-        d1.queued.lock().unwrap().is_empty(),
-        "settled before the ACK"
-    );
-    assert!(d1.visible(1024, data.len()) == data, "the bytes landed");
-    // Each signal stored the word's new value, after the data.
-    assert_eq!(*d1.stores.lock().unwrap(), vec![(8, 5), (8, 7)]);
-    assert_eq!(d1.visible(8, 8), 7u64.to_le_bytes());
-    // A read brings device bytes back the same way.
-    a.port.read(&a.buf, 0, &a.remote, 1024, 16).unwrap();
-    a.port.flush().unwrap();
-    assert_eq!(d0.visible(0, 16), &data[..16]);
-    // A read right behind a write on the same connection sees it: the peer's
-    // receiver settles its queued writes before answering.
-    d0.write(8192, b"0123456789abcdef").unwrap();
-    d0.settle().unwrap();
-    a.port.write(&a.remote, 2048, &a.buf, 8192, 16).unwrap();
-    a.port.read(&a.buf, 4096, &a.remote, 2048, 16).unwrap();
-    a.port.flush().unwrap();
-    assert_eq!(d0.visible(4096, 16), b"0123456789abcdef");
-    // A word's first signal starts from what the device holds there, a queued write
-    // included.
-    d1.write(32, &40u64.to_le_bytes()).unwrap();
-    a.port.signal(&a.remote, 32, 2).unwrap();
-    a.port.flush().unwrap();
-    assert_eq!(d1.visible(32, 8), 42u64.to_le_bytes());
-    // A signal into another region (a plan's flags live apart from its data) stores
-    // only once the data written before it landed.
-    let flags = FakeDevice::new(64);
-    flags.others.lock().unwrap().push(d1.clone());
-    let f = PortMapped::register(&b.t, &DeviceRegion(flags.clone())).unwrap();
-    let remote_f = PortMapped::import(&a.t, PortMapped::export(&b.t, &f).unwrap()).unwrap();
-    for round in 0..20 {
-        a.port.write(&a.remote, 0, &a.buf, 64, 4096).unwrap();
-        a.port.signal(&remote_f, 0, 1).unwrap();
+    for (mode, spin) in RECEIVE_MODES {
+        eprintln!("receivers {mode}");
+        let (d0, d1) = (FakeDevice::new(4 << 20), FakeDevice::new(4 << 20));
+        let [mut a, b] = world_with(
+            [
+                Box::new(DeviceRegion(d0.clone())),
+                Box::new(DeviceRegion(d1.clone())),
+            ],
+            Some(spin),
+        );
+        assert_eq!(a.buf.kind(), MemoryKind::Device);
+        assert_eq!(a.buf.device().ordinal, 3);
+        // More than one frame (1 MiB) of data, then two signals on one word.
+        let data = pattern(5, 3 << 20);
+        d0.write(64, &data).unwrap();
+        d0.settle().unwrap(); // as device code that finished writing its source
+        a.port
+            .write(&a.remote, 1024, &a.buf, 64, data.len() as u64)
+            .unwrap();
+        a.port.signal(&a.remote, 8, 5).unwrap();
+        a.port.signal(&a.remote, 8, 2).unwrap();
+        // The flush is acknowledged only once everything landed.
         a.port.flush().unwrap();
-        assert_eq!(flags.visible(0, 8), (round + 1u64).to_le_bytes());
+        assert!(
+            d1.queued.lock().unwrap().is_empty(),
+            "settled before the ACK"
+        );
+        assert!(d1.visible(1024, data.len()) == data, "the bytes landed");
+        // Each signal stored the word's new value, after the data.
+        assert_eq!(*d1.stores.lock().unwrap(), vec![(8, 5), (8, 7)]);
+        assert_eq!(d1.visible(8, 8), 7u64.to_le_bytes());
+        // A read brings device bytes back the same way.
+        a.port.read(&a.buf, 0, &a.remote, 1024, 16).unwrap();
+        a.port.flush().unwrap();
+        assert_eq!(d0.visible(0, 16), &data[..16]);
+        // A read right behind a write on the same connection sees it: the peer's
+        // receiver settles its queued writes before answering.
+        d0.write(8192, b"0123456789abcdef").unwrap();
+        d0.settle().unwrap();
+        a.port.write(&a.remote, 2048, &a.buf, 8192, 16).unwrap();
+        a.port.read(&a.buf, 4096, &a.remote, 2048, 16).unwrap();
+        a.port.flush().unwrap();
+        assert_eq!(d0.visible(4096, 16), b"0123456789abcdef");
+        // A word's first signal starts from what the device holds there, a queued write
+        // included.
+        d1.write(32, &40u64.to_le_bytes()).unwrap();
+        a.port.signal(&a.remote, 32, 2).unwrap();
+        a.port.flush().unwrap();
+        assert_eq!(d1.visible(32, 8), 42u64.to_le_bytes());
+        // A signal into another region (a plan's flags live apart from its data) stores
+        // only once the data written before it landed.
+        let flags = FakeDevice::new(64);
+        flags.others.lock().unwrap().push(d1.clone());
+        let f = PortMapped::register(&b.t, &DeviceRegion(flags.clone())).unwrap();
+        let remote_f = PortMapped::import(&a.t, PortMapped::export(&b.t, &f).unwrap()).unwrap();
+        for round in 0..20 {
+            a.port.write(&a.remote, 0, &a.buf, 64, 4096).unwrap();
+            a.port.signal(&remote_f, 0, 1).unwrap();
+            a.port.flush().unwrap();
+            assert_eq!(flags.visible(0, 8), (round + 1u64).to_le_bytes());
+        }
+        assert_eq!(flags.unpublished.load(Ordering::Relaxed), 0);
+        // The host cannot wait on such a word itself.
+        assert!(b.buf.atomic_u64(8).is_err());
+        // Out of range and misaligned signals are refused before anything is sent.
+        assert!(a.port.signal(&a.remote, 4 << 20, 1).is_err());
+        drop(b);
     }
-    assert_eq!(flags.unpublished.load(Ordering::Relaxed), 0);
-    // The host cannot wait on such a word itself.
-    assert!(b.buf.atomic_u64(8).is_err());
-    // Out of range and misaligned signals are refused before anything is sent.
-    assert!(a.port.signal(&a.remote, 4 << 20, 1).is_err());
-    drop(b);
 }
 
 #[test]

@@ -47,6 +47,21 @@ pub static WAIT_YIELD_US: Setting = Setting {
     doc: "how long a host wait yields its core before blocking (unset: 0 when every local rank has a core, else 200 µs)",
 };
 
+/// `COMMHAL_HOST_TCP_SPIN_US`: how long host-tcp's receivers poll after traffic.
+pub static HOST_TCP_SPIN_US: Setting = Setting {
+    env: "COMMHAL_HOST_TCP_SPIN_US",
+    key: FileKey::None,
+    kind: Kind::Number {
+        min: 0,
+        max: 10_000_000,
+        unit: Unit::Micros,
+    },
+    default: "2000",
+    set_by: SetBy::User,
+    read_by: "host-emu (host-tcp)",
+    doc: "how long a host-tcp receiver thread keeps polling its socket (non-blocking, yielding its core between polls) after the last bytes arrived, before it blocks in a read the kernel must wake it from (0: always block)",
+};
+
 /// `COMMHAL_BACKENDS`: which backends, in which order.
 pub static BACKENDS: Setting = Setting {
     env: "COMMHAL_BACKENDS",
@@ -122,6 +137,7 @@ pub const ALL: &[&Setting] = &[
     &WAIT_TIMEOUT_MS,
     &WAIT_SPIN_US,
     &WAIT_YIELD_US,
+    &HOST_TCP_SPIN_US,
     &BACKENDS,
     &CONFIG,
     &PLUGIN_PATH,

@@ -9,7 +9,7 @@
 //! | [`hostmem`] | [`HostRegion`]: plain host memory for ranks without shared memory |
 //! | [`handshake`] | connection setup through the bootstrap (address + per-connection token) |
 //! | [`wire`] | the frame format |
-//! | `link`, `port` | the receiver thread and [`TcpPort`], the sender |
+//! | `link`, `port` | the receiver thread (polls after traffic, then blocks) and [`TcpPort`], the sender |
 //!
 //! **How it works.** `register` files a buffer (host-emu [`crate::ShmRegion`] /
 //! [`crate::ShmMapping`], or a [`HostRegion`]) under an id in this transport's region
@@ -20,6 +20,12 @@
 //! answers `READ` with the bytes (`READ_DATA`, written by a writer thread) and `FLUSH`
 //! with `ACK`. Register buffers and connect with the **same** `HostTcp`
 //! (clones share the table): a connection's receiver only sees its transport's regions.
+//! Frames go out on the caller's thread, in one send per frame (a `write_signal`'s
+//! last chunk and its signal in one). The receiver polls its socket for a while after
+//! the last bytes arrived, yielding its core between polls, before it blocks in a read
+//! ([`HostTcp::with_receive_spin`], `COMMHAL_HOST_TCP_SPIN_US`): the frames of a burst
+//! are then applied without waking a thread, which cost the sender and the receiver
+//! several µs per frame (measured in `link`'s docs).
 //!
 //! **Device memory.** A region whose memory the host cannot address but can copy
 //! ([`Region::staged`]: CUDA device memory) registers too: `write` copies the source
@@ -60,6 +66,7 @@ pub mod wire;
 use std::sync::Arc;
 use std::time::Duration;
 
+use commhal_hal::settings::host::HOST_TCP_SPIN_US;
 use commhal_hal::transport::{PeerContext, PortMapped};
 use commhal_hal::{
     Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Result, SignalStrength,
@@ -86,6 +93,8 @@ pub const COST_SAME_NODE: u32 = 60;
 pub struct HostTcp {
     table: Arc<RegionTable>,
     timeout: Option<Duration>,
+    /// How long a receiver polls after traffic before it blocks.
+    receive_spin: Duration,
 }
 
 impl HostTcp {
@@ -106,12 +115,16 @@ impl HostTcp {
         fifo_depth: crate::FIFO_DEPTH,
     };
 
-    /// A transport with its own, empty region table and a random instance id.
+    /// A transport with its own, empty region table and a random instance id; its
+    /// receivers poll for `COMMHAL_HOST_TCP_SPIN_US` after traffic (an invalid value is
+    /// an error naming it).
     pub fn new() -> Result<HostTcp> {
+        let receive_spin = HOST_TCP_SPIN_US.duration_or_default()?;
         let instance = u64::from_le_bytes(handshake::random_bytes()?);
         Ok(HostTcp {
             table: Arc::new(RegionTable::new(instance)),
             timeout: None,
+            receive_spin,
         })
     }
 
@@ -119,6 +132,14 @@ impl HostTcp {
     /// timeout (affects ports connected afterwards).
     pub fn with_timeout(mut self, timeout: Duration) -> HostTcp {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Let receiver threads poll their socket for `spin` after the last bytes arrived
+    /// instead of `COMMHAL_HOST_TCP_SPIN_US` (zero: they always block in a read;
+    /// affects ports connected afterwards).
+    pub fn with_receive_spin(mut self, spin: Duration) -> HostTcp {
+        self.receive_spin = spin;
         self
     }
 
@@ -218,7 +239,14 @@ impl PortMapped for HostTcp {
             handshake::dial(ctx, self.instance())?
         };
         let timeout = self.timeout.unwrap_or_else(|| ctx.bootstrap.timeout());
-        let link = link::Link::start(me, peer, stream, self.table.clone(), timeout)?;
+        let link = link::Link::start(
+            me,
+            peer,
+            stream,
+            self.table.clone(),
+            timeout,
+            self.receive_spin,
+        )?;
         Ok(TcpPort::new(link, peer_instance, self.instance(), timeout))
     }
 }
