@@ -5,17 +5,9 @@
 // under coll/ (allreduce, reducescatter, allgather, broadcast, reduce, ring, alltoall,
 // sendrecv, copy_engine), on the protocol of coll/protocol.cuh, the packets of
 // coll/ll16.cuh and coll/ll63.cuh, the chains of coll/chain.cuh and the operators of
-// coll/ops.cuh. All-gather, all-to-all, send/recv, the push reduce-scatter, the
-// one-shot and push all-reduces and the direct broadcast are written once over the
-// primitives of coll/prims.cuh; their Simple, LL16 and LL63 (coll/prims_ll63.cuh)
-// kernels are instantiations of one template (the tables below). The LL63 chains
-// (broadcast_ll63, reduce_ll63) are written over them too, with NCCL's chain steps
-// (Prims<LL63, RootChain>: send, recv, recv_copy_send, recv_reduce_send, ...), and so
-// are the rings, with NCCL's ring steps over the chain round flags (Prims<Simple, Ring>:
-// send, recv_reduce_send, recv_reduce_copy_send, recv_copy_send, recv), and the Simple
-// chains (broadcast_chain, reduce_chain) with the chain steps over the same flags
-// (Prims<Simple, RootChain>: copy_send, recv_copy_send, recv, send, recv_reduce_send,
-// recv_reduce_copy).
+// coll/ops.cuh. Which kernels are written over the primitives, and with which steps:
+// coll/prims.cuh's header; their Simple, LL16 and LL63 kernels are instantiations of
+// one template each (the tables below).
 //
 // Kernels (dtype suffix _f16 / _bf16 / _f32, op sum; every other type and op: the
 // reducing kernels built once per (type, op) without the suffix, see coll/ops.cuh and
@@ -46,16 +38,19 @@
 //   commhal_coll_reduce_*            barrier; worker k (the non-roots; both ranks when
 //                                    n = 2) reduces chunk k (reading n inputs) into the
 //                                    ROOT's output; barrier.
+//   commhal_coll_reduce_all_*        mid sizes: as commhal_coll_reduce_*, every rank a
+//                                    worker.
 //   commhal_coll_alltoall            barrier; chunk p of own input -> rank p's output slot
 //                                    [rank]; barrier.
 //   commhal_coll_sendrecv            barrier; own input -> next rank's output; barrier.
-//   commhal_coll_broadcast_chain     (large, bytes % 16 == 0) barrier; pipelined chain
-//                                    root -> root+1 -> ... : every rank stores each chunk
-//                                    into the next rank's output and raises its flag
-//                                    (Prims<Simple, ChainFromRoot>).
-//   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging area) barrier;
-//                                    pipelined chain root+1 -> ... -> root: partial sums
-//                                    stored into the next rank's staging, chunk by chunk
+//   commhal_coll_broadcast_chain     (large, bytes % 16 == 0) chain_start (a full barrier,
+//                                    the neighbour's start or credits); pipelined chain
+//                                    root -> root+1 -> ... : each chunk into the next
+//                                    rank's output, or its staging with
+//                                    COLL_FLAG_BCAST_STAGED (Prims<Simple, ChainFromRoot>).
+//   commhal_coll_reduce_chain_*      (large, bytes % 16 == 0, staging holds the buffer)
+//                                    chain_start as above; root+1 -> ... -> root: partial
+//                                    sums into the next rank's staging, chunk by chunk
 //                                    (Prims<Simple, ChainToRoot>).
 //   commhal_coll_broadcast_ll63,     (above the LL16 sizes, bytes % 16 == 0) the chains' ranks with
 //   commhal_coll_reduce_ll63_*       LL63 packets (63 data bits + a valid bit per 64-bit
@@ -75,6 +70,10 @@
 //   commhal_coll_sendrecv_ll         small sizes: LL16 packets, no barrier.
 //   commhal_coll_peers_done          the fence before an all-peers LL16 kernel whose
 //                                    predecessor may not have heard from every peer.
+//   commhal_coll_reduce_local_*,     the copy-engine path's local reductions
+//   commhal_coll_reduce_pair_ce_*    (coll/copy_engine.cuh): no barrier, no epoch, nothing
+//                                    remote.
+//   commhal_coll_dma_wait            the copy-engine path's bounded flag wait.
 //
 
 #include "coll/allgather.cuh"

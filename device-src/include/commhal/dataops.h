@@ -15,9 +15,11 @@
 // put_packets_multi), the LL16 read-reduce (Prims<LL16>::reduce; plan.h reduce_packets,
 // which unpacks too), the reduction of k sources (the pull kernels' reduce_vectors_any
 // and reduce_elems; plan.h reduce), and copy.h's copy_cooperative (plan.h copy; Simple's
-// copy of unaligned bytes). Each hand kernel's PTX is what it was with its own loop,
-// but for the order of two commutative compare operands in the LL16 reduce's wait and
-// the sendrecv_ll prologue (its receiver computed once). Not shared:
+// copy of unaligned bytes). The shared loops compile, per hand kernel, to the PTX a
+// private loop gives, but for the order of two commutative compare operands in the
+// LL16 reduce's wait and the sendrecv_ll prologue (its receiver computed once). Not
+// shared (besides the pull reduce-scatter's unaligned element loop, whose PTX through
+// reduce_elems differs by one kernel-parameter load, so it stays as measured):
 // * Simple's replicate (warp units of 4 vectors per lane) and scatter (one vector per
 //   thread for every target): plans copy one op at a time with copy_cooperative over a
 //   CTA's share; moving them to warp units changes the plans, not the sharing.
@@ -30,8 +32,9 @@
 // * Prims<LL16>::gather: each sender's packet goes to its own destination, no fold
 //   (plans unpack one sender per op, a one-term ll16_reduce).
 // * broadcast_ll and reduce_ll (not on Prims): they walk the ranks in a run-time loop
-//   per packet; ll16_put keeps a register per target, unrolled, which is the primitives'
-//   form that measured 5-15 % slower for these two (docs/architecture.md).
+//   per packet; ll16_put keeps a register per target, unrolled: on the primitives the
+//   broadcast took 1.08-1.15 x the hand kernel's time at 1-64 KiB and the reduce up to
+//   1.07 x on 2 ranks (docs/performance.md, "Dropped").
 #pragma once
 #include "commhal/packets.h"
 
@@ -65,7 +68,7 @@ COMMHAL_DEVICE void ll16_put(u64 first, u64 end, u64 step, u32 nt, u8* const (&s
 // covers (an element, an 8-byte word, a 16-byte vector); load and store say where it
 // lives and what happens on the way (a pre-multiply, avg's division, several outputs).
 // n is read where the loop tests it, as the callers' own loops read it (the hand
-// kernels' element loop tests a.nranks), so that their code stays what it was.
+// kernels' element loop tests a.nranks), which keeps their loop shape.
 template <typename V, typename Load, typename Op, typename Store>
 COMMHAL_DEVICE void reduce_sources(u64 first, u64 end, u64 step, const u32& n, Load load, Op op,
                                    Store store) {

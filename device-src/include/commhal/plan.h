@@ -317,10 +317,10 @@ COMMHAL_DEVICE void handshake(const Ctx& c, u32 which, u32 nranks, u32 far) {
   });
 }
 
-// Start: no CTA touches a peer's input or output before that peer's kernel runs (its
-// earlier stream work — writing the input, reading the last output — is done).
 COMMHAL_DEVICE void far_handshake(Ctx& c, u32 which, u32 far);
 
+// Start: no CTA touches a peer's input or output before that peer's kernel runs (its
+// earlier stream work — writing the input, reading the last output — is done).
 COMMHAL_DEVICE void start_sync(Ctx& c, u32 nranks, u32 far) {
   handshake(c, 0, nranks, far);
   if (far) far_handshake(c, 0, far);

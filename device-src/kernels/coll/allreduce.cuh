@@ -12,7 +12,7 @@
 // message.
 template <typename Op, typename Proto>
 COMMHAL_DEVICE void allreduce_oneshot(const CollArgs& a) {
-  static_assert(Prims<Proto, AllPeers>::REDUCE_AFTER_REPLICATE, "one-shot: LL16 only");
+  static_assert(Prims<Proto, AllPeers>::REDUCE_AFTER_REPLICATE, "one-shot: a protocol whose reduce may follow replicate (LL16, LL63)");
   Prims<Proto, AllPeers> prims(a);
   const u64 bytes = a.count * Op::ELEM;
   auto src = [&](u32 s, u32) { return a.in[s]; };

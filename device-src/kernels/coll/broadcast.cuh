@@ -9,15 +9,16 @@
 // which the host derives from the collective, the size and the rank count only). Their
 // LL16 variants cannot rely on the parity rule alone: a broadcast's sender never waits
 // on its receivers, so it could run two launches ahead and overwrite a parity slot the
-// owner has not read yet; it first waits on the receiver's done-epoch word
-// (block_wait_peer_done).
+// owner has not read yet; it first waits on the receiver's done word (wait_peer_done,
+// thread p for rank p).
 
 // Broadcast, direct, over the primitives (coll/prims.cuh): a.count = bytes. The root's
 // input goes to every output (its own skipped when in place): the root stores into every
 // output between the barriers. Its egress is (n-1) x bytes, so the host uses it for
 // small sizes and for 2 ranks, where it is the only transfer anyway. (Written over
-// Prims<LL16, FromRoot> the LL16 broadcast was 8-15 % slower than broadcast_ll below at
-// 1-16 KiB on 4 and 2 x H100, in graphs; so that one stays.)
+// Prims<LL16, FromRoot> the LL16 broadcast took 1.08-1.15 x broadcast_ll's time at
+// 1-64 KiB on 4 and 2 x H100 in graphs: docs/performance.md, "Dropped"; so that one
+// stays.)
 template <typename Proto>
 COMMHAL_DEVICE void broadcast(const CollArgs& a) {
   Prims<Proto, FromRoot> prims(a);
@@ -37,9 +38,8 @@ COMMHAL_DEVICE void broadcast(const CollArgs& a) {
 //   non-root with chunk k: loads chunk k from the ROOT's input (remote loads, two
 //     vectors in flight per thread) and stores it into its own output and into every
 //     other non-root's output.
-// One phase between the START and END barriers (the earlier version pushed chunks from
-// the root, then forwarded them after a MID barrier: two serial phases, 0.54 of NCCL at
-// 1 GiB on 4 GPUs). Traffic: root egress = bytes (its input read once in total);
+// One phase between the START and END barriers: a root push, then a forward after a MID
+// barrier is two serial phases (0.54 of NCCL at 1 GiB on 4 GPUs). Traffic: root egress = bytes (its input read once in total);
 // non-root ingress = bytes / m (from the root) + (m-1)/m x bytes (from the others),
 // egress (m-1)/m x bytes; every link carries at most `bytes`, all at the same time.
 // Ordering: START — the root's input is written and every output is free. END — block

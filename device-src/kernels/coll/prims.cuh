@@ -3,13 +3,15 @@
 // where; Prims<Proto, Pattern> says how they travel. Algorithms on it: all-gather,
 // all-to-all, send/recv, the push reduce-scatter, the one-shot and push all-reduces (on
 // LL63 too: coll/prims_ll63.cuh), the direct broadcast, the LL63 chains of the
-// broadcast and the reduce (Prims<LL63, RootChain>: NCCL's send / recv /
-// recv_copy_send / recv_reduce_send steps, coll/prims_ll63.cuh), the rings
-// (Prims<Simple, Ring>: NCCL's ring steps over the chain round flags, below) and the
-// Simple chains of the broadcast and the reduce (Prims<Simple, RootChain>: the chain
-// steps over the same flags, with credits, below); the pull kernels (two-shot
-// all-reduce, reduce-scatter, reduce to a root) take Simple's barriers and its
-// reduce_pull.
+// broadcast and the reduce (Prims<LL63, RootChain>: NCCL's copy_send / recv_copy_send /
+// recv and send / recv_reduce_send / recv_reduce_copy steps, coll/prims_ll63.cuh), the
+// rings (Prims<Simple, Ring>: NCCL's ring steps over the chain round flags, below; the
+// all-reduce in portions of the staging area, coll/ring.cuh) and the Simple chains of
+// the broadcast and the reduce (Prims<Simple, RootChain>: copy_send / recv_copy_send /
+// recv_copy / recv and send / recv_reduce_send / recv_reduce_copy over the same flags,
+// with credits, below); the pull kernels (two-shot all-reduce, reduce-scatter, reduce
+// to a root) take Simple's barriers and its reduce_pull. Not on it: broadcast_ll and
+// reduce_ll (coll/broadcast.cuh says why).
 //
 // The algorithm names, for a sender s and a receiver r of its pattern (global ranks):
 //   src(s, r)   the address (mapped here) of the bytes s sends to r;
@@ -135,13 +137,6 @@ template <>
 struct IsBytes<u64> {
   static constexpr bool value = true;
 };
-
-// LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
-// slots, unrolled, with every peer's pointers computed before the data loop: indexed by
-// constants they stay in registers. (The packet stores and waits are asm with a memory
-// clobber, after which anything read through `a` is read again.) Waits stay runtime
-// loops over the peers, taking the pointers from those registers (pick): seven unrolled
-// bounded waits made the LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
 
 // Simple's replicate moves data in warp units (as MSCCL++'s full-mesh all-gather): a
 // unit is SIMPLE_UNIT_VECS 16-byte vectors per lane of one warp (2 KiB), all loaded
@@ -371,7 +366,8 @@ struct Prims<Simple, Ring> {
   u32 rounds;   // R: rounds per step
   u32 k;        // the next round
   u32 prev, next;
-  bool waits = false;  // past the first step: rounds wait for the previous rank's
+  bool waits = false;  // rounds wait for the previous rank's flag of round k - R (not in
+                       // the first step of the launch and of each portion)
   bool ok = true;      // thread 0: no wait gave up
 
   COMMHAL_DEVICE Prims(const CollArgs& args, u64 longest, u32 first)
@@ -584,6 +580,13 @@ COMMHAL_DEVICE T pick(T const (&x)[N], u32 k) {
   for (u32 j = 1; j < N; ++j) r = j == k ? x[j] : r;
   return r;
 }
+
+// LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
+// slots, unrolled, with every peer's pointers computed before the data loop: indexed by
+// constants they stay in registers. (The packet stores and waits are asm with a memory
+// clobber, after which anything read through `a` is read again.) Waits stay runtime
+// loops over the peers, taking the pointers from those registers (pick): seven unrolled
+// bounded waits made the LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
 
 template <typename Pattern>
 struct Prims<LL16, Pattern> {

@@ -35,8 +35,10 @@
 // staging) consumed that round (chain_start: neighbour, credits).
 //
 // LL slots are double-buffered by epoch parity: the slot a rank writes in launch e was
-// last written in launch e-2 or earlier, and the owner finished reading it before it
-// could take part in launch e-1, which this rank waited on.
+// last written in launch e-2, so the writer must know the owner finished e-2. An
+// all-peers kernel knows it when its launch e-1 heard from the owner (a barrier or a
+// packet); a one-way sender waits on the owner's done word (block_wait_peer_done,
+// below); otherwise the host queues the peers_done fence first (below).
 //
 // Every wait is bounded: after spin_ns nanoseconds (globaltimer) or once the rank's error
 // word is set, the wait stores ERR_WAIT_TIMEOUT / ERR_PACKET_TIMEOUT (first error wins)
@@ -89,7 +91,9 @@ struct CollArgs {
   u64 ll_slot_bytes;            // bytes of one LL slot (per parity, per sender)
   u32 rank;
   u32 nranks;
-  u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce), mapped
+  u64 stage[COLL_MAX_RANKS];    // every rank's staging area (push all-reduce and
+                                // reduce-scatter, rings, reduce chain, staged broadcast
+                                // chain, copy-engine path), mapped
   u64 stage_slot_bytes;         // bytes of one sender's slot in a staging area
   u32 root;                     // broadcast / reduce: the root rank (host checks < nranks)
   u32 chain_unroll;             // chain / ring kernels: vectors per thread per chunk (1..32)
@@ -145,16 +149,6 @@ COMMHAL_DEVICE void block_barrier(const CollArgs& a, u64 flags_off, u64 e) {
   block_handshake(a.rank, a.nranks, 0, e, bound(a),
                   [&](u32 owner, u32 from) { return flag_slot(a, owner, flags_off, from); });
 }
-// Broadcast, reduce and send/recv for small sizes, LL16, no barrier. One side only sends
-// (the broadcast root; the reduce non-roots; every send/recv rank towards the next), so
-// nothing would stop it running two launches
-// ahead of a receiver and overwriting a parity slot not yet read: before sending in
-// launch e, a sender waits (thread p of every block, once) until the receiver p has
-// completed launch e-2 — the last launch that used this parity's slot — by reading p's
-// done-epoch word, which p's launch e-1 sets at its start. Usually long true already.
-// (This never waits on a launch the sender's own progress holds back: p's launch e-1
-// needs only launches up to e-1 of its peers, and the sender is at e.)
-
 // Bounded wait until rank p has completed launch `e` or a later one: p's word in this
 // rank's scratch (p stores it there, relaxed, after a kernel boundary, which orders
 // every access of the launches before it; the acquire here orders this rank's later
@@ -164,8 +158,8 @@ COMMHAL_DEVICE void wait_peer_done(const CollArgs& a, u32 p, u64 e) {
 }
 
 // The host's fence before an all-peers LL16 launch whose predecessor on the stream may
-// not have heard from every peer (a one-way kernel: LL16 broadcast, reduce, send/recv,
-// the chains; or unknown: the first in a graph capture). That launch, e, reuses the
+// not have heard from every peer (which launches: Kernel::hears_every_peer and
+// backends/cuda-coll/src/comm/slot_order.rs). That launch, e, reuses the
 // parity slots of e - 2 in every peer, so every peer must have completed e - 2, which
 // a launch that heard from every peer would have shown (coll/prims.cuh, LL16). One
 // warp: lane p waits until rank p's done word reached e - 2 (p began e - 1). No epoch
@@ -182,7 +176,13 @@ COMMHAL_DEVICE void peers_done(const CollArgs& a) {
 // The whole block waits until rank p has completed launch e - back (thread 0 waits, the
 // others at the barrier); nothing when there is no such launch. A sender's check that
 // the packets it is about to overwrite in p were read: back = 2 for parity-halved
-// slots, 1 for a single region.
+// slots, 1 for a single region. One-way LL16 kernels (the broadcast root, the reduce
+// non-roots, every send/recv rank towards the next) need it: nothing else would stop a
+// sender running two launches ahead of a receiver. broadcast_ll and Prims<LL63,
+// AllPeers> wait with thread p for rank p instead. p sets its done word at the start of
+// its launch e - 1, so this is usually long true; it never waits on a launch the
+// sender's own progress holds back (p's launch e - 1 needs only launches up to e - 1 of
+// its peers, and the sender is at e).
 COMMHAL_DEVICE void block_wait_peer_done(const CollArgs& a, u32 p, u64 e, u64 back) {
   if (e <= back) return;
   if (threadIdx.x == 0) wait_peer_done(a, p, e - back);

@@ -103,7 +103,7 @@ COMMHAL_DEVICE void reduce_ll(const CollArgs& a) {
 }
 
 // Reduce (sum), chain: a.count elements, bytes % 16 == 0, staging area of at least
-// `bytes` on every rank (host: stage_slot_bytes * nranks >= capacity). Position of rank
+// `bytes` on every rank (host: stage_slot_bytes * nranks >= bytes, Comm::staging_holds). Position of rank
 // r: (r - root - 1) mod n; the root is last. Position 0 stores its input into the next
 // rank's staging; a middle rank adds its input to the partial sum in its own staging and
 // stores that into the next rank's staging; the root adds its input to its staging into

@@ -137,8 +137,9 @@ COMMHAL_DEVICE v16 sum_ranks(const CollArgs& a, const v16* const (&x)[COLL_MAX_R
 
 // Vector j of this rank's chunk summed in rank order (sum_ranks): `own[j]` for this
 // rank, vector j of staging slot p (a.stage[rank] + p * a.stage_slot_bytes, where rank
-// p's contribution landed) for every other p. Shared by the push all-reduce and the
-// copy-engine path's local reduction.
+// p's contribution landed) for every other p. Used by the copy-engine path's
+// reduce_local; the push all-reduce sums through Prims<Simple>::reduce_replicate
+// (sum_ranks).
 template <typename Op>
 COMMHAL_DEVICE v16 sum_staged(const CollArgs& a, const v16* own, u64 j) {
   const u8* stage = reinterpret_cast<const u8*>(a.stage[a.rank]);
