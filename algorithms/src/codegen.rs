@@ -493,6 +493,18 @@ impl Gen<'_> {
     /// depends on (or overwrites) data an earlier op split differently, or a CTA
     /// barrier if only this CTA's threads may have split it differently.
     fn data_op(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], iterations: u32) {
+        let (worst, r, w) = self.hazard(reads, writes, iterations);
+        self.sync_for(worst, r, w);
+    }
+
+    /// The worst conflict of an op's reads and writes with the ops before it since the
+    /// last sync, and its extents.
+    fn hazard(
+        &self,
+        reads: &[ChunkRef],
+        writes: &[ChunkRef],
+        iterations: u32,
+    ) -> (Hazard, Vec<Extent>, Vec<Extent>) {
         let r: Vec<Extent> = reads.iter().map(|c| self.extent(c, iterations)).collect();
         let w: Vec<Extent> = writes.iter().map(|c| self.extent(c, iterations)).collect();
         let worst = r
@@ -506,6 +518,11 @@ impl Gen<'_> {
             }))
             .max()
             .unwrap_or(Hazard::None);
+        (worst, r, w)
+    }
+
+    /// Emit the sync `worst` needs and record the op's extents.
+    fn sync_for(&mut self, worst: Hazard, r: Vec<Extent>, w: Vec<Extent>) {
         match worst {
             Hazard::Replicas => {
                 self.line("group_sync(c);");
@@ -840,10 +857,17 @@ impl Gen<'_> {
                 self.writes.clear();
             }
             Op::Finalize { dst } => {
-                self.data_op(&[*dst], &[*dst], iterations);
+                // Only avg (OP 4, a compile-time constant) touches the data here, so a
+                // CTA barrier that only this op needs goes inside its branch: the
+                // other operators end without it. A replica sync stays outside (it
+                // clears the hazard record for the ops after it).
+                let (worst, r, w) = self.hazard(&[*dst], &[*dst], iterations);
+                let cta = worst == Hazard::ThisCta;
+                self.sync_for(if cta { Hazard::None } else { worst }, r, w);
                 let d = self.span(dst, me, looped, false);
                 self.line(&format!(
-                    "if (OP == 4) {{ Span d = {d}; finalize_avg<DT>(c, d.p, d.n, {}u); }}",
+                    "if (OP == 4) {{ {}Span d = {d}; finalize_avg<DT>(c, d.p, d.n, {}u); }}",
+                    if cta { "__syncthreads(); " } else { "" },
                     self.plan.nranks
                 ));
             }
