@@ -44,7 +44,9 @@ use std::fmt::Write as _;
 
 use crate::dtype::{DataType, RedOp};
 use crate::error::AlgoError;
-use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan, ScratchWriter};
+use crate::plan::{
+    BufferKind, ChannelKind, ChunkRef, Collective, Op, PacketFormat, Plan, ScratchWriter,
+};
 
 /// Name of the generated kernel.
 pub const ENTRY: &str = "commhal_plan";
@@ -374,6 +376,7 @@ struct Extent {
     hi: (u64, u64),
     exact: (BufferKind, u32, u32, u32), // the reference itself (buf, index, count, step)
     looped: bool,                       // a chunk per iteration (step != 0, iterations > 1)
+    tiles: bool, // split among CTAs by LL63 tiles (plan_ll63.h), not by 16-byte units
 }
 
 /// What orders two data ops of a block that touch local memory.
@@ -455,7 +458,14 @@ impl Gen<'_> {
             hi: (hi + shift * den, den),
             exact: (c.buf, c.index, c.count, c.step),
             looped: c.step != 0 && iterations > 1,
+            tiles: false,
         }
+    }
+
+    /// Whether the plan's packet ops move LL63 packets (plan_ll63.h): they, and the
+    /// copy and finalize that run in their loops, split a chunk among the CTAs by tiles.
+    fn ll63(&self) -> bool {
+        self.plan.packets == PacketFormat::Ll63
     }
 
     /// How an op touching `a` must be ordered after one that touched `b`.
@@ -468,8 +478,13 @@ impl Gen<'_> {
             // chunk and the output chunk that aliases it): every data op splits a range
             // among the CTAs the same way (plan.h `share_elems`), so each CTA touches
             // only its own share; but its threads may map the share differently (16-byte
-            // vectors, 8-byte packets, bytes at an unaligned tail).
-            return Hazard::ThisCta;
+            // vectors, 8-byte packets, bytes at an unaligned tail). LL63 tile ops split
+            // it among the CTAs by tiles, other ops by 16-byte units: then other CTAs.
+            return if a.tiles == b.tiles {
+                Hazard::ThisCta
+            } else {
+                Hazard::Replicas
+            };
         }
         let overlap = if a.exact.0 == b.exact.0 || a.mem == 0 {
             // Elements at floor(x × count) for the rational position x: plan.h `chunk`
@@ -493,7 +508,18 @@ impl Gen<'_> {
     /// depends on (or overwrites) data an earlier op split differently, or a CTA
     /// barrier if only this CTA's threads may have split it differently.
     fn data_op(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], iterations: u32) {
-        let (worst, r, w) = self.hazard(reads, writes, iterations);
+        self.data_op_split(reads, writes, iterations, false);
+    }
+
+    /// [`Gen::data_op`] for an op split among the CTAs by LL63 tiles when `tiles`.
+    fn data_op_split(
+        &mut self,
+        reads: &[ChunkRef],
+        writes: &[ChunkRef],
+        iterations: u32,
+        tiles: bool,
+    ) {
+        let (worst, r, w) = self.hazard(reads, writes, iterations, tiles);
         self.sync_for(worst, r, w);
     }
 
@@ -504,9 +530,14 @@ impl Gen<'_> {
         reads: &[ChunkRef],
         writes: &[ChunkRef],
         iterations: u32,
+        tiles: bool,
     ) -> (Hazard, Vec<Extent>, Vec<Extent>) {
-        let r: Vec<Extent> = reads.iter().map(|c| self.extent(c, iterations)).collect();
-        let w: Vec<Extent> = writes.iter().map(|c| self.extent(c, iterations)).collect();
+        let ext = |c: &ChunkRef| Extent {
+            tiles,
+            ..self.extent(c, iterations)
+        };
+        let r: Vec<Extent> = reads.iter().map(ext).collect();
+        let w: Vec<Extent> = writes.iter().map(ext).collect();
         let worst = r
             .iter()
             .flat_map(|x| self.writes.iter().map(move |y| Self::conflicts(x, y)))
@@ -558,6 +589,17 @@ impl Gen<'_> {
         }
     }
 
+    /// The packet-area form of [`Gen::span`]'s functions and the base of the packets:
+    /// LL16 packets in the scratch copy, LL63 packets in the LL63 copy (plan_ll63.h).
+    fn packet_fn(&self, rank: u32, generic: bool) -> (&'static str, String) {
+        match (self.ll63(), generic) {
+            (false, false) => ("packets_of", self.base(BufferKind::Scratch, rank)),
+            (false, true) => ("packets", self.base(BufferKind::Scratch, rank)),
+            (true, false) => ("packets63_of", format!("(a.area[{rank}] + ll63_off(c))")),
+            (true, true) => ("packets63", format!("(a.area[{rank}] + ll63_off(c))")),
+        }
+    }
+
     /// `chunk(...)` / `packets(...)` expression for `c` in `rank`'s buffers: in a C++
     /// loop the generic form; otherwise the bounds as constant expressions of `a.count`
     /// (`span_of` / `packets_of`), so that the op divides nothing at run time.
@@ -568,18 +610,22 @@ impl Gen<'_> {
             let f = spec.factor as u64;
             let s = position(c.index as u64 * f, n);
             let e = position((c.index as u64 + c.count as u64) * f, n);
-            let base = self.base(c.buf, rank);
             let es = self.es;
             return if packets {
-                format!("packets_of({base}, {es}ull, {}ull, {s}, {e})", c.index)
+                let (f, base) = self.packet_fn(rank, false);
+                format!("{f}({base}, {es}ull, {}ull, {s}, {e})", c.index)
             } else {
+                let base = self.base(c.buf, rank);
                 format!("span_of({base}, {es}ull, {s}, {e})")
             };
         }
+        let (f, base) = if packets {
+            self.packet_fn(rank, true)
+        } else {
+            ("chunk", self.base(c.buf, rank))
+        };
         format!(
-            "{}({}, {}ull, a.count * {}ull, {}u, {}, {}u)",
-            if packets { "packets" } else { "chunk" },
-            self.base(c.buf, rank),
+            "{f}({base}, {}ull, a.count * {}ull, {}u, {}, {}u)",
             self.es,
             spec.factor,
             spec.chunks.max(1),
@@ -799,13 +845,19 @@ impl Gen<'_> {
             }
             Op::PutPackets { peer, src, dst, .. } => {
                 self.no_far(*peer, "writes LL packets into")?;
-                self.data_op(&[*src], &[], iterations);
-                let occ = self.occurrence(block, flat, 0)?;
+                self.data_op_split(&[*src], &[], iterations, self.ll63());
                 let s = self.span(src, me, looped, false);
                 let d = self.span(dst, *peer, looped, true);
-                self.line(&format!(
-                    "{{ Span s = {s}; Span d = {d}; put_packets(c, d.p, s.p, s.n, {es}ull, ll_flag(c, {occ}u)); }}"
-                ));
+                if self.ll63() {
+                    self.line(&format!(
+                        "{{ Span s = {s}; Span d = {d}; put_packets63(c, d.p, s.p, s.n, {es}ull); }}"
+                    ));
+                } else {
+                    let occ = self.occurrence(block, flat, 0)?;
+                    self.line(&format!(
+                        "{{ Span s = {s}; Span d = {d}; put_packets(c, d.p, s.p, s.n, {es}ull, ll_flag(c, {occ}u)); }}"
+                    ));
+                }
             }
             Op::ReadReducePackets {
                 packets,
@@ -821,7 +873,7 @@ impl Gen<'_> {
                 }
                 let mut reads: Vec<ChunkRef> = local.clone();
                 reads.extend(packets.iter().map(|p| p.1));
-                self.data_op(&reads, &[*dst], iterations);
+                self.data_op_split(&reads, &[*dst], iterations, self.ll63());
                 let d = self.span(dst, me, looped, false);
                 let l: Vec<String> = local
                     .iter()
@@ -831,16 +883,27 @@ impl Gen<'_> {
                     .iter()
                     .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
                     .collect();
-                let mut f = Vec::new();
-                for k in 0..packets.len() {
-                    f.push(format!("ll_flag(c, {}u)", self.occurrence(block, flat, k)?));
-                }
                 let nl = l.len();
                 let l = if l.is_empty() {
                     "nullptr".to_string()
                 } else {
                     l.join(", ")
                 };
+                if self.ll63() {
+                    // no flags: the valid bits; the reader clears the packets (u8*)
+                    self.line(&format!(
+                        "{{ Span d = {d}; const u8* const l[{}] = {{{l}}}; u8* const p[{}] = {{{}}}; reduce_packets63<DT, OP, {nl}u, {}u>(c, d.p, l, p, d.n); }}",
+                        nl.max(1),
+                        p.len(),
+                        p.join(", "),
+                        p.len()
+                    ));
+                    return Ok(());
+                }
+                let mut f = Vec::new();
+                for k in 0..packets.len() {
+                    f.push(format!("ll_flag(c, {}u)", self.occurrence(block, flat, k)?));
+                }
                 self.line(&format!(
                     "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP>(c, d.p, l, {nl}u, p, f, {}u, d.n); }}",
                     nl.max(1),
@@ -861,13 +924,17 @@ impl Gen<'_> {
                 // CTA barrier that only this op needs goes inside its branch: the
                 // other operators end without it. A replica sync stays outside (it
                 // clears the hazard record for the ops after it).
-                let (worst, r, w) = self.hazard(&[*dst], &[*dst], iterations);
+                // In an LL63 plan it splits the chunk by tiles, as the packet read
+                // before it (plan_ll63.h finalize_avg63).
+                let ll63 = self.ll63();
+                let (worst, r, w) = self.hazard(&[*dst], &[*dst], iterations, ll63);
                 let cta = worst == Hazard::ThisCta;
                 self.sync_for(if cta { Hazard::None } else { worst }, r, w);
                 let d = self.span(dst, me, looped, false);
                 self.line(&format!(
-                    "if (OP == 4) {{ {}Span d = {d}; finalize_avg<DT>(c, d.p, d.n, {}u); }}",
+                    "if (OP == 4) {{ {}Span d = {d}; finalize_avg{}<DT>(c, d.p, d.n, {}u); }}",
                     if cta { "__syncthreads(); " } else { "" },
+                    if ll63 { "63" } else { "" },
                     self.plan.nranks
                 ));
             }
@@ -978,7 +1045,12 @@ impl Gen<'_> {
         for (o, flat) in run {
             if let Op::PutPackets { peer, src, dst, .. } = o {
                 self.no_far(*peer, "writes LL packets into")?;
-                puts.push((*peer, *src, *dst, self.occurrence(block, *flat, 0)?));
+                let occ = if self.ll63() {
+                    0
+                } else {
+                    self.occurrence(block, *flat, 0)?
+                };
+                puts.push((*peer, *src, *dst, occ));
             }
         }
         let src = puts[0].1;
@@ -987,7 +1059,7 @@ impl Gen<'_> {
         }
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
-        self.data_op(&[src], copy.as_slice(), 1);
+        self.data_op_split(&[src], copy.as_slice(), 1, self.ll63());
         let mut text = format!("{{ Span s = {};", self.span(&src, me, false, false));
         for (k, (peer, _, dst, _)) in puts.iter().enumerate() {
             let _ = write!(text, " Span d{k} = {};", self.span(dst, *peer, false, true));
@@ -1001,6 +1073,15 @@ impl Gen<'_> {
         };
         let n = puts.len();
         let d: Vec<String> = (0..n).map(|k| format!("d{k}.p")).collect();
+        if self.ll63() {
+            let _ = write!(
+                text,
+                " u8* const d[{n}] = {{{}}}; put_packets63_multi<{n}>(c, d, s.p, s.n, {es}ull, {own}); }}",
+                d.join(", ")
+            );
+            self.line(&text);
+            return Ok(());
+        }
         let f: Vec<String> = puts
             .iter()
             .map(|p| format!("ll_flag(c, {}u)", p.3))
@@ -1206,10 +1287,16 @@ pub fn generate_cuda(
     );
     // One CTA of up to 1024 threads per SM: ptxas may then use 64 registers a thread.
     // Under the default bound (32), 9 of 90 packet-plan kernels (2-4 ranks, f16 / f32)
-    // spilled 4-16 bytes; under this one none does (42 registers on most).
+    // spilled 4-16 bytes; under this one none does (42 registers on most). An LL63 lane
+    // holds two tiles' words (32 u64: 64 registers) in its read-reduce, so LL63 plans
+    // run at most MAX_LL63_THREADS threads a CTA, with up to 128 registers.
+    let threads = match plan.packets {
+        PacketFormat::Ll16 => 1024,
+        PacketFormat::Ll63 => MAX_LL63_THREADS,
+    };
     let _ = writeln!(
         src,
-        "extern \"C\" __global__ void __launch_bounds__(1024, 1) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
     );
     src.push_str(&publish_lines(rank, &done));
     let far_hs = far_handshake_peers(plan, rank, far);
@@ -1236,11 +1323,33 @@ pub fn generate_cuda(
     })
 }
 
+/// Threads per CTA at most of a kernel generated from an LL63 plan (its launch bound).
+pub const MAX_LL63_THREADS: u32 = 512;
+
+/// Data bytes of an LL63 tile (252 16-byte vectors) and its packet bytes (plan_ll63.h).
+pub const LL63_TILE_DATA: u64 = 252 * 16;
+/// Packet bytes of an LL63 tile.
+pub const LL63_TILE_PACKETS: u64 = 256 * 16;
+
+/// Bytes of one LL63 copy on the GPU for `count` elements of `dtype` (0: the plan moves
+/// no LL63 packets): each scratch chunk's packets from a tile of their own, the chunk at
+/// scratch byte x with index i at tile ⌊x / 4032⌋ + i (plan_ll63.h `ll63_offset`), so
+/// ⌊scratch bytes / 4032⌋ + chunks tiles hold them all.
+pub fn gpu_ll63_copy_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
+    if plan.packets != PacketFormat::Ll63 || !plan.uses_packets() {
+        return 0;
+    }
+    let data = plan.scratch.elems(count) * dtype.size() as u64;
+    let tiles = data / LL63_TILE_DATA + u64::from(plan.scratch.chunks.max(1));
+    (tiles * LL63_TILE_PACKETS).next_multiple_of(256)
+}
+
 /// Bytes of one scratch copy on the GPU for `count` elements of `dtype`: the data, or
-/// for packet plans the packet area (each chunk on its own LL16 packets; as the host
-/// executor places them).
+/// for LL16 packet plans the packet area (each chunk on its own LL16 packets; as the
+/// host executor places them). LL63 packets have copies of their own
+/// ([`gpu_ll63_copy_bytes`]): an LL63 plan keeps the data's room here.
 pub fn gpu_scratch_copy_bytes(plan: &Plan, count: u64, dtype: DataType) -> u64 {
-    let bytes = if plan.uses_packets() {
+    let bytes = if plan.uses_packets() && plan.packets == PacketFormat::Ll16 {
         crate::exec::packet_area_bytes(plan, count, dtype)
     } else {
         plan.scratch.elems(count) * dtype.size() as u64
@@ -1278,6 +1387,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The LL63 forms emit the tile ops of plan_ll63.h with no LL16 flag, at the LL63
+    /// launch bound; the ops on one chunk are ordered by CTA barriers only (every tile op
+    /// and the finalize split it by tiles), and a copy that runs beside them is fused.
+    #[test]
+    fn ll63_plans_emit_tile_ops() {
+        for algo in [
+            Algorithm::AllReduce1paLl63,
+            Algorithm::AllReduce2paLl63,
+            Algorithm::AllGatherLl63,
+            Algorithm::ReduceScatterLl63,
+            Algorithm::BroadcastLl63,
+        ] {
+            for in_place in [false, true] {
+                let mut p = BuildParams::new(3);
+                p.in_place = in_place;
+                let plan = build(algo, &p).unwrap();
+                assert!(plan.name.ends_with("-ll63"), "{}", plan.name);
+                for r in 0..3 {
+                    let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                    let s = &k.source;
+                    let what = format!("{} r{r} in_place={in_place}:\n{s}", plan.name);
+                    assert!(s.contains("__launch_bounds__(512, 1)"), "{what}");
+                    assert!(
+                        !s.contains("ll_flag") && !s.contains("put_packets("),
+                        "{what}"
+                    );
+                    assert!(
+                        !s.contains("reduce_packets<") && !s.contains("packets_of("),
+                        "{what}"
+                    );
+                    assert!(!s.contains("group_sync"), "{what}");
+                    assert!(s.contains("ll63_off(c)"), "{what}");
+                    let sends = s.contains("put_packets63");
+                    let reads = s.contains("reduce_packets63<DT, OP, ");
+                    assert!(sends || reads, "{what}");
+                    if algo == Algorithm::AllGatherLl63 && !in_place {
+                        // the own copy rides in the packets' loop
+                        assert!(
+                            s.contains("put_packets63_multi<2>(c, d, s.p, s.n, 2ull, o.p)"),
+                            "{what}"
+                        );
+                    }
+                    if algo == Algorithm::AllReduce1paLl63 {
+                        assert!(s.contains("finalize_avg63<DT>"), "{what}");
+                    }
+                }
+            }
+        }
+        // the LL16 forms are unchanged by the LL63 path
+        let plan = build(Algorithm::AllReduce1pa, &BuildParams::new(3)).unwrap();
+        let s = generate_cuda(&plan, 0, DataType::F16, RedOp::Sum)
+            .unwrap()
+            .source;
+        assert!(
+            s.contains("__launch_bounds__(1024, 1)") && !s.contains("63"),
+            "{s}"
+        );
+    }
+
+    /// An LL63 copy holds every scratch chunk's tiles: chunk i at byte x starts at tile
+    /// ⌊x / 4032⌋ + i and ends before the next chunk's first tile and the copy's end.
+    #[test]
+    fn ll63_copy_holds_every_chunk() {
+        for algo in [
+            Algorithm::AllReduce1paLl63,
+            Algorithm::AllReduce2paLl63,
+            Algorithm::AllGatherLl63,
+        ] {
+            for n in [2u32, 3, 4, 8] {
+                let plan = build(algo, &BuildParams::new(n)).unwrap();
+                for count in [1u64, 7, 2015, 2016, 2017, 100_000, 1 << 20] {
+                    let es = 2u64;
+                    let copy = gpu_ll63_copy_bytes(&plan, count, DataType::F16);
+                    let spec = plan.scratch;
+                    let total = spec.elems(count);
+                    let chunks = spec.chunks as u64;
+                    let start = |i: u64| i * total / chunks;
+                    for i in 0..chunks {
+                        let (s, e) = (start(i), start(i + 1));
+                        let first = (s * es) / LL63_TILE_DATA + i;
+                        let tiles = ((e - s) * es).div_ceil(LL63_TILE_DATA);
+                        let next = if i + 1 < chunks {
+                            (e * es) / LL63_TILE_DATA + i + 1
+                        } else {
+                            copy / LL63_TILE_PACKETS
+                        };
+                        assert!(
+                            first + tiles <= next,
+                            "{} n={n} count={count} chunk {i}",
+                            plan.name
+                        );
+                    }
+                }
+            }
+        }
+        let ll16 = build(Algorithm::AllReduce1pa, &BuildParams::new(4)).unwrap();
+        assert_eq!(gpu_ll63_copy_bytes(&ll16, 1 << 20, DataType::F16), 0);
     }
 
     #[test]

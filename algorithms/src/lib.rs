@@ -37,6 +37,6 @@ struct ReadmeExample;
 pub use dtype::{DataType, RedOp, finalize, finalize_avg, reduce_into, reference_reduce};
 pub use error::{AlgoError, Location};
 pub use plan::{
-    Block, BufferKind, BufferSpec, ChannelKind, ChunkRef, Collective, Op, Plan, RankPlan,
-    SCHEMA_VERSION, ScratchWriter,
+    Block, BufferKind, BufferSpec, ChannelKind, ChunkRef, Collective, Op, PacketFormat, Plan,
+    RankPlan, SCHEMA_VERSION, ScratchWriter,
 };

@@ -70,6 +70,7 @@ pub const HEADERS: &[Source] = &[
     header!("elem.h"),
     header!("dataops.h"),
     header!("plan.h"),
+    header!("plan_ll63.h"),
     coll!("protocol.cuh"),
     coll!("ops.cuh"),
     coll!("ll16.cuh"),

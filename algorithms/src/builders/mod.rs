@@ -16,7 +16,7 @@ pub use others::{
 };
 
 use crate::error::AlgoError;
-use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, Plan};
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Collective, Op, PacketFormat, Plan};
 use serde::{Deserialize, Serialize};
 
 /// Transfer protocol of the two-phase algorithms.
@@ -72,13 +72,23 @@ pub enum Algorithm {
     ReduceScatterLl,
     /// Broadcast with LL packets into the receivers' scratch ([`broadcast_ll`]).
     BroadcastLl,
+    /// [`Algorithm::AllReduce1pa`] with LL63 packets on the GPUs ([`PacketFormat::Ll63`]).
+    AllReduce1paLl63,
+    /// [`Algorithm::AllReduce2paLl`] with LL63 packets on the GPUs.
+    AllReduce2paLl63,
+    /// [`Algorithm::AllGatherLl`] with LL63 packets on the GPUs.
+    AllGatherLl63,
+    /// [`Algorithm::ReduceScatterLl`] with LL63 packets on the GPUs.
+    ReduceScatterLl63,
+    /// [`Algorithm::BroadcastLl`] with LL63 packets on the GPUs.
+    BroadcastLl63,
     /// Point-to-point transfers ([`BuildParams::pairs`]).
     SendRecv,
 }
 
 impl Algorithm {
     /// Every algorithm (`SendRecv` last: tests that skip it take every one before it).
-    pub const ALL: [Algorithm; 21] = [
+    pub const ALL: [Algorithm; 26] = [
         Algorithm::AllReduce1pa,
         Algorithm::AllReduce2paLl,
         Algorithm::AllReduce2paHb,
@@ -99,6 +109,11 @@ impl Algorithm {
         Algorithm::AllGatherLl,
         Algorithm::ReduceScatterLl,
         Algorithm::BroadcastLl,
+        Algorithm::AllReduce1paLl63,
+        Algorithm::AllReduce2paLl63,
+        Algorithm::AllGatherLl63,
+        Algorithm::ReduceScatterLl63,
+        Algorithm::BroadcastLl63,
         Algorithm::SendRecv,
     ];
 
@@ -107,12 +122,18 @@ impl Algorithm {
         use Algorithm::*;
         match self {
             AllReduce1pa | AllReduce2paLl | AllReduce2paHb | AllReduce2phLl | AllReduce2phHb
-            | AllReduceRing | AllReduceRd => Collective::AllReduce,
-            AllGatherAllPairs | AllGatherRing | AllGather2ph | AllGatherLl => Collective::AllGather,
-            ReduceScatterAllPairs | ReduceScatterRing | ReduceScatter2ph | ReduceScatterLl => {
-                Collective::ReduceScatter
+            | AllReduceRing | AllReduceRd | AllReduce1paLl63 | AllReduce2paLl63 => {
+                Collective::AllReduce
             }
-            BroadcastDirect | BroadcastChain | BroadcastLl => Collective::Broadcast,
+            AllGatherAllPairs | AllGatherRing | AllGather2ph | AllGatherLl | AllGatherLl63 => {
+                Collective::AllGather
+            }
+            ReduceScatterAllPairs
+            | ReduceScatterRing
+            | ReduceScatter2ph
+            | ReduceScatterLl
+            | ReduceScatterLl63 => Collective::ReduceScatter,
+            BroadcastDirect | BroadcastChain | BroadcastLl | BroadcastLl63 => Collective::Broadcast,
             ReduceAllPairs => Collective::Reduce,
             AllToAllAllPairs => Collective::AllToAll,
             SendRecv => Collective::SendRecv,
@@ -137,6 +158,9 @@ impl Algorithm {
             BroadcastDirect | SendRecv => "direct",
             BroadcastChain => "chain",
             AllGatherLl | ReduceScatterLl | BroadcastLl => "ll",
+            AllReduce1paLl63 => "1pa-ll63",
+            AllReduce2paLl63 => "2pa-ll63",
+            AllGatherLl63 | ReduceScatterLl63 | BroadcastLl63 => "ll63",
         }
     }
 
@@ -237,6 +261,11 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         AllGatherLl => allgather_ll(n, p.in_place)?,
         ReduceScatterLl => reducescatter_ll(n, p.in_place)?,
         BroadcastLl => broadcast_ll(n, p.root, p.in_place)?,
+        AllReduce1paLl63 => ll63(allreduce_1pa(n, p.in_place)?),
+        AllReduce2paLl63 => ll63(allreduce_2pa(n, p.in_place, Protocol::LL, p.blocks)?),
+        AllGatherLl63 => ll63(allgather_ll(n, p.in_place)?),
+        ReduceScatterLl63 => ll63(reducescatter_ll(n, p.in_place)?),
+        BroadcastLl63 => ll63(broadcast_ll(n, p.root, p.in_place)?),
         SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
     };
     let mut plan = plan;
@@ -274,6 +303,17 @@ pub fn ports_across_nodes(plan: &mut Plan, ranks_per_node: u32) {
 }
 
 // ---- helpers shared by the builder modules ----
+
+/// The LL63 form of a packet plan: the same ops, LL63 packets in the generated GPU
+/// kernels (`-ll63` after the name).
+fn ll63(mut plan: Plan) -> Plan {
+    plan.packets = PacketFormat::Ll63;
+    plan.name = match plan.name.strip_suffix("-ll") {
+        Some(stem) => format!("{stem}-ll63"),
+        None => format!("{}-ll63", plan.name),
+    };
+    plan
+}
 
 pub(crate) fn check_n(nranks: u32, what: &str) -> Result<(), AlgoError> {
     if nranks == 0 {

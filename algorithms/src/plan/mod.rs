@@ -57,6 +57,24 @@ use serde::{Deserialize, Serialize};
 /// Version of the JSON schema this build reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// How a GPU kernel generated from the plan encodes its LL packets (codegen). The host
+/// executor moves every packet plan as flagged 8-byte words (LL8) whatever this says:
+/// the encoding changes the bytes on the links, not what the plan computes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PacketFormat {
+    /// LL16: 8 data bytes and an epoch flag per 16-byte store, in the scratch copy.
+    /// Any bytes may be left in scratch between launches: a flag names its launch.
+    #[default]
+    Ll16,
+    /// LL63: 63 data bits and a valid bit per 64-bit word, whole warps moving tiles of
+    /// 252 16-byte vectors as 4 KiB of packets (`commhal/ll63.h`), so 63/64 of the bytes
+    /// on the links are data (LL16: 1/2). A valid bit names no launch, so these packets
+    /// live in an area of their own that only LL63 packets touch, cleared by every
+    /// reader as it reads (`commhal/plan_ll63.h`).
+    Ll63,
+}
+
 /// Which collective a plan implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -170,6 +188,9 @@ pub struct Plan {
     pub scratch: BufferSpec,
     /// Copies of scratch the executor rotates through per invocation (≥ 1).
     pub scratch_rotation: u32,
+    /// Encoding of the LL packets in generated GPU kernels.
+    #[serde(default)]
+    pub packets: PacketFormat,
     /// Per-rank programs; `ranks.len() == nranks`.
     pub ranks: Vec<RankPlan>,
 }
@@ -216,6 +237,7 @@ impl Plan {
                 chunks: 1,
             },
             scratch_rotation: 1,
+            packets: PacketFormat::Ll16,
             ranks: vec![RankPlan::default(); nranks as usize],
         }
     }

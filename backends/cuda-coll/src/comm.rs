@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use commhal_cuda_rt::{Context, Stream};
 use commhal_hal::bootstrap::Bootstrap;
-use commhal_hal::settings::gpu::{COLL_CHAIN_OVERLAP, COLL_PDL, GPU_ALGO, PLAN_SCRATCH};
+use commhal_hal::settings::gpu::{COLL_CHAIN_OVERLAP, COLL_PDL, GPU_ALGO, PLAN_LL63, PLAN_SCRATCH};
 use commhal_hal::settings::{Env, process_env};
 
 use crate::driver;
@@ -829,6 +829,13 @@ impl Comm {
             .map_err(setting_error)?
             .or(plan_scratch)
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
+        // LL63 plans' packets, beside the scratch (plan_ll63.h): LL63 pays off to a few
+        // MiB, so a fixed area (48 MiB: two copies of a 4-rank `allreduce:1pa-ll63` or
+        // `2pa-ll63` at 4 MiB, 17.2 MB each)
+        let plan_ll63 = PLAN_LL63
+            .number()
+            .map_err(setting_error)?
+            .unwrap_or(plan_scratch.min(48 << 20));
         // Without a memory backend (cuda-dma alone) no SM reaches a peer: plans then
         // reach every peer over port channels, as ranks of other nodes. Their setup (a
         // port per peer, a proxy thread) is made only when COMMHAL_GPU_ALGO asks for
@@ -845,7 +852,7 @@ impl Comm {
             &links,
             &regions,
             &ctx,
-            (plan_scratch, far),
+            (plan_scratch, plan_ll63, far),
             device_timeout,
         )?;
         let algos = algorithms_from_env()?;

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use commhal_algorithms::builders::{Algorithm, BuildParams, build};
 use commhal_algorithms::codegen::{self, CudaKernel};
-use commhal_algorithms::{DataType, Plan, RedOp};
+use commhal_algorithms::{DataType, PacketFormat, Plan, RedOp};
 use commhal_cuda_rt::nvrtc::cache::compile_cached;
 use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, jit};
 use commhal_device_src::HEADERS;
@@ -74,9 +74,10 @@ pub struct PlanArgs {
     pub spin_ns: u64,
     /// CTAs per plan block.
     pub replicas: u32,
-    /// Padding (the kernels alternate two scratch copies by launch parity, whatever
-    /// the plan's scratch rotation says).
-    pub pad: u32,
+    /// Distance between the two LL63 packet copies, which follow the two scratch
+    /// copies (the kernels alternate both by launch parity, whatever the plan's scratch
+    /// rotation says).
+    pub ll63_copy_bytes: u32,
     /// This rank.
     pub rank: u32,
     /// `PLAN_FLAG_*`: what the host knows of the launch before (the private `LaunchOrder`).
@@ -229,6 +230,11 @@ pub fn algorithm_label(a: Algorithm) -> &'static str {
         AllGatherLl => "plan:allgather:ll",
         ReduceScatterLl => "plan:reducescatter:ll",
         BroadcastLl => "plan:broadcast:ll",
+        AllReduce1paLl63 => "plan:allreduce:1pa-ll63",
+        AllReduce2paLl63 => "plan:allreduce:2pa-ll63",
+        AllGatherLl63 => "plan:allgather:ll63",
+        ReduceScatterLl63 => "plan:reducescatter:ll63",
+        BroadcastLl63 => "plan:broadcast:ll63",
         SendRecv => "plan:sendrecv:direct",
     }
 }
@@ -243,6 +249,8 @@ pub struct PlanExec {
     area: Regions,
     /// Bytes of each rank's plan area.
     len: u64,
+    /// Of those, the LL63 packet copies' (at its end, after the scratch copies).
+    ll63_len: u64,
     areas: [u64; MAX_RANKS],
     arch: String,
     cache: Option<KernelCache>,
@@ -264,8 +272,9 @@ pub struct PlanExec {
 }
 
 impl PlanExec {
-    /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch on every
-    /// rank from `memory` (the communicator's memory backend, or cuda-dma alone), mapped
+    /// Collective setup over `boot`: a plan area with `scratch_bytes` of scratch and
+    /// `ll63_bytes` for LL63 packets on every rank from `memory` (the communicator's
+    /// memory backend, or cuda-dma alone), mapped
     /// by every peer; and the port channels to the `far` ranks ([`PlanPorts`], over the
     /// copy engines of `memory`'s selection) on the communicator's input and output
     /// (`io`: regions 0 and 1) and the plan areas.
@@ -274,11 +283,13 @@ impl PlanExec {
         memory: &Links,
         io: &Regions,
         ctx: &Arc<Context>,
-        (scratch_bytes, far): (u64, FarRanks),
+        (scratch_bytes, ll63_bytes, far): (u64, u64, FarRanks),
         device_timeout: Duration,
     ) -> Result<PlanExec> {
         let (rank, n) = (boot.rank(), boot.size());
-        let len = DATA_OFF + scratch_bytes.max(4096);
+        // two LL63 copies a u32 apart at most (PlanArgs::ll63_copy_bytes)
+        let ll63_len = ll63_bytes.min(2 * (u64::from(u32::MAX) / 256 * 256));
+        let len = DATA_OFF + scratch_bytes.max(4096) + ll63_len;
         let area = memory.share(boot, &[("plan area", len)], TAG_PLAN_AREA)?;
         let areas = area.addrs(0);
         boot.barrier()?;
@@ -344,6 +355,7 @@ impl PlanExec {
             ctx: ctx.clone(),
             area,
             len,
+            ll63_len,
             areas,
             arch: ctx.arch()?,
             cache: KernelCache::from_env(),
@@ -360,7 +372,7 @@ impl PlanExec {
 
     /// Bytes of scratch available to plans.
     pub fn scratch_capacity(&self) -> u64 {
-        self.len - DATA_OFF
+        self.len - DATA_OFF - self.ll63_len
     }
 
     /// The first device error of a plan kernel on this rank (0: none).
@@ -441,7 +453,16 @@ impl PlanExec {
     /// one thread; fewer CTAs serialise the waits); others one 16-byte vector per thread
     /// ([`PlanExec::replicas`]).
     fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
-        if plan.uses_packets() {
+        if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
+            // a warp per LL63 tile, as the hand kernels' LL63 all-pairs steps
+            let tiles = bytes
+                .div_ceil(codegen::LL63_TILE_DATA)
+                .div_ceil(u64::from(blocks.max(1)));
+            let most = self.threads.min(codegen::MAX_LL63_THREADS);
+            let threads = ((32 * tiles).clamp(32, u64::from(most)) as u32).next_multiple_of(32);
+            let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
+            (self.replicas_for(blocks, bytes, per_cta), threads)
+        } else if plan.uses_packets() {
             let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let threads =
                 (per_block.clamp(32, u64::from(self.threads)) as u32).next_multiple_of(32);
@@ -529,6 +550,15 @@ impl PlanExec {
                 plan.name,
             )));
         }
+        let ll63 = codegen::gpu_ll63_copy_bytes(plan, count, dt);
+        let ll63_stride = self.ll63_len / 2 / 256 * 256;
+        if ll63 > ll63_stride {
+            return Err(CollError::invalid(format!(
+                "plan {} needs {ll63} bytes of LL63 packets per copy; the plan area holds two copies of {ll63_stride}: set COMMHAL_PLAN_LL63 to at least {}, or use the plan's LL16 form",
+                plan.name,
+                2 * ll63,
+            )));
+        }
         let (mut inp, mut out) = (*input, *output);
         for p in 0..self.n as usize {
             let shift = p as u64 * count * es;
@@ -552,7 +582,7 @@ impl PlanExec {
             scratch_copy_bytes: stride,
             spin_ns: self.spin_ns,
             replicas,
-            pad: 0,
+            ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
             flags: 0,
             ports: match (&self.ports, l.kernel.far) {

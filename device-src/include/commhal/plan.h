@@ -10,7 +10,8 @@
 //   [PLAN_HS_OFF, PLAN_STATE_OFF)       inbound start / end handshake flags
 //                                       u64 [2][sender][CTA]
 //   [PLAN_STATE_OFF, PLAN_DATA_OFF)     PlanState, touched by this rank only
-//   [PLAN_DATA_OFF, ...)                two scratch copies (by launch parity)
+//   [PLAN_DATA_OFF, ...)                two scratch copies (by launch parity), then
+//                                       two LL63 packet copies (plan_ll63.h)
 //
 // The protocol of the hand-written collectives (coll/protocol.cuh), so that nothing
 // is counted, reset or fenced at the end of a kernel:
@@ -96,8 +97,9 @@ struct PlanArgs {
   u64 scratch_copy_bytes;      // distance between scratch copies (fixed per Comm)
   u64 spin_ns;                 // bound of every wait
   u32 replicas;                // CTAs per plan block
-  u32 pad;                     // (copies alternate by launch parity whatever the
-                               // plan's scratch_rotation says: nothing to pass)
+  u32 ll63_copy_bytes;         // distance between the LL63 copies (plan_ll63.h), after
+                               // the two scratch copies (copies alternate by launch
+                               // parity whatever the plan's scratch_rotation says)
   u32 rank;                    // this rank
   u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
@@ -726,3 +728,6 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
 
 }  // namespace plan
 }  // namespace commhal
+
+// The LL63 form of the packet ops (Plan::packets = Ll63).
+#include "commhal/plan_ll63.h"

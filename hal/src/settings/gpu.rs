@@ -393,6 +393,21 @@ pub static GPU_ALGO: Setting = Setting {
     doc: "run a plan compiled to CUDA instead of the hand-written kernel of that collective (one plan per communicator; the others keep the hand-written kernels)",
 };
 
+/// `COMMHAL_PLAN_LL63`: bytes of the plan area for LL63 packets.
+pub static PLAN_LL63: Setting = Setting {
+    env: "COMMHAL_PLAN_LL63",
+    key: FileKey::None,
+    kind: Kind::Number {
+        min: 0,
+        max: 8 << 30,
+        unit: Unit::Bytes,
+    },
+    default: "50331648",
+    set_by: SetBy::User,
+    read_by: "cuda-coll",
+    doc: "bytes per rank for the LL63 packets of the plan algorithms (`-ll63` plans: two copies by launch parity, beside the scratch); unset: 48 MiB, or the plan scratch where that is smaller",
+};
+
 /// `COMMHAL_PLAN_SCRATCH`: scratch bytes of the plan algorithms.
 pub static PLAN_SCRATCH: Setting = Setting {
     env: "COMMHAL_PLAN_SCRATCH",
@@ -589,6 +604,7 @@ pub const ALL: &[&Setting] = &[
     &GPU_PATH,
     &GPU_ALGO,
     &PLAN_SCRATCH,
+    &PLAN_LL63,
     &PLAN_THREADS,
     &PLAN_REPLICAS,
     &CUDA_DEVICE,
