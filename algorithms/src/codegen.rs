@@ -376,7 +376,20 @@ struct Extent {
     hi: (u64, u64),
     exact: (BufferKind, u32, u32, u32), // the reference itself (buf, index, count, step)
     looped: bool,                       // a chunk per iteration (step != 0, iterations > 1)
-    tiles: bool, // split among CTAs by LL63 tiles (plan_ll63.h), not by 16-byte units
+    split: Split,                       // how the op that touched it cut its range among the CTAs
+}
+
+/// How a data op cuts a chunk among the CTAs of its plan block.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Split {
+    /// In 16-byte units (plan.h `share_elems`): copies, reductions, LL16 packet ops.
+    Units,
+    /// In LL63 tiles (plan_ll63.h `ll63_share`): LL63 packet ops, and an LL63 plan's
+    /// finalize and the copy fused into its puts.
+    Tiles,
+    /// Items of several chunks at once (plan_ll63.h `unpack_packets63_multi`): like no
+    /// other op, not even another such run.
+    Items,
 }
 
 /// What orders two data ops of a block that touch local memory.
@@ -458,7 +471,7 @@ impl Gen<'_> {
             hi: (hi + shift * den, den),
             exact: (c.buf, c.index, c.count, c.step),
             looped: c.step != 0 && iterations > 1,
-            tiles: false,
+            split: Split::Units,
         }
     }
 
@@ -466,6 +479,15 @@ impl Gen<'_> {
     /// copy and finalize that run in their loops, split a chunk among the CTAs by tiles.
     fn ll63(&self) -> bool {
         self.plan.packets == PacketFormat::Ll63
+    }
+
+    /// How this plan's packet ops cut a chunk among the CTAs.
+    fn packet_split(&self) -> Split {
+        if self.ll63() {
+            Split::Tiles
+        } else {
+            Split::Units
+        }
     }
 
     /// How an op touching `a` must be ordered after one that touched `b`.
@@ -480,7 +502,7 @@ impl Gen<'_> {
             // only its own share; but its threads may map the share differently (16-byte
             // vectors, 8-byte packets, bytes at an unaligned tail). LL63 tile ops split
             // it among the CTAs by tiles, other ops by 16-byte units: then other CTAs.
-            return if a.tiles == b.tiles {
+            return if a.split == b.split && a.split != Split::Items {
                 Hazard::ThisCta
             } else {
                 Hazard::Replicas
@@ -508,18 +530,18 @@ impl Gen<'_> {
     /// depends on (or overwrites) data an earlier op split differently, or a CTA
     /// barrier if only this CTA's threads may have split it differently.
     fn data_op(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], iterations: u32) {
-        self.data_op_split(reads, writes, iterations, false);
+        self.data_op_split(reads, writes, iterations, Split::Units);
     }
 
-    /// [`Gen::data_op`] for an op split among the CTAs by LL63 tiles when `tiles`.
+    /// [`Gen::data_op`] for an op that cuts its ranges among the CTAs as `split` says.
     fn data_op_split(
         &mut self,
         reads: &[ChunkRef],
         writes: &[ChunkRef],
         iterations: u32,
-        tiles: bool,
+        split: Split,
     ) {
-        let (worst, r, w) = self.hazard(reads, writes, iterations, tiles);
+        let (worst, r, w) = self.hazard(reads, writes, iterations, split);
         self.sync_for(worst, r, w);
     }
 
@@ -530,10 +552,10 @@ impl Gen<'_> {
         reads: &[ChunkRef],
         writes: &[ChunkRef],
         iterations: u32,
-        tiles: bool,
+        split: Split,
     ) -> (Hazard, Vec<Extent>, Vec<Extent>) {
         let ext = |c: &ChunkRef| Extent {
-            tiles,
+            split,
             ..self.extent(c, iterations)
         };
         let r: Vec<Extent> = reads.iter().map(ext).collect();
@@ -845,7 +867,7 @@ impl Gen<'_> {
             }
             Op::PutPackets { peer, src, dst, .. } => {
                 self.no_far(*peer, "writes LL packets into")?;
-                self.data_op_split(&[*src], &[], iterations, self.ll63());
+                self.data_op_split(&[*src], &[], iterations, self.packet_split());
                 let s = self.span(src, me, looped, false);
                 let d = self.span(dst, *peer, looped, true);
                 if self.ll63() {
@@ -873,7 +895,7 @@ impl Gen<'_> {
                 }
                 let mut reads: Vec<ChunkRef> = local.clone();
                 reads.extend(packets.iter().map(|p| p.1));
-                self.data_op_split(&reads, &[*dst], iterations, self.ll63());
+                self.data_op_split(&reads, &[*dst], iterations, self.packet_split());
                 let d = self.span(dst, me, looped, false);
                 let l: Vec<String> = local
                     .iter()
@@ -927,7 +949,7 @@ impl Gen<'_> {
                 // In an LL63 plan it splits the chunk by tiles, as the packet read
                 // before it (plan_ll63.h finalize_avg63).
                 let ll63 = self.ll63();
-                let (worst, r, w) = self.hazard(&[*dst], &[*dst], iterations, ll63);
+                let (worst, r, w) = self.hazard(&[*dst], &[*dst], iterations, self.packet_split());
                 let cta = worst == Hazard::ThisCta;
                 self.sync_for(if cta { Hazard::None } else { worst }, r, w);
                 let d = self.span(dst, me, looped, false);
@@ -961,9 +983,13 @@ impl Gen<'_> {
         let mut i = 0;
         while i < ops.len() {
             let n = self.packet_run(&ops[i..]);
+            let u = self.unpack_run(&ops[i..]);
             if n > 0 {
                 self.put_packets_multi(&ops[i..i + n], block)?;
                 i += n;
+            } else if u > 0 {
+                self.unpack_packets63_multi(&ops[i..i + u]);
+                i += u;
             } else {
                 self.op(&ops[i].0, block, ops[i].1, false, 1)?;
                 i += 1;
@@ -1006,6 +1032,64 @@ impl Gen<'_> {
             len += 1;
         }
         if puts > 0 && len >= 2 { len } else { 0 }
+    }
+
+    /// The length of the run at the start of `ops` that fuses into one
+    /// `unpack_packets63_multi` (plan_ll63.h), or 0: in an LL63 plan, at least two
+    /// consecutive `ReadReducePackets` that each unpack one sender's packets (no local
+    /// operand) into disjoint destinations.
+    fn unpack_run(&self, ops: &[(Op, usize)]) -> usize {
+        if !self.ll63() {
+            return 0;
+        }
+        let mut dsts: Vec<Extent> = Vec::new();
+        for (op, _) in ops {
+            match op {
+                Op::ReadReducePackets {
+                    packets,
+                    local,
+                    dst,
+                } if local.is_empty() && packets.len() == 1 && dsts.len() < MAX_RANKS as usize => {
+                    let e = self.extent(dst, 1);
+                    if dsts.iter().any(|d| Self::conflicts(&e, d) != Hazard::None) {
+                        break;
+                    }
+                    dsts.push(e);
+                }
+                _ => break,
+            }
+        }
+        if dsts.len() >= 2 { dsts.len() } else { 0 }
+    }
+
+    /// A run of [`Gen::unpack_run`] as one `unpack_packets63_multi`.
+    fn unpack_packets63_multi(&mut self, run: &[(Op, usize)]) {
+        let me = self.me;
+        let es = self.es;
+        let (mut reads, mut writes, mut text) = (Vec::new(), Vec::new(), String::from("{"));
+        for (k, (op, _)) in run.iter().enumerate() {
+            if let Op::ReadReducePackets { packets, dst, .. } = op {
+                reads.push(packets[0].1);
+                writes.push(*dst);
+                let _ = write!(
+                    text,
+                    " Span d{k} = {}; Span p{k} = {};",
+                    self.span(dst, me, false, false),
+                    self.span(&packets[0].1, me, false, true)
+                );
+            }
+        }
+        self.data_op_split(&reads, &writes, 1, Split::Items);
+        let n = run.len();
+        let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
+        let _ = write!(
+            text,
+            " u8* const d[{n}] = {{{}}}; u8* const p[{n}] = {{{}}}; const u64 m[{n}] = {{{}}}; unpack_packets63_multi<{n}>(c, d, p, m, {es}ull); }}",
+            list(&|k| format!("d{k}.p")),
+            list(&|k| format!("p{k}.p")),
+            list(&|k| format!("d{k}.n")),
+        );
+        self.line(&text);
     }
 
     /// Whether a `Copy` of `src` into `dst` (straight-line, no loop index) can run in
@@ -1059,7 +1143,7 @@ impl Gen<'_> {
         }
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
-        self.data_op_split(&[src], copy.as_slice(), 1, self.ll63());
+        self.data_op_split(&[src], copy.as_slice(), 1, self.packet_split());
         let mut text = format!("{{ Span s = {};", self.span(&src, me, false, false));
         for (k, (peer, _, dst, _)) in puts.iter().enumerate() {
             let _ = write!(text, " Span d{k} = {};", self.span(dst, *peer, false, true));
@@ -1390,8 +1474,9 @@ mod tests {
     }
 
     /// The LL63 forms emit the tile ops of plan_ll63.h with no LL16 flag, at the LL63
-    /// launch bound; the ops on one chunk are ordered by CTA barriers only (every tile op
-    /// and the finalize split it by tiles), and a copy that runs beside them is fused.
+    /// launch bound; the ops on one chunk are ordered by CTA barriers (every tile op and
+    /// the finalize split it by tiles), a copy that runs beside them is fused, and so are
+    /// the unpacks of several senders.
     #[test]
     fn ll63_plans_emit_tile_ops() {
         for algo in [
@@ -1419,15 +1504,28 @@ mod tests {
                         !s.contains("reduce_packets<") && !s.contains("packets_of("),
                         "{what}"
                     );
-                    assert!(!s.contains("group_sync"), "{what}");
+                    // in place, the two-shot's unpacks overwrite input chunks its first
+                    // puts read, on other warps of other CTAs (the fused unpacks cut by
+                    // items): a replica sync between them, however the data flow orders
+                    // them
+                    let syncs = usize::from(in_place && algo == Algorithm::AllReduce2paLl63);
+                    assert_eq!(s.matches("group_sync").count(), syncs, "{what}");
                     assert!(s.contains("ll63_off(c)"), "{what}");
                     let sends = s.contains("put_packets63");
-                    let reads = s.contains("reduce_packets63<DT, OP, ");
+                    let reads = s.contains("reduce_packets63<DT, OP, ")
+                        || s.contains("unpack_packets63_multi<");
                     assert!(sends || reads, "{what}");
                     if algo == Algorithm::AllGatherLl63 && !in_place {
                         // the own copy rides in the packets' loop
                         assert!(
                             s.contains("put_packets63_multi<2>(c, d, s.p, s.n, 2ull, o.p)"),
+                            "{what}"
+                        );
+                    }
+                    if algo == Algorithm::AllGatherLl63 || algo == Algorithm::AllReduce2paLl63 {
+                        // the unpacks of both peers in one op, their tiles on every warp
+                        assert!(
+                            s.contains("unpack_packets63_multi<2>(c, d, p, m, 2ull)"),
                             "{what}"
                         );
                     }

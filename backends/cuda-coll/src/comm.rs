@@ -830,8 +830,8 @@ impl Comm {
             .or(plan_scratch)
             .unwrap_or((4 * capacity).max(8 * u64::from(n) * capacity.min(4 << 20)) + (1 << 20));
         // LL63 plans' packets, beside the scratch (plan_ll63.h): LL63 pays off to a few
-        // MiB, so a fixed area (48 MiB: two copies of a 4-rank `allreduce:1pa-ll63` or
-        // `2pa-ll63` at 4 MiB, 17.2 MB each)
+        // MiB, so a fixed area (48 MiB: two copies of a 4-rank `allreduce:1pa-ll63` at
+        // 4 MiB, 17.1 MB each, or of `allreduce:2pa-ll63` at 2 MiB)
         let plan_ll63 = PLAN_LL63
             .number()
             .map_err(setting_error)?

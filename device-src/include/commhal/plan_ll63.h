@@ -187,7 +187,7 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
   ll63_share(c, bytes, [&](u64 t, u32 lane) {
     u64 acc[16];
 #pragma unroll
-    for (u32 q = 0; q < NL; ++q) {
+    for (int q = 0; q < (int)NL; ++q) {  // (int: no "unsigned < 0" warning for NL = 0)
       u64 w[16];
       ll63_load_tile(locals[q], bytes, t, lane, w);
 #pragma unroll
@@ -206,6 +206,47 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
     ll63_store_tile(dst, bytes, t, lane, acc);
     return true;
   });
+}
+
+// The unpacks of NP packet areas pk[q] (chunks of n[q] elements of esz bytes) into
+// dst[q], one op: codegen fuses a run of single-source, no-local read-reduces (the
+// all-gather's, the second half of the two-shot all-reduce) into this, as the hand
+// kernels' gather: a CTA takes its share of the items (every area's tiles, area after
+// area) and its warps take items lo + w, lo + w + W, ..., so the waits for every
+// sender run on different warps at once (op by op, a chunk's few tiles kept most warps
+// idle).
+template <u32 NP>
+COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u8* const (&pk)[NP],
+                                           const u64 (&n)[NP], u64 esz) {
+  u64 first[NP + 1];
+  first[0] = 0;
+#pragma unroll
+  for (u32 q = 0; q < NP; ++q)
+    first[q + 1] = first[q] + (n[q] * esz + PLAN_LL63_TILE_BYTES - 1) / PLAN_LL63_TILE_BYTES;
+  u64 lo, hi;
+  share(c, first[NP], 1, lo, hi);
+  const WaitBound b = bound(c);
+  const u32 lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (u64 i = lo + threadIdx.x / 32; i < hi; i += warps) {
+    u8* d = dst[0];
+    u8* p = pk[0];
+    u64 bytes = n[0] * esz, t = i;
+#pragma unroll
+    for (u32 q = 1; q < NP; ++q) {  // constant indices: the arrays stay in registers
+      if (i >= first[q]) {
+        d = dst[q];
+        p = pk[q];
+        bytes = n[q] * esz;
+        t = i - first[q];
+      }
+    }
+    u64 w[16];
+    p += ll63_packet(t, lane);
+    if (!ll63_wait<true>(p, w, b, nullptr)) return;
+    ll63_clear(p);
+    ll63_unpack(w, lane);
+    ll63_store_tile(d, bytes, t, lane, w);
+  }
 }
 
 // avg's last step over this CTA's tiles of n elements (finalize_avg's LL63 form: the
