@@ -454,14 +454,18 @@ impl PlanExec {
     /// ([`PlanExec::replicas`]).
     fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
         if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
-            // a warp per LL63 tile, as the hand kernels' LL63 all-pairs steps
+            // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
+            // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
+            // (layout::ll63_grid: an SM's share of the link traffic limits them).
             let tiles = bytes
                 .div_ceil(codegen::LL63_TILE_DATA)
-                .div_ceil(u64::from(blocks.max(1)));
-            let most = self.threads.min(codegen::MAX_LL63_THREADS);
-            let threads = ((32 * tiles).clamp(32, u64::from(most)) as u32).next_multiple_of(32);
-            let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
-            (self.replicas_for(blocks, bytes, per_cta), threads)
+                .div_ceil(u64::from(blocks.max(1)))
+                .max(1);
+            let ctas = u64::from((self.sms / blocks.max(1)).clamp(1, MAX_PARTS));
+            let most = u64::from(self.threads.min(codegen::MAX_LL63_THREADS) / 32);
+            let warps = tiles.div_ceil(tiles.min(ctas)).clamp(1, most.max(1));
+            let per_cta = codegen::LL63_TILE_DATA * warps;
+            (self.replicas_for(blocks, bytes, per_cta), 32 * warps as u32)
         } else if plan.uses_packets() {
             let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let threads =
