@@ -984,9 +984,17 @@ impl Gen<'_> {
         while i < ops.len() {
             let n = self.packet_run(&ops[i..]);
             let u = self.unpack_run(&ops[i..]);
+            let sc = if n == 0 {
+                self.scatter_run(&ops[i..])
+            } else {
+                0
+            };
             if n > 0 {
                 self.put_packets_multi(&ops[i..i + n], block)?;
                 i += n;
+            } else if sc > 0 {
+                self.put_packets63_scatter(&ops[i..i + sc])?;
+                i += sc;
             } else if u > 0 {
                 self.unpack_packets63_multi(&ops[i..i + u]);
                 i += u;
@@ -1060,6 +1068,67 @@ impl Gen<'_> {
             }
         }
         if dsts.len() >= 2 { dsts.len() } else { 0 }
+    }
+
+    /// The length of the run at the start of `ops` that fuses into one
+    /// `put_packets63_scatter` (plan_ll63.h), or 0: in an LL63 plan, at least two
+    /// consecutive `PutPackets` to near peers, of pairwise different source chunks
+    /// (puts of one source fuse into `put_packets_multi` instead) into different
+    /// packet areas.
+    fn scatter_run(&self, ops: &[(Op, usize)]) -> usize {
+        if !self.ll63() {
+            return 0;
+        }
+        let (mut srcs, mut areas) = (BTreeSet::new(), BTreeSet::new());
+        for (op, _) in ops {
+            match op {
+                Op::PutPackets { peer, src, dst, .. }
+                    if self.far & (1 << peer) == 0
+                        && srcs.len() < MAX_RANKS as usize
+                        && !srcs.contains(&(src.buf, src.index, src.count))
+                        && !areas.contains(&(*peer, dst.buf, dst.index, dst.count)) =>
+                {
+                    srcs.insert((src.buf, src.index, src.count));
+                    areas.insert((*peer, dst.buf, dst.index, dst.count));
+                }
+                _ => break,
+            }
+        }
+        if srcs.len() >= 2 { srcs.len() } else { 0 }
+    }
+
+    /// A run of [`Gen::scatter_run`] as one `put_packets63_scatter`: first the puts'
+    /// done-word wait and the sync their local reads need.
+    fn put_packets63_scatter(&mut self, run: &[(Op, usize)]) -> Result<(), AlgoError> {
+        let me = self.me;
+        let es = self.es;
+        let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
+        self.wait_readers(&ops);
+        let (mut reads, mut text) = (Vec::new(), String::from("{"));
+        for (k, op) in ops.iter().enumerate() {
+            if let Op::PutPackets { peer, src, dst, .. } = op {
+                self.no_far(*peer, "writes LL packets into")?;
+                reads.push(*src);
+                let _ = write!(
+                    text,
+                    " Span s{k} = {}; Span d{k} = {};",
+                    self.span(src, me, false, false),
+                    self.span(dst, *peer, false, true)
+                );
+            }
+        }
+        self.data_op_split(&reads, &[], 1, Split::Items);
+        let n = ops.len();
+        let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
+        let _ = write!(
+            text,
+            " u8* const d[{n}] = {{{}}}; const u8* const s[{n}] = {{{}}}; const u64 m[{n}] = {{{}}}; put_packets63_scatter<{n}>(c, d, s, m, {es}ull); }}",
+            list(&|k| format!("d{k}.p")),
+            list(&|k| format!("s{k}.p")),
+            list(&|k| format!("s{k}.n")),
+        );
+        self.line(&text);
+        Ok(())
     }
 
     /// A run of [`Gen::unpack_run`] as one `unpack_packets63_multi`.
@@ -1519,6 +1588,13 @@ mod tests {
                         // the own copy rides in the packets' loop
                         assert!(
                             s.contains("put_packets63_multi<2>(c, d, s.p, s.n, 2ull, o.p)"),
+                            "{what}"
+                        );
+                    }
+                    if algo == Algorithm::ReduceScatterLl63 || algo == Algorithm::AllReduce2paLl63 {
+                        // the puts of the two peers' chunks in one op
+                        assert!(
+                            s.contains("put_packets63_scatter<2>(c, d, s, m, 2ull)"),
                             "{what}"
                         );
                     }

@@ -208,16 +208,24 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
   });
 }
 
-// The unpacks of NP packet areas pk[q] (chunks of n[q] elements of esz bytes) into
-// dst[q], one op: codegen fuses a run of single-source, no-local read-reduces (the
-// all-gather's, the second half of the two-shot all-reduce) into this, as the hand
-// kernels' gather: a CTA takes its share of the items (every area's tiles, area after
-// area) and its warps take items lo + w, lo + w + W, ..., so the waits for every
-// sender run on different warps at once (op by op, a chunk's few tiles kept most warps
-// idle).
-template <u32 NP>
-COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u8* const (&pk)[NP],
-                                           const u64 (&n)[NP], u64 esz) {
+// a[q] with constant indices only (an unrolled select), so that a small array of
+// pointers or sizes stays in registers where q is known only at run time.
+template <typename T, u32 N>
+COMMHAL_DEVICE T ll63_pick(const T (&a)[N], u32 q) {
+  T r = a[0];
+#pragma unroll
+  for (u32 k = 1; k < N; ++k) {
+    if (q == k) r = a[k];
+  }
+  return r;
+}
+
+// The items of NP chunks of n[q] elements of esz bytes: every chunk's tiles, chunk after
+// chunk; a CTA takes its share of the items (plan.h share) and its warps take items
+// lo + w, lo + w + W, ...: body(q, t, lane) for tile t of chunk q, the whole warp
+// converged; body returns false to stop (a failed wait).
+template <u32 NP, typename Body>
+COMMHAL_DEVICE void ll63_items(const Ctx& c, const u64 (&n)[NP], u64 esz, Body body) {
   u64 first[NP + 1];
   first[0] = 0;
 #pragma unroll
@@ -225,28 +233,58 @@ COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u
     first[q + 1] = first[q] + (n[q] * esz + PLAN_LL63_TILE_BYTES - 1) / PLAN_LL63_TILE_BYTES;
   u64 lo, hi;
   share(c, first[NP], 1, lo, hi);
-  const WaitBound b = bound(c);
   const u32 lane = threadIdx.x % 32, warps = blockDim.x / 32;
   for (u64 i = lo + threadIdx.x / 32; i < hi; i += warps) {
-    u8* d = dst[0];
-    u8* p = pk[0];
-    u64 bytes = n[0] * esz, t = i;
+    u32 q = 0;
+    u64 t = i;
 #pragma unroll
-    for (u32 q = 1; q < NP; ++q) {  // constant indices: the arrays stay in registers
-      if (i >= first[q]) {
-        d = dst[q];
-        p = pk[q];
-        bytes = n[q] * esz;
-        t = i - first[q];
+    for (u32 k = 1; k < NP; ++k) {
+      if (i >= first[k]) {
+        q = k;
+        t = i - first[k];
       }
     }
+    if (!body(q, t, lane)) return;
+  }
+}
+
+// The LL63 puts of NP chunks src[q] (n[q] elements of esz bytes) into packet areas
+// dst[q], one op: codegen fuses a run of puts of different chunks (the reduce-scatter's,
+// the first half of the two-shot all-reduce) into this, as the hand kernels' scatter,
+// so every chunk's tiles go out from different warps at once (op by op, the warps of
+// one chunk's few tiles sent every chunk in turn while the others idled).
+template <u32 NP>
+COMMHAL_DEVICE void put_packets63_scatter(const Ctx& c, u8* const (&dst)[NP],
+                                          const u8* const (&src)[NP], const u64 (&n)[NP],
+                                          u64 esz) {
+  ll63_items(c, n, esz, [&](u32 q, u64 t, u32 lane) {
+    const u64 bytes = ll63_pick(n, q) * esz;
     u64 w[16];
-    p += ll63_packet(t, lane);
-    if (!ll63_wait<true>(p, w, b, nullptr)) return;
+    ll63_load_tile(ll63_pick(src, q), bytes, t, lane, w);
+    ll63_pack(w, lane);
+    ll63_send(ll63_pick(dst, q) + ll63_packet(t, lane), w);
+    return true;
+  });
+}
+
+// The unpacks of NP packet areas pk[q] (chunks of n[q] elements of esz bytes) into
+// dst[q], one op: codegen fuses a run of single-source, no-local read-reduces (the
+// all-gather's, the second half of the two-shot all-reduce) into this, as the hand
+// kernels' gather, so the waits for every sender run on different warps at once (op
+// by op, a chunk's few tiles kept most warps idle).
+template <u32 NP>
+COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u8* const (&pk)[NP],
+                                           const u64 (&n)[NP], u64 esz) {
+  const WaitBound b = bound(c);
+  ll63_items(c, n, esz, [&](u32 q, u64 t, u32 lane) {
+    u64 w[16];
+    u8* p = ll63_pick(pk, q) + ll63_packet(t, lane);
+    if (!ll63_wait<true>(p, w, b, nullptr)) return false;
     ll63_clear(p);
     ll63_unpack(w, lane);
-    ll63_store_tile(d, bytes, t, lane, w);
-  }
+    ll63_store_tile(ll63_pick(dst, q), ll63_pick(n, q) * esz, t, lane, w);
+    return true;
+  });
 }
 
 // avg's last step over this CTA's tiles of n elements (finalize_avg's LL63 form: the
