@@ -200,15 +200,18 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
 }
 
 // ---- chunk addressing (the arithmetic of ChunkRef::range) ----
+// n elements at addr.
+COMMHAL_DEVICE Span span_at(u64 addr, u64 n) {
+  Span r;
+  r.p = reinterpret_cast<u8*>(addr);
+  r.n = n;
+  return r;
+}
+
 // A span from its element bounds [s, e): codegen emits them as constant expressions of
 // a.count (rational chunk positions known when the kernel is generated), so no op
 // divides at run time.
-COMMHAL_DEVICE Span span_of(u64 base, u64 esz, u64 s, u64 e) {
-  Span r;
-  r.p = reinterpret_cast<u8*>(base + s * esz);
-  r.n = e - s;
-  return r;
-}
+COMMHAL_DEVICE Span span_of(u64 base, u64 esz, u64 s, u64 e) { return span_at(base + s * esz, e - s); }
 
 // Chunks first .. first + cnt of `nchunks` of `total` elements, for a position known only
 // at run time (a chunk index of a generated loop).
@@ -227,10 +230,7 @@ COMMHAL_DEVICE u64 packet_offset(u64 s, u64 esz, u64 first) {
 
 // LL16 packet area of a scratch chunk (see packet_offset).
 COMMHAL_DEVICE Span packets_of(u64 base, u64 esz, u64 first, u64 s, u64 e) {
-  Span r;
-  r.p = reinterpret_cast<u8*>(base + packet_offset(s, esz, first));
-  r.n = e - s;
-  return r;
+  return span_at(base + packet_offset(s, esz, first), e - s);
 }
 
 // The same from the chunk's rational position (as chunk).

@@ -51,10 +51,7 @@ COMMHAL_DEVICE u64 ll63_offset(u64 s, u64 esz, u64 first) {
 
 // LL63 packets of a scratch chunk, from its element bounds [s, e) (as packets_of).
 COMMHAL_DEVICE Span packets63_of(u64 base, u64 esz, u64 first, u64 s, u64 e) {
-  Span r;
-  r.p = reinterpret_cast<u8*>(base + ll63_offset(s, esz, first));
-  r.n = e - s;
-  return r;
+  return span_at(base + ll63_offset(s, esz, first), e - s);
 }
 
 // The same from the chunk's rational position (as packets).
