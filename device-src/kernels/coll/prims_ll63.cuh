@@ -218,8 +218,12 @@ struct Prims<LL63, AllPeers> {
     return sum<Op>(acc, in, nvec, t, lane, set);
   }
   template <typename Op>
+  // On two ranks this rank's own tile comes first, so its load is in flight before the
+  // wait instead of behind it on rank 1 (a two-term sum is commutative: both ranks still
+  // get the same bits); from three ranks rank order, the same association everywhere.
   COMMHAL_DEVICE bool sum(u64 (&acc)[16], const v16* in, u64 nvec, u32 t, u32 lane, u64 from) {
-    for (u32 p = 0; p < a.nranks; ++p) {
+    for (u32 k = 0; k < a.nranks; ++k) {
+      const u32 p = a.nranks != 2 ? k : (k == 0 ? a.rank : 1 - a.rank);
       u64 w[16];
       if (p == a.rank) {
         ll63_load(in, (u64)t * COMMHAL_LL63_TILE_VECS, lane, nvec, w);
@@ -233,7 +237,7 @@ struct Prims<LL63, AllPeers> {
 #pragma unroll
         for (int s = 0; s < 8; ++s) ll63_set(w, s, pre16<Op>(a, ll63_vec(w, s)));
       }
-      if (p == 0) {  // one branch per contribution, not one per vector
+      if (k == 0) {  // one branch per contribution, not one per vector
 #pragma unroll
         for (int s = 0; s < 16; ++s) acc[s] = w[s];
       } else {
