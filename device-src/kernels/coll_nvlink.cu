@@ -28,6 +28,9 @@
 //                                    own chunk from local input + staging.
 //   *_ll variants of all-gather / reduce-scatter for small chunks.
 //   commhal_coll_allgather_ll63      mid sizes: LL63 packets to every peer, no barrier.
+//   commhal_coll_reducescatter_ll63_* mid sizes: chunk p of own input as LL63 packets to
+//                                    rank p; reduce own chunk with what landed, in rank
+//                                    order, into own output. No barrier.
 //   commhal_coll_broadcast           barrier; root stores its input into every output;
 //                                    barrier.
 //   commhal_coll_broadcast_sf        (>= 3 ranks, large) barrier; non-root k loads chunk k
@@ -86,13 +89,20 @@
 #include "coll/ring.cuh"
 #include "coll/sendrecv.cuh"
 
-// ---- entry points, generated from two tables --------------------------------------
+// ---- entry points, generated from three tables ------------------------------------
 // COLL_REDUCING_KERNELS: X(name, call) for every kernel that reduces; `call` uses the
 // operator type `Op`. Built here (no -DCOLL_RED_OP) as commhal_coll_<name>_f16 / _bf16
 // / _f32 with the native sums OpF16 / OpBF16 / OpF32, and, with -DCOLL_RED_T=Ty_<type>
 // -DCOLL_RED_OP=<COLL_OP_*>, as commhal_coll_<name> for that one (type, op): one
 // module per (type, op), compiled on first use (backends/cuda-coll/src/kernels.rs;
 // device-src lists the names as COLL_NVLINK_TYPED).
+// COLL_REDUCING_KERNELS_512: the same for the reducing kernels whose entry points carry
+// __launch_bounds__(512), the largest block the host launches (the `threads` tuning key
+// is 32..=512), so that ptxas keeps them within the 128 registers per thread such a
+// block has. Only the kernels that need it (NVRTC 13.0, sm_90): reducescatter_ll63
+// takes 143 registers unbounded (a 512-thread launch fails) and 122 bounded, without
+// spills; a bound on every kernel would change the allocation of those that fit
+// already (the rings would take 108 registers instead of 64).
 // COLL_MOVING_KERNELS: X(name, call) for the kernels that only move bytes, built once
 // as commhal_coll_<name> (not in the typed modules).
 #define COLL_REDUCING_KERNELS(X)                                \
@@ -114,6 +124,9 @@
   X(allreduce_ring_head, (ring<Op, COLL_RING_AR_HEAD>(a)))      \
   X(reducescatter_ring, (ring<Op, COLL_RING_RS>(a)))
 
+#define COLL_REDUCING_KERNELS_512(X)                            \
+  X(reducescatter_ll63, (reducescatter_push<Op, LL63>(a)))
+
 #define COLL_MOVING_KERNELS(X)                                  \
   X(dma_wait, dma_wait(a))                                      \
   X(peers_done, peers_done(a))                                  \
@@ -131,20 +144,27 @@
   X(sendrecv, sendrecv<Simple>(a))                              \
   X(sendrecv_ll, sendrecv<LL16>(a))
 
-#define COLL_ENTRY(name, OpT, call) \
-  extern "C" __global__ void commhal_coll_##name(CollArgs a) { typedef OpT Op; call; }
+// `bounds`: nothing, or the __launch_bounds__ of COLL_REDUCING_KERNELS_512.
+#define COLL_ENTRY(name, bounds, OpT, call) \
+  extern "C" __global__ void bounds commhal_coll_##name(CollArgs a) { typedef OpT Op; call; }
+#define COLL_BOUNDS_512 __launch_bounds__(512)
 
 #ifndef COLL_RED_OP
-#define COLL_NATIVE(name, call)        \
-  COLL_ENTRY(name##_f16, OpF16, call)  \
-  COLL_ENTRY(name##_bf16, OpBF16, call) \
-  COLL_ENTRY(name##_f32, OpF32, call)
+#define COLL_NATIVE_BOUNDED(name, bounds, call) \
+  COLL_ENTRY(name##_f16, bounds, OpF16, call)    \
+  COLL_ENTRY(name##_bf16, bounds, OpBF16, call)  \
+  COLL_ENTRY(name##_f32, bounds, OpF32, call)
+#define COLL_NATIVE(name, call) COLL_NATIVE_BOUNDED(name, , call)
+#define COLL_NATIVE_512(name, call) COLL_NATIVE_BOUNDED(name, COLL_BOUNDS_512, call)
 #define COLL_MOVING(name, call) \
   extern "C" __global__ void commhal_coll_##name(CollArgs a) { call; }
 COLL_REDUCING_KERNELS(COLL_NATIVE)
+COLL_REDUCING_KERNELS_512(COLL_NATIVE_512)
 COLL_MOVING_KERNELS(COLL_MOVING)
 #else
 typedef RedOp<COLL_RED_T, COLL_RED_OP> RedT;
-#define COLL_TYPED(name, call) COLL_ENTRY(name, RedT, call)
+#define COLL_TYPED(name, call) COLL_ENTRY(name, , RedT, call)
+#define COLL_TYPED_512(name, call) COLL_ENTRY(name, COLL_BOUNDS_512, RedT, call)
 COLL_REDUCING_KERNELS(COLL_TYPED)
+COLL_REDUCING_KERNELS_512(COLL_TYPED_512)
 #endif  // COLL_RED_OP

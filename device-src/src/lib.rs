@@ -151,6 +151,9 @@ pub const COLL_NVLINK: KernelUnit = KernelUnit {
         "commhal_coll_reducescatter_ll_f16",
         "commhal_coll_reducescatter_ll_bf16",
         "commhal_coll_reducescatter_ll_f32",
+        "commhal_coll_reducescatter_ll63_f16",
+        "commhal_coll_reducescatter_ll63_bf16",
+        "commhal_coll_reducescatter_ll63_f32",
         "commhal_coll_allgather_ll",
         "commhal_coll_allgather_ll63",
         "commhal_coll_reducescatter_push_f16",
@@ -222,6 +225,7 @@ pub const COLL_NVLINK_TYPED: &[&str] = &[
     "commhal_coll_allreduce_ring",
     "commhal_coll_allreduce_ring_head",
     "commhal_coll_reducescatter_ring",
+    "commhal_coll_reducescatter_ll63",
 ];
 
 /// Every translation unit in this crate.
@@ -286,15 +290,23 @@ mod tests {
             .collect()
     }
 
+    /// The reducing kernels of coll_nvlink.cu, in order: its table without launch
+    /// bounds, then the one with.
+    fn reducing_kernels() -> Vec<String> {
+        let mut names = coll_table("COLL_REDUCING_KERNELS");
+        names.extend(coll_table("COLL_REDUCING_KERNELS_512"));
+        names
+    }
+
     /// Every listed kernel is defined `extern "C" __global__` in its unit (for
-    /// coll_nvlink.cu: generated from its two tables), and every such definition is
+    /// coll_nvlink.cu: generated from its tables), and every such definition is
     /// listed.
     #[test]
     fn kernel_lists_match_sources() {
         for unit in KERNEL_UNITS {
             let mut defined = Vec::new();
             if unit.source.name == COLL_NVLINK.source.name {
-                for name in coll_table("COLL_REDUCING_KERNELS") {
+                for name in reducing_kernels() {
                     for ty in ["f16", "bf16", "f32"] {
                         defined.push(format!("commhal_coll_{name}_{ty}"));
                     }
@@ -327,11 +339,12 @@ mod tests {
         }
     }
 
-    /// The typed entry points (the `COLL_REDUCING_KERNELS` table of coll_nvlink.cu)
-    /// are exactly [`COLL_NVLINK_TYPED`], in order.
+    /// The typed entry points (the `COLL_REDUCING_KERNELS` and
+    /// `COLL_REDUCING_KERNELS_512` tables of coll_nvlink.cu) are exactly
+    /// [`COLL_NVLINK_TYPED`], in order.
     #[test]
     fn typed_kernel_list_matches_the_source() {
-        let defined: Vec<String> = coll_table("COLL_REDUCING_KERNELS")
+        let defined: Vec<String> = reducing_kernels()
             .iter()
             .map(|n| format!("commhal_coll_{n}"))
             .collect();

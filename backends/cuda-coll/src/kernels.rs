@@ -8,7 +8,7 @@
 //!   no op switch). Compiled (or read from the disk cache) in [`Kernels::new`].
 //! * Every other (type, op): the same source compiled with
 //!   `-DCOLL_RED_T=Ty_<type> -DCOLL_RED_OP=<code>` ([`typed_options`]), which defines
-//!   only the 16 reducing kernels ([`COLL_NVLINK_TYPED`], no type suffix) for that one
+//!   only the reducing kernels ([`COLL_NVLINK_TYPED`], no type suffix) for that one
 //!   pair. Compiled on first use (or by [`Kernels::prepare`]) and kept for the
 //!   communicator's lifetime; the disk cache ([`KernelCache`]) keys on the options, so
 //!   each pair is compiled once per machine and NVRTC version.

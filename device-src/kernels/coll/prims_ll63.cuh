@@ -3,8 +3,9 @@
 // tiles of 252 16-byte vectors (4 KiB of packets). For mid sizes, where LL16's doubled
 // bytes cost more than its missing barrier saves. Two patterns:
 //   Prims<LL63, AllPeers>: the one-shot all-reduce (replicate, reduce), the all-pairs
-//     one (scatter, reduce_replicate, gather; the push all-reduce's steps) and the
-//     all-gather (replicate, gather). Described first, below.
+//     one (scatter, reduce_replicate, gather; the push all-reduce's steps), the push
+//     reduce-scatter (scatter, reduce) and the all-gather (replicate, gather). Described
+//     first, below.
 //   Prims<LL63, RootChain<OFFSET>>: the chains of the rooted collectives, NCCL's steps
 //     (broadcast_ll63: copy_send, recv_copy_send, recv; reduce_ll63: send,
 //     recv_reduce_send, recv_reduce_copy). Described at its class, at the end.
@@ -25,11 +26,16 @@
 // space per launch: warp w (of W in the grid) takes items w, w + W, ... Each call takes
 // the items after the previous call's, so on a grid of one warp per item the steps run
 // on different warps at once and a warp's latency is one item's (the host sizes the grid
-// so); but reduce after replicate takes replicate's items, so the warp that loaded a
-// tile of the input for sending is the one that stores its sum (in place: no store
-// overtakes a load). A warp sends all its tiles of a step before
-// it waits in a later one, a reduce waits only for sends, a gather only for reduces, and
-// every block is resident (host: blocks <= SMs): no wait cycle.
+// so); but reduce takes the items of the replicate or scatter before it (item0):
+//   after replicate, the warp that loaded a tile of the input for sending is the one
+//     that stores its sum (in place: no store overtakes a load);
+//   after scatter (the reduce-scatter), the warp of scatter item t (a tile of the part
+//     for the next rank) sums tile t of this rank's own part. scatter never reads the
+//     own part, and the sum reads and stores each vector of it in the same lane, so in
+//     place (out = src(rank, rank)) no store overtakes a load either.
+// A warp sends all its tiles of a step before it waits in a later one, a reduce waits
+// only for sends, a gather only for reduces, and every block is resident (host: blocks
+// <= SMs): no wait cycle.
 // Inputs, outputs and the landing parts of dst are whole 16-byte vectors, 16-byte
 // aligned (host); premulsum pre-multiplies where the sum is taken, as LL16.
 #pragma once
@@ -48,7 +54,7 @@ struct Prims<LL63, AllPeers> {
   u64 set;    // offset in the half of the slot set the last sending step filled
   u64 slot;   // bytes of one slot (0 before the first sending step)
   u32 item;   // first warp item of the next call
-  u32 item0;  // first warp item of the last replicate (its reduce takes the same)
+  u32 item0;  // first warp item of the last replicate or scatter (a reduce takes the same)
   bool ok;    // no wait of this warp gave up
 
   COMMHAL_DEVICE explicit Prims(const CollArgs& args)
@@ -84,10 +90,11 @@ struct Prims<LL63, AllPeers> {
   }
 
   // Part src(rank, p) to every peer p; `bytes`: every part's size, or a callable giving
-  // part p's (part 0 the largest).
+  // part p's (part 0 the largest). A reduce after it starts at its first item.
   template <typename Bytes, typename Src, typename Dst>
   COMMHAL_DEVICE void scatter(Bytes bytes, Src src, Dst, bool) {
     const u32 T = first_set(part_bytes(bytes, 0) / 16);
+    item0 = item;
     peers_tiles(T, [&](u32 p, u32 t, u32 lane) {
       const u64 nvec = part_bytes(bytes, p) / 16;
       if ((u64)t * COMMHAL_LL63_TILE_VECS >= nvec) return true;
@@ -100,8 +107,9 @@ struct Prims<LL63, AllPeers> {
     });
   }
 
-  // After replicate: out = the sum, in rank order, of src(rank, rank) and every peer's
-  // packets (the same bytes).
+  // After replicate or scatter: out = the sum, in rank order, of src(rank, rank)
+  // (`bytes`) and every peer's packets of the same bytes, in the slot set that step
+  // filled (after replicate: the peer's input; after scatter: its part for this rank).
   template <typename Op, typename Src, typename Dst>
   COMMHAL_DEVICE void reduce(u64 bytes, Src src, Dst, u64 out) {
     const u64 nvec = bytes / 16;

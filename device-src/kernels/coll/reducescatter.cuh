@@ -1,7 +1,8 @@
 // coll/reducescatter.cuh — reduce-scatter: direct (every rank reads its chunk from every
-// input) and push (Simple or LL16).
+// input) and push (Simple, LL16 or LL63).
 #pragma once
 #include "coll/prims.cuh"
+#include "coll/prims_ll63.cuh"
 #include "coll/reduce_inputs.cuh"
 
 // Reduce-scatter, pull, over the primitives: every input holds nranks * count elements;
@@ -31,8 +32,10 @@ COMMHAL_DEVICE void reducescatter(const CollArgs& a) {
 // Push reduce-scatter over the primitives (coll/prims.cuh): a.count elements per rank.
 // Chunk r of rank s's input lands in rank r (Simple: its staging slot for s, for large
 // sizes, count * elem % 16 == 0 and a staging area; LL16: its LL slot, for small ones,
-// count * elem % 8 == 0; the host checks), which sums its own chunk and what landed, in
-// rank order, into its output. Every remote access is a store.
+// count * elem % 8 == 0; LL63: its slot in a parity half of r's LL63 small region, for
+// mid sizes, count * elem % 16 == 0, 16-byte aligned buffers, the n - 1 chunks r
+// receives fitting the half; the host checks), which sums its own chunk and what
+// landed, in rank order, into its output. Every remote access is a store.
 //   In place (input = output, output = output + rank * chunk): the own chunk is read and
 //   then written by the same thread.
 template <typename Op, typename Proto>
