@@ -130,6 +130,12 @@ pub struct Tuning {
     /// Largest all-gather (bytes, the output) done with LL63 packets (0: never; sizes
     /// the LL63 small region's halves too).
     pub ag_ll63_max: u64,
+    /// Smallest reduce-scatter (bytes, the whole input: n x the per-rank chunk) done
+    /// with LL63 packets, asked before the LL16 sizes (0: right above them).
+    pub rs_ll63_min: u64,
+    /// Largest reduce-scatter (bytes, the whole input) done with LL63 packets (0:
+    /// never; sizes the LL63 small region's halves too).
+    pub rs_ll63_max: u64,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (`u64::MAX`:
     /// never; also never inside a CUDA graph capture).
     pub bcast_ce_min: u64,
@@ -218,6 +224,9 @@ pub enum Kernel {
     AllreduceLl63,
     /// All-gather, LL63 packets to every peer (mid sizes, any dtype).
     AllgatherLl63,
+    /// Push reduce-scatter, LL63 packets: chunk p to rank p (mid sizes, 16-byte
+    /// multiples per rank).
+    ReducescatterLl63,
     /// Ring all-reduce (reduce-scatter then all-gather steps to the next rank).
     AllreduceRing,
     /// The ring all-reduce up to its first all-gather step (the copy engines do the
@@ -290,6 +299,7 @@ pub fn kernel_name(k: Kernel, dtype: Dtype) -> &'static str {
         ReduceLl63 => typed_kernel!(dtype, "commhal_coll_reduce_ll63"),
         AllreduceLl63 => typed_kernel!(dtype, "commhal_coll_allreduce_ll63"),
         AllgatherLl63 => "commhal_coll_allgather_ll63",
+        ReducescatterLl63 => typed_kernel!(dtype, "commhal_coll_reducescatter_ll63"),
         ReduceChain => typed_kernel!(dtype, "commhal_coll_reduce_chain"),
         AllreduceRing => typed_kernel!(dtype, "commhal_coll_allreduce_ring"),
         AllreduceRingHead => typed_kernel!(dtype, "commhal_coll_allreduce_ring_head"),
@@ -449,7 +459,7 @@ fn setup_words(
     capacity: u64,
     chain_overlap: u32,
     dma_all: bool,
-) -> [(&'static str, u64); 33] {
+) -> [(&'static str, u64); 35] {
     [
         ("capacity", capacity),
         (
@@ -522,6 +532,8 @@ fn setup_words(
         ),
         ("ag_ll63_min (COMMHAL_COLL_AG_LL63_MIN)", t.ag_ll63_min),
         ("ag_ll63_max (COMMHAL_COLL_AG_LL63_MAX)", t.ag_ll63_max),
+        ("rs_ll63_min (COMMHAL_COLL_RS_LL63_MIN)", t.rs_ll63_min),
+        ("rs_ll63_max (COMMHAL_COLL_RS_LL63_MAX)", t.rs_ll63_max),
         ("bcast_ce_min (COMMHAL_COLL_BCAST_CE_MIN)", t.bcast_ce_min),
         (
             "sendrecv_ce_min (COMMHAL_COLL_SENDRECV_CE_MIN)",
@@ -561,8 +573,9 @@ struct RegionSizes {
     /// LL63 region: the largest LL63 broadcast / reduce the capacity allows.
     ll63_bytes: u64,
     /// Half of the LL63 small region: the small chains', the LL63 all-reduce's (all
-    /// pairs up to `allreduce_ll63_max`, one shot up to `allreduce_ll63_oneshot_max`) or
-    /// the LL63 all-gather's (up to `allgather_ll63_max`).
+    /// pairs up to `allreduce_ll63_max`, one shot up to `allreduce_ll63_oneshot_max`),
+    /// the LL63 all-gather's (up to `allgather_ll63_max`) or the LL63 reduce-scatter's
+    /// (up to `reducescatter_ll63_max`).
     small_half: u64,
     /// One sender's slot in a staging area (0: no staging area in use).
     stage_slot: u64,
@@ -592,8 +605,14 @@ impl RegionSizes {
                     tuning.ar_ll63_oneshot_max.min(ar_max),
                     n,
                 ))
+                // the all-gather's output and the reduce-scatter's input are n
+                // per-rank chunks, of which a rank receives n - 1
                 .max(layout::oneshot_half_bytes(
                     tuning.ag_ll63_max.min(capacity) / u64::from(n),
+                    n,
+                ))
+                .max(layout::oneshot_half_bytes(
+                    tuning.rs_ll63_max.min(capacity) / u64::from(n),
                     n,
                 ))
         } else {
@@ -1464,6 +1483,42 @@ mod tests {
         );
     }
 
+    /// The LL63 reduce-scatter's window sizes the small region's halves as the
+    /// all-gather's does: at its maximum (bounded by the capacity) a half holds the
+    /// n - 1 chunks a rank receives.
+    #[test]
+    fn ll63_small_half_holds_the_reduce_scatter_window() {
+        let (t, _) = crate::tuning::resolve_with(
+            "NVIDIA H100 80GB HBM3",
+            4,
+            132,
+            None,
+            Duration::from_secs(1),
+            &|_| None,
+        )
+        .unwrap();
+        // every other LL63 window off: the half is the reduce-scatter's alone
+        let off = Tuning {
+            bcast_ll63_max: 0,
+            reduce_ll63_max: 0,
+            ar_ll63_max: 0,
+            ar_ll63_oneshot_max: 0,
+            ag_ll63_max: 0,
+            rs_ll63_max: 0,
+            ..t
+        };
+        assert_eq!(RegionSizes::new(&off, 64 << 20, 4, false).small_half, 0);
+        let on = Tuning {
+            rs_ll63_max: 32 << 20,
+            ..off
+        };
+        let half = |cap| RegionSizes::new(&on, cap, 4, false).small_half;
+        assert_eq!(half(64 << 20), layout::oneshot_half_bytes(8 << 20, 4));
+        assert_eq!(half(4 << 20), layout::oneshot_half_bytes(1 << 20, 4));
+        // one rank has no peers: no half
+        assert_eq!(RegionSizes::new(&on, 64 << 20, 1, false).small_half, 0);
+    }
+
     #[test]
     fn ranks_must_agree_on_the_setup() {
         let t = Tuning {
@@ -1485,6 +1540,8 @@ mod tests {
             ar_ll63_oneshot_max: 21,
             ag_ll63_min: 24,
             ag_ll63_max: 23,
+            rs_ll63_min: 26,
+            rs_ll63_max: 25,
             bcast_ce_min: 15,
             sendrecv_ce_min: 16,
             reduce_ce_min: 17,
@@ -1628,6 +1685,7 @@ mod tests {
             Kernel::ReduceLl63,
             Kernel::AllreduceLl63,
             Kernel::AllgatherLl63,
+            Kernel::ReducescatterLl63,
             Kernel::AllreduceRing,
             Kernel::AllreduceRingHead,
             Kernel::ReducescatterRing,

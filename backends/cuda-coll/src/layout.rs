@@ -162,8 +162,8 @@ pub fn oneshot_items(bytes: u64) -> u64 {
 }
 
 /// Bytes of a parity half the one-shot LL63 all-reduce of `bytes` on `n` ranks uses
-/// (`allreduce_oneshot<Op, LL63>` in the unit; the LL63 all-gather with its per-rank
-/// bytes): n - 1 slots of the whole input's warp tiles.
+/// (`allreduce_oneshot<Op, LL63>` in the unit; the LL63 all-gather and reduce-scatter
+/// with their per-rank bytes): n - 1 slots of the whole input's warp tiles.
 pub fn oneshot_half_bytes(bytes: u64, n: u32) -> u64 {
     u64::from(n.max(2) - 1) * oneshot_items(bytes) * LL63_TILE_PKTS * 16
 }

@@ -124,6 +124,15 @@ pub const HEADER: &str = "\
 #                          per rank, while the n - 1 inputs a rank receives fit a
 #                          parity half of the LL63 small region); min is asked before
 #                          the LL16 sizes (absent or 0: right above them)
+#     reducescatter_ll63_min, reducescatter_ll63_max
+#                          (optional; max absent or 0: never) reduce-scatters (the
+#                          whole input, n x the per-rank chunk) from min up to max are
+#                          done with LL63 packets: every rank sends chunk p of its input
+#                          to rank p, which sums the n chunks in rank order, no barrier
+#                          (16-byte multiples per rank, while the n - 1 chunks a rank
+#                          receives fit a parity half of the LL63 small region); min is
+#                          asked before the LL16 sizes (absent or 0: right above them).
+#                          Not timed by the tuner: set from a measured A/B
 #     broadcast_ce_min, sendrecv_ce_min
 #                          (optional; absent or 0: never) from this size a broadcast on 2
 #                          ranks / a send-recv runs on the copy engines: one
@@ -263,6 +272,14 @@ pub struct Section {
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allgather_ll63_max: Option<u64>,
+    /// Smallest reduce-scatter (bytes, the whole input: n x the per-rank chunk) done
+    /// with LL63 packets, before the LL16 sizes (absent or 0: right above them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reducescatter_ll63_min: Option<u64>,
+    /// Largest reduce-scatter (bytes, the whole input) done with LL63 packets (absent
+    /// or 0: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reducescatter_ll63_max: Option<u64>,
     /// Smallest broadcast (bytes) on 2 ranks done by the copy engines (absent or 0:
     /// never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -475,6 +492,8 @@ pub static FALLBACK: Section = Section {
     allreduce_ll63_oneshot_max: None,
     allgather_ll63_min: None,
     allgather_ll63_max: None,
+    reducescatter_ll63_min: None,
+    reducescatter_ll63_max: None,
     broadcast_ce_min: None,
     sendrecv_ce_min: None,
     reduce_ce_min: None,
@@ -565,6 +584,10 @@ pub struct Forced {
     pub ag_ll63_min: Option<u64>,
     /// Largest LL63 all-gather (0: never).
     pub ag_ll63_max: Option<u64>,
+    /// Smallest LL63 reduce-scatter (0: right above the LL16 sizes).
+    pub rs_ll63_min: Option<u64>,
+    /// Largest LL63 reduce-scatter (0: never).
+    pub rs_ll63_max: Option<u64>,
     /// Largest LL63 all-reduce (0: never).
     pub ar_ll63_max: Option<u64>,
     /// Smallest copy-engine broadcast, 2 ranks (0: never).
@@ -830,6 +853,18 @@ pub fn resolve_with(
         &decl::COLL_AG_LL63_MAX,
         absent(s.allgather_ll63_max, &decl::COLL_AG_LL63_MAX),
     )?;
+    let rs_ll63_min = pick(
+        forced.rs_ll63_min,
+        None,
+        &decl::COLL_RS_LL63_MIN,
+        absent(s.reducescatter_ll63_min, &decl::COLL_RS_LL63_MIN),
+    )?;
+    let rs_ll63_max = pick(
+        forced.rs_ll63_max,
+        None,
+        &decl::COLL_RS_LL63_MAX,
+        absent(s.reducescatter_ll63_max, &decl::COLL_RS_LL63_MAX),
+    )?;
     // unrolls: 1..=32 in the file (TuningFile::parse) and the variable
     let chain_unroll = pick(
         None,
@@ -914,6 +949,8 @@ pub fn resolve_with(
             ar_ll63_oneshot_max,
             ag_ll63_min,
             ag_ll63_max,
+            rs_ll63_min,
+            rs_ll63_max,
             ar_ring_min,
             ag_ring_min,
             rs_ring_min,
@@ -1001,6 +1038,8 @@ mod tests {
         full.chain_unroll = Some(9);
         full.ring_unroll = Some(10);
         full.reduce_chain_unroll = Some(17);
+        full.reducescatter_ll63_min = Some(18);
+        full.reducescatter_ll63_max = Some(19);
         let f = TuningFile {
             gpu: vec!["G".into()],
             ranks: [(4, full)].into(),
@@ -1361,6 +1400,42 @@ mod tests {
             &[("COMMHAL_COLL_LL_CHUNK_MAX", "0")],
         );
         assert_eq!(t.rooted_ll_max, 0);
+    }
+
+    /// The LL63 reduce-scatter window: absent from the file, off (max 0, min 0); the
+    /// file's keys, else the variables, which beat the file.
+    #[test]
+    fn reduce_scatter_ll63_window_from_the_file_and_the_variables() {
+        let dir = std::env::temp_dir().join(format!("commhal-rs-ll63-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.toml");
+        let p = path.to_string_lossy().to_string();
+        let text = "gpu = [\"Other\"]\n[ranks.4]\ntuned = false\nallreduce_ll_max = 4096\nallreduce_push_min = 0\nallgather_reducescatter_ll_chunk_max = 8192\nbroadcast_sf_min = 0\nthreads = 256\nmax_blocks = 16\n";
+        std::fs::write(&path, text).unwrap();
+        let (t, _) = resolve_env("NVIDIA H200", 4, None, &[(GPU_TUNING.env, &p)]);
+        assert_eq!((t.rs_ll63_min, t.rs_ll63_max), (0, 0), "absent: off");
+        let keys = "reducescatter_ll63_min = 1048576\nreducescatter_ll63_max = 4194304\n";
+        std::fs::write(&path, format!("{text}{keys}")).unwrap();
+        let (t, _) = resolve_env("NVIDIA H200", 4, None, &[(GPU_TUNING.env, &p)]);
+        assert_eq!((t.rs_ll63_min, t.rs_ll63_max), (1 << 20, 4 << 20));
+        assert_eq!(
+            (t.ag_ll63_min, t.ag_ll63_max),
+            (0, 0),
+            "the all-gather's own keys"
+        );
+        let (t, p) = resolve_env(
+            "NVIDIA H200",
+            4,
+            None,
+            &[
+                (GPU_TUNING.env, &p),
+                ("COMMHAL_COLL_RS_LL63_MIN", "512K"),
+                ("COMMHAL_COLL_RS_LL63_MAX", "0"),
+            ],
+        );
+        assert_eq!((t.rs_ll63_min, t.rs_ll63_max), (512 << 10, 0));
+        assert!(p.overrides.contains(&"COMMHAL_COLL_RS_LL63_MAX"), "{p}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

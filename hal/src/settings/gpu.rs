@@ -232,6 +232,24 @@ pub static COLL_AG_LL63_MAX: Setting = bytes(
     "largest all-gather (the whole output) run with LL63 packets, above the LL16 sizes (16-byte multiples per rank that fit the LL63 scratch); 0: never",
 );
 
+/// `COMMHAL_COLL_RS_LL63_MIN` / `reducescatter_ll63_min`.
+pub static COLL_RS_LL63_MIN: Setting = bytes(
+    "COMMHAL_COLL_RS_LL63_MIN",
+    "reducescatter_ll63_min",
+    u64::MAX,
+    "0",
+    "smallest reduce-scatter (the whole input: n x the per-rank chunk, nccl-tests' size) run with LL63 packets, before the LL16 kernel's sizes are asked; 0: right above the LL16 sizes",
+);
+
+/// `COMMHAL_COLL_RS_LL63_MAX` / `reducescatter_ll63_max`.
+pub static COLL_RS_LL63_MAX: Setting = bytes(
+    "COMMHAL_COLL_RS_LL63_MAX",
+    "reducescatter_ll63_max",
+    u64::MAX,
+    "0",
+    "largest reduce-scatter (the whole input: n x the per-rank chunk, nccl-tests' size) run with LL63 packets (16-byte multiples per rank that fit the LL63 scratch); 0: never",
+);
+
 /// `COMMHAL_COLL_BCAST_CE_MIN` / `broadcast_ce_min`.
 pub static COLL_BCAST_CE_MIN: Setting = bytes(
     "COMMHAL_COLL_BCAST_CE_MIN",
@@ -558,6 +576,8 @@ pub const THRESHOLDS: &[&Setting] = &[
     &COLL_AR_LL63_ONESHOT_MAX,
     &COLL_AG_LL63_MIN,
     &COLL_AG_LL63_MAX,
+    &COLL_RS_LL63_MIN,
+    &COLL_RS_LL63_MAX,
     &COLL_BCAST_CE_MIN,
     &COLL_SENDRECV_CE_MIN,
     &COLL_REDUCE_CE_MIN,

@@ -809,7 +809,7 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
             );
         }
         println!(
-            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, all-gather narrow grid from {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {} / reduce chain {}, LL63 max bcast {} / reduce {} B, all-reduce {}..={} B (one shot to {} B), all-gather {}..={} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} / all-reduce tail (3+ ranks) {} B; from {}",
+            "# thresholds: push_min {} B, rs_push {}..={} B, ll_chunk_max {} B (bcast / reduce {} B), bcast_sf_min {} B, bcast_chain_min {} B, reduce_chain_min {} B, all-gather narrow grid from {} B, ring_min AR {} / AG {} / RS {} B (u64::MAX: never), unroll chain {} / ring {} / reduce chain {}, LL63 max bcast {} / reduce {} B, all-reduce {}..={} B (one shot to {} B), all-gather {}..={} B, reduce-scatter {}..={} B, copy engines from bcast (2 ranks) {} / reduce (2 ranks) {} / sendrecv {} / all-reduce tail (3+ ranks) {} B; from {}",
             t.push_min,
             t.rs_push_min,
             t.rs_push_max,
@@ -832,6 +832,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
             t.ar_ll63_oneshot_max,
             t.ag_ll63_min,
             t.ag_ll63_max,
+            t.rs_ll63_min,
+            t.rs_ll63_max,
             t.bcast_ce_min,
             t.reduce_ce_min,
             t.sendrecv_ce_min,

@@ -66,6 +66,7 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
         bcast_ll63_max: Some(0),
         reduce_ll63_max: Some(0),
         ag_ll63_max: Some(0),
+        rs_ll63_max: Some(0),
         ar_ll63_max: Some(0),
         bcast_ce_min: Some(0),
         sendrecv_ce_min: Some(0),
@@ -266,6 +267,13 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     applies: |b, c| c > 0 && c.is_multiple_of(16) && b <= TUNE_AG_LL63_MAX,
                 });
             } else {
+                // No LL63 candidate: the reduce-scatter's LL63 window
+                // (`reducescatter_ll63_min` / `_max`, off in every candidate through
+                // `f`) comes from a measured A/B, not from this sweep. Timing it would
+                // take the all-gather's pattern: a last `ll63` candidate planning
+                // Kernel::ReducescatterLl63 with its window forced open, a `Derived`
+                // window from its column (as `Derived::allgather_ll63`) and its keys
+                // in `Derived::apply`.
                 cands.push(Candidate {
                     name: "push",
                     kernel: Some(Kernel::ReducescatterPush),
@@ -786,6 +794,7 @@ mod tests {
                     f.bcast_ll63_max,
                     f.reduce_ll63_max,
                     f.ag_ll63_max,
+                    f.rs_ll63_max,
                     f.ar_ll63_max,
                 ]
                 .iter()
@@ -796,7 +805,7 @@ mod tests {
                     let ce = (f.bcast_ce_min, f.sendrecv_ce_min);
                     let want = if cand.name == "ce" { 1 } else { 0 };
                     assert_eq!(ce, (Some(want), Some(want)), "{}", cand.name);
-                    assert_eq!(on, 9, "the file's kernels: nothing else forced");
+                    assert_eq!(on, 10, "the file's kernels: nothing else forced");
                     continue;
                 }
                 let own = matches!(

@@ -108,6 +108,7 @@ fn local_only(k: Kernel) -> bool {
             | Kernel::ReduceLl63
             | Kernel::AllreduceLl63
             | Kernel::AllgatherLl63
+            | Kernel::ReducescatterLl63
     )
 }
 

@@ -3,7 +3,7 @@
 //! `kernel_plan` makes it), and the copy-engine routes that take over where they are
 //! faster.
 
-use super::{CE_LABEL, Comm, Kernel, kernel_name};
+use super::{CE_LABEL, Comm, Kernel, Tuning, kernel_name};
 use crate::layout;
 use crate::types::{Collective, Dtype};
 
@@ -30,7 +30,7 @@ impl Comm {
     /// chunks): up to the tuned LL chunk threshold, within the LL slot, whole 8-byte
     /// packets.
     pub(super) fn ll_per_peer(&self, bytes: u64) -> bool {
-        bytes <= self.tuning.ll_chunk_max && bytes.is_multiple_of(8)
+        ll_per_peer(&self.tuning, bytes)
     }
 
     /// Whether a broadcast / reduce of `bytes` runs as the pipelined chain: from the
@@ -87,20 +87,22 @@ impl Comm {
     }
 
     /// Whether an all-gather of `bytes` (the output) runs with LL63 packets (asked
-    /// before the LL16 kernel): 2 or more ranks, in the tuned window (from right above
-    /// the LL16 sizes when its minimum is 0), whole 16-byte vectors per rank, and the
-    /// n - 1 inputs a rank receives fit a parity half of the LL63 small region.
+    /// before the LL16 kernel): the tuned `allgather_ll63_min` / `_max` window
+    /// ([`all_peers_ll63`]; a rank receives the n - 1 other inputs).
     pub(super) fn ag_ll63(&self, bytes: u64) -> bool {
-        let per_rank = bytes / u64::from(self.n.max(1));
-        let from_min = match self.tuning.ag_ll63_min {
-            0 => !self.ll_per_peer(per_rank),
-            min => bytes >= min,
-        };
-        self.n > 1
-            && from_min
-            && bytes <= self.tuning.ag_ll63_max
-            && per_rank.is_multiple_of(16)
-            && layout::oneshot_half_bytes(per_rank, self.n) <= self.base.ll63_small_half
+        let t = &self.tuning;
+        let window = (t.ag_ll63_min, t.ag_ll63_max);
+        all_peers_ll63(t, window, self.n, self.base.ll63_small_half, bytes)
+    }
+
+    /// Whether a reduce-scatter of `bytes` (the whole input, n x the per-rank chunk)
+    /// runs with LL63 packets (asked before the LL16 kernel): the tuned
+    /// `reducescatter_ll63_min` / `_max` window ([`all_peers_ll63`]; a rank receives
+    /// its chunk of the n - 1 other inputs).
+    pub(super) fn rs_ll63(&self, bytes: u64) -> bool {
+        let t = &self.tuning;
+        let window = (t.rs_ll63_min, t.rs_ll63_max);
+        all_peers_ll63(t, window, self.n, self.base.ll63_small_half, bytes)
     }
 
     /// Grid of an LL63 chain ([`layout::ll63_grid`]).
@@ -298,6 +300,13 @@ impl Comm {
                 let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
                 (Kernel::AllgatherLl63, b, t)
             }
+            Collective::Reducescatter if self.rs_ll63(count * es * u64::from(self.n)) => {
+                // a warp per tile sent: (n - 1) parts of the own chunk's size (the sum
+                // of the own chunk's tiles runs on the first of those warps)
+                let items = layout::oneshot_items(count * es) * u64::from(self.n - 1);
+                let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
+                (Kernel::ReducescatterLl63, b, t)
+            }
             Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
                 let k = pair(
@@ -415,4 +424,138 @@ impl Comm {
 /// The kernel of a pair of collectives one arm handles: `a` for `first`, else `b`.
 fn pair(coll: Collective, first: Collective, a: Kernel, b: Kernel) -> Kernel {
     if coll == first { a } else { b }
+}
+
+/// Whether a per-peer transfer of `bytes` is an LL16 one ([`Comm::ll_per_peer`]): up
+/// to the tuned LL chunk threshold, whole 8-byte packets.
+fn ll_per_peer(t: &Tuning, bytes: u64) -> bool {
+    bytes <= t.ll_chunk_max && bytes.is_multiple_of(8)
+}
+
+/// Whether a call of `bytes` made of n per-rank chunks (an all-gather's output, a
+/// reduce-scatter's input) runs an all-peers LL63 kernel, which sends every peer a
+/// chunk and needs no barrier: 2 or more ranks, inside `window` (min..=max; min 0:
+/// from right above the LL16 chunk sizes; max 0: never), whole 16-byte vectors per
+/// rank (LL63 moves whole vectors only), and the n - 1 chunks a rank receives fit a
+/// parity half of the LL63 small region (`small_half` bytes, sized from the windows'
+/// maxima when the communicator was created).
+fn all_peers_ll63(t: &Tuning, window: (u64, u64), n: u32, small_half: u64, bytes: u64) -> bool {
+    let (min, max) = window;
+    let per_rank = bytes / u64::from(n.max(1));
+    let from_min = match min {
+        0 => !ll_per_peer(t, per_rank),
+        min => bytes >= min,
+    };
+    n > 1
+        && from_min
+        && bytes <= max
+        && per_rank.is_multiple_of(16)
+        && layout::oneshot_half_bytes(per_rank, n) <= small_half
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    const M: u64 = 1 << 20;
+    /// A parity half that holds the chunks of any size these tests ask.
+    const ROOMY: u64 = 1 << 30;
+
+    /// The committed tuning of `n` ranks on H100, with the environment `env`.
+    fn tuning_with(n: u32, env: &dyn Fn(&str) -> Option<String>) -> Tuning {
+        crate::tuning::resolve_with(
+            "NVIDIA H100 80GB HBM3",
+            n,
+            132,
+            None,
+            Duration::from_secs(1),
+            env,
+        )
+        .unwrap()
+        .0
+    }
+
+    fn tuning(n: u32) -> Tuning {
+        tuning_with(n, &|_| None)
+    }
+
+    /// [`Comm::rs_ll63`] without a communicator: `t`'s reduce-scatter window on `n`
+    /// ranks with a parity half of `half` bytes.
+    fn rs_ll63(t: &Tuning, n: u32, half: u64, bytes: u64) -> bool {
+        all_peers_ll63(t, (t.rs_ll63_min, t.rs_ll63_max), n, half, bytes)
+    }
+
+    /// A tuning file that leaves the window's keys out gives their declared defaults
+    /// (tuning.rs tests that): no size takes the LL63 reduce-scatter then.
+    #[test]
+    fn reduce_scatter_ll63_is_off_by_default() {
+        use commhal_hal::settings::gpu::{COLL_RS_LL63_MAX, COLL_RS_LL63_MIN};
+        for n in [2, 4, 8] {
+            let t = Tuning {
+                rs_ll63_min: COLL_RS_LL63_MIN.default_number(),
+                rs_ll63_max: COLL_RS_LL63_MAX.default_number(),
+                ..tuning(n)
+            };
+            for shift in 4..=30 {
+                let bytes = u64::from(n) << shift;
+                assert!(!rs_ll63(&t, n, ROOMY, bytes), "{n} ranks, {bytes} bytes");
+            }
+        }
+    }
+
+    #[test]
+    fn reduce_scatter_ll63_runs_inside_its_window() {
+        let env = |k: &str| match k {
+            "COMMHAL_COLL_RS_LL63_MIN" => Some("1M".to_string()),
+            "COMMHAL_COLL_RS_LL63_MAX" => Some("4M".to_string()),
+            _ => None,
+        };
+        let t = tuning_with(4, &env);
+        assert_eq!((t.rs_ll63_min, t.rs_ll63_max), (M, 4 * M));
+        // the all-gather's window stays the file's
+        let file = tuning(4);
+        assert_eq!(
+            (t.ag_ll63_min, t.ag_ll63_max),
+            (file.ag_ll63_min, file.ag_ll63_max)
+        );
+        assert!(!rs_ll63(&t, 4, ROOMY, M / 2));
+        assert!(rs_ll63(&t, 4, ROOMY, M));
+        assert!(rs_ll63(&t, 4, ROOMY, 2 * M));
+        assert!(rs_ll63(&t, 4, ROOMY, 4 * M));
+        assert!(!rs_ll63(&t, 4, ROOMY, 8 * M));
+        // one rank: nothing to scatter
+        assert!(!rs_ll63(&t, 1, ROOMY, 2 * M));
+        // the n - 1 chunks a rank receives (of M / 2 each at 2 MiB) must fit the half
+        let need = layout::oneshot_half_bytes(M / 2, 4);
+        assert!(rs_ll63(&t, 4, need, 2 * M));
+        assert!(!rs_ll63(&t, 4, need - 1, 2 * M));
+    }
+
+    #[test]
+    fn reduce_scatter_ll63_needs_whole_vectors_per_rank() {
+        let t = Tuning {
+            rs_ll63_min: 1,
+            rs_ll63_max: 64 * M,
+            ..tuning(4)
+        };
+        assert!(rs_ll63(&t, 4, ROOMY, 4 * 16 * 1000));
+        // 8-byte multiples per rank (LL16 packets would do) but not 16
+        assert!(!rs_ll63(&t, 4, ROOMY, 4 * (16 * 1000 + 8)));
+        assert!(!rs_ll63(&t, 4, ROOMY, 4 * 24));
+    }
+
+    #[test]
+    fn reduce_scatter_ll63_min_zero_starts_above_the_ll16_chunks() {
+        let t = Tuning {
+            rs_ll63_min: 0,
+            rs_ll63_max: 64 * M,
+            ..tuning(4)
+        };
+        let chunk = t.ll_chunk_max;
+        assert!(chunk > 0 && chunk.is_multiple_of(16), "{chunk}");
+        assert!(!rs_ll63(&t, 4, ROOMY, 4 * chunk));
+        assert!(rs_ll63(&t, 4, ROOMY, 4 * (chunk + 16)));
+    }
 }
