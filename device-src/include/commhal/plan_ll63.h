@@ -26,9 +26,13 @@
 // lo + w + W, ... So every tile op on the same chunk maps each byte to the same lane of
 // the same warp (a put and the reduce after it in place: codegen orders them with a
 // CTA barrier, as for LL16), while an op that splits elements (copy, reduce) maps them
-// otherwise (codegen: a replica sync between the two kinds on one range).
-// Waits are eager (commhal/ll63.h): a warp holds few tiles, as in the hand kernels'
-// all-pairs LL63 steps.
+// otherwise (codegen: a replica sync between the two kinds on one range). Codegen
+// fuses a run of puts of several chunks, or of unpacks of several senders, into one op
+// over all their tiles (ll63_items), which maps them like no other op. The host runs a
+// warp per tile, spread over as many CTAs as there are SMs before a CTA takes a second
+// warp (plan_exec.rs plan_grid, as the hand kernels' layout::ll63_grid): an SM's share
+// of the link traffic limits these kernels. Waits are eager (commhal/ll63.h): a warp
+// holds few tiles, as in the hand kernels' all-pairs LL63 steps.
 #pragma once
 #include "commhal/ll63.h"
 
