@@ -27,6 +27,9 @@ pub const TUNE_RING_MIN: u64 = 1 << 20;
 /// Largest all-gather (the output) the tuner times with the LL63 kernel: its packets
 /// for n - 1 peers take a parity half of scratch each (25 MiB per half on 4 ranks).
 pub const TUNE_AG_LL63_MAX: u64 = 32 << 20;
+/// Largest reduce-scatter (the input) the tuner times with the LL63 kernel (the same
+/// scratch as the all-gather's at its maximum).
+pub const TUNE_RS_LL63_MAX: u64 = 32 << 20;
 
 /// One kernel choice the tuner times.
 #[derive(Debug, Clone, Copy)]
@@ -267,13 +270,6 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                     applies: |b, c| c > 0 && c.is_multiple_of(16) && b <= TUNE_AG_LL63_MAX,
                 });
             } else {
-                // No LL63 candidate: the reduce-scatter's LL63 window
-                // (`reducescatter_ll63_min` / `_max`, off in every candidate through
-                // `f`) comes from a measured A/B, not from this sweep. Timing it would
-                // take the all-gather's pattern: a last `ll63` candidate planning
-                // Kernel::ReducescatterLl63 with its window forced open, a `Derived`
-                // window from its column (as `Derived::allgather_ll63`) and its keys
-                // in `Derived::apply`.
                 cands.push(Candidate {
                     name: "push",
                     kernel: Some(Kernel::ReducescatterPush),
@@ -284,6 +280,17 @@ fn candidates(coll: Collective, n: u32) -> Vec<Candidate> {
                         ..f
                     },
                     applies: |b, c| b >= TUNE_PUSH_MIN && c.is_multiple_of(16),
+                });
+                // last, as the all-gather's: a window asked before the LL16 kernel
+                cands.push(Candidate {
+                    name: "ll63",
+                    kernel: Some(Kernel::ReducescatterLl63),
+                    forced: Forced {
+                        rs_ll63_min: Some(1),
+                        rs_ll63_max: Some(TUNE_RS_LL63_MAX),
+                        ..f
+                    },
+                    applies: |b, c| c > 0 && c.is_multiple_of(16) && b <= TUNE_RS_LL63_MAX,
                 });
             }
             cands
@@ -600,11 +607,14 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         if let Some(s) = find(c) {
             d.gather_scatter_ring(gather, &s.sizes, &s.times);
         }
-        if gather
-            && let Some(s) = find(c)
+        if let Some(s) = find(c)
             && let Some(k) = s.candidates.iter().position(|c| *c == "ll63")
         {
-            d.allgather_ll63(&s.sizes, &s.times, k);
+            if gather {
+                d.allgather_ll63(&s.sizes, &s.times, k);
+            } else {
+                d.reducescatter_ll63(&s.sizes, &s.times, k);
+            }
         }
     }
     let (ag, rs) = (find(Collective::Allgather), find(Collective::Reducescatter));
@@ -759,7 +769,7 @@ mod tests {
         );
         assert_eq!(
             names(Collective::Reducescatter, 8),
-            ["ll", "direct", "ring", "push"]
+            ["ll", "direct", "ring", "push", "ll63"]
         );
         // rooted: LL16 first, LL63 last (a window above the LL16 sizes), derived apart
         assert_eq!(
@@ -820,6 +830,7 @@ mod tests {
                             | Kernel::BroadcastLl63
                             | Kernel::ReduceLl63
                             | Kernel::AllgatherLl63
+                            | Kernel::ReducescatterLl63
                     )
                 );
                 assert_eq!(on, usize::from(own), "{} {}", c.name(), cand.name);

@@ -305,6 +305,10 @@ pub struct Derived {
     pub allgather_ll63_min: Option<u64>,
     /// `allgather_ll63_max` (0: never).
     pub allgather_ll63_max: Option<u64>,
+    /// `reducescatter_ll63_min`.
+    pub reducescatter_ll63_min: Option<u64>,
+    /// `reducescatter_ll63_max` (0: never).
+    pub reducescatter_ll63_max: Option<u64>,
 }
 
 impl Derived {
@@ -347,6 +351,15 @@ impl Derived {
         if let Some((min, max)) = window(sizes, times, col) {
             self.allgather_ll63_min = Some(min);
             self.allgather_ll63_max = Some(max);
+        }
+    }
+
+    /// The LL63 reduce-scatter's window from a reduce-scatter sweep whose column `col`
+    /// is the LL63 kernel (over the input), as [`Derived::allgather_ll63`].
+    pub fn reducescatter_ll63(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) {
+        if let Some((min, max)) = window(sizes, times, col) {
+            self.reducescatter_ll63_min = Some(min);
+            self.reducescatter_ll63_max = Some(max);
         }
     }
 
@@ -497,6 +510,16 @@ impl Derived {
                 self.allgather_ll63_max,
                 &mut s.allgather_ll63_max,
                 "allgather_ll63_max",
+            ),
+            (
+                self.reducescatter_ll63_min,
+                &mut s.reducescatter_ll63_min,
+                "reducescatter_ll63_min",
+            ),
+            (
+                self.reducescatter_ll63_max,
+                &mut s.reducescatter_ll63_max,
+                "reducescatter_ll63_max",
             ),
         ] {
             match v {
@@ -736,6 +759,41 @@ mod tests {
         let mut d = Derived::default();
         d.allgather_ll63(&sizes[5..], &times[5..], 3);
         assert_eq!((d.allgather_ll63_min, d.allgather_ll63_max), (None, None));
+    }
+
+    #[test]
+    fn reducescatter_ll63_window_spans_its_wins_and_reaches_the_file() {
+        // [ll, direct, ring, push, ll63]: LL16 best at 256K, LL63 at 1M-16M, push at
+        // 32M (LL63 slower there), the ring above where LL63 did not run
+        let sizes = [
+            256u64 << 10,
+            1 << 20,
+            4 << 20,
+            16 << 20,
+            32 << 20,
+            128 << 20,
+        ];
+        let times = vec![
+            t(&[4.1, 5.0, 0.0, 0.0, 4.8]),
+            t(&[6.6, 7.0, 0.0, 6.9, 6.2]),
+            t(&[0.0, 16.0, 0.0, 15.9, 10.8]),
+            t(&[0.0, 36.0, 40.0, 34.6, 30.5]),
+            t(&[0.0, 70.0, 75.0, 60.0, 64.0]),
+            t(&[0.0, 300.0, 280.0, 290.0, 0.0]),
+        ];
+        let mut d = Derived::default();
+        d.reducescatter_ll63(&sizes, &times, 4);
+        assert_eq!(
+            (d.reducescatter_ll63_min, d.reducescatter_ll63_max),
+            (Some(1 << 20), Some(16 << 20))
+        );
+        assert_eq!((d.allgather_ll63_min, d.allgather_ll63_max), (None, None));
+        let f = TuningFile::parse(EMBEDDED[0].1, "e").unwrap();
+        let s = d.apply(f.section(4).1, &Meta::default());
+        assert_eq!(
+            (s.reducescatter_ll63_min, s.reducescatter_ll63_max),
+            (Some(1 << 20), Some(16 << 20))
+        );
     }
 
     #[test]
