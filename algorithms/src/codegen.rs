@@ -387,8 +387,9 @@ enum Split {
     /// In LL63 tiles (plan_ll63.h `ll63_share`): LL63 packet ops, and an LL63 plan's
     /// finalize and the copy fused into its puts.
     Tiles,
-    /// Items of several chunks at once (plan_ll63.h `unpack_packets63_multi`): like no
-    /// other op, not even another such run.
+    /// Items of several chunks at once (plan_ll63.h `ll63_items`: the fused
+    /// `put_packets63_scatter` and `unpack_packets63_multi`): like no other op, not even
+    /// another such run.
     Items,
 }
 
@@ -977,31 +978,31 @@ impl Gen<'_> {
     }
 
     /// Straight-line ops of a block (outside C++ loops; `flat` = each one's index among
-    /// the block's flattened ops): runs that [`Gen::packet_run`] finds go out as one
-    /// `put_packets_multi`, every other op as itself.
+    /// the block's flattened ops): runs that [`Gen::packet_run`], [`Gen::scatter_run`]
+    /// or [`Gen::unpack_run`] find go out as one fused op each, every other op as itself.
     fn straight(&mut self, ops: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
         let mut i = 0;
         while i < ops.len() {
-            let n = self.packet_run(&ops[i..]);
-            let u = self.unpack_run(&ops[i..]);
-            let sc = if n == 0 {
-                self.scatter_run(&ops[i..])
-            } else {
-                0
-            };
+            let rest = &ops[i..];
+            let n = self.packet_run(rest);
             if n > 0 {
-                self.put_packets_multi(&ops[i..i + n], block)?;
+                self.put_packets_multi(&rest[..n], block)?;
                 i += n;
-            } else if sc > 0 {
-                self.put_packets63_scatter(&ops[i..i + sc])?;
-                i += sc;
-            } else if u > 0 {
-                self.unpack_packets63_multi(&ops[i..i + u]);
-                i += u;
-            } else {
-                self.op(&ops[i].0, block, ops[i].1, false, 1)?;
-                i += 1;
+                continue;
             }
+            let n = self.scatter_run(rest);
+            if n > 0 {
+                self.put_packets63_scatter(&rest[..n])?;
+                i += n;
+                continue;
+            }
+            let n = self.unpack_run(rest);
+            if n > 0 {
+                self.unpack_packets63_multi(&rest[..n]);
+            } else {
+                self.op(&rest[0].0, block, rest[0].1, false, 1)?;
+            }
+            i += n.max(1);
         }
         Ok(())
     }

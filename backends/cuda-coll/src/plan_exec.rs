@@ -30,7 +30,7 @@ use commhal_hal::settings::launch::NODE;
 
 use crate::driver::CollModule;
 use crate::error::{CollError, Result};
-use crate::layout::MAX_RANKS;
+use crate::layout::{self, MAX_RANKS};
 use crate::plan_ports::{Nodes, PlanPorts};
 use crate::regions::{Links, Regions};
 use crate::types::{Collective, Dtype};
@@ -457,15 +457,14 @@ impl PlanExec {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
             // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
             // (layout::ll63_grid: an SM's share of the link traffic limits them).
-            let tiles = bytes
-                .div_ceil(codegen::LL63_TILE_DATA)
+            let per_block = bytes
                 .div_ceil(u64::from(blocks.max(1)))
-                .max(1);
-            let ctas = u64::from((self.sms / blocks.max(1)).clamp(1, MAX_PARTS));
-            let most = u64::from(self.threads.min(codegen::MAX_LL63_THREADS) / 32);
-            let warps = tiles.div_ceil(tiles.min(ctas)).clamp(1, most.max(1));
-            let per_cta = codegen::LL63_TILE_DATA * warps;
-            (self.replicas_for(blocks, bytes, per_cta), 32 * warps as u32)
+                .next_multiple_of(16);
+            let ctas = (self.sms / blocks.max(1)).clamp(1, MAX_PARTS);
+            let most = self.threads.min(codegen::MAX_LL63_THREADS);
+            let (_, threads) = layout::ll63_grid(per_block, most, ctas);
+            let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
+            (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if plan.uses_packets() {
             let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let threads =
