@@ -388,9 +388,12 @@ enum Split {
     /// finalize and the copy fused into its puts.
     Tiles,
     /// Items of several chunks at once (plan_ll63.h `ll63_items`: the fused
-    /// `put_packets63_scatter` and `unpack_packets63_multi`): like no other op, not even
-    /// another such run.
-    Items,
+    /// `put_packets63_scatter` and `unpack_packets63_multi`), in the item space with
+    /// this id ([`Gen::item_space`]): the list of chunks, in order, that the op walks on
+    /// this side. Two ops of one space map every element of a chunk to the same warp
+    /// and lane (the mapping depends only on the chunks' sizes); ops of different
+    /// spaces map them unlike each other and unlike any other op.
+    Items(u32),
 }
 
 /// What orders two data ops of a block that touch local memory.
@@ -445,6 +448,9 @@ struct Gen<'a> {
     far: u32,
     /// Far ranks this block pushed puts to that were not flushed yet (bit p).
     unflushed: u32,
+    /// The item spaces of the fused LL63 runs so far ([`Split::Items`]): each one's
+    /// chunks, in order (`None`: a list that matches no other).
+    spaces: Vec<Option<Vec<Extent>>>,
 }
 
 impl Gen<'_> {
@@ -502,8 +508,11 @@ impl Gen<'_> {
             // among the CTAs the same way (plan.h `share_elems`), so each CTA touches
             // only its own share; but its threads may map the share differently (16-byte
             // vectors, 8-byte packets, bytes at an unaligned tail). LL63 tile ops split
-            // it among the CTAs by tiles, other ops by 16-byte units: then other CTAs.
-            return if a.split == b.split && a.split != Split::Items {
+            // it among the CTAs by tiles, other ops by 16-byte units, fused runs by the
+            // items of their whole list of chunks: then other CTAs, unless both are runs
+            // over the same list (the two-shot all-reduce in place: its scatter reads
+            // the input chunks its gather later overwrites).
+            return if a.split == b.split {
                 Hazard::ThisCta
             } else {
                 Hazard::Replicas
@@ -555,12 +564,24 @@ impl Gen<'_> {
         iterations: u32,
         split: Split,
     ) -> (Hazard, Vec<Extent>, Vec<Extent>) {
-        let ext = |c: &ChunkRef| Extent {
-            split,
-            ..self.extent(c, iterations)
+        self.hazard_sides((reads, split), (writes, split), iterations)
+    }
+
+    /// [`Gen::hazard`] for an op whose reads and writes are split unlike each other.
+    fn hazard_sides(
+        &self,
+        (reads, rsplit): (&[ChunkRef], Split),
+        (writes, wsplit): (&[ChunkRef], Split),
+        iterations: u32,
+    ) -> (Hazard, Vec<Extent>, Vec<Extent>) {
+        let ext = |split: Split| {
+            move |c: &ChunkRef| Extent {
+                split,
+                ..self.extent(c, iterations)
+            }
         };
-        let r: Vec<Extent> = reads.iter().map(ext).collect();
-        let w: Vec<Extent> = writes.iter().map(ext).collect();
+        let r: Vec<Extent> = reads.iter().map(ext(rsplit)).collect();
+        let w: Vec<Extent> = writes.iter().map(ext(wsplit)).collect();
         let worst = r
             .iter()
             .flat_map(|x| self.writes.iter().map(move |y| Self::conflicts(x, y)))
@@ -573,6 +594,38 @@ impl Gen<'_> {
             .max()
             .unwrap_or(Hazard::None);
         (worst, r, w)
+    }
+
+    /// The item space ([`Split::Items`]) of a fused run that walks `chunks` in this
+    /// order: the id of an earlier run over the same list, else a new one. A list that
+    /// names one range twice gets an id of its own (equal ranges would not tell which
+    /// item they are).
+    fn item_space(&mut self, chunks: &[ChunkRef]) -> Split {
+        let list: Vec<Extent> = chunks.iter().map(|c| self.extent(c, 1)).collect();
+        let same = |a: &Extent, b: &Extent| a.mem == b.mem && eq(a.lo, b.lo) && eq(a.hi, b.hi);
+        let twice = list
+            .iter()
+            .enumerate()
+            .any(|(i, a)| list[..i].iter().any(|b| same(a, b)));
+        let found = self.spaces.iter().position(|s| {
+            s.as_ref().is_some_and(|s| {
+                !twice && s.len() == list.len() && s.iter().zip(&list).all(|(a, b)| same(a, b))
+            })
+        });
+        let id = found.unwrap_or_else(|| {
+            self.spaces.push((!twice).then_some(list));
+            self.spaces.len() - 1
+        });
+        Split::Items(id as u32)
+    }
+
+    /// [`Gen::data_op`] for a fused LL63 run: its reads and writes, each side in its
+    /// item space.
+    fn data_op_items(&mut self, reads: &[ChunkRef], writes: &[ChunkRef]) {
+        let rs = self.item_space(reads);
+        let ws = self.item_space(writes);
+        let (worst, r, w) = self.hazard_sides((reads, rs), (writes, ws), 1);
+        self.sync_for(worst, r, w);
     }
 
     /// Emit the sync `worst` needs and record the op's extents.
@@ -1118,7 +1171,7 @@ impl Gen<'_> {
                 );
             }
         }
-        self.data_op_split(&reads, &[], 1, Split::Items);
+        self.data_op_items(&reads, &[]);
         let n = ops.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
         let _ = write!(
@@ -1149,7 +1202,7 @@ impl Gen<'_> {
                 );
             }
         }
-        self.data_op_split(&reads, &writes, 1, Split::Items);
+        self.data_op_items(&reads, &writes);
         let n = run.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
         let _ = write!(
@@ -1359,6 +1412,7 @@ pub fn generate_cuda(
             one_way,
             far,
             unflushed: 0,
+            spaces: Vec::new(),
         };
         let mut flat = 0usize;
         // Straight-line ops (outside C++ loops), each with its flat index, emitted
@@ -1574,12 +1628,16 @@ mod tests {
                         !s.contains("reduce_packets<") && !s.contains("packets_of("),
                         "{what}"
                     );
-                    // in place, the two-shot's unpacks overwrite input chunks its first
-                    // puts read, on other warps of other CTAs (the fused unpacks cut by
-                    // items): a replica sync between them, however the data flow orders
-                    // them
-                    let syncs = usize::from(in_place && algo == Algorithm::AllReduce2paLl63);
-                    assert_eq!(s.matches("group_sync").count(), syncs, "{what}");
+                    // in place, the two-shot's unpacks overwrite the input chunks its
+                    // first puts read; both runs walk the same chunks in the same order
+                    // (one item space), so each element is stored by the warp and lane
+                    // that loaded it: a CTA barrier, no replica sync
+                    assert_eq!(s.matches("group_sync").count(), 0, "{what}");
+                    if in_place && algo == Algorithm::AllReduce2paLl63 {
+                        let before = s.split("unpack_packets63_multi").next().unwrap();
+                        let last = before.rfind("put_packets63_multi").unwrap();
+                        assert!(before[last..].contains("__syncthreads();"), "{what}");
+                    }
                     assert!(s.contains("ll63_off(c)"), "{what}");
                     let sends = s.contains("put_packets63");
                     let reads = s.contains("reduce_packets63<DT, OP, ")
@@ -2076,6 +2134,26 @@ mod tests {
         }
         // Two ops on the same range of user memory still get a CTA barrier, and a
         // partial overlap a replica sync (the next test).
+    }
+
+    /// Two fused LL63 runs over the same list of chunks map each element alike: a CTA
+    /// barrier between them; runs over other lists (another order included) and any
+    /// other split: a replica sync.
+    #[test]
+    fn fused_runs_of_one_item_space_need_only_a_cta_barrier() {
+        let e = |split| Extent {
+            mem: 0,
+            lo: (1, 4),
+            hi: (2, 4),
+            exact: (BufferKind::Input, 1, 1, 0),
+            looped: false,
+            split,
+        };
+        let c = |a, b| Gen::conflicts(&e(a), &e(b));
+        assert_eq!(c(Split::Items(0), Split::Items(0)), Hazard::ThisCta);
+        assert_eq!(c(Split::Items(0), Split::Items(1)), Hazard::Replicas);
+        assert_eq!(c(Split::Items(0), Split::Tiles), Hazard::Replicas);
+        assert_eq!(c(Split::Tiles, Split::Tiles), Hazard::ThisCta);
     }
 
     #[test]
