@@ -1260,6 +1260,11 @@ impl Gen<'_> {
                 puts.push((*peer, *src, *dst, occ));
             }
         }
+        // Each warp stores to the peers in turn: from the next rank on, as the hand
+        // kernels, so that the ranks start on different peers and no rank's links take
+        // every sender's first stores.
+        let nr = self.plan.nranks;
+        puts.sort_by_key(|p| (p.0 + nr - me - 1) % nr);
         let src = puts[0].1;
         if copy.is_some() {
             self.flush_far(u32::MAX);
@@ -1871,7 +1876,8 @@ mod tests {
         );
         assert!(root.contains("Span s = span_of(a.input[1], 2ull, 0ull, a.count);"));
         assert!(root.contains("Span o = span_of(a.output[1], 2ull, 0ull, a.count);"));
-        for (k, p) in [0, 2, 3].iter().enumerate() {
+        // the peers from the next rank on (rank 1: 2, 3, 0)
+        for (k, p) in [2, 3, 0].iter().enumerate() {
             let d = format!("Span d{k} = packets_of((a.area[{p}] + c.scr), 2ull, 0ull, 0ull");
             assert!(root.contains(&d), "{d}: {root}");
         }
