@@ -1037,6 +1037,12 @@ impl Gen<'_> {
         let mut i = 0;
         while i < ops.len() {
             let rest = &ops[i..];
+            let n = self.reduce_put_run(rest);
+            if n > 0 {
+                self.reduce_put_packets63(&rest[..n])?;
+                i += n;
+                continue;
+            }
             let n = self.packet_run(rest);
             if n > 0 {
                 self.put_packets_multi(&rest[..n], block)?;
@@ -1094,6 +1100,106 @@ impl Gen<'_> {
             len += 1;
         }
         if puts > 0 && len >= 2 { len } else { 0 }
+    }
+
+    /// The length of the run at the start of `ops` that fuses into one
+    /// `reduce_put_packets63` (plan_ll63.h), or 0: in an LL63 plan, a
+    /// `ReadReducePackets` into a chunk, at most avg's `Finalize` of it, then puts of that
+    /// chunk to near peers (each packet area once). The reduce and the puts split the
+    /// chunk by tiles alike, so the fused op sends each tile from the registers that
+    /// stored it (the hand kernels' reduce_replicate) instead of loading it again behind
+    /// a CTA barrier.
+    fn reduce_put_run(&self, ops: &[(Op, usize)]) -> usize {
+        if !self.ll63() {
+            return 0;
+        }
+        let Some((Op::ReadReducePackets { dst, packets, .. }, _)) = ops.first() else {
+            return 0;
+        };
+        if packets.is_empty() || packets.len() > MAX_RANKS as usize {
+            return 0; // op() says why
+        }
+        let fin = usize::from(matches!(ops.get(1), Some((Op::Finalize { dst: f }, _)) if f == dst));
+        let mut areas = BTreeSet::new();
+        let puts = ops[1 + fin..]
+            .iter()
+            .take_while(|(op, _)| match op {
+                Op::PutPackets {
+                    peer,
+                    src,
+                    dst: area,
+                    ..
+                } => {
+                    src == dst
+                        && self.far & (1 << peer) == 0
+                        && areas.insert((*peer, area.buf, area.index, area.count))
+                }
+                _ => false,
+            })
+            .count();
+        if puts > 0 { 1 + fin + puts } else { 0 }
+    }
+
+    /// A run of [`Gen::reduce_put_run`] as one `reduce_put_packets63`: first the puts'
+    /// done-word wait, then the sync the reduce needs.
+    fn reduce_put_packets63(&mut self, run: &[(Op, usize)]) -> Result<(), AlgoError> {
+        let me = self.me;
+        let (
+            Op::ReadReducePackets {
+                packets,
+                local,
+                dst,
+            },
+            _,
+        ) = &run[0]
+        else {
+            unreachable!("reduce_put_run starts with a packet read");
+        };
+        let fin = matches!(run[1].0, Op::Finalize { .. });
+        let mut puts: Vec<(u32, ChunkRef)> = run
+            .iter()
+            .filter_map(|(o, _)| match o {
+                Op::PutPackets { peer, dst, .. } => Some((*peer, *dst)),
+                _ => None,
+            })
+            .collect();
+        // from the next rank on, as put_packets_multi
+        let nr = self.plan.nranks;
+        puts.sort_by_key(|p| (p.0 + nr - me - 1) % nr);
+        let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
+        self.wait_readers(&ops);
+        let mut reads: Vec<ChunkRef> = local.clone();
+        reads.extend(packets.iter().map(|p| p.1));
+        self.data_op_split(&reads, &[*dst], 1, Split::Tiles);
+        let mut text = format!("{{ Span d = {};", self.span(dst, me, false, false));
+        let l: Vec<String> = local
+            .iter()
+            .map(|c| format!("{}.p", self.span(c, me, false, false)))
+            .collect();
+        let p: Vec<String> = packets
+            .iter()
+            .map(|(_, c)| format!("{}.p", self.span(c, me, false, true)))
+            .collect();
+        let q: Vec<String> = puts
+            .iter()
+            .map(|(peer, area)| format!("{}.p", self.span(area, *peer, false, true)))
+            .collect();
+        let (nl, np, nq) = (l.len(), p.len(), q.len());
+        let l = if l.is_empty() {
+            "nullptr".to_string()
+        } else {
+            l.join(", ")
+        };
+        let _ = write!(
+            text,
+            " const u8* const l[{}] = {{{l}}}; u8* const p[{np}] = {{{}}}; u8* const q[{nq}] = {{{}}}; reduce_put_packets63<DT, OP, {nl}u, {np}u, {nq}u>(c, d.p, l, p, q, d.n, {}u); }}",
+            nl.max(1),
+            p.join(", "),
+            q.join(", "),
+            if fin { self.plan.nranks } else { 0 }
+        );
+        self.line(&text);
+        Ok(())
     }
 
     /// The length of the run at the start of `ops` that fuses into one
@@ -1638,10 +1744,18 @@ mod tests {
                     // (one item space), so each element is stored by the warp and lane
                     // that loaded it: a CTA barrier, no replica sync
                     assert_eq!(s.matches("group_sync").count(), 0, "{what}");
-                    if in_place && algo == Algorithm::AllReduce2paLl63 {
+                    if algo == Algorithm::AllReduce2paLl63 {
+                        // the sum sent from the registers that stored it, avg's
+                        // finalize in them
+                        assert!(
+                            s.contains("reduce_put_packets63<DT, OP, 1u, 2u, 2u>(c, d.p, l, p, q, d.n, 3u);"),
+                            "{what}"
+                        );
+                        assert!(!s.contains("put_packets63_multi"), "{what}");
                         let before = s.split("unpack_packets63_multi").next().unwrap();
-                        let last = before.rfind("put_packets63_multi").unwrap();
-                        assert!(before[last..].contains("__syncthreads();"), "{what}");
+                        let last = before.rfind("reduce_put_packets63").unwrap();
+                        let cta = before[last..].contains("__syncthreads();");
+                        assert_eq!(cta, in_place, "{what}");
                     }
                     assert!(s.contains("ll63_off(c)"), "{what}");
                     let sends = s.contains("put_packets63");

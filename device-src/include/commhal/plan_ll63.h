@@ -179,11 +179,18 @@ COMMHAL_DEVICE void put_packets63(const Ctx& c, u8* dst, const u8* src, u64 n, u
 // latency hides behind the waits, then each of the NP packet areas in order, waited
 // for, cleared and unpacked. A single packet area and no locals (unpack) moves the bits
 // as they are. NL and NP are constants (codegen), so the arrays stay in registers.
-template <int DT, int OP, u32 NL, u32 NP>
-COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&locals)[NL > 0 ? NL : 1],
-                                     u8* const (&pk)[NP], u64 n) {
+// With NQ > 0 the result, once stored, is also sent as LL63 packets to the NQ packet
+// areas send[q] (the put of dst that follows the reduce in the two-shot all-reduce,
+// fused as the hand kernels' reduce_replicate: no second load, no CTA barrier), and
+// avg's finalize (fin = nranks; 0: none) divides it in registers first.
+template <int DT, int OP, u32 NL, u32 NP, u32 NQ>
+COMMHAL_DEVICE void reduce_put_packets63(const Ctx& c, u8* dst,
+                                         const u8* const (&locals)[NL > 0 ? NL : 1],
+                                         u8* const (&pk)[NP], u8* const (&send)[NQ > 0 ? NQ : 1],
+                                         u64 n, u32 fin) {
   typedef typename Elem<DT>::T T;
-  const u64 bytes = n * sizeof(typename T::R);
+  typedef typename T::R R;
+  const u64 bytes = n * sizeof(R);
   const WaitBound b = bound(c);
   ll63_share(c, bytes, [&](u64 t, u32 lane) {
     u64 acc[16];
@@ -204,9 +211,26 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
 #pragma unroll
       for (int i = 0; i < 16; ++i) acc[i] = NL == 0 && k == 0 ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
     }
+    if (OP == 4 && fin != 0) {  // finalize_avg63 on the registers (zeros stay zeros)
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc[i] = elem_lanes<T>(acc[i], 0, [&](R x, R) { return T::div(x, fin); });
+    }
     ll63_store_tile(dst, bytes, t, lane, acc);
+    if (NQ > 0) {
+      ll63_pack(acc, lane);
+#pragma unroll
+      for (u32 q = 0; q < NQ; ++q) ll63_send(send[q] + ll63_packet(t, lane), acc);
+    }
     return true;
   });
+}
+
+// reduce_put_packets63 without sends.
+template <int DT, int OP, u32 NL, u32 NP>
+COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&locals)[NL > 0 ? NL : 1],
+                                     u8* const (&pk)[NP], u64 n) {
+  u8* const none[1] = {nullptr};
+  reduce_put_packets63<DT, OP, NL, NP, 0>(c, dst, locals, pk, none, n, 0);
 }
 
 // a[q] with constant indices only (an unrolled select), so that a small array of
