@@ -161,3 +161,66 @@ pub fn broadcast_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan, Algo
     }
     Ok(plan)
 }
+
+/// Broadcast along the chain root, root + 1, ...: the root puts its input as LL packets
+/// into the next rank's scratch; every other rank unpacks what arrives into its output
+/// and, but for the last, puts that output on to the next rank. On the GPUs (LL63) the
+/// unpack and the forward of each tile fuse into one step (codegen
+/// `reduce_put_packets63`), so a tile moves on as soon as it lands: the hand kernels'
+/// LL63 chain (recv_copy_send), one hop per rank instead of the root's n − 1 puts.
+pub fn broadcast_chain_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan, AlgoError> {
+    check_n(nranks, "broadcast_chain_ll")?;
+    if root >= nranks {
+        return Err(AlgoError::Invalid(format!(
+            "broadcast_chain_ll: root {root} is not a rank of {nranks}"
+        )));
+    }
+    let mut plan = Plan::new(
+        Collective::Broadcast,
+        "broadcast-chain-ll",
+        nranks,
+        in_place,
+    );
+    plan.root = Some(root);
+    if nranks == 1 {
+        return Ok(single_rank(plan));
+    }
+    plan.scratch = BufferSpec {
+        factor: 1,
+        chunks: 1,
+    };
+    plan.scratch_rotation = 2;
+    for pos in 0..nranks {
+        let r = (root + pos) % nranks;
+        let (prev, next) = ((r + nranks - 1) % nranks, (r + 1) % nranks);
+        if pos == 0 {
+            push(&mut plan, r, 0, put_packets(next, MEM, 0, inp(0), scr(0)));
+            if !in_place {
+                push(
+                    &mut plan,
+                    r,
+                    0,
+                    Op::Copy {
+                        src: inp(0),
+                        dst: out(0),
+                    },
+                );
+            }
+            continue;
+        }
+        push(
+            &mut plan,
+            r,
+            0,
+            Op::ReadReducePackets {
+                packets: vec![(prev, scr(0))],
+                local: vec![],
+                dst: out(0),
+            },
+        );
+        if pos + 1 < nranks {
+            push(&mut plan, r, 0, put_packets(next, MEM, 0, out(0), scr(0)));
+        }
+    }
+    Ok(plan)
+}

@@ -8,7 +8,7 @@ mod ll;
 mod others;
 
 pub use allreduce::{allreduce_1pa, allreduce_2pa, allreduce_2ph, allreduce_rd, allreduce_ring};
-pub use ll::{allgather_ll, broadcast_ll, reducescatter_ll};
+pub use ll::{allgather_ll, broadcast_chain_ll, broadcast_ll, reducescatter_ll};
 pub use others::{
     allgather_2ph, allgather_allpairs, allgather_ring, alltoall_allpairs, broadcast_chain,
     broadcast_direct, reduce_allpairs, reducescatter_2ph, reducescatter_allpairs,
@@ -82,13 +82,16 @@ pub enum Algorithm {
     ReduceScatterLl63,
     /// [`Algorithm::BroadcastLl`] with LL63 packets on the GPUs.
     BroadcastLl63,
+    /// Broadcast along the chain from the root with LL63 packets, each rank forwarding
+    /// what it receives ([`broadcast_chain_ll`]).
+    BroadcastChainLl63,
     /// Point-to-point transfers ([`BuildParams::pairs`]).
     SendRecv,
 }
 
 impl Algorithm {
     /// Every algorithm (`SendRecv` last: tests that skip it take every one before it).
-    pub const ALL: [Algorithm; 26] = [
+    pub const ALL: [Algorithm; 27] = [
         Algorithm::AllReduce1pa,
         Algorithm::AllReduce2paLl,
         Algorithm::AllReduce2paHb,
@@ -114,6 +117,7 @@ impl Algorithm {
         Algorithm::AllGatherLl63,
         Algorithm::ReduceScatterLl63,
         Algorithm::BroadcastLl63,
+        Algorithm::BroadcastChainLl63,
         Algorithm::SendRecv,
     ];
 
@@ -133,7 +137,9 @@ impl Algorithm {
             | ReduceScatter2ph
             | ReduceScatterLl
             | ReduceScatterLl63 => Collective::ReduceScatter,
-            BroadcastDirect | BroadcastChain | BroadcastLl | BroadcastLl63 => Collective::Broadcast,
+            BroadcastDirect | BroadcastChain | BroadcastLl | BroadcastLl63 | BroadcastChainLl63 => {
+                Collective::Broadcast
+            }
             ReduceAllPairs => Collective::Reduce,
             AllToAllAllPairs => Collective::AllToAll,
             SendRecv => Collective::SendRecv,
@@ -161,6 +167,7 @@ impl Algorithm {
             AllReduce1paLl63 => "1pa-ll63",
             AllReduce2paLl63 => "2pa-ll63",
             AllGatherLl63 | ReduceScatterLl63 | BroadcastLl63 => "ll63",
+            BroadcastChainLl63 => "chain-ll63",
         }
     }
 
@@ -266,6 +273,7 @@ pub fn build(algo: Algorithm, p: &BuildParams) -> Result<Plan, AlgoError> {
         AllGatherLl63 => ll63(allgather_ll(n, p.in_place)?),
         ReduceScatterLl63 => ll63(reducescatter_ll(n, p.in_place)?),
         BroadcastLl63 => ll63(broadcast_ll(n, p.root, p.in_place)?),
+        BroadcastChainLl63 => ll63(broadcast_chain_ll(n, p.root, p.in_place)?),
         SendRecv => sendrecv(n, &p.pairs, p.in_place)?,
     };
     let mut plan = plan;
