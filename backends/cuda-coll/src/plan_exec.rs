@@ -235,6 +235,7 @@ pub fn algorithm_label(a: Algorithm) -> &'static str {
         AllGatherLl63 => "plan:allgather:ll63",
         ReduceScatterLl63 => "plan:reducescatter:ll63",
         BroadcastLl63 => "plan:broadcast:ll63",
+        BroadcastChainLl63 => "plan:broadcast:chain-ll63",
         SendRecv => "plan:sendrecv:direct",
     }
 }
