@@ -621,14 +621,16 @@ impl Gen<'_> {
         Split::Items(id as u32)
     }
 
-    /// The sync an LL63 op that waits for packets needs, given the one its data needs:
-    /// at least a CTA barrier after this CTA stored packets, so that no warp of the CTA
-    /// spins on a packet while others still load and send theirs. Measured on the
-    /// one-shot all-reduce (4 × H100, f16, 128-512 KiB), where only the in-place form
-    /// had the barrier (for its data): 0.93-1.00 of the hand kernel's time with it,
-    /// 1.05-1.14 without.
-    fn after_sends(&self, worst: Hazard) -> Hazard {
-        if self.ll63() && self.sent {
+    /// The sync an LL63 packet reduce needs, given the one its data needs: at least a
+    /// CTA barrier after this CTA stored packets, so that no warp of the CTA spins on a
+    /// packet while others still load and send theirs. Measured (4 × H100, f16, one
+    /// run each): the one-shot all-reduce at 128-512 KiB, where only the in-place form
+    /// had the barrier (for its data), took 0.93-1.00 of the hand kernel's time with it
+    /// and 1.05-1.14 without; the reduce-scatter at 1-8 MiB 0.92-0.95 with it against
+    /// 0.97-1.06. Unpacks (one term: `terms` counts locals and packet sources) go
+    /// without: the all-gather's took 1.04-1.06 with it at 8 MiB, 1.00 without.
+    fn after_sends(&self, worst: Hazard, terms: usize) -> Hazard {
+        if self.ll63() && self.sent && terms >= 2 {
             worst.max(Hazard::ThisCta)
         } else {
             worst
@@ -637,15 +639,10 @@ impl Gen<'_> {
 
     /// [`Gen::data_op`] for a fused LL63 run: its reads and writes, each side in its
     /// item space.
-    fn data_op_items(&mut self, reads: &[ChunkRef], writes: &[ChunkRef], waits: bool) {
+    fn data_op_items(&mut self, reads: &[ChunkRef], writes: &[ChunkRef]) {
         let rs = self.item_space(reads);
         let ws = self.item_space(writes);
         let (worst, r, w) = self.hazard_sides((reads, rs), (writes, ws), 1);
-        let worst = if waits {
-            self.after_sends(worst)
-        } else {
-            worst
-        };
         self.sync_for(worst, r, w);
     }
 
@@ -975,7 +972,7 @@ impl Gen<'_> {
                 let mut reads: Vec<ChunkRef> = local.clone();
                 reads.extend(packets.iter().map(|p| p.1));
                 let (worst, r, w) = self.hazard(&reads, &[*dst], iterations, self.packet_split());
-                self.sync_for(self.after_sends(worst), r, w);
+                self.sync_for(self.after_sends(worst, reads.len()), r, w);
                 let d = self.span(dst, me, looped, false);
                 let l: Vec<String> = local
                     .iter()
@@ -1197,7 +1194,7 @@ impl Gen<'_> {
         let mut reads: Vec<ChunkRef> = local.clone();
         reads.extend(packets.iter().map(|p| p.1));
         let (worst, r, w) = self.hazard(&reads, &[*dst], 1, Split::Tiles);
-        self.sync_for(self.after_sends(worst), r, w);
+        self.sync_for(self.after_sends(worst, reads.len()), r, w);
         let mut text = format!("{{ Span d = {};", self.span(dst, me, false, false));
         let l: Vec<String> = local
             .iter()
@@ -1305,7 +1302,7 @@ impl Gen<'_> {
                 );
             }
         }
-        self.data_op_items(&reads, &[], false);
+        self.data_op_items(&reads, &[]);
         let n = ops.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
         let _ = write!(
@@ -1337,7 +1334,7 @@ impl Gen<'_> {
                 );
             }
         }
-        self.data_op_items(&reads, &writes, true);
+        self.data_op_items(&reads, &writes);
         let n = run.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
         let _ = write!(
@@ -1785,14 +1782,13 @@ mod tests {
                         assert!(!s.contains("put_packets63_multi"), "{what}");
                     }
                     // a CTA barrier between this CTA's packet stores and its first
-                    // packet wait after them
+                    // packet reduce after them
                     let body = &s[s.find("if (b == 0u)").unwrap()..];
                     let ops: Vec<&str> = body.split("; }").collect();
                     let mut sent = false;
                     for op in ops {
-                        let waits = op.contains("reduce_packets63<")
-                            || op.contains("reduce_put_packets63<")
-                            || op.contains("unpack_packets63_multi<");
+                        let waits = op.contains("reduce_packets63<DT, OP, 1u")
+                            || op.contains("reduce_put_packets63<DT, OP, 1u");
                         if waits && sent {
                             assert!(op.contains("__syncthreads();"), "{what}");
                         }
