@@ -1080,7 +1080,7 @@ impl Gen<'_> {
             }
             let n = self.unpack_run(rest);
             if n > 0 {
-                self.unpack_packets63_multi(&rest[..n]);
+                self.unpack_packets_multi(&rest[..n], block)?;
             } else {
                 self.op(&rest[0].0, block, rest[0].1, false, 1)?;
             }
@@ -1228,13 +1228,10 @@ impl Gen<'_> {
     }
 
     /// The length of the run at the start of `ops` that fuses into one
-    /// `unpack_packets63_multi` (plan_ll63.h), or 0: in an LL63 plan, at least two
-    /// consecutive `ReadReducePackets` that each unpack one sender's packets (no local
-    /// operand) into disjoint destinations.
+    /// `unpack_packets63_multi` (plan_ll63.h) or `unpack_packets_multi` (plan.h), or 0:
+    /// at least two consecutive `ReadReducePackets` that each unpack one sender's
+    /// packets (no local operand) into disjoint destinations.
     fn unpack_run(&self, ops: &[(Op, usize)]) -> usize {
-        if !self.ll63() {
-            return 0;
-        }
         let mut dsts: Vec<Extent> = Vec::new();
         for (op, _) in ops {
             match op {
@@ -1245,6 +1242,19 @@ impl Gen<'_> {
                 } if local.is_empty() && packets.len() == 1 && dsts.len() < MAX_RANKS as usize => {
                     let e = self.extent(dst, 1);
                     if dsts.iter().any(|d| Self::conflicts(&e, d) != Hazard::None) {
+                        break;
+                    }
+                    // An LL16 unpack into memory an op since the last sync touched stays
+                    // on its own: that op split it by units as the unpack does (a CTA
+                    // barrier orders them), the fused run by items (a replica sync
+                    // would). LL63 runs have item spaces of their own (Split::Items).
+                    let touched = || {
+                        self.reads
+                            .iter()
+                            .chain(&self.writes)
+                            .any(|x| Self::conflicts(&e, x) != Hazard::None)
+                    };
+                    if !self.ll63() && touched() {
                         break;
                     }
                     dsts.push(e);
@@ -1317,15 +1327,23 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// A run of [`Gen::unpack_run`] as one `unpack_packets63_multi`.
-    fn unpack_packets63_multi(&mut self, run: &[(Op, usize)]) {
+    /// A run of [`Gen::unpack_run`] as one `unpack_packets63_multi` (LL63) or
+    /// `unpack_packets_multi` (LL16, with each sender's packet flag).
+    fn unpack_packets_multi(&mut self, run: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
         let me = self.me;
         let es = self.es;
         let (mut reads, mut writes, mut text) = (Vec::new(), Vec::new(), String::from("{"));
-        for (k, (op, _)) in run.iter().enumerate() {
+        let mut flags = Vec::new();
+        for (k, (op, flat)) in run.iter().enumerate() {
             if let Op::ReadReducePackets { packets, dst, .. } = op {
                 reads.push(packets[0].1);
                 writes.push(*dst);
+                if !self.ll63() {
+                    flags.push(format!(
+                        "ll_flag(c, {}u)",
+                        self.occurrence(block, *flat, 0)?
+                    ));
+                }
                 let _ = write!(
                     text,
                     " Span d{k} = {}; Span p{k} = {};",
@@ -1337,14 +1355,25 @@ impl Gen<'_> {
         self.data_op_items(&reads, &writes);
         let n = run.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
-        let _ = write!(
-            text,
-            " u8* const d[{n}] = {{{}}}; u8* const p[{n}] = {{{}}}; const u64 m[{n}] = {{{}}}; unpack_packets63_multi<{n}>(c, d, p, m, {es}ull); }}",
+        let (d, p, m) = (
             list(&|k| format!("d{k}.p")),
             list(&|k| format!("p{k}.p")),
             list(&|k| format!("d{k}.n")),
         );
+        if self.ll63() {
+            let _ = write!(
+                text,
+                " u8* const d[{n}] = {{{d}}}; u8* const p[{n}] = {{{p}}}; const u64 m[{n}] = {{{m}}}; unpack_packets63_multi<{n}>(c, d, p, m, {es}ull); }}",
+            );
+        } else {
+            let _ = write!(
+                text,
+                " u8* const d[{n}] = {{{d}}}; const u8* const p[{n}] = {{{p}}}; const u32 f[{n}] = {{{}}}; const u64 m[{n}] = {{{m}}}; unpack_packets_multi<{n}>(c, d, p, f, m, {es}ull); }}",
+                flags.join(", ")
+            );
+        }
         self.line(&text);
+        Ok(())
     }
 
     /// Whether a `Copy` of `src` into `dst` (straight-line, no loop index) can run in
@@ -2275,6 +2304,26 @@ mod tests {
             red < bar && bar < body.find("finalize_avg").unwrap(),
             "{body}"
         );
+    }
+
+    /// The LL16 all-gather (and the two-shot all-reduce's second half) unpacks every
+    /// sender in one op, each sender's packets with its own flag.
+    #[test]
+    fn ll16_unpacks_of_several_senders_fuse() {
+        for (algo, n) in [
+            (Algorithm::AllGatherLl, 3u32),
+            (Algorithm::AllReduce2paLl, 4),
+        ] {
+            let plan = build(algo, &BuildParams::new(n)).unwrap();
+            for r in 0..n {
+                let s = generate_cuda(&plan, r, DataType::F16, RedOp::Sum)
+                    .unwrap()
+                    .source;
+                let call = format!("unpack_packets_multi<{}>(c, d, p, f, m, 2ull);", n - 1);
+                assert_eq!(s.matches(&call).count(), 1, "{s}");
+                assert!(s.contains("const u32 f["), "{s}");
+            }
+        }
     }
 
     #[test]

@@ -685,6 +685,49 @@ COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   return ok ? data : make_uint2(0, 0);
 }
 
+// a[q] with constant indices only (an unrolled select), so that a small array of
+// pointers or sizes stays in registers where q is known only at run time.
+template <typename T, u32 N>
+COMMHAL_DEVICE T pick(const T (&a)[N], u32 q) {
+  T r = a[0];
+#pragma unroll
+  for (u32 k = 1; k < N; ++k) {
+    if (q == k) r = a[k];
+  }
+  return r;
+}
+
+// The unpacks of NP senders' LL16 packets pk[q] (flag f[q]) into dst[q], chunks of n[q]
+// elements of esz bytes, one op: codegen fuses a run of single-source, no-local packet
+// reads (the all-gather's) into this, as the hand all-gather's gather, so every sender's
+// packets are waited for on different threads at once (op by op, each thread waited
+// for its packet of every sender in turn, and most threads of a CTA had none). The
+// items are every chunk's packets, chunk after chunk; a CTA takes its share of them
+// (share), its threads one packet each.
+template <u32 NP>
+COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], const u8* const (&pk)[NP],
+                                         const u32 (&f)[NP], const u64 (&n)[NP], u64 esz) {
+  u64 first[NP + 1];
+  first[0] = 0;
+#pragma unroll
+  for (u32 q = 0; q < NP; ++q) first[q + 1] = first[q] + (n[q] * esz + 7) / 8;
+  u64 lo, hi;
+  share(c, first[NP], 1, lo, hi);
+  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    u32 q = 0;
+    u64 k = i;
+#pragma unroll
+    for (u32 j = 1; j < NP; ++j) {
+      if (i >= first[j]) {
+        q = j;
+        k = i - first[j];
+      }
+    }
+    const uint2 v = packet_at(c, pick(pk, q), k, pick(f, q));
+    store_packet_data(pick(dst, q), pick(n, q) * esz, k, v);
+  }
+}
+
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet
 // area holds the chunk's bytes from its first packet. This CTA's share of the packets,
 // one 8-byte word of lanes at a time (dataops.h ll16_reduce, as the hand LL16 reduce):

@@ -233,18 +233,6 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
   reduce_put_packets63<DT, OP, NL, NP, 0>(c, dst, locals, pk, none, n, 0);
 }
 
-// a[q] with constant indices only (an unrolled select), so that a small array of
-// pointers or sizes stays in registers where q is known only at run time.
-template <typename T, u32 N>
-COMMHAL_DEVICE T ll63_pick(const T (&a)[N], u32 q) {
-  T r = a[0];
-#pragma unroll
-  for (u32 k = 1; k < N; ++k) {
-    if (q == k) r = a[k];
-  }
-  return r;
-}
-
 // The items of NP chunks of n[q] elements of esz bytes: every chunk's tiles, chunk after
 // chunk; a CTA takes its share of the items (plan.h share) and its warps take items
 // lo + w, lo + w + W, ...: body(q, t, lane) for tile t of chunk q, the whole warp
@@ -283,11 +271,11 @@ COMMHAL_DEVICE void put_packets63_scatter(const Ctx& c, u8* const (&dst)[NP],
                                           const u8* const (&src)[NP], const u64 (&n)[NP],
                                           u64 esz) {
   ll63_items(c, n, esz, [&](u32 q, u64 t, u32 lane) {
-    const u64 bytes = ll63_pick(n, q) * esz;
+    const u64 bytes = pick(n, q) * esz;
     u64 w[16];
-    ll63_load_tile(ll63_pick(src, q), bytes, t, lane, w);
+    ll63_load_tile(pick(src, q), bytes, t, lane, w);
     ll63_pack(w, lane);
-    ll63_send(ll63_pick(dst, q) + ll63_packet(t, lane), w);
+    ll63_send(pick(dst, q) + ll63_packet(t, lane), w);
     return true;
   });
 }
@@ -303,11 +291,11 @@ COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u
   const WaitBound b = bound(c);
   ll63_items(c, n, esz, [&](u32 q, u64 t, u32 lane) {
     u64 w[16];
-    u8* p = ll63_pick(pk, q) + ll63_packet(t, lane);
+    u8* p = pick(pk, q) + ll63_packet(t, lane);
     if (!ll63_wait<true>(p, w, b, nullptr)) return false;
     ll63_clear(p);
     ll63_unpack(w, lane);
-    ll63_store_tile(ll63_pick(dst, q), ll63_pick(n, q) * esz, t, lane, w);
+    ll63_store_tile(pick(dst, q), pick(n, q) * esz, t, lane, w);
     return true;
   });
 }
