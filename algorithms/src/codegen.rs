@@ -451,7 +451,7 @@ struct Gen<'a> {
     /// The item spaces of the fused LL63 runs so far ([`Split::Items`]): each one's
     /// chunks, in order (`None`: a list that matches no other).
     spaces: Vec<Option<Vec<Extent>>>,
-    /// This CTA stored LL63 packets since its last barrier ([`Gen::after_sends`]).
+    /// This CTA stored packets since its last barrier ([`Gen::after_sends`]).
     sent: bool,
 }
 
@@ -949,13 +949,13 @@ impl Gen<'_> {
                     self.line(&format!(
                         "{{ Span s = {s}; Span d = {d}; put_packets63(c, d.p, s.p, s.n, {es}ull); }}"
                     ));
-                    self.sent = true;
                 } else {
                     let occ = self.occurrence(block, flat, 0)?;
                     self.line(&format!(
                         "{{ Span s = {s}; Span d = {d}; put_packets(c, d.p, s.p, s.n, {es}ull, ll_flag(c, {occ}u)); }}"
                     ));
                 }
+                self.sent = true;
             }
             Op::ReadReducePackets {
                 packets,
@@ -1467,6 +1467,7 @@ impl Gen<'_> {
             f.join(", ")
         );
         self.line(&text);
+        self.sent = true;
         Ok(())
     }
 
