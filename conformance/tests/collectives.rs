@@ -56,7 +56,7 @@ fn child_entry() {
 /// Two virtual nodes as two processes: the port paths between processes.
 #[test]
 fn multi_node_algorithms_as_processes() {
-    let filter = ["algo=ring", "algo=2ph-ll", "algo=chain"];
+    let filter = ["algo=ring", "algo=2ph-ll", "algo=chain,"];
     let o = RunOptions::for_test("host-tcp", 2, Mode::Processes, &filter);
     let r = run(&o);
     println!("{}", r.table());
