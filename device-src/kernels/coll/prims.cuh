@@ -611,7 +611,12 @@ struct Prims<LL16, Pattern> {
     put_all<false>(bytes, src, dst, own);
   }
 
-  // Every sender's packets, unpacked to dst(rank, p).
+  // Every sender's packets, unpacked to dst(rank, p): items (sender k, packet i), sender
+  // after sender, so that on a grid of a thread per item (the all-gather's) every
+  // sender's packets are waited for at once. With a thread per packet each thread
+  // waited for its packet of every sender in turn: the generated all-gather plan, whose
+  // unpacks were already one item per thread, ran 0.73-0.92 of this kernel's time at
+  // 1-64 KiB on 4 x H100.
   template <typename Dst>
   COMMHAL_DEVICE void gather(u64 bytes, Dst dst) {
     const u32 np = Pattern::recvs(a);
@@ -630,8 +635,10 @@ struct Prims<LL16, Pattern> {
     const u64 npk = bytes / 8;
     const u64 gthreads = (u64)gridDim.x * blockDim.x;
     bool ok = true;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < npk; i += gthreads) {
-      for (u32 k = 0; k < np; ++k) pick(d, k)[i] = ll16_wait(pick(slot, k) + i * 16, flag, b, ok);
+    for (u64 j = (u64)blockIdx.x * blockDim.x + threadIdx.x; j < np * npk; j += gthreads) {
+      const u32 k = (u32)(j / npk);
+      const u64 i = j - k * npk;
+      pick(d, k)[i] = ll16_wait(pick(slot, k) + i * 16, flag, b, ok);
     }
   }
 

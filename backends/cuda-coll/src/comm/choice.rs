@@ -307,15 +307,14 @@ impl Comm {
                 let (b, t) = self.ll63_grid(items * layout::LL63_TILE_VECS * 16);
                 (Kernel::ReducescatterLl63, b, t)
             }
-            Collective::Allgather | Collective::Reducescatter if self.ll_per_peer(count * es) => {
+            Collective::Allgather if self.ll_per_peer(count * es) => {
+                // a thread per packet received: (n - 1) of every packet sent
+                let (blocks, threads) = self.ll_grid(count * es / 8 * u64::from(self.n - 1));
+                (Kernel::AllgatherLl, blocks, threads)
+            }
+            Collective::Reducescatter if self.ll_per_peer(count * es) => {
                 let (blocks, threads) = self.ll_grid(count * es / 8);
-                let k = pair(
-                    coll,
-                    Collective::Allgather,
-                    Kernel::AllgatherLl,
-                    Kernel::ReducescatterLl,
-                );
-                (k, blocks, threads)
+                (Kernel::ReducescatterLl, blocks, threads)
             }
             Collective::Allgather | Collective::Reducescatter
                 if self.ring(coll, count * es * u64::from(self.n)) =>
