@@ -119,22 +119,10 @@ pub fn reducescatter_ll(nranks: u32, in_place: bool) -> Result<Plan, AlgoError> 
 /// unpacks them into its output. One block; scratch `1 × count`, rotated over 2. The
 /// root is a one-way sender: see the module docs for why it cannot overrun a receiver.
 pub fn broadcast_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan, AlgoError> {
-    check_n(nranks, "broadcast_ll")?;
-    if root >= nranks {
-        return Err(AlgoError::Invalid(format!(
-            "broadcast_ll: root {root} is not a rank of {nranks}"
-        )));
-    }
-    let mut plan = Plan::new(Collective::Broadcast, "broadcast-ll", nranks, in_place);
-    plan.root = Some(root);
+    let mut plan = packet_broadcast("broadcast-ll", nranks, root, in_place)?;
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
-    plan.scratch = BufferSpec {
-        factor: 1,
-        chunks: 1,
-    };
-    plan.scratch_rotation = 2;
     for p in others(nranks, root) {
         push(&mut plan, root, 0, put_packets(p, MEM, 0, inp(0), scr(0)));
         push(
@@ -169,27 +157,10 @@ pub fn broadcast_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan, Algo
 /// `reduce_put_packets63`), so a tile moves on as soon as it lands: the hand kernels'
 /// LL63 chain (recv_copy_send), one hop per rank instead of the root's n − 1 puts.
 pub fn broadcast_chain_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan, AlgoError> {
-    check_n(nranks, "broadcast_chain_ll")?;
-    if root >= nranks {
-        return Err(AlgoError::Invalid(format!(
-            "broadcast_chain_ll: root {root} is not a rank of {nranks}"
-        )));
-    }
-    let mut plan = Plan::new(
-        Collective::Broadcast,
-        "broadcast-chain-ll",
-        nranks,
-        in_place,
-    );
-    plan.root = Some(root);
+    let mut plan = packet_broadcast("broadcast-chain-ll", nranks, root, in_place)?;
     if nranks == 1 {
         return Ok(single_rank(plan));
     }
-    plan.scratch = BufferSpec {
-        factor: 1,
-        chunks: 1,
-    };
-    plan.scratch_rotation = 2;
     for pos in 0..nranks {
         let r = (root + pos) % nranks;
         let (prev, next) = ((r + nranks - 1) % nranks, (r + 1) % nranks);
@@ -221,6 +192,33 @@ pub fn broadcast_chain_ll(nranks: u32, root: u32, in_place: bool) -> Result<Plan
         if pos + 1 < nranks {
             push(&mut plan, r, 0, put_packets(next, MEM, 0, out(0), scr(0)));
         }
+    }
+    Ok(plan)
+}
+
+/// The start of a packet broadcast plan (`name` also names the builder in errors): the
+/// root checked, and, from two ranks, one scratch chunk of the buffer's size in two
+/// copies (the receivers' packet areas).
+fn packet_broadcast(
+    name: &'static str,
+    nranks: u32,
+    root: u32,
+    in_place: bool,
+) -> Result<Plan, AlgoError> {
+    check_n(nranks, name)?;
+    if root >= nranks {
+        return Err(AlgoError::Invalid(format!(
+            "{name}: root {root} is not a rank of {nranks}"
+        )));
+    }
+    let mut plan = Plan::new(Collective::Broadcast, name, nranks, in_place);
+    plan.root = Some(root);
+    if nranks > 1 {
+        plan.scratch = BufferSpec {
+            factor: 1,
+            chunks: 1,
+        };
+        plan.scratch_rotation = 2;
     }
     Ok(plan)
 }

@@ -697,23 +697,21 @@ COMMHAL_DEVICE T pick(const T (&a)[N], u32 q) {
   return r;
 }
 
-// The unpacks of NP senders' LL16 packets pk[q] (flag f[q]) into dst[q], chunks of n[q]
-// elements of esz bytes, one op: codegen fuses a run of single-source, no-local packet
-// reads (the all-gather's) into this, as the hand all-gather's gather, so every sender's
-// packets are waited for on different threads at once (op by op, each thread waited
-// for its packet of every sender in turn, and most threads of a CTA had none). The
-// items are every chunk's packets, chunk after chunk; a CTA takes its share of them
-// (share), its threads one packet each.
-template <u32 NP>
-COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], const u8* const (&pk)[NP],
-                                         const u32 (&f)[NP], const u64 (&n)[NP], u64 esz) {
+// The items of NP chunks of n[q] elements of esz bytes, `unit` bytes an item: every
+// chunk's items, chunk after chunk; a CTA takes its share of them (share) and its
+// workers (threads or warps: `worker` of `workers`) take items lo + worker,
+// lo + worker + workers, ...: body(q, k) for item k of chunk q; body returns false to
+// stop (a failed wait). The fused multi-chunk packet ops walk their items so.
+template <u32 NP, typename Body>
+COMMHAL_DEVICE void chunk_items(const Ctx& c, const u64 (&n)[NP], u64 esz, u64 unit, u32 worker,
+                                u32 workers, Body body) {
   u64 first[NP + 1];
   first[0] = 0;
 #pragma unroll
-  for (u32 q = 0; q < NP; ++q) first[q + 1] = first[q] + (n[q] * esz + 7) / 8;
+  for (u32 q = 0; q < NP; ++q) first[q + 1] = first[q] + (n[q] * esz + unit - 1) / unit;
   u64 lo, hi;
   share(c, first[NP], 1, lo, hi);
-  for (u64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+  for (u64 i = lo + worker; i < hi; i += workers) {
     u32 q = 0;
     u64 k = i;
 #pragma unroll
@@ -723,9 +721,24 @@ COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], con
         k = i - first[j];
       }
     }
+    if (!body(q, k)) return;
+  }
+}
+
+// The unpacks of NP senders' LL16 packets pk[q] (flag f[q]) into dst[q], chunks of n[q]
+// elements of esz bytes, one op: codegen fuses a run of single-source, no-local packet
+// reads (the all-gather's) into this, as the hand all-gather's gather, so every sender's
+// packets are waited for on different threads at once (op by op, each thread waited
+// for its packet of every sender in turn, and most threads of a CTA had none). A
+// thread per packet (chunk_items).
+template <u32 NP>
+COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], const u8* const (&pk)[NP],
+                                         const u32 (&f)[NP], const u64 (&n)[NP], u64 esz) {
+  chunk_items(c, n, esz, 8, threadIdx.x, blockDim.x, [&](u32 q, u64 k) {
     const uint2 v = packet_at(c, pick(pk, q), k, pick(f, q));
     store_packet_data(pick(dst, q), pick(n, q) * esz, k, v);
-  }
+    return true;
+  });
 }
 
 // dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet

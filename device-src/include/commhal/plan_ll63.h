@@ -28,7 +28,8 @@
 // CTA barrier, as for LL16), while an op that splits elements (copy, reduce) maps them
 // otherwise (codegen: a replica sync between the two kinds on one range). Codegen
 // fuses a run of puts of several chunks, or of unpacks of several senders, into one op
-// over all their tiles (ll63_items), which maps them like no other op. The host runs a
+// over all their tiles (ll63_items), which maps them like no other op but a run over the
+// same chunks in the same order (codegen Split::Items). The host runs a
 // warp per tile, spread over as many CTAs as there are SMs before a CTA takes a second
 // warp (plan_exec.rs plan_grid, as the hand kernels' layout::ll63_grid): an SM's share
 // of the link traffic limits these kernels. Waits are eager (commhal/ll63.h): a warp
@@ -234,31 +235,14 @@ COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&lo
 }
 
 // The items of NP chunks of n[q] elements of esz bytes: every chunk's tiles, chunk after
-// chunk; a CTA takes its share of the items (plan.h share) and its warps take items
-// lo + w, lo + w + W, ...: body(q, t, lane) for tile t of chunk q, the whole warp
-// converged; body returns false to stop (a failed wait).
+// chunk, a warp per tile (plan.h chunk_items: a CTA takes its share of the items and its
+// warps take items lo + w, lo + w + W, ...): body(q, t, lane) for tile t of chunk q, the
+// whole warp converged; body returns false to stop (a failed wait).
 template <u32 NP, typename Body>
 COMMHAL_DEVICE void ll63_items(const Ctx& c, const u64 (&n)[NP], u64 esz, Body body) {
-  u64 first[NP + 1];
-  first[0] = 0;
-#pragma unroll
-  for (u32 q = 0; q < NP; ++q)
-    first[q + 1] = first[q] + (n[q] * esz + PLAN_LL63_TILE_BYTES - 1) / PLAN_LL63_TILE_BYTES;
-  u64 lo, hi;
-  share(c, first[NP], 1, lo, hi);
-  const u32 lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  for (u64 i = lo + threadIdx.x / 32; i < hi; i += warps) {
-    u32 q = 0;
-    u64 t = i;
-#pragma unroll
-    for (u32 k = 1; k < NP; ++k) {
-      if (i >= first[k]) {
-        q = k;
-        t = i - first[k];
-      }
-    }
-    if (!body(q, t, lane)) return;
-  }
+  const u32 lane = threadIdx.x % 32;
+  chunk_items(c, n, esz, PLAN_LL63_TILE_BYTES, threadIdx.x / 32, blockDim.x / 32,
+              [&](u32 q, u64 t) { return body(q, t, lane); });
 }
 
 // The LL63 puts of NP chunks src[q] (n[q] elements of esz bytes) into packet areas
