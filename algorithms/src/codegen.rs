@@ -969,19 +969,7 @@ impl Gen<'_> {
                         packets.len()
                     )));
                 }
-                let mut reads: Vec<ChunkRef> = local.clone();
-                reads.extend(packets.iter().map(|p| p.1));
-                let (worst, r, w) = self.hazard(&reads, &[*dst], iterations, self.packet_split());
-                self.sync_for(self.after_sends(worst, reads.len()), r, w);
-                let d = self.span(dst, me, looped, false);
-                let l: Vec<String> = local
-                    .iter()
-                    .map(|c| format!("{}.p", self.span(c, me, looped, false)))
-                    .collect();
-                let p: Vec<String> = packets
-                    .iter()
-                    .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
-                    .collect();
+                let (d, l, p) = self.read_reduce_operands(local, packets, dst, iterations, looped);
                 let nl = l.len();
                 let l = if l.is_empty() {
                     "nullptr".to_string()
@@ -1125,6 +1113,33 @@ impl Gen<'_> {
         if puts > 0 && len >= 2 { len } else { 0 }
     }
 
+    /// A packet read-reduce's sync (what its data needs, and [`Gen::after_sends`]) and
+    /// its operands: the destination's span, the locals' and the packet areas' pointers.
+    fn read_reduce_operands(
+        &mut self,
+        local: &[ChunkRef],
+        packets: &[(u32, ChunkRef)],
+        dst: &ChunkRef,
+        iterations: u32,
+        looped: bool,
+    ) -> (String, Vec<String>, Vec<String>) {
+        let me = self.me;
+        let mut reads: Vec<ChunkRef> = local.to_vec();
+        reads.extend(packets.iter().map(|p| p.1));
+        let (worst, r, w) = self.hazard(&reads, &[*dst], iterations, self.packet_split());
+        self.sync_for(self.after_sends(worst, reads.len()), r, w);
+        let d = self.span(dst, me, looped, false);
+        let l = local
+            .iter()
+            .map(|c| format!("{}.p", self.span(c, me, looped, false)))
+            .collect();
+        let p = packets
+            .iter()
+            .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
+            .collect();
+        (d, l, p)
+    }
+
     /// The length of the run at the start of `ops` that fuses into one
     /// `reduce_put_packets63` (plan_ll63.h), or 0: in an LL63 plan, a
     /// `ReadReducePackets` into a chunk, at most avg's `Finalize` of it, then puts of that
@@ -1191,19 +1206,8 @@ impl Gen<'_> {
         puts.sort_by_key(|p| (p.0 + nr - me - 1) % nr);
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
-        let mut reads: Vec<ChunkRef> = local.clone();
-        reads.extend(packets.iter().map(|p| p.1));
-        let (worst, r, w) = self.hazard(&reads, &[*dst], 1, Split::Tiles);
-        self.sync_for(self.after_sends(worst, reads.len()), r, w);
-        let mut text = format!("{{ Span d = {};", self.span(dst, me, false, false));
-        let l: Vec<String> = local
-            .iter()
-            .map(|c| format!("{}.p", self.span(c, me, false, false)))
-            .collect();
-        let p: Vec<String> = packets
-            .iter()
-            .map(|(_, c)| format!("{}.p", self.span(c, me, false, true)))
-            .collect();
+        let (d, l, p) = self.read_reduce_operands(local, packets, dst, 1, false);
+        let mut text = format!("{{ Span d = {d};");
         let q: Vec<String> = puts
             .iter()
             .map(|(peer, area)| format!("{}.p", self.span(area, *peer, false, true)))
