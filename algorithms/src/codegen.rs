@@ -387,12 +387,13 @@ enum Split {
     /// In LL63 tiles (plan_ll63.h `ll63_share`): LL63 packet ops, and an LL63 plan's
     /// finalize and the copy fused into its puts.
     Tiles,
-    /// Items of several chunks at once (plan_ll63.h `ll63_items`: the fused
-    /// `put_packets63_scatter` and `unpack_packets63_multi`), in the item space with
-    /// this id ([`Gen::item_space`]): the list of chunks, in order, that the op walks on
-    /// this side. Two ops of one space map every element of a chunk to the same warp
-    /// and lane (the mapping depends only on the chunks' sizes); ops of different
-    /// spaces map them unlike each other and unlike any other op.
+    /// Items of several chunks at once (plan.h `chunk_items`: the fused
+    /// `put_packets63_scatter` and `unpack_packets63_multi` a warp per LL63 tile, the
+    /// LL16 `unpack_packets_multi` a thread per packet; a plan has one format), in the
+    /// item space with this id ([`Gen::item_space`]): the list of chunks, in order, that
+    /// the op walks on this side. Two ops of one space map every element of a chunk to
+    /// the same warp and lane (the mapping depends only on the chunks' sizes); ops of
+    /// different spaces map them unlike each other and unlike any other op.
     Items(u32),
 }
 
@@ -448,7 +449,7 @@ struct Gen<'a> {
     far: u32,
     /// Far ranks this block pushed puts to that were not flushed yet (bit p).
     unflushed: u32,
-    /// The item spaces of the fused LL63 runs so far ([`Split::Items`]): each one's
+    /// The item spaces of the fused runs so far ([`Split::Items`]): each one's
     /// chunks, in order (`None`: a list that matches no other).
     spaces: Vec<Option<Vec<Extent>>>,
     /// This CTA stored packets since its last barrier ([`Gen::after_sends`]).
@@ -637,8 +638,8 @@ impl Gen<'_> {
         }
     }
 
-    /// [`Gen::data_op`] for a fused LL63 run: its reads and writes, each side in its
-    /// item space.
+    /// [`Gen::data_op`] for a fused run: its reads and writes, each side in its item
+    /// space.
     fn data_op_items(&mut self, reads: &[ChunkRef], writes: &[ChunkRef]) {
         let rs = self.item_space(reads);
         let ws = self.item_space(writes);
