@@ -610,11 +610,7 @@ pub fn derive(sweeps: &[Sweep]) -> Derived {
         if let Some(s) = find(c)
             && let Some(k) = s.candidates.iter().position(|c| *c == "ll63")
         {
-            if gather {
-                d.allgather_ll63(&s.sizes, &s.times, k);
-            } else {
-                d.reducescatter_ll63(&s.sizes, &s.times, k);
-            }
+            d.gather_scatter_ll63(gather, &s.sizes, &s.times, k);
         }
     }
     let (ag, rs) = (find(Collective::Allgather), find(Collective::Reducescatter));

@@ -343,23 +343,28 @@ impl Derived {
         }
     }
 
-    /// The LL63 all-gather's window from an all-gather sweep whose column `col` is the
-    /// LL63 kernel: a window, not a step (the selector asks it before the LL16 kernel),
+    /// The LL63 all-gather's (`gather`) or reduce-scatter's window from that
+    /// collective's sweep whose column `col` is the LL63 kernel (over the output or the
+    /// input): a window, not a step (the selector asks it before the LL16 kernel),
     /// spanning the sizes where LL63 was the fastest of all columns (both 0: never; no
     /// LL63 time at all: not measured).
-    pub fn allgather_ll63(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) {
+    pub fn gather_scatter_ll63(
+        &mut self,
+        gather: bool,
+        sizes: &[u64],
+        times: &[Vec<Option<f64>>],
+        col: usize,
+    ) {
         if let Some((min, max)) = window(sizes, times, col) {
-            self.allgather_ll63_min = Some(min);
-            self.allgather_ll63_max = Some(max);
-        }
-    }
-
-    /// The LL63 reduce-scatter's window from a reduce-scatter sweep whose column `col`
-    /// is the LL63 kernel (over the input), as [`Derived::allgather_ll63`].
-    pub fn reducescatter_ll63(&mut self, sizes: &[u64], times: &[Vec<Option<f64>>], col: usize) {
-        if let Some((min, max)) = window(sizes, times, col) {
-            self.reducescatter_ll63_min = Some(min);
-            self.reducescatter_ll63_max = Some(max);
+            let (lo, hi) = if gather {
+                (&mut self.allgather_ll63_min, &mut self.allgather_ll63_max)
+            } else {
+                (
+                    &mut self.reducescatter_ll63_min,
+                    &mut self.reducescatter_ll63_max,
+                )
+            };
+            (*lo, *hi) = (Some(min), Some(max));
         }
     }
 
@@ -744,20 +749,20 @@ mod tests {
             t(&[0.0, 300.0, 280.0, 0.0]),
         ];
         let mut d = Derived::default();
-        d.allgather_ll63(&sizes, &times, 3);
+        d.gather_scatter_ll63(true, &sizes, &times, 3);
         assert_eq!(
             (d.allgather_ll63_min, d.allgather_ll63_max),
             (Some(128 << 10), Some(8 << 20))
         );
         // ran, never fastest: never; never ran: not measured
         let mut d = Derived::default();
-        d.allgather_ll63(&sizes[..1], &times[..1], 3);
+        d.gather_scatter_ll63(true, &sizes[..1], &times[..1], 3);
         assert_eq!(
             (d.allgather_ll63_min, d.allgather_ll63_max),
             (Some(0), Some(0))
         );
         let mut d = Derived::default();
-        d.allgather_ll63(&sizes[5..], &times[5..], 3);
+        d.gather_scatter_ll63(true, &sizes[5..], &times[5..], 3);
         assert_eq!((d.allgather_ll63_min, d.allgather_ll63_max), (None, None));
     }
 
@@ -782,7 +787,7 @@ mod tests {
             t(&[0.0, 300.0, 280.0, 290.0, 0.0]),
         ];
         let mut d = Derived::default();
-        d.reducescatter_ll63(&sizes, &times, 4);
+        d.gather_scatter_ll63(false, &sizes, &times, 4);
         assert_eq!(
             (d.reducescatter_ll63_min, d.reducescatter_ll63_max),
             (Some(1 << 20), Some(16 << 20))
