@@ -971,12 +971,7 @@ impl Gen<'_> {
                     )));
                 }
                 let (d, l, p) = self.read_reduce_operands(local, packets, dst, iterations, looped);
-                let nl = l.len();
-                let l = if l.is_empty() {
-                    "nullptr".to_string()
-                } else {
-                    l.join(", ")
-                };
+                let nl = local.len();
                 if self.ll63() {
                     // no flags: the valid bits; the reader clears the packets (u8*)
                     self.line(&format!(
@@ -1043,37 +1038,29 @@ impl Gen<'_> {
     }
 
     /// Straight-line ops of a block (outside C++ loops; `flat` = each one's index among
-    /// the block's flattened ops): runs that [`Gen::packet_run`], [`Gen::scatter_run`]
-    /// or [`Gen::unpack_run`] find go out as one fused op each, every other op as itself.
+    /// the block's flattened ops): runs that [`Gen::reduce_put_run`],
+    /// [`Gen::packet_run`], [`Gen::scatter_run`] or [`Gen::unpack_run`] find (asked in
+    /// that order) go out as one fused op each, every other op as itself.
     fn straight(&mut self, ops: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
         let mut i = 0;
         while i < ops.len() {
             let rest = &ops[i..];
-            let n = self.reduce_put_run(rest);
-            if n > 0 {
+            i += if let n @ 1.. = self.reduce_put_run(rest) {
                 self.reduce_put_packets63(&rest[..n])?;
-                i += n;
-                continue;
-            }
-            let n = self.packet_run(rest);
-            if n > 0 {
+                n
+            } else if let n @ 1.. = self.packet_run(rest) {
                 self.put_packets_multi(&rest[..n], block)?;
-                i += n;
-                continue;
-            }
-            let n = self.scatter_run(rest);
-            if n > 0 {
+                n
+            } else if let n @ 1.. = self.scatter_run(rest) {
                 self.put_packets63_scatter(&rest[..n])?;
-                i += n;
-                continue;
-            }
-            let n = self.unpack_run(rest);
-            if n > 0 {
+                n
+            } else if let n @ 1.. = self.unpack_run(rest) {
                 self.unpack_packets_multi(&rest[..n], block)?;
+                n
             } else {
                 self.op(&rest[0].0, block, rest[0].1, false, 1)?;
-            }
-            i += n.max(1);
+                1
+            };
         }
         Ok(())
     }
@@ -1114,8 +1101,20 @@ impl Gen<'_> {
         if puts > 0 && len >= 2 { len } else { 0 }
     }
 
+    /// The order of `peer` among this rank's peers, counted from the next rank: fused
+    /// puts store each tile to the peers in that order, as the hand kernels, so that
+    /// the ranks start on different peers and no rank's links take every sender's first
+    /// stores (the 4-rank LL63 all-gather: 1.06-1.26 of the hand kernel's time at
+    /// 1-8 MiB with every rank starting on the same peer, 0.98-1.01 so).
+    fn peer_order(&self, peer: u32) -> u32 {
+        let n = self.plan.nranks;
+        (peer + n - self.me - 1) % n
+    }
+
     /// A packet read-reduce's sync (what its data needs, and [`Gen::after_sends`]) and
-    /// its operands: the destination's span, the locals' and the packet areas' pointers.
+    /// its operands: the destination's span, the locals' pointers as an array
+    /// initializer (`nullptr` for none: the array has at least one entry), and the
+    /// packet areas' pointers.
     fn read_reduce_operands(
         &mut self,
         local: &[ChunkRef],
@@ -1123,17 +1122,22 @@ impl Gen<'_> {
         dst: &ChunkRef,
         iterations: u32,
         looped: bool,
-    ) -> (String, Vec<String>, Vec<String>) {
+    ) -> (String, String, Vec<String>) {
         let me = self.me;
         let mut reads: Vec<ChunkRef> = local.to_vec();
         reads.extend(packets.iter().map(|p| p.1));
         let (worst, r, w) = self.hazard(&reads, &[*dst], iterations, self.packet_split());
         self.sync_for(self.after_sends(worst, reads.len()), r, w);
         let d = self.span(dst, me, looped, false);
-        let l = local
+        let l: Vec<String> = local
             .iter()
             .map(|c| format!("{}.p", self.span(c, me, looped, false)))
             .collect();
+        let l = if l.is_empty() {
+            "nullptr".to_string()
+        } else {
+            l.join(", ")
+        };
         let p = packets
             .iter()
             .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
@@ -1182,7 +1186,6 @@ impl Gen<'_> {
     /// A run of [`Gen::reduce_put_run`] as one `reduce_put_packets63`: first the puts'
     /// done-word wait, then the sync the reduce needs.
     fn reduce_put_packets63(&mut self, run: &[(Op, usize)]) -> Result<(), AlgoError> {
-        let me = self.me;
         let (
             Op::ReadReducePackets {
                 packets,
@@ -1202,9 +1205,7 @@ impl Gen<'_> {
                 _ => None,
             })
             .collect();
-        // from the next rank on, as put_packets_multi
-        let nr = self.plan.nranks;
-        puts.sort_by_key(|p| (p.0 + nr - me - 1) % nr);
+        puts.sort_by_key(|p| self.peer_order(p.0));
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
         let (d, l, p) = self.read_reduce_operands(local, packets, dst, 1, false);
@@ -1213,12 +1214,7 @@ impl Gen<'_> {
             .iter()
             .map(|(peer, area)| format!("{}.p", self.span(area, *peer, false, true)))
             .collect();
-        let (nl, np, nq) = (l.len(), p.len(), q.len());
-        let l = if l.is_empty() {
-            "nullptr".to_string()
-        } else {
-            l.join(", ")
-        };
+        let (nl, np, nq) = (local.len(), p.len(), q.len());
         let _ = write!(
             text,
             " const u8* const l[{}] = {{{l}}}; u8* const p[{np}] = {{{}}}; u8* const q[{nq}] = {{{}}}; reduce_put_packets63<DT, OP, {nl}u, {np}u, {nq}u>(c, d.p, l, p, q, d.n, {}u); }}",
@@ -1426,11 +1422,7 @@ impl Gen<'_> {
                 puts.push((*peer, *src, *dst, occ));
             }
         }
-        // Each warp stores to the peers in turn: from the next rank on, as the hand
-        // kernels, so that the ranks start on different peers and no rank's links take
-        // every sender's first stores.
-        let nr = self.plan.nranks;
-        puts.sort_by_key(|p| (p.0 + nr - me - 1) % nr);
+        puts.sort_by_key(|p| self.peer_order(p.0));
         let src = puts[0].1;
         if copy.is_some() {
             self.flush_far(u32::MAX);
