@@ -439,13 +439,19 @@ impl PlanExec {
     /// As [`PlanExec::replicas`], one CTA per `per_cta` bytes.
     fn replicas_for(&self, blocks: u32, bytes: u64, per_cta: u64) -> u32 {
         let blocks = blocks.max(1);
-        let most = (self.sms / blocks).clamp(1, MAX_PARTS);
+        let most = self.most_replicas(blocks);
         let want = self.replicas_env.unwrap_or_else(|| {
             bytes
                 .div_ceil(u64::from(blocks) * per_cta)
                 .clamp(1, u64::from(MAX_PARTS)) as u32
         });
         want.clamp(1, most)
+    }
+
+    /// CTAs a plan block may have on `blocks` blocks: the SMs shared among them, at
+    /// most [`MAX_PARTS`].
+    fn most_replicas(&self, blocks: u32) -> u32 {
+        (self.sms / blocks.max(1)).clamp(1, MAX_PARTS)
     }
 
     /// CTAs per plan block and threads per CTA for `plan`: packet plans take one LL16
@@ -461,9 +467,8 @@ impl PlanExec {
             let per_block = bytes
                 .div_ceil(u64::from(blocks.max(1)))
                 .next_multiple_of(16);
-            let ctas = (self.sms / blocks.max(1)).clamp(1, MAX_PARTS);
             let most = self.threads.min(codegen::MAX_LL63_THREADS);
-            let (_, threads) = layout::ll63_grid(per_block, most, ctas);
+            let (_, threads) = layout::ll63_grid(per_block, most, self.most_replicas(blocks));
             let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
             (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if plan.uses_packets() {
