@@ -175,6 +175,16 @@ COMMHAL_DEVICE void put_packets63(const Ctx& c, u8* dst, const u8* src, u64 n, u
   put_packets63_multi<1>(c, d, src, n, esz, nullptr);
 }
 
+// This lane's data words of the tile whose packets start at p (this lane's first),
+// waited for eagerly, then cleared so the area reads as zeros for its next use. false:
+// the wait gave up (the warp's verdict, commhal/ll63.h ll63_wait).
+COMMHAL_DEVICE bool ll63_take(u8* p, u64 (&w)[16], const WaitBound& b, u32 lane) {
+  if (!ll63_wait<true>(p, w, b, nullptr)) return false;
+  ll63_clear(p);
+  ll63_unpack(w, lane);
+  return true;
+}
+
 // dst = locals[0] (op) ... (op) packets[0] (op) ...: n elements, tile by tile (plan.h
 // reduce_packets' LL63 form): the NL locals loaded and reduced first, so that their
 // latency hides behind the waits, then each of the NP packet areas in order, waited
@@ -205,10 +215,7 @@ COMMHAL_DEVICE void reduce_put_packets63(const Ctx& c, u8* dst,
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) {
       u64 w[16];
-      u8* p = pk[k] + ll63_packet(t, lane);
-      if (!ll63_wait<true>(p, w, b, nullptr)) return false;
-      ll63_clear(p);
-      ll63_unpack(w, lane);
+      if (!ll63_take(pk[k] + ll63_packet(t, lane), w, b, lane)) return false;
 #pragma unroll
       for (int i = 0; i < 16; ++i) acc[i] = NL == 0 && k == 0 ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
     }
@@ -275,10 +282,7 @@ COMMHAL_DEVICE void unpack_packets63_multi(const Ctx& c, u8* const (&dst)[NP], u
   const WaitBound b = bound(c);
   ll63_items(c, n, esz, [&](u32 q, u64 t, u32 lane) {
     u64 w[16];
-    u8* p = pick(pk, q) + ll63_packet(t, lane);
-    if (!ll63_wait<true>(p, w, b, nullptr)) return false;
-    ll63_clear(p);
-    ll63_unpack(w, lane);
+    if (!ll63_take(pick(pk, q) + ll63_packet(t, lane), w, b, lane)) return false;
     ll63_store_tile(pick(dst, q), pick(n, q) * esz, t, lane, w);
     return true;
   });
