@@ -1670,7 +1670,7 @@ pub fn generate_cuda(
     };
     let _ = writeln!(
         src,
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = blockIdx.x / a.replicas;"
+        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = c.block;"
     );
     src.push_str(&publish_lines(rank, &done));
     let far_hs = far_handshake_peers(plan, rank, far);

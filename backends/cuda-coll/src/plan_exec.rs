@@ -84,9 +84,24 @@ pub struct PlanArgs {
     pub flags: u32,
     /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
     pub ports: u64,
+    /// [`replicas_inverse`] of `replicas`: plan.h divides by the replicas with a
+    /// multiply.
+    pub replicas_inv: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<PlanArgs>() == 240);
+const _: () = assert!(std::mem::size_of::<PlanArgs>() == 248);
+
+/// ceil(2^64 / r) for r >= 2 (0 for r < 2): plan.h's `div_parts` takes floor(x / r)
+/// as the high 64 bits of x * this, exact for x < 2^57 and r <= 128 (the error term
+/// x * (this * r - 2^64) / 2^64 stays below 1 / r). A runtime 32-bit division costs
+/// some 15 dependent instructions before a CTA's first packet, in every data op.
+pub fn replicas_inverse(r: u32) -> u64 {
+    if r < 2 {
+        0
+    } else {
+        u64::MAX / u64::from(r) + 1
+    }
+}
 
 /// Which ranks a communicator's plans reach over port channels instead of the SMs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -591,6 +606,7 @@ impl PlanExec {
             scratch_copy_bytes: stride,
             spin_ns: self.spin_ns,
             replicas,
+            replicas_inv: replicas_inverse(replicas),
             ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
             flags: 0,
@@ -740,6 +756,26 @@ mod tests {
             dtype: DataType::F16,
             blocks: 1,
         }
+    }
+
+    /// plan.h's division by the replicas: the high half of x * replicas_inverse(r) is
+    /// x / r for every replica count and x below 2^57 (the edges of each quotient).
+    #[test]
+    fn replicas_inverse_divides_exactly() {
+        let div = |x: u64, r: u32| ((u128::from(x) * u128::from(replicas_inverse(r))) >> 64) as u64;
+        for r in 2..=MAX_PARTS {
+            let r64 = u64::from(r);
+            let top = (1u64 << 57) - 1;
+            let mut xs: Vec<u64> = (0..4096).collect();
+            for q in [1u64, 7, 1 << 20, 1 << 32, (1 << 50) + 3, top / r64] {
+                xs.extend([q * r64 - 1, q * r64, q * r64 + 1, q * r64 + r64 - 1]);
+            }
+            xs.extend([top - 1, top]);
+            for x in xs.into_iter().filter(|&x| x <= top) {
+                assert_eq!(div(x, r), x / r64, "x {x}, r {r}");
+            }
+        }
+        assert_eq!(replicas_inverse(1), 0);
     }
 
     #[test]

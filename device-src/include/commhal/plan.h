@@ -103,8 +103,9 @@ struct PlanArgs {
   u32 rank;                    // this rank
   u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
+  u64 replicas_inv;            // ceil(2^64 / replicas) (0 for one replica): div_parts
 };
-static_assert(sizeof(PlanArgs) == 240, "PlanArgs layout");
+static_assert(sizeof(PlanArgs) == 248, "PlanArgs layout");
 // The plan launch before this one on this rank ran this same plan (same kernel, in the
 // same stream context: not the first launch of a graph capture, nor an eager launch on a
 // communicator whose plans were ever captured). In it every scratch writer that is not
@@ -170,6 +171,8 @@ struct Ctx {
   u64 hi;     // (epoch + 1) << 32: the high half of this launch's flag values
   u64 scr;    // offset of this invocation's scratch copy inside a plan area
   u32 flag;   // ll_flag(c, 0): this launch's packet flag base, computed once
+  u64 inv;    // a.replicas_inv
+  u32 block;  // this CTA's plan block
   u32 part;   // this CTA's index within its plan block
   u32 parts;  // replicas
   u32 nbar;   // barriers passed in this invocation
@@ -178,6 +181,13 @@ struct Ctx {
 
 COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
   return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_STATE_OFF);
+}
+
+// floor(u / replicas), for u < 2^57: the high half of u * ceil(2^64 / replicas) (the
+// host's replicas_inverse, which checks that it is exact). A runtime division took some
+// 15 dependent instructions before a CTA's first store, in every data op.
+COMMHAL_DEVICE u64 div_parts_floor(const Ctx& c, u64 u) {
+  return c.parts == 1 ? u : __umul64hi(u, c.inv);
 }
 
 // Start of every generated kernel (commhal/launch.h, as the hand kernels start):
@@ -192,8 +202,10 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   // copy (launch parity): consecutive plan launches, of any plan, use different copies
   c.scr = PLAN_DATA_OFF + (c.epoch & 1) * a.scratch_copy_bytes;
   c.flag = (u32)((c.epoch % 0xFFFFFFull) << 8) + 1;
-  c.part = blockIdx.x % a.replicas;
   c.parts = a.replicas;
+  c.inv = a.replicas_inv;
+  c.block = (u32)div_parts_floor(c, blockIdx.x);
+  c.part = blockIdx.x - c.block * c.parts;
   c.nbar = 0;
   c.ngrp = 0;
   return c;
@@ -238,11 +250,8 @@ COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first
   return packets_of(base, esz, first, first * total / nchunks, (first + cnt) * total / nchunks);
 }
 
-// ceil(u / parts); no division for a single part (every small message).
-COMMHAL_DEVICE u64 div_parts(const Ctx& c, u64 u) {
-  if (c.parts == 1) return u;
-  return (u + c.parts - 1) / c.parts;
-}
+// ceil(u / parts), for u < 2^57 (div_parts_floor).
+COMMHAL_DEVICE u64 div_parts(const Ctx& c, u64 u) { return div_parts_floor(c, u + c.parts - 1); }
 
 // This CTA's share [lo, hi) of n units, cut at multiples of `align` units (a power of
 // two): ceil(ceil(n / align) / parts) aligns, which equals ceil(ceil(n / parts) / align).
