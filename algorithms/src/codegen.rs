@@ -1052,7 +1052,7 @@ impl Gen<'_> {
                 self.put_packets_multi(&rest[..n], block)?;
                 n
             } else if let n @ 1.. = self.scatter_run(rest) {
-                self.put_packets63_scatter(&rest[..n])?;
+                self.put_packets_scatter(&rest[..n], block)?;
                 n
             } else if let n @ 1.. = self.unpack_run(rest) {
                 self.unpack_packets_multi(&rest[..n], block)?;
@@ -1267,22 +1267,22 @@ impl Gen<'_> {
     }
 
     /// The length of the run at the start of `ops` that fuses into one
-    /// `put_packets63_scatter` (plan_ll63.h), or 0: in an LL63 plan, at least two
-    /// consecutive `PutPackets` to near peers, of pairwise different source chunks
-    /// (puts of one source fuse into `put_packets_multi` instead) into different
-    /// packet areas.
+    /// `put_packets63_scatter` (plan_ll63.h) or `put_packets_scatter` (plan.h), or 0: at
+    /// least two consecutive `PutPackets` to near peers, of pairwise different source
+    /// chunks (puts of one source fuse into `put_packets_multi` instead) into different
+    /// packet areas; in an LL16 plan chunks of equal length for every count (its loop
+    /// takes a packet of every chunk per thread; LL63's walks each chunk's tiles).
     fn scatter_run(&self, ops: &[(Op, usize)]) -> usize {
-        if !self.ll63() {
-            return 0;
-        }
         let (mut srcs, mut areas) = (BTreeSet::new(), BTreeSet::new());
+        let mut first = None;
         for (op, _) in ops {
             match op {
                 Op::PutPackets { peer, src, dst, .. }
                     if self.far & (1 << peer) == 0
                         && srcs.len() < MAX_RANKS as usize
                         && !srcs.contains(&(src.buf, src.index, src.count))
-                        && !areas.contains(&(*peer, dst.buf, dst.index, dst.count)) =>
+                        && !areas.contains(&(*peer, dst.buf, dst.index, dst.count))
+                        && (self.ll63() || self.same_length(first.get_or_insert(*src), src)) =>
                 {
                     srcs.insert((src.buf, src.index, src.count));
                     areas.insert((*peer, dst.buf, dst.index, dst.count));
@@ -1293,36 +1293,61 @@ impl Gen<'_> {
         if srcs.len() >= 2 { srcs.len() } else { 0 }
     }
 
-    /// A run of [`Gen::scatter_run`] as one `put_packets63_scatter`: first the puts'
-    /// done-word wait and the sync their local reads need.
-    fn put_packets63_scatter(&mut self, run: &[(Op, usize)]) -> Result<(), AlgoError> {
+    /// A run of [`Gen::scatter_run`] as one `put_packets63_scatter` (LL63, a chunk per
+    /// warp tile) or `put_packets_scatter` (LL16, each thread storing to the peers from
+    /// the next rank on, with each put's packet flag): first the puts' done-word wait
+    /// and the sync their local reads need.
+    fn put_packets_scatter(&mut self, run: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
         let me = self.me;
         let es = self.es;
-        let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
-        self.wait_readers(&ops);
-        let (mut reads, mut text) = (Vec::new(), String::from("{"));
-        for (k, op) in ops.iter().enumerate() {
+        let mut puts = Vec::new();
+        for (op, flat) in run {
             if let Op::PutPackets { peer, src, dst, .. } = op {
                 self.no_far(*peer, "writes LL packets into")?;
-                reads.push(*src);
-                let _ = write!(
-                    text,
-                    " Span s{k} = {}; Span d{k} = {};",
-                    self.span(src, me, false, false),
-                    self.span(dst, *peer, false, true)
-                );
+                let occ = if self.ll63() {
+                    0
+                } else {
+                    self.occurrence(block, *flat, 0)?
+                };
+                puts.push((*peer, *src, *dst, occ));
             }
         }
-        self.data_op_items(&reads, &[]);
-        let n = ops.len();
+        if !self.ll63() {
+            puts.sort_by_key(|p| self.peer_order(p.0));
+        }
+        let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
+        self.wait_readers(&ops);
+        let reads: Vec<ChunkRef> = puts.iter().map(|p| p.1).collect();
+        if self.ll63() {
+            self.data_op_items(&reads, &[]);
+        } else {
+            self.data_op_split(&reads, &[], 1, Split::Units);
+        }
+        let mut text = String::from("{");
+        for (k, (peer, src, dst, _)) in puts.iter().enumerate() {
+            let _ = write!(
+                text,
+                " Span s{k} = {}; Span d{k} = {};",
+                self.span(src, me, false, false),
+                self.span(dst, *peer, false, true)
+            );
+        }
+        let n = puts.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
-        let _ = write!(
-            text,
-            " u8* const d[{n}] = {{{}}}; const u8* const s[{n}] = {{{}}}; const u64 m[{n}] = {{{}}}; put_packets63_scatter<{n}>(c, d, s, m, {es}ull); }}",
-            list(&|k| format!("d{k}.p")),
-            list(&|k| format!("s{k}.p")),
-            list(&|k| format!("s{k}.n")),
-        );
+        let (d, s) = (list(&|k| format!("d{k}.p")), list(&|k| format!("s{k}.p")));
+        if self.ll63() {
+            let _ = write!(
+                text,
+                " u8* const d[{n}] = {{{d}}}; const u8* const s[{n}] = {{{s}}}; const u64 m[{n}] = {{{}}}; put_packets63_scatter<{n}>(c, d, s, m, {es}ull); }}",
+                list(&|k| format!("s{k}.n")),
+            );
+        } else {
+            let _ = write!(
+                text,
+                " u8* const d[{n}] = {{{d}}}; const u32 f[{n}] = {{{}}}; const u8* const s[{n}] = {{{s}}}; put_packets_scatter<{n}>(c, d, f, s, s0.n, {es}ull); }}",
+                list(&|k| format!("ll_flag(c, {}u)", puts[k].3)),
+            );
+        }
         self.line(&text);
         self.sent = true;
         Ok(())
@@ -1379,13 +1404,16 @@ impl Gen<'_> {
 
     /// Whether a `Copy` of `src` into `dst` (straight-line, no loop index) can run in
     /// the loop of puts of `src`: disjoint memory, and the same number of elements for
-    /// every count (equal lengths in units of count, and bounds that differ by whole
-    /// counts, so that both round down alike).
+    /// every count ([`Gen::same_length`]).
     fn copy_fuses(&self, src: &ChunkRef, dst: &ChunkRef) -> bool {
         let (s, d) = (self.extent(src, 1), self.extent(dst, 1));
-        if Self::conflicts(&s, &d) != Hazard::None {
-            return false;
-        }
+        Self::conflicts(&s, &d) == Hazard::None && self.same_length(src, dst)
+    }
+
+    /// Whether two straight-line chunks hold the same number of elements for every
+    /// count: equal lengths in units of count, and bounds that differ by whole counts,
+    /// so that both round down alike.
+    fn same_length(&self, a: &ChunkRef, b: &ChunkRef) -> bool {
         let bounds = |c: &ChunkRef| {
             let spec = self.plan.spec(c.buf);
             let (n, f) = (spec.chunks.max(1) as i128, spec.factor as i128);
@@ -1395,7 +1423,7 @@ impl Gen<'_> {
                 n,
             )
         };
-        let ((s0, s1, sn), (d0, d1, dn)) = (bounds(src), bounds(dst));
+        let ((s0, s1, sn), (d0, d1, dn)) = (bounds(a), bounds(b));
         // (s1 - s0) / sn == (d1 - d0) / dn, and (d0 / dn - s0 / sn) is an integer
         (s1 - s0) * dn == (d1 - d0) * sn && (d0 * sn - s0 * dn) % (sn * dn) == 0
     }
@@ -2084,7 +2112,8 @@ mod tests {
     }
 
     /// Every packet plan whose blocks put one chunk to several peers (and copy it)
-    /// fuses them; where each peer gets its own chunk nothing fuses.
+    /// fuses them; where each peer gets its own chunk, equally long chunks fuse into
+    /// one scatter.
     #[test]
     fn packet_puts_of_one_source_fuse_in_every_plan() {
         let body = |a: Algorithm, n: u32, in_place: bool| {
@@ -2109,18 +2138,26 @@ mod tests {
         // One-shot all-reduce: the input to every peer.
         let one = body(Algorithm::AllReduce1pa, 4, false);
         assert!(one.contains("put_packets_multi<3>(c, d, f, s.p, s.n, 4ull, nullptr);"));
-        // Two-shot: the first puts send each peer its own chunk (no fusion); the
-        // second send the reduced chunk to all, after one CTA barrier for the lot (the
-        // separate puts each had one: the reduce wrote what they read).
+        // Two-shot: the first puts send each peer its own chunk, a quarter of the
+        // count, whose lengths differ for some counts (no scatter fusion); the second
+        // send the reduced chunk to all, after one CTA barrier for the lot (the separate
+        // puts each had one: the reduce wrote what they read).
         let two = body(Algorithm::AllReduce2paLl, 4, false);
         assert_eq!(two.matches("put_packets(c,").count(), 3, "{two}");
         assert_eq!(two.matches("put_packets_multi<3>(").count(), 1, "{two}");
         let after = &two[two.find("finalize_avg").unwrap()..two.find("put_packets_multi").unwrap()];
         assert_eq!(after.matches("__syncthreads();").count(), 1, "{two}");
-        // Reduce-scatter: a chunk per peer, nothing fuses.
+        // Reduce-scatter: a chunk of count elements per peer, one scatter loop storing
+        // to the peers from the next rank on.
         let rs = body(Algorithm::ReduceScatterLl, 4, false);
         assert!(
-            !rs.contains("put_packets_multi") && rs.contains("put_packets(c,"),
+            !rs.contains("put_packets(c,")
+                && rs.contains("put_packets_scatter<3>(c, d, f, s, s0.n, 4ull);"),
+            "{rs}"
+        );
+        let first = rs.find("Span d0 = ").unwrap();
+        assert!(
+            rs[first..].starts_with("Span d0 = packets_of((a.area[2] +"),
             "{rs}"
         );
     }

@@ -687,6 +687,23 @@ COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64
   put_packets_multi<1>(c, d, f, src, n, esz, nullptr);
 }
 
+// The LL16 puts of NP chunks src[q] of n elements each into packet areas dst[q] (flag
+// f[q]), one op: codegen fuses a run of puts of different, equally long chunks (the
+// reduce-scatter's, the two-shot all-reduce's first half) into this, as the hand
+// kernels' scatter: each thread loads its packet of every chunk, then stores them, one
+// loop instead of one per chunk. Each CTA's share is the one each put gives it alone.
+template <u32 NP>
+COMMHAL_DEVICE void put_packets_scatter(const Ctx& c, u8* const (&dst)[NP], const u32 (&f)[NP],
+                                        const u8* const (&src)[NP], u64 n, u64 esz) {
+  const u64 bytes = n * esz;
+  u64 elo, ehi;
+  share_elems(c, n, esz, elo, ehi);
+  ll16_put<NP, false>(
+      elo * esz / 8 + threadIdx.x, (ehi * esz + 7) / 8, blockDim.x, NP, dst,
+      [&](u32 q, u64 k) { return packet_data(src[q], bytes, k); }, [&](u32 q) { return f[q]; },
+      [](u64, const uint2(&)[NP]) {});
+}
+
 // Wait for LL16 packet k of packet area p to carry `flag`; its data (0 after a timeout).
 COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   bool ok = true;
