@@ -46,6 +46,7 @@ use crate::dtype::{DataType, RedOp};
 use crate::error::AlgoError;
 use crate::plan::{
     BufferKind, ChannelKind, ChunkRef, Collective, Op, PacketFormat, Plan, ScratchWriter,
+    local_position,
 };
 
 /// Name of the generated kernel.
@@ -972,14 +973,16 @@ impl Gen<'_> {
                 }
                 let (d, l, p) = self.read_reduce_operands(local, packets, dst, iterations, looped);
                 let nl = local.len();
+                let at = self.local_at(local, packets);
                 if self.ll63() {
                     // no flags: the valid bits; the reader clears the packets (u8*)
                     self.line(&format!(
-                        "{{ Span d = {d}; const u8* const l[{}] = {{{l}}}; u8* const p[{}] = {{{}}}; reduce_packets63<DT, OP, {nl}u, {}u>(c, d.p, l, p, d.n); }}",
+                        "{{ Span d = {d}; const u8* const l[{}] = {{{l}}}; u8* const p[{}] = {{{}}}; reduce_packets63<DT, OP, {nl}u, {}u{}>(c, d.p, l, p, d.n); }}",
                         nl.max(1),
                         p.len(),
                         p.join(", "),
-                        p.len()
+                        p.len(),
+                        at.map(|k| format!(", {k}u")).unwrap_or_default()
                     ));
                     return Ok(());
                 }
@@ -988,13 +991,14 @@ impl Gen<'_> {
                     f.push(format!("ll_flag(c, {}u)", self.occurrence(block, flat, k)?));
                 }
                 self.line(&format!(
-                    "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP>(c, d.p, l, {nl}u, p, f, {}u, d.n); }}",
+                    "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP>(c, d.p, l, {nl}u, p, f, {}u, d.n{}); }}",
                     nl.max(1),
                     p.len(),
                     p.join(", "),
                     f.len(),
                     f.join(", "),
-                    p.len()
+                    p.len(),
+                    at.map(|k| format!(", {k}u")).unwrap_or_default()
                 ));
             }
             Op::Barrier => {
@@ -1111,6 +1115,13 @@ impl Gen<'_> {
         (peer + n - self.me - 1) % n
     }
 
+    /// Where a packet read-reduce's locals enter its sum ([`local_position`]), when not
+    /// first (the runtime's default).
+    fn local_at(&self, local: &[ChunkRef], packets: &[(u32, ChunkRef)]) -> Option<usize> {
+        let at = local_position(packets, self.me);
+        (!local.is_empty() && at > 0).then_some(at)
+    }
+
     /// A packet read-reduce's sync (what its data needs, and [`Gen::after_sends`]) and
     /// its operands: the destination's span, the locals' pointers as an array
     /// initializer (`nullptr` for none: the array has at least one entry), and the
@@ -1215,12 +1226,14 @@ impl Gen<'_> {
             .map(|(peer, area)| format!("{}.p", self.span(area, *peer, false, true)))
             .collect();
         let (nl, np, nq) = (local.len(), p.len(), q.len());
+        let at = self.local_at(local, packets);
         let _ = write!(
             text,
-            " const u8* const l[{}] = {{{l}}}; u8* const p[{np}] = {{{}}}; u8* const q[{nq}] = {{{}}}; reduce_put_packets63<DT, OP, {nl}u, {np}u, {nq}u>(c, d.p, l, p, q, d.n, {}u); }}",
+            " const u8* const l[{}] = {{{l}}}; u8* const p[{np}] = {{{}}}; u8* const q[{nq}] = {{{}}}; reduce_put_packets63<DT, OP, {nl}u, {np}u, {nq}u{}>(c, d.p, l, p, q, d.n, {}u); }}",
             nl.max(1),
             p.join(", "),
             q.join(", "),
+            at.map(|k| format!(", {k}u")).unwrap_or_default(),
             if fin { self.plan.nranks } else { 0 }
         );
         self.line(&text);
@@ -1791,6 +1804,31 @@ mod tests {
         }
     }
 
+    /// A one-shot all-reduce's ranks reduce in rank order: rank r's own input enters
+    /// after the packets of ranks 0..r (plan::local_position), in both packet formats.
+    #[test]
+    fn one_shot_reduces_in_rank_order() {
+        for algo in [Algorithm::AllReduce1pa, Algorithm::AllReduce1paLl63] {
+            let plan = build(algo, &BuildParams::new(4)).unwrap();
+            for r in 0..4u32 {
+                let s = generate_cuda(&plan, r, DataType::F32, RedOp::Sum)
+                    .unwrap()
+                    .source;
+                let at = if r == 0 {
+                    String::new()
+                } else {
+                    format!(", {r}u")
+                };
+                let call = if algo == Algorithm::AllReduce1pa {
+                    format!("reduce_packets<DT, OP>(c, d.p, l, 1u, p, f, 3u, d.n{at});")
+                } else {
+                    format!("reduce_packets63<DT, OP, 1u, 3u{at}>(c, d.p, l, p, d.n);")
+                };
+                assert!(s.contains(&call), "{} r{r}: {call}\n{s}", plan.name);
+            }
+        }
+    }
+
     /// The LL63 forms emit the tile ops of plan_ll63.h with no LL16 flag, at the LL63
     /// launch bound; the ops on one chunk are ordered by CTA barriers (every tile op and
     /// the finalize split it by tiles), a copy that runs beside them is fused, and so are
@@ -1829,11 +1867,16 @@ mod tests {
                     assert_eq!(s.matches("group_sync").count(), 0, "{what}");
                     if algo == Algorithm::AllReduce2paLl63 {
                         // the sum sent from the registers that stored it, avg's
-                        // finalize in them
-                        assert!(
-                            s.contains("reduce_put_packets63<DT, OP, 1u, 2u, 2u>(c, d.p, l, p, q, d.n, 3u);"),
-                            "{what}"
+                        // finalize in them; the own part entering in rank order
+                        let at = if r == 0 {
+                            String::new()
+                        } else {
+                            format!(", {r}u")
+                        };
+                        let call = format!(
+                            "reduce_put_packets63<DT, OP, 1u, 2u, 2u{at}>(c, d.p, l, p, q, d.n, 3u);"
                         );
+                        assert!(s.contains(&call), "{what}");
                         assert!(!s.contains("put_packets63_multi"), "{what}");
                     }
                     // a CTA barrier between this CTA's packet stores and its first

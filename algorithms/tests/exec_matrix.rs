@@ -5,8 +5,9 @@
 mod common;
 
 use commhal_algorithms::builders::Algorithm;
+use commhal_algorithms::comm::{RecvBuf, SendBuf};
 use commhal_algorithms::plan::Collective;
-use commhal_algorithms::{DataType, RedOp};
+use commhal_algorithms::{DataType, RedOp, reduce_into};
 use common::{Case, check_case, with_ranks};
 
 const COUNTS: [u64; 5] = [0, 1, 7, 61, 1000];
@@ -144,4 +145,47 @@ fn one_way_packet_senders_never_overrun_a_slow_receiver() {
             check_case(comm, &case).unwrap_or_else(|e| panic!("call {i} {case:?}: {e}"));
         }
     });
+}
+
+/// A one-shot all-reduce (every rank reduces every input) gives every rank the same
+/// bits, with data whose sums round: each rank reduces in rank order (the packets of
+/// the lower ranks, its own input, then the higher ranks'), as the hand-written GPU
+/// kernels, and the result is the rank-order sum.
+#[test]
+fn one_shot_allreduce_same_bits_on_every_rank() {
+    use std::sync::Mutex;
+    for dtype in [DataType::F32, DataType::F16, DataType::Bf16] {
+        for n in 3..=5u32 {
+            let count = 999u64;
+            let input = |r: u32| {
+                let mut v = Vec::new();
+                for i in 0..count {
+                    // magnitudes far apart, so that the order of the terms shows
+                    let x =
+                        (1.0 + (i as f64) * 0.001) * 10f64.powi((r as i32 * 3 + i as i32) % 7 - 3);
+                    dtype.encode(if (i + r as u64) % 3 == 0 { -x } else { x }, &mut v);
+                }
+                v
+            };
+            let mut want = input(0);
+            for r in 1..n {
+                reduce_into(&mut want, &input(r), dtype, RedOp::Sum).unwrap();
+            }
+            let got = Mutex::new(vec![Vec::new(); n as usize]);
+            with_ranks(n, n, Some("allreduce:1pa"), |comm| {
+                let me = comm.rank();
+                let (mine, mut out) = (input(me), vec![0u8; want.len()]);
+                let (send, recv) = (SendBuf::from(&mine[..]), RecvBuf::from(&mut out[..]));
+                comm.all_reduce(send, recv, count, dtype, RedOp::Sum)
+                    .unwrap();
+                got.lock().unwrap()[me as usize] = out;
+            });
+            for (r, g) in got.into_inner().unwrap().iter().enumerate() {
+                assert!(
+                    g == &want,
+                    "{dtype:?} n={n}: rank {r} differs from the rank-order sum"
+                );
+            }
+        }
+    }
 }

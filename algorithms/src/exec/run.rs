@@ -23,7 +23,7 @@ const ENTRY_TAG: u32 = 2;
 use super::kernels::reduce as reduce_into;
 use crate::comm::CommError;
 use crate::dtype::{DataType, RedOp, finalize};
-use crate::plan::{BufferKind, ChannelKind, ChunkRef, Op, Plan};
+use crate::plan::{BufferKind, ChannelKind, ChunkRef, Op, Plan, local_position};
 
 /// Bytes processed per step of a reduction (fits L1/L2 with a few operands).
 pub const PIECE: usize = 32 * 1024;
@@ -646,7 +646,8 @@ impl Invocation<'_> {
                         let (words, _) = self.packet_span(me, c)?;
                         pk.push((*p, words, flag_of(self.flag_base, *k)));
                     }
-                    self.read_reduce_packets(self.span(me, dst)?, &locals, &pk)?;
+                    let at = local_position(packets, me);
+                    self.read_reduce_packets(self.span(me, dst)?, &locals, at, &pk)?;
                 }
                 Op::SwitchReduce { src, dst } => {
                     let ops = (0..self.prep.plan.nranks)
@@ -724,10 +725,13 @@ impl Invocation<'_> {
     }
 
     /// `dst = locals… ⊕ packet sources…`, piece by piece, waiting for each word's flag.
+    /// `dst` = the packets' data reduced left to right, the locals' reduction entering
+    /// before packet `at` ([`local_position`]).
     fn read_reduce_packets(
         &self,
         dst: Span,
         locals: &[Span],
+        at: usize,
         packets: &[(u32, Span, u32)],
     ) -> Result<(), CommError> {
         let len = dst.len;
@@ -753,23 +757,32 @@ impl Invocation<'_> {
                 "LL packets from ranks {who:?}: is every one of them alive and running the same collective?"
             )
         })?;
+        let late = !locals.is_empty() && at > 0;
         TMP.with(|t| -> Result<(), CommError> {
             let mut tmp = t.borrow_mut();
-            tmp.resize(PIECE, 0);
+            tmp.resize(2 * PIECE, 0);
+            let (buf, mine) = tmp.split_at_mut(PIECE);
             let mut off = 0;
             while off < len {
                 let n = PIECE.min(len - off);
                 let d = dst.sub(off, n).unwrap_or(Span::EMPTY);
+                let ls = sub_all(locals, off, n);
                 let mut have = false;
-                if !locals.is_empty() {
-                    self.reduce(d, &sub_all(locals, off, n))?;
+                if late {
+                    // read before dst is written: in place a local is dst
+                    local_sum(&mut mine[..n], &ls, dtype, op)?;
+                } else if !locals.is_empty() {
+                    self.reduce(d, &ls)?;
                     have = true;
                 }
-                for (p, words, flag) in packets {
+                for (i, (p, words, flag)) in packets.iter().enumerate() {
+                    if late && i == at {
+                        raw::with_mut(d, |d| reduce_into(d, &mine[..n], dtype, op))?;
+                    }
                     let w = words
                         .sub(off / 4 * 8, n.div_ceil(4) * 8)
                         .unwrap_or(Span::EMPTY);
-                    let buf = &mut tmp[..n];
+                    let buf = &mut buf[..n];
                     self.read_packets(*p, w, *flag, buf)?;
                     if have {
                         raw::with_mut(d, |d| reduce_into(d, buf, dtype, op))?;
@@ -777,6 +790,9 @@ impl Invocation<'_> {
                         raw::write_from(d, buf);
                         have = true;
                     }
+                }
+                if late && at == packets.len() {
+                    raw::with_mut(d, |d| reduce_into(d, &mine[..n], dtype, op))?;
                 }
                 off += n;
             }
@@ -828,6 +844,17 @@ fn encode_packets(src: Span, words: usize, flag: u32) -> Vec<u8> {
     }
     out.resize(words, 0);
     out
+}
+
+/// `out` = spans[0] ⊕ spans[1] ⊕ … (equal lengths), left to right.
+fn local_sum(out: &mut [u8], spans: &[Span], dtype: DataType, op: RedOp) -> Result<(), CommError> {
+    raw::read_into(spans[0], out);
+    let mut next = vec![0u8; out.len()];
+    for s in &spans[1..] {
+        raw::read_into(*s, &mut next);
+        reduce_into(out, &next, dtype, op)?;
+    }
+    Ok(())
 }
 
 fn sub_all(spans: &[Span], off: usize, n: usize) -> Vec<Span> {

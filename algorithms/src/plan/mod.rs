@@ -48,7 +48,7 @@ mod chunk;
 mod op;
 
 pub use chunk::{BufferKind, BufferSpec, ChunkRef};
-pub use op::{ChannelKind, Op};
+pub use op::{ChannelKind, Op, local_position};
 
 use crate::dtype::DataType;
 use crate::error::{AlgoError, Location};

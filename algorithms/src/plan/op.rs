@@ -114,13 +114,16 @@ pub enum Op {
         /// Scratch chunk on the peer.
         dst: ChunkRef,
     },
-    /// `dst = local[0] ⊕ … ⊕ packets…`: waits for each `(peer, local scratch chunk)`'s
-    /// packets to arrive (flags) and reduces their data. With no `local` and one packet
-    /// source it unpacks (copies).
+    /// `dst = packets… ⊕ (local[0] ⊕ …) ⊕ packets…`: waits for each `(peer, local
+    /// scratch chunk)`'s packets to arrive (flags) and reduces their data, left to
+    /// right, the local operands' reduction entering at [`local_position`] (after the
+    /// packets of the senders below this rank). With no `local` and one packet source it
+    /// unpacks (copies).
     ReadReducePackets {
-        /// `(sender, local scratch chunk)` pairs.
+        /// `(sender, local scratch chunk)` pairs, by ascending sender for a reduction in
+        /// rank order.
         packets: Vec<(u32, ChunkRef)>,
-        /// Local operands, reduced first.
+        /// Local operands, this rank's contribution.
         local: Vec<ChunkRef>,
         /// Local destination.
         dst: ChunkRef,
@@ -153,6 +156,19 @@ pub enum Op {
         /// Body ops.
         body: Vec<Op>,
     },
+}
+
+/// Where the local operands of rank `me`'s `ReadReducePackets` enter its reduction:
+/// after the packets of the senders below `me`, so that packets listed by ascending
+/// sender are reduced in rank order and a reduction every rank computes (the one-shot
+/// all-reduce) gives every rank the same bits, as the hand-written kernels. With one
+/// packet source the locals come first: two terms give the same bits in either order.
+pub fn local_position(packets: &[(u32, ChunkRef)], me: u32) -> usize {
+    if packets.len() < 2 {
+        0
+    } else {
+        packets.iter().filter(|(p, _)| *p < me).count()
+    }
 }
 
 impl Op {

@@ -767,18 +767,20 @@ COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], con
   });
 }
 
-// dst = locals[0] (op) ... (op) unpack(packets[0]) (op) ...: n elements; each packet
+// dst = unpack(packets[0]) (op) ... (op) (locals[0] (op) ...) (op) ...: n elements, the
+// locals' reduction entering before packet lpos (plan::local_position: rank order); each packet
 // area holds the chunk's bytes from its first packet. This CTA's share of the packets,
 // one 8-byte word of lanes at a time (dataops.h ll16_reduce, as the hand LL16 reduce):
-// the locals first, loaded and reduced before the packet waits so that their latency
-// hides behind them (as the hand kernels load their own input before waiting), then
-// each packet in order. Words past the chunk's end are zero in the packets and read as
+// the locals loaded and reduced before the packet waits so that their latency hides
+// behind them (as the hand kernels load their own input before waiting), then the terms
+// in order. Words past the chunk's end are zero in the packets and read as
 // zero from the locals, and only the chunk's bytes are stored; unaligned memory moves
 // byte by byte (packet_data, store_packet_data). A single packet source and no locals
 // (unpack) moves the bits as they are.
 template <int DT, int OP>
 COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* locals, u32 nl,
-                                   const u8* const* pk, const u32* flags, u32 np, u64 n) {
+                                   const u8* const* pk, const u32* flags, u32 np, u64 n,
+                                   u32 lpos = 0) {
   typedef typename Elem<DT>::T T;
   typedef typename T::R R;
   const u64 bytes = n * sizeof(R);
@@ -801,8 +803,9 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
         return acc;
       },
       [&](u32 t, u64 k, u64 mine) {
-        if (t < first) return mine;
-        return word(packet_at(c, pk[t - first], k, flags[t - first]));
+        if (first == 1 && t == lpos) return mine;
+        const u32 q = first == 1 && t > lpos ? t - 1 : t;
+        return word(packet_at(c, pk[q], k, flags[q]));
       },
       op,
       [&](u64 k, u64 w) { store_packet_data(dst, bytes, k, make_uint2((u32)w, (u32)(w >> 32))); });

@@ -185,16 +185,20 @@ COMMHAL_DEVICE bool ll63_take(u8* p, u64 (&w)[16], const WaitBound& b, u32 lane)
   return true;
 }
 
-// dst = locals[0] (op) ... (op) packets[0] (op) ...: n elements, tile by tile (plan.h
-// reduce_packets' LL63 form): the NL locals loaded and reduced first, so that their
-// latency hides behind the waits, then each of the NP packet areas in order, waited
-// for, cleared and unpacked. A single packet area and no locals (unpack) moves the bits
-// as they are. NL and NP are constants (codegen), so the arrays stay in registers.
+// dst = packets[0] (op) ... (op) (locals[0] (op) ...) (op) ... packets[NP - 1]: n
+// elements, tile by tile (plan.h reduce_packets' LL63 form), the locals entering before
+// packet LPOS (plan::local_position: rank order); each of the NP packet areas in order
+// is waited for, cleared and unpacked. The locals are loaded where they enter, as the
+// hand kernels' sum: first (LPOS 0) their latency hides behind the waits; loaded ahead
+// of a later position they would take 16 more registers a thread, and the kernels
+// spilled (96-160 bytes at 128 registers). A single packet area and no locals (unpack)
+// moves the bits as they are. NL, NP and LPOS are constants (codegen), so the arrays
+// stay in registers.
 // With NQ > 0 the result, once stored, is also sent as LL63 packets to the NQ packet
 // areas send[q] (the put of dst that follows the reduce in the two-shot all-reduce,
 // fused as the hand kernels' reduce_replicate: no second load, no CTA barrier), and
 // avg's finalize (fin = nranks; 0: none) divides it in registers first.
-template <int DT, int OP, u32 NL, u32 NP, u32 NQ>
+template <int DT, int OP, u32 NL, u32 NP, u32 NQ, u32 LPOS = 0>
 COMMHAL_DEVICE void reduce_put_packets63(const Ctx& c, u8* dst,
                                          const u8* const (&locals)[NL > 0 ? NL : 1],
                                          u8* const (&pk)[NP], u8* const (&send)[NQ > 0 ? NQ : 1],
@@ -221,20 +225,26 @@ COMMHAL_DEVICE void reduce_put_packets63(const Ctx& c, u8* dst,
       ll63_store_tile(dst, bytes, t, lane, acc);
       return true;
     }
+    auto add_locals = [&](bool first) {
 #pragma unroll
-    for (int q = 0; q < (int)NL; ++q) {  // (int: no "unsigned < 0" warning for NL = 0)
-      u64 w[16];
-      ll63_load_tile(locals[q], bytes, t, lane, w);
+      for (int q = 0; q < (int)NL; ++q) {  // (int: no "unsigned < 0" warning for NL = 0)
+        u64 w[16];
+        ll63_load_tile(locals[q], bytes, t, lane, w);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc[i] = q == 0 ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
-    }
+        for (int i = 0; i < 16; ++i) acc[i] = first && q == 0 ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
+      }
+    };
+    if (LPOS == 0) add_locals(true);
 #pragma unroll
     for (u32 k = 0; k < NP; ++k) {
+      if (LPOS > 0 && k == LPOS) add_locals(false);
       u64 w[16];
       if (!ll63_take(pk[k] + ll63_packet(t, lane), w, b, lane)) return false;
+      const bool first = k == 0 && (NL == 0 || LPOS > 0);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc[i] = NL == 0 && k == 0 ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
+      for (int i = 0; i < 16; ++i) acc[i] = first ? w[i] : elem_op64<T, OP>(acc[i], w[i]);
     }
+    if (LPOS > 0 && LPOS == NP) add_locals(false);
     if (OP == 4 && fin != 0) {  // finalize_avg63 on the registers (zeros stay zeros)
 #pragma unroll
       for (int i = 0; i < 16; ++i) acc[i] = elem_lanes<T>(acc[i], 0, [&](R x, R) { return T::div(x, fin); });
@@ -250,11 +260,11 @@ COMMHAL_DEVICE void reduce_put_packets63(const Ctx& c, u8* dst,
 }
 
 // reduce_put_packets63 without sends.
-template <int DT, int OP, u32 NL, u32 NP>
+template <int DT, int OP, u32 NL, u32 NP, u32 LPOS = 0>
 COMMHAL_DEVICE void reduce_packets63(const Ctx& c, u8* dst, const u8* const (&locals)[NL > 0 ? NL : 1],
                                      u8* const (&pk)[NP], u64 n) {
   u8* const none[1] = {nullptr};
-  reduce_put_packets63<DT, OP, NL, NP, 0>(c, dst, locals, pk, none, n, 0);
+  reduce_put_packets63<DT, OP, NL, NP, 0, LPOS>(c, dst, locals, pk, none, n, 0);
 }
 
 // The items of NP chunks of n[q] elements of esz bytes: every chunk's tiles, chunk after
