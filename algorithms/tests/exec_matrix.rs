@@ -163,7 +163,14 @@ fn one_shot_allreduce_same_bits_on_every_rank() {
                     // magnitudes far apart, so that the order of the terms shows
                     let x =
                         (1.0 + (i as f64) * 0.001) * 10f64.powi((r as i32 * 3 + i as i32) % 7 - 3);
-                    dtype.encode(if (i + r as u64) % 3 == 0 { -x } else { x }, &mut v);
+                    dtype.encode(
+                        if (i + r as u64).is_multiple_of(3) {
+                            -x
+                        } else {
+                            x
+                        },
+                        &mut v,
+                    );
                 }
                 v
             };
