@@ -845,7 +845,12 @@ mod tests {
             ERR_PACKET,
             commhal_device_src::layout::error_code::PACKET_TIMEOUT
         );
-        assert!(h.contains("static_assert(sizeof(PlanArgs) == 240"));
+        assert!(h.contains("static_assert(sizeof(PlanArgs) == 248"));
+        // the last field on both sides: ports at 232, replicas_inv at 240
+        assert_eq!(std::mem::offset_of!(PlanArgs, ports), 232);
+        assert_eq!(std::mem::offset_of!(PlanArgs, replicas_inv), 240);
+        assert!(h.contains("  u64 ports;  ") && h.contains("  u64 replicas_inv;  "));
+        assert!(h.find("  u64 ports;  ") < h.find("  u64 replicas_inv;  "));
         assert_eq!(codegen::MAX_SEMS, 4096);
         assert_eq!(codegen::MAX_RANKS as usize, MAX_RANKS);
     }
