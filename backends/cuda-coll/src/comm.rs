@@ -166,6 +166,9 @@ pub struct Tuning {
     pub reduce_chain_unroll: u32,
     /// Threads per block of the bulk kernels.
     pub threads: u32,
+    /// Threads per block of the LL16 kernels and the LL16 packet plans (a thread per
+    /// packet: fewer threads spread the packets over more blocks).
+    pub ll_threads: u32,
     /// Most blocks of the bulk kernels (default: the SM count).
     pub max_blocks: u32,
     /// Bound of every device wait.
@@ -872,7 +875,7 @@ impl Comm {
             &regions,
             &ctx,
             (plan_scratch, plan_ll63, far),
-            device_timeout,
+            (device_timeout, tuning.ll_threads),
         )?;
         let algos = algorithms_from_env()?;
         // plan launches take no part in the chains' back-to-back protocol: with a plan
@@ -1553,6 +1556,7 @@ mod tests {
             ring_unroll: 16,
             reduce_chain_unroll: 32,
             threads: 512,
+            ll_threads: 512,
             max_blocks: 132,
             device_timeout: Duration::from_secs(1),
         };

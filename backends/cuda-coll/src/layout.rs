@@ -201,6 +201,22 @@ pub fn ll63_region_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(16).div_ceil(LL63_TILE_VECS) * LL63_TILE_PKTS * 16
 }
 
+/// Grid `(blocks, threads)` with a thread per LL16 packet: blocks of at most `threads`
+/// threads (the tuned `ll_threads`), more a block (to 512) only where `max_blocks` such
+/// blocks would leave packets without a thread. These kernels wait on memory: the same
+/// packets over more SMs finish sooner (4 x H100, 4 ranks, in graphs: 128 threads a
+/// block took 0.77-0.96 of the time of 512 at 4-64 KiB; 128 threads with the blocks
+/// capped at the SM count, 1.09-1.17 at 256-512 KiB on 2 ranks).
+pub fn packet_grid(packets: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
+    let max_blocks = u64::from(max_blocks.max(1));
+    let t = packets
+        .clamp(32, u64::from(threads.max(32)))
+        .max(packets.div_ceil(max_blocks).min(512))
+        .next_multiple_of(32);
+    let blocks = packets.div_ceil(t).clamp(1, max_blocks);
+    (blocks as u32, t as u32)
+}
+
 /// Grid `(blocks, threads)` of an LL63 chain over `bytes`: one warp per tile of 252
 /// vectors (with fewer warps than tiles each takes every W-th), whole warps per block
 /// (at most `threads / 32`), the tiles spread over as many blocks as `max_blocks`
@@ -365,6 +381,19 @@ pub fn two_shot_elems(count: u64, elem: u64, n: u32, i: u32) -> Vec<(u64, u64)> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread per packet: `threads` a block while the blocks last, then more threads
+    /// a block (to 512), then more packets a thread.
+    #[test]
+    fn packet_grid_spreads_packets_over_blocks() {
+        assert_eq!(packet_grid(10, 128, 132), (1, 32));
+        assert_eq!(packet_grid(100, 128, 132), (1, 128));
+        assert_eq!(packet_grid(8192, 128, 132), (64, 128));
+        assert_eq!(packet_grid(8192, 512, 132), (16, 512));
+        assert_eq!(packet_grid(32768, 128, 132), (128, 256));
+        assert_eq!(packet_grid(1 << 20, 128, 132), (132, 512));
+        assert_eq!(packet_grid(4096, 128, 0), (1, 512)); // at least one block
+    }
 
     fn define(name: &str) -> String {
         let src = commhal_device_src::coll_nvlink_text();

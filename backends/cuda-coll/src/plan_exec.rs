@@ -272,6 +272,9 @@ pub struct PlanExec {
     cache: Option<KernelCache>,
     sms: u32,
     threads: u32,
+    /// Most threads a CTA of an LL16 packet plan has (the tuned `ll_threads`, as the
+    /// hand-written LL16 kernels).
+    packet_threads: u32,
     spin_ns: u64,
     /// `COMMHAL_PLAN_REPLICAS` (read once, not per launch).
     replicas_env: Option<u32>,
@@ -300,7 +303,7 @@ impl PlanExec {
         io: &Regions,
         ctx: &Arc<Context>,
         (scratch_bytes, ll63_bytes, far): (u64, u64, FarRanks),
-        device_timeout: Duration,
+        (device_timeout, packet_threads): (Duration, u32),
     ) -> Result<PlanExec> {
         let (rank, n) = (boot.rank(), boot.size());
         // two LL63 copies a u32 apart at most (PlanArgs::ll63_copy_bytes)
@@ -377,6 +380,7 @@ impl PlanExec {
             cache: KernelCache::from_env(),
             sms: ctx.sm_count()?,
             threads: threads.next_multiple_of(32),
+            packet_threads,
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
             replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
             loaded: Mutex::new(HashMap::new()),
@@ -471,9 +475,10 @@ impl PlanExec {
 
     /// CTAs per plan block and threads per CTA for `plan`: packet plans take one LL16
     /// packet (8 bytes) of the message per thread, on as few threads as the packets of
-    /// a block need, as the hand-written LL kernels' grid (every packet is waited on by
-    /// one thread; fewer CTAs serialise the waits); others one 16-byte vector per thread
-    /// ([`PlanExec::replicas`]).
+    /// a block need, `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]),
+    /// as the hand-written LL kernels' grid (every packet is waited on by one thread;
+    /// fewer CTAs serialise the waits);
+    /// others one 16-byte vector per thread ([`PlanExec::replicas`]).
     fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
         if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
@@ -488,8 +493,8 @@ impl PlanExec {
             (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if plan.uses_packets() {
             let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
-            let threads =
-                (per_block.clamp(32, u64::from(self.threads)) as u32).next_multiple_of(32);
+            let most = self.threads.min(self.packet_threads);
+            let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
             (
                 self.replicas_for(blocks, bytes, 8 * u64::from(threads)),
                 threads,

@@ -172,6 +172,9 @@ pub const HEADER: &str = "\
 #                          the chains / the rings / the reduce chain (threads x unroll
 #                          x 16 bytes); not swept: set from a measured A/B
 #     threads              threads per block of the bulk kernels (32..512)
+#     ll_threads           (optional, absent: 512) threads per block of the LL16
+#                          kernels and packet plans (32..512, a thread per packet);
+#                          not swept: set from a measured A/B
 #     max_blocks           most blocks of the bulk kernels (0: the SM count)
 #
 # Overrides, strongest last: COMMHAL_GPU_TUNING=/path.toml (a file in this format used
@@ -317,6 +320,11 @@ pub struct Section {
     /// `chain_unroll`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reduce_chain_unroll: Option<u64>,
+    /// Threads per block of the LL16 kernels and the LL16 packet plans (32..=512,
+    /// whole warps; absent: `COMMHAL_COLL_LL_THREADS`' declared default). Not swept:
+    /// set from a measured A/B (see the note).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ll_threads: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -504,6 +512,7 @@ pub static FALLBACK: Section = Section {
     chain_unroll: None,
     ring_unroll: None,
     reduce_chain_unroll: None,
+    ll_threads: None,
     threads: 512,
     max_blocks: 0,
 };
@@ -917,12 +926,27 @@ pub fn resolve_with(
     // 32..=512 in the file and the variable (1024 runs out of registers in the
     // two-shot kernels)
     let threads = pick(None, None, &decl::COLL_THREADS, u64::from(s.threads))? as u32;
-    // whole warps: the kernels split blocks into warps and barrier the whole block
-    if !threads.is_multiple_of(32) {
-        return Err(CollError::invalid(format!(
-            "{} / `threads` = {threads}: give a multiple of 32 (whole warps) in 32..=512",
-            decl::COLL_THREADS.env
-        )));
+    let ll_threads = pick(
+        None,
+        None,
+        &decl::COLL_LL_THREADS,
+        absent(s.ll_threads, &decl::COLL_LL_THREADS),
+    )? as u32;
+    for (t, decl) in [
+        (threads, &decl::COLL_THREADS),
+        (ll_threads, &decl::COLL_LL_THREADS),
+    ] {
+        // whole warps: the kernels split blocks into warps and barrier the whole block
+        if !t.is_multiple_of(32) {
+            return Err(CollError::invalid(format!(
+                "{} / `{}` = {t}: give a multiple of 32 (whole warps) in 32..=512",
+                decl.env,
+                match decl.key {
+                    commhal_hal::settings::FileKey::Tuning(k) => k,
+                    _ => "threads",
+                }
+            )));
+        }
     }
     let max_blocks = match pick(None, None, &decl::COLL_MAX_BLOCKS, u64::from(s.max_blocks))? {
         0 => sms.clamp(1, layout::MAX_BLOCKS),
@@ -962,6 +986,7 @@ pub fn resolve_with(
             ring_unroll,
             reduce_chain_unroll,
             threads,
+            ll_threads,
             max_blocks,
             device_timeout,
         },

@@ -357,6 +357,16 @@ pub static COLL_THREADS: Setting = count(
     "threads per block of the bulk kernels (a multiple of 32)",
 );
 
+/// `COMMHAL_COLL_LL_THREADS` / `ll_threads`.
+pub static COLL_LL_THREADS: Setting = count(
+    "COMMHAL_COLL_LL_THREADS",
+    "ll_threads",
+    32,
+    512,
+    "512",
+    "threads per block of the LL16 kernels and packet plans (a multiple of 32): a thread per packet, so fewer threads spread the packets over more blocks; absent from the file: 512",
+);
+
 /// `COMMHAL_COLL_MAX_BLOCKS` / `max_blocks`.
 pub static COLL_MAX_BLOCKS: Setting = count(
     "COMMHAL_COLL_MAX_BLOCKS",
@@ -589,6 +599,7 @@ pub const THRESHOLDS: &[&Setting] = &[
     &COLL_RING_UNROLL,
     &COLL_REDUCE_CHAIN_UNROLL,
     &COLL_THREADS,
+    &COLL_LL_THREADS,
     &COLL_MAX_BLOCKS,
 ];
 

@@ -790,8 +790,8 @@ pub fn run(args: &Args, boot: &dyn Bootstrap, comm: &Comm) -> Result<Rows> {
     if print {
         let t = comm.tuning();
         println!(
-            "# commhal-gpu-bench: {} ranks, ll_max {} B, {} threads, <= {} blocks, device wait bound {:?}",
-            n, t.ll_max, t.threads, t.max_blocks, t.device_timeout
+            "# commhal-gpu-bench: {} ranks, ll_max {} B, {} threads (LL16: {}), <= {} blocks, device wait bound {:?}",
+            n, t.ll_max, t.threads, t.ll_threads, t.max_blocks, t.device_timeout
         );
         println!(
             "# links: {} (regions from {}; COMMHAL_BACKENDS / COMMHAL_GPU_PATH)",

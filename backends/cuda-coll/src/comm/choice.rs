@@ -8,13 +8,10 @@ use crate::layout;
 use crate::types::{Collective, Dtype};
 
 impl Comm {
-    /// Grid of an LL kernel over `packets` 8-byte units (one per thread).
+    /// Grid of an LL kernel over `packets` 8-byte units (one per thread,
+    /// [`layout::packet_grid`]).
     pub(super) fn ll_grid(&self, packets: u64) -> (u32, u32) {
-        let threads = packets.clamp(32, 512).next_multiple_of(32);
-        let blocks = packets
-            .div_ceil(threads)
-            .clamp(1, u64::from(self.tuning.max_blocks));
-        (blocks as u32, threads as u32)
+        layout::packet_grid(packets, self.tuning.ll_threads, self.tuning.max_blocks)
     }
 
     pub(super) fn grid_for(&self, units16: u64) -> (u32, u32) {
