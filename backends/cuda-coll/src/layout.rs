@@ -205,8 +205,8 @@ pub fn ll63_region_bytes(bytes: u64) -> u64 {
 /// threads (the tuned `ll_threads`), more a block (to 512) only where `max_blocks` such
 /// blocks would leave packets without a thread. These kernels wait on memory: the same
 /// packets over more SMs finish sooner (4 x H100, 4 ranks, in graphs: 128 threads a
-/// block took 0.77-0.96 of the time of 512 at 4-64 KiB; 128 threads with the blocks
-/// capped at the SM count, 1.09-1.17 at 256-512 KiB on 2 ranks).
+/// block took 0.76-1.00 of the time of 512 at 4-64 KiB; 128 threads a block with the
+/// blocks capped at the SM count took 1.09-1.17 at 128-512 KiB on 2 ranks).
 pub fn packet_grid(packets: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
     let max_blocks = u64::from(max_blocks.max(1));
     let t = packets

@@ -689,8 +689,7 @@ COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64
 
 // The LL16 puts of NP chunks src[q] of n elements each into packet areas dst[q] (flag
 // f[q]), one op: codegen fuses a run of puts of different, equally long chunks (the
-// reduce-scatter's, the two-shot all-reduce's first half) into this, as the hand
-// kernels' scatter: each thread loads its packet of every chunk, then stores them, one
+// reduce-scatter's) into this, as the hand kernels' scatter: each thread loads its packet of every chunk, then stores them, one
 // loop instead of one per chunk. Each CTA's share is the one each put gives it alone.
 template <u32 NP>
 COMMHAL_DEVICE void put_packets_scatter(const Ctx& c, u8* const (&dst)[NP], const u32 (&f)[NP],
