@@ -724,9 +724,9 @@ impl Invocation<'_> {
         Ok(())
     }
 
-    /// `dst = locals… ⊕ packet sources…`, piece by piece, waiting for each word's flag.
-    /// `dst` = the packets' data reduced left to right, the locals' reduction entering
-    /// before packet `at` ([`local_position`]).
+    /// `dst` = the packet sources' data reduced left to right, the locals' reduction
+    /// entering before packet `at` ([`local_position`]), piece by piece, waiting for
+    /// each word's flag.
     fn read_reduce_packets(
         &self,
         dst: Span,

@@ -477,8 +477,8 @@ impl PlanExec {
     /// packet (8 bytes) of the message per thread, on as few threads as the packets of
     /// a block need, `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]),
     /// as the hand-written LL kernels' grid (every packet is waited on by one thread;
-    /// fewer CTAs serialise the waits);
-    /// others one 16-byte vector per thread ([`PlanExec::replicas`]).
+    /// fewer CTAs serialise the waits); others one 16-byte vector per thread
+    /// ([`PlanExec::replicas`]).
     fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
         if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
