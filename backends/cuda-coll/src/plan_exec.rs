@@ -221,38 +221,20 @@ pub fn dtype_of(d: Dtype) -> DataType {
     d.data_type()
 }
 
-/// `plan:<collective>:<algorithm>` as a static label (benchmark tables).
+/// `plan:<collective>:<algorithm>` as a static label (benchmark tables), from
+/// [`Algorithm::full_name`], built once.
 pub fn algorithm_label(a: Algorithm) -> &'static str {
-    use Algorithm::*;
-    match a {
-        AllReduce1pa => "plan:allreduce:1pa",
-        AllReduce2paLl => "plan:allreduce:2pa-ll",
-        AllReduce2paHb => "plan:allreduce:2pa-hb",
-        AllReduce2phLl => "plan:allreduce:2ph-ll",
-        AllReduce2phHb => "plan:allreduce:2ph-hb",
-        AllReduceRing => "plan:allreduce:ring",
-        AllReduceRd => "plan:allreduce:rd",
-        AllGatherAllPairs => "plan:allgather:allpairs",
-        AllGatherRing => "plan:allgather:ring",
-        AllGather2ph => "plan:allgather:2ph",
-        ReduceScatterAllPairs => "plan:reducescatter:allpairs",
-        ReduceScatterRing => "plan:reducescatter:ring",
-        ReduceScatter2ph => "plan:reducescatter:2ph",
-        BroadcastDirect => "plan:broadcast:direct",
-        BroadcastChain => "plan:broadcast:chain",
-        ReduceAllPairs => "plan:reduce:allpairs",
-        AllToAllAllPairs => "plan:alltoall:allpairs",
-        AllGatherLl => "plan:allgather:ll",
-        ReduceScatterLl => "plan:reducescatter:ll",
-        BroadcastLl => "plan:broadcast:ll",
-        AllReduce1paLl63 => "plan:allreduce:1pa-ll63",
-        AllReduce2paLl63 => "plan:allreduce:2pa-ll63",
-        AllGatherLl63 => "plan:allgather:ll63",
-        ReduceScatterLl63 => "plan:reducescatter:ll63",
-        BroadcastLl63 => "plan:broadcast:ll63",
-        BroadcastChainLl63 => "plan:broadcast:chain-ll63",
-        SendRecv => "plan:sendrecv:direct",
-    }
+    static LABELS: std::sync::OnceLock<Vec<(Algorithm, String)>> = std::sync::OnceLock::new();
+    LABELS
+        .get_or_init(|| {
+            Algorithm::ALL
+                .iter()
+                .map(|&x| (x, format!("plan:{}", x.full_name())))
+                .collect()
+        })
+        .iter()
+        .find(|(x, _)| *x == a)
+        .map_or("plan", |(_, label)| label.as_str())
 }
 
 /// Per-rank plan runtime (see the module docs).
