@@ -147,52 +147,55 @@ fn one_way_packet_senders_never_overrun_a_slow_receiver() {
     });
 }
 
-/// A one-shot all-reduce (every rank reduces every input) gives every rank the same
-/// bits, with data whose sums round: each rank reduces in rank order (the packets of
-/// the lower ranks, its own input, then the higher ranks'), as the hand-written GPU
-/// kernels, and the result is the rank-order sum.
+/// Every rank of an all-reduce gets the same bits, with data whose sums round: the
+/// one-shot plan (every rank reduces every input) sums in rank order (the packets of the
+/// lower ranks, its own input, then the higher ranks'), as the hand-written GPU kernels,
+/// and gets the rank-order sum; the hierarchical plans add the nodes' partial sums in
+/// rank order on every node (3 virtual nodes: two far partials).
 #[test]
-fn one_shot_allreduce_same_bits_on_every_rank() {
-    use std::sync::Mutex;
-    for dtype in [DataType::F32, DataType::F16, DataType::Bf16] {
-        for n in 3..=5u32 {
-            let count = 999u64;
-            let input = |r: u32| {
-                let mut v = Vec::new();
-                for i in 0..count {
-                    // magnitudes far apart, so that the order of the terms shows
-                    let x =
-                        (1.0 + (i as f64) * 0.001) * 10f64.powi((r as i32 * 3 + i as i32) % 7 - 3);
-                    dtype.encode(
-                        if (i + r as u64).is_multiple_of(3) {
-                            -x
-                        } else {
-                            x
-                        },
-                        &mut v,
-                    );
-                }
-                v
-            };
-            let mut want = input(0);
-            for r in 1..n {
-                reduce_into(&mut want, &input(r), dtype, RedOp::Sum).unwrap();
-            }
-            let got = Mutex::new(vec![Vec::new(); n as usize]);
-            with_ranks(n, n, Some("allreduce:1pa"), |comm| {
-                let me = comm.rank();
-                let (mine, mut out) = (input(me), vec![0u8; want.len()]);
-                let (send, recv) = (SendBuf::from(&mine[..]), RecvBuf::from(&mut out[..]));
-                comm.all_reduce(send, recv, count, dtype, RedOp::Sum)
-                    .unwrap();
-                got.lock().unwrap()[me as usize] = out;
-            });
-            for (r, g) in got.into_inner().unwrap().iter().enumerate() {
-                assert!(
-                    g == &want,
-                    "{dtype:?} n={n}: rank {r} differs from the rank-order sum"
-                );
-            }
+fn allreduce_same_bits_on_every_rank() {
+    for (algo, n, rpn, rank_order) in [
+        ("allreduce:1pa", 3, 3, true),
+        ("allreduce:1pa", 4, 4, true),
+        ("allreduce:1pa", 5, 5, true),
+        ("allreduce:2ph-hb", 6, 2, false),
+        ("allreduce:2ph-ll", 6, 2, false),
+    ] {
+        for dtype in [DataType::F32, DataType::F16, DataType::Bf16] {
+            same_bits_case(algo, n, rpn, rank_order, dtype);
         }
+    }
+}
+
+fn same_bits_case(algo: &str, n: u32, rpn: u32, rank_order: bool, dtype: DataType) {
+    use std::sync::Mutex;
+    let count = 999u64;
+    let input = |r: u32| {
+        let mut v = Vec::new();
+        for i in 0..count {
+            // magnitudes far apart, so that the order of the terms shows
+            let x = (1.0 + (i as f64) * 0.001) * 10f64.powi((r as i32 * 3 + i as i32) % 7 - 3);
+            dtype.encode(if (i + r as u64).is_multiple_of(3) { -x } else { x }, &mut v);
+        }
+        v
+    };
+    let got = Mutex::new(vec![Vec::new(); n as usize]);
+    with_ranks(n, rpn, Some(algo), |comm| {
+        let me = comm.rank();
+        let (mine, mut out) = (input(me), vec![0u8; count as usize * dtype.size()]);
+        let (send, recv) = (SendBuf::from(&mine[..]), RecvBuf::from(&mut out[..]));
+        comm.all_reduce(send, recv, count, dtype, RedOp::Sum).unwrap();
+        got.lock().unwrap()[me as usize] = out;
+    });
+    let got = got.into_inner().unwrap();
+    for (r, g) in got.iter().enumerate() {
+        assert!(g == &got[0], "{algo} {dtype:?} n={n}: rank {r} differs from rank 0");
+    }
+    if rank_order {
+        let mut want = input(0);
+        for r in 1..n {
+            reduce_into(&mut want, &input(r), dtype, RedOp::Sum).unwrap();
+        }
+        assert!(got[0] == want, "{algo} {dtype:?} n={n}: not the rank-order sum");
     }
 }

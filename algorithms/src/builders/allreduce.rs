@@ -264,8 +264,13 @@ pub fn allreduce_2ph(
             let from_remotes = remotes.iter().map(|&q| (q, scr(slot(ll + q / ll, l))));
             match proto {
                 Protocol::HB => {
-                    let mut srcs = vec![out(l)];
-                    srcs.extend(from_remotes.map(|(_, c)| c));
+                    // the nodes' partial sums in rank order (the packet form's order,
+                    // plan::local_position), so that the rank l of every node adds them
+                    // alike and all get the same bits
+                    let mut terms: Vec<_> = from_remotes.collect();
+                    terms.push((r, out(l)));
+                    terms.sort_by_key(|t| t.0);
+                    let srcs = terms.into_iter().map(|t| t.1).collect();
                     ops.push(Op::Reduce { srcs, dst: out(l) });
                 }
                 Protocol::LL => ops.push(Op::ReadReducePackets {

@@ -58,10 +58,11 @@ impl Span {
         Some(Span { ptr, len })
     }
 
-    /// Same start address.
+    /// Whether the two spans share a byte.
     #[inline]
-    pub(crate) fn same(&self, o: &Span) -> bool {
-        self.len == o.len && (self.len == 0 || self.ptr == o.ptr)
+    pub(crate) fn overlaps(&self, o: &Span) -> bool {
+        (self.ptr as usize) < (o.ptr as usize + o.len)
+            && (o.ptr as usize) < (self.ptr as usize + self.len)
     }
 }
 

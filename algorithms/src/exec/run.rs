@@ -681,25 +681,39 @@ impl Invocation<'_> {
     }
 
     /// `dst = ops[0] ⊕ ops[1] ⊕ …`, piece by piece. `dst` may be one of the operands.
+    /// Left to right, as the plan IR says and the generated CUDA does, so ranks that
+    /// reduce the same operands in the same order get the same bits. Where `dst`
+    /// overlaps an operand after the first, each piece is summed aside and then stored,
+    /// so that operand is read before `dst` is written.
     fn reduce(&self, dst: Span, ops: &[Span]) -> Result<(), CommError> {
         if ops.is_empty() {
             return Ok(());
         }
-        // Start from the operand that is dst itself, if any (the ops commute).
-        let first = ops.iter().position(|o| o.same(&dst)).unwrap_or(0);
+        let (dtype, op) = (self.dtype, self.op);
+        let aside = ops[1..].iter().any(|o| o.overlaps(&dst));
         let len = dst.len;
+        let (mut acc, mut next) = if aside {
+            (vec![0u8; PIECE.min(len)], vec![0u8; PIECE.min(len)])
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let mut off = 0;
         while off < len {
             let n = PIECE.min(len - off);
             let d = dst.sub(off, n).unwrap_or(Span::EMPTY);
-            let f = ops[first].sub(off, n).unwrap_or(Span::EMPTY);
-            raw::copy(d, f);
-            for (i, o) in ops.iter().enumerate() {
-                if i == first {
-                    continue;
+            let piece = |o: &Span| o.sub(off, n).unwrap_or(Span::EMPTY);
+            if aside {
+                raw::read_into(piece(&ops[0]), &mut acc[..n]);
+                for o in &ops[1..] {
+                    raw::read_into(piece(o), &mut next[..n]);
+                    reduce_into(&mut acc[..n], &next[..n], dtype, op)?;
                 }
-                let s = o.sub(off, n).unwrap_or(Span::EMPTY);
-                self.fold(d, s)?;
+                raw::write_from(d, &acc[..n]);
+            } else {
+                raw::copy(d, piece(&ops[0]));
+                for o in &ops[1..] {
+                    self.fold(d, piece(o))?;
+                }
             }
             off += n;
         }
@@ -709,9 +723,7 @@ impl Invocation<'_> {
     /// `d ⊕= s` for one piece; copies `s` aside first if it overlaps `d`.
     fn fold(&self, d: Span, s: Span) -> Result<(), CommError> {
         let (dtype, op) = (self.dtype, self.op);
-        let overlap = (s.ptr as usize) < (d.ptr as usize + d.len)
-            && (d.ptr as usize) < (s.ptr as usize + s.len);
-        if overlap && d.len > 0 {
+        if s.overlaps(&d) && d.len > 0 {
             TMP.with(|t| {
                 let mut t = t.borrow_mut();
                 t.resize(s.len, 0);
