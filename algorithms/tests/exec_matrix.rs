@@ -175,7 +175,14 @@ fn same_bits_case(algo: &str, n: u32, rpn: u32, rank_order: bool, dtype: DataTyp
         for i in 0..count {
             // magnitudes far apart, so that the order of the terms shows
             let x = (1.0 + (i as f64) * 0.001) * 10f64.powi((r as i32 * 3 + i as i32) % 7 - 3);
-            dtype.encode(if (i + r as u64).is_multiple_of(3) { -x } else { x }, &mut v);
+            dtype.encode(
+                if (i + r as u64).is_multiple_of(3) {
+                    -x
+                } else {
+                    x
+                },
+                &mut v,
+            );
         }
         v
     };
@@ -184,18 +191,25 @@ fn same_bits_case(algo: &str, n: u32, rpn: u32, rank_order: bool, dtype: DataTyp
         let me = comm.rank();
         let (mine, mut out) = (input(me), vec![0u8; count as usize * dtype.size()]);
         let (send, recv) = (SendBuf::from(&mine[..]), RecvBuf::from(&mut out[..]));
-        comm.all_reduce(send, recv, count, dtype, RedOp::Sum).unwrap();
+        comm.all_reduce(send, recv, count, dtype, RedOp::Sum)
+            .unwrap();
         got.lock().unwrap()[me as usize] = out;
     });
     let got = got.into_inner().unwrap();
     for (r, g) in got.iter().enumerate() {
-        assert!(g == &got[0], "{algo} {dtype:?} n={n}: rank {r} differs from rank 0");
+        assert!(
+            g == &got[0],
+            "{algo} {dtype:?} n={n}: rank {r} differs from rank 0"
+        );
     }
     if rank_order {
         let mut want = input(0);
         for r in 1..n {
             reduce_into(&mut want, &input(r), dtype, RedOp::Sum).unwrap();
         }
-        assert!(got[0] == want, "{algo} {dtype:?} n={n}: not the rank-order sum");
+        assert!(
+            got[0] == want,
+            "{algo} {dtype:?} n={n}: not the rank-order sum"
+        );
     }
 }

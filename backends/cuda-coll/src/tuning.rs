@@ -874,19 +874,19 @@ pub fn resolve_with(
         &decl::COLL_RS_LL63_MAX,
         absent(s.reducescatter_ll63_max, &decl::COLL_RS_LL63_MAX),
     )?;
-    // unrolls: 1..=32 in the file (TuningFile::parse) and the variable
-    let chain_unroll = pick(
-        None,
-        None,
-        &decl::COLL_CHAIN_UNROLL,
-        absent(s.chain_unroll, &decl::COLL_CHAIN_UNROLL),
-    )? as u32;
-    let ring_unroll = pick(
-        None,
-        None,
-        &decl::COLL_RING_UNROLL,
-        absent(s.ring_unroll, &decl::COLL_RING_UNROLL),
-    )? as u32;
+    // optional keys set by the variable or the file only (absent: the declared
+    // default): the unrolls (1..=32 in the file, TuningFile::parse, and the variable)
+    // and the LL16 kernels' threads a block
+    let (chain_unroll, ring_unroll, ll_threads) = {
+        let mut optional = |setting: &'static Setting, file: Option<u64>| {
+            pick(None, None, setting, absent(file, setting)).map(|v| v as u32)
+        };
+        (
+            optional(&decl::COLL_CHAIN_UNROLL, s.chain_unroll)?,
+            optional(&decl::COLL_RING_UNROLL, s.ring_unroll)?,
+            optional(&decl::COLL_LL_THREADS, s.ll_threads)?,
+        )
+    };
     let reduce_chain_unroll = pick(
         None,
         None,
@@ -926,12 +926,6 @@ pub fn resolve_with(
     // 32..=512 in the file and the variable (1024 runs out of registers in the
     // two-shot kernels)
     let threads = pick(None, None, &decl::COLL_THREADS, u64::from(s.threads))? as u32;
-    let ll_threads = pick(
-        None,
-        None,
-        &decl::COLL_LL_THREADS,
-        absent(s.ll_threads, &decl::COLL_LL_THREADS),
-    )? as u32;
     for (t, decl) in [
         (threads, &decl::COLL_THREADS),
         (ll_threads, &decl::COLL_LL_THREADS),
