@@ -462,7 +462,7 @@ fn setup_words(
     capacity: u64,
     chain_overlap: u32,
     dma_all: bool,
-) -> [(&'static str, u64); 35] {
+) -> [(&'static str, u64); 36] {
     [
         ("capacity", capacity),
         (
@@ -474,6 +474,10 @@ fn setup_words(
             u64::from(chain_overlap),
         ),
         ("threads (COMMHAL_COLL_THREADS)", u64::from(t.threads)),
+        (
+            "ll_threads (COMMHAL_COLL_LL_THREADS)",
+            u64::from(t.ll_threads),
+        ),
         (
             "max_blocks (COMMHAL_COLL_MAX_BLOCKS)",
             u64::from(t.max_blocks),
@@ -1556,7 +1560,7 @@ mod tests {
             ring_unroll: 16,
             reduce_chain_unroll: 32,
             threads: 512,
-            ll_threads: 512,
+            ll_threads: 128,
             max_blocks: 132,
             device_timeout: Duration::from_secs(1),
         };
@@ -1579,6 +1583,15 @@ mod tests {
             e.contains("rank 1 has ring_unroll") && e.contains("= 4, this rank 16"),
             "{e}"
         );
+        // the LL16 grid too: a block per 128 packets here, per 512 there
+        let other = Tuning {
+            ll_threads: 512,
+            ..t
+        };
+        let e = check_setup(1, &mine, &words(&other, 1 << 20))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 1 has ll_threads"), "{e}");
         let e = check_setup(2, &mine, &words(&t, 2 << 20))
             .unwrap_err()
             .to_string();
