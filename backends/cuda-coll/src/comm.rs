@@ -1572,29 +1572,35 @@ mod tests {
         };
         let mine = setup_words(&t, 1 << 20, 3, false);
         assert!(check_setup(1, &mine, &words(&t, 1 << 20)).is_ok());
-        let other = Tuning {
-            ring_unroll: 4,
-            ..t
+        // rank `r`'s refusal of a peer with tuning `other` and capacity `cap`
+        let refusal = |r: u32, other: &Tuning, cap: u64| {
+            check_setup(r, &mine, &words(other, cap))
+                .unwrap_err()
+                .to_string()
         };
-        let e = check_setup(1, &mine, &words(&other, 1 << 20))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(
+            1,
+            &Tuning {
+                ring_unroll: 4,
+                ..t
+            },
+            1 << 20,
+        );
         assert!(
             e.contains("rank 1 has ring_unroll") && e.contains("= 4, this rank 16"),
             "{e}"
         );
         // the LL16 grid too: a block per 128 packets here, per 512 there
-        let other = Tuning {
-            ll_threads: 512,
-            ..t
-        };
-        let e = check_setup(1, &mine, &words(&other, 1 << 20))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(
+            1,
+            &Tuning {
+                ll_threads: 512,
+                ..t
+            },
+            1 << 20,
+        );
         assert!(e.contains("rank 1 has ll_threads"), "{e}");
-        let e = check_setup(2, &mine, &words(&t, 2 << 20))
-            .unwrap_err()
-            .to_string();
+        let e = refusal(2, &t, 2 << 20);
         assert!(e.contains("capacity"), "{e}");
         assert!(check_setup(3, &mine, &[0u8; 5]).is_err(), "short table");
     }
