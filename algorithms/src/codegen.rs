@@ -971,9 +971,9 @@ impl Gen<'_> {
                         packets.len()
                     )));
                 }
-                let (d, l, p) = self.read_reduce_operands(local, packets, dst, iterations, looped);
+                let (d, l, p, at) =
+                    self.read_reduce_operands(local, packets, dst, iterations, looped);
                 let nl = local.len();
-                let at = self.local_at(local, packets);
                 if self.ll63() {
                     // no flags: the valid bits; the reader clears the packets (u8*)
                     self.line(&format!(
@@ -982,7 +982,7 @@ impl Gen<'_> {
                         p.len(),
                         p.join(", "),
                         p.len(),
-                        at.map(|k| format!(", {k}u")).unwrap_or_default()
+                        at
                     ));
                     return Ok(());
                 }
@@ -998,7 +998,7 @@ impl Gen<'_> {
                     f.len(),
                     f.join(", "),
                     p.len(),
-                    at.map(|k| format!(", {k}u")).unwrap_or_default()
+                    at
                 ));
             }
             Op::Barrier => {
@@ -1115,17 +1115,12 @@ impl Gen<'_> {
         (peer + n - self.me - 1) % n
     }
 
-    /// Where a packet read-reduce's locals enter its sum ([`local_position`]), when not
-    /// first (the runtime's default).
-    fn local_at(&self, local: &[ChunkRef], packets: &[(u32, ChunkRef)]) -> Option<usize> {
-        let at = local_position(packets, self.me);
-        (!local.is_empty() && at > 0).then_some(at)
-    }
-
     /// A packet read-reduce's sync (what its data needs, and [`Gen::after_sends`]) and
     /// its operands: the destination's span, the locals' pointers as an array
-    /// initializer (`nullptr` for none: the array has at least one entry), and the
-    /// packet areas' pointers.
+    /// initializer (`nullptr` for none: the array has at least one entry), the packet
+    /// areas' pointers, and where the locals enter the sum ([`local_position`]) as the
+    /// last argument of the runtime's call: `, Ku`, or nothing where they come first
+    /// (its default).
     fn read_reduce_operands(
         &mut self,
         local: &[ChunkRef],
@@ -1133,7 +1128,7 @@ impl Gen<'_> {
         dst: &ChunkRef,
         iterations: u32,
         looped: bool,
-    ) -> (String, String, Vec<String>) {
+    ) -> (String, String, Vec<String>, String) {
         let me = self.me;
         let mut reads: Vec<ChunkRef> = local.to_vec();
         reads.extend(packets.iter().map(|p| p.1));
@@ -1153,7 +1148,11 @@ impl Gen<'_> {
             .iter()
             .map(|(_, c)| format!("{}.p", self.span(c, me, looped, true)))
             .collect();
-        (d, l, p)
+        let at = match local_position(packets, me) {
+            k @ 1.. if !local.is_empty() => format!(", {k}u"),
+            _ => String::new(),
+        };
+        (d, l, p, at)
     }
 
     /// The length of the run at the start of `ops` that fuses into one
@@ -1219,21 +1218,20 @@ impl Gen<'_> {
         puts.sort_by_key(|p| self.peer_order(p.0));
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
-        let (d, l, p) = self.read_reduce_operands(local, packets, dst, 1, false);
+        let (d, l, p, at) = self.read_reduce_operands(local, packets, dst, 1, false);
         let mut text = format!("{{ Span d = {d};");
         let q: Vec<String> = puts
             .iter()
             .map(|(peer, area)| format!("{}.p", self.span(area, *peer, false, true)))
             .collect();
         let (nl, np, nq) = (local.len(), p.len(), q.len());
-        let at = self.local_at(local, packets);
         let _ = write!(
             text,
             " const u8* const l[{}] = {{{l}}}; u8* const p[{np}] = {{{}}}; u8* const q[{nq}] = {{{}}}; reduce_put_packets63<DT, OP, {nl}u, {np}u, {nq}u{}>(c, d.p, l, p, q, d.n, {}u); }}",
             nl.max(1),
             p.join(", "),
             q.join(", "),
-            at.map(|k| format!(", {k}u")).unwrap_or_default(),
+            at,
             if fin { self.plan.nranks } else { 0 }
         );
         self.line(&text);
@@ -1313,18 +1311,7 @@ impl Gen<'_> {
     fn put_packets_scatter(&mut self, run: &[(Op, usize)], block: usize) -> Result<(), AlgoError> {
         let me = self.me;
         let es = self.es;
-        let mut puts = Vec::new();
-        for (op, flat) in run {
-            if let Op::PutPackets { peer, src, dst, .. } = op {
-                self.no_far(*peer, "writes LL packets into")?;
-                let occ = if self.ll63() {
-                    0
-                } else {
-                    self.occurrence(block, *flat, 0)?
-                };
-                puts.push((*peer, *src, *dst, occ));
-            }
-        }
+        let mut puts = self.run_puts(run, block)?;
         if !self.ll63() {
             puts.sort_by_key(|p| self.peer_order(p.0));
         }
@@ -1451,18 +1438,7 @@ impl Gen<'_> {
             Op::Copy { dst, .. } => Some(*dst),
             _ => None,
         });
-        let mut puts = Vec::new();
-        for (o, flat) in run {
-            if let Op::PutPackets { peer, src, dst, .. } = o {
-                self.no_far(*peer, "writes LL packets into")?;
-                let occ = if self.ll63() {
-                    0
-                } else {
-                    self.occurrence(block, *flat, 0)?
-                };
-                puts.push((*peer, *src, *dst, occ));
-            }
-        }
+        let mut puts = self.run_puts(run, block)?;
         puts.sort_by_key(|p| self.peer_order(p.0));
         let src = puts[0].1;
         if copy.is_some() {
@@ -1507,6 +1483,29 @@ impl Gen<'_> {
         self.line(&text);
         self.sent = true;
         Ok(())
+    }
+
+    /// The `PutPackets` of a fused run, in run order: (peer, source, packet area, the
+    /// LL16 packet occurrence; 0 in an LL63 plan, whose packets carry no flag). Each
+    /// peer must be near: packets do not cross nodes.
+    fn run_puts(
+        &self,
+        run: &[(Op, usize)],
+        block: usize,
+    ) -> Result<Vec<(u32, ChunkRef, ChunkRef, u32)>, AlgoError> {
+        let mut puts = Vec::new();
+        for (op, flat) in run {
+            if let Op::PutPackets { peer, src, dst, .. } = op {
+                self.no_far(*peer, "writes LL packets into")?;
+                let occ = if self.ll63() {
+                    0
+                } else {
+                    self.occurrence(block, *flat, 0)?
+                };
+                puts.push((*peer, *src, *dst, occ));
+            }
+        }
+        Ok(puts)
     }
 
     fn occurrence(&self, block: usize, flat: usize, k: usize) -> Result<u32, AlgoError> {
