@@ -40,6 +40,18 @@
 
 namespace commhal {
 
+// x[k] for a k only known at run time, by selects over registers (an indexed load would
+// put x in local memory): small arrays of pointers or sizes stay in registers. The
+// hand-written primitives' and the generated plans' fused loops pick their peer's or
+// chunk's entry so.
+template <typename T, u32 N>
+COMMHAL_DEVICE T pick(T const (&x)[N], u32 k) {
+  T r = x[0];
+#pragma unroll
+  for (u32 j = 1; j < N; ++j) r = j == k ? x[j] : r;
+  return r;
+}
+
 // LL16 puts of one range of packets to up to MAX targets: for each packet i, the 8
 // bytes load(t, i) of every target t < nt are loaded before any is stored (SAME: every
 // target's bytes are load(0, i), loaded once), then stored as packet i of slot[t] with

@@ -689,8 +689,9 @@ COMMHAL_DEVICE void put_packets(const Ctx& c, u8* dst, const u8* src, u64 n, u64
 
 // The LL16 puts of NP chunks src[q] of n elements each into packet areas dst[q] (flag
 // f[q]), one op: codegen fuses a run of puts of different, equally long chunks (the
-// reduce-scatter's) into this, as the hand kernels' scatter: each thread loads its packet of every chunk, then stores them, one
-// loop instead of one per chunk. Each CTA's share is the one each put gives it alone.
+// reduce-scatter's) into this, as the hand kernels' scatter: each thread loads its
+// packet of every chunk, then stores them, one loop instead of one per chunk. Each
+// CTA's share is the one each put gives it alone.
 template <u32 NP>
 COMMHAL_DEVICE void put_packets_scatter(const Ctx& c, u8* const (&dst)[NP], const u32 (&f)[NP],
                                         const u8* const (&src)[NP], u64 n, u64 esz) {
@@ -708,18 +709,6 @@ COMMHAL_DEVICE uint2 packet_at(const Ctx& c, const u8* p, u64 k, u32 flag) {
   bool ok = true;
   const uint2 data = ll16_wait(p + 16 * k, flag, bound(c), ok);
   return ok ? data : make_uint2(0, 0);
-}
-
-// a[q] with constant indices only (an unrolled select), so that a small array of
-// pointers or sizes stays in registers where q is known only at run time.
-template <typename T, u32 N>
-COMMHAL_DEVICE T pick(const T (&a)[N], u32 q) {
-  T r = a[0];
-#pragma unroll
-  for (u32 k = 1; k < N; ++k) {
-    if (q == k) r = a[k];
-  }
-  return r;
 }
 
 // The items of NP chunks of n[q] elements of esz bytes, `unit` bytes an item: every
@@ -767,8 +756,8 @@ COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], con
 }
 
 // dst = unpack(packets[0]) (op) ... (op) (locals[0] (op) ...) (op) ...: n elements, the
-// locals' reduction entering before packet lpos (plan::local_position: rank order); each packet
-// area holds the chunk's bytes from its first packet. This CTA's share of the packets,
+// locals' reduction entering before packet lpos (plan::local_position: rank order);
+// each packet area holds the chunk's bytes from its first packet. This CTA's share of the packets,
 // one 8-byte word of lanes at a time (dataops.h ll16_reduce, as the hand LL16 reduce):
 // the locals loaded and reduced before the packet waits so that their latency hides
 // behind them (as the hand kernels load their own input before waiting), then the terms

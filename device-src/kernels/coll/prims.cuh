@@ -571,21 +571,11 @@ struct Prims<Simple, RootChain<OFFSET>> {
   }
 };
 
-// x[k] for a k only known at run time, by selects over registers (an indexed load would
-// put x in local memory).
-template <typename T, u32 N>
-COMMHAL_DEVICE T pick(T const (&x)[N], u32 k) {
-  T r = x[0];
-#pragma unroll
-  for (u32 j = 1; j < N; ++j) r = j == k ? x[j] : r;
-  return r;
-}
-
 // LL16's sends and waits loop over the pattern's MAX_SENDS / MAX_RECVS fixed peer
 // slots, unrolled, with every peer's pointers computed before the data loop: indexed by
 // constants they stay in registers. (The packet stores and waits are asm with a memory
 // clobber, after which anything read through `a` is read again.) Waits stay runtime
-// loops over the peers, taking the pointers from those registers (pick): seven unrolled
+// loops over the peers, taking the pointers from those registers (dataops.h pick): seven unrolled
 // bounded waits made the LL16 kernels 12-18 % slower at 256 KiB on 4 x H100.
 
 template <typename Pattern>
