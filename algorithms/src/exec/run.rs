@@ -703,35 +703,17 @@ impl Invocation<'_> {
             let d = dst.sub(off, n).unwrap_or(Span::EMPTY);
             let piece = |o: &Span| o.sub(off, n).unwrap_or(Span::EMPTY);
             if aside {
-                raw::read_into(piece(&ops[0]), &mut acc[..n]);
-                for o in &ops[1..] {
-                    raw::read_into(piece(o), &mut next[..n]);
-                    reduce_into(&mut acc[..n], &next[..n], dtype, op)?;
-                }
+                let pieces: Vec<Span> = ops.iter().map(piece).collect();
+                sum_aside(&mut acc[..n], &mut next[..n], &pieces, dtype, op)?;
                 raw::write_from(d, &acc[..n]);
             } else {
                 raw::copy(d, piece(&ops[0]));
                 for o in &ops[1..] {
-                    self.fold(d, piece(o))?;
+                    // no later operand overlaps dst here (else `aside`)
+                    raw::with_slices(d, piece(o), |d, s| reduce_into(d, s, dtype, op))?;
                 }
             }
             off += n;
-        }
-        Ok(())
-    }
-
-    /// `d ⊕= s` for one piece; copies `s` aside first if it overlaps `d`.
-    fn fold(&self, d: Span, s: Span) -> Result<(), CommError> {
-        let (dtype, op) = (self.dtype, self.op);
-        if s.overlaps(&d) && d.len > 0 {
-            TMP.with(|t| {
-                let mut t = t.borrow_mut();
-                t.resize(s.len, 0);
-                raw::read_into(s, &mut t);
-                raw::with_mut(d, |d| reduce_into(d, &t, dtype, op))
-            })?;
-        } else {
-            raw::with_slices(d, s, |d, s| reduce_into(d, s, dtype, op))?;
         }
         Ok(())
     }
@@ -772,8 +754,9 @@ impl Invocation<'_> {
         let late = !locals.is_empty() && at > 0;
         TMP.with(|t| -> Result<(), CommError> {
             let mut tmp = t.borrow_mut();
-            tmp.resize(2 * PIECE, 0);
-            let (buf, mine) = tmp.split_at_mut(PIECE);
+            tmp.resize(3 * PIECE, 0);
+            let (buf, rest) = tmp.split_at_mut(PIECE);
+            let (mine, next) = rest.split_at_mut(PIECE);
             let mut off = 0;
             while off < len {
                 let n = PIECE.min(len - off);
@@ -782,7 +765,7 @@ impl Invocation<'_> {
                 let mut have = false;
                 if late {
                     // read before dst is written: in place a local is dst
-                    local_sum(&mut mine[..n], &ls, dtype, op)?;
+                    sum_aside(&mut mine[..n], &mut next[..n], &ls, dtype, op)?;
                 } else if !locals.is_empty() {
                     self.reduce(d, &ls)?;
                     have = true;
@@ -858,13 +841,19 @@ fn encode_packets(src: Span, words: usize, flag: u32) -> Vec<u8> {
     out
 }
 
-/// `out` = spans[0] ⊕ spans[1] ⊕ … (equal lengths), left to right.
-fn local_sum(out: &mut [u8], spans: &[Span], dtype: DataType, op: RedOp) -> Result<(), CommError> {
+/// `out` = spans[0] ⊕ spans[1] ⊕ … (equal lengths), left to right, read into `out` and
+/// `next` (as long as `out`) so that spans overlapping the destination are read first.
+fn sum_aside(
+    out: &mut [u8],
+    next: &mut [u8],
+    spans: &[Span],
+    dtype: DataType,
+    op: RedOp,
+) -> Result<(), CommError> {
     raw::read_into(spans[0], out);
-    let mut next = vec![0u8; out.len()];
     for s in &spans[1..] {
-        raw::read_into(*s, &mut next);
-        reduce_into(out, &next, dtype, op)?;
+        raw::read_into(*s, next);
+        reduce_into(out, next, dtype, op)?;
     }
     Ok(())
 }
