@@ -991,7 +991,7 @@ impl Gen<'_> {
                     f.push(format!("ll_flag(c, {}u)", self.occurrence(block, flat, k)?));
                 }
                 self.line(&format!(
-                    "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP>(c, d.p, l, {nl}u, p, f, {}u, d.n{}); }}",
+                    "{{ Span d = {d}; const u8* l[{}] = {{{l}}}; const u8* p[{}] = {{{}}}; const u32 f[{}] = {{{}}}; reduce_packets<DT, OP, {}u>(c, d.p, l, {nl}u, p, f, d.n{}); }}",
                     nl.max(1),
                     p.len(),
                     p.join(", "),
@@ -1819,7 +1819,7 @@ mod tests {
                     format!(", {r}u")
                 };
                 let call = if algo == Algorithm::AllReduce1pa {
-                    format!("reduce_packets<DT, OP>(c, d.p, l, 1u, p, f, 3u, d.n{at});")
+                    format!("reduce_packets<DT, OP, 3u>(c, d.p, l, 1u, p, f, d.n{at});")
                 } else {
                     format!("reduce_packets63<DT, OP, 1u, 3u{at}>(c, d.p, l, p, d.n);")
                 };

@@ -201,16 +201,20 @@ pub fn ll63_region_bytes(bytes: u64) -> u64 {
     bytes.div_ceil(16).div_ceil(LL63_TILE_VECS) * LL63_TILE_PKTS * 16
 }
 
-/// Grid `(blocks, threads)` with a thread per LL16 packet: blocks of at most `threads`
-/// threads (the tuned `ll_threads`), more a block (to 512) only where `max_blocks` such
-/// blocks would leave packets without a thread. These kernels wait on memory: the same
+/// Grid `(blocks, threads)` with a thread per LL16 packet: blocks of `threads` threads
+/// (the tuned `ll_threads`), more a block (to 512) only where `max_blocks` such blocks
+/// would leave packets without a thread. These kernels wait on memory: the same
 /// packets over more SMs finish sooner (4 x H100, 4 ranks, in graphs: 128 threads a
 /// block took 0.76-1.00 of the time of 512 at 4-64 KiB; 128 threads a block with the
-/// blocks capped at the SM count took 1.09-1.17 at 128-512 KiB on 2 ranks).
+/// blocks capped at the SM count took 1.09-1.17 at 128-512 KiB on 2 ranks). A block is
+/// never smaller, even with fewer packets: one warp for the 32 packets of the 4-rank
+/// 1 KiB reduce-scatter took 3.41 µs in graphs, a block of 128 threads 2.90 (2 ranks,
+/// 1 KiB all-gather and reduce-scatter: 0.91-0.92 of the time). Whatever a small block
+/// pays more, it is not the system scope of the launch-number stores (launch.h, 1024 /
+/// threads a thread): weak stores changed nothing.
 pub fn packet_grid(packets: u64, threads: u32, max_blocks: u32) -> (u32, u32) {
     let max_blocks = u64::from(max_blocks.max(1));
-    let t = packets
-        .clamp(32, u64::from(threads.max(32)))
+    let t = u64::from(threads.max(32))
         .max(packets.div_ceil(max_blocks).min(512))
         .next_multiple_of(32);
     let blocks = packets.div_ceil(t).clamp(1, max_blocks);
@@ -386,8 +390,9 @@ mod tests {
     /// a block (to 512), then more packets a thread.
     #[test]
     fn packet_grid_spreads_packets_over_blocks() {
-        assert_eq!(packet_grid(10, 128, 132), (1, 32));
+        assert_eq!(packet_grid(10, 128, 132), (1, 128));
         assert_eq!(packet_grid(100, 128, 132), (1, 128));
+        assert_eq!(packet_grid(100, 256, 132), (1, 256));
         assert_eq!(packet_grid(8192, 128, 132), (64, 128));
         assert_eq!(packet_grid(8192, 512, 132), (16, 512));
         assert_eq!(packet_grid(32768, 128, 132), (128, 256));

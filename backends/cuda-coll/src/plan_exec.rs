@@ -174,6 +174,13 @@ fn key_of(c: &PlanCall) -> Result<Key> {
 
 /// `PlanArgs::flags`: the launch before ran the same plan kernel (plan.h).
 pub const PLAN_FLAG_ORDERED: u32 = 1;
+/// `PlanArgs::flags`: the LL16 packet reduces wait for their terms in a loop (plan.h).
+pub const PLAN_FLAG_WAIT_LOOP: u32 = 2;
+/// Output bytes from which an LL16 plan launch sets [`PLAN_FLAG_WAIT_LOOP`]: on 4 x H100
+/// the one-shot all-reduce and reduce-scatter plans (three packet terms) took 3-5 % less
+/// time with their waits unrolled up to 16 KiB of output, and 3-6 % more from 32 KiB
+/// (docs/performance.md).
+const WAIT_LOOP_MIN_OUTPUT: u64 = 32 << 10;
 
 #[derive(Debug)]
 struct Loaded {
@@ -455,13 +462,17 @@ impl PlanExec {
         (self.sms / blocks.max(1)).clamp(1, MAX_PARTS)
     }
 
-    /// CTAs per plan block and threads per CTA for `plan`: packet plans take one LL16
-    /// packet (8 bytes) of the message per thread, on as few threads as the packets of
-    /// a block need, `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]),
-    /// as the hand-written LL kernels' grid (every packet is waited on by one thread;
-    /// fewer CTAs serialise the waits); others one 16-byte vector per thread
-    /// ([`PlanExec::replicas`]).
-    fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64) -> (u32, u32) {
+    /// CTAs per plan block and threads per CTA for `plan` on `bytes` (the larger of
+    /// input and output) and `out` output bytes: LL16 plans take one packet (8 bytes)
+    /// of the output per thread, on as few threads as the packets of a block need,
+    /// `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]), as the
+    /// hand-written LL kernels' grid (every packet is waited on by one thread; fewer
+    /// CTAs serialise the waits); others one 16-byte vector per thread
+    /// ([`PlanExec::replicas`]). (A packet per thread of the input gave the 4-rank
+    /// reduce-scatter, whose input is four times its output, four times the hand
+    /// kernel's CTAs, each a quarter busy: 1.12 of its time at 128-512 KiB against
+    /// 1.05-1.09.)
+    fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64, out: u64) -> (u32, u32) {
         if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
             // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
@@ -474,11 +485,11 @@ impl PlanExec {
             let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
             (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if plan.uses_packets() {
-            let per_block = bytes.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
+            let per_block = out.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let most = self.threads.min(self.packet_threads);
             let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
             (
-                self.replicas_for(blocks, bytes, 8 * u64::from(threads)),
+                self.replicas_for(blocks, out, 8 * u64::from(threads)),
                 threads,
             )
         } else {
@@ -583,8 +594,9 @@ impl PlanExec {
                 (true, _) => inp[p] = out[p],
             }
         }
+        let out_bytes = plan.output.elems(count) * es;
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
-        let (replicas, threads) = self.plan_grid(plan, l.kernel.blocks, bytes);
+        let (replicas, threads) = self.plan_grid(plan, l.kernel.blocks, bytes, out_bytes);
         let mut args = PlanArgs {
             input: inp,
             output: out,
@@ -596,7 +608,11 @@ impl PlanExec {
             replicas_inv: replicas_inverse(replicas),
             ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
-            flags: 0,
+            flags: if out_bytes >= WAIT_LOOP_MIN_OUTPUT {
+                PLAN_FLAG_WAIT_LOOP
+            } else {
+                0
+            },
             ports: match (&self.ports, l.kernel.far) {
                 (_, 0) => 0,
                 (Ok(p), _) => p.table_addr(),
@@ -824,6 +840,10 @@ mod tests {
         assert!(h.contains("#define PLAN_STATE_BYTES (4 * PLAN_MAX_CTAS * 8)"));
         assert!(h.contains("#define PLAN_DATA_OFF (PLAN_STATE_OFF + PLAN_STATE_BYTES)"));
         assert!(h.contains("#define PLAN_HS_OFF PLAN_SEM_BYTES"));
+        assert!(h.contains(&format!("#define PLAN_FLAG_ORDERED {PLAN_FLAG_ORDERED}u")));
+        assert!(h.contains(&format!(
+            "#define PLAN_FLAG_WAIT_LOOP {PLAN_FLAG_WAIT_LOOP}u"
+        )));
         assert_eq!(
             ERR_WAIT,
             commhal_device_src::layout::error_code::WAIT_TIMEOUT

@@ -113,6 +113,9 @@ static_assert(sizeof(PlanArgs) == 248, "PlanArgs layout");
 // its reader in every launch), so each reader had finished the launch before that, the
 // last one that used the copy this launch writes: wait_done skips those readers.
 #define PLAN_FLAG_ORDERED 1u
+// The LL16 packet reduces of this launch wait for their terms in a loop (dataops.h
+// ll16_reduce ROLLED), not unrolled: the host sets it from 32 KiB of output.
+#define PLAN_FLAG_WAIT_LOOP 2u
 
 // Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
 // rank, drained by the host proxy (backends/cuda-coll/src/plan_ports.rs), which carries
@@ -765,9 +768,9 @@ COMMHAL_DEVICE void unpack_packets_multi(const Ctx& c, u8* const (&dst)[NP], con
 // zero from the locals, and only the chunk's bytes are stored; unaligned memory moves
 // byte by byte (packet_data, store_packet_data). A single packet source and no locals
 // (unpack) moves the bits as they are.
-template <int DT, int OP>
+template <int DT, int OP, u32 NP>
 COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* locals, u32 nl,
-                                   const u8* const* pk, const u32* flags, u32 np, u64 n,
+                                   const u8* const (&pk)[NP], const u32 (&flags)[NP], u64 n,
                                    u32 lpos = 0) {
   typedef typename Elem<DT>::T T;
   typedef typename T::R R;
@@ -779,24 +782,27 @@ COMMHAL_DEVICE void reduce_packets(const Ctx& c, u8* dst, const u8* const* local
   auto word = [](uint2 v) { return (u64)v.x | ((u64)v.y << 32); };
   auto op = [](u64 x, u64 y) { return elem_op64<T, OP>(x, y); };
   const u32 first = nl > 0 ? 1 : 0;  // terms: the locals' sum, if any, then the packets
-  const u32 nt = first + np;
-  ll16_reduce<u64>(
-      lo + threadIdx.x, hi, blockDim.x, nt,
-      [&](u64 k) {
-        u64 acc = 0;
-        for (u32 q = 0; q < nl; ++q) {
-          const u64 w = word(packet_data(locals[q], bytes, k));
-          acc = q == 0 ? w : op(acc, w);
-        }
-        return acc;
-      },
-      [&](u32 t, u64 k, u64 mine) {
-        if (first == 1 && t == lpos) return mine;
-        const u32 q = first == 1 && t > lpos ? t - 1 : t;
-        return word(packet_at(c, pk[q], k, flags[q]));
-      },
-      op,
-      [&](u64 k, u64 w) { store_packet_data(dst, bytes, k, make_uint2((u32)w, (u32)(w >> 32))); });
+  const u32 nt = first + NP;
+  auto pre = [&](u64 k) {
+    u64 acc = 0;
+    for (u32 q = 0; q < nl; ++q) {
+      const u64 w = word(packet_data(locals[q], bytes, k));
+      acc = q == 0 ? w : op(acc, w);
+    }
+    return acc;
+  };
+  auto term = [&](u32 t, u64 k, u64 mine) {
+    if (first == 1 && t == lpos) return mine;
+    const u32 q = first == 1 && t > lpos ? t - 1 : t;
+    return word(packet_at(c, pick(pk, q), k, pick(flags, q)));
+  };
+  auto store = [&](u64 k, u64 w) {
+    store_packet_data(dst, bytes, k, make_uint2((u32)w, (u32)(w >> 32)));
+  };
+  if (c.a->flags & PLAN_FLAG_WAIT_LOOP)
+    ll16_reduce<u64, true>(lo + threadIdx.x, hi, blockDim.x, nt, pre, term, op, store);
+  else
+    ll16_reduce<u64, false>(lo + threadIdx.x, hi, blockDim.x, nt, pre, term, op, store);
 }
 
 }  // namespace plan
