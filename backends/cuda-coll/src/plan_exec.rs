@@ -189,6 +189,8 @@ struct Loaded {
     kernel: CudaKernel,
     /// [`codegen::touches_peer_user_buffers`] of the plan.
     peer_user: bool,
+    /// [`Plan::uses_packets`] (a walk over every op: once, not per launch).
+    packets: bool,
 }
 
 /// What one call runs: `algo` with `blocks` plan blocks, for `coll` of `dtype` with
@@ -427,6 +429,7 @@ impl PlanExec {
         let module = CollModule::load(&self.ctx, &image, &[codegen::ENTRY])?;
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
+            packets: plan.uses_packets(),
             plan,
             module,
             kernel,
@@ -462,7 +465,7 @@ impl PlanExec {
         (self.sms / blocks.max(1)).clamp(1, MAX_PARTS)
     }
 
-    /// CTAs per plan block and threads per CTA for `plan` on `bytes` (the larger of
+    /// CTAs per plan block and threads per CTA for plan `l` on `bytes` (the larger of
     /// input and output) and `out` output bytes: LL16 plans take one packet (8 bytes)
     /// of the output per thread, on as few threads as the packets of a block need,
     /// `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]), as the
@@ -472,8 +475,9 @@ impl PlanExec {
     /// reduce-scatter, whose input is four times its output, four times the hand
     /// kernel's CTAs, each a quarter busy: 1.12 of its time at 128-512 KiB against
     /// 1.05-1.09.)
-    fn plan_grid(&self, plan: &Plan, blocks: u32, bytes: u64, out: u64) -> (u32, u32) {
-        if plan.uses_packets() && plan.packets == PacketFormat::Ll63 {
+    fn plan_grid(&self, l: &Loaded, bytes: u64, out: u64) -> (u32, u32) {
+        let (plan, blocks) = (&l.plan, l.kernel.blocks);
+        if l.packets && plan.packets == PacketFormat::Ll63 {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
             // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
             // (layout::ll63_grid: an SM's share of the link traffic limits them).
@@ -484,7 +488,7 @@ impl PlanExec {
             let (_, threads) = layout::ll63_grid(per_block, most, self.most_replicas(blocks));
             let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
             (self.replicas_for(blocks, bytes, per_cta), threads)
-        } else if plan.uses_packets() {
+        } else if l.packets {
             let per_block = out.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let most = self.threads.min(self.packet_threads);
             let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
@@ -538,7 +542,7 @@ impl PlanExec {
         input: &[u64; MAX_RANKS],
         output: &[u64; MAX_RANKS],
         capacity: u64,
-    ) -> Result<String> {
+    ) -> Result<()> {
         let PlanCall {
             coll,
             dtype,
@@ -596,7 +600,7 @@ impl PlanExec {
         }
         let out_bytes = plan.output.elems(count) * es;
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
-        let (replicas, threads) = self.plan_grid(plan, l.kernel.blocks, bytes, out_bytes);
+        let (replicas, threads) = self.plan_grid(&l, bytes, out_bytes);
         let mut args = PlanArgs {
             input: inp,
             output: out,
@@ -626,7 +630,7 @@ impl PlanExec {
         };
         let grid = l.kernel.blocks * replicas;
         if grid == 0 {
-            return Ok(plan.name.clone()); // this rank has nothing to do
+            return Ok(()); // this rank has nothing to do
         }
         if grid > MAX_CTAS {
             return Err(CollError::invalid(format!(
@@ -656,7 +660,7 @@ impl PlanExec {
                 .launch(codegen::ENTRY, stream, grid, threads, &args, self.pdl)?;
         }
         order.record(key, capture);
-        Ok(plan.name.clone())
+        Ok(())
     }
 }
 
