@@ -842,6 +842,7 @@ impl Comm {
             output: regions.addrs(REGION_OUTPUT),
             scratch: regions.addrs(REGION_SCRATCH),
             stage: regions.addrs(REGION_STAGE),
+            launch_slots: tuning.max_blocks,
             ..CollArgs::default()
         };
         let ll63_cap = layout::ll63_capacity(layout::ll63_region_bytes(sizes.ll63_bytes));

@@ -320,6 +320,12 @@ impl Kernels {
         pdl: bool,
     ) -> Result<()> {
         let a = *args;
+        if a.launch_slots != 0 && grid > a.launch_slots {
+            return Err(CollError::invalid(format!(
+                "kernel `{name}` on {grid} blocks: more than max_blocks ({}), the block slots every launch numbers (COMMHAL_COLL_MAX_BLOCKS)",
+                a.launch_slots
+            )));
+        }
         let code = a.red_op;
         if self.main_has(name) && (builtin_code(dtype.data_type(), code) || !reduces(name)) {
             // SAFETY: the caller's contract (# Safety).

@@ -315,8 +315,10 @@ pub struct CollArgs {
     pub ll63_small_half: u64,
     /// `FLAG_*` bits.
     pub flags: u32,
-    /// Padding (the unit's `flags_pad`).
-    pub flags_pad: u32,
+    /// The most CTAs a launch of this rank may have (the tuned `max_blocks`): the
+    /// block slots of the launch numbers every launch stores (launch.h); a larger grid
+    /// is refused ([`crate::kernels::Kernels::launch_args`]). 0 stores them all.
+    pub launch_slots: u32,
     /// Premulsum: the scalar as one element of the launch's type, in the low bytes
     /// (native byte order; [`crate::kernels::ReduceOp::scalar_bits`]). The same on
     /// every rank.
@@ -563,7 +565,7 @@ mod tests {
             .find("  u64 ll63_small_half;")
             .expect("u64 ll63_small_half");
         let flags_at = after.find("  u32 flags;").expect("u32 flags");
-        let pad_at = after.find("  u32 flags_pad;").expect("u32 flags_pad");
+        let pad_at = after.find("  u32 launch_slots;").expect("u32 launch_slots");
         assert!(unroll_at < off_at && off_at < half_at && half_at < flags_at);
         assert!(flags_at < pad_at && pad_at < after.find("};").unwrap());
         let scalar_at = after.find("  u64 scalar;").expect("u64 scalar");

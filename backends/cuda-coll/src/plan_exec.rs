@@ -82,6 +82,12 @@ pub struct PlanArgs {
     pub rank: u32,
     /// `PLAN_FLAG_*`: what the host knows of the launch before (the private `LaunchOrder`).
     pub flags: u32,
+    /// The most CTAs a plan launch of this rank may have (the SM count): the block
+    /// slots of the launch numbers every launch stores (launch.h); a larger grid is
+    /// refused. 0 stores them all.
+    pub launch_slots: u32,
+    /// Padding (plan.h `launch_pad`).
+    pub launch_pad: u32,
     /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
     pub ports: u64,
     /// [`replicas_inverse`] of `replicas`: plan.h divides by the replicas with a
@@ -89,7 +95,7 @@ pub struct PlanArgs {
     pub replicas_inv: u64,
 }
 
-const _: () = assert!(std::mem::size_of::<PlanArgs>() == 248);
+const _: () = assert!(std::mem::size_of::<PlanArgs>() == 256);
 
 /// ceil(2^64 / r) for r >= 2 (0 for r < 2): plan.h's `div_parts` takes floor(x / r)
 /// as the high 64 bits of x * this, exact for x < 2^57 and r <= 128 (the error term
@@ -612,6 +618,8 @@ impl PlanExec {
             replicas_inv: replicas_inverse(replicas),
             ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
+            launch_slots: self.sms.min(MAX_CTAS),
+            launch_pad: 0,
             flags: if out_bytes >= WAIT_LOOP_MIN_OUTPUT {
                 PLAN_FLAG_WAIT_LOOP
             } else {
@@ -632,10 +640,10 @@ impl PlanExec {
         if grid == 0 {
             return Ok(()); // this rank has nothing to do
         }
-        if grid > MAX_CTAS {
+        if grid > args.launch_slots {
             return Err(CollError::invalid(format!(
-                "plan {}: {grid} CTAs, the plan runtime holds {MAX_CTAS}",
-                plan.name
+                "plan {} on {} blocks: {grid} CTAs, more than the {} SMs that hold them all at once (a plan's CTAs wait for each other); use fewer blocks (`@blocks` in COMMHAL_GPU_ALGO)",
+                plan.name, l.kernel.blocks, args.launch_slots
             )));
         }
         let capture = stream.capture_id()?;
@@ -856,10 +864,14 @@ mod tests {
             ERR_PACKET,
             commhal_device_src::layout::error_code::PACKET_TIMEOUT
         );
-        assert!(h.contains("static_assert(sizeof(PlanArgs) == 248"));
-        // the last field on both sides: ports at 232, replicas_inv at 240
-        assert_eq!(std::mem::offset_of!(PlanArgs, ports), 232);
-        assert_eq!(std::mem::offset_of!(PlanArgs, replicas_inv), 240);
+        assert!(h.contains("static_assert(sizeof(PlanArgs) == 256"));
+        // the u32 run ends with the launch slots; ports at 240, replicas_inv last at 248
+        assert_eq!(std::mem::offset_of!(PlanArgs, launch_slots), 232);
+        assert_eq!(std::mem::offset_of!(PlanArgs, ports), 240);
+        assert_eq!(std::mem::offset_of!(PlanArgs, replicas_inv), 248);
+        assert!(h.find("  u32 flags;  ") < h.find("  u32 launch_slots;  "));
+        assert!(h.find("  u32 launch_slots;  ") < h.find("  u32 launch_pad;"));
+        assert!(h.find("  u32 launch_pad;") < h.find("  u64 ports;  "));
         assert!(h.contains("  u64 ports;  ") && h.contains("  u64 replicas_inv;  "));
         assert!(h.find("  u64 ports;  ") < h.find("  u64 replicas_inv;  "));
         assert_eq!(codegen::MAX_SEMS, 4096);

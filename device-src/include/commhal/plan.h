@@ -102,10 +102,13 @@ struct PlanArgs {
                                // parity whatever the plan's scratch_rotation says)
   u32 rank;                    // this rank
   u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
+  u32 launch_slots;            // the most CTAs a plan launch of this rank has (launch.h;
+                               // the host refuses larger grids; 0: PLAN_MAX_CTAS)
+  u32 launch_pad;
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
   u64 replicas_inv;            // ceil(2^64 / replicas) (0 for one replica): div_parts
 };
-static_assert(sizeof(PlanArgs) == 248, "PlanArgs layout");
+static_assert(sizeof(PlanArgs) == 256, "PlanArgs layout");
 // The plan launch before this one on this rank ran this same plan (same kernel, in the
 // same stream context: not the first launch of a graph capture, nor an eager launch on a
 // communicator whose plans were ever captured). In it every scratch writer that is not
@@ -200,7 +203,7 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   Ctx c;
   c.a = &a;
   c.st = state_of(a);
-  c.epoch = block_launch_number(c.st->epoch, PLAN_MAX_CTAS) - 1;
+  c.epoch = block_launch_number(c.st->epoch, launch_slots(a.launch_slots, PLAN_MAX_CTAS)) - 1;
   c.hi = (c.epoch + 1) << 32;
   // copy (launch parity): consecutive plan launches, of any plan, use different copies
   c.scr = PLAN_DATA_OFF + (c.epoch & 1) * a.scratch_copy_bytes;

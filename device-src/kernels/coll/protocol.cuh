@@ -100,7 +100,8 @@ struct CollArgs {
   u64 ll63_small_off;           // LL63 chains: the small region's offset in every scratch
   u64 ll63_small_half;          // LL63 chains: bytes of one of its parity halves (0: none)
   u32 flags;                    // COLL_FLAG_* bits
-  u32 flags_pad;
+  u32 launch_slots;             // the most CTAs a launch of this rank has (launch.h;
+                                // the host refuses larger grids; 0: COLL_MAX_BLOCKS)
   u64 scalar;                   // premulsum: the scalar, an element of the type in the
                                 // low bytes (the same on every rank)
   u32 red_op;                   // COLL_OP_* of the launch (the kernel's op is compiled
@@ -129,7 +130,8 @@ COMMHAL_DEVICE WaitBound bound(const CollArgs& a) { return WaitBound{error_word(
 COMMHAL_DEVICE u64 coll_begin(const CollArgs& a) {
   launch_begin();
   const u64 e = block_launch_number(
-      reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS), COLL_MAX_BLOCKS);
+      reinterpret_cast<u64*>(a.scratch[a.rank] + COLL_OFF_BLOCK_EPOCHS),
+      launch_slots(a.launch_slots, COLL_MAX_BLOCKS));
   if (blockIdx.x == 0 && threadIdx.x < a.nranks) {
     store_relaxed(reinterpret_cast<u64*>(a.scratch[threadIdx.x] + COLL_OFF_DONE_EPOCHS) + a.rank,
                   e - 1);
