@@ -160,6 +160,84 @@ impl LaunchOrder {
     }
 }
 
+/// How many CTAs and threads a plan launch takes: the device's SMs and the tuned
+/// geometry, as the hand-written kernels' grids.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    sms: u32,
+    threads: u32,
+    /// Most threads a CTA of an LL16 packet plan has (the tuned `ll_threads`, as the
+    /// hand-written LL16 kernels).
+    packet_threads: u32,
+    /// `COMMHAL_PLAN_REPLICAS` (read once, not per launch).
+    replicas_env: Option<u32>,
+}
+
+impl Grid {
+    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks of a plan
+    /// without LL packets: as the hand-written kernels' grid (one 16-byte vector per
+    /// thread), at most the SM count in all and [`MAX_PARTS`] (`COMMHAL_PLAN_REPLICAS`
+    /// overrides). (It was one CTA per 32 KiB: a quarter of the hand kernels' CTAs up
+    /// to 4 MiB.)
+    fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
+        self.replicas_for(blocks, bytes, 16 * u64::from(self.threads))
+    }
+
+    /// As [`Grid::replicas`], one CTA per `per_cta` bytes.
+    fn replicas_for(&self, blocks: u32, bytes: u64, per_cta: u64) -> u32 {
+        let blocks = blocks.max(1);
+        let most = self.most_replicas(blocks);
+        let want = self.replicas_env.unwrap_or_else(|| {
+            bytes
+                .div_ceil(u64::from(blocks) * per_cta)
+                .clamp(1, u64::from(MAX_PARTS)) as u32
+        });
+        want.clamp(1, most)
+    }
+
+    /// CTAs a plan block may have on `blocks` blocks: the SMs shared among them, at
+    /// most [`MAX_PARTS`].
+    fn most_replicas(&self, blocks: u32) -> u32 {
+        (self.sms / blocks.max(1)).clamp(1, MAX_PARTS)
+    }
+
+    /// CTAs per plan block and threads per CTA for a plan moving `packets` (none, LL16
+    /// or LL63) on `blocks` plan blocks, on `bytes` (the larger of input and output)
+    /// and `out` output bytes: LL16 plans take one packet (8 bytes) of the output per
+    /// thread, on as few threads as the packets of a block need,
+    /// `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]), as the
+    /// hand-written LL kernels' grid (every packet is waited on by one thread; fewer
+    /// CTAs serialise the waits); others one 16-byte vector per thread
+    /// ([`Grid::replicas`]). (A packet per thread of the input gave the 4-rank
+    /// reduce-scatter, whose input is four times its output, four times the hand
+    /// kernel's CTAs, each a quarter busy: 1.12 of its time at 128-512 KiB against
+    /// 1.05-1.09.)
+    fn plan(&self, packets: Option<PacketFormat>, blocks: u32, bytes: u64, out: u64) -> (u32, u32) {
+        if packets == Some(PacketFormat::Ll63) {
+            // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
+            // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
+            // (layout::ll63_grid: an SM's share of the link traffic limits them).
+            let per_block = bytes
+                .div_ceil(u64::from(blocks.max(1)))
+                .next_multiple_of(16);
+            let most = self.threads.min(codegen::MAX_LL63_THREADS);
+            let (_, threads) = layout::ll63_grid(per_block, most, self.most_replicas(blocks));
+            let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
+            (self.replicas_for(blocks, bytes, per_cta), threads)
+        } else if packets.is_some() {
+            let per_block = out.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
+            let most = self.threads.min(self.packet_threads);
+            let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
+            (
+                self.replicas_for(blocks, out, 8 * u64::from(threads)),
+                threads,
+            )
+        } else {
+            (self.replicas(blocks, bytes), self.threads)
+        }
+    }
+}
+
 /// The compiled kernel a call runs.
 fn key_of(c: &PlanCall) -> Result<Key> {
     if c.algo.collective() != collective_of(c.coll) {
@@ -267,14 +345,8 @@ pub struct PlanExec {
     areas: [u64; MAX_RANKS],
     arch: String,
     cache: Option<KernelCache>,
-    sms: u32,
-    threads: u32,
-    /// Most threads a CTA of an LL16 packet plan has (the tuned `ll_threads`, as the
-    /// hand-written LL16 kernels).
-    packet_threads: u32,
+    grid: Grid,
     spin_ns: u64,
-    /// `COMMHAL_PLAN_REPLICAS` (read once, not per launch).
-    replicas_env: Option<u32>,
     /// Launch with programmatic dependent launch, as the hand-written kernels.
     pdl: bool,
     loaded: Mutex<HashMap<Key, Arc<Loaded>>>,
@@ -375,11 +447,13 @@ impl PlanExec {
             areas,
             arch: ctx.arch()?,
             cache: KernelCache::from_env(),
-            sms: ctx.sm_count()?,
-            threads: threads.next_multiple_of(32),
-            packet_threads,
+            grid: Grid {
+                sms: ctx.sm_count()?,
+                threads: threads.next_multiple_of(32),
+                packet_threads,
+                replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
+            },
             spin_ns: device_timeout.as_nanos().min(u128::from(u64::MAX)) as u64,
-            replicas_env: PLAN_REPLICAS.number().map_err(invalid)?.map(|r| r as u32),
             loaded: Mutex::new(HashMap::new()),
             order: Mutex::new(LaunchOrder::default()),
             ranks_per_node,
@@ -445,66 +519,9 @@ impl PlanExec {
     }
 
     /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks of a plan
-    /// without LL packets: as the hand-written kernels' grid (one 16-byte vector per
-    /// thread), at most the SM count in all and [`MAX_PARTS`] (`COMMHAL_PLAN_REPLICAS`
-    /// overrides). (It was one CTA per 32 KiB: a quarter of the hand kernels' CTAs up
-    /// to 4 MiB.)
+    /// without LL packets ([`Grid::replicas`]).
     pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
-        self.replicas_for(blocks, bytes, 16 * u64::from(self.threads))
-    }
-
-    /// As [`PlanExec::replicas`], one CTA per `per_cta` bytes.
-    fn replicas_for(&self, blocks: u32, bytes: u64, per_cta: u64) -> u32 {
-        let blocks = blocks.max(1);
-        let most = self.most_replicas(blocks);
-        let want = self.replicas_env.unwrap_or_else(|| {
-            bytes
-                .div_ceil(u64::from(blocks) * per_cta)
-                .clamp(1, u64::from(MAX_PARTS)) as u32
-        });
-        want.clamp(1, most)
-    }
-
-    /// CTAs a plan block may have on `blocks` blocks: the SMs shared among them, at
-    /// most [`MAX_PARTS`].
-    fn most_replicas(&self, blocks: u32) -> u32 {
-        (self.sms / blocks.max(1)).clamp(1, MAX_PARTS)
-    }
-
-    /// CTAs per plan block and threads per CTA for plan `l` on `bytes` (the larger of
-    /// input and output) and `out` output bytes: LL16 plans take one packet (8 bytes)
-    /// of the output per thread, on as few threads as the packets of a block need,
-    /// `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]), as the
-    /// hand-written LL kernels' grid (every packet is waited on by one thread; fewer
-    /// CTAs serialise the waits); others one 16-byte vector per thread
-    /// ([`PlanExec::replicas`]). (A packet per thread of the input gave the 4-rank
-    /// reduce-scatter, whose input is four times its output, four times the hand
-    /// kernel's CTAs, each a quarter busy: 1.12 of its time at 128-512 KiB against
-    /// 1.05-1.09.)
-    fn plan_grid(&self, l: &Loaded, bytes: u64, out: u64) -> (u32, u32) {
-        let (plan, blocks) = (&l.plan, l.kernel.blocks);
-        if l.packets && plan.packets == PacketFormat::Ll63 {
-            // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
-            // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
-            // (layout::ll63_grid: an SM's share of the link traffic limits them).
-            let per_block = bytes
-                .div_ceil(u64::from(blocks.max(1)))
-                .next_multiple_of(16);
-            let most = self.threads.min(codegen::MAX_LL63_THREADS);
-            let (_, threads) = layout::ll63_grid(per_block, most, self.most_replicas(blocks));
-            let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
-            (self.replicas_for(blocks, bytes, per_cta), threads)
-        } else if l.packets {
-            let per_block = out.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
-            let most = self.threads.min(self.packet_threads);
-            let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
-            (
-                self.replicas_for(blocks, out, 8 * u64::from(threads)),
-                threads,
-            )
-        } else {
-            (self.replicas(blocks, bytes), self.threads)
-        }
+        self.grid.replicas(blocks, bytes)
     }
 
     /// The compiled plan of a call (built and compiled on first use, then cached).
@@ -606,7 +623,12 @@ impl PlanExec {
         }
         let out_bytes = plan.output.elems(count) * es;
         let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
-        let (replicas, threads) = self.plan_grid(&l, bytes, out_bytes);
+        let (replicas, threads) = self.grid.plan(
+            l.packets.then_some(plan.packets),
+            l.kernel.blocks,
+            bytes,
+            out_bytes,
+        );
         let mut args = PlanArgs {
             input: inp,
             output: out,
@@ -618,7 +640,7 @@ impl PlanExec {
             replicas_inv: replicas_inverse(replicas),
             ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
-            launch_slots: self.sms.min(MAX_CTAS),
+            launch_slots: self.grid.sms.min(MAX_CTAS),
             launch_pad: 0,
             flags: if out_bytes >= WAIT_LOOP_MIN_OUTPUT {
                 PLAN_FLAG_WAIT_LOOP
@@ -836,6 +858,31 @@ mod tests {
         for a in Algorithm::ALL {
             assert_eq!(algorithm_label(a), format!("plan:{}", a.full_name()));
         }
+    }
+
+    /// The LL16 plans' grid is the hand-written LL16 kernels' (`Comm::ll_grid`): a
+    /// thread per packet of the output, whatever the input (the reduce-scatter's is n
+    /// times larger).
+    #[test]
+    fn ll16_plan_grid_is_the_hand_kernels() {
+        let g = Grid {
+            sms: 132,
+            threads: 512,
+            packet_threads: 128,
+            replicas_env: None,
+        };
+        let ll16 = Some(PacketFormat::Ll16);
+        for out in [1u64 << 10, 8 << 10, 64 << 10, 128 << 10, 512 << 10] {
+            let hand = layout::packet_grid(out / 8, 128, 132);
+            // one-shot all-reduce: input = output
+            assert_eq!(g.plan(ll16, 1, out, out), hand, "all-reduce {out}");
+            // reduce-scatter on 4 ranks: the input is 4 x the output
+            assert_eq!(g.plan(ll16, 1, 4 * out, out), hand, "reduce-scatter {out}");
+        }
+        // the 4-rank reduce-scatter at 512 KiB: 128 CTAs of 128 threads, not 512 each
+        assert_eq!(g.plan(ll16, 1, 512 << 10, 128 << 10), (128, 128));
+        // a plan without packets: a 16-byte vector per thread
+        assert_eq!(g.plan(None, 1, 1 << 20, 1 << 20), (128, 512));
     }
 
     #[test]
