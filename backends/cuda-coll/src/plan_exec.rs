@@ -238,6 +238,16 @@ impl Grid {
     }
 }
 
+/// The larger of a plan's input and output, and its output, in bytes for `count`
+/// elements of `es` bytes: what its launch grid is sized by ([`Grid::plan`]).
+fn message_bytes(plan: &Plan, count: u64, es: u64) -> (u64, u64) {
+    let out = plan.output.elems(count) * es;
+    (
+        plan.input.elems(count).max(plan.output.elems(count)) * es,
+        out,
+    )
+}
+
 /// The compiled kernel a call runs.
 fn key_of(c: &PlanCall) -> Result<Key> {
     if c.algo.collective() != collective_of(c.coll) {
@@ -481,20 +491,7 @@ impl PlanExec {
         if let Some(l) = map.get(key) {
             return Ok(l.clone());
         }
-        let mut p = BuildParams::new(self.n);
-        // nodes that are not equal runs of consecutive ranks: refused, not ignored
-        p.ranks_per_node = self
-            .ranks_per_node
-            .clone()
-            .map_err(|why| CollError::invalid(format!("plan {}: {why}", key.algo.full_name())))?;
-        p.in_place = key.in_place;
-        p.root = key.root;
-        p.blocks = key.blocks;
-        if coll == Collective::Sendrecv {
-            // As the hand-written kernel: send to the next rank, receive from the previous.
-            p.pairs = (0..self.n).map(|r| (r, (r + 1) % self.n)).collect();
-        }
-        let plan = build(key.algo, &p).map_err(algo_error)?;
+        let plan = self.build(key, coll)?;
         let kernel =
             codegen::generate_cuda(&plan, self.rank, key.dtype, RedOp::Sum).map_err(algo_error)?;
         if kernel.far != 0
@@ -518,10 +515,51 @@ impl PlanExec {
         Ok(l)
     }
 
-    /// CTAs per plan block for a message of `bytes` on `blocks` plan blocks of a plan
-    /// without LL packets ([`Grid::replicas`]).
-    pub fn replicas(&self, blocks: u32, bytes: u64) -> u32 {
-        self.grid.replicas(blocks, bytes)
+    /// The plan of `key` for this communicator's ranks and nodes (built, not compiled).
+    fn build(&self, key: &Key, coll: Collective) -> Result<Plan> {
+        let mut p = BuildParams::new(self.n);
+        // nodes that are not equal runs of consecutive ranks: refused, not ignored
+        p.ranks_per_node = self
+            .ranks_per_node
+            .clone()
+            .map_err(|why| CollError::invalid(format!("plan {}: {why}", key.algo.full_name())))?;
+        p.in_place = key.in_place;
+        p.root = key.root;
+        p.blocks = key.blocks;
+        if coll == Collective::Sendrecv {
+            // As the hand-written kernel: send to the next rank, receive from the previous.
+            p.pairs = (0..self.n).map(|r| (r, (r + 1) % self.n)).collect();
+        }
+        build(key.algo, &p).map_err(algo_error)
+    }
+
+    /// CTAs and threads a launch of `c` on `count` elements takes, as
+    /// [`PlanExec::launch`] computes them (the benchmark's notes): from the compiled
+    /// plan once it ran, else from the plan built for the purpose.
+    pub fn launch_grid(&self, c: &PlanCall, count: u64) -> Result<(u32, u32)> {
+        let key = key_of(c)?;
+        let loaded = self
+            .loaded
+            .lock()
+            .map_err(|_| CollError::invalid("plan cache lock poisoned"))?
+            .get(&key)
+            .cloned();
+        let built;
+        let plan = match &loaded {
+            Some(l) => &l.plan,
+            None => {
+                built = self.build(&key, c.coll)?;
+                &built
+            }
+        };
+        let blocks = plan
+            .ranks
+            .get(self.rank as usize)
+            .map_or(1, |r| r.blocks.len() as u32);
+        let (bytes, out) = message_bytes(plan, count, c.dtype.size());
+        let packets = plan.uses_packets().then_some(plan.packets);
+        let (replicas, threads) = self.grid.plan(packets, blocks, bytes, out);
+        Ok((blocks * replicas, threads))
     }
 
     /// The compiled plan of a call (built and compiled on first use, then cached).
@@ -621,8 +659,7 @@ impl PlanExec {
                 (true, _) => inp[p] = out[p],
             }
         }
-        let out_bytes = plan.output.elems(count) * es;
-        let bytes = plan.input.elems(count).max(plan.output.elems(count)) * es;
+        let (bytes, out_bytes) = message_bytes(plan, count, es);
         let (replicas, threads) = self.grid.plan(
             l.packets.then_some(plan.packets),
             l.kernel.blocks,

@@ -227,20 +227,11 @@ impl Comm {
         if !captured && self.algorithm(coll).is_none() && self.ce_route(coll, count * es) {
             return (CE_LABEL, 0, 0);
         }
-        if let Some((algo, blocks)) = self.algorithm(coll) {
-            let bytes = count
-                * es
-                * if coll.count_is_per_rank() {
-                    u64::from(self.n)
-                } else {
-                    1
-                };
-            let replicas = self.plans.replicas(blocks, bytes);
-            return (
-                crate::plan_exec::algorithm_label(algo),
-                blocks * replicas,
-                0,
-            );
+        if let Some(call) = self.plan_call(coll, dtype, 0, false) {
+            // the plan's own grid; an algorithm its builder refuses has none (its launch
+            // reports why)
+            let (ctas, threads) = self.plans.launch_grid(&call, count).unwrap_or((0, 0));
+            return (crate::plan_exec::algorithm_label(call.algo), ctas, threads);
         }
         let (mut k, grid, block) = self.kernel_plan(coll, dtype, count);
         if !captured && self.ce_tail(k, count * es) {
