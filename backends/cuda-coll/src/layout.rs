@@ -565,13 +565,13 @@ mod tests {
             .find("  u64 ll63_small_half;")
             .expect("u64 ll63_small_half");
         let flags_at = after.find("  u32 flags;").expect("u32 flags");
-        let pad_at = after.find("  u32 launch_slots;").expect("u32 launch_slots");
+        let slots_at = after.find("  u32 launch_slots;").expect("u32 launch_slots");
         assert!(unroll_at < off_at && off_at < half_at && half_at < flags_at);
-        assert!(flags_at < pad_at && pad_at < after.find("};").unwrap());
+        assert!(flags_at < slots_at && slots_at < after.find("};").unwrap());
         let scalar_at = after.find("  u64 scalar;").expect("u64 scalar");
         let op_at = after.find("  u32 red_op;").expect("u32 red_op");
         let red_pad_at = after.find("  u32 red_pad;").expect("u32 red_pad");
-        assert!(pad_at < scalar_at && scalar_at < op_at && op_at < red_pad_at);
+        assert!(slots_at < scalar_at && scalar_at < op_at && op_at < red_pad_at);
         assert!(red_pad_at < after.find("};").unwrap());
     }
 

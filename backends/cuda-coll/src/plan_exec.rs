@@ -238,16 +238,6 @@ impl Grid {
     }
 }
 
-/// The larger of a plan's input and output, and its output, in bytes for `count`
-/// elements of `es` bytes: what its launch grid is sized by ([`Grid::plan`]).
-fn message_bytes(plan: &Plan, count: u64, es: u64) -> (u64, u64) {
-    let out = plan.output.elems(count) * es;
-    (
-        plan.input.elems(count).max(plan.output.elems(count)) * es,
-        out,
-    )
-}
-
 /// The compiled kernel a call runs.
 fn key_of(c: &PlanCall) -> Result<Key> {
     if c.algo.collective() != collective_of(c.coll) {
@@ -556,10 +546,29 @@ impl PlanExec {
             .ranks
             .get(self.rank as usize)
             .map_or(1, |r| r.blocks.len() as u32);
-        let (bytes, out) = message_bytes(plan, count, c.dtype.size());
-        let packets = plan.uses_packets().then_some(plan.packets);
-        let (replicas, threads) = self.grid.plan(packets, blocks, bytes, out);
+        let (replicas, threads, _) =
+            self.shape(plan, plan.uses_packets(), blocks, count, c.dtype.size());
         Ok((blocks * replicas, threads))
+    }
+
+    /// CTAs per plan block and threads per CTA of a launch of `plan` (`packets`: it
+    /// moves LL packets) on `blocks` plan blocks for `count` elements of `es` bytes
+    /// ([`Grid::plan`], sized by the larger of input and output and by the output),
+    /// and its output bytes. [`PlanExec::launch`] and [`PlanExec::launch_grid`] alike.
+    fn shape(
+        &self,
+        plan: &Plan,
+        packets: bool,
+        blocks: u32,
+        count: u64,
+        es: u64,
+    ) -> (u32, u32, u64) {
+        let out = plan.output.elems(count) * es;
+        let bytes = (plan.input.elems(count) * es).max(out);
+        let (replicas, threads) =
+            self.grid
+                .plan(packets.then_some(plan.packets), blocks, bytes, out);
+        (replicas, threads, out)
     }
 
     /// The compiled plan of a call (built and compiled on first use, then cached).
@@ -659,13 +668,8 @@ impl PlanExec {
                 (true, _) => inp[p] = out[p],
             }
         }
-        let (bytes, out_bytes) = message_bytes(plan, count, es);
-        let (replicas, threads) = self.grid.plan(
-            l.packets.then_some(plan.packets),
-            l.kernel.blocks,
-            bytes,
-            out_bytes,
-        );
+        let (replicas, threads, out_bytes) =
+            self.shape(plan, l.packets, l.kernel.blocks, count, es);
         let mut args = PlanArgs {
             input: inp,
             output: out,
