@@ -198,6 +198,60 @@ pub struct CudaKernel {
     /// Ranks this rank reaches over port channels (bit p: rank p), whose ops go through
     /// the proxy (`PlanArgs::ports` must be set); 0: none.
     pub far: u32,
+    /// LL16 plans: the most elements one packet op of a plan block of this rank walks,
+    /// as a fraction `(num, den)` of the message count ([`PacketWalk`]); `(0, 1)` for
+    /// other plans.
+    pub packet_walk: PacketWalk,
+}
+
+/// The elements one LL16 packet op walks (its CTAs share them, a thread per 8 bytes),
+/// as a fraction `num / den` of the message count: a put, its source chunk (once,
+/// whatever the peers it stores to); a scatter of several chunks, one of them; a read
+/// or reduce of packets, its destination; the unpack of several senders, all their
+/// chunks. The launch takes a thread per packet of a block's largest op, which is the
+/// hand-written kernels' grid: the output for the all-reduce, the reduce-scatter and
+/// the broadcast, the packets received for the all-gather ((n − 1) / n of its
+/// output). (Sized by the output, the 2-rank all-gather launched twice the hand
+/// kernel's CTAs, each half busy: 1.05-1.12 of its time at 16-256 KiB in plain
+/// launches on 2 × H100.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketWalk {
+    /// Numerator.
+    pub num: u64,
+    /// Denominator (≥ 1).
+    pub den: u64,
+}
+
+impl PacketWalk {
+    /// Nothing walked.
+    pub const NONE: PacketWalk = PacketWalk { num: 0, den: 1 };
+
+    /// `num / den` in lowest terms.
+    fn reduced(num: u64, den: u64) -> PacketWalk {
+        let (mut a, mut b) = (num, den.max(1));
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        let g = a.max(1);
+        PacketWalk {
+            num: num / g,
+            den: den.max(1) / g,
+        }
+    }
+
+    /// Elements walked for a message of `count` elements (rounded up).
+    pub fn elems(self, count: u64) -> u64 {
+        (u128::from(count) * u128::from(self.num)).div_ceil(u128::from(self.den.max(1))) as u64
+    }
+
+    /// The larger of the two.
+    fn max(self, o: PacketWalk) -> PacketWalk {
+        if u128::from(o.num) * u128::from(self.den) > u128::from(self.num) * u128::from(o.den) {
+            o
+        } else {
+            self
+        }
+    }
 }
 
 /// The ranks `rank` reaches over port channels in `plan` (bit p: rank p), either way.
@@ -455,6 +509,8 @@ struct Gen<'a> {
     spaces: Vec<Option<Vec<Extent>>>,
     /// This CTA stored packets since its last barrier ([`Gen::after_sends`]).
     sent: bool,
+    /// The largest LL16 packet op so far ([`PacketWalk`]).
+    walk: PacketWalk,
 }
 
 impl Gen<'_> {
@@ -490,6 +546,22 @@ impl Gen<'_> {
     /// copy and finalize that run in their loops, split a chunk among the CTAs by tiles.
     fn ll63(&self) -> bool {
         self.plan.packets == PacketFormat::Ll63
+    }
+
+    /// Count an LL16 packet op that walks `chunks` (together) towards [`Gen::walk`].
+    fn walks(&mut self, chunks: &[ChunkRef]) {
+        if self.ll63() {
+            return;
+        }
+        let w = chunks.iter().fold(PacketWalk::NONE, |acc, c| {
+            let spec = self.plan.spec(c.buf);
+            let (num, den) = (
+                u64::from(spec.factor) * u64::from(c.count),
+                u64::from(spec.chunks.max(1)),
+            );
+            PacketWalk::reduced(acc.num * den + num * acc.den, acc.den * den)
+        });
+        self.walk = self.walk.max(w);
     }
 
     /// How this plan's packet ops cut a chunk among the CTAs.
@@ -945,6 +1017,7 @@ impl Gen<'_> {
             Op::PutPackets { peer, src, dst, .. } => {
                 self.no_far(*peer, "writes LL packets into")?;
                 self.data_op_split(&[*src], &[], iterations, self.packet_split());
+                self.walks(&[*src]);
                 let s = self.span(src, me, looped, false);
                 let d = self.span(dst, *peer, looped, true);
                 if self.ll63() {
@@ -973,6 +1046,7 @@ impl Gen<'_> {
                 }
                 let (d, l, p, at) =
                     self.read_reduce_operands(local, packets, dst, iterations, looped);
+                self.walks(&[*dst]);
                 let nl = local.len();
                 if self.ll63() {
                     // no flags: the valid bits; the reader clears the packets (u8*)
@@ -1322,6 +1396,7 @@ impl Gen<'_> {
             self.data_op_items(&reads, &[]);
         } else {
             self.data_op_split(&reads, &[], 1, Split::Units);
+            self.walks(&reads[..1]);
         }
         let mut text = String::from("{");
         for (k, (peer, src, dst, _)) in puts.iter().enumerate() {
@@ -1379,6 +1454,7 @@ impl Gen<'_> {
             }
         }
         self.data_op_items(&reads, &writes);
+        self.walks(&writes);
         let n = run.len();
         let list = |f: &dyn Fn(usize) -> String| (0..n).map(f).collect::<Vec<_>>().join(", ");
         let (d, p, m) = (
@@ -1447,6 +1523,7 @@ impl Gen<'_> {
         let ops: Vec<Op> = run.iter().map(|(o, _)| o.clone()).collect();
         self.wait_readers(&ops);
         self.data_op_split(&[src], copy.as_slice(), 1, self.packet_split());
+        self.walks(&[src]);
         let mut text = format!("{{ Span s = {};", self.span(&src, me, false, false));
         for (k, (peer, _, dst, _)) in puts.iter().enumerate() {
             let _ = write!(text, " Span d{k} = {};", self.span(dst, *peer, false, true));
@@ -1599,6 +1676,7 @@ pub fn generate_cuda(
         .fold(0u32, |m, (_, r)| m | (1 << r));
     let mut body = String::new();
     let mut uses_barrier = false;
+    let mut packet_walk = PacketWalk::NONE;
     for (b, blk) in blocks.iter().enumerate() {
         let mut g = Gen {
             plan,
@@ -1619,6 +1697,7 @@ pub fn generate_cuda(
             unflushed: 0,
             spaces: Vec::new(),
             sent: false,
+            walk: PacketWalk::NONE,
         };
         let mut flat = 0usize;
         // Straight-line ops (outside C++ loops), each with its flat index, emitted
@@ -1658,6 +1737,7 @@ pub fn generate_cuda(
         g.straight(&straight, b)?;
         // the launch ends with every put done (the stream's next work may reuse sources)
         g.flush_far(u32::MAX);
+        packet_walk = packet_walk.max(g.walk);
         uses_barrier |= blk.ops.iter().any(|o| {
             matches!(o, Op::Barrier)
                 || matches!(o, Op::Loop { body, .. } if body.contains(&Op::Barrier))
@@ -1734,6 +1814,7 @@ pub fn generate_cuda(
         blocks: blocks.len() as u32,
         far,
         uses_barrier,
+        packet_walk,
     })
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use commhal_algorithms::builders::{Algorithm, BuildParams, build};
-use commhal_algorithms::codegen::{self, CudaKernel};
+use commhal_algorithms::codegen::{self, CudaKernel, PacketWalk};
 use commhal_algorithms::{DataType, PacketFormat, Plan, RedOp};
 use commhal_cuda_rt::nvrtc::cache::compile_cached;
 use commhal_cuda_rt::{CompileRequest, Context, KernelCache, Stream, jit};
@@ -202,17 +202,23 @@ impl Grid {
     }
 
     /// CTAs per plan block and threads per CTA for a plan moving `packets` (none, LL16
-    /// or LL63) on `blocks` plan blocks, on `bytes` (the larger of input and output)
-    /// and `out` output bytes: LL16 plans take one packet (8 bytes) of the output per
-    /// thread, on as few threads as the packets of a block need,
-    /// `packet_threads` a CTA where the SMs allow ([`layout::packet_grid`]), as the
-    /// hand-written LL kernels' grid (every packet is waited on by one thread; fewer
-    /// CTAs serialise the waits); others one 16-byte vector per thread
-    /// ([`Grid::replicas`]). (A packet per thread of the input gave the 4-rank
-    /// reduce-scatter, whose input is four times its output, four times the hand
-    /// kernel's CTAs, each a quarter busy: 1.12 of its time at 128-512 KiB against
-    /// 1.05-1.09.)
-    fn plan(&self, packets: Option<PacketFormat>, blocks: u32, bytes: u64, out: u64) -> (u32, u32) {
+    /// or LL63) on `blocks` plan blocks, on `bytes` (the larger of input and output);
+    /// `walked`: the bytes of a block's largest LL16 packet op
+    /// ([`codegen::PacketWalk`]). LL16 plans take one packet (8 bytes) of that op per
+    /// thread, on as few threads as it needs, `packet_threads` a CTA where the SMs
+    /// allow ([`layout::packet_grid`]), as the hand-written LL kernels' grid (every
+    /// packet is waited on by one thread; fewer CTAs serialise the waits); others one
+    /// 16-byte vector per thread ([`Grid::replicas`]). (A packet per thread of the
+    /// input gave the 4-rank reduce-scatter, whose input is four times its output, four
+    /// times the hand kernel's CTAs, each a quarter busy: 1.12 of its time at
+    /// 128-512 KiB against 1.05-1.09.)
+    fn plan(
+        &self,
+        packets: Option<PacketFormat>,
+        blocks: u32,
+        bytes: u64,
+        walked: u64,
+    ) -> (u32, u32) {
         if packets == Some(PacketFormat::Ll63) {
             // A warp per LL63 tile, the tiles spread over as many CTAs as the plan block
             // may have before a CTA takes a second warp, as the hand kernels' LL63 grid
@@ -225,11 +231,13 @@ impl Grid {
             let per_cta = codegen::LL63_TILE_DATA * u64::from(threads / 32);
             (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if packets.is_some() {
-            let per_block = out.div_ceil(8).div_ceil(u64::from(blocks.max(1)));
             let most = self.threads.min(self.packet_threads);
-            let (_, threads) = layout::packet_grid(per_block, most, self.most_replicas(blocks));
+            let (ctas, threads) =
+                layout::packet_grid(walked.div_ceil(8), most, self.most_replicas(blocks));
             (
-                self.replicas_for(blocks, out, 8 * u64::from(threads)),
+                self.replicas_env
+                    .unwrap_or(ctas)
+                    .clamp(1, self.most_replicas(blocks)),
                 threads,
             )
         } else {
@@ -535,39 +543,47 @@ impl PlanExec {
             .get(&key)
             .cloned();
         let built;
-        let plan = match &loaded {
-            Some(l) => &l.plan,
+        let (plan, walk) = match &loaded {
+            Some(l) => (&l.plan, l.kernel.packet_walk),
             None => {
                 built = self.build(&key, c.coll)?;
-                &built
+                let k = codegen::generate_cuda(&built, self.rank, key.dtype, RedOp::Sum)
+                    .map_err(algo_error)?;
+                (&built, k.packet_walk)
             }
         };
         let blocks = plan
             .ranks
             .get(self.rank as usize)
             .map_or(1, |r| r.blocks.len() as u32);
-        let (replicas, threads, _) =
-            self.shape(plan, plan.uses_packets(), blocks, count, c.dtype.size());
+        let (replicas, threads, _) = self.shape(
+            plan,
+            (plan.uses_packets(), walk),
+            blocks,
+            count,
+            c.dtype.size(),
+        );
         Ok((blocks * replicas, threads))
     }
 
     /// CTAs per plan block and threads per CTA of a launch of `plan` (`packets`: it
-    /// moves LL packets) on `blocks` plan blocks for `count` elements of `es` bytes
-    /// ([`Grid::plan`], sized by the larger of input and output and by the output),
-    /// and its output bytes. [`PlanExec::launch`] and [`PlanExec::launch_grid`] alike.
+    /// moves LL packets; `walk`: its largest LL16 packet op) on `blocks` plan blocks
+    /// for `count` elements of `es` bytes ([`Grid::plan`]), and its output bytes.
+    /// [`PlanExec::launch`] and [`PlanExec::launch_grid`] alike.
     fn shape(
         &self,
         plan: &Plan,
-        packets: bool,
+        (packets, walk): (bool, PacketWalk),
         blocks: u32,
         count: u64,
         es: u64,
     ) -> (u32, u32, u64) {
         let out = plan.output.elems(count) * es;
         let bytes = (plan.input.elems(count) * es).max(out);
+        let walked = walk.elems(count) * es;
         let (replicas, threads) =
             self.grid
-                .plan(packets.then_some(plan.packets), blocks, bytes, out);
+                .plan(packets.then_some(plan.packets), blocks, bytes, walked);
         (replicas, threads, out)
     }
 
@@ -668,8 +684,13 @@ impl PlanExec {
                 (true, _) => inp[p] = out[p],
             }
         }
-        let (replicas, threads, out_bytes) =
-            self.shape(plan, l.packets, l.kernel.blocks, count, es);
+        let (replicas, threads, out_bytes) = self.shape(
+            plan,
+            (l.packets, l.kernel.packet_walk),
+            l.kernel.blocks,
+            count,
+            es,
+        );
         let mut args = PlanArgs {
             input: inp,
             output: out,
@@ -902,8 +923,9 @@ mod tests {
     }
 
     /// The LL16 plans' grid is the hand-written LL16 kernels' (`Comm::ll_grid`): a
-    /// thread per packet of the output, whatever the input (the reduce-scatter's is n
-    /// times larger).
+    /// thread per packet of the largest packet op, whatever the input (the
+    /// reduce-scatter's is n times larger): the output for the all-reduce, the
+    /// reduce-scatter and the broadcast, the packets received for the all-gather.
     #[test]
     fn ll16_plan_grid_is_the_hand_kernels() {
         let g = Grid {
@@ -913,17 +935,37 @@ mod tests {
             replicas_env: None,
         };
         let ll16 = Some(PacketFormat::Ll16);
-        for out in [1u64 << 10, 8 << 10, 64 << 10, 128 << 10, 512 << 10] {
-            let hand = layout::packet_grid(out / 8, 128, 132);
-            // one-shot all-reduce: input = output
-            assert_eq!(g.plan(ll16, 1, out, out), hand, "all-reduce {out}");
-            // reduce-scatter on 4 ranks: the input is 4 x the output
-            assert_eq!(g.plan(ll16, 1, 4 * out, out), hand, "reduce-scatter {out}");
+        let walk = |algo: Algorithm, n: u32| {
+            let plan = build(algo, &BuildParams::new(n)).unwrap();
+            codegen::generate_cuda(&plan, 0, DataType::F16, RedOp::Sum)
+                .unwrap()
+                .packet_walk
+        };
+        for n in [2u32, 4, 8] {
+            for (algo, hand) in [
+                (Algorithm::AllReduce1pa, 1),
+                (Algorithm::ReduceScatterLl, 1),
+                (Algorithm::BroadcastLl, 1),
+                (Algorithm::AllGatherLl, u64::from(n - 1)),
+            ] {
+                let w = walk(algo, n);
+                for count in [512u64, 4096, 65536] {
+                    // count f16 elements: the hand kernels' packets (Comm::kernel_plan),
+                    // on at most MAX_PARTS CTAs a plan block
+                    let packets = hand * count * 2 / 8;
+                    assert_eq!(
+                        g.plan(ll16, 1, 4 * count * 2, w.elems(count) * 2),
+                        layout::packet_grid(packets, 128, MAX_PARTS),
+                        "{} on {n} ranks, {count} elements",
+                        algo.full_name()
+                    );
+                }
+            }
         }
         // the 4-rank reduce-scatter at 512 KiB: 128 CTAs of 128 threads, not 512 each
         assert_eq!(g.plan(ll16, 1, 512 << 10, 128 << 10), (128, 128));
         // a plan without packets: a 16-byte vector per thread
-        assert_eq!(g.plan(None, 1, 1 << 20, 1 << 20), (128, 512));
+        assert_eq!(g.plan(None, 1, 1 << 20, 0), (128, 512));
     }
 
     #[test]
