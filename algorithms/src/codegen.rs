@@ -199,8 +199,8 @@ pub struct CudaKernel {
     /// the proxy (`PlanArgs::ports` must be set); 0: none.
     pub far: u32,
     /// LL16 plans: the most elements one packet op of a plan block of this rank walks,
-    /// as a fraction `(num, den)` of the message count ([`PacketWalk`]); `(0, 1)` for
-    /// other plans.
+    /// as a fraction of the message count ([`PacketWalk`]; the launch takes the largest
+    /// of every rank's, [`packet_walk`]); [`PacketWalk::NONE`] for other plans.
     pub packet_walk: PacketWalk,
 }
 
@@ -228,11 +228,7 @@ impl PacketWalk {
 
     /// `num / den` in lowest terms.
     fn reduced(num: u64, den: u64) -> PacketWalk {
-        let (mut a, mut b) = (num, den.max(1));
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        let g = a.max(1);
+        let g = gcd(num, den.max(1)).max(1);
         PacketWalk {
             num: num / g,
             den: den.max(1) / g,
@@ -1614,6 +1610,18 @@ fn position(num: u64, den: u64) -> String {
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// The largest [`PacketWalk`] of any rank of `plan` with `dtype`: every rank launches
+/// the grid it gives, so that a CTA index names the same CTA on every rank wherever a
+/// plan pairs them (handshakes, signal parts).
+pub fn packet_walk(plan: &Plan, dtype: DataType) -> Result<PacketWalk, AlgoError> {
+    if plan.packets != PacketFormat::Ll16 || !plan.uses_packets() {
+        return Ok(PacketWalk::NONE);
+    }
+    (0..plan.nranks).try_fold(PacketWalk::NONE, |w, r| {
+        Ok(w.max(generate_cuda(plan, r, dtype, RedOp::Sum)?.packet_walk))
+    })
 }
 
 /// Generate the CUDA kernel of `rank` for `plan` with `dtype` and `op`. The plan must

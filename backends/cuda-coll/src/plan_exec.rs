@@ -283,6 +283,9 @@ struct Loaded {
     peer_user: bool,
     /// [`Plan::uses_packets`] (a walk over every op: once, not per launch).
     packets: bool,
+    /// [`codegen::packet_walk`]: the largest packet op of any rank, which sizes the
+    /// grid of an LL16 plan.
+    walk: PacketWalk,
 }
 
 /// What one call runs: `algo` with `blocks` plan blocks, for `coll` of `dtype` with
@@ -505,6 +508,7 @@ impl PlanExec {
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
             packets: plan.uses_packets(),
+            walk: codegen::packet_walk(&plan, key.dtype).map_err(algo_error)?,
             plan,
             module,
             kernel,
@@ -544,12 +548,11 @@ impl PlanExec {
             .cloned();
         let built;
         let (plan, walk) = match &loaded {
-            Some(l) => (&l.plan, l.kernel.packet_walk),
+            Some(l) => (&l.plan, l.walk),
             None => {
                 built = self.build(&key, c.coll)?;
-                let k = codegen::generate_cuda(&built, self.rank, key.dtype, RedOp::Sum)
-                    .map_err(algo_error)?;
-                (&built, k.packet_walk)
+                let walk = codegen::packet_walk(&built, key.dtype).map_err(algo_error)?;
+                (&built, walk)
             }
         };
         let blocks = plan
@@ -684,13 +687,8 @@ impl PlanExec {
                 (true, _) => inp[p] = out[p],
             }
         }
-        let (replicas, threads, out_bytes) = self.shape(
-            plan,
-            (l.packets, l.kernel.packet_walk),
-            l.kernel.blocks,
-            count,
-            es,
-        );
+        let (replicas, threads, out_bytes) =
+            self.shape(plan, (l.packets, l.walk), l.kernel.blocks, count, es);
         let mut args = PlanArgs {
             input: inp,
             output: out,
@@ -935,11 +933,15 @@ mod tests {
             replicas_env: None,
         };
         let ll16 = Some(PacketFormat::Ll16);
+        // the largest of every rank's: the root's and the others' alike here
         let walk = |algo: Algorithm, n: u32| {
             let plan = build(algo, &BuildParams::new(n)).unwrap();
-            codegen::generate_cuda(&plan, 0, DataType::F16, RedOp::Sum)
-                .unwrap()
-                .packet_walk
+            let w = codegen::packet_walk(&plan, DataType::F16).unwrap();
+            for r in 0..n {
+                let k = codegen::generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                assert_eq!(k.packet_walk, w, "{} rank {r} of {n}", algo.full_name());
+            }
+            w
         };
         for n in [2u32, 4, 8] {
             for (algo, hand) in [
