@@ -60,6 +60,7 @@ pub mod nccl_stub;
 pub mod peers;
 pub mod piece_link;
 pub mod plan_exec;
+mod plan_grid;
 pub mod plan_ports;
 pub mod regions;
 pub mod setup;
