@@ -462,25 +462,20 @@ impl PlanExec {
             .get(&key)
             .cloned();
         let built;
-        let (plan, walk) = match &loaded {
-            Some(l) => (&l.plan, l.walk),
+        let (plan, packets, walk) = match &loaded {
+            Some(l) => (&l.plan, l.packets, l.walk),
             None => {
                 built = self.build(&key, c.coll)?;
                 let walk = codegen::packet_walk(&built, key.dtype).map_err(algo_error)?;
-                (&built, walk)
+                (&built, built.uses_packets(), walk)
             }
         };
         let blocks = plan
             .ranks
             .get(self.rank as usize)
             .map_or(1, |r| r.blocks.len() as u32);
-        let (replicas, threads, _) = self.shape(
-            plan,
-            (plan.uses_packets(), walk),
-            blocks,
-            count,
-            c.dtype.size(),
-        );
+        let (replicas, threads, _) =
+            self.shape(plan, (packets, walk), blocks, count, c.dtype.size());
         Ok((blocks * replicas, threads))
     }
 

@@ -81,12 +81,10 @@ impl Grid {
             (self.replicas_for(blocks, bytes, per_cta), threads)
         } else if packets.is_some() {
             let most = self.threads.min(self.packet_threads);
-            let (ctas, threads) =
-                layout::packet_grid(walked.div_ceil(8), most, self.most_replicas(blocks));
+            let most_ctas = self.most_replicas(blocks);
+            let (ctas, threads) = layout::packet_grid(walked.div_ceil(8), most, most_ctas);
             (
-                self.replicas_env
-                    .unwrap_or(ctas)
-                    .clamp(1, self.most_replicas(blocks)),
+                self.replicas_env.unwrap_or(ctas).clamp(1, most_ctas),
                 threads,
             )
         } else {

@@ -31,7 +31,7 @@
 // over all their tiles (ll63_items), which maps them like no other op but a run over the
 // same chunks in the same order (codegen Split::Items). The host runs a
 // warp per tile, spread over as many CTAs as there are SMs before a CTA takes a second
-// warp (plan_exec.rs Grid::plan, as the hand kernels' layout::ll63_grid): an SM's share
+// warp (plan_grid.rs Grid::plan, as the hand kernels' layout::ll63_grid): an SM's share
 // of the link traffic limits these kernels. Waits are eager (commhal/ll63.h): a warp
 // holds few tiles, as in the hand kernels' all-pairs LL63 steps.
 #pragma once
