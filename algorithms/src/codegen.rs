@@ -51,6 +51,9 @@ use crate::plan::{
 
 /// Name of the generated kernel.
 pub const ENTRY: &str = "commhal_plan";
+/// Name of its entry for a launch after a launch of the same plan on the same stream
+/// context (plan.h `wait_done`), where [`CudaKernel::ordered_entry`] says it has one.
+pub const ORDERED_ENTRY: &str = "commhal_plan_ordered";
 /// Inbound semaphores per rank for plan signals (`PLAN_MAX_SEMS` in plan.h).
 pub const MAX_SEMS: usize = 4096;
 /// Plan blocks per rank (`PLAN_MAX_BLOCKS` in plan.h).
@@ -202,6 +205,9 @@ pub struct CudaKernel {
     /// as a fraction of the message count ([`PacketWalk`]; the launch takes the largest
     /// of every rank's, [`packet_walk`]); [`PacketWalk::NONE`] for other plans.
     pub packet_walk: PacketWalk,
+    /// Whether the source has [`ORDERED_ENTRY`] beside [`ENTRY`]: some block waits for
+    /// a reader that is not one-way, a wait that a launch after the same plan skips.
+    pub ordered_entry: bool,
 }
 
 /// The elements one LL16 packet op walks (its CTAs share them, a thread per 8 bytes),
@@ -493,9 +499,12 @@ struct Gen<'a> {
     /// together before the first of those writes.
     near_done: u32,
     /// Of the readers, those this rank sends one-way packets to (bit p: rank p): waited
-    /// for even when the host says the launch before ran the same plan (plan.h
-    /// `PLAN_FLAG_ORDERED`), since the writer never hears from them.
+    /// for even in a launch after the same plan (plan.h `wait_done<true>`), since the
+    /// writer never hears from them.
     one_way: u32,
+    /// Whether this block waits for a reader that is not one-way, a wait that the
+    /// kernel's ordered entry ([`ORDERED_ENTRY`]) leaves out.
+    ordered_differs: bool,
     /// Ranks reached over port channels ([`far_peers`]).
     far: u32,
     /// Far ranks this block pushed puts to that were not flushed yet (bit p).
@@ -823,12 +832,14 @@ impl Gen<'_> {
         for (r, _) in ops.iter().filter_map(Op::scratch_reader) {
             match self.done_to.get(&r) {
                 Some(true) if self.done_waited.insert(r) => {
-                    self.line(&format!("far_wait_done(c, {r}u);"));
+                    self.line(&format!("far_wait_done<ORDERED>(c, {r}u);"));
+                    self.ordered_differs = true;
                 }
                 Some(false) if !self.done_waited.contains(&r) => {
                     let m = self.near_done;
                     let o = m & self.one_way;
-                    self.line(&format!("wait_done(c, {m}u, {o}u);"));
+                    self.line(&format!("wait_done<ORDERED>(c, {m}u, {o}u);"));
+                    self.ordered_differs |= m != o;
                     self.done_waited
                         .extend((0..32).filter(|p| m & (1 << p) != 0));
                 }
@@ -1685,6 +1696,7 @@ pub fn generate_cuda(
     let mut body = String::new();
     let mut uses_barrier = false;
     let mut packet_walk = PacketWalk::NONE;
+    let mut ordered_entry = false;
     for (b, blk) in blocks.iter().enumerate() {
         let mut g = Gen {
             plan,
@@ -1701,6 +1713,7 @@ pub fn generate_cuda(
             done_waited: BTreeSet::new(),
             near_done: Gen::near_readers(&done_to, &blk.ops),
             one_way,
+            ordered_differs: false,
             far,
             unflushed: 0,
             spaces: Vec::new(),
@@ -1746,6 +1759,7 @@ pub fn generate_cuda(
         // the launch ends with every put done (the stream's next work may reuse sources)
         g.flush_far(u32::MAX);
         packet_walk = packet_walk.max(g.walk);
+        ordered_entry |= g.ordered_differs;
         uses_barrier |= blk.ops.iter().any(|o| {
             matches!(o, Op::Barrier)
                 || matches!(o, Op::Loop { body, .. } if body.contains(&Op::Barrier))
@@ -1796,9 +1810,10 @@ pub fn generate_cuda(
         PacketFormat::Ll16 => 1024,
         PacketFormat::Ll63 => MAX_LL63_THREADS,
     };
-    let _ = writeln!(
-        src,
-        "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {ENTRY}(const PlanArgs a) {{\n  Ctx c = begin(a);\n  const u32 b = c.block;"
+    // The body once, as plan_body<ORDERED>, and an entry per ORDERED that differs
+    // (plan.h wait_done).
+    src.push_str(
+        "template <bool ORDERED>\n__device__ __forceinline__ void plan_body(const PlanArgs& a) {\n  Ctx c = begin(a);\n  const u32 b = c.block;\n",
     );
     src.push_str(&publish_lines(rank, &done));
     let far_hs = far_handshake_peers(plan, rank, far);
@@ -1812,6 +1827,17 @@ pub fn generate_cuda(
     // the handshakes with far peers run behind the intra-rank barrier
     uses_barrier |= far_hs != 0 && (start_sync || end_sync);
     src.push_str("}\n");
+    let entries: &[(&str, bool)] = if ordered_entry {
+        &[(ENTRY, false), (ORDERED_ENTRY, true)]
+    } else {
+        &[(ENTRY, false)]
+    };
+    for (name, ordered) in entries {
+        let _ = writeln!(
+            src,
+            "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const PlanArgs a) {{ plan_body<{ordered}>(a); }}"
+        );
+    }
     Ok(CudaKernel {
         unit: format!(
             "plan-{}-r{rank}-{dtype}-{}.cu",
@@ -1823,6 +1849,7 @@ pub fn generate_cuda(
         far,
         uses_barrier,
         packet_walk,
+        ordered_entry,
     })
 }
 
@@ -2176,19 +2203,40 @@ mod tests {
             let s = source(a, 2);
             assert_eq!(calls(&s, "publish_done"), [0, 1, 3], "{s}");
             assert_eq!(calls(&s, "wait_done"), [0b1011], "{s}");
-            assert!(s.find("wait_done(") < s.find("put_packets"), "{s}");
-            // they hear from every reader: the wait is skipped after the same plan
-            assert!(s.contains("wait_done(c, 11u, 0u);"), "{s}");
+            assert!(s.find("wait_done<ORDERED>(") < s.find("put_packets"), "{s}");
+            // they hear from every reader: the wait is left out of the entry for a
+            // launch after the same plan
+            assert!(s.contains("wait_done<ORDERED>(c, 11u, 0u);"), "{s}");
+            let k = generate_cuda(
+                &build(a, &BuildParams::new(4)).unwrap(),
+                2,
+                DataType::F16,
+                RedOp::Sum,
+            )
+            .unwrap();
+            assert!(k.ordered_entry, "{s}");
+            assert!(
+                s.contains("commhal_plan(const PlanArgs a) { plan_body<false>(a); }"),
+                "{s}"
+            );
+            assert!(
+                s.contains("commhal_plan_ordered(const PlanArgs a) { plan_body<true>(a); }"),
+                "{s}"
+            );
         }
         // Broadcast: the root waits once for its receivers, each publishes to it; it
         // never hears from them, so it waits even after the same plan.
         let root = source(Algorithm::BroadcastLl, 1);
         assert_eq!(calls(&root, "wait_done"), [0b1101], "{root}");
-        assert!(root.contains("wait_done(c, 13u, 13u);"), "{root}");
+        assert!(root.contains("wait_done<ORDERED>(c, 13u, 13u);"), "{root}");
         assert!(!root.contains("publish_done("), "{root}");
         let recv = source(Algorithm::BroadcastLl, 3);
         assert_eq!(calls(&recv, "publish_done"), [1], "{recv}");
-        assert!(!recv.contains("wait_done("), "{recv}");
+        assert!(!recv.contains("wait_done"), "{recv}");
+        // the root's wait is the same in both, so neither has an ordered entry
+        for s in [&root, &recv] {
+            assert!(!s.contains(ORDERED_ENTRY), "{s}");
+        }
     }
 
     /// The broadcast root loads its input once: its puts to every receiver and the
@@ -2222,7 +2270,7 @@ mod tests {
             let d = format!("Span d{k} = packets_of((a.area[{p}] + c.scr), 2ull, 0ull, 0ull");
             assert!(root.contains(&d), "{d}: {root}");
         }
-        assert!(root.find("wait_done(c, 13u, 13u);") < root.find("put_packets_multi<"));
+        assert!(root.find("wait_done<ORDERED>(c, 13u, 13u);") < root.find("put_packets_multi<"));
         // The receivers only unpack.
         let recv = source(4, 2, false);
         assert!(!recv.contains("put_packets") && recv.contains("reduce_packets<"));
@@ -2407,7 +2455,10 @@ mod tests {
             "{b}"
         );
         // The done-word wait comes before it, as before the first put.
-        assert!(b.find("wait_done(") < b.find("put_packets_multi"), "{b}");
+        assert!(
+            b.find("wait_done<ORDERED>(") < b.find("put_packets_multi"),
+            "{b}"
+        );
     }
 
     #[test]
@@ -2650,7 +2701,12 @@ mod tests {
     fn calls(source: &str, f: &str) -> Vec<u32> {
         let mut v: Vec<u32> = source
             .lines()
-            .filter_map(|l| l.trim().strip_prefix(&format!("{f}(c, ")))
+            .filter_map(|l| {
+                let l = l.trim().strip_prefix(f)?;
+                l.strip_prefix("<ORDERED>")
+                    .unwrap_or(l)
+                    .strip_prefix("(c, ")
+            })
             .filter_map(|l| l.split('u').next()?.parse().ok())
             .collect();
         v.sort_unstable();
@@ -2687,7 +2743,10 @@ mod tests {
                 let mut waits = 0;
                 for blk in blocks.filter(|b| b.contains("far_put(")) {
                     assert_eq!(calls(blk, "far_wait_done"), [far], "{a:?}: {blk}");
-                    assert!(blk.find("far_wait_done(") < blk.find("far_put("), "{blk}");
+                    assert!(
+                        blk.find("far_wait_done<ORDERED>(") < blk.find("far_put("),
+                        "{blk}"
+                    );
                     waits += 1;
                 }
                 assert!(waits > 0, "{a:?}: {s}");
@@ -2711,7 +2770,7 @@ mod tests {
             let s = generate_cuda(&ring, r, DataType::F16, RedOp::Sum)
                 .unwrap()
                 .source;
-            assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
+            assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done<"));
         }
     }
 
@@ -2831,7 +2890,7 @@ mod tests {
                     .source;
                 let peers: Vec<u32> = (0..8).filter(|&q| q != r).collect();
                 assert_eq!(calls(&s, "publish_done"), peers, "{a:?}: {s}");
-                assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done("));
+                assert!(!s.contains("far_publish_done(") && !s.contains("far_wait_done<"));
                 for blk in s.split("if (b == ").skip(1) {
                     let writes: u32 =
                         blk.lines().map(scratch_write_peers).fold(0, |x, y| x | y) & !(1 << r);

@@ -132,9 +132,9 @@ struct Key {
     blocks: u32,
 }
 
-/// What the host knows of the plan launch before the next one, for plan.h's
-/// `PLAN_FLAG_ORDERED`: set when the launch before on this rank ran the same kernel in
-/// the same stream context (the same capture, or both eager while no plan launch was
+/// What the host knows of the plan launch before the next one, for the kernel's ordered
+/// entry ([`codegen::ORDERED_ENTRY`], plan.h `wait_done`): launched when the launch
+/// before on this rank ran the same kernel in the same stream context (the same capture, or both eager while no plan launch was
 /// ever captured: a captured graph's replays may run between two eager launches
 /// unseen). The first launch of a capture follows whatever ran before the replay.
 #[derive(Debug, Default)]
@@ -179,8 +179,6 @@ fn key_of(c: &PlanCall) -> Result<Key> {
     })
 }
 
-/// `PlanArgs::flags`: the launch before ran the same plan kernel (plan.h).
-pub const PLAN_FLAG_ORDERED: u32 = 1;
 /// `PlanArgs::flags`: the LL16 packet reduces wait for their terms in a loop (plan.h).
 pub const PLAN_FLAG_WAIT_LOOP: u32 = 2;
 /// Output bytes from which an LL16 plan launch sets [`PLAN_FLAG_WAIT_LOOP`]: on 4 x H100
@@ -419,7 +417,12 @@ impl PlanExec {
             )));
         }
         let image = compile(&kernel, &self.arch, self.cache.as_ref())?;
-        let module = CollModule::load(&self.ctx, &image, &[codegen::ENTRY])?;
+        let entries: &[&str] = if kernel.ordered_entry {
+            &[codegen::ENTRY, codegen::ORDERED_ENTRY]
+        } else {
+            &[codegen::ENTRY]
+        };
+        let module = CollModule::load(&self.ctx, &image, entries)?;
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
             packets: plan.uses_packets(),
@@ -599,7 +602,7 @@ impl PlanExec {
         }
         let (replicas, threads, out_bytes) =
             self.shape(plan, (l.packets, l.walk), l.kernel.blocks, count, es);
-        let mut args = PlanArgs {
+        let args = PlanArgs {
             input: inp,
             output: out,
             area: self.areas,
@@ -643,9 +646,11 @@ impl PlanExec {
             .order
             .lock()
             .map_err(|_| CollError::invalid("plan order lock poisoned"))?;
-        if order.ordered(&key, capture) {
-            args.flags |= PLAN_FLAG_ORDERED;
-        }
+        let entry = if l.kernel.ordered_entry && order.ordered(&key, capture) {
+            codegen::ORDERED_ENTRY
+        } else {
+            codegen::ENTRY
+        };
         // SAFETY: input/output are the Comm's registered regions (own and mapped
         // peers, alive as long as the Comm), or the caller's buffers, inspected to hold
         // the call's bytes and mapped through the call table (`capacity` u64::MAX);
@@ -657,7 +662,7 @@ impl PlanExec {
         // every CTA is resident while others spin.
         unsafe {
             l.module
-                .launch(codegen::ENTRY, stream, grid, threads, &args, self.pdl)?;
+                .launch(entry, stream, grid, threads, &args, self.pdl)?;
         }
         order.record(key, capture);
         Ok(())
@@ -844,7 +849,6 @@ mod tests {
         assert!(h.contains("#define PLAN_STATE_BYTES (4 * PLAN_MAX_CTAS * 8)"));
         assert!(h.contains("#define PLAN_DATA_OFF (PLAN_STATE_OFF + PLAN_STATE_BYTES)"));
         assert!(h.contains("#define PLAN_HS_OFF PLAN_SEM_BYTES"));
-        assert!(h.contains(&format!("#define PLAN_FLAG_ORDERED {PLAN_FLAG_ORDERED}u")));
         assert!(h.contains(&format!(
             "#define PLAN_FLAG_WAIT_LOOP {PLAN_FLAG_WAIT_LOOP}u"
         )));

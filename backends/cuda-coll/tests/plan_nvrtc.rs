@@ -61,7 +61,7 @@ fn ll_plans_compile_on_every_rank() {
         for r in 0..3 {
             let k = generate_cuda(&plan, r, DataType::Bf16, RedOp::Sum)
                 .unwrap_or_else(|e| panic!("{}: {e}", plan.name));
-            let done = k.source.contains("publish_done(") || k.source.contains("wait_done(");
+            let done = k.source.contains("publish_done(") || k.source.contains("wait_done<");
             assert!(done, "{}: no done word on rank {r}", plan.name);
             compile(&k, "sm_90", None)
                 .unwrap_or_else(|e| panic!("{} r={r}:\n{e}\n{}", plan.name, k.source));

@@ -55,7 +55,8 @@
 //   Back to back, a writer that hears from its reader in every launch heard, in launch
 //   L − 1, from writes the reader made after publishing, so the wait finds the value at
 //   once; a one-way sender waits only when it runs two launches ahead. When the host
-//   knows launch L − 1 ran the same plan (PLAN_FLAG_ORDERED), only one-way senders wait.
+//   knows launch L − 1 ran the same plan, it launches the kernel's ordered entry
+//   (wait_done<true>), in which only one-way senders wait.
 //
 // Semaphores and packets are the channels' epoch flags and LL16 packets
 // (commhal/semaphore.h, commhal/packets.h). Every wait is the one bounded wait of
@@ -109,13 +110,8 @@ struct PlanArgs {
   u64 replicas_inv;            // ceil(2^64 / replicas) (0 for one replica): div_parts
 };
 static_assert(sizeof(PlanArgs) == 256, "PlanArgs layout");
-// The plan launch before this one on this rank ran this same plan (same kernel, in the
-// same stream context: not the first launch of a graph capture, nor an eager launch on a
-// communicator whose plans were ever captured). In it every scratch writer that is not
-// a one-way sender heard from its reader (Plan::scratch_writer_pairs: each hears from
-// its reader in every launch), so each reader had finished the launch before that, the
-// last one that used the copy this launch writes: wait_done skips those readers.
-#define PLAN_FLAG_ORDERED 1u
+// (Bit 0 is free. Whether the launch before ran the same plan is not a flag but the
+// kernel's entry: a generated kernel is plan_body<ORDERED>, see wait_done.)
 // The LL16 packet reduces of this launch wait for their terms in a loop (dataops.h
 // ll16_reduce ROLLED), not unrolled: the host sets it from 32 KiB of output.
 #define PLAN_FLAG_WAIT_LOOP 2u
@@ -369,11 +365,22 @@ COMMHAL_DEVICE void publish_done(const Ctx& c, u32 writer) {
 // epoch − 2 (0-based): done[p] >= epoch − 1. Thread p loads done[p] (the loads run
 // side by side), then the CTA syncs once. Waiting early is safe: each reader publishes
 // first thing in this launch, waiting for nothing.
-// With PLAN_FLAG_ORDERED only the `one_way` readers (one-way packet receivers, which
-// the writer never hears from) are waited for; the flag is the same in every CTA, so a
-// block with nothing to wait for skips the sync too.
+// ORDERED: the launch before on this rank ran this same plan (same kernel, in the same
+// stream context: not the first launch of a graph capture, nor an eager launch on a
+// communicator whose plans were ever captured). In it every scratch writer that is not
+// a one-way sender heard from its reader (Plan::scratch_writer_pairs: each hears from
+// its reader in every launch), so each reader had finished the launch before that, the
+// last one that used the copy this launch writes: only the `one_way` readers (one-way
+// packet receivers, which the writer never hears from) are waited for.
+// Codegen writes every kernel as plan_body<ORDERED> with two entries (codegen ENTRY and
+// ORDERED_ENTRY) where a block waits for a reader that is not one-way, and the host
+// picks the entry per launch, so that a launch after the same plan has no code for the
+// wait at all. A runtime flag that skipped it left the code in the kernel, and that
+// cost the 2-rank LL16 plans 2-6 % (H200: all-reduce 1-16 KiB 0.96-0.98 of the hand
+// kernel's time without it, 0.98-1.03 with it; docs/performance.md).
+template <bool ORDERED>
 COMMHAL_DEVICE void wait_done(const Ctx& c, u32 readers, u32 one_way) {
-  if (c.a->flags & PLAN_FLAG_ORDERED) readers &= one_way;
+  if (ORDERED) readers &= one_way;
   if (readers == 0) return;
   if (c.epoch >= 2)
     for (u32 p = threadIdx.x; p < PLAN_MAX_RANKS; p += blockDim.x)
@@ -491,7 +498,10 @@ COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
 
 // Far scratch writer, before its first put into `reader`: wait_done for a reader that
 // publishes through the proxy (the same load of this rank's own state).
-COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) { wait_done(c, 1u << reader, 0); }
+template <bool ORDERED>
+COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) {
+  wait_done<ORDERED>(c, 1u << reader, 0);
+}
 
 // The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
 // [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k. One
