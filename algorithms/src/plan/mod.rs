@@ -341,8 +341,9 @@ impl Plan {
     /// before the writer's check. (The relaxed store is not ordered with those writes,
     /// so this is timing, not a guarantee: the check stays a wait.) A one-way sender
     /// waits only when it runs two launches ahead of its receiver. Where the GPU host
-    /// knows launch `k + 1` ran the same plan (the kernel's ordered entry, plan.h `wait_done`), the writer
-    /// heard from the reader in it, and only one-way senders wait.
+    /// knows launch `k + 1` ran the same plan, the writer heard from the reader in it:
+    /// the host launches the kernel's ordered entry (plan.h `wait_done`), in which only
+    /// one-way senders wait.
     ///
     /// The host executor keeps scratch copies per plan and counts each plan's
     /// invocations, so what runs in between does not matter there: the plan's own
