@@ -37,7 +37,7 @@ use crate::regions::{Links, Regions};
 use crate::types::{Collective, Dtype};
 
 /// CTAs per plan block at most (`PLAN_MAX_PARTS`).
-pub const MAX_PARTS: u32 = 128;
+pub const MAX_PARTS: u32 = 256;
 /// CTAs per plan kernel at most (`PLAN_MAX_CTAS`).
 pub const MAX_CTAS: u32 = 1024;
 /// Bytes of the semaphore flags, `u64 [sem][part]` (`PLAN_SEM_BYTES`).
@@ -99,7 +99,7 @@ pub struct PlanArgs {
 const _: () = assert!(std::mem::size_of::<PlanArgs>() == 256);
 
 /// ceil(2^64 / r) for r >= 2 (0 for r < 2): plan.h's `div_parts` takes floor(x / r)
-/// as the high 64 bits of x * this, exact for x < 2^57 and r <= 128 (the error term
+/// as the high 64 bits of x * this, exact for x < 2^56 and r <= 256 (the error term
 /// x * (this * r - 2^64) / 2^64 stays below 1 / r). A runtime 32-bit division costs
 /// some 15 dependent instructions before a CTA's first packet, in every data op.
 pub fn replicas_inverse(r: u32) -> u64 {
@@ -771,13 +771,13 @@ mod tests {
     }
 
     /// plan.h's division by the replicas: the high half of x * replicas_inverse(r) is
-    /// x / r for every replica count and x below 2^57 (the edges of each quotient).
+    /// x / r for every replica count and x below 2^56 (the edges of each quotient).
     #[test]
     fn replicas_inverse_divides_exactly() {
         let div = |x: u64, r: u32| ((u128::from(x) * u128::from(replicas_inverse(r))) >> 64) as u64;
         for r in 2..=MAX_PARTS {
             let r64 = u64::from(r);
-            let top = (1u64 << 57) - 1;
+            let top = (1u64 << 56) - 1;
             let mut xs: Vec<u64> = (0..4096).collect();
             for q in [1u64, 7, 1 << 20, 1 << 32, (1 << 50) + 3, top / r64] {
                 xs.extend([q * r64 - 1, q * r64, q * r64 + 1, q * r64 + r64 - 1]);
@@ -841,7 +841,7 @@ mod tests {
             .unwrap()
             .contents;
         assert!(h.contains("#define PLAN_MAX_SEMS 4096"));
-        assert!(h.contains("#define PLAN_MAX_PARTS 128"));
+        assert!(h.contains("#define PLAN_MAX_PARTS 256"));
         assert!(h.contains("#define PLAN_MAX_CTAS 1024"));
         assert!(h.contains("#define PLAN_SEM_BYTES (PLAN_MAX_SEMS * PLAN_MAX_PARTS * 8)"));
         assert!(h.contains("#define PLAN_HS_BYTES (2 * PLAN_MAX_RANKS * PLAN_MAX_CTAS * 8)"));

@@ -136,7 +136,7 @@ mod tests {
                     let packets = hand * count * 2 / 8;
                     assert_eq!(
                         g.plan(ll16, 1, 4 * count * 2, w.elems(count) * 2),
-                        layout::packet_grid(packets, 128, MAX_PARTS),
+                        layout::packet_grid(packets, 128, g.sms.min(MAX_PARTS)),
                         "{} on {n} ranks, {count} elements",
                         algo.full_name()
                     );

@@ -77,7 +77,7 @@
 #define PLAN_MAX_SEMS 4096
 #define PLAN_MAX_BLOCKS 508
 // CTAs per plan block (replicas) and CTAs per kernel.
-#define PLAN_MAX_PARTS 128
+#define PLAN_MAX_PARTS 256
 #define PLAN_MAX_CTAS 1024
 #define PLAN_SEM_BYTES (PLAN_MAX_SEMS * PLAN_MAX_PARTS * 8)
 #define PLAN_HS_OFF PLAN_SEM_BYTES
@@ -185,7 +185,7 @@ COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
   return reinterpret_cast<PlanState*>(a.area[a.rank] + PLAN_STATE_OFF);
 }
 
-// floor(u / replicas), for u < 2^57: the high half of u * ceil(2^64 / replicas) (the
+// floor(u / replicas), for u < 2^56: the high half of u * ceil(2^64 / replicas) (the
 // host's replicas_inverse, which checks that it is exact). A runtime division took some
 // 15 dependent instructions before a CTA's first store, in every data op.
 COMMHAL_DEVICE u64 div_parts_floor(const Ctx& c, u64 u) {
@@ -252,7 +252,7 @@ COMMHAL_DEVICE Span packets(u64 base, u64 esz, u64 total, u32 nchunks, u64 first
   return packets_of(base, esz, first, first * total / nchunks, (first + cnt) * total / nchunks);
 }
 
-// ceil(u / parts), for u < 2^57 (div_parts_floor).
+// ceil(u / parts), for u < 2^56 (div_parts_floor).
 COMMHAL_DEVICE u64 div_parts(const Ctx& c, u64 u) { return div_parts_floor(c, u + c.parts - 1); }
 
 // This CTA's share [lo, hi) of n units, cut at multiples of `align` units (a power of

@@ -472,7 +472,7 @@ pub static PLAN_REPLICAS: Setting = Setting {
     key: FileKey::None,
     kind: Kind::Number {
         min: 1,
-        max: 128,
+        max: 256,
         unit: Unit::Count,
     },
     default: "1",
