@@ -247,13 +247,23 @@ impl Kernel {
         matches!(self, Kernel::BroadcastChain | Kernel::ReduceChain)
     }
 
-    /// The all-peers LL16 kernels (`Prims<LL16, AllPeers>` in the unit): their slot
-    /// reuse needs the launch before to have heard from every receiver.
+    /// The all-peers packet kernels (`Prims<LL16, AllPeers>` and `Prims<LL63,
+    /// AllPeers>` in the unit): their reuse of the packets of launch e − 2 needs the
+    /// launch before to have heard from every receiver, or the `peers_done` fence.
+    /// (The LL63 ones waited for every peer's done word in every launch instead: on
+    /// 2 × H200 the generated LL63 plans, which skip that wait after the same plan,
+    /// took 0.88-0.95 of their time at 512 KiB-2 MiB.)
     pub fn is_all_peers_ll(self) -> bool {
         use Kernel::*;
         matches!(
             self,
-            AllreduceLl | AllgatherLl | ReducescatterLl | AlltoallLl
+            AllreduceLl
+                | AllgatherLl
+                | ReducescatterLl
+                | AlltoallLl
+                | AllreduceLl63
+                | AllgatherLl63
+                | ReducescatterLl63
         )
     }
 
@@ -356,7 +366,7 @@ pub struct Comm {
     chain_overlap: AtomicU32,
     /// The last operation this Comm queued (outside a graph capture) was a chain kernel.
     prev_chain: AtomicBool,
-    /// When an all-peers LL16 kernel needs the `peers_done` fence first.
+    /// When an all-peers LL16 or LL63 kernel needs the `peers_done` fence first.
     slot_order: slot_order::SlotOrder,
     /// Where the ranks publish the caller's buffers of calls that reach into peers.
     table: crate::agree::CallTable,
@@ -1436,7 +1446,7 @@ mod tests {
     use super::*;
     use commhal_device_src::COLL_NVLINK;
 
-    /// Which kernels let the next all-peers LL16 launch skip the `peers_done` fence.
+    /// Which kernels let the next all-peers packet launch skip the `peers_done` fence.
     #[test]
     fn one_way_kernels_do_not_hear_every_peer() {
         let (kib, oneshot) = (1024, layout::FLAG_AR_ONESHOT);
@@ -1449,6 +1459,27 @@ mod tests {
         assert!(Kernel::AllreduceLl63.hears_every_peer(64, 4, 0));
         assert!(!Kernel::AllreduceLl63.hears_every_peer(48, 4, 0));
         assert!(Kernel::AllreduceLl63.hears_every_peer(48, 4, oneshot));
+    }
+
+    /// The all-peers LL63 kernels take the fence as the LL16 ones do (their packets
+    /// carry no launch number either); the LL63 chains wait on their next rank instead.
+    #[test]
+    fn all_peers_ll63_kernels_take_the_fence() {
+        for k in [
+            Kernel::AllreduceLl63,
+            Kernel::AllgatherLl63,
+            Kernel::ReducescatterLl63,
+            Kernel::AllgatherLl,
+        ] {
+            assert!(k.is_all_peers_ll(), "{k:?}");
+        }
+        for k in [
+            Kernel::BroadcastLl63,
+            Kernel::ReduceLl63,
+            Kernel::BroadcastLl,
+        ] {
+            assert!(!k.is_all_peers_ll(), "{k:?}");
+        }
     }
 
     #[test]

@@ -43,7 +43,8 @@
 //           the launch before may not have (a one-way kernel, or the first launch of a
 //           graph capture) the host queues the peers_done fence first
 //           (coll/protocol.cuh). A one-way pattern (NextRank) waits for it on the
-//           receiver's done epoch.
+//           receiver's done epoch. Prims<LL63, AllPeers> reuses its packets the same
+//           way (coll/prims_ll63.cuh).
 // Simple writes only dst(r, s) in the receiver, LL16 only the receiver's slot for s;
 // both read only src(s, r) of the sender.
 #pragma once

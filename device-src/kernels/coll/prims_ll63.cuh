@@ -12,10 +12,12 @@
 //
 // AllPeers.
 // Where packets land. Every launch uses half e mod 2 of every rank's LL63 small region
-// (a.ll63_small_off, a.ll63_small_half; the one the small LL63 chains use). Before its
-// first send a block waits until every peer completed launch e - 2, the last one that
-// used this half (usually long true); a receiver clears every packet it read, so the
-// half is all zeros again after each launch. The half holds slot sets, one per sending
+// (a.ll63_small_off, a.ll63_small_half; the one the small LL63 chains use), so a sender
+// in launch e must know every peer completed launch e - 2, the last one that used this
+// half. As for the all-peers LL16 kernels (coll/prims.cuh), that follows when launch
+// e - 1 heard from every peer; where it may not have, the host queues the peers_done
+// fence first (coll/protocol.cuh). A receiver clears every packet it read, so the half
+// is all zeros again after each launch. The half holds slot sets, one per sending
 // step in call order: replicate or scatter fills set 0, reduce_replicate set 1. A set
 // has n - 1 slots of T tiles (T: the tiles of the largest part of the first sending
 // step; part 0 of a callable, which a partition's is); sender s's slot in receiver q is
@@ -59,10 +61,6 @@ struct Prims<LL63, AllPeers> {
 
   COMMHAL_DEVICE explicit Prims(const CollArgs& args)
       : a(args), e(coll_begin(args)), half(0), set(0), slot(0), item(0), item0(0), ok(true) {
-    if (e > 2) {
-      if (threadIdx.x < a.nranks && threadIdx.x != a.rank) wait_peer_done(a, threadIdx.x, e - 2);
-      __syncthreads();
-    }
     half = a.ll63_small_off + (e & 1) * a.ll63_small_half;
   }
 

@@ -180,8 +180,8 @@ COMMHAL_DEVICE void peers_done(const CollArgs& a) {
 // the packets it is about to overwrite in p were read: back = 2 for parity-halved
 // slots, 1 for a single region. One-way LL16 kernels (the broadcast root, the reduce
 // non-roots, every send/recv rank towards the next) need it: nothing else would stop a
-// sender running two launches ahead of a receiver. broadcast_ll and Prims<LL63,
-// AllPeers> wait with thread p for rank p instead. p sets its done word at the start of
+// sender running two launches ahead of a receiver. broadcast_ll waits with thread p for
+// rank p instead. p sets its done word at the start of
 // its launch e - 1, so this is usually long true; it never waits on a launch the
 // sender's own progress holds back (p's launch e - 1 needs only launches up to e - 1 of
 // its peers, and the sender is at e).

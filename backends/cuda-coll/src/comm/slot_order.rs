@@ -1,8 +1,9 @@
-//! When an all-peers LL16 kernel needs the `peers_done` fence first.
+//! When an all-peers packet kernel needs the `peers_done` fence first.
 //!
 //! Those kernels (all-gather, all-to-all, reduce-scatter, one-shot all-reduce over
-//! LL16) write the parity slots of launch e − 2 in every peer, so every peer must have
-//! finished e − 2. A launch e − 1 that heard from every peer (a barrier, or packets from
+//! LL16; the all-gather, reduce-scatter and all-reduce over LL63) write the parity slots
+//! (LL63: the parity half of the small region) of launch e − 2 in every peer, so every
+//! peer must have finished e − 2. A launch e − 1 that heard from every peer (a barrier, or packets from
 //! each) shows it; a one-way kernel does not (LL16 broadcast / reduce / send/recv, the
 //! chains, the all-pairs LL63 all-reduce with fewer 16-byte vectors than ranks:
 //! [`Kernel::hears_every_peer`](super::Kernel::hears_every_peer)), and neither does an
@@ -28,7 +29,7 @@ pub(crate) struct SlotOrder {
 
 impl SlotOrder {
     /// Whether the last kernel queued may not have heard from every peer, for a kernel
-    /// about to be queued into `capture` (0: none): an all-peers LL16 kernel then needs
+    /// about to be queued into `capture` (0: none): an all-peers packet kernel then needs
     /// the fence first.
     pub(crate) fn after_one_way(&self, capture: u64) -> bool {
         let prev_capture = self.capture.load(Ordering::Relaxed);
