@@ -10,7 +10,7 @@
 #   .gpu/cuda-dma-gpu-test            cuda-dma's `gpu` test binary (one GPU, in-process nvlink + dma)
 #   .gpu/commhal-gpu-bench            (optional) target/release/commhal-gpu-bench: the
 #                                     back-to-back chain check (--cycle-roots), the
-#                                     LL16 slot reuse behind one-way kernels
+#                                     LL16 and LL63 slot reuse behind one-way kernels
 #                                     (--mix-sendrecv), the all-reduce copy-engine route
 #                                     check and the collectives on cuMem VMM buffers
 #
@@ -140,16 +140,16 @@ if [[ -x $G/commhal-gpu-bench ]]; then
   done
 fi
 
-# The all-peers LL16 kernels with a one-way LL16 send/recv before every launch
-# (--mix-sendrecv), plain and captured: their slot reuse behind the peers_done fence;
-# exit 1 on a wrong element. On every GPU (2 or more). Last: the newest check, so a
-# short budget drops it before the older ones.
+# The all-peers LL16 and LL63 kernels with a one-way LL16 send/recv before every launch
+# (--mix-sendrecv), plain and captured: their slot reuse behind the peers_done fence
+# (to 16 MiB: the LL63 windows); exit 1 on a wrong element. On every GPU (2 or more).
+# Last: the newest check, so a short budget drops it before the older ones.
 if [[ -x $G/commhal-gpu-bench ]] && ((NGPU >= 2)); then
-  for c in allgather allreduce; do
+  for c in allgather allreduce reducescatter; do
     step "mix-sendrecv-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
-      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv
+      $G/commhal-gpu-bench "$c" -b 1K -e 16M -f 4 -n 10 -w 2 -d half --mix-sendrecv
     step "mix-sendrecv-graph-$c-${NGPU}gpu" 40 $G/commhal launch -n "$NGPU" -- \
-      $G/commhal-gpu-bench "$c" -b 1K -e 1M -f 4 -n 10 -w 2 -d half --mix-sendrecv -G 2
+      $G/commhal-gpu-bench "$c" -b 1K -e 16M -f 4 -n 10 -w 2 -d half --mix-sendrecv -G 2
   done
 fi
 
