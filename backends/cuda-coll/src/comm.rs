@@ -250,9 +250,8 @@ impl Kernel {
     /// The all-peers packet kernels (`Prims<LL16, AllPeers>` and `Prims<LL63,
     /// AllPeers>` in the unit): their reuse of the packets of launch e − 2 needs the
     /// launch before to have heard from every receiver, or the `peers_done` fence.
-    /// (The LL63 ones waited for every peer's done word in every launch instead: on
-    /// 2 × H200 the generated LL63 plans, which skip that wait after the same plan,
-    /// took 0.88-0.95 of their time at 512 KiB-2 MiB.)
+    /// (A wait for every peer's done word in every launch made the LL63 ones 3-9 %
+    /// slower at 512 KiB-4 MiB on 2 × H200: docs/performance.md.)
     pub fn is_all_peers_ll(self) -> bool {
         use Kernel::*;
         matches!(

@@ -375,9 +375,9 @@ COMMHAL_DEVICE void publish_done(const Ctx& c, u32 writer) {
 // Codegen writes every kernel as plan_body<ORDERED> with two entries (codegen ENTRY and
 // ORDERED_ENTRY) where a block waits for a reader that is not one-way, and the host
 // picks the entry per launch, so that a launch after the same plan has no code for the
-// wait at all. A runtime flag that skipped it left the code in the kernel, and that
-// cost the 2-rank LL16 plans 2-6 % (H200: all-reduce 1-16 KiB 0.96-0.98 of the hand
-// kernel's time without it, 0.98-1.03 with it; docs/performance.md).
+// wait at all. Skipped by a runtime flag, the wait's code alone costs the 2-rank LL16
+// plans 2-6 % (2 x H200: all-reduce 1-16 KiB 0.96-0.98 of the hand kernel's time
+// without it, 0.96-1.03 with it; docs/performance.md).
 template <bool ORDERED>
 COMMHAL_DEVICE void wait_done(const Ctx& c, u32 readers, u32 one_way) {
   if (ORDERED) readers &= one_way;
