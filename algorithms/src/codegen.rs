@@ -54,6 +54,16 @@ pub const ENTRY: &str = "commhal_plan";
 /// Name of its entry for a launch after a launch of the same plan on the same stream
 /// context (plan.h `wait_done`), where [`CudaKernel::ordered_entry`] says it has one.
 pub const ORDERED_ENTRY: &str = "commhal_plan_ordered";
+
+/// The entry points of a generated kernel: [`ENTRY`], and [`ORDERED_ENTRY`] where it
+/// has one ([`CudaKernel::ordered_entry`]).
+fn entries(ordered_entry: bool) -> &'static [&'static str] {
+    if ordered_entry {
+        &[ENTRY, ORDERED_ENTRY]
+    } else {
+        &[ENTRY]
+    }
+}
 /// Inbound semaphores per rank for plan signals (`PLAN_MAX_SEMS` in plan.h).
 pub const MAX_SEMS: usize = 4096;
 /// Plan blocks per rank (`PLAN_MAX_BLOCKS` in plan.h).
@@ -208,6 +218,13 @@ pub struct CudaKernel {
     /// Whether the source has [`ORDERED_ENTRY`] beside [`ENTRY`]: some block waits for
     /// a reader that is not one-way, a wait that a launch after the same plan skips.
     pub ordered_entry: bool,
+}
+
+impl CudaKernel {
+    /// The entry points its source defines (the module loads each).
+    pub fn entries(&self) -> &'static [&'static str] {
+        entries(self.ordered_entry)
+    }
 }
 
 /// The elements one LL16 packet op walks (its CTAs share them, a thread per 8 bytes),
@@ -1827,12 +1844,8 @@ pub fn generate_cuda(
     // the handshakes with far peers run behind the intra-rank barrier
     uses_barrier |= far_hs != 0 && (start_sync || end_sync);
     src.push_str("}\n");
-    let entries: &[(&str, bool)] = if ordered_entry {
-        &[(ENTRY, false), (ORDERED_ENTRY, true)]
-    } else {
-        &[(ENTRY, false)]
-    };
-    for (name, ordered) in entries {
+    for name in entries(ordered_entry) {
+        let ordered = *name == ORDERED_ENTRY;
         let _ = writeln!(
             src,
             "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(const PlanArgs a) {{ plan_body<{ordered}>(a); }}"

@@ -134,9 +134,10 @@ struct Key {
 
 /// What the host knows of the plan launch before the next one, for the kernel's ordered
 /// entry ([`codegen::ORDERED_ENTRY`], plan.h `wait_done`): launched when the launch
-/// before on this rank ran the same kernel in the same stream context (the same capture, or both eager while no plan launch was
-/// ever captured: a captured graph's replays may run between two eager launches
-/// unseen). The first launch of a capture follows whatever ran before the replay.
+/// before on this rank ran the same kernel in the same stream context (the same
+/// capture, or both eager while no plan launch was ever captured: a captured graph's
+/// replays may run between two eager launches unseen). The first launch of a capture
+/// follows whatever ran before the replay.
 #[derive(Debug, Default)]
 struct LaunchOrder {
     /// The last kernel queued and the capture it went into (0: none).
@@ -417,12 +418,7 @@ impl PlanExec {
             )));
         }
         let image = compile(&kernel, &self.arch, self.cache.as_ref())?;
-        let entries: &[&str] = if kernel.ordered_entry {
-            &[codegen::ENTRY, codegen::ORDERED_ENTRY]
-        } else {
-            &[codegen::ENTRY]
-        };
-        let module = CollModule::load(&self.ctx, &image, entries)?;
+        let module = CollModule::load(&self.ctx, &image, kernel.entries())?;
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
             packets: plan.uses_packets(),

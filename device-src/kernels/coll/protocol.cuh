@@ -181,10 +181,10 @@ COMMHAL_DEVICE void peers_done(const CollArgs& a) {
 // slots, 1 for a single region. One-way LL16 kernels (the broadcast root, the reduce
 // non-roots, every send/recv rank towards the next) need it: nothing else would stop a
 // sender running two launches ahead of a receiver. broadcast_ll waits with thread p for
-// rank p instead. p sets its done word at the start of
-// its launch e - 1, so this is usually long true; it never waits on a launch the
-// sender's own progress holds back (p's launch e - 1 needs only launches up to e - 1 of
-// its peers, and the sender is at e).
+// rank p instead. p sets its done word at the start of its launch e - 1, so this is
+// usually long true; it never waits on a launch the sender's own progress holds back
+// (p's launch e - 1 needs only launches up to e - 1 of its peers, and the sender is at
+// e).
 COMMHAL_DEVICE void block_wait_peer_done(const CollArgs& a, u32 p, u64 e, u64 back) {
   if (e <= back) return;
   if (threadIdx.x == 0) wait_peer_done(a, p, e - back);

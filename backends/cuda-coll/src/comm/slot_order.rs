@@ -1,14 +1,14 @@
 //! When an all-peers packet kernel needs the `peers_done` fence first.
 //!
 //! Those kernels (all-gather, all-to-all, reduce-scatter, one-shot all-reduce over
-//! LL16; the all-gather, reduce-scatter and all-reduce over LL63) write the parity slots
-//! (LL63: the parity half of the small region) of launch e − 2 in every peer, so every
-//! peer must have finished e − 2. A launch e − 1 that heard from every peer (a barrier, or packets from
-//! each) shows it; a one-way kernel does not (LL16 broadcast / reduce / send/recv, the
-//! chains, the all-pairs LL63 all-reduce with fewer 16-byte vectors than ranks:
-//! [`Kernel::hears_every_peer`](super::Kernel::hears_every_peer)), and neither does an
-//! unknown predecessor: the first kernel of a graph capture
-//! (a replay follows whatever ran before it) or the first after one. Once a captured
+//! LL16; the all-gather, reduce-scatter and all-reduce over LL63) write the parity
+//! slots (LL63: the parity half of the small region) of launch e − 2 in every peer, so
+//! every peer must have finished e − 2. A launch e − 1 that heard from every peer (a
+//! barrier, or packets from each) shows it; a one-way kernel does not (LL16 broadcast /
+//! reduce / send/recv, the chains, the all-pairs LL63 all-reduce with fewer 16-byte
+//! vectors than ranks: [`Kernel::hears_every_peer`](super::Kernel::hears_every_peer)),
+//! and neither does an unknown predecessor: the first kernel of a graph capture (a
+//! replay follows whatever ran before it) or the first after one. Once a captured
 //! graph ended with a one-way kernel, its replays may precede any later kernel unseen,
 //! so every kernel queued outside a capture counts as after one (for the Comm's life: it
 //! does not see whether such a graph is still replayed). The fence itself: `peers_done`
