@@ -50,7 +50,7 @@ pub use context::Context;
 pub use error::{CudaError, Result};
 pub use gate::Gate;
 pub use graph::Graph;
-pub use memory::{DeviceBuffer, PinnedHostBuffer};
+pub use memory::{DeviceBuffer, PinnedHostBuffer, PinnedRegion};
 pub use module::{Kernel, KernelArg, LaunchConfig, Module};
 pub use nvrtc::cache::{CacheOutcome, KernelCache};
 pub use nvrtc::{CompileRequest, CompiledImage, ImageKind};

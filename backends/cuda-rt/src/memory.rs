@@ -203,3 +203,34 @@ impl Drop for PinnedHostBuffer {
         }
     }
 }
+
+/// A [`PinnedHostBuffer`] as a host [`Region`](commhal_hal::Region) of this process,
+/// registrable by address ([`Registrable::Host`](commhal_hal::Registrable::Host)): what
+/// a host-side port transport (host-tcp) reads device code's bytes from with plain
+/// copies, no driver copy. Its address is the host pointer; device code uses
+/// [`PinnedHostBuffer::device_addr`].
+#[derive(Debug, Clone)]
+pub struct PinnedRegion(pub Arc<PinnedHostBuffer>);
+
+impl commhal_hal::Region for PinnedRegion {
+    fn addr(&self) -> u64 {
+        self.0.host_ptr() as u64
+    }
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn device(&self) -> commhal_hal::Device {
+        commhal_hal::Device::HOST
+    }
+    fn kind(&self) -> commhal_hal::MemoryKind {
+        commhal_hal::MemoryKind::HostPinned
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn registrable(&self) -> Option<commhal_hal::Registrable> {
+        Some(commhal_hal::Registrable::Host {
+            owner: self.0.clone(),
+        })
+    }
+}

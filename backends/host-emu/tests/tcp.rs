@@ -175,6 +175,56 @@ fn write_and_signal_land_in_the_peers_shared_memory_both_ways() {
     }
 }
 
+/// Host memory that another library allocated (a stand-in for CUDA's pinned memory):
+/// offered only by address, as [`commhal_hal::Registrable::Host`].
+#[derive(Debug)]
+struct ByAddress(Arc<Vec<AtomicU64>>);
+
+impl Region for ByAddress {
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+    fn len(&self) -> u64 {
+        8 * self.0.len() as u64
+    }
+    fn device(&self) -> Device {
+        Device::HOST
+    }
+    fn kind(&self) -> MemoryKind {
+        MemoryKind::HostPinned
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn registrable(&self) -> Option<commhal_hal::Registrable> {
+        Some(commhal_hal::Registrable::Host {
+            owner: self.0.clone(),
+        })
+    }
+}
+
+#[test]
+fn host_memory_registered_by_address_sends_and_receives() {
+    let words = |n: usize| Arc::new((0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+    let (m0, m1) = (words(64), words(64));
+    m0[3].store(u64::from_le_bytes(*b"by-addr!"), Ordering::Relaxed);
+    let [mut a, b] = world([
+        Box::new(ByAddress(m0.clone())),
+        Box::new(ByAddress(m1.clone())),
+    ]);
+    // the source is read at its address, the bytes and the signal land at the peer's
+    a.port
+        .write_signal(&a.remote, 40, &a.buf, 24, 8, (&a.remote, 8, 7))
+        .unwrap();
+    wait_at_least(&m1[1], 7);
+    assert_eq!(m1[5].load(Ordering::Relaxed).to_le_bytes(), *b"by-addr!");
+    assert_eq!(bytes(&b.buf, 40, 8), b"by-addr!");
+    // bounds are checked against the registered length
+    let bad = a.port.write(&a.remote, 0, &a.buf, 512, 8);
+    assert!(matches!(bad, Err(HalError::OutOfRange { .. })), "{bad:?}");
+    assert!(b.buf.atomic_u64(512).is_err() && b.buf.atomic_u64(4).is_err());
+}
+
 #[test]
 fn write_signal_lands_the_data_before_the_signal_and_checks_first() {
     for (mode, spin) in RECEIVE_MODES {

@@ -137,6 +137,81 @@ impl HostRegion {
     }
 }
 
+/// Host memory of this process that another owner allocated, registered by address
+/// ([`commhal_hal::Registrable::Host`]: e.g. CUDA's pinned, device-mapped memory that
+/// GPU kernels copy a put's source into). Reached like [`HostRegion`], through
+/// bounds-checked copies and atomics; `owner` keeps the bytes mapped.
+#[derive(Clone)]
+pub(crate) struct ForeignHost {
+    addr: u64,
+    len: u64,
+    /// Keeps the bytes mapped.
+    _owner: commhal_hal::MemoryOwner,
+}
+
+impl std::fmt::Debug for ForeignHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ForeignHost({:#x}, {} bytes)", self.addr, self.len)
+    }
+}
+
+impl ForeignHost {
+    /// `addr..addr + len`, host addresses of this process that `owner` keeps valid
+    /// (the contract of [`commhal_hal::Registrable::Host`]).
+    pub(crate) fn new(addr: u64, len: u64, owner: commhal_hal::MemoryOwner) -> Result<ForeignHost> {
+        if addr == 0 || addr.checked_add(len).is_none() {
+            return Err(HalError::invalid(format!(
+                "host-tcp: host memory at {addr:#x} of {len} bytes is not a valid range"
+            )));
+        }
+        Ok(ForeignHost {
+            addr,
+            len,
+            _owner: owner,
+        })
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn at(&self, what: &str, off: u64, n: usize) -> Result<*mut u8> {
+        commhal_hal::error::check_range(what, off, n as u64, self.len)?;
+        Ok((self.addr + off) as *mut u8)
+    }
+
+    /// Copy `out.len()` bytes at `off` out (after whatever published them).
+    pub(crate) fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
+        let p = self.at("host-tcp host memory read", off, out.len())?;
+        // SAFETY: `p..p + out.len()` lies inside the registered range (checked above),
+        // which the registrant promised is mapped host memory for as long as the owner
+        // (held by `self`) lives; `out` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Copy `data` in at `off` (published by a later release).
+    pub(crate) fn write(&self, off: u64, data: &[u8]) -> Result<()> {
+        let p = self.at("host-tcp host memory write", off, data.len())?;
+        // SAFETY: as in `read`; `data` is a Rust buffer, never a view of this memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    /// The 64-bit semaphore word at `off` (its address 8-byte aligned, in range).
+    pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
+        let p = self.at("host-tcp semaphore", off, 8)?;
+        commhal_hal::error::check_aligned("semaphore address", p as u64, 8)?;
+        // SAFETY: in range and 8-byte aligned (checked above), mapped while `self`
+        // holds `owner`; semaphore words are accessed through atomics only.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+}
+
 impl Region for HostRegion {
     fn addr(&self) -> u64 {
         self.0.base() as u64

@@ -69,8 +69,8 @@ use std::time::Duration;
 use commhal_hal::settings::host::HOST_TCP_SPIN_US;
 use commhal_hal::transport::{PeerContext, PortMapped};
 use commhal_hal::{
-    Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Result, SignalStrength,
-    Transport,
+    Endpoint, Export, FlushMeaning, Guarantees, HalError, Reach, Region, Registrable, Result,
+    SignalStrength, Transport,
 };
 
 pub use hostmem::HostRegion;
@@ -78,6 +78,7 @@ pub use port::TcpPort;
 pub use regions::{SignalHook, TcpLocal, TcpRemote};
 
 use crate::memory::{ShmMapping, ShmRegion};
+use hostmem::ForeignHost;
 use regions::{Mem, RegionTable};
 
 /// The backend's name, as in [`Export::backend`] and the registry.
@@ -188,9 +189,11 @@ impl PortMapped for HostTcp {
     type Port = TcpPort;
 
     /// Accepts host-emu [`ShmRegion`]/[`ShmMapping`], [`HostRegion`] and [`TcpLocal`]
-    /// (re-registered here), also behind `Box<dyn Region>`, and device memory that
-    /// offers copies through pinned host memory ([`Region::staged`]: CUDA regions);
-    /// anything else is [`HalError::Unregistered`]. Each call makes a new
+    /// (re-registered here), also behind `Box<dyn Region>`, device memory that
+    /// offers copies through pinned host memory ([`Region::staged`]: CUDA regions),
+    /// and any other host memory of this process registrable by address
+    /// ([`Registrable::Host`]: CUDA's pinned memory); anything else is
+    /// [`HalError::Unregistered`]. Each call makes a new
     /// registration (a new id).
     fn register(&self, region: &dyn Region) -> Result<TcpLocal> {
         let any = region.as_any();
@@ -204,6 +207,8 @@ impl PortMapped for HostTcp {
             l.mem().clone()
         } else if let Some(access) = region.staged() {
             Mem::Staged(Arc::new(regions::Staged::new(region.addr(), access)))
+        } else if let Some(Registrable::Host { owner }) = region.registrable() {
+            Mem::Foreign(ForeignHost::new(region.addr(), region.len(), owner)?)
         } else {
             return Err(HalError::Unregistered {
                 backend: BACKEND.into(),

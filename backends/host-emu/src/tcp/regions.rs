@@ -22,7 +22,7 @@ use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result, StagedAc
 
 use crate::memory::ShmBuf;
 use crate::tcp::BACKEND;
-use crate::tcp::hostmem::HostRegion;
+use crate::tcp::hostmem::{ForeignHost, HostRegion};
 
 const MAGIC: &[u8; 4] = b"HTCP";
 const VERSION: u32 = 1;
@@ -38,6 +38,9 @@ pub(crate) enum Mem {
     Host(HostRegion),
     /// Device memory reached through copies ([`Region::staged`]).
     Staged(Arc<Staged>),
+    /// Host memory of this process registered by address
+    /// ([`commhal_hal::Registrable::Host`]).
+    Foreign(ForeignHost),
 }
 
 /// Device memory behind a [`StagedAccess`], and what signals made of its words.
@@ -79,6 +82,7 @@ impl Mem {
             Mem::Shm(b) => b.addr(),
             Mem::Host(h) => h.addr(),
             Mem::Staged(d) => d.addr,
+            Mem::Foreign(h) => h.addr(),
         }
     }
     pub(crate) fn len(&self) -> u64 {
@@ -86,6 +90,7 @@ impl Mem {
             Mem::Shm(b) => b.len(),
             Mem::Host(h) => h.len(),
             Mem::Staged(d) => d.access.len(),
+            Mem::Foreign(h) => h.len(),
         }
     }
     pub(crate) fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
@@ -93,6 +98,7 @@ impl Mem {
             Mem::Shm(b) => b.read(off, out),
             Mem::Host(h) => h.read(off, out),
             Mem::Staged(d) => d.access.read(off, out),
+            Mem::Foreign(h) => h.read(off, out),
         }
     }
     pub(crate) fn write(&self, off: u64, data: &[u8]) -> Result<()> {
@@ -100,12 +106,14 @@ impl Mem {
             Mem::Shm(b) => b.write(off, data),
             Mem::Host(h) => h.write(off, data),
             Mem::Staged(d) => d.access.write(off, data),
+            Mem::Foreign(h) => h.write(off, data),
         }
     }
     pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         match self {
             Mem::Shm(b) => b.atomic_u64(off),
             Mem::Host(h) => h.atomic_u64(off),
+            Mem::Foreign(h) => h.atomic_u64(off),
             Mem::Staged(_) => Err(HalError::invalid(
                 "this host-tcp region is device memory reached through copies: its semaphore words are waited on by device code, not through the host",
             )),
