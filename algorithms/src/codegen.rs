@@ -165,12 +165,17 @@ fn handshake_peers(plan: &Plan, rank: u32) -> u32 {
     !far | far_handshake_peers(plan, rank, far)
 }
 
-/// The lines at the start of `rank`'s kernel that publish its progress to the writers
-/// into its scratch of `done` (plan.h `publish_done`, a store into their memory;
-/// `far_publish_done` through the proxy).
-fn publish_lines(rank: u32, done: &[ScratchWriter]) -> String {
+/// The lines that publish `rank`'s progress to the writers into its scratch of `done`:
+/// to those of its node (`far` false) at the start of its kernel (plan.h `publish_done`,
+/// a store into their memory), to those of other nodes (`far` true) after the body
+/// (`far_publish_done`, a signal through the proxy). The value is the same wherever
+/// in the launch it goes out; at the start the far one would be sent ahead of the
+/// launch's puts, by the one proxy thread that performs them in order (host-tcp,
+/// 2 × H200 as two virtual nodes, 1 KiB: 6–8 µs a signal, which every put waited
+/// behind).
+fn publish_lines(rank: u32, done: &[ScratchWriter], far: bool) -> String {
     let mut s = String::new();
-    for p in done.iter().filter(|p| p.reader == rank) {
+    for p in done.iter().filter(|p| p.reader == rank && p.far == far) {
         let f = if p.far {
             "far_publish_done"
         } else {
@@ -1159,11 +1164,68 @@ impl Gen<'_> {
             } else if let n @ 1.. = self.unpack_run(rest) {
                 self.unpack_packets_multi(&rest[..n], block)?;
                 n
+            } else if let Some((put, signal)) = Self::far_put_signal_pair(rest) {
+                self.far_put_signal(put, signal)?;
+                2
             } else {
                 self.op(&rest[0].0, block, rest[0].1, false, 1)?;
                 1
             };
         }
+        Ok(())
+    }
+
+    /// A port put followed by a port signal to the same far rank, at the start of `ops`:
+    /// they go out as one `far_put_signal` (plan.h), which the proxy performs as one
+    /// write with its signal.
+    fn far_put_signal_pair(ops: &[(Op, usize)]) -> Option<(&Op, &Op)> {
+        match ops {
+            [
+                (
+                    put @ Op::Put {
+                        peer: a,
+                        channel: ChannelKind::Port,
+                        ..
+                    },
+                    _,
+                ),
+                (
+                    signal @ Op::Signal {
+                        peer: b,
+                        channel: ChannelKind::Port,
+                        ..
+                    },
+                    _,
+                ),
+                ..,
+            ] if a == b => Some((put, signal)),
+            _ => None,
+        }
+    }
+
+    /// `put` then `signal` (a [`Gen::far_put_signal_pair`]) as `op` emits them, in one
+    /// call: the flush of the other far ranks' puts that the signal needs comes first
+    /// (it does not touch this put), then the put's wait for its reader.
+    fn far_put_signal(&mut self, put: &Op, signal: &Op) -> Result<(), AlgoError> {
+        let (Op::Put { peer, src, dst, .. }, Op::Signal { channel, tag, .. }) = (put, signal)
+        else {
+            unreachable!("far_put_signal_pair gives a put and a signal");
+        };
+        let (me, es) = (self.me, self.es);
+        self.flush_far(!(1 << peer));
+        self.wait_readers(std::slice::from_ref(put));
+        self.data_op(&[*src], &[], 1);
+        let i = self.sem((me, *peer, *channel, *tag))?;
+        self.signalled.insert((*peer, i));
+        let s = self.span(src, me, false, false);
+        let d = self.span(dst, *peer, false, false);
+        self.line(&format!(
+            "{{ Span s = {s}; Span d = {d}; far_put_signal(c, {peer}u, d.p, s.p, s.n * {es}ull, {i}u, ++s{peer}_{i}); }}"
+        ));
+        self.unflushed |= 1 << peer;
+        // far_put_signal starts with a replica sync
+        self.reads.clear();
+        self.writes.clear();
         Ok(())
     }
 
@@ -1832,12 +1894,13 @@ pub fn generate_cuda(
     src.push_str(
         "template <bool ORDERED>\n__device__ __forceinline__ void plan_body(const PlanArgs& a) {\n  Ctx c = begin(a);\n  const u32 b = c.block;\n",
     );
-    src.push_str(&publish_lines(rank, &done));
+    src.push_str(&publish_lines(rank, &done, false));
     let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
         src.push_str(&sync_line("start", plan.nranks, far, far_hs));
     }
     src.push_str(&body);
+    src.push_str(&publish_lines(rank, &done, true));
     if end_sync {
         src.push_str(&sync_line("end", plan.nranks, far, far_hs));
     }
@@ -2646,12 +2709,16 @@ mod tests {
         let k = generate_cuda(&plan, 1, DataType::F16, RedOp::Sum).unwrap();
         assert_eq!(k.far, 0b1000);
         let src = &k.source;
-        assert!(src.contains("far_put(c, "), "{src}");
-        assert!(src.contains("far_signal(c, "), "{src}");
+        // each put to rank 3 is followed by its signal: one call, one proxy write
+        assert!(src.contains("far_put_signal(c, 3u"), "{src}");
+        assert!(
+            !src.contains("far_put(c, ") && !src.contains("far_signal(c, "),
+            "{src}"
+        );
         assert!(src.contains("far_wait(c, "), "{src}");
-        // no SM store or load names the far rank's buffers but through far_put
+        // no SM store or load names the far rank's buffers but through the proxy
         for line in src.lines().filter(|l| l.contains("[3]")) {
-            assert!(line.contains("far_put(c, 3u"), "{line}");
+            assert!(line.contains("far_put_signal(c, 3u"), "{line}");
         }
         // rank 3 is reached through its scratch only: no handshake with it
         assert!(!src.contains("far_handshake(") && !src.contains("_sync(c, 4u, 8u)"));
@@ -2751,13 +2818,15 @@ mod tests {
                 let s = &k.source;
                 let far = (r + 2) % 4;
                 assert_eq!(calls(s, "far_publish_done"), [far], "{a:?}: {s}");
+                // after every block's ops, not ahead of the launch's puts
+                assert!(s.rfind("far_publish_done") > s.rfind("if (b == "), "{s}");
                 assert_ne!(k.far & (1 << far), 0, "{a:?}: no ports table");
                 let blocks = s.split("if (b == ").skip(1);
                 let mut waits = 0;
-                for blk in blocks.filter(|b| b.contains("far_put(")) {
+                for blk in blocks.filter(|b| b.contains("far_put")) {
                     assert_eq!(calls(blk, "far_wait_done"), [far], "{a:?}: {blk}");
                     assert!(
-                        blk.find("far_wait_done<ORDERED>(") < blk.find("far_put("),
+                        blk.find("far_wait_done<ORDERED>(") < blk.find("far_put"),
                         "{blk}"
                     );
                     waits += 1;
@@ -2989,15 +3058,11 @@ mod tests {
             .unwrap()
             .source;
         let at = |s: &str| src.find(s).unwrap_or_else(|| panic!("no {s} in\n{src}"));
-        let put = at("far_put(c, 3u");
-        let signal = at("far_signal(c, 3u");
+        let put = at("far_put_signal(c, 3u");
         let wait = at("far_wait(c, ");
         let flush = at("far_flush(c, 8u);");
         let reduce = src[put..].find("reduce<").map(|i| i + put).unwrap();
-        assert!(
-            put < signal && signal < wait && wait < flush && flush < reduce,
-            "{src}"
-        );
+        assert!(put < wait && wait < flush && flush < reduce, "{src}");
         // Every plan across two nodes: no block ends with a put unflushed, and no
         // local write follows a put before a flush.
         for plan in two_node_plans() {
@@ -3007,7 +3072,7 @@ mod tests {
                 };
                 let mut pending = false;
                 for line in k.source.lines().map(str::trim) {
-                    if line.contains("far_put(") {
+                    if line.contains("far_put") {
                         pending = true;
                     } else if line.starts_with("far_flush(") {
                         pending = false;

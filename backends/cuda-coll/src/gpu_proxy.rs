@@ -14,7 +14,9 @@
 //! any other (the plans' signals store a value, [`crate::plan_ports`]).
 //!
 //! Drain loop (per slot `seq`): poll `w1` (acquire) until its valid bit is set, read
-//! `w0`, perform, store `w1 = 0`, then `tail = seq + 1` (release). FLUSH advances the
+//! `w0`, perform, store `w1 = 0`, then `tail = seq + 1` (release). A put (data only)
+//! whose next slot is already valid is offered to the handler with it, and the two may
+//! be performed as one (then both are cleared and the tail moves by two). FLUSH advances the
 //! tail only after the port's flush returned. After a port error the proxy stops
 //! advancing the tail: device pushes and flushes then time out (bounded) and the error
 //! is reported by [`GpuProxy::stop`].
@@ -31,15 +33,26 @@ const SPIN_WINDOW: Duration = Duration::from_millis(2);
 /// The poll period once idle longer than [`SPIN_WINDOW`].
 const IDLE_SLEEP: Duration = Duration::from_micros(20);
 
-use commhal_channels::fifo::Trigger;
+use commhal_channels::fifo::{FLAG_DATA, Trigger};
 use commhal_channels::proxy::ProxyContext;
 use commhal_cuda_rt::{Context, DeviceBuffer, PinnedHostBuffer};
 use commhal_device_src::layout::Trigger as RawTrigger;
 use commhal_hal::{HalError, PortMapped, Result};
 
-/// What the proxy thread calls for each trigger: the decoded trigger and its two raw
-/// words (a handler may give fields its own meaning).
-pub type Handler = Box<dyn FnMut(&Trigger, [u64; 2]) -> Result<()> + Send>;
+/// A trigger as the proxy read it: decoded, and its two raw words (a handler may give
+/// fields its own meaning).
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    /// The decoded trigger.
+    pub trigger: Trigger,
+    /// Its words `w0`, `w1`.
+    pub raw: [u64; 2],
+}
+
+/// What the proxy thread calls for each trigger: the slot, and for a put (data only)
+/// the next slot where device code has already filled it (`fifo_push2` fills it
+/// first). Returns whether it performed that next slot too.
+pub type Handler = Box<dyn FnMut(&Slot, Option<&Slot>) -> Result<bool> + Send>;
 
 /// The device-pushable FIFO: `depth` 16-byte slots and the tail in pinned memory, the
 /// head counter in device memory.
@@ -91,6 +104,15 @@ impl DeviceFifo {
         unsafe { &*(self.ring.host_ptr().add(at) as *const AtomicU64) }
     }
 
+    /// Slot `seq`, whose `w1` (valid) was just loaded with acquire.
+    fn slot(&self, seq: u64, w1: u64) -> Slot {
+        let w0 = self.word(seq, 0).load(Ordering::Relaxed);
+        Slot {
+            trigger: Trigger::decode([w0, w1]),
+            raw: [w0, w1],
+        }
+    }
+
     fn tail_word(&self) -> &AtomicU64 {
         // SAFETY: the first 8 bytes of the 64-byte pinned tail buffer, page-aligned,
         // alive as long as `self`; the device reads it with 64-bit acquire loads.
@@ -116,7 +138,10 @@ impl GpuProxy {
         P: PortMapped + 'static,
         ProxyContext<P>: Send,
     {
-        GpuProxy::start(fifo, Box::new(move |t, _| ctx.perform(t)))
+        GpuProxy::start(
+            fifo,
+            Box::new(move |s, _| ctx.perform(&s.trigger).map(|()| false)),
+        )
     }
 
     /// Start draining `fifo`, each trigger performed by `handler`.
@@ -202,17 +227,26 @@ fn drain(
             continue;
         }
         last = Instant::now();
-        let w0 = fifo.word(seq, 0).load(Ordering::Relaxed);
-        let t = Trigger::decode([w0, w1]);
-        if let Err(e) = handler(&t, [w0, w1]) {
-            tracing::error!("GPU proxy: trigger {seq} ({t:?}) failed: {e}");
-            *error.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(format!("trigger {seq} ({t:?}): {e}"));
-            // Stop advancing: device code times out instead of trusting a failed op.
-            return;
+        let slot = fifo.slot(seq, w1);
+        let next = (slot.trigger.flags == FLAG_DATA)
+            .then(|| fifo.word(seq + 1, 1).load(Ordering::Acquire))
+            .filter(|w| w & RawTrigger::VALID != 0)
+            .map(|w| fifo.slot(seq + 1, w));
+        let took_next = match handler(&slot, next.as_ref()) {
+            Ok(took) => took && next.is_some(),
+            Err(e) => {
+                let t = slot.trigger;
+                tracing::error!("GPU proxy: trigger {seq} ({t:?}) failed: {e}");
+                *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("trigger {seq} ({t:?}): {e}"));
+                // Stop advancing: device code times out instead of trusting a failed op.
+                return;
+            }
+        };
+        for s in seq..=seq + u64::from(took_next) {
+            fifo.word(s, 1).store(0, Ordering::Relaxed);
         }
-        fifo.word(seq, 1).store(0, Ordering::Relaxed);
-        seq += 1;
+        seq += 1 + u64::from(took_next);
         fifo.tail_word().store(seq, Ordering::Release);
         done.store(seq, Ordering::Release);
     }

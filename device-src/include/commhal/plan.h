@@ -140,10 +140,12 @@ struct PlanPorts {
   u64 depth;       // its slots
   u64* head;       // triggers reserved (device memory)
   u64* tail;       // triggers the proxy finished (host-pinned)
+  u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_stage), or null
+  u64 outbox_len;  // its bytes; also one of this rank's windows
   u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's windows as addressed here
   u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];   // their lengths (0: none), <= 4 GiB
 };
-static_assert(sizeof(PlanPorts) == 32 + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
+static_assert(sizeof(PlanPorts) == 48 + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
               "PlanPorts layout");
 static_assert(PLAN_PORT_REGIONS * PLAN_MAX_RANKS <= TRIGGER_MAX_MEMORY_ID + 1,
               "remote window ids fit the trigger's 9-bit memory ids");
@@ -179,6 +181,7 @@ struct Ctx {
   u32 parts;  // replicas
   u32 nbar;   // barriers passed in this invocation
   u32 ngrp;   // replica syncs passed in this invocation
+  u64 obox;   // bytes of this block's outbox share in use since its last far_flush
 };
 
 COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
@@ -210,6 +213,7 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   c.part = blockIdx.x - c.block * c.parts;
   c.nbar = 0;
   c.ngrp = 0;
+  c.obox = 0;
   return c;
 }
 
@@ -437,13 +441,37 @@ COMMHAL_DEVICE bool far_put_piece(const Ctx& c, u32 peer, const u8* dst, const u
   return commhal::port_put(h, dof, so, n);
 }
 
+// Where this rank has an outbox (PlanPorts::outbox: the port backend sends from the
+// host, host-tcp), the source of a put that fits what is left of this block's share
+// of it, copied there: the whole block, after a replica sync (its CTAs finished
+// writing the source), part 0 copying, its stores made visible to the host before the
+// trigger. The proxy's port then reads the bytes with the CPU instead of a driver copy
+// of device memory (docs/performance.md). The share stays in use until far_flush.
+// Else `src` itself.
+COMMHAL_DEVICE const u8* far_stage(Ctx& c, const u8* src, u64 n) {
+  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
+  if (t->outbox == nullptr || n == 0) return src;
+  const u64 share = t->outbox_len / (gridDim.x / c.parts) / 256 * 256;
+  const u64 used = (n + 255) / 256 * 256;
+  if (c.obox + used > share) return src;
+  u8* box = t->outbox + c.block * share + c.obox;
+  c.obox += used;
+  group_sync(c);
+  if (c.part == 0) {
+    copy_cooperative(box, src, n, threadIdx.x, blockDim.x);
+    __threadfence_system();
+  }
+  return box;
+}
+
 // Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy. The whole
 // plan block: its CTAs finished writing the source before (replica sync); one thread
 // pushes the triggers, one per PLAN_PORT_WINDOW_STEP bytes (a piece that large lies
-// whole in one window of each end). The source stays in use until far_flush (the
-// generator flushes before anything may write this rank's memory again, and at the
-// end of the block).
+// whole in one window of each end). The source (or its outbox copy, far_stage) stays
+// in use until far_flush (the generator flushes before anything may write this
+// rank's memory again, and at the end of the block).
 COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
+  src = far_stage(c, src, n);
   group_sync(c);
   if (c.part == 0 && threadIdx.x == 0) {
     for (u64 done = 0; done < n;) {
@@ -473,6 +501,7 @@ COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
     }
   }
   group_sync(c);
+  c.obox = 0;
 }
 
 // Make the u64 word at `word` of `peer`'s plan area equal `value` through the proxy,
@@ -511,6 +540,37 @@ COMMHAL_DEVICE void far_signal(Ctx& c, u32 peer, u32 idx, u32 k) {
   group_sync(c);
   if (c.part == 0 && threadIdx.x == 0)
     far_store(c, peer, (u64)idx * PLAN_MAX_PARTS * 8, c.hi | k);
+}
+
+// far_put of n bytes, then far_signal (idx, k) of the same peer, as codegen fuses them
+// where one follows the other: one replica sync, and the put's last piece and the
+// signal pushed into two slots at once (fifo_push2), which the proxy performs as one
+// (host-tcp: one send and one wake-up of the receiver instead of two).
+COMMHAL_DEVICE void far_put_signal(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, u32 idx,
+                                   u32 k) {
+  src = far_stage(c, src, n);
+  group_sync(c);
+  if (c.part != 0 || threadIdx.x != 0) return;
+  const u64 value = c.hi | k;
+  const u64 word = (u64)idx * PLAN_MAX_PARTS * 8;
+  if (n == 0) {
+    far_store(c, peer, word, value);
+    return;
+  }
+  u64 done = 0;
+  for (; n - done > PLAN_PORT_WINDOW_STEP; done += PLAN_PORT_WINDOW_STEP)
+    if (!far_put_piece(c, peer, dst + done, src + done, PLAN_PORT_WINDOW_STEP)) return;
+  u32 sk, dk;
+  u64 so, dof;
+  if (!far_locate(c, c.a->rank, src + done, n - done, sk, so) ||
+      !far_locate(c, peer, dst + done, n - done, dk, dof))
+    return;
+  PortChannelHandle h = far_handle(c, peer);
+  const Trigger put = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)(n - done),
+                                   PLAN_PORT_REGIONS * peer + dk, sk, peer);
+  const Trigger sig = make_trigger(TRIGGER_SIGNAL, (u32)word, (u32)(value >> 32), (u32)value,
+                                   PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA, 0, peer);
+  commhal::fifo_push2(h, put, sig);
 }
 
 // The k-th wait on inbound semaphore idx signalled over a port (flag [idx][0]).

@@ -31,6 +31,23 @@ COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
   return true;
 }
 
+// Push two triggers into consecutive slots, the second stored first: once the proxy
+// sees the first valid, the second is too, so it may perform them as one (the plans'
+// put and its signal: one send on host-tcp). Same bound and errors as fifo_push.
+COMMHAL_DEVICE bool fifo_push2(PortChannelHandle& h, Trigger first, Trigger second) {
+  const u64 slot = fetch_add_relaxed(h.head, 2);
+  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT,
+                  [&] { return slot + 1 < load_acquire(h.tail) + h.fifo_depth; }))
+    return false;
+  Trigger* p1 = h.fifo + ((slot + 1) % h.fifo_depth);
+  store_relaxed(&p1->w0, second.w0);
+  store_release(&p1->w1, second.w1);
+  Trigger* p0 = h.fifo + (slot % h.fifo_depth);
+  store_relaxed(&p0->w0, first.w0);
+  store_release(&p0->w1, first.w1);
+  return true;
+}
+
 // Wait until the proxy finished the trigger with sequence number `slot`.
 COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot) {
   return wait_until(channel_bound(h), ERR_FLUSH_TIMEOUT,

@@ -451,6 +451,21 @@ pub static PLAN_SCRATCH: Setting = Setting {
     doc: "scratch per rank for plan algorithms (at least 4 KiB is allocated); unset: 1 MiB in the NCCL drop-in, else 4 x the capacity, at least 8 x ranks x min(capacity, 4 MiB), plus 1 MiB",
 };
 
+/// `COMMHAL_PLAN_OUTBOX`: pinned host bytes per rank for the plans' puts across nodes.
+pub static PLAN_OUTBOX: Setting = Setting {
+    env: "COMMHAL_PLAN_OUTBOX",
+    key: FileKey::None,
+    kind: Kind::Number {
+        min: 0,
+        max: 1 << 32,
+        unit: Unit::Bytes,
+    },
+    default: "8388608",
+    set_by: SetBy::User,
+    read_by: "cuda-coll",
+    doc: "pinned host memory per rank that plan kernels copy a put across nodes into when the port backend sends from the host (host-tcp), so the proxy sends it without a driver copy; shared by the plan blocks, a put larger than a block's share goes from device memory; 0: off",
+};
+
 /// `COMMHAL_PLAN_THREADS`: threads per block of the plan kernels.
 pub static PLAN_THREADS: Setting = Setting {
     env: "COMMHAL_PLAN_THREADS",
@@ -636,6 +651,7 @@ pub const ALL: &[&Setting] = &[
     &GPU_ALGO,
     &PLAN_SCRATCH,
     &PLAN_LL63,
+    &PLAN_OUTBOX,
     &PLAN_THREADS,
     &PLAN_REPLICAS,
     &CUDA_DEVICE,
