@@ -165,23 +165,39 @@ fn handshake_peers(plan: &Plan, rank: u32) -> u32 {
     !far | far_handshake_peers(plan, rank, far)
 }
 
-/// The lines that publish `rank`'s progress to the writers into its scratch of `done`:
-/// to those of its node (`far` false) at the start of its kernel (plan.h `publish_done`,
-/// a store into their memory), to those of other nodes (`far` true) after the body
-/// (`far_publish_done`, a signal through the proxy). The value is the same wherever
-/// in the launch it goes out; at the start the far one would be sent ahead of the
-/// launch's puts, by the one proxy thread that performs them in order (host-tcp,
-/// 2 × H200 as two virtual nodes, 1 KiB: 6–8 µs a signal, which every put waited
-/// behind).
-fn publish_lines(rank: u32, done: &[ScratchWriter], far: bool) -> String {
+/// Where in the kernel the lines of [`publish_lines`] go.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Publish {
+    /// At the start: every near publish, and the far ones of the unordered entry.
+    Start,
+    /// After the body: the far ones of the ordered entry.
+    End,
+}
+
+/// The lines that publish `rank`'s progress to the writers into its scratch of `done`
+/// (plan.h `publish_done`, a store into their memory; `far_publish_done`, a signal
+/// through the proxy). The value is the same wherever in the launch it goes out. A far
+/// one at the start is sent ahead of the launch's puts by the one proxy thread that
+/// performs them in order (host-tcp, 2 × H200 as two virtual nodes, 1 KiB: 6–8 µs a
+/// signal, which every put waited behind), so the ordered entry sends it after the
+/// body: there no far writer waits for it (`far_wait_done<true>` has no wait: far
+/// readers are never one-way packet receivers, packets do not cross nodes). The
+/// unordered entry keeps it at the start: its writer's `far_wait_done` may need this
+/// very launch's value (the launch before on the reader may have been another plan),
+/// while the reader's body waits for that writer's puts. Writer and reader run the
+/// same entry: the host picks it from the launches before, the same on every rank.
+fn publish_lines(rank: u32, done: &[ScratchWriter], at: Publish) -> String {
     let mut s = String::new();
-    for p in done.iter().filter(|p| p.reader == rank && p.far == far) {
-        let f = if p.far {
-            "far_publish_done"
-        } else {
-            "publish_done"
+    for p in done.iter().filter(|p| p.reader == rank) {
+        let line = match (p.far, at) {
+            (false, Publish::Start) => format!("  publish_done(c, {}u);", p.writer),
+            (false, Publish::End) => continue,
+            (true, Publish::Start) => {
+                format!("  if (!ORDERED) far_publish_done(c, {}u);", p.writer)
+            }
+            (true, Publish::End) => format!("  if (ORDERED) far_publish_done(c, {}u);", p.writer),
         };
-        let _ = writeln!(s, "  {f}(c, {}u);", p.writer);
+        let _ = writeln!(s, "{line}");
     }
     s
 }
@@ -1894,13 +1910,13 @@ pub fn generate_cuda(
     src.push_str(
         "template <bool ORDERED>\n__device__ __forceinline__ void plan_body(const PlanArgs& a) {\n  Ctx c = begin(a);\n  const u32 b = c.block;\n",
     );
-    src.push_str(&publish_lines(rank, &done, false));
+    src.push_str(&publish_lines(rank, &done, Publish::Start));
     let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
         src.push_str(&sync_line("start", plan.nranks, far, far_hs));
     }
     src.push_str(&body);
-    src.push_str(&publish_lines(rank, &done, true));
+    src.push_str(&publish_lines(rank, &done, Publish::End));
     if end_sync {
         src.push_str(&sync_line("end", plan.nranks, far, far_hs));
     }
@@ -2817,9 +2833,14 @@ mod tests {
                 let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
                 let s = &k.source;
                 let far = (r + 2) % 4;
-                assert_eq!(calls(s, "far_publish_done"), [far], "{a:?}: {s}");
-                // after every block's ops, not ahead of the launch's puts
-                assert!(s.rfind("far_publish_done") > s.rfind("if (b == "), "{s}");
+                // The unordered entry publishes before any block waits (its writer may
+                // wait for this launch's value before the put this rank waits for); the
+                // ordered one after every block's ops, not ahead of the launch's puts.
+                let (first, last) = (s.find("if (b == ").unwrap(), s.rfind("if (b == ").unwrap());
+                let start = calls(&s[..first], "if (!ORDERED) far_publish_done");
+                let end = calls(&s[last..], "if (ORDERED) far_publish_done");
+                assert_eq!((start, end), (vec![far], vec![far]), "{a:?}: {s}");
+                assert!(!s[..first].contains("far_wait"), "{s}");
                 assert_ne!(k.far & (1 << far), 0, "{a:?}: no ports table");
                 let blocks = s.split("if (b == ").skip(1);
                 let mut waits = 0;
@@ -2925,7 +2946,11 @@ mod tests {
                     for w in calls(s, "publish_done") {
                         publishes.insert((w, r, false));
                     }
-                    for w in calls(s, "far_publish_done") {
+                    // each far publish once per entry: at the start unordered, at
+                    // the end ordered
+                    let start = calls(s, "if (!ORDERED) far_publish_done");
+                    assert_eq!(start, calls(s, "if (ORDERED) far_publish_done"), "{s}");
+                    for w in start {
                         publishes.insert((w, r, true));
                     }
                     for blk in s.split("if (b == ").skip(1) {

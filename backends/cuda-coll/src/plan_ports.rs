@@ -187,17 +187,18 @@ fn register_outbox(ctx: &Arc<Context>, port: &Arc<dyn DynPortMapped>) -> Result<
     if bytes == 0 || !(**port).guarantees().write_copies_source {
         return Ok(None);
     }
-    let buf = Arc::new(PinnedHostBuffer::new(ctx, bytes)?);
-    match (**port).register(&PinnedRegion(buf.clone())) {
-        Ok(local) => Ok(Some((buf, local))),
-        Err(e) => {
-            tracing::debug!(
-                "plan outbox: {} does not register host memory ({e}): puts go from device memory",
-                (**port).name()
-            );
-            Ok(None)
-        }
-    }
+    let outbox = PinnedHostBuffer::new(ctx, bytes)
+        .map_err(|e| format!("{bytes} bytes of pinned memory: {e}"))
+        .and_then(|buf| {
+            let buf = Arc::new(buf);
+            (**port)
+                .register(&PinnedRegion(buf.clone()))
+                .map(|local| (buf, local))
+                .map_err(|e| format!("{} does not register host memory: {e}", (**port).name()))
+        });
+    Ok(outbox
+        .inspect_err(|e| tracing::debug!("plan outbox: {e}; puts go from device memory"))
+        .ok())
 }
 
 /// The virtual node of every rank, and the ranks per node plans are built for.

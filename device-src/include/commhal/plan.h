@@ -49,7 +49,9 @@
 //   reader publishes its done epoch to the writer at the start of every launch of the
 //   plan, as the hand kernels' done epochs (CTA 0, one store into the writer's PlanState,
 //   no wait: publish_done, or far_publish_done through the proxy for a rank of another
-//   node), and the writer waits, before its first write into the reader, until the
+//   node; in the ordered entry, below, the far one goes out after the body instead, where
+//   no far writer waits for it and it no longer precedes the launch's puts in the
+//   proxy), and the writer waits, before its first write into the reader, until the
 //   reader completed launch L − 2 (wait_done, far_wait_done: a load of its own state;
 //   one wait per plan block for all its near readers).
 //   Back to back, a writer that hears from its reader in every launch heard, in launch
@@ -367,8 +369,9 @@ COMMHAL_DEVICE void publish_done(const Ctx& c, u32 writer) {
 // launch: wait until each completed the last launch that read the copy this one writes.
 // Copies alternate by launch parity whatever the plan's rotation, so that is launch
 // epoch − 2 (0-based): done[p] >= epoch − 1. Thread p loads done[p] (the loads run
-// side by side), then the CTA syncs once. Waiting early is safe: each reader publishes
-// first thing in this launch, waiting for nothing.
+// side by side), then the CTA syncs once. Waiting early is safe: in the entry that waits
+// (not ORDERED, and the reader runs the same entry) each reader publishes first thing
+// in this launch, waiting for nothing.
 // ORDERED: the launch before on this rank ran this same plan (same kernel, in the same
 // stream context: not the first launch of a graph capture, nor an eager launch on a
 // communicator whose plans were ever captured). In it every scratch writer that is not
@@ -452,9 +455,11 @@ COMMHAL_DEVICE const u8* far_stage(Ctx& c, const u8* src, u64 n) {
   const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
   if (t->outbox == nullptr || n == 0) return src;
   const u64 share = t->outbox_len / (gridDim.x / c.parts) / 256 * 256;
-  const u64 used = (n + 255) / 256 * 256;
+  // the copy keeps the source's offset mod 16, so it moves 16-byte vectors
+  const u64 mis = reinterpret_cast<u64>(src) & 15;
+  const u64 used = (mis + n + 255) / 256 * 256;
   if (c.obox + used > share) return src;
-  u8* box = t->outbox + c.block * share + c.obox;
+  u8* box = t->outbox + c.block * share + c.obox + mis;
   c.obox += used;
   group_sync(c);
   if (c.part == 0) {
@@ -516,8 +521,9 @@ COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
 // Far scratch reader: publish_done towards `writer`, a rank of another node, through
 // the proxy: CTA 0, one thread, no wait; the proxy stores the value into done[me] of the
 // writer's PlanState (the area's head, in its first window). Launch L − 1 is over at
-// the kernel boundary, and the port carries the store before the triggers this launch
-// pushes later. The first launch has nothing to publish.
+// the kernel boundary. Codegen places it at the start of the unordered entry (a writer
+// may be waiting for it) and after the body of the ordered one (codegen
+// publish_lines). The first launch has nothing to publish.
 COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
   if (blockIdx.x != 0 || threadIdx.x != 0 || c.epoch == 0) return;
   const u32 me = c.a->rank;
