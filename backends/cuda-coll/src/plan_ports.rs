@@ -83,7 +83,7 @@ pub struct PortTable {
     pub head: u64,
     /// Device address of the tail counter.
     pub tail: u64,
-    /// Device address of this rank's outbox (plan.h `far_stage`; 0: none).
+    /// Device address of this rank's outbox (plan.h `far_box`; 0: none).
     pub outbox: u64,
     /// Its bytes.
     pub outbox_len: u64,
@@ -174,7 +174,7 @@ pub fn windows(lens: [u64; REGIONS]) -> std::result::Result<Vec<Window>, String>
 type Outbox = (Arc<PinnedHostBuffer>, Box<dyn Region>);
 
 /// This rank's outbox, registered with the port backend: pinned host memory that the
-/// kernels copy a put's source into before its trigger (plan.h `far_stage`). Only where
+/// kernels copy a put's source into before its trigger (plan.h `far_send`). Only where
 /// the backend copies a write's source out on the host (`write_copies_source`:
 /// host-tcp): it then reads those bytes with the CPU instead of a driver copy of device
 /// memory, which took 12–15 µs for each 512-byte put (2 × H200 as two virtual nodes,

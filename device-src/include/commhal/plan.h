@@ -142,7 +142,7 @@ struct PlanPorts {
   u64 depth;       // its slots
   u64* head;       // triggers reserved (device memory)
   u64* tail;       // triggers the proxy finished (host-pinned)
-  u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_stage), or null
+  u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_box), or null
   u64 outbox_len;  // its bytes; also one of this rank's windows
   u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's windows as addressed here
   u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];   // their lengths (0: none), <= 4 GiB
@@ -445,46 +445,95 @@ COMMHAL_DEVICE bool far_put_piece(const Ctx& c, u32 peer, const u8* dst, const u
 }
 
 // Where this rank has an outbox (PlanPorts::outbox: the port backend sends from the
-// host, host-tcp), the source of a put that fits what is left of this block's share
-// of it, copied there: the whole block, after a replica sync (its CTAs finished
-// writing the source), part 0 copying, its stores made visible to the host before the
-// trigger. The proxy's port then reads the bytes with the CPU instead of a driver copy
-// of device memory (docs/performance.md). The share stays in use until far_flush.
-// Else `src` itself.
-COMMHAL_DEVICE const u8* far_stage(Ctx& c, const u8* src, u64 n) {
+// host, host-tcp), room in it for a put of n bytes from `src`: what is left of this
+// block's share, at the source's offset mod 16 (so the copy moves 16-byte vectors);
+// null where it does not fit (the put then goes from `src`). The room stays in use
+// until far_flush. The same in every thread of the block.
+COMMHAL_DEVICE u8* far_box(Ctx& c, const u8* src, u64 n) {
   const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
-  if (t->outbox == nullptr || n == 0) return src;
+  if (t->outbox == nullptr || n == 0) return nullptr;
   const u64 share = t->outbox_len / (gridDim.x / c.parts) / 256 * 256;
-  // the copy keeps the source's offset mod 16, so it moves 16-byte vectors
   const u64 mis = reinterpret_cast<u64>(src) & 15;
   const u64 used = (mis + n + 255) / 256 * 256;
-  if (c.obox + used > share) return src;
+  if (c.obox + used > share) return nullptr;
   u8* box = t->outbox + c.block * share + c.obox + mis;
   c.obox += used;
-  group_sync(c);
-  if (c.part == 0) {
-    copy_cooperative(box, src, n, threadIdx.x, blockDim.x);
-    __threadfence_system();
-  }
   return box;
 }
 
-// Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy. The whole
-// plan block: its CTAs finished writing the source before (replica sync); one thread
-// pushes the triggers, one per PLAN_PORT_WINDOW_STEP bytes (a piece that large lies
-// whole in one window of each end). The source (or its outbox copy, far_stage) stays
-// in use until far_flush (the generator flushes before anything may write this
-// rank's memory again, and at the end of the block).
-COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
-  src = far_stage(c, src, n);
-  group_sync(c);
-  if (c.part == 0 && threadIdx.x == 0) {
-    for (u64 done = 0; done < n;) {
-      const u64 piece = n - done < PLAN_PORT_WINDOW_STEP ? n - done : PLAN_PORT_WINDOW_STEP;
-      if (!far_put_piece(c, peer, dst + done, src + done, piece)) break;
-      done += piece;
-    }
+COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value);
+
+// Push the put of n bytes from this rank's `src` into `peer`'s `dst` in pieces of at
+// most `step` bytes (at most PLAN_PORT_WINDOW_STEP: a piece that large lies whole in one
+// window of each end), the last one together with the signal making word `word` of the
+// peer's area `value` where `sig` (fifo_push2: the proxy performs both as one). One
+// thread.
+COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, u64 step,
+                             bool sig, u64 word, u64 value) {
+  if (n == 0) {
+    if (sig) far_store(c, peer, word, value);
+    return;
   }
+  for (u64 done = 0; done < n;) {
+    const u64 m = n - done < step ? n - done : step;
+    if (!(sig && done + m == n)) {
+      if (!far_put_piece(c, peer, dst + done, src + done, m)) return;
+      done += m;
+      continue;
+    }
+    u32 sk, dk;
+    u64 so, dof;
+    if (!far_locate(c, c.a->rank, src + done, m, sk, so) ||
+        !far_locate(c, peer, dst + done, m, dk, dof))
+      return;
+    PortChannelHandle h = far_handle(c, peer);
+    const Trigger put = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)m,
+                                     PLAN_PORT_REGIONS * peer + dk, sk, peer);
+    const Trigger signal = make_trigger(TRIGGER_SIGNAL, (u32)word, (u32)(value >> 32),
+                                        (u32)value, PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA,
+                                        0, peer);
+    commhal::fifo_push2(h, put, signal);
+    return;
+  }
+}
+
+// Outbox pieces: each is pushed as soon as it is copied, so the kernel's copy, the
+// proxy's send and the peer's receive of consecutive pieces overlap.
+#define PLAN_OUTBOX_PIECE (64ull << 10)
+
+// Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy, then, where
+// `sig`, make the peer's flag [idx][0] (L << 32) | k. The whole plan block: a replica
+// sync first (its CTAs finished writing the source; and one signal stands for every
+// part, none still reading what it hands back); then part 0 alone. Where the outbox
+// has room (far_box) part 0 copies the source there piece by piece, each made visible
+// to the host and pushed before the next is copied, and the proxy's port reads it with
+// the CPU instead of a driver copy of device memory (docs/performance.md); else one
+// thread pushes from `src`. The source, or the outbox room, stays in use until
+// far_flush (the generator flushes before anything may write this rank's memory
+// again, and at the end of the block).
+COMMHAL_DEVICE void far_send(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bool sig, u32 idx,
+                             u32 k) {
+  const u64 word = (u64)idx * PLAN_MAX_PARTS * 8, value = c.hi | k;
+  u8* box = far_box(c, src, n);
+  group_sync(c);
+  if (c.part != 0) return;
+  if (box == nullptr) {
+    if (threadIdx.x == 0) far_push(c, peer, dst, src, n, PLAN_PORT_WINDOW_STEP, sig, word, value);
+    return;
+  }
+  for (u64 off = 0; off < n; off += PLAN_OUTBOX_PIECE) {
+    const u64 m = n - off < PLAN_OUTBOX_PIECE ? n - off : PLAN_OUTBOX_PIECE;
+    copy_cooperative(box + off, src + off, m, threadIdx.x, blockDim.x);
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0)
+      far_push(c, peer, dst + off, box + off, m, m, sig && off + m == n, word, value);
+  }
+}
+
+// A put alone (far_send without a signal).
+COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
+  far_send(c, peer, dst, src, n, false, 0, 0);
 }
 
 // Wait until the puts this block pushed to the far ranks in `mask` (bit p: rank p)
@@ -554,29 +603,7 @@ COMMHAL_DEVICE void far_signal(Ctx& c, u32 peer, u32 idx, u32 k) {
 // (host-tcp: one send and one wake-up of the receiver instead of two).
 COMMHAL_DEVICE void far_put_signal(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, u32 idx,
                                    u32 k) {
-  src = far_stage(c, src, n);
-  group_sync(c);
-  if (c.part != 0 || threadIdx.x != 0) return;
-  const u64 value = c.hi | k;
-  const u64 word = (u64)idx * PLAN_MAX_PARTS * 8;
-  if (n == 0) {
-    far_store(c, peer, word, value);
-    return;
-  }
-  u64 done = 0;
-  for (; n - done > PLAN_PORT_WINDOW_STEP; done += PLAN_PORT_WINDOW_STEP)
-    if (!far_put_piece(c, peer, dst + done, src + done, PLAN_PORT_WINDOW_STEP)) return;
-  u32 sk, dk;
-  u64 so, dof;
-  if (!far_locate(c, c.a->rank, src + done, n - done, sk, so) ||
-      !far_locate(c, peer, dst + done, n - done, dk, dof))
-    return;
-  PortChannelHandle h = far_handle(c, peer);
-  const Trigger put = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)(n - done),
-                                   PLAN_PORT_REGIONS * peer + dk, sk, peer);
-  const Trigger sig = make_trigger(TRIGGER_SIGNAL, (u32)word, (u32)(value >> 32), (u32)value,
-                                   PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA, 0, peer);
-  commhal::fifo_push2(h, put, sig);
+  far_send(c, peer, dst, src, n, true, idx, k);
 }
 
 // The k-th wait on inbound semaphore idx signalled over a port (flag [idx][0]).
