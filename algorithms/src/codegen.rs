@@ -239,6 +239,9 @@ pub struct CudaKernel {
     /// Whether the source has [`ORDERED_ENTRY`] beside [`ENTRY`]: some block waits for
     /// a reader that is not one-way, a wait that a launch after the same plan skips.
     pub ordered_entry: bool,
+    /// Whether this rank's far data and signals may go through the ranks' inboxes
+    /// ([`inbox_chunks`]; the launch decides, plan.h `PLAN_FLAG_INBOX`).
+    pub inbox: bool,
 }
 
 impl CudaKernel {
@@ -292,6 +295,73 @@ impl PacketWalk {
             self
         }
     }
+}
+
+/// The scratch that ports from other nodes write into, per rank: the chunk index
+/// ranges `[index, index + count)` of the plan's scratch that some rank's port put
+/// lands in, where the runtime may place them in the rank's inbox (plan.h `far_scr`:
+/// pinned host memory the port backend writes with plain copies, and the kernel reads
+/// over the bus) instead of its plan area. `None` where the plan has no such put, or
+/// where anything but the owner's own straight-line ops and those puts touches such a
+/// chunk (a peer of the node, a C++ loop's run-time chunk index): the inbox is a
+/// host-side buffer the owner alone addresses.
+pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
+    if plan.uses_packets() {
+        return None;
+    }
+    let mut landed = vec![Vec::new(); plan.nranks as usize];
+    for (q, rp) in plan.ranks.iter().enumerate() {
+        for op in rp.blocks.iter().flat_map(|b| &b.ops) {
+            let Op::Put {
+                peer,
+                channel: ChannelKind::Port,
+                dst,
+                ..
+            } = op
+            else {
+                continue;
+            };
+            if dst.buf == BufferKind::Scratch && *peer as usize != q {
+                landed[*peer as usize].push((dst.index, dst.index + dst.count));
+            }
+        }
+    }
+    if landed.iter().all(Vec::is_empty) {
+        return None;
+    }
+    let hits = |owner: u32, c: &ChunkRef| {
+        c.buf == BufferKind::Scratch
+            && landed[owner as usize]
+                .iter()
+                .any(|&(s, e)| c.index < e && s < c.index + c.count)
+    };
+    for (q, rp) in plan.ranks.iter().enumerate() {
+        let q = q as u32;
+        for op in rp.blocks.iter().flat_map(|b| &b.ops) {
+            let (ops, looped) = match op {
+                Op::Loop { body, .. } => (body.as_slice(), true),
+                o => (std::slice::from_ref(o), false),
+            };
+            for o in ops {
+                let port_put = matches!(
+                    o,
+                    Op::Put {
+                        channel: ChannelKind::Port,
+                        ..
+                    }
+                );
+                for (c, write, remote) in o.chunks() {
+                    let owners = if remote { o.peers() } else { vec![q] };
+                    // the owner's own access, or a far put landing, outside a loop
+                    let allowed = !looped && (!remote || (port_put && write));
+                    if !allowed && owners.iter().any(|&o| hits(o, &c)) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+    Some(landed)
 }
 
 /// The ranks `rank` reaches over port channels in `plan` (bit p: rank p), either way.
@@ -554,6 +624,8 @@ struct Gen<'a> {
     sent: bool,
     /// The largest LL16 packet op so far ([`PacketWalk`]).
     walk: PacketWalk,
+    /// [`inbox_chunks`] of the plan.
+    inbox: Option<&'a [Vec<(u32, u32)>]>,
 }
 
 impl Gen<'_> {
@@ -803,6 +875,18 @@ impl Gen<'_> {
         }
     }
 
+    /// Whether `c` of `rank` is scratch that a port from another node writes into
+    /// ([`inbox_chunks`]): addressed through plan.h `far_scr`, which is the inbox
+    /// where the launch uses it. Such chunks are never in a C++ loop.
+    fn lands_far(&self, c: &ChunkRef, rank: u32) -> bool {
+        c.buf == BufferKind::Scratch
+            && self.inbox.is_some_and(|l| {
+                l[rank as usize]
+                    .iter()
+                    .any(|&(s, e)| c.index < e && s < c.index + c.count)
+            })
+    }
+
     /// The packet-area form of [`Gen::span`]'s functions and the base of the packets:
     /// LL16 packets in the scratch copy, LL63 packets in the LL63 copy (plan_ll63.h).
     fn packet_fn(&self, rank: u32, generic: bool) -> (&'static str, String) {
@@ -828,6 +912,8 @@ impl Gen<'_> {
             return if packets {
                 let (f, base) = self.packet_fn(rank, false);
                 format!("{f}({base}, {es}ull, {}ull, {s}, {e})", c.index)
+            } else if self.lands_far(c, rank) {
+                format!("span_of(far_scr(c, {rank}u), {es}ull, {s}, {e})")
             } else {
                 let base = self.base(c.buf, rank);
                 format!("span_of({base}, {es}ull, {s}, {e})")
@@ -1781,6 +1867,7 @@ pub fn generate_cuda(
         (false, false)
     };
     let far = far_peers(plan, rank);
+    let inbox = inbox_chunks(plan);
     let done = done_pairs(plan, start_sync);
     let done_to = readers_of(&done, rank);
     let one_way = plan
@@ -1814,6 +1901,7 @@ pub fn generate_cuda(
             spaces: Vec::new(),
             sent: false,
             walk: PacketWalk::NONE,
+            inbox: inbox.as_deref(),
         };
         let mut flat = 0usize;
         // Straight-line ops (outside C++ loops), each with its flat index, emitted
@@ -1942,6 +2030,7 @@ pub fn generate_cuda(
         uses_barrier,
         packet_walk,
         ordered_entry,
+        inbox: far != 0 && inbox.is_some(),
     })
 }
 
@@ -3069,6 +3158,46 @@ mod tests {
             }
         }
         assert!(ok.iter().any(|n| n.contains("2ph")), "{ok:?}");
+    }
+
+    /// The hierarchical plans' far puts land in scratch that only the owner reads: both
+    /// ends address it through `far_scr` (the inbox where the launch uses it); the
+    /// scratch of the node's peers stays in the plan area.
+    #[test]
+    fn far_landed_scratch_goes_through_far_scr() {
+        for (n, rpn) in [(2, 1), (4, 2)] {
+            let mut p = BuildParams::new(n);
+            p.ranks_per_node = rpn;
+            for a in [
+                Algorithm::AllReduce2phHb,
+                Algorithm::AllGather2ph,
+                Algorithm::ReduceScatter2ph,
+            ] {
+                let plan = build(a, &p).unwrap();
+                let landed = inbox_chunks(&plan).unwrap_or_else(|| panic!("{a:?} {n}/{rpn}"));
+                for r in 0..n {
+                    let k = generate_cuda(&plan, r, DataType::F16, RedOp::Sum).unwrap();
+                    let far = (r + rpn) % n;
+                    assert!(k.inbox && !landed[r as usize].is_empty(), "{a:?}");
+                    let src = &k.source;
+                    let put = src.lines().find(|l| l.contains("far_put")).unwrap();
+                    assert!(put.contains(&format!("far_scr(c, {far}u)")), "{put}");
+                    assert!(src.contains(&format!("far_scr(c, {r}u)")), "{src}");
+                    // nothing else names a far rank's scratch, nor the inbox of a near one
+                    for l in src.lines().filter(|l| l.contains("far_scr(")) {
+                        assert!(!l.contains(&format!("a.area[{far}]")), "{l}");
+                        for q in (0..n).filter(|&q| q != r && q != far) {
+                            assert!(!l.contains(&format!("far_scr(c, {q}u)")), "{l}");
+                        }
+                    }
+                }
+            }
+        }
+        // one node: no far puts; packet plans: never
+        let one = build(Algorithm::AllReduce2phHb, &BuildParams::new(4)).unwrap();
+        assert!(inbox_chunks(&one).is_none());
+        let ll = build(Algorithm::AllReduce1pa, &BuildParams::new(4)).unwrap();
+        assert!(inbox_chunks(&ll).is_none());
     }
 
     #[test]

@@ -87,8 +87,8 @@ pub struct PlanArgs {
     /// slots of the launch numbers every launch stores (launch.h); a larger grid is
     /// refused. 0 stores them all.
     pub launch_slots: u32,
-    /// Padding (plan.h `launch_pad`).
-    pub launch_pad: u32,
+    /// [`PLAN_FLAG_INBOX`]: bytes of one inbox copy / 256 (plan.h `far_scr`); else 0.
+    pub inbox_copy: u32,
     /// Device address of the port table ([`PlanPorts`]) for plans with port channels.
     pub ports: u64,
     /// [`replicas_inverse`] of `replicas`: plan.h divides by the replicas with a
@@ -182,6 +182,9 @@ fn key_of(c: &PlanCall) -> Result<Key> {
 
 /// `PlanArgs::flags`: the LL16 packet reduces wait for their terms in a loop (plan.h).
 pub const PLAN_FLAG_WAIT_LOOP: u32 = 2;
+/// `PlanArgs::flags`: the far data and semaphores of this launch go through the ranks'
+/// inboxes (plan.h `far_scr`, [`crate::plan_ports`]).
+pub const PLAN_FLAG_INBOX: u32 = 4;
 /// Output bytes from which an LL16 plan launch sets [`PLAN_FLAG_WAIT_LOOP`]: on 4 x H100
 /// the one-shot all-reduce and reduce-scatter plans (three packet terms) took 3-5 % less
 /// time with their waits unrolled up to 16 KiB of output, and 3-6 % more from 32 KiB
@@ -598,6 +601,12 @@ impl PlanExec {
         }
         let (replicas, threads, out_bytes) =
             self.shape(plan, (l.packets, l.walk), l.kernel.blocks, count, es);
+        // the far data through the inboxes where the plan allows it and they hold it
+        // (every rank decides alike: the same plan, count and inbox size)
+        let inbox = match (&self.ports, l.kernel.inbox) {
+            (Ok(p), true) => p.inbox_copy_units(copy),
+            _ => None,
+        };
         let args = PlanArgs {
             input: inp,
             output: out,
@@ -610,12 +619,12 @@ impl PlanExec {
             ll63_copy_bytes: ll63_stride as u32,
             rank: self.rank,
             launch_slots: self.grid.sms.min(MAX_CTAS),
-            launch_pad: 0,
+            inbox_copy: inbox.unwrap_or(0),
             flags: if out_bytes >= WAIT_LOOP_MIN_OUTPUT {
                 PLAN_FLAG_WAIT_LOOP
             } else {
                 0
-            },
+            } | if inbox.is_some() { PLAN_FLAG_INBOX } else { 0 },
             ports: match (&self.ports, l.kernel.far) {
                 (_, 0) => 0,
                 (Ok(p), _) => p.table_addr(),
@@ -848,6 +857,7 @@ mod tests {
         assert!(h.contains(&format!(
             "#define PLAN_FLAG_WAIT_LOOP {PLAN_FLAG_WAIT_LOOP}u"
         )));
+        assert!(h.contains(&format!("#define PLAN_FLAG_INBOX {PLAN_FLAG_INBOX}u")));
         assert_eq!(
             ERR_WAIT,
             commhal_device_src::layout::error_code::WAIT_TIMEOUT
@@ -862,8 +872,8 @@ mod tests {
         assert_eq!(std::mem::offset_of!(PlanArgs, ports), 240);
         assert_eq!(std::mem::offset_of!(PlanArgs, replicas_inv), 248);
         assert!(h.find("  u32 flags;  ") < h.find("  u32 launch_slots;  "));
-        assert!(h.find("  u32 launch_slots;  ") < h.find("  u32 launch_pad;"));
-        assert!(h.find("  u32 launch_pad;") < h.find("  u64 ports;  "));
+        assert!(h.find("  u32 launch_slots;  ") < h.find("  u32 inbox_copy;  "));
+        assert!(h.find("  u32 inbox_copy;  ") < h.find("  u64 ports;  "));
         assert!(h.contains("  u64 ports;  ") && h.contains("  u64 replicas_inv;  "));
         assert!(h.find("  u64 ports;  ") < h.find("  u64 replicas_inv;  "));
         assert_eq!(codegen::MAX_SEMS, 4096);

@@ -27,7 +27,7 @@
 //!
 //! Where the port backend copies a write's source out on the host (host-tcp), a small
 //! put's source is first copied by the kernel into this rank's **outbox**, pinned host
-//! memory registered with the backend as one more local window (`register_outbox`,
+//! memory registered with the backend as one more local window (`register_box`,
 //! `COMMHAL_PLAN_OUTBOX`), so the proxy reads it with the CPU: a driver copy of device
 //! memory took 12–15 µs per 512-byte put (H200), reading the outbox 0.2–1.2 µs.
 //!
@@ -49,7 +49,7 @@ use commhal_channels::fifo::{FLAG_DATA, FLAG_FLUSH, FLAG_SIGNAL, Trigger};
 use commhal_cuda_rt::{Context, DeviceBuffer, PinnedHostBuffer, PinnedRegion};
 use commhal_hal::bootstrap::{Bootstrap, recv_export, send_export};
 use commhal_hal::dynamic::{DynPort, DynPortMapped};
-use commhal_hal::settings::gpu::PLAN_OUTBOX;
+use commhal_hal::settings::gpu::{PLAN_INBOX, PLAN_OUTBOX};
 use commhal_hal::transport::PeerContext;
 use commhal_hal::{Endpoint, HalError, Region};
 
@@ -59,6 +59,18 @@ use crate::layout::MAX_RANKS;
 
 /// Registered regions per rank: input, output, plan area.
 pub const REGIONS: usize = 3;
+/// The local region index of the inbox (pinned host memory, exported to the far ranks
+/// after the three regions; plan.h `far_scr`).
+const INBOX: usize = REGIONS;
+/// The local region index of the outbox (pinned host memory, never exported).
+const OUTBOX: usize = REGIONS + 1;
+/// Regions per rank that far ranks import: the three and the inbox.
+const EXPORTED: usize = REGIONS + 1;
+/// The far semaphores at the inbox's start (plan.h `PLAN_INBOX_DATA`).
+const INBOX_DATA: u64 = commhal_algorithms::codegen::MAX_SEMS as u64 * 8;
+/// How this process names a far rank's inbox in the table (rank p at `+ (p << 36)`):
+/// an address no region of this process has; only the proxy's window lookup sees it.
+const FAR_INBOX_NAME: u64 = 0xE000_0000_0000_0000;
 /// Windows per rank a trigger can name (`PLAN_PORT_REGIONS`).
 pub const WINDOWS: usize = 32;
 /// Distance between the windows of a region past its first (`PLAN_PORT_WINDOW_STEP`);
@@ -87,13 +99,22 @@ pub struct PortTable {
     pub outbox: u64,
     /// Its bytes.
     pub outbox_len: u64,
+    /// Device address of this rank's inbox (plan.h `far_scr`; 0: none).
+    pub inbox: u64,
+    /// Its bytes, the same on every rank.
+    pub inbox_len: u64,
+    /// The window of every rank's inbox.
+    pub inbox_window: u64,
+    /// Every rank's inbox as named here (0: none).
+    pub inbox_base: [u64; MAX_RANKS],
     /// `base[r][k]`: window k of rank r as this process addresses it (0: none).
     pub base: [[u64; WINDOWS]; MAX_RANKS],
     /// Their lengths.
     pub len: [[u64; WINDOWS]; MAX_RANKS],
 }
 
-const _: () = assert!(std::mem::size_of::<PortTable>() == 48 + 2 * 8 * MAX_RANKS * WINDOWS);
+const _: () =
+    assert!(std::mem::size_of::<PortTable>() == 72 + 8 * MAX_RANKS + 2 * 8 * MAX_RANKS * WINDOWS);
 // remote ids (WINDOWS * rank + window) fit the trigger's 9 bits
 const _: () = assert!(WINDOWS * MAX_RANKS <= 512);
 
@@ -170,24 +191,39 @@ pub fn windows(lens: [u64; REGIONS]) -> std::result::Result<Vec<Window>, String>
     Ok(w)
 }
 
-/// The outbox's memory and its registration with the port backend.
-type Outbox = (Arc<PinnedHostBuffer>, Box<dyn Region>);
+/// [`PlanPorts::inbox_copy_units`] for inboxes of `inbox_len` bytes (0: none).
+fn inbox_copy_units(inbox_len: u64, copy: u64) -> Option<u32> {
+    let copy = copy.checked_next_multiple_of(256)?;
+    let need = copy.checked_mul(2)?.checked_add(INBOX_DATA)?;
+    (inbox_len > 0 && need <= inbox_len)
+        .then(|| u32::try_from(copy >> 8).ok())
+        .flatten()
+}
 
-/// This rank's outbox, registered with the port backend: pinned host memory that the
-/// kernels copy a put's source into before its trigger (plan.h `far_send`). Only where
-/// the backend copies a write's source out on the host (`write_copies_source`:
-/// host-tcp): it then reads those bytes with the CPU instead of a driver copy of device
-/// memory, which took 12–15 µs for each 512-byte put (2 × H200 as two virtual nodes,
-/// the proxy's first step of every put). `None` where `COMMHAL_PLAN_OUTBOX` is 0 or
-/// the backend does not take host memory.
-fn register_outbox(ctx: &Arc<Context>, port: &Arc<dyn DynPortMapped>) -> Result<Option<Outbox>> {
-    let bytes = PLAN_OUTBOX
+/// A host box's memory and its registration with the port backend.
+type HostBox = (Arc<PinnedHostBuffer>, Box<dyn Region>);
+
+/// Pinned, device-mapped host memory of `setting`'s bytes, registered with the port
+/// backend: this rank's outbox (`COMMHAL_PLAN_OUTBOX`: the kernels copy a put's source
+/// into it before its trigger, plan.h `far_send`) or inbox (`COMMHAL_PLAN_INBOX`: the
+/// port writes far data and signals into it, plan.h `far_scr`). Only where the backend
+/// moves a write's bytes on the host (`write_copies_source`: host-tcp), which then
+/// reads and writes them with the CPU instead of a driver copy of device memory: 12–15
+/// µs for each 512-byte put's source, 3–5 µs for queueing each arriving write and 2–4
+/// µs for each flag store (H200). `None` where the setting is 0 or the backend does not
+/// take host memory.
+fn register_box(
+    ctx: &Arc<Context>,
+    port: &Arc<dyn DynPortMapped>,
+    setting: &commhal_hal::settings::Setting,
+) -> Result<Option<HostBox>> {
+    let bytes = setting
         .number_or_default()
         .map_err(|e| CollError::invalid(e.to_string()))?;
     if bytes == 0 || !(**port).guarantees().write_copies_source {
         return Ok(None);
     }
-    let outbox = PinnedHostBuffer::new(ctx, bytes)
+    let registered = PinnedHostBuffer::new(ctx, bytes)
         .map_err(|e| format!("{bytes} bytes of pinned memory: {e}"))
         .and_then(|buf| {
             let buf = Arc::new(buf);
@@ -196,8 +232,8 @@ fn register_outbox(ctx: &Arc<Context>, port: &Arc<dyn DynPortMapped>) -> Result<
                 .map(|local| (buf, local))
                 .map_err(|e| format!("{} does not register host memory: {e}", (**port).name()))
         });
-    Ok(outbox
-        .inspect_err(|e| tracing::debug!("plan outbox: {e}; puts go from device memory"))
+    Ok(registered
+        .inspect_err(|e| tracing::debug!("{}: {e}; the plans go without it", setting.env))
         .ok())
 }
 
@@ -248,8 +284,10 @@ pub struct PlanPorts {
     proxy: GpuProxy,
     table: DeviceBuffer,
     backend: String,
-    /// The outbox the table names ([`register_outbox`]).
-    _outbox: Option<Arc<PinnedHostBuffer>>,
+    /// Bytes of every rank's inbox (0: none).
+    inbox_len: u64,
+    /// The outbox and the inbox the table names ([`register_box`]).
+    _boxes: [Option<Arc<PinnedHostBuffer>>; 2],
 }
 
 /// What the proxy thread owns.
@@ -264,9 +302,9 @@ struct Carrier {
     /// earlier frame). Other backends (cuda-dma: copies queued on a stream) flush.
     flush_ports: bool,
     ports: Vec<Option<Box<dyn DynPort>>>,
-    /// This rank's registered regions (input, output, plan area).
-    locals: Vec<Box<dyn Region>>,
-    /// `remotes[REGIONS * p + k]`: rank p's region k, imported.
+    /// This rank's registered regions: input, output, plan area, inbox, outbox.
+    locals: Vec<Option<Box<dyn Region>>>,
+    /// `remotes[EXPORTED * p + k]`: rank p's region k (or its inbox), imported.
     remotes: Vec<Option<Box<dyn Any + Send + Sync>>>,
     /// What the memory ids name, the same on every rank.
     windows: Vec<Window>,
@@ -307,12 +345,12 @@ fn in_window(windows: &[Window], k: u32, off: u64, len: u64) -> commhal_hal::Res
 
 /// The local region and offset of a trigger's source.
 fn source<'a>(
-    locals: &'a [Box<dyn Region>],
+    locals: &'a [Option<Box<dyn Region>>],
     windows: &[Window],
     t: &Trigger,
 ) -> commhal_hal::Result<(&'a dyn Region, u64)> {
     let (k, off) = in_window(windows, t.src_memory, t.src_offset, t.size)?;
-    let r = locals.get(k).ok_or_else(|| {
+    let r = locals.get(k).and_then(Option::as_ref).ok_or_else(|| {
         HalError::invalid(format!(
             "a plan trigger names local region {k}, which is not registered"
         ))
@@ -336,13 +374,13 @@ fn destination<'a>(
         )));
     }
     let (region, off) = in_window(windows, k, t.dst_offset, len)?;
-    if region >= REGIONS {
+    if region >= EXPORTED {
         return Err(HalError::invalid(format!(
             "a plan trigger names rank {p}'s window {k}, which is local only (the outbox)"
         )));
     }
     let r = remotes
-        .get(REGIONS * p as usize + region)
+        .get(EXPORTED * p as usize + region)
         .and_then(Option::as_deref)
         .ok_or_else(|| {
             HalError::invalid(format!(
@@ -458,19 +496,53 @@ impl PlanPorts {
                 "the plans' port channels to the other virtual nodes ({name}): {what}: {e}"
             ))
         };
-        let windows = windows(regions.map(|r| r.len()))
+        let mut windows = windows(regions.map(|r| r.len()))
             .map_err(|e| CollError::invalid(format!("the plans' port channels ({name}): {e}")))?;
-        let mut locals = Vec::with_capacity(REGIONS);
+        let mut locals: Vec<Option<Box<dyn Region>>> = Vec::with_capacity(OUTBOX + 1);
         for r in regions {
-            locals.push(
+            locals.push(Some(
                 (**port)
                     .register(r)
                     .map_err(|e| setup("registering a region", e))?,
-            );
+            ));
         }
+        // the host boxes need a window each; the window count is the same on every rank
+        let room = windows.len() + 2 <= WINDOWS;
+        let outbox = if room {
+            register_box(ctx, port, &PLAN_OUTBOX)?
+        } else {
+            None
+        };
+        let mut inbox = if room {
+            register_box(ctx, port, &PLAN_INBOX)?
+        } else {
+            None
+        };
+        // a launch writes into the far ranks' inboxes: every rank needs one, and uses
+        // the smallest
+        let mine = inbox.as_ref().map_or(0, |(b, _)| b.len());
+        let inbox_len = boot
+            .all_gather(&mine.to_le_bytes())?
+            .iter()
+            .map(|b| b.as_slice().try_into().map_or(0, u64::from_le_bytes))
+            .min()
+            .unwrap_or(0);
+        if inbox_len == 0 {
+            inbox = None;
+        }
+        let (inbox_buf, inbox_local) = inbox.map_or((None, None), |(b, l)| (Some(b), Some(l)));
+        let (outbox_buf, outbox_local) = outbox.map_or((None, None), |(b, l)| (Some(b), Some(l)));
+        locals.push(inbox_local);
+        locals.push(outbox_local);
         let fars: Vec<u32> = (0..boot.size()).filter(|p| far & (1 << p) != 0).collect();
+        let exported = if inbox_buf.is_some() {
+            EXPORTED
+        } else {
+            REGIONS
+        };
         for &p in &fars {
-            for (k, l) in locals.iter().enumerate() {
+            for (k, l) in locals[..exported].iter().enumerate() {
+                let l = l.as_ref().expect("the exported regions are registered");
                 let x = (**port)
                     .export(l.as_ref())
                     .map_err(|e| setup("exporting a region", e))?;
@@ -478,12 +550,12 @@ impl PlanPorts {
             }
         }
         let mut remotes: Vec<Option<Box<dyn Any + Send + Sync>>> =
-            (0..REGIONS * MAX_RANKS).map(|_| None).collect();
+            (0..EXPORTED * MAX_RANKS).map(|_| None).collect();
         let mut ports: Vec<Option<Box<dyn DynPort>>> = (0..MAX_RANKS).map(|_| None).collect();
         for &p in &fars {
-            for k in 0..REGIONS {
+            for k in 0..exported {
                 let x = recv_export(boot, p, TAG_EXPORTS + k as u64)?;
-                remotes[REGIONS * p as usize + k] = Some(
+                remotes[EXPORTED * p as usize + k] = Some(
                     (**port)
                         .import(x)
                         .map_err(|e| setup("importing a region", e))?,
@@ -508,21 +580,33 @@ impl PlanPorts {
             ..PortTable::default()
         };
         t.set_windows(&windows, &addrs);
-        let mut windows = windows;
-        let mut outbox = None;
-        if windows.len() < WINDOWS
-            && let Some((buf, local)) = register_outbox(ctx, port)?
-        {
+        if let Some(b) = &inbox_buf {
             let k = windows.len();
-            locals.push(local);
             windows.push(Window {
-                region: REGIONS,
+                region: INBOX,
                 off: 0,
-                len: buf.len(),
+                len: inbox_len,
             });
-            (t.outbox, t.outbox_len) = (buf.device_addr(), buf.len());
+            (t.inbox, t.inbox_len, t.inbox_window) = (b.device_addr(), inbox_len, k as u64);
+            t.inbox_base[me as usize] = t.inbox;
+            for &p in &fars {
+                t.inbox_base[p as usize] = FAR_INBOX_NAME + (u64::from(p) << 36);
+            }
+            for r in 0..MAX_RANKS {
+                if t.inbox_base[r] != 0 {
+                    (t.base[r][k], t.len[r][k]) = (t.inbox_base[r], inbox_len);
+                }
+            }
+        }
+        if let Some(b) = &outbox_buf {
+            let k = windows.len();
+            windows.push(Window {
+                region: OUTBOX,
+                off: 0,
+                len: b.len(),
+            });
+            (t.outbox, t.outbox_len) = (b.device_addr(), b.len());
             (t.base[me as usize][k], t.len[me as usize][k]) = (t.outbox, t.outbox_len);
-            outbox = Some(buf);
         }
         let table = DeviceBuffer::new(ctx, std::mem::size_of::<PortTable>() as u64)?;
         table.write(0, table_bytes(&t))?;
@@ -540,7 +624,8 @@ impl PlanPorts {
             proxy,
             table,
             backend: name.to_string(),
-            _outbox: outbox,
+            inbox_len: t.inbox_len,
+            _boxes: [outbox_buf, inbox_buf],
         })
     }
 
@@ -552,6 +637,13 @@ impl PlanPorts {
     /// Device address of the kernels' table (`PlanArgs::ports`).
     pub fn table_addr(&self) -> u64 {
         self.table.addr()
+    }
+
+    /// `PlanArgs::inbox_copy` (bytes / 256) for a launch whose far scratch copy is
+    /// `copy` bytes, where every rank's inbox holds its semaphores and two such copies
+    /// (plan.h `far_scr`); `None` where the launch has to use the plan area.
+    pub fn inbox_copy_units(&self, copy: u64) -> Option<u32> {
+        inbox_copy_units(self.inbox_len, copy)
     }
 
     /// The proxy's first error, naming the backend.
@@ -673,17 +765,22 @@ mod tests {
     }
 
     /// Rank 0's carrier to far rank 1, regions of `lens` bytes at 0x1000, 0x2000, 0x3000
-    /// (past the first 4 GiB they overlap: only offsets matter); rank 1's imported
-    /// regions are recorded as 3, 4, 5 (`REGIONS * 1 + k`).
+    /// (past the first 4 GiB they overlap: only offsets matter), no inbox or outbox;
+    /// rank 1's imported regions are recorded as 4, 5, 6 (`EXPORTED * 1 + k`).
     fn carrier(log: &Arc<Mutex<Vec<String>>>, lens: [u64; REGIONS]) -> Carrier {
         Carrier {
             flush_ports: true,
             ports: vec![None, Some(Box::new(Recorder(log.clone())))],
             locals: (0..3)
-                .map(|k| Box::new(Fake(0x1000 * (k as u64 + 1), lens[k])) as Box<dyn Region>)
+                .map(|k| Some(Box::new(Fake(0x1000 * (k as u64 + 1), lens[k])) as Box<dyn Region>))
+                .chain([None, None])
                 .collect(),
-            remotes: (0..6u32)
-                .map(|id| (id >= 3).then(|| Box::new(id) as Box<dyn Any + Send + Sync>))
+            remotes: (0..2 * EXPORTED as u32)
+                .map(|id| {
+                    (4..7)
+                        .contains(&id)
+                        .then(|| Box::new(id) as Box<dyn Any + Send + Sync>)
+                })
                 .collect(),
             windows: windows(lens).unwrap(),
             written: HashMap::new(),
@@ -717,11 +814,11 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                "write remote5+64 <- local@8192+128 4096".to_string(),
+                "write remote6+64 <- local@8192+128 4096".to_string(),
                 "flush".to_string(),
-                format!("signal remote5+616 add {}", (3u64 << 32) | 1),
-                "signal remote5+616 add 1".to_string(),
-                format!("signal remote5+616 add {}", (1u64 << 32) - 1),
+                format!("signal remote6+616 add {}", (3u64 << 32) | 1),
+                "signal remote6+616 add 1".to_string(),
+                format!("signal remote6+616 add {}", (1u64 << 32) - 1),
             ]
         );
         // a rank without a port, another rank's memory, a window that does not exist, a
@@ -744,7 +841,7 @@ mod tests {
         c.perform(&flush, raw(flush)).unwrap();
         assert_eq!(
             log.lock().unwrap().clone(),
-            vec!["write remote5+64 <- local@8192+128 4096".to_string()]
+            vec!["write remote6+64 <- local@8192+128 4096".to_string()]
         );
         let bad = Trigger::flush(0);
         assert!(c.perform(&bad, raw(bad)).is_err());
@@ -778,24 +875,36 @@ mod tests {
         other.trigger.semaphore = 0;
         assert!(!c.perform_slot(&put, Some(&other)).unwrap());
         assert!(!c.perform_slot(&sig, Some(&sig)).unwrap());
-        let write = "write remote5+64 <- local@8192+128 4096".to_string();
+        let write = "write remote6+64 <- local@8192+128 4096".to_string();
         assert_eq!(
             log.lock().unwrap().clone(),
             vec![
                 write.clone(),
-                format!("signal remote5+616 add {}", (3u64 << 32) | 1),
+                format!("signal remote6+616 add {}", (3u64 << 32) | 1),
                 "(one send)".into(),
                 write.clone(),
                 // the same value again: the word already holds it
-                "signal remote5+616 add 0".into(),
+                "signal remote6+616 add 0".into(),
                 "(one send)".into(),
                 // each alone; the slot after it is performed on its own turn
                 write.clone(),
                 write.clone(),
                 write,
-                "signal remote5+616 add 0".into(),
+                "signal remote6+616 add 0".into(),
             ]
         );
+    }
+
+    #[test]
+    fn an_inbox_takes_a_launch_whose_two_copies_fit_behind_the_semaphores() {
+        let mib = 1 << 20;
+        assert_eq!(inbox_copy_units(16 * mib, 1000), Some(4)); // 1024 bytes
+        assert_eq!(inbox_copy_units(16 * mib, 0), Some(0));
+        let most = (16 * mib - INBOX_DATA) / 2;
+        assert_eq!(inbox_copy_units(16 * mib, most), Some((most >> 8) as u32));
+        assert_eq!(inbox_copy_units(16 * mib, most + 1), None);
+        assert_eq!(inbox_copy_units(0, 8), None);
+        assert_eq!(inbox_copy_units(u64::MAX, u64::MAX - 3), None);
     }
 
     const GIB: u64 = 1 << 30;
@@ -909,7 +1018,7 @@ mod tests {
         }
         let d = plan_exec::DATA_OFF;
         let write =
-            |dst: u64, src: String, n: u64| format!("write remote5+{dst} <- local@{src} {n}");
+            |dst: u64, src: String, n: u64| format!("write remote6+{dst} <- local@{src} {n}");
         let mut want = vec![write(d + copy + GIB / 4, "8192+0".into(), GIB)];
         for (i, n) in [2 * GIB, 2 * GIB, GIB].into_iter().enumerate() {
             let at = i as u64 * 2 * GIB;

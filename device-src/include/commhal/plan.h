@@ -107,7 +107,7 @@ struct PlanArgs {
   u32 flags;                   // PLAN_FLAG_* (the host's knowledge of the launch before)
   u32 launch_slots;            // the most CTAs a plan launch of this rank has (launch.h;
                                // the host refuses larger grids; 0: PLAN_MAX_CTAS)
-  u32 launch_pad;
+  u32 inbox_copy;              // PLAN_FLAG_INBOX: bytes / 256 of one inbox copy (far_scr)
   u64 ports;                   // PlanPorts* (device memory) when the plan has port ops, else 0
   u64 replicas_inv;            // ceil(2^64 / replicas) (0 for one replica): div_parts
 };
@@ -117,6 +117,10 @@ static_assert(sizeof(PlanArgs) == 256, "PlanArgs layout");
 // The LL16 packet reduces of this launch wait for their terms in a loop (dataops.h
 // ll16_reduce ROLLED), not unrolled: the host sets it from 32 KiB of output.
 #define PLAN_FLAG_WAIT_LOOP 2u
+// The far data and semaphores of this launch go through the ranks' inboxes (far_scr,
+// far_sem): the plan allows it (codegen inbox_chunks) and every rank's inbox holds
+// PLAN_INBOX_DATA + two copies of this launch's scratch.
+#define PLAN_FLAG_INBOX 4u
 
 // Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
 // rank, drained by the host proxy (backends/cuda-coll/src/plan_ports.rs), which carries
@@ -144,10 +148,14 @@ struct PlanPorts {
   u64* tail;       // triggers the proxy finished (host-pinned)
   u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_box), or null
   u64 outbox_len;  // its bytes; also one of this rank's windows
+  u8* inbox;       // this rank's inbox (host-pinned, device-mapped; far_scr), or null
+  u64 inbox_len;   // its bytes (the same on every rank)
+  u64 inbox_window;               // the window of every rank's inbox
+  u64 inbox_base[PLAN_MAX_RANKS];  // every rank's inbox as named here (0: none)
   u64 base[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];  // every rank's windows as addressed here
   u64 len[PLAN_MAX_RANKS][PLAN_PORT_REGIONS];   // their lengths (0: none), <= 4 GiB
 };
-static_assert(sizeof(PlanPorts) == 48 + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
+static_assert(sizeof(PlanPorts) == 72 + 8 * PLAN_MAX_RANKS + 2 * 8 * PLAN_MAX_RANKS * PLAN_PORT_REGIONS,
               "PlanPorts layout");
 static_assert(PLAN_PORT_REGIONS * PLAN_MAX_RANKS <= TRIGGER_MAX_MEMORY_ID + 1,
               "remote window ids fit the trigger's 9-bit memory ids");
@@ -431,6 +439,34 @@ COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& 
   return false;
 }
 
+// The inbox (PLAN_FLAG_INBOX): pinned host memory per rank that the port backend writes
+// with plain copies (host-tcp's receiver: no driver call) and the kernel reads over the
+// bus. It holds the far semaphores (a word each), then two copies, by launch parity, of
+// the scratch that ports from other nodes write into (codegen inbox_chunks: only the
+// owner's own ops and those puts touch it).
+#define PLAN_INBOX_DATA (PLAN_MAX_SEMS * 8)
+COMMHAL_DEVICE bool inbox_on(const Ctx& c) { return (c.a->flags & PLAN_FLAG_INBOX) != 0; }
+
+// The scratch copy of rank r that far puts land in: in its inbox where the launch uses
+// them, else the plan area's.
+COMMHAL_DEVICE u64 far_scr(const Ctx& c, u32 r) {
+  if (!inbox_on(c)) return c.a->area[r] + c.scr;
+  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
+  return t->inbox_base[r] + PLAN_INBOX_DATA + (c.epoch & 1) * ((u64)c.a->inbox_copy << 8);
+}
+
+// Where far semaphore idx lives in every rank: a window and the word's offset in it.
+struct FarWord {
+  u32 window;
+  u64 word;
+};
+COMMHAL_DEVICE FarWord far_sem(const Ctx& c, u32 idx) {
+  if (inbox_on(c))
+    return FarWord{(u32) reinterpret_cast<const PlanPorts*>(c.a->ports)->inbox_window,
+                   (u64)idx * 8};
+  return FarWord{PLAN_PORT_AREA, (u64)idx * PLAN_MAX_PARTS * 8};
+}
+
 // Push the put of n bytes (at most PLAN_PORT_WINDOW_STEP) from this rank's `src` into
 // `peer`'s `dst`: each end named by the window holding it. One thread.
 COMMHAL_DEVICE bool far_put_piece(const Ctx& c, u32 peer, const u8* dst, const u8* src, u64 n) {
@@ -461,17 +497,16 @@ COMMHAL_DEVICE u8* far_box(Ctx& c, const u8* src, u64 n) {
   return box;
 }
 
-COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value);
+COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, FarWord at, u64 value);
 
 // Push the put of n bytes from this rank's `src` into `peer`'s `dst` in pieces of at
 // most `step` bytes (at most PLAN_PORT_WINDOW_STEP: a piece that large lies whole in one
-// window of each end), the last one together with the signal making word `word` of the
-// peer's area `value` where `sig` (fifo_push2: the proxy performs both as one). One
-// thread.
+// window of each end), the last one together with the signal making the peer's word
+// `at` `value` where `sig` (fifo_push2: the proxy performs both as one). One thread.
 COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, u64 step,
-                             bool sig, u64 word, u64 value) {
+                             bool sig, FarWord at, u64 value) {
   if (n == 0) {
-    if (sig) far_store(c, peer, word, value);
+    if (sig) far_store(c, peer, at, value);
     return;
   }
   for (u64 done = 0; done < n;) {
@@ -489,9 +524,9 @@ COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64
     PortChannelHandle h = far_handle(c, peer);
     const Trigger put = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)m,
                                      PLAN_PORT_REGIONS * peer + dk, sk, peer);
-    const Trigger signal = make_trigger(TRIGGER_SIGNAL, (u32)word, (u32)(value >> 32),
-                                        (u32)value, PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA,
-                                        0, peer);
+    const Trigger signal = make_trigger(TRIGGER_SIGNAL, (u32)at.word, (u32)(value >> 32),
+                                        (u32)value, PLAN_PORT_REGIONS * peer + at.window, 0,
+                                        peer);
     commhal::fifo_push2(h, put, signal);
     return;
   }
@@ -513,12 +548,13 @@ COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64
 // again, and at the end of the block).
 COMMHAL_DEVICE void far_send(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bool sig, u32 idx,
                              u32 k) {
-  const u64 word = (u64)idx * PLAN_MAX_PARTS * 8, value = c.hi | k;
+  const FarWord at = far_sem(c, idx);
+  const u64 value = c.hi | k;
   u8* box = far_box(c, src, n);
   group_sync(c);
   if (c.part != 0) return;
   if (box == nullptr) {
-    if (threadIdx.x == 0) far_push(c, peer, dst, src, n, PLAN_PORT_WINDOW_STEP, sig, word, value);
+    if (threadIdx.x == 0) far_push(c, peer, dst, src, n, PLAN_PORT_WINDOW_STEP, sig, at, value);
     return;
   }
   for (u64 off = 0; off < n; off += PLAN_OUTBOX_PIECE) {
@@ -527,7 +563,7 @@ COMMHAL_DEVICE void far_send(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bo
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0)
-      far_push(c, peer, dst + off, box + off, m, m, sig && off + m == n, word, value);
+      far_push(c, peer, dst + off, box + off, m, m, sig && off + m == n, at, value);
   }
 }
 
@@ -561,10 +597,13 @@ COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
 // Make the u64 word at `word` of `peer`'s plan area equal `value` through the proxy,
 // after every earlier port put of this rank to `peer` (one thread). The words are
 // flags of the area's head (below PLAN_DATA_OFF): the area's first window holds them.
-COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
+COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, FarWord at, u64 value) {
   PortChannelHandle h = far_handle(c, peer);
-  h.remote_memory_id = PLAN_PORT_REGIONS * peer + PLAN_PORT_AREA;
-  commhal::port_push(h, TRIGGER_SIGNAL, word, value >> 32, value & 0xffffffffull, 0);
+  h.remote_memory_id = PLAN_PORT_REGIONS * peer + at.window;
+  commhal::port_push(h, TRIGGER_SIGNAL, at.word, value >> 32, value & 0xffffffffull, 0);
+}
+COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
+  far_store(c, peer, FarWord{PLAN_PORT_AREA, word}, value);
 }
 
 // Far scratch reader: publish_done towards `writer`, a rank of another node, through
@@ -594,7 +633,7 @@ COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) {
 COMMHAL_DEVICE void far_signal(Ctx& c, u32 peer, u32 idx, u32 k) {
   group_sync(c);
   if (c.part == 0 && threadIdx.x == 0)
-    far_store(c, peer, (u64)idx * PLAN_MAX_PARTS * 8, c.hi | k);
+    far_store(c, peer, far_sem(c, idx), c.hi | k);
 }
 
 // far_put of n bytes, then far_signal (idx, k) of the same peer, as codegen fuses them
@@ -607,8 +646,13 @@ COMMHAL_DEVICE void far_put_signal(Ctx& c, u32 peer, u8* dst, const u8* src, u64
 }
 
 // The k-th wait on inbound semaphore idx signalled over a port (flag [idx][0]).
+// In the inbox (PLAN_FLAG_INBOX) the word is host memory, read over the bus.
 COMMHAL_DEVICE void far_wait(const Ctx& c, u32 idx, u32 k) {
-  if (threadIdx.x == 0) flag_wait(sem_flag(c, c.a->rank, idx, 0), c.hi | k, bound(c));
+  const u64* w = inbox_on(c) ? reinterpret_cast<const u64*>(
+                                   reinterpret_cast<const PlanPorts*>(c.a->ports)->inbox) +
+                                   idx
+                             : sem_flag(c, c.a->rank, idx, 0);
+  if (threadIdx.x == 0) flag_wait(w, c.hi | k, bound(c));
   __syncthreads();
 }
 

@@ -466,6 +466,22 @@ pub static PLAN_OUTBOX: Setting = Setting {
     doc: "pinned host memory per rank that plan kernels copy a put across nodes into when the port backend sends from the host (host-tcp), so the proxy sends it without a driver copy; shared by the plan blocks, a put larger than a block's share goes from device memory; 0: off",
 };
 
+/// `COMMHAL_PLAN_INBOX`: pinned host bytes per rank that ports from other nodes write
+/// the plans' far data and signals into.
+pub static PLAN_INBOX: Setting = Setting {
+    env: "COMMHAL_PLAN_INBOX",
+    key: FileKey::None,
+    kind: Kind::Number {
+        min: 0,
+        max: 1 << 32,
+        unit: Unit::Bytes,
+    },
+    default: "16777216",
+    set_by: SetBy::User,
+    read_by: "cuda-coll",
+    doc: "pinned host memory per rank that the port backend writes a plan's data and signals from other nodes into when it writes from the host (host-tcp), read by the kernels over the bus: no driver call on the receiving side; a launch uses it where every rank's holds two copies of its far scratch (32 KiB of semaphores first); 0: off",
+};
+
 /// `COMMHAL_PLAN_THREADS`: threads per block of the plan kernels.
 pub static PLAN_THREADS: Setting = Setting {
     env: "COMMHAL_PLAN_THREADS",
@@ -652,6 +668,7 @@ pub const ALL: &[&Setting] = &[
     &PLAN_SCRATCH,
     &PLAN_LL63,
     &PLAN_OUTBOX,
+    &PLAN_INBOX,
     &PLAN_THREADS,
     &PLAN_REPLICAS,
     &CUDA_DEVICE,
