@@ -303,25 +303,44 @@ impl PacketWalk {
 /// pinned host memory the port backend writes with plain copies, and the kernel reads
 /// over the bus) instead of its plan area. `None` where the plan has no such put, or
 /// where anything but the owner's own straight-line ops and those puts touches such a
-/// chunk (a peer of the node, a C++ loop's run-time chunk index): the inbox is a
-/// host-side buffer the owner alone addresses.
+/// chunk (a peer of the node, an op in a C++ loop, whose chunk index is known at run
+/// time only), or an access straddles a landing's edge: the inbox is a host-side buffer
+/// the owner alone addresses, and an access lies wholly in it or wholly outside.
 pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
     if plan.uses_packets() {
         return None;
     }
+    // every op as it runs (loops unrolled), with whether it sits in a C++ loop
+    let ops: Vec<Vec<(Op, bool)>> = plan
+        .ranks
+        .iter()
+        .map(|rp| {
+            let mut v = Vec::new();
+            for op in rp.blocks.iter().flat_map(|b| &b.ops) {
+                match op {
+                    Op::Loop { iterations, body } => {
+                        for it in 0..*iterations {
+                            v.extend(body.iter().map(|o| (o.at_iteration(it), true)));
+                        }
+                    }
+                    o => v.push((o.clone(), false)),
+                }
+            }
+            v
+        })
+        .collect();
     let mut landed = vec![Vec::new(); plan.nranks as usize];
-    for (q, rp) in plan.ranks.iter().enumerate() {
-        for op in rp.blocks.iter().flat_map(|b| &b.ops) {
-            let Op::Put {
+    for (q, rank_ops) in ops.iter().enumerate() {
+        for (op, _) in rank_ops {
+            if let Op::Put {
                 peer,
                 channel: ChannelKind::Port,
                 dst,
                 ..
             } = op
-            else {
-                continue;
-            };
-            if dst.buf == BufferKind::Scratch && *peer as usize != q {
+                && dst.buf == BufferKind::Scratch
+                && *peer as usize != q
+            {
                 landed[*peer as usize].push((dst.index, dst.index + dst.count));
             }
         }
@@ -329,32 +348,43 @@ pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
     if landed.iter().all(Vec::is_empty) {
         return None;
     }
-    let hits = |owner: u32, c: &ChunkRef| {
-        c.buf == BufferKind::Scratch
-            && landed[owner as usize]
-                .iter()
-                .any(|&(s, e)| c.index < e && s < c.index + c.count)
-    };
-    for (q, rp) in plan.ranks.iter().enumerate() {
-        let q = q as u32;
-        for op in rp.blocks.iter().flat_map(|b| &b.ops) {
-            let (ops, looped) = match op {
-                Op::Loop { body, .. } => (body.as_slice(), true),
-                o => (std::slice::from_ref(o), false),
-            };
-            for o in ops {
-                let port_put = matches!(
-                    o,
-                    Op::Put {
-                        channel: ChannelKind::Port,
-                        ..
+    // disjoint ranges, so that an access inside several adjacent landings counts as in
+    for l in &mut landed {
+        l.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(l.len());
+        for &(s, e) in l.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        *l = merged;
+    }
+    // Every access to a rank's scratch lies wholly inside its landed ranges or wholly
+    // outside; one inside is the owner's own, or a far put landing, never in a loop.
+    for (q, rank_ops) in ops.iter().enumerate() {
+        for (o, looped) in rank_ops {
+            let port_put = matches!(
+                o,
+                Op::Put {
+                    channel: ChannelKind::Port,
+                    ..
+                }
+            );
+            for (c, write, remote) in o.chunks() {
+                if c.buf != BufferKind::Scratch {
+                    continue;
+                }
+                let owners = if remote { o.peers() } else { vec![q as u32] };
+                for owner in owners {
+                    let l = &landed[owner as usize];
+                    let (s, e) = (c.index, c.index + c.count);
+                    if !l.iter().any(|&(ls, le)| s < le && ls < e) {
+                        continue;
                     }
-                );
-                for (c, write, remote) in o.chunks() {
-                    let owners = if remote { o.peers() } else { vec![q] };
-                    // the owner's own access, or a far put landing, outside a loop
+                    let inside = l.iter().any(|&(ls, le)| ls <= s && e <= le);
                     let allowed = !looped && (!remote || (port_put && write));
-                    if !allowed && owners.iter().any(|&o| hits(o, &c)) {
+                    if !inside || !allowed {
                         return None;
                     }
                 }
@@ -1095,12 +1125,12 @@ impl Gen<'_> {
             Op::Wait { peer, channel, tag } => {
                 let i = self.sem((*peer, me, *channel, *tag))?;
                 self.waited.insert(i);
-                let f = if *channel == ChannelKind::Port {
-                    "far_wait"
+                if *channel == ChannelKind::Port {
+                    // the far peer's own word of the semaphore (plan.h far_sem)
+                    self.line(&format!("far_wait(c, {peer}u, {i}u, ++w{i});"));
                 } else {
-                    "wait"
-                };
-                self.line(&format!("{f}(c, {i}u, ++w{i});"));
+                    self.line(&format!("wait(c, {i}u, ++w{i});"));
+                }
             }
             Op::Flush { .. } => self.line("__syncthreads();"),
             Op::Reduce { srcs, dst } => {
@@ -3193,6 +3223,35 @@ mod tests {
                 }
             }
         }
+        // An access that straddles a landing's edge, or a peer of the node reading a
+        // landed chunk, keeps the plan out of the inboxes.
+        let mut p = BuildParams::new(2);
+        p.ranks_per_node = 1;
+        let plan = build(Algorithm::AllGather2ph, &p).unwrap();
+        let landed = inbox_chunks(&plan).unwrap();
+        let (s, e) = landed[0][0];
+        let scratch = |index, count| ChunkRef {
+            buf: BufferKind::Scratch,
+            index,
+            count,
+            step: 0,
+        };
+        let out = ChunkRef::new(BufferKind::Output, 0);
+        let mut straddle = plan.clone();
+        straddle.ranks[0].blocks[0].ops.push(Op::Copy {
+            src: scratch(s, e - s + 1),
+            dst: out,
+        });
+        assert!(inbox_chunks(&straddle).is_none());
+        let mut got = plan.clone();
+        got.ranks[1].blocks[0].ops.push(Op::Get {
+            peer: 0,
+            channel: ChannelKind::Memory,
+            tag: 0,
+            src: scratch(s, 1),
+            dst: out,
+        });
+        assert!(inbox_chunks(&got).is_none());
         // one node: no far puts; packet plans: never
         let one = build(Algorithm::AllReduce2phHb, &BuildParams::new(4)).unwrap();
         assert!(inbox_chunks(&one).is_none());

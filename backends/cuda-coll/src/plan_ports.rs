@@ -66,8 +66,9 @@ const INBOX: usize = REGIONS;
 const OUTBOX: usize = REGIONS + 1;
 /// Regions per rank that far ranks import: the three and the inbox.
 const EXPORTED: usize = REGIONS + 1;
-/// The far semaphores at the inbox's start (plan.h `PLAN_INBOX_DATA`).
-const INBOX_DATA: u64 = commhal_algorithms::codegen::MAX_SEMS as u64 * 8;
+/// The far semaphores at the inbox's start, a word per semaphore and sender (plan.h
+/// `PLAN_INBOX_DATA`).
+const INBOX_DATA: u64 = commhal_algorithms::codegen::MAX_SEMS as u64 * MAX_RANKS as u64 * 8;
 /// How this process names a far rank's inbox in the table (rank p at `+ (p << 36)`):
 /// an address no region of this process has; only the proxy's window lookup sees it.
 const FAR_INBOX_NAME: u64 = 0xE000_0000_0000_0000;
@@ -191,12 +192,14 @@ pub fn windows(lens: [u64; REGIONS]) -> std::result::Result<Vec<Window>, String>
     Ok(w)
 }
 
-/// [`PlanPorts::inbox_copy_units`] for inboxes of `inbox_len` bytes (0: none).
+/// [`PlanPorts::inbox_copy_units`] for inboxes of `inbox_len` bytes (0: none): the
+/// distance between the two copies is fixed (half of what follows the semaphores), so
+/// that a launch's copy never overlaps the other one, which the launch before, of any
+/// size, may still be reading (as the plan area's copies, `plan_exec`).
 fn inbox_copy_units(inbox_len: u64, copy: u64) -> Option<u32> {
-    let copy = copy.checked_next_multiple_of(256)?;
-    let need = copy.checked_mul(2)?.checked_add(INBOX_DATA)?;
-    (inbox_len > 0 && need <= inbox_len)
-        .then(|| u32::try_from(copy >> 8).ok())
+    let stride = inbox_len.checked_sub(INBOX_DATA)? / 2 / 256 * 256;
+    (copy <= stride)
+        .then(|| u32::try_from(stride >> 8).ok())
         .flatten()
 }
 
@@ -217,9 +220,12 @@ fn register_box(
     port: &Arc<dyn DynPortMapped>,
     setting: &commhal_hal::settings::Setting,
 ) -> Result<Option<HostBox>> {
-    let bytes = setting
-        .number_or_default()
-        .map_err(|e| CollError::invalid(e.to_string()))?;
+    // A bad value turns this box off (with a warning) rather than failing here: the
+    // other ranks are about to agree on the inbox collectively.
+    let bytes = setting.number_or_default().unwrap_or_else(|e| {
+        tracing::warn!("{e}: the plans go without it");
+        0
+    });
     if bytes == 0 || !(**port).guarantees().write_copies_source {
         return Ok(None);
     }
@@ -507,13 +513,8 @@ impl PlanPorts {
             ));
         }
         // the host boxes need a window each; the window count is the same on every rank
-        let room = windows.len() + 2 <= WINDOWS;
-        let outbox = if room {
-            register_box(ctx, port, &PLAN_OUTBOX)?
-        } else {
-            None
-        };
-        let mut inbox = if room {
+        let mut room = WINDOWS - windows.len();
+        let mut inbox = if room > 0 {
             register_box(ctx, port, &PLAN_INBOX)?
         } else {
             None
@@ -529,7 +530,14 @@ impl PlanPorts {
             .unwrap_or(0);
         if inbox_len == 0 {
             inbox = None;
+        } else {
+            room -= 1;
         }
+        let outbox = if room > 0 {
+            register_box(ctx, port, &PLAN_OUTBOX)?
+        } else {
+            None
+        };
         let (inbox_buf, inbox_local) = inbox.map_or((None, None), |(b, l)| (Some(b), Some(l)));
         let (outbox_buf, outbox_local) = outbox.map_or((None, None), |(b, l)| (Some(b), Some(l)));
         locals.push(inbox_local);
@@ -639,9 +647,9 @@ impl PlanPorts {
         self.table.addr()
     }
 
-    /// `PlanArgs::inbox_copy` (bytes / 256) for a launch whose far scratch copy is
-    /// `copy` bytes, where every rank's inbox holds its semaphores and two such copies
-    /// (plan.h `far_scr`); `None` where the launch has to use the plan area.
+    /// `PlanArgs::inbox_copy` (bytes / 256 between the inbox's two copies) for a launch
+    /// whose far scratch copy is `copy` bytes, where every rank's inbox holds it (plan.h
+    /// `far_scr`); `None` where the launch has to use the plan area.
     pub fn inbox_copy_units(&self, copy: u64) -> Option<u32> {
         inbox_copy_units(self.inbox_len, copy)
     }
@@ -896,15 +904,20 @@ mod tests {
     }
 
     #[test]
-    fn an_inbox_takes_a_launch_whose_two_copies_fit_behind_the_semaphores() {
+    fn an_inbox_takes_a_launch_whose_copy_fits_half_of_it_behind_the_semaphores() {
         let mib = 1 << 20;
-        assert_eq!(inbox_copy_units(16 * mib, 1000), Some(4)); // 1024 bytes
-        assert_eq!(inbox_copy_units(16 * mib, 0), Some(0));
-        let most = (16 * mib - INBOX_DATA) / 2;
-        assert_eq!(inbox_copy_units(16 * mib, most), Some((most >> 8) as u32));
-        assert_eq!(inbox_copy_units(16 * mib, most + 1), None);
-        assert_eq!(inbox_copy_units(0, 8), None);
-        assert_eq!(inbox_copy_units(u64::MAX, u64::MAX - 3), None);
+        // 256 KiB of semaphores, then two copies of (16 MiB - 256 KiB) / 2 whatever the
+        // launch's size
+        let stride = (16 * mib - INBOX_DATA) / 2;
+        assert_eq!(INBOX_DATA, 256 << 10);
+        let units = Some((stride >> 8) as u32);
+        for copy in [0, 1000, stride] {
+            assert_eq!(inbox_copy_units(16 * mib, copy), units);
+        }
+        assert_eq!(inbox_copy_units(16 * mib, stride + 1), None);
+        assert_eq!(inbox_copy_units(0, 0), None);
+        assert_eq!(inbox_copy_units(INBOX_DATA - 8, 0), None);
+        assert_eq!(inbox_copy_units(u64::MAX, 8), None, "more than u32 units");
     }
 
     const GIB: u64 = 1 << 30;

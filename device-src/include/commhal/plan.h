@@ -118,8 +118,8 @@ static_assert(sizeof(PlanArgs) == 256, "PlanArgs layout");
 // ll16_reduce ROLLED), not unrolled: the host sets it from 32 KiB of output.
 #define PLAN_FLAG_WAIT_LOOP 2u
 // The far data and semaphores of this launch go through the ranks' inboxes (far_scr,
-// far_sem): the plan allows it (codegen inbox_chunks) and every rank's inbox holds
-// PLAN_INBOX_DATA + two copies of this launch's scratch.
+// far_sem): the plan allows it (codegen inbox_chunks) and this launch's far scratch fits
+// one of the inbox's two copies (PlanArgs::inbox_copy, fixed per communicator).
 #define PLAN_FLAG_INBOX 4u
 
 // Port channels of a plan (ops between ranks of different virtual nodes): one FIFO per
@@ -441,10 +441,12 @@ COMMHAL_DEVICE bool far_locate(const Ctx& c, u32 rank, const u8* p, u64 n, u32& 
 
 // The inbox (PLAN_FLAG_INBOX): pinned host memory per rank that the port backend writes
 // with plain copies (host-tcp's receiver: no driver call) and the kernel reads over the
-// bus. It holds the far semaphores (a word each), then two copies, by launch parity, of
-// the scratch that ports from other nodes write into (codegen inbox_chunks: only the
-// owner's own ops and those puts touch it).
-#define PLAN_INBOX_DATA (PLAN_MAX_SEMS * 8)
+// bus. It holds the far semaphores (a word per semaphore and sender), then two copies,
+// by launch parity, of the scratch that ports from other nodes write into (codegen
+// inbox_chunks: only the owner's own ops and those puts touch it). The copies are
+// PlanArgs::inbox_copy bytes apart whatever the launch's size, so a launch's copy
+// never overlaps the one the launch before (of any size) may still be reading.
+#define PLAN_INBOX_DATA (PLAN_MAX_SEMS * PLAN_MAX_RANKS * 8)
 COMMHAL_DEVICE bool inbox_on(const Ctx& c) { return (c.a->flags & PLAN_FLAG_INBOX) != 0; }
 
 // The scratch copy of rank r that far puts land in: in its inbox where the launch uses
@@ -455,16 +457,22 @@ COMMHAL_DEVICE u64 far_scr(const Ctx& c, u32 r) {
   return t->inbox_base[r] + PLAN_INBOX_DATA + (c.epoch & 1) * ((u64)c.a->inbox_copy << 8);
 }
 
-// Where far semaphore idx lives in every rank: a window and the word's offset in it.
+// Where far semaphore idx signalled by `sender` lives in every rank: a window and the
+// word's offset in it. A word per sender: semaphore numbers are unique per receiver
+// within one plan only, so two plans may have two far ranks signal the same number, and
+// the proxy makes a word equal a value by adding the difference to what it last wrote
+// there itself (plan_ports.rs), which is exact only while it is the word's one writer.
+// In the plan area that is slot [idx][sender] of the semaphore (far signals stand for
+// every part of a block), in the inbox word idx * PLAN_MAX_RANKS + sender.
 struct FarWord {
   u32 window;
   u64 word;
 };
-COMMHAL_DEVICE FarWord far_sem(const Ctx& c, u32 idx) {
+COMMHAL_DEVICE FarWord far_sem(const Ctx& c, u32 idx, u32 sender) {
   if (inbox_on(c))
     return FarWord{(u32) reinterpret_cast<const PlanPorts*>(c.a->ports)->inbox_window,
-                   (u64)idx * 8};
-  return FarWord{PLAN_PORT_AREA, (u64)idx * PLAN_MAX_PARTS * 8};
+                   ((u64)idx * PLAN_MAX_RANKS + sender) * 8};
+  return FarWord{PLAN_PORT_AREA, ((u64)idx * PLAN_MAX_PARTS + sender) * 8};
 }
 
 // Push the put of n bytes (at most PLAN_PORT_WINDOW_STEP) from this rank's `src` into
@@ -537,9 +545,10 @@ COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64
 #define PLAN_OUTBOX_PIECE (64ull << 10)
 
 // Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy, then, where
-// `sig`, make the peer's flag [idx][0] (L << 32) | k. The whole plan block: a replica
-// sync first (its CTAs finished writing the source; and one signal stands for every
-// part, none still reading what it hands back); then part 0 alone. Where the outbox
+// `sig`, make this rank's word of semaphore idx in the peer (far_sem) (L << 32) | k.
+// The whole plan block: a replica sync first (its CTAs finished writing the source; and
+// one signal stands for every part, none still reading what it hands back); then part
+// 0 alone. Where the outbox
 // has room (far_box) part 0 copies the source there piece by piece, each made visible
 // to the host and pushed before the next is copied, and the proxy's port reads it with
 // the CPU instead of a driver copy of device memory (docs/performance.md); else one
@@ -548,7 +557,7 @@ COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64
 // again, and at the end of the block).
 COMMHAL_DEVICE void far_send(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bool sig, u32 idx,
                              u32 k) {
-  const FarWord at = far_sem(c, idx);
+  const FarWord at = far_sem(c, idx, c.a->rank);
   const u64 value = c.hi | k;
   u8* box = far_box(c, src, n);
   group_sync(c);
@@ -626,14 +635,15 @@ COMMHAL_DEVICE void far_wait_done(const Ctx& c, u32 reader) {
   wait_done<ORDERED>(c, 1u << reader, 0);
 }
 
-// The k-th signal of this plan block on semaphore idx of `peer`, over the port: flag
-// [idx][0] of the peer (its every part waits on that word) becomes (L << 32) | k. One
-// signal stands for every part of the block (a memory channel signals per part), so
-// the parts sync first: none is still reading what the signal hands back.
+// The k-th signal of this plan block on semaphore idx of `peer`, over the port: this
+// rank's word of it in the peer (far_sem; its every part waits on that word) becomes
+// (L << 32) | k. One signal stands for every part of the block (a memory channel
+// signals per part), so the parts sync first: none is still reading what the signal
+// hands back.
 COMMHAL_DEVICE void far_signal(Ctx& c, u32 peer, u32 idx, u32 k) {
   group_sync(c);
   if (c.part == 0 && threadIdx.x == 0)
-    far_store(c, peer, far_sem(c, idx), c.hi | k);
+    far_store(c, peer, far_sem(c, idx, c.a->rank), c.hi | k);
 }
 
 // far_put of n bytes, then far_signal (idx, k) of the same peer, as codegen fuses them
@@ -645,13 +655,14 @@ COMMHAL_DEVICE void far_put_signal(Ctx& c, u32 peer, u8* dst, const u8* src, u64
   far_send(c, peer, dst, src, n, true, idx, k);
 }
 
-// The k-th wait on inbound semaphore idx signalled over a port (flag [idx][0]).
-// In the inbox (PLAN_FLAG_INBOX) the word is host memory, read over the bus.
-COMMHAL_DEVICE void far_wait(const Ctx& c, u32 idx, u32 k) {
-  const u64* w = inbox_on(c) ? reinterpret_cast<const u64*>(
-                                   reinterpret_cast<const PlanPorts*>(c.a->ports)->inbox) +
-                                   idx
-                             : sem_flag(c, c.a->rank, idx, 0);
+// The k-th wait on inbound semaphore idx that `peer` signals over a port (its word,
+// far_sem). In the inbox (PLAN_FLAG_INBOX) the word is host memory, read over the bus.
+COMMHAL_DEVICE void far_wait(const Ctx& c, u32 peer, u32 idx, u32 k) {
+  const u64* w =
+      inbox_on(c)
+          ? reinterpret_cast<const u64*>(reinterpret_cast<const PlanPorts*>(c.a->ports)->inbox) +
+                (u64)idx * PLAN_MAX_RANKS + peer
+          : sem_flag(c, c.a->rank, idx, peer);
   if (threadIdx.x == 0) flag_wait(w, c.hi | k, bound(c));
   __syncthreads();
 }
