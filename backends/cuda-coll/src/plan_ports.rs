@@ -315,7 +315,7 @@ struct Carrier {
     /// What the memory ids name, the same on every rank.
     windows: Vec<Window>,
     /// Last value this rank made each far word (port, remote id, offset).
-    written: HashMap<(u32, u32, u64), u64>,
+    written: Written,
 }
 
 fn port_to(
@@ -396,6 +396,24 @@ fn destination<'a>(
     Ok((r, off))
 }
 
+/// The value this rank last made each far word (port, remote id, offset), which it
+/// alone writes (plan.h `far_sem`: a word per sender).
+#[derive(Debug, Default)]
+struct Written(HashMap<(u32, u32, u64), u64>);
+
+impl Written {
+    /// What a signal adds to the word SIGNAL trigger `s` names so that it becomes `value`.
+    fn add(&self, s: &Trigger, value: u64) -> u64 {
+        let last = self.0.get(&(s.semaphore, s.dst_memory, s.dst_offset));
+        value.wrapping_sub(last.copied().unwrap_or(0))
+    }
+    /// Record that the word became `value`.
+    fn set(&mut self, s: &Trigger, value: u64) {
+        self.0
+            .insert((s.semaphore, s.dst_memory, s.dst_offset), value);
+    }
+}
+
 impl Carrier {
     /// Perform `slot`; where it is a put and `next` a signal to the same rank (plan.h
     /// `far_put_signal`), both as one `write_signal` (host-tcp: one send). Returns
@@ -429,17 +447,9 @@ impl Carrier {
         let (src, src_off) = source(locals, windows, t)?;
         let (dst, dst_off) = destination(remotes, windows, t, t.size)?;
         let (sem, off) = destination(remotes, windows, s, 8)?;
-        let key = (p, s.dst_memory, s.dst_offset);
-        let last = written.get(&key).copied().unwrap_or(0);
-        (**port_to(ports, p)?).write_signal(
-            dst,
-            dst_off,
-            src,
-            src_off,
-            t.size,
-            (sem, off, value.wrapping_sub(last)),
-        )?;
-        written.insert(key, value);
+        let add = written.add(s, value);
+        (**port_to(ports, p)?).write_signal(dst, dst_off, src, src_off, t.size, (sem, off, add))?;
+        written.set(s, value);
         Ok(())
     }
 
@@ -462,10 +472,9 @@ impl Carrier {
             // the value rides in w0 (plan.h far_store)
             let value = raw[0];
             let (dst, off) = destination(remotes, windows, t, 8)?;
-            let key = (p, t.dst_memory, t.dst_offset);
-            let last = written.get(&key).copied().unwrap_or(0);
-            (**port_to(ports, p)?).signal(dst, off, value.wrapping_sub(last))?;
-            written.insert(key, value);
+            let add = written.add(t, value);
+            (**port_to(ports, p)?).signal(dst, off, add)?;
+            written.set(t, value);
         }
         if t.flags & FLAG_FLUSH != 0 {
             let port = port_to(ports, p)?;
@@ -624,7 +633,7 @@ impl PlanPorts {
             locals,
             remotes,
             windows,
-            written: HashMap::new(),
+            written: Written::default(),
         };
         let proxy = GpuProxy::start(fifo, Box::new(move |s, n| carrier.perform_slot(s, n)))?;
         boot.barrier()?;
@@ -791,7 +800,7 @@ mod tests {
                 })
                 .collect(),
             windows: windows(lens).unwrap(),
-            written: HashMap::new(),
+            written: Written::default(),
         }
     }
 
