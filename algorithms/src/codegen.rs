@@ -1075,18 +1075,7 @@ impl Gen<'_> {
                 dst,
                 channel: ChannelKind::Port,
                 ..
-            } => {
-                self.data_op(&[*src], &[], iterations);
-                let s = self.span(src, me, looped, false);
-                let d = self.span(dst, *peer, looped, false);
-                self.line(&format!(
-                    "{{ Span s = {s}; Span d = {d}; far_put(c, {peer}u, d.p, s.p, s.n * {es}ull); }}"
-                ));
-                self.unflushed |= 1 << peer;
-                // far_put starts with a replica sync
-                self.reads.clear();
-                self.writes.clear();
-            }
+            } => self.far_put_line("far_put", *peer, (src, dst), (looped, iterations), ""),
             Op::Put { peer, src, dst, .. } => {
                 self.data_op(&[*src], &[], iterations);
                 let s = self.span(src, me, looped, false);
@@ -1343,22 +1332,36 @@ impl Gen<'_> {
         else {
             unreachable!("far_put_signal_pair gives a put and a signal");
         };
-        let (me, es) = (self.me, self.es);
         self.flush_far(!(1 << peer));
         self.wait_readers(std::slice::from_ref(put));
-        self.data_op(&[*src], &[], 1);
-        let i = self.sem((me, *peer, *channel, *tag))?;
+        let i = self.sem((self.me, *peer, *channel, *tag))?;
         self.signalled.insert((*peer, i));
-        let s = self.span(src, me, false, false);
-        let d = self.span(dst, *peer, false, false);
+        let extra = format!(", {i}u, ++s{peer}_{i}");
+        self.far_put_line("far_put_signal", *peer, (src, dst), (false, 1), &extra);
+        Ok(())
+    }
+
+    /// A port put to far `peer` as plan.h `f` (`far_put`, or `far_put_signal` with its
+    /// `extra` arguments), `at` = (looped, iterations): the source read, the put left
+    /// unflushed, and the hazard record cleared (both start with a replica sync).
+    fn far_put_line(
+        &mut self,
+        f: &str,
+        peer: u32,
+        (src, dst): (&ChunkRef, &ChunkRef),
+        (looped, iterations): (bool, u32),
+        extra: &str,
+    ) {
+        self.data_op(&[*src], &[], iterations);
+        let s = self.span(src, self.me, looped, false);
+        let d = self.span(dst, peer, looped, false);
+        let es = self.es;
         self.line(&format!(
-            "{{ Span s = {s}; Span d = {d}; far_put_signal(c, {peer}u, d.p, s.p, s.n * {es}ull, {i}u, ++s{peer}_{i}); }}"
+            "{{ Span s = {s}; Span d = {d}; {f}(c, {peer}u, d.p, s.p, s.n * {es}ull{extra}); }}"
         ));
         self.unflushed |= 1 << peer;
-        // far_put_signal starts with a replica sync
         self.reads.clear();
         self.writes.clear();
-        Ok(())
     }
 
     /// The length of the run at the start of `ops` that fuses into one
