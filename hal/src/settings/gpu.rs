@@ -476,10 +476,10 @@ pub static PLAN_INBOX: Setting = Setting {
         max: 1 << 32,
         unit: Unit::Bytes,
     },
-    default: "294912",
+    default: "524288",
     set_by: SetBy::User,
     read_by: "cuda-coll",
-    doc: "pinned host memory per rank that the port backend writes a plan's data and signals from other nodes into when it writes from the host (host-tcp), read by the kernels over the bus: no driver call on the receiving side; 256 KiB of semaphores, then two copies of a launch's far scratch, so the default takes launches of up to 16 KiB of it (2 x H200 across two virtual nodes, calls through it against calls without it: 0.84-1.03 of the time at 1-16 KiB, 1.2-12 x at 64 KiB-4 MiB); 0: off",
+    doc: "pinned host memory per rank that the port backend writes a plan's data and signals from other nodes into when it writes from the host (host-tcp), read by the kernels over the bus: no driver call on the receiving side; 256 KiB of semaphores, then two copies of a launch's far scratch, so the default takes launches of up to 128 KiB of it (2 x H200 across two virtual nodes, calls through it against calls without it: 0.85-0.91 of the time at 64 KiB, 1.00-1.07 at 256 KiB, 1.02-1.12 at 1-4 MiB); 0: off",
 };
 
 /// `COMMHAL_PLAN_THREADS`: threads per block of the plan kernels.
