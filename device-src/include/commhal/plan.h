@@ -50,7 +50,7 @@
 //   plan, as the hand kernels' done epochs (CTA 0, one store into the writer's PlanState,
 //   no wait: publish_done, or far_publish_done through the proxy for a rank of another
 //   node; in the ordered entry, below, the far one goes out after the body instead, where
-//   no far writer waits for it and it no longer precedes the launch's puts in the
+//   no far writer waits for it and it does not precede the launch's puts in the
 //   proxy), and the writer waits, before its first write into the reader, until the
 //   reader completed launch L − 2 (wait_done, far_wait_done: a load of its own state;
 //   one wait per plan block for all its near readers).
