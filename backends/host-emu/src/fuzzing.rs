@@ -126,7 +126,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     frames.extend_from_slice(&crate::tcp::wire::error_frame("refused: test"));
     let table = crate::tcp::regions::RegionTable::new(11);
     let local = table.register(crate::tcp::regions::Mem::Host(
-        crate::tcp::HostRegion::alloc(64).expect("host region"),
+        crate::tcp::hostmem::HostBytes::alloc(64),
     ));
     let export = crate::tcp::regions::export(&local);
     let mut import = export.len.to_le_bytes().to_vec();

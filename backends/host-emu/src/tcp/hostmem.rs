@@ -1,6 +1,8 @@
 //! [`HostRegion`]: plain process-private host memory (a heap allocation), for ranks
 //! that talk only through `host-tcp` — e.g. on different machines, where shared memory
-//! buys nothing. The only `unsafe` of the `tcp` module lives here.
+//! buys nothing; and `HostBytes`, how the transport reaches any host memory of the
+//! process registered by address (a `HostRegion`, CUDA's pinned memory). The only
+//! `unsafe` of the `tcp` module lives here.
 //!
 //! The bytes are written by this transport's receiver thread while local code may read
 //! them, exactly like host-emu's shared memory: plain copies are the emulated device's
@@ -51,12 +53,6 @@ impl HostMem {
     fn base(&self) -> *mut u8 {
         self.ptr.as_ptr().cast::<u8>()
     }
-
-    fn check(&self, what: &str, off: u64, n: usize) -> Result<usize> {
-        commhal_hal::error::check_range(what, off, n as u64, self.len as u64)?;
-        // In range of a usize-sized buffer, so the offset fits a usize.
-        Ok(off as usize)
-    }
 }
 
 impl Drop for HostMem {
@@ -103,72 +99,113 @@ impl HostRegion {
     /// Copy `out.len()` bytes at `off` out of the region. Not synchronised: read after
     /// an acquire on a semaphore the writer released (or after the writer's flush).
     pub fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
-        let at = self.0.check("host-tcp host region read", off, out.len())?;
-        // SAFETY: `at..at+out.len()` lies inside the live allocation (checked above) and
-        // `out` is a distinct Rust buffer (we never hand out slices of ours).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.0.base().add(at), out.as_mut_ptr(), out.len())
-        };
-        Ok(())
+        // SAFETY: the allocation is live while `self` holds it.
+        unsafe { copy_out(self.addr(), self.len(), off, out) }
     }
 
     /// Copy `data` into the region at `off`. Not synchronised: publish with a release
     /// on a semaphore.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<()> {
-        let at = self
-            .0
-            .check("host-tcp host region write", off, data.len())?;
-        // SAFETY: the destination range lies inside the live allocation (checked
-        // above); `data` cannot alias it because no slice of it is ever handed out.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base().add(at), data.len()) };
-        Ok(())
+        // SAFETY: the allocation is live while `self` holds it.
+        unsafe { copy_in(self.addr(), self.len(), off, data) }
     }
 
     /// The 64-bit semaphore word at `off` (8-byte aligned, inside the region).
     pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
-        commhal_hal::error::check_aligned("semaphore offset", off, 8)?;
-        let at = self.0.check("host-tcp semaphore", off, 8)?;
-        // `at` is a multiple of 8 and in bounds, so it names the word `at / 8`.
-        let word = self.0.ptr.as_ptr().wrapping_add(at / 8);
-        // SAFETY: `word` is in bounds, 8-byte aligned (u64 allocation) and valid while
-        // `&self` keeps the allocation alive; semaphore words are only accessed through
-        // atomics by this crate's receiver and by waiters.
-        Ok(unsafe { AtomicU64::from_ptr(word) })
+        // SAFETY: the allocation is live while `&self` borrows it, which bounds the
+        // word's lifetime.
+        unsafe { word(self.addr(), self.len(), off) }
     }
 }
 
-/// Host memory of this process that another owner allocated, registered by address
-/// ([`commhal_hal::Registrable::Host`]: e.g. CUDA's pinned, device-mapped memory that
-/// GPU kernels copy a put's source into). Reached like [`HostRegion`], through
-/// bounds-checked copies and atomics; `owner` keeps the bytes mapped.
+// Bounds-checked access to `len` bytes of host memory of this process at `addr`, for
+// [`HostRegion`] and [`HostBytes`]. We never hand out Rust slices of such memory (the
+// receiver thread writes it while local code reads it), only copies and atomics.
+
+/// Copy `out.len()` bytes at `off` out of `addr..addr + len`.
+///
+/// # Safety
+/// `addr..addr + len` is mapped host memory for the whole call.
+unsafe fn copy_out(addr: u64, len: u64, off: u64, out: &mut [u8]) -> Result<()> {
+    commhal_hal::error::check_range("host-tcp host region read", off, out.len() as u64, len)?;
+    // SAFETY: `off..off + out.len()` lies inside the mapped range (checked above, the
+    // caller's contract); `out` is a distinct Rust buffer, never a view of it.
+    unsafe {
+        std::ptr::copy_nonoverlapping((addr + off) as *const u8, out.as_mut_ptr(), out.len())
+    };
+    Ok(())
+}
+
+/// Copy `data` into `addr..addr + len` at `off`.
+///
+/// # Safety
+/// As [`copy_out`].
+unsafe fn copy_in(addr: u64, len: u64, off: u64, data: &[u8]) -> Result<()> {
+    commhal_hal::error::check_range("host-tcp host region write", off, data.len() as u64, len)?;
+    // SAFETY: the destination lies inside the mapped range (checked above, the caller's
+    // contract); `data` is a Rust buffer, never a view of this memory.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (addr + off) as *mut u8, data.len()) };
+    Ok(())
+}
+
+/// The 64-bit semaphore word at `off` of `addr..addr + len` (the offset and the address
+/// 8-byte aligned, inside the range).
+///
+/// # Safety
+/// `addr..addr + len` stays mapped for `'a`.
+unsafe fn word<'a>(addr: u64, len: u64, off: u64) -> Result<&'a AtomicU64> {
+    commhal_hal::error::check_aligned("semaphore offset", off, 8)?;
+    commhal_hal::error::check_range("host-tcp semaphore", off, 8, len)?;
+    commhal_hal::error::check_aligned("semaphore address", addr + off, 8)?;
+    // SAFETY: in range and 8-byte aligned (checked above), mapped for 'a (the caller's
+    // contract); semaphore words are accessed through atomics only, by this crate's
+    // receiver and by waiters.
+    Ok(unsafe { AtomicU64::from_ptr((addr + off) as *mut u64) })
+}
+
+/// Host memory of this process registered by address
+/// ([`commhal_hal::Registrable::Host`]: a [`HostRegion`], or memory another owner
+/// allocated, e.g. CUDA's pinned, device-mapped memory that GPU kernels copy a put's
+/// source into), reached through bounds-checked copies and atomics; the owner it holds
+/// keeps the bytes mapped.
 #[derive(Clone)]
-pub(crate) struct ForeignHost {
+pub(crate) struct HostBytes {
     addr: u64,
     len: u64,
     /// Keeps the bytes mapped.
     _owner: commhal_hal::MemoryOwner,
 }
 
-impl std::fmt::Debug for ForeignHost {
+impl std::fmt::Debug for HostBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ForeignHost({:#x}, {} bytes)", self.addr, self.len)
+        write!(f, "HostBytes({:#x}, {} bytes)", self.addr, self.len)
     }
 }
 
-impl ForeignHost {
+impl HostBytes {
     /// `addr..addr + len`, host addresses of this process that `owner` keeps valid
     /// (the contract of [`commhal_hal::Registrable::Host`]).
-    pub(crate) fn new(addr: u64, len: u64, owner: commhal_hal::MemoryOwner) -> Result<ForeignHost> {
+    pub(crate) fn new(addr: u64, len: u64, owner: commhal_hal::MemoryOwner) -> Result<HostBytes> {
         if addr == 0 || addr.checked_add(len).is_none() {
             return Err(HalError::invalid(format!(
                 "host-tcp: host memory at {addr:#x} of {len} bytes is not a valid range"
             )));
         }
-        Ok(ForeignHost {
+        Ok(HostBytes {
             addr,
             len,
             _owner: owner,
         })
+    }
+
+    /// `len` zeroed bytes of a new [`HostRegion`] (tests and fuzz targets).
+    pub(crate) fn alloc(len: u64) -> HostBytes {
+        let r = HostRegion::alloc(len).expect("host region");
+        HostBytes {
+            addr: r.addr(),
+            len,
+            _owner: r.0,
+        }
     }
 
     pub(crate) fn addr(&self) -> u64 {
@@ -179,36 +216,23 @@ impl ForeignHost {
         self.len
     }
 
-    fn at(&self, what: &str, off: u64, n: usize) -> Result<*mut u8> {
-        commhal_hal::error::check_range(what, off, n as u64, self.len)?;
-        Ok((self.addr + off) as *mut u8)
-    }
-
     /// Copy `out.len()` bytes at `off` out (after whatever published them).
     pub(crate) fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
-        let p = self.at("host-tcp host memory read", off, out.len())?;
-        // SAFETY: `p..p + out.len()` lies inside the registered range (checked above),
-        // which the registrant promised is mapped host memory for as long as the owner
-        // (held by `self`) lives; `out` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(p, out.as_mut_ptr(), out.len()) };
-        Ok(())
+        // SAFETY: the registrant promised the range stays mapped while the owner, held
+        // by `self`, lives.
+        unsafe { copy_out(self.addr, self.len, off, out) }
     }
 
     /// Copy `data` in at `off` (published by a later release).
     pub(crate) fn write(&self, off: u64, data: &[u8]) -> Result<()> {
-        let p = self.at("host-tcp host memory write", off, data.len())?;
-        // SAFETY: as in `read`; `data` is a Rust buffer, never a view of this memory.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-        Ok(())
+        // SAFETY: as in `read`.
+        unsafe { copy_in(self.addr, self.len, off, data) }
     }
 
-    /// The 64-bit semaphore word at `off` (its address 8-byte aligned, in range).
+    /// The 64-bit semaphore word at `off` (8-byte aligned, in range).
     pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
-        let p = self.at("host-tcp semaphore", off, 8)?;
-        commhal_hal::error::check_aligned("semaphore address", p as u64, 8)?;
-        // SAFETY: in range and 8-byte aligned (checked above), mapped while `self`
-        // holds `owner`; semaphore words are accessed through atomics only.
-        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+        // SAFETY: as in `read`; `&self` bounds the word's lifetime.
+        unsafe { word(self.addr, self.len, off) }
     }
 }
 

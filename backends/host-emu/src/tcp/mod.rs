@@ -78,7 +78,7 @@ pub use port::TcpPort;
 pub use regions::{SignalHook, TcpLocal, TcpRemote};
 
 use crate::memory::{ShmMapping, ShmRegion};
-use hostmem::ForeignHost;
+use hostmem::HostBytes;
 use regions::{Mem, RegionTable};
 
 /// The backend's name, as in [`Export::backend`] and the registry.
@@ -201,14 +201,12 @@ impl PortMapped for HostTcp {
             Mem::Shm(r.buf().clone())
         } else if let Some(m) = any.downcast_ref::<ShmMapping>() {
             Mem::Shm(m.buf().clone())
-        } else if let Some(h) = any.downcast_ref::<HostRegion>() {
-            Mem::Host(h.clone())
         } else if let Some(l) = any.downcast_ref::<TcpLocal>() {
             l.mem().clone()
         } else if let Some(access) = region.staged() {
             Mem::Staged(Arc::new(regions::Staged::new(region.addr(), access)))
         } else if let Some(Registrable::Host { owner }) = region.registrable() {
-            Mem::Foreign(ForeignHost::new(region.addr(), region.len(), owner)?)
+            Mem::Host(HostBytes::new(region.addr(), region.len(), owner)?)
         } else {
             return Err(HalError::Unregistered {
                 backend: BACKEND.into(),

@@ -22,7 +22,7 @@ use commhal_hal::{Device, Export, HalError, MemoryKind, Region, Result, StagedAc
 
 use crate::memory::ShmBuf;
 use crate::tcp::BACKEND;
-use crate::tcp::hostmem::{ForeignHost, HostRegion};
+use crate::tcp::hostmem::HostBytes;
 
 const MAGIC: &[u8; 4] = b"HTCP";
 const VERSION: u32 = 1;
@@ -34,13 +34,11 @@ pub const EXPORT_LEN: usize = 32;
 pub(crate) enum Mem {
     /// host-emu shared memory (a local [`crate::ShmRegion`] or a [`crate::ShmMapping`]).
     Shm(Arc<ShmBuf>),
-    /// Process-private host memory.
-    Host(HostRegion),
+    /// Process-private host memory registered by address
+    /// ([`commhal_hal::Registrable::Host`]: a [`HostRegion`], CUDA's pinned memory).
+    Host(HostBytes),
     /// Device memory reached through copies ([`Region::staged`]).
     Staged(Arc<Staged>),
-    /// Host memory of this process registered by address
-    /// ([`commhal_hal::Registrable::Host`]).
-    Foreign(ForeignHost),
 }
 
 /// Device memory behind a [`StagedAccess`], and what signals made of its words.
@@ -82,7 +80,6 @@ impl Mem {
             Mem::Shm(b) => b.addr(),
             Mem::Host(h) => h.addr(),
             Mem::Staged(d) => d.addr,
-            Mem::Foreign(h) => h.addr(),
         }
     }
     pub(crate) fn len(&self) -> u64 {
@@ -90,7 +87,6 @@ impl Mem {
             Mem::Shm(b) => b.len(),
             Mem::Host(h) => h.len(),
             Mem::Staged(d) => d.access.len(),
-            Mem::Foreign(h) => h.len(),
         }
     }
     pub(crate) fn read(&self, off: u64, out: &mut [u8]) -> Result<()> {
@@ -98,7 +94,6 @@ impl Mem {
             Mem::Shm(b) => b.read(off, out),
             Mem::Host(h) => h.read(off, out),
             Mem::Staged(d) => d.access.read(off, out),
-            Mem::Foreign(h) => h.read(off, out),
         }
     }
     pub(crate) fn write(&self, off: u64, data: &[u8]) -> Result<()> {
@@ -106,14 +101,12 @@ impl Mem {
             Mem::Shm(b) => b.write(off, data),
             Mem::Host(h) => h.write(off, data),
             Mem::Staged(d) => d.access.write(off, data),
-            Mem::Foreign(h) => h.write(off, data),
         }
     }
     pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         match self {
             Mem::Shm(b) => b.atomic_u64(off),
             Mem::Host(h) => h.atomic_u64(off),
-            Mem::Foreign(h) => h.atomic_u64(off),
             Mem::Staged(_) => Err(HalError::invalid(
                 "this host-tcp region is device memory reached through copies: its semaphore words are waited on by device code, not through the host",
             )),
@@ -375,7 +368,7 @@ mod tests {
     #[test]
     fn export_import_round_trip_and_lies() {
         let table = RegionTable::new(42);
-        let local = table.register(Mem::Host(HostRegion::alloc(100).unwrap()));
+        let local = table.register(Mem::Host(HostBytes::alloc(100)));
         let r = import(export(&local)).unwrap();
         assert_eq!((r.owner(), r.id(), r.len()), (42, local.id(), 100));
 
@@ -399,7 +392,7 @@ mod tests {
     #[test]
     fn table_forgets_dropped_registrations() {
         let table = RegionTable::new(1);
-        let local = table.register(Mem::Host(HostRegion::alloc(8).unwrap()));
+        let local = table.register(Mem::Host(HostBytes::alloc(8)));
         let id = local.id();
         assert!(table.get(id).is_ok());
         drop(local);
