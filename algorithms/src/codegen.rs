@@ -43,7 +43,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use crate::dtype::{DataType, RedOp};
-use crate::error::AlgoError;
+use crate::error::{AlgoError, Location};
 use crate::plan::{
     BufferKind, ChannelKind, ChunkRef, Collective, Op, PacketFormat, Plan, ScratchWriter,
     local_position,
@@ -310,28 +310,15 @@ pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
     if plan.uses_packets() {
         return None;
     }
-    // every op as it runs (loops unrolled), with whether it sits in a C++ loop
-    let ops: Vec<Vec<(Op, bool)>> = plan
-        .ranks
-        .iter()
-        .map(|rp| {
-            let mut v = Vec::new();
-            for op in rp.blocks.iter().flat_map(|b| &b.ops) {
-                match op {
-                    Op::Loop { iterations, body } => {
-                        for it in 0..*iterations {
-                            v.extend(body.iter().map(|o| (o.at_iteration(it), true)));
-                        }
-                    }
-                    o => v.push((o.clone(), false)),
-                }
-            }
-            v
-        })
+    // every op as it runs (loops unrolled; `in_loop`: it sits in a C++ loop)
+    let ops: Vec<Vec<(Location, Op)>> = plan
+        .flatten()
+        .into_iter()
+        .map(|blocks| blocks.into_iter().flatten().collect())
         .collect();
     let mut landed = vec![Vec::new(); plan.nranks as usize];
     for (q, rank_ops) in ops.iter().enumerate() {
-        for (op, _) in rank_ops {
+        for (_, op) in rank_ops {
             if let Op::Put {
                 peer,
                 channel: ChannelKind::Port,
@@ -363,7 +350,8 @@ pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
     // Every access to a rank's scratch lies wholly inside its landed ranges or wholly
     // outside; one inside is the owner's own, or a far put landing, never in a loop.
     for (q, rank_ops) in ops.iter().enumerate() {
-        for (o, looped) in rank_ops {
+        for (at, o) in rank_ops {
+            let looped = at.in_loop.is_some();
             let port_put = matches!(
                 o,
                 Op::Put {
@@ -378,10 +366,10 @@ pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
                 let owners = if remote { o.peers() } else { vec![q as u32] };
                 for owner in owners {
                     let l = &landed[owner as usize];
-                    let (s, e) = (c.index, c.index + c.count);
-                    if !l.iter().any(|&(ls, le)| s < le && ls < e) {
+                    if !overlaps_landing(l, &c) {
                         continue;
                     }
+                    let (s, e) = (c.index, c.index + c.count);
                     let inside = l.iter().any(|&(ls, le)| ls <= s && e <= le);
                     let allowed = !looped && (!remote || (port_put && write));
                     if !inside || !allowed {
@@ -392,6 +380,11 @@ pub fn inbox_chunks(plan: &Plan) -> Option<Vec<Vec<(u32, u32)>>> {
         }
     }
     Some(landed)
+}
+
+/// Whether scratch chunk `c` overlaps one of the landed ranges `l` ([`inbox_chunks`]).
+fn overlaps_landing(l: &[(u32, u32)], c: &ChunkRef) -> bool {
+    l.iter().any(|&(s, e)| c.index < e && s < c.index + c.count)
 }
 
 /// The ranks `rank` reaches over port channels in `plan` (bit p: rank p), either way.
@@ -910,11 +903,9 @@ impl Gen<'_> {
     /// where the launch uses it. Such chunks are never in a C++ loop.
     fn lands_far(&self, c: &ChunkRef, rank: u32) -> bool {
         c.buf == BufferKind::Scratch
-            && self.inbox.is_some_and(|l| {
-                l[rank as usize]
-                    .iter()
-                    .any(|&(s, e)| c.index < e && s < c.index + c.count)
-            })
+            && self
+                .inbox
+                .is_some_and(|l| overlaps_landing(&l[rank as usize], c))
     }
 
     /// The packet-area form of [`Gen::span`]'s functions and the base of the packets:
