@@ -21,7 +21,7 @@
 //! | trigger | ids | done as |
 //! |---|---|---|
 //! | PUT | semaphore id = far rank p; local id k (this rank's window k); remote id 32p + k (p's window k) | `write` on the port to p, at the windows' offsets plus the trigger's |
-//! | SIGNAL | semaphore id = p; remote id 32p + 2 (the start of p's plan area), `dst_offset` = the word; `w0` = the value | `signal` on the port to p with the difference to the value last written there, so the word becomes the value |
+//! | SIGNAL | semaphore id = p; remote id 32p + 2 (the start of p's plan area) or 32p + p's inbox window, `dst_offset` = the word; `w0` = the value | `signal` on the port to p with the difference to the value last written there, so the word becomes the value |
 //! | FLUSH | semaphore id = p | `flush` on the port to p; nothing more on host-tcp, whose `write` returned once it had copied its source out |
 //! | PUT, then SIGNAL to p in the next slot (plan.h `far_put_signal`, both stored before the proxy sees the first) | as above | one `write_signal` (host-tcp: one send) |
 //!
@@ -30,6 +30,10 @@
 //! memory registered with the backend as one more local window (`register_box`,
 //! `COMMHAL_PLAN_OUTBOX`), so the proxy reads it with the CPU: a driver copy of device
 //! memory took 12–15 µs per 512-byte put (H200), reading the outbox 0.2–1.2 µs.
+//! Likewise each rank's **inbox** (`COMMHAL_PLAN_INBOX`), pinned host memory registered,
+//! exported to the far ranks and named by one more window on every rank: launches the
+//! plan and the inbox size allow (`PlanPorts::inbox_copy_units`) put their far data and
+//! far semaphores there, which the port writes with plain copies on the receiving side.
 //!
 //! A word of a far rank's area is written by this rank only (its own row of
 //! handshake flags, semaphores it signals), so the difference is exact and each word
