@@ -13,6 +13,7 @@
 //   thread performed (or observed, e.g. through __syncthreads) before it visible to a
 //   thread that acquires the same location and reads the released value.
 //   store_relaxed / load_relaxed: atomic, no ordering of other accesses.
+//   fetch_max_release: a release that raises a word to at least the value.
 //   fence_acq_rel: a full system-scope fence.
 #pragma once
 
@@ -86,6 +87,15 @@ COMMHAL_DEVICE u64 fetch_add_release(u64* p, u64 v) {
 COMMHAL_DEVICE u64 fetch_add_relaxed(u64* p, u64 v) {
   u64 old;
   asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;"
+               : "=l"(old)
+               : "l"(p), "l"(v)
+               : "memory");
+  return old;
+}
+// *p = max(*p, v); returns the value before.
+COMMHAL_DEVICE u64 fetch_max_release(u64* p, u64 v) {
+  u64 old;
+  asm volatile("atom.release.sys.global.max.u64 %0, [%1], %2;"
                : "=l"(old)
                : "l"(p), "l"(v)
                : "memory");
@@ -172,6 +182,9 @@ COMMHAL_DEVICE u64 fetch_add_release(u64* p, u64 v) {
 }
 COMMHAL_DEVICE u64 fetch_add_relaxed(u64* p, u64 v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+}
+COMMHAL_DEVICE u64 fetch_max_release(u64* p, u64 v) {
+  return __hip_atomic_fetch_max(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
 }
 COMMHAL_DEVICE u32 set_error_once(u32* p, u32 v) {
   u32 expected = 0;

@@ -4,7 +4,8 @@
 // Protocol (see Trigger in handles.h for the bit layout and the proxy's side):
 //   1. slot = atomic add 1 on *head (relaxed): reserves a slot; any number of
 //      threads may push concurrently.
-//   2. wait (bounded) until slot < *tail + fifo_depth (acquire): the ring has room.
+//   2. wait (bounded) until slot < *tail + fifo_depth (acquire): the ring has room
+//      (fifo_room; a cached tail in device memory spares the read of the pinned one).
 //   3. store w0 (relaxed), then w1 with the valid bit (release, system scope). The
 //      release orders every write this thread did or observed (e.g. the block's data
 //      after __syncthreads) before the proxy's copy.
@@ -17,13 +18,30 @@
 
 namespace commhal {
 
+// Wait (bounded) until the ring has room for slot `last`. `seen`, where not null, is a
+// word of device memory that caches the highest tail these pushes read: tails only
+// grow, so a slot below *seen + fifo_depth needs no read of the host-pinned tail (a
+// round trip over PCIe, 1-2 us), and a read raises it. Sets ERR_FIFO_FULL_TIMEOUT on a
+// ring that never drained.
+COMMHAL_DEVICE bool fifo_room(PortChannelHandle& h, u64 last, u64* seen) {
+  if (seen != nullptr && last < load_acquire(seen) + h.fifo_depth) return true;
+  u64 t = 0;
+  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT, [&] {
+        t = load_acquire(h.tail);
+        return last < t + h.fifo_depth;
+      }))
+    return false;
+  if (seen != nullptr) fetch_max_release(seen, t);
+  return true;
+}
+
 // Push one trigger. Returns false on a full ring that never drained (sets
 // ERR_FIFO_FULL_TIMEOUT). On success *slot_out holds the slot's sequence number.
-COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
+// `seen`: fifo_room.
+COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out,
+                              u64* seen = nullptr) {
   const u64 slot = fetch_add_relaxed(h.head, 1);
-  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT,
-                  [&] { return slot < load_acquire(h.tail) + h.fifo_depth; }))
-    return false;
+  if (!fifo_room(h, slot, seen)) return false;
   Trigger* p = h.fifo + (slot % h.fifo_depth);
   store_relaxed(&p->w0, t.w0);
   store_release(&p->w1, t.w1);
@@ -33,30 +51,39 @@ COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out) {
 
 // Push two triggers into consecutive slots, the second stored first: once the proxy
 // sees the first valid, the second is too, so it may perform them as one (the plans'
-// put and its signal: one send on host-tcp). Same bound and errors as fifo_push.
-COMMHAL_DEVICE bool fifo_push2(PortChannelHandle& h, Trigger first, Trigger second) {
+// put and its signal: one send on host-tcp). Same bound and errors as fifo_push;
+// *slot_out: the second's sequence number.
+COMMHAL_DEVICE bool fifo_push2(PortChannelHandle& h, Trigger first, Trigger second,
+                               u64* slot_out = nullptr, u64* seen = nullptr) {
   const u64 slot = fetch_add_relaxed(h.head, 2);
-  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT,
-                  [&] { return slot + 1 < load_acquire(h.tail) + h.fifo_depth; }))
-    return false;
+  if (!fifo_room(h, slot + 1, seen)) return false;
   Trigger* p1 = h.fifo + ((slot + 1) % h.fifo_depth);
   store_relaxed(&p1->w0, second.w0);
   store_release(&p1->w1, second.w1);
   Trigger* p0 = h.fifo + (slot % h.fifo_depth);
   store_relaxed(&p0->w0, first.w0);
   store_release(&p0->w1, first.w1);
+  if (slot_out) *slot_out = slot + 1;
   return true;
 }
 
-// Wait until the proxy finished the trigger with sequence number `slot`.
-COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot) {
-  return wait_until(channel_bound(h), ERR_FLUSH_TIMEOUT,
-                    [&] { return load_acquire(h.tail) > slot; });
+// Wait until the proxy finished the trigger with sequence number `slot` (`seen`:
+// fifo_room's cached tail, consulted first and raised).
+COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot, u64* seen = nullptr) {
+  if (seen != nullptr && load_acquire(seen) > slot) return true;
+  u64 t = 0;
+  if (!wait_until(channel_bound(h), ERR_FLUSH_TIMEOUT, [&] {
+        t = load_acquire(h.tail);
+        return t > slot;
+      }))
+    return false;
+  if (seen != nullptr) fetch_max_release(seen, t);
+  return true;
 }
 
 // Build and push a trigger; rejects offsets/lengths that do not fit 32 bits.
 COMMHAL_DEVICE bool port_push(PortChannelHandle& h, u64 type, u64 dst_off, u64 src_off,
-                              u64 len, u64* slot_out) {
+                              u64 len, u64* slot_out, u64* seen = nullptr) {
   if (dst_off > 0xffffffffull || src_off > 0xffffffffull || len > 0xffffffffull) {
     set_error_once(h.error_flag, ERR_TRIGGER_RANGE);
     return false;
@@ -64,7 +91,7 @@ COMMHAL_DEVICE bool port_push(PortChannelHandle& h, u64 type, u64 dst_off, u64 s
   return fifo_push(h,
                    make_trigger(type, (u32)dst_off, (u32)src_off, (u32)len, h.remote_memory_id,
                                 h.local_memory_id, h.semaphore_id),
-                   slot_out);
+                   slot_out, seen);
 }
 
 // Ask the proxy to copy local[src_off..+len] to remote[dst_off..]. One thread.
