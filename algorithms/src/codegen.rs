@@ -107,6 +107,18 @@ fn user_buffer_peers(op: &Op) -> Vec<u32> {
     }
 }
 
+/// Whether some rank's port op (an op between ranks of different nodes, carried by the
+/// proxy) writes or reads a user buffer (input or output) at its far end. When none
+/// does, the port ends are scratch, semaphores and the outbox only, so a call whose
+/// puts go through the outbox (plan.h `far_send`) needs no user buffer registered with
+/// the port backend.
+pub fn far_user_buffers(plan: &Plan) -> bool {
+    plan.flatten().iter().flatten().flatten().any(|(_, op)| {
+        matches!(op.peer_channel(), Some((_, ChannelKind::Port)))
+            && !user_buffer_peers(op).is_empty()
+    })
+}
+
 /// The ranks of other nodes (bits of `far`) that `rank` handshakes with when the plan
 /// needs start / end handshakes (bit p: rank p): those where one of the pair writes or
 /// reads the other's input or output. A far peer reached through scratch only needs
@@ -165,39 +177,26 @@ fn handshake_peers(plan: &Plan, rank: u32) -> u32 {
     !far | far_handshake_peers(plan, rank, far)
 }
 
-/// Where in the kernel the lines of [`publish_lines`] go.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Publish {
-    /// At the start: every near publish, and the far ones of the unordered entry.
-    Start,
-    /// After the body: the far ones of the ordered entry.
-    End,
-}
-
-/// The lines that publish `rank`'s progress to the writers into its scratch of `done`
-/// (plan.h `publish_done`, a store into their memory; `far_publish_done`, a signal
-/// through the proxy). The value is the same wherever in the launch it goes out. A far
-/// one at the start is sent ahead of the launch's puts by the one proxy thread that
-/// performs them in order (host-tcp, 2 × H200 as two virtual nodes, 1 KiB: 6–8 µs a
-/// signal, which every put waited behind), so the ordered entry sends it after the
-/// body: there no far writer waits for it (`far_wait_done<true>` has no wait: far
-/// readers are never one-way packet receivers, packets do not cross nodes). The
-/// unordered entry keeps it at the start: its writer's `far_wait_done` may need this
-/// very launch's value (the launch before on the reader may have been another plan),
-/// while the reader's body waits for that writer's puts. Writer and reader run the
-/// same entry: the host picks it from the launches before, the same on every rank.
-fn publish_lines(rank: u32, done: &[ScratchWriter], at: Publish) -> String {
+/// The lines that publish `rank`'s progress to the writers into its scratch of `done`,
+/// at the start of the kernel (plan.h `publish_done`, a store into their memory;
+/// `far_publish_done`, a signal through the proxy). A far one goes out in the unordered
+/// entry only: a far writer waits for its reader's progress there alone
+/// (`far_wait_done<true>` has no wait: far readers are never one-way packet
+/// receivers, packets do not cross nodes, so the writer heard from its reader in the
+/// launch before), and each signal costs the one proxy thread a send (host-tcp, 2 ×
+/// H200 as two virtual nodes, 1 KiB: 6–8 µs) and the peer's receiver a write. Its
+/// writer's `far_wait_done` may need this very launch's value (the launch before on
+/// the reader may have been another plan), while the reader's body waits for that
+/// writer's puts, so it goes before the body. Writer and reader run the same entry: the
+/// host picks it from the launches before, the same on every rank.
+fn publish_lines(rank: u32, done: &[ScratchWriter]) -> String {
     let mut s = String::new();
     for p in done.iter().filter(|p| p.reader == rank) {
-        let line = match (p.far, at) {
-            (false, Publish::Start) => format!("  publish_done(c, {}u);", p.writer),
-            (false, Publish::End) => continue,
-            (true, Publish::Start) => {
-                format!("  if (!ORDERED) far_publish_done(c, {}u);", p.writer)
-            }
-            (true, Publish::End) => format!("  if (ORDERED) far_publish_done(c, {}u);", p.writer),
+        let _ = if p.far {
+            writeln!(s, "  if (!ORDERED) far_publish_done(c, {}u);", p.writer)
+        } else {
+            writeln!(s, "  publish_done(c, {}u);", p.writer)
         };
-        let _ = writeln!(s, "{line}");
     }
     s
 }
@@ -2022,13 +2021,12 @@ pub fn generate_cuda(
     src.push_str(
         "template <bool ORDERED>\n__device__ __forceinline__ void plan_body(const PlanArgs& a) {\n  Ctx c = begin(a);\n  const u32 b = c.block;\n",
     );
-    src.push_str(&publish_lines(rank, &done, Publish::Start));
+    src.push_str(&publish_lines(rank, &done));
     let far_hs = far_handshake_peers(plan, rank, far);
     if start_sync {
         src.push_str(&sync_line("start", plan.nranks, far, far_hs));
     }
     src.push_str(&body);
-    src.push_str(&publish_lines(rank, &done, Publish::End));
     if end_sync {
         src.push_str(&sync_line("end", plan.nranks, far, far_hs));
     }
@@ -2827,6 +2825,26 @@ mod tests {
     }
 
     #[test]
+    fn far_user_buffers_names_the_plans_whose_ports_reach_user_buffers() {
+        let mut p = BuildParams::new(4);
+        p.ranks_per_node = 2;
+        let plan = |a| build(a, &p).unwrap();
+        // the hierarchical plans cross the nodes into scratch only
+        for a in [
+            Algorithm::AllReduce2phHb,
+            Algorithm::AllGather2ph,
+            Algorithm::ReduceScatter2ph,
+        ] {
+            assert!(!far_user_buffers(&plan(a)), "{a:?}");
+        }
+        // all pairs puts into the far ranks' outputs
+        assert!(far_user_buffers(&plan(Algorithm::AllGatherAllPairs)));
+        // one node: no port op at all
+        let one = build(Algorithm::AllGatherAllPairs, &BuildParams::new(4)).unwrap();
+        assert!(!far_user_buffers(&one));
+    }
+
+    #[test]
     fn far_peers_go_through_the_proxy() {
         // 4 ranks on two virtual nodes of 2: rank 1 reaches its counterpart 3 over a
         // port, rank 2 its counterpart 0.
@@ -2948,11 +2966,11 @@ mod tests {
                 let far = (r + 2) % 4;
                 // The unordered entry publishes before any block waits (its writer may
                 // wait for this launch's value before the put this rank waits for); the
-                // ordered one after every block's ops, not ahead of the launch's puts.
-                let (first, last) = (s.find("if (b == ").unwrap(), s.rfind("if (b == ").unwrap());
+                // ordered one not at all (no far writer waits there).
+                let first = s.find("if (b == ").unwrap();
                 let start = calls(&s[..first], "if (!ORDERED) far_publish_done");
-                let end = calls(&s[last..], "if (ORDERED) far_publish_done");
-                assert_eq!((start, end), (vec![far], vec![far]), "{a:?}: {s}");
+                assert_eq!(start, vec![far], "{a:?}: {s}");
+                assert_eq!(s.matches("far_publish_done(").count(), 1, "{a:?}: {s}");
                 assert!(!s[..first].contains("far_wait"), "{s}");
                 assert_ne!(k.far & (1 << far), 0, "{a:?}: no ports table");
                 let blocks = s.split("if (b == ").skip(1);
@@ -3059,10 +3077,9 @@ mod tests {
                     for w in calls(s, "publish_done") {
                         publishes.insert((w, r, false));
                     }
-                    // each far publish once per entry: at the start unordered, at
-                    // the end ordered
+                    // each far publish at the start of the unordered entry only
                     let start = calls(s, "if (!ORDERED) far_publish_done");
-                    assert_eq!(start, calls(s, "if (ORDERED) far_publish_done"), "{s}");
+                    assert_eq!(start.len(), s.matches("far_publish_done(").count(), "{s}");
                     for w in start {
                         publishes.insert((w, r, true));
                     }

@@ -198,6 +198,8 @@ struct Loaded {
     kernel: CudaKernel,
     /// [`codegen::touches_peer_user_buffers`] of the plan.
     peer_user: bool,
+    /// [`codegen::far_user_buffers`] of the plan.
+    far_user: bool,
     /// [`Plan::uses_packets`] (a walk over every op: once, not per launch).
     packets: bool,
     /// [`codegen::packet_walk`]: the largest packet op of any rank, which sizes the
@@ -424,6 +426,7 @@ impl PlanExec {
         let module = CollModule::load(&self.ctx, &image, kernel.entries())?;
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
+            far_user: codegen::far_user_buffers(&plan),
             packets: plan.uses_packets(),
             walk: codegen::packet_walk(&plan, key.dtype).map_err(algo_error)?,
             plan,
@@ -511,9 +514,15 @@ impl PlanExec {
     /// plan (one lookup per call).
     pub fn reach_of(&self, c: &PlanCall) -> Result<PlanReach> {
         let k = self.loaded(c)?;
+        let far = k.kernel.far;
+        let from_outbox = match &self.ports {
+            Ok(p) => p.outbox_share(k.kernel.blocks) > 0,
+            Err(_) => false,
+        };
         Ok(PlanReach {
             peer_buffers: k.peer_user,
-            far: k.kernel.far != 0,
+            far,
+            registered: far != 0 && (k.far_user || !from_outbox),
         })
     }
 
@@ -737,10 +746,15 @@ pub struct PlanReach {
     /// their plan areas, and the call needs no exchange of buffers: the caller's path is
     /// direct, as for the hand packet kernels.
     pub peer_buffers: bool,
-    /// It reaches ranks of other nodes over port channels: it then runs on the
-    /// registered regions (the port backend moves registered memory only), staged like
-    /// a call on unshareable buffers.
-    pub far: bool,
+    /// The ranks of other nodes it reaches over port channels (bit p: rank p); they
+    /// never map this rank's buffers.
+    pub far: u32,
+    /// It runs on the registered regions, staged like a call on unshareable buffers,
+    /// because the port backend moves registered memory only: a port op reaches a user
+    /// buffer at its far end ([`codegen::far_user_buffers`]), or this rank's puts go
+    /// from their sources (no outbox: cuda-dma; plan.h `far_send`). Through the
+    /// outbox into the far ranks' scratch, the plan runs on the caller's buffers.
+    pub registered: bool,
 }
 
 /// Every rank's virtual node (`COMMHAL_NODE`), gathered over `boot`.

@@ -296,6 +296,8 @@ pub struct PlanPorts {
     backend: String,
     /// Bytes of every rank's inbox (0: none).
     inbox_len: u64,
+    /// Bytes of this rank's outbox (0: none).
+    outbox_len: u64,
     /// The outbox and the inbox the table names ([`register_box`]).
     _boxes: [Option<Arc<PinnedHostBuffer>>; 2],
 }
@@ -646,6 +648,7 @@ impl PlanPorts {
             table,
             backend: name.to_string(),
             inbox_len: t.inbox_len,
+            outbox_len: t.outbox_len,
             _boxes: [outbox_buf, inbox_buf],
         })
     }
@@ -667,12 +670,27 @@ impl PlanPorts {
         inbox_copy_units(self.inbox_len, copy)
     }
 
+    /// Bytes of a plan block's share of the outbox half a launch of `blocks` plan
+    /// blocks uses (plan.h `far_box_share`); 0: its puts go from their sources, which
+    /// must then be registered with the port backend.
+    pub fn outbox_share(&self, blocks: u32) -> u64 {
+        outbox_share(self.outbox_len, blocks)
+    }
+
     /// The proxy's first error, naming the backend.
     pub fn error(&self) -> Option<String> {
         self.proxy
             .error()
             .map(|e| format!("{}: the plans' port proxy stopped: {e}", self.backend))
     }
+}
+
+/// plan.h `far_box_share`: an outbox of `len` bytes in two halves (by launch parity),
+/// each split among `blocks` plan blocks in multiples of 256 bytes; shares below 1 KiB
+/// count as none.
+fn outbox_share(len: u64, blocks: u32) -> u64 {
+    let share = (len / 2 / 256 * 256) / u64::from(blocks.max(1)) / 256 * 256;
+    if share < 1024 { 0 } else { share }
 }
 
 fn table_bytes(t: &PortTable) -> &[u8] {
@@ -970,6 +988,18 @@ mod tests {
             done += piece;
         }
         out
+    }
+
+    #[test]
+    fn outbox_shares_split_a_half_in_256_byte_multiples() {
+        let mib = 1 << 20;
+        assert_eq!(outbox_share(8 * mib, 1), 4 * mib);
+        assert_eq!(outbox_share(8 * mib, 3), 4 * mib / 3 / 256 * 256);
+        assert_eq!(outbox_share(8 * mib, 508), 8192);
+        // too small a share is none: the puts then go from registered sources
+        assert_eq!(outbox_share(4096, 2), 1024);
+        assert_eq!(outbox_share(4096, 3), 0);
+        assert_eq!(outbox_share(0, 1), 0);
     }
 
     #[test]

@@ -49,11 +49,10 @@
 //   reader publishes its done epoch to the writer at the start of every launch of the
 //   plan, as the hand kernels' done epochs (CTA 0, one store into the writer's PlanState,
 //   no wait: publish_done, or far_publish_done through the proxy for a rank of another
-//   node; in the ordered entry, below, the far one goes out after the body instead, where
-//   no far writer waits for it and it does not precede the launch's puts in the
-//   proxy), and the writer waits, before its first write into the reader, until the
-//   reader completed launch L − 2 (wait_done, far_wait_done: a load of its own state;
-//   one wait per plan block for all its near readers).
+//   node, in the unordered entry only, below: no far writer waits in the ordered one,
+//   and each costs the proxy a send), and the writer waits, before its first write into
+//   the reader, until the reader completed launch L − 2 (wait_done, far_wait_done: a
+//   load of its own state; one wait per plan block for all its near readers).
 //   Back to back, a writer that hears from its reader in every launch heard, in launch
 //   L − 1, from writes the reader made after publishing, so the wait finds the value at
 //   once; a one-way sender waits only when it runs two launches ahead. When the host
@@ -146,7 +145,7 @@ struct PlanPorts {
   u64 depth;       // its slots
   u64* head;       // triggers reserved (device memory)
   u64* tail;       // triggers the proxy finished (host-pinned)
-  u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_box), or null
+  u8* outbox;      // this rank's outbox (host-pinned, device-mapped; far_send), or null
   u64 outbox_len;  // its bytes; also one of this rank's windows
   u8* inbox;       // this rank's inbox (host-pinned, device-mapped; far_scr), or null
   u64 inbox_len;   // its bytes (the same on every rank)
@@ -165,7 +164,10 @@ struct PlanState {
   u32 error;                    // first error code (0: none)
   u32 pad0;
   u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (scratch readers)
-  u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS];
+  u64 tail_seen;                // the highest FIFO tail read (fifo_room)
+  u64 box_free[2];              // [parity]: one past the last slot that read that outbox
+                                // half (far_box_ready)
+  u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS - 6];
   u64 epoch[PLAN_MAX_CTAS];     // per CTA slot: plan launches completed on this rank
   u64 bar[PLAN_MAX_CTAS];       // per CTA: (L << 32) | intra-rank barriers passed
   u64 grp[PLAN_MAX_CTAS];       // per CTA: (L << 32) | replica syncs passed
@@ -191,7 +193,10 @@ struct Ctx {
   u32 parts;  // replicas
   u32 nbar;   // barriers passed in this invocation
   u32 ngrp;   // replica syncs passed in this invocation
-  u64 obox;   // bytes of this block's outbox share in use since its last far_flush
+  u64 obox;   // bytes of this block's outbox share in use (far_send)
+  u64 box_free;     // PlanState::box_free of this launch's half, read at the start
+  u64 pushed;       // the pushing thread: one past its last FIFO slot (far_push)
+  bool box_ready;   // far_box_ready passed
 };
 
 COMMHAL_DEVICE PlanState* state_of(const PlanArgs& a) {
@@ -224,6 +229,9 @@ COMMHAL_DEVICE Ctx begin(const PlanArgs& a) {
   c.nbar = 0;
   c.ngrp = 0;
   c.obox = 0;
+  c.box_free = a.ports != 0 ? c.st->box_free[c.epoch & 1] : 0;
+  c.pushed = 0;
+  c.box_ready = false;
   return c;
 }
 
@@ -475,96 +483,145 @@ COMMHAL_DEVICE FarWord far_sem(const Ctx& c, u32 idx, u32 sender) {
   return FarWord{PLAN_PORT_AREA, ((u64)idx * PLAN_MAX_PARTS + sender) * 8};
 }
 
-// Push the put of n bytes (at most PLAN_PORT_WINDOW_STEP) from this rank's `src` into
-// `peer`'s `dst`: each end named by the window holding it. One thread.
-COMMHAL_DEVICE bool far_put_piece(const Ctx& c, u32 peer, const u8* dst, const u8* src, u64 n) {
+// The trigger of a put of n bytes (at most PLAN_PORT_WINDOW_STEP) from this rank's `src`
+// into `peer`'s `dst`, each end named by the window holding it; false (ERR_TRIGGER_RANGE
+// stored) where no window does.
+COMMHAL_DEVICE bool far_put_trigger(const Ctx& c, u32 peer, const u8* dst, const u8* src, u64 n,
+                                    Trigger& t) {
   u32 sk, dk;
   u64 so, dof;
   if (!far_locate(c, c.a->rank, src, n, sk, so) || !far_locate(c, peer, dst, n, dk, dof))
     return false;
-  PortChannelHandle h = far_handle(c, peer);
-  h.local_memory_id = sk;
-  h.remote_memory_id = PLAN_PORT_REGIONS * peer + dk;
-  return commhal::port_put(h, dof, so, n);
+  t = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)n, PLAN_PORT_REGIONS * peer + dk, sk,
+                   peer);
+  return true;
 }
 
-// Where this rank has an outbox (PlanPorts::outbox: the port backend sends from the
-// host, host-tcp), room in it for a put of n bytes from `src`: what is left of this
-// block's share, at the source's offset mod 16 (so the copy moves 16-byte vectors);
-// null where it does not fit (the put then goes from `src`). The room stays in use
-// until far_flush. The same in every thread of the block.
-COMMHAL_DEVICE u8* far_box(Ctx& c, const u8* src, u64 n) {
-  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
-  if (t->outbox == nullptr || n == 0) return nullptr;
-  const u64 share = t->outbox_len / (gridDim.x / c.parts) / 256 * 256;
-  const u64 mis = reinterpret_cast<u64>(src) & 15;
-  const u64 used = (mis + n + 255) / 256 * 256;
-  if (c.obox + used > share) return nullptr;
-  u8* box = t->outbox + c.block * share + c.obox + mis;
-  c.obox += used;
-  return box;
+// The trigger that makes `peer`'s word `at` equal `value` (the value rides in w0; the
+// proxy adds the difference to what it last wrote there, plan_ports.rs).
+COMMHAL_DEVICE Trigger far_signal_trigger(u32 peer, FarWord at, u64 value) {
+  return make_trigger(TRIGGER_SIGNAL, (u32)at.word, (u32)(value >> 32), (u32)value,
+                      PLAN_PORT_REGIONS * peer + at.window, 0, peer);
 }
-
-COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, FarWord at, u64 value);
 
 // Push the put of n bytes from this rank's `src` into `peer`'s `dst` in pieces of at
-// most `step` bytes (at most PLAN_PORT_WINDOW_STEP: a piece that large lies whole in one
-// window of each end), the last one together with the signal making the peer's word
-// `at` `value` where `sig` (fifo_push2: the proxy performs both as one). One thread.
-COMMHAL_DEVICE void far_push(const Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, u64 step,
-                             bool sig, FarWord at, u64 value) {
-  if (n == 0) {
-    if (sig) far_store(c, peer, at, value);
-    return;
-  }
-  for (u64 done = 0; done < n;) {
-    const u64 m = n - done < step ? n - done : step;
-    if (!(sig && done + m == n)) {
-      if (!far_put_piece(c, peer, dst + done, src + done, m)) return;
-      done += m;
-      continue;
-    }
-    u32 sk, dk;
-    u64 so, dof;
-    if (!far_locate(c, c.a->rank, src + done, m, sk, so) ||
-        !far_locate(c, peer, dst + done, m, dk, dof))
+// most PLAN_PORT_WINDOW_STEP bytes (a piece that large lies whole in one window of each
+// end), the last one together with the signal making the peer's word `at` `value` where
+// `sig` (fifo_push2: the proxy performs both as one). c.pushed: one past the last slot.
+// One thread.
+COMMHAL_DEVICE void far_push(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bool sig,
+                             FarWord at, u64 value) {
+  PortChannelHandle h = far_handle(c, peer);
+  u64* seen = &c.st->tail_seen;
+  u64 slot = 0, done = 0;
+  Trigger t;
+  while (n - done > PLAN_PORT_WINDOW_STEP || (!sig && done < n)) {
+    const u64 m = n - done < PLAN_PORT_WINDOW_STEP ? n - done : PLAN_PORT_WINDOW_STEP;
+    if (!far_put_trigger(c, peer, dst + done, src + done, m, t) ||
+        !fifo_push(h, t, &slot, seen))
       return;
-    PortChannelHandle h = far_handle(c, peer);
-    const Trigger put = make_trigger(TRIGGER_PUT, (u32)dof, (u32)so, (u32)m,
-                                     PLAN_PORT_REGIONS * peer + dk, sk, peer);
-    const Trigger signal = make_trigger(TRIGGER_SIGNAL, (u32)at.word, (u32)(value >> 32),
-                                        (u32)value, PLAN_PORT_REGIONS * peer + at.window, 0,
-                                        peer);
-    commhal::fifo_push2(h, put, signal);
+    c.pushed = slot + 1;
+    done += m;
+  }
+  if (!sig) return;
+  const Trigger s = far_signal_trigger(peer, at, value);
+  if (done == n) {
+    if (fifo_push(h, s, &slot, seen)) c.pushed = slot + 1;
     return;
   }
+  if (far_put_trigger(c, peer, dst + done, src + done, n - done, t) &&
+      fifo_push2(h, t, s, &slot, seen))
+    c.pushed = slot + 1;
+}
+
+// The outbox (PlanPorts::outbox: the port backend sends from the host, host-tcp): part 0
+// of a block copies a put's source into its share of the outbox and the proxy's port
+// reads it with the CPU; a driver copy of device memory took 12-15 us per 512-byte put
+// (H200), reading the outbox 0.2-1.2 us. The outbox has two halves, by launch parity as
+// the scratch copies, and a block's share of the half this launch uses is
+// far_box_share bytes (0: no outbox, the port reads the source where it is). Each put
+// from a half raises PlanState::box_free[parity] past its slot; a launch writes its
+// half only after the proxy finished those slots (two launches back: far_box_ready),
+// so no launch waits for its own sends to finish, and a put's source needs no
+// registration with the port. Where a block's puts outgrow its share, it waits for the
+// proxy to finish them and starts the share over (far_box_drain).
+COMMHAL_DEVICE u64 far_box_half(const Ctx& c) {
+  const PlanPorts* t = reinterpret_cast<const PlanPorts*>(c.a->ports);
+  return t->outbox == nullptr ? 0 : t->outbox_len / 2 / 256 * 256;
+}
+COMMHAL_DEVICE u64 far_box_share(const Ctx& c) {
+  const u64 share = far_box_half(c) / (gridDim.x / c.parts) / 256 * 256;
+  return share < 1024 ? 0 : share;
+}
+
+// Part 0, the whole CTA, before its first outbox write of this launch: the proxy
+// finished every put that read this half before.
+COMMHAL_DEVICE void far_box_ready(Ctx& c) {
+  if (c.box_ready) return;
+  c.box_ready = true;
+  if (threadIdx.x == 0 && c.box_free != 0) {
+    PortChannelHandle h = far_handle(c, 0);
+    fifo_wait_done(h, c.box_free - 1, &c.st->tail_seen);
+  }
+  __syncthreads();
+}
+
+// Part 0, the whole CTA: wait until the proxy finished this block's puts, and start
+// its share over.
+COMMHAL_DEVICE void far_box_drain(Ctx& c) {
+  if (threadIdx.x == 0 && c.pushed != 0) {
+    PortChannelHandle h = far_handle(c, 0);
+    fifo_wait_done(h, c.pushed - 1, &c.st->tail_seen);
+  }
+  __syncthreads();
+  c.obox = 0;
 }
 
 // Put n bytes of this rank's `src` into `peer`'s `dst` through the proxy, then, where
 // `sig`, make this rank's word of semaphore idx in the peer (far_sem) (L << 32) | k.
 // The whole plan block: a replica sync first (its CTAs finished writing the source; and
 // one signal stands for every part, none still reading what it hands back); then part
-// 0 alone. Where the outbox has room (far_box) part 0 copies the source there and makes
-// it visible to the host before the triggers, and the proxy's port reads it with the
-// CPU instead of a driver copy of device memory (docs/performance.md); else one thread
-// pushes from `src`. Pushed whole: 64 KiB pieces, each pushed as soon as copied, took
-// 1.1-1.4 x the time from 256 KiB (2 x H200 across two virtual nodes). The source, or
-// the outbox room, stays in use until far_flush (the generator flushes before anything
-// may write this rank's memory again, and at the end of the block).
+// 0 alone. With an outbox part 0 copies the source into its share and pushes each
+// piece that fits, making it visible to the host first (pushed whole: 64 KiB pieces,
+// each pushed as soon as copied, took 1.1-1.4 x the time from 256 KiB, 2 x H200 across
+// two virtual nodes). Without one a thread pushes from `src`, which stays in use until
+// far_flush (the generator flushes before anything may write this rank's memory again,
+// and at the end of the block).
 COMMHAL_DEVICE void far_send(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n, bool sig, u32 idx,
                              u32 k) {
   const FarWord at = far_sem(c, idx, c.a->rank);
   const u64 value = c.hi | k;
-  u8* box = far_box(c, src, n);
   group_sync(c);
   if (c.part != 0) return;
-  if (box != nullptr) {
-    copy_cooperative(box, src, n, threadIdx.x, blockDim.x);
+  const u64 share = far_box_share(c);
+  if (share == 0) {
+    if (threadIdx.x == 0) far_push(c, peer, dst, src, n, sig, at, value);
+    return;
+  }
+  u8* const base = reinterpret_cast<const PlanPorts*>(c.a->ports)->outbox +
+                   (c.epoch & 1) * far_box_half(c) + c.block * share;
+  for (u64 done = 0;;) {
+    // at the source's offset mod 16, so the copy moves 16-byte vectors
+    const u64 mis = reinterpret_cast<u64>(src + done) & 15;
+    if (done < n && c.obox + mis + 256 > share) {
+      far_box_drain(c);
+      continue;
+    }
+    far_box_ready(c);
+    const u64 room = share - c.obox - mis;
+    const u64 m = n - done < room ? n - done : room;
+    u8* box = base + c.obox + mis;
+    copy_cooperative(box, src + done, m, threadIdx.x, blockDim.x);
     __threadfence_system();
     __syncthreads();
-    src = box;
+    c.obox += (mis + m + 255) / 256 * 256;
+    done += m;
+    if (threadIdx.x == 0) {
+      far_push(c, peer, dst + done - m, box, m, sig && done == n, at, value);
+      fetch_max_release(&c.st->box_free[c.epoch & 1], c.pushed);
+    }
+    if (done == n) return;
   }
-  if (threadIdx.x == 0) far_push(c, peer, dst, src, n, PLAN_PORT_WINDOW_STEP, sig, at, value);
 }
 
 // A put alone (far_send without a signal).
@@ -572,26 +629,27 @@ COMMHAL_DEVICE void far_put(Ctx& c, u32 peer, u8* dst, const u8* src, u64 n) {
   far_send(c, peer, dst, src, n, false, 0, 0);
 }
 
-// Wait until the puts this block pushed to the far ranks in `mask` (bit p: rank p)
-// completed (the port's flush: their sources may be written again); the whole block.
+// Wait until the puts this block pushed to the far ranks in `mask` (bit p: rank p) no
+// longer need their sources (the port's flush), then the replica sync; the whole block.
+// Puts from the outbox need nothing: their sources were copied before the push, and the
+// proxy finishing them is far_box_ready's business.
 COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
-  if (c.part == 0 && threadIdx.x == 0) {
+  if (far_box_share(c) == 0 && c.part == 0 && threadIdx.x == 0) {
     u64 last = 0;
     bool any = false, ok = true;
     for (u32 p = 0; p < PLAN_MAX_RANKS && ok; ++p) {
       if (!((mask >> p) & 1)) continue;
       PortChannelHandle h = far_handle(c, p);
-      ok = commhal::port_push(h, TRIGGER_FLUSH, 0, 0, 0, &last);
+      ok = commhal::port_push(h, TRIGGER_FLUSH, 0, 0, 0, &last, &c.st->tail_seen);
       any = true;
     }
     // the proxy performs triggers in order: the last flush done means all are
     if (any && ok) {
       PortChannelHandle h = far_handle(c, 0);
-      commhal::fifo_wait_done(h, last);
+      commhal::fifo_wait_done(h, last, &c.st->tail_seen);
     }
   }
   group_sync(c);
-  c.obox = 0;
 }
 
 // Make the u64 word at `word` of `peer`'s plan area equal `value` through the proxy,
@@ -599,8 +657,7 @@ COMMHAL_DEVICE void far_flush(Ctx& c, u32 mask) {
 // flags of the area's head (below PLAN_DATA_OFF): the area's first window holds them.
 COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, FarWord at, u64 value) {
   PortChannelHandle h = far_handle(c, peer);
-  h.remote_memory_id = PLAN_PORT_REGIONS * peer + at.window;
-  commhal::port_push(h, TRIGGER_SIGNAL, at.word, value >> 32, value & 0xffffffffull, 0);
+  commhal::fifo_push(h, far_signal_trigger(peer, at, value), nullptr, &c.st->tail_seen);
 }
 COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
   far_store(c, peer, FarWord{PLAN_PORT_AREA, word}, value);
@@ -610,7 +667,8 @@ COMMHAL_DEVICE void far_store(const Ctx& c, u32 peer, u64 word, u64 value) {
 // the proxy: CTA 0, one thread, no wait; the proxy stores the value into done[me] of the
 // writer's PlanState (the area's head, in its first window). Launch L − 1 is over at
 // the kernel boundary. Codegen places it at the start of the unordered entry (a writer
-// may be waiting for it) and after the body of the ordered one (codegen
+// may be waiting for it), and the ordered entry has none: far readers are never
+// one-way, so there the writer heard from its reader in the launch before (codegen
 // publish_lines). The first launch has nothing to publish.
 COMMHAL_DEVICE void far_publish_done(const Ctx& c, u32 writer) {
   if (blockIdx.x != 0 || threadIdx.x != 0 || c.epoch == 0) return;

@@ -22,9 +22,13 @@
 //!   store 16 bytes at a time) or, for a kernel that reaches into peers, when the
 //!   memory can be shared neither through legacy IPC nor as exportable VMM pieces
 //!   (stream-ordered pools). A plan algorithm (`COMMHAL_GPU_ALGO`) follows the same rules,
-//!   and is always staged when it reaches ranks of other virtual nodes over port
-//!   channels (the port backend moves registered memory only). Staging is a decision
-//!   of each rank alone: the peers address whichever buffer it publishes.
+//!   and is staged where its port channels to ranks of other virtual nodes move
+//!   registered memory (the port backend moves registered memory only): where a port
+//!   op reaches a user buffer at its far end, or where this rank's puts go from their
+//!   sources (cuda-dma). Through host-tcp's outbox into the far ranks' scratch (the
+//!   hierarchical plans) the kernel copies each put's source itself and the call runs
+//!   on the caller's buffers; the far ranks never map them. Staging is a decision of
+//!   each rank alone: the peers address whichever buffer it publishes.
 //!
 //! Every rank computes the same kernel from (collective, count, datatype), so the
 //! direct path needs no exchange; the mapped and staged paths exchange the call's
@@ -316,6 +320,9 @@ impl Comm {
             None => None,
         };
         let peers = self.touches_peer_buffers(coll, dtype, count, plan_reach);
+        // ranks of other nodes: they reach this rank's memory through the port backend
+        // only, never by mapping it
+        let far = plan_reach.map_or(0, |p| p.far);
         // the allocation, and the pieces of cuMem VMM memory (PyTorch's expandable
         // segments), which go zero-copy when the kernel reaches into peers
         let checked = |used: bool, what, p: u64, len| -> Result<_> {
@@ -334,8 +341,9 @@ impl Comm {
         let shareable = |p: u64, i: &Option<PointerInfo>, v: &Option<Vec<Piece>>| {
             i.is_none_or(|i| p.is_multiple_of(16) && (!peers || i.legacy_ipc || v.is_some()))
         };
-        // a plan over port channels (other virtual nodes) runs on the registered regions
-        let staged = plan_reach.is_some_and(|p| p.far)
+        // a plan whose port channels (other virtual nodes) move registered memory runs
+        // on the registered regions
+        let staged = plan_reach.is_some_and(|p| p.registered)
             || !shareable(bufs.send, &send, &send_vmm)
             || !shareable(bufs.recv, &recv, &recv_vmm);
         if staged && (in_bytes > self.capacity || out_bytes > self.capacity) {
@@ -367,7 +375,7 @@ impl Comm {
                             v: &Option<Vec<Piece>>|
              -> Result<BufDesc> {
                 match (info, v) {
-                    (Some(_), Some(v)) if !staged => self.describe_pieces(addr, v),
+                    (Some(_), Some(v)) if !staged => self.describe_pieces(addr, v, far),
                     (Some(i), _) if !staged => Ok(BufDesc {
                         at: Where::Ipc {
                             id: i.buffer_id,
@@ -406,7 +414,7 @@ impl Comm {
             self.swap_pieces(&entries, &own_pieces)?;
             let pin = stream.is_capturing()?.then_some(&self.pins);
             for (p, e) in entries.iter().enumerate() {
-                if p == r {
+                if p == r || (!staged && far & (1 << p) != 0) {
                     continue;
                 }
                 let p32 = p as u32;
@@ -461,15 +469,16 @@ impl Comm {
     }
 
     /// This rank's VMM buffer at `addr`, held by `pieces`, as the peers will find it:
-    /// the ranks that have not received this list yet get it after the exchange.
-    pub(super) fn describe_pieces(&self, addr: u64, pieces: &[Piece]) -> Result<BufDesc> {
+    /// the ranks that have not received this list yet get it after the exchange, but
+    /// those of `far` (bit q: rank q of another node, which never maps it).
+    pub(super) fn describe_pieces(&self, addr: u64, pieces: &[Piece], far: u32) -> Result<BufDesc> {
         let key = pieces::pieces_key(pieces);
         let sent = self
             .pieces_sent
             .lock()
             .map_err(|_| CollError::invalid("VMM bookkeeping lock poisoned"))?;
         let to = (0..self.n)
-            .filter(|&q| q != self.rank && !sent.contains(&(q, key)))
+            .filter(|&q| q != self.rank && far & (1 << q) == 0 && !sent.contains(&(q, key)))
             .fold(0u32, |m, q| m | (1 << q));
         let base = pieces.first().map_or(addr, |p| p.base);
         Ok(BufDesc {

@@ -191,7 +191,7 @@ impl Comm {
                 *s
             };
             let at = match vmm {
-                Some(p) => self.describe_pieces(buf, p)?,
+                Some(p) => self.describe_pieces(buf, p, 0)?,
                 None => BufDesc {
                     at: Where::Ipc {
                         id: info.buffer_id,
