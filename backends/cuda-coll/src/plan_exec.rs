@@ -198,8 +198,8 @@ struct Loaded {
     kernel: CudaKernel,
     /// [`codegen::touches_peer_user_buffers`] of the plan.
     peer_user: bool,
-    /// [`codegen::far_user_buffers`] of the plan.
-    far_user: bool,
+    /// [`PlanReach::registered`] of the plan on this rank.
+    registered: bool,
     /// [`Plan::uses_packets`] (a walk over every op: once, not per launch).
     packets: bool,
     /// [`codegen::packet_walk`]: the largest packet op of any rank, which sizes the
@@ -426,7 +426,12 @@ impl PlanExec {
         let module = CollModule::load(&self.ctx, &image, kernel.entries())?;
         let l = Arc::new(Loaded {
             peer_user: codegen::touches_peer_user_buffers(&plan),
-            far_user: codegen::far_user_buffers(&plan),
+            registered: kernel.far != 0
+                && (codegen::far_user_buffers(&plan)
+                    || self
+                        .ports
+                        .as_ref()
+                        .map_or(true, |p| p.outbox_share(kernel.blocks) == 0)),
             packets: plan.uses_packets(),
             walk: codegen::packet_walk(&plan, key.dtype).map_err(algo_error)?,
             plan,
@@ -514,15 +519,10 @@ impl PlanExec {
     /// plan (one lookup per call).
     pub fn reach_of(&self, c: &PlanCall) -> Result<PlanReach> {
         let k = self.loaded(c)?;
-        let far = k.kernel.far;
-        let from_outbox = match &self.ports {
-            Ok(p) => p.outbox_share(k.kernel.blocks) > 0,
-            Err(_) => false,
-        };
         Ok(PlanReach {
             peer_buffers: k.peer_user,
-            far,
-            registered: far != 0 && (k.far_user || !from_outbox),
+            far: k.kernel.far,
+            registered: k.registered,
         })
     }
 

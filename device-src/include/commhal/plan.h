@@ -164,7 +164,7 @@ struct PlanState {
   u32 error;                    // first error code (0: none)
   u32 pad0;
   u64 done[PLAN_MAX_RANKS];     // [p]: plan launches p completed (scratch readers)
-  u64 tail_seen;                // the highest FIFO tail read (fifo_room)
+  u64 tail_seen;                // the highest FIFO tail read (fifo_wait_tail)
   u64 box_free[2];              // [parity]: one past the last slot that read that outbox
                                 // half (far_box_ready)
   u32 pad[2 * PLAN_MAX_CTAS - 2 - 2 * PLAN_MAX_RANKS - 6];

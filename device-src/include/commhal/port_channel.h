@@ -18,26 +18,33 @@
 
 namespace commhal {
 
-// Wait (bounded) until the ring has room for slot `last`. `seen`, where not null, is a
-// word of device memory that caches the highest tail these pushes read: tails only
-// grow, so a slot below *seen + fifo_depth needs no read of the host-pinned tail (a
-// round trip over PCIe, 1-2 us), and a read raises it. Sets ERR_FIFO_FULL_TIMEOUT on a
-// ring that never drained.
-COMMHAL_DEVICE bool fifo_room(PortChannelHandle& h, u64 last, u64* seen) {
-  if (seen != nullptr && last < load_acquire(seen) + h.fifo_depth) return true;
+// Wait (bounded, `code` stored on give-up) until the proxy's tail satisfies `ready`.
+// `seen`, where not null, is a word of device memory that caches the highest tail these
+// waits read: tails only grow, so a cached tail that satisfies `ready` spares the read
+// of the host-pinned one (a round trip over PCIe, 1-2 us), and a read raises it.
+template <typename Ready>
+COMMHAL_DEVICE bool fifo_wait_tail(PortChannelHandle& h, u64* seen, u32 code, Ready ready) {
+  if (seen != nullptr && ready(load_acquire(seen))) return true;
   u64 t = 0;
-  if (!wait_until(channel_bound(h), ERR_FIFO_FULL_TIMEOUT, [&] {
+  if (!wait_until(channel_bound(h), code, [&] {
         t = load_acquire(h.tail);
-        return last < t + h.fifo_depth;
+        return ready(t);
       }))
     return false;
   if (seen != nullptr) fetch_max_release(seen, t);
   return true;
 }
 
+// Wait until the ring has room for slot `last` (`seen`: fifo_wait_tail). Sets
+// ERR_FIFO_FULL_TIMEOUT on a ring that never drained.
+COMMHAL_DEVICE bool fifo_room(PortChannelHandle& h, u64 last, u64* seen) {
+  return fifo_wait_tail(h, seen, ERR_FIFO_FULL_TIMEOUT,
+                        [&](u64 t) { return last < t + h.fifo_depth; });
+}
+
 // Push one trigger. Returns false on a full ring that never drained (sets
 // ERR_FIFO_FULL_TIMEOUT). On success *slot_out holds the slot's sequence number.
-// `seen`: fifo_room.
+// `seen`: fifo_wait_tail.
 COMMHAL_DEVICE bool fifo_push(PortChannelHandle& h, Trigger t, u64* slot_out,
                               u64* seen = nullptr) {
   const u64 slot = fetch_add_relaxed(h.head, 1);
@@ -68,17 +75,9 @@ COMMHAL_DEVICE bool fifo_push2(PortChannelHandle& h, Trigger first, Trigger seco
 }
 
 // Wait until the proxy finished the trigger with sequence number `slot` (`seen`:
-// fifo_room's cached tail, consulted first and raised).
+// fifo_wait_tail).
 COMMHAL_DEVICE bool fifo_wait_done(PortChannelHandle& h, u64 slot, u64* seen = nullptr) {
-  if (seen != nullptr && load_acquire(seen) > slot) return true;
-  u64 t = 0;
-  if (!wait_until(channel_bound(h), ERR_FLUSH_TIMEOUT, [&] {
-        t = load_acquire(h.tail);
-        return t > slot;
-      }))
-    return false;
-  if (seen != nullptr) fetch_max_release(seen, t);
-  return true;
+  return fifo_wait_tail(h, seen, ERR_FLUSH_TIMEOUT, [&](u64 t) { return t > slot; });
 }
 
 // Build and push a trigger; rejects offsets/lengths that do not fit 32 bits.
