@@ -105,6 +105,22 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
     fn read(&self, off: u64, out: &mut [u8]) -> crate::Result<()>;
     /// Copy `data` into the memory at `off`.
     fn write(&self, off: u64, data: &[u8]) -> crate::Result<()>;
+    /// Copy `len` bytes into the memory at `off` that `fill` produces, as `write` would:
+    /// `fill` is called with consecutive pieces of a buffer the copy reads from (pinned
+    /// host memory where the accessor has it, so a receiver reads a socket straight into
+    /// it and skips a copy) and fills each whole. An error from `fill` is returned as is
+    /// and what it filled so far may or may not land. The default fills a heap buffer
+    /// and calls `write`.
+    fn write_with(
+        &self,
+        off: u64,
+        len: u64,
+        fill: &mut dyn FnMut(&mut [u8]) -> crate::Result<()>,
+    ) -> crate::Result<()> {
+        let mut data = vec![0u8; len as usize];
+        fill(&mut data)?;
+        self.write(off, &data)
+    }
     /// Store the word at `off` (see the contract above).
     fn store_u64(&self, off: u64, value: u64) -> crate::Result<()>;
     /// Wait until every earlier `write` and `store_u64` landed.

@@ -13,12 +13,19 @@
 //!   into the plan area publishes a put into the output region before it). The driver
 //!   copies a write's bytes before returning, so nothing waits for the copy: only
 //!   [`StagedAccess::settle`] does (host-tcp: before a FLUSH's ACK).
+//! * **Writes from [`LANDING_MIN`] bytes** through [`StagedAccess::write_with`] are
+//!   filled straight into one of the device's pinned landing chunks and copied from
+//!   there by the copy engine while the caller goes on: a host-tcp receiver reads the
+//!   socket into the chunk. From pageable memory the driver copies the bytes into its
+//!   own staging before `cuMemcpyHtoDAsync` returns: a 1 MiB write held the receiver
+//!   72–97 µs (2 × H200), during which it read nothing from its socket.
 //!
 //! Copies run on these streams only, never on the legacy default stream: a kernel on
 //! the caller's stream may be spinning on the very flag a store is about to set.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use commhal_hal::{Device, DeviceKind, HalError, MemoryKind, MemoryOwner, StagedAccess};
 
@@ -27,7 +34,7 @@ use crate::copy::{copy_async_uva, read_on, write_queued};
 use crate::error::{CudaError, Result};
 use crate::memop::{WRITE_VALUE64, write_value64};
 use crate::memory::PinnedHostBuffer;
-use crate::stream::Stream;
+use crate::stream::{Event, Stream};
 
 /// Bytes of the read stream's pinned chunk (host-tcp frames carry at most 1 MiB).
 pub const CHUNK: u64 = 1 << 20;
@@ -36,6 +43,13 @@ pub const CHUNK: u64 = 1 << 20;
 pub const DIRECT_MAX: u64 = 256 << 10;
 /// How long one copy may take before the device counts as lost.
 const COPY_BOUND: Duration = Duration::from_secs(30);
+/// Bytes of one pinned landing chunk (host-tcp frames carry at most 1 MiB).
+pub const LANDING: u64 = 1 << 20;
+/// `write_with` of at least this many bytes goes through a landing chunk; smaller
+/// writes through the driver's pageable copy, one call and no event.
+pub const LANDING_MIN: u64 = 64 << 10;
+/// Landing chunks a device keeps before a writer waits for the oldest one's copy.
+const LANDINGS: usize = 8;
 
 /// Wait until `stream` ran everything queued on it, bounded by [`COPY_BOUND`].
 fn wait(stream: &Stream, what: &str) -> Result<()> {
@@ -62,21 +76,96 @@ pub struct Staging {
     len: u64,
     backend: &'static str,
     reads: Mutex<ReadLane>,
-    /// The device's write stream ([`write_stream`]).
-    writes: Arc<Mutex<Stream>>,
+    /// The device's write stream and landing chunks ([`write_queue`]).
+    writes: Arc<WriteQueue>,
     _owner: MemoryOwner,
 }
 
-/// The device's write stream: one per device and process.
-fn write_stream(ctx: &Arc<Context>) -> Result<Arc<Mutex<Stream>>> {
-    static STREAMS: Mutex<Vec<(u32, Arc<Mutex<Stream>>)>> = Mutex::new(Vec::new());
-    let mut streams = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, s)) = streams.iter().find(|(d, _)| *d == ctx.ordinal()) {
-        return Ok(s.clone());
+/// A pinned chunk a write is filled into, and the event after its copy out.
+#[derive(Debug)]
+struct Landing {
+    buf: PinnedHostBuffer,
+    copied: Event,
+}
+
+/// A device's write stream and its landing chunks.
+#[derive(Debug)]
+struct WriteQueue {
+    ctx: Arc<Context>,
+    stream: Mutex<Stream>,
+    /// Chunks not being filled, the oldest copy first, and how many exist.
+    free: Mutex<(VecDeque<Landing>, usize)>,
+}
+
+impl WriteQueue {
+    /// A chunk whose last copy finished: the oldest free one, a new one while fewer
+    /// than [`LANDINGS`] exist, else the oldest once its copy is done.
+    fn take(&self) -> Result<Landing> {
+        let oldest = {
+            let mut free = lock(&self.free);
+            match free.0.pop_front() {
+                Some(l) if free.1 >= LANDINGS => Some(l),
+                Some(l) => {
+                    free.0.push_front(l);
+                    None
+                }
+                None => None,
+            }
+        };
+        if let Some(l) = oldest {
+            wait_event(&l.copied)?;
+            return Ok(l);
+        }
+        {
+            let mut free = lock(&self.free);
+            if let Some(i) = free
+                .0
+                .iter()
+                .position(|l| l.copied.query().unwrap_or(false))
+            {
+                return Ok(free.0.remove(i).expect("index from position"));
+            }
+            free.1 += 1;
+        }
+        Ok(Landing {
+            buf: PinnedHostBuffer::new(&self.ctx, LANDING)?,
+            copied: Event::new(&self.ctx)?,
+        })
     }
-    let s = Arc::new(Mutex::new(Stream::new(ctx)?));
-    streams.push((ctx.ordinal(), s.clone()));
-    Ok(s)
+
+    fn give(&self, l: Landing) {
+        lock(&self.free).0.push_back(l);
+    }
+}
+
+/// Wait until `event`'s copy finished, bounded by [`COPY_BOUND`].
+fn wait_event(event: &Event) -> Result<()> {
+    let start = Instant::now();
+    while !event.query()? {
+        if start.elapsed() > COPY_BOUND {
+            return Err(CudaError::invalid(format!(
+                "a staged write's copy did not finish within {COPY_BOUND:?}: the GPU is hung or lost"
+            )));
+        }
+        std::thread::yield_now();
+    }
+    Ok(())
+}
+
+/// The device's write queue: one per device and process.
+fn write_queue(ctx: &Arc<Context>) -> Result<Arc<WriteQueue>> {
+    static QUEUES: Mutex<Vec<(u32, Arc<WriteQueue>)>> = Mutex::new(Vec::new());
+    let mut queues = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, q)) = queues.iter().find(|(d, _)| *d == ctx.ordinal()) {
+        return Ok(q.clone());
+    }
+    let q = Arc::new(WriteQueue {
+        ctx: ctx.clone(),
+        stream: Mutex::new(Stream::new(ctx)?),
+        free: Mutex::new((VecDeque::new(), 0)),
+    });
+    queues.push((ctx.ordinal(), q.clone()));
+    Ok(q)
 }
 
 impl std::fmt::Debug for Staging {
@@ -107,7 +196,7 @@ impl Staging {
                 stream: Stream::new(ctx)?,
                 pinned: PinnedHostBuffer::new(ctx, CHUNK)?,
             }),
-            writes: write_stream(ctx)?,
+            writes: write_queue(ctx)?,
             _owner: owner,
         })
     }
@@ -156,7 +245,7 @@ impl Drop for Staging {
     /// without a flush): wait for them, bounded, before the owner can free the memory.
     fn drop(&mut self) {
         for (stream, what) in [
-            (&*lock(&self.writes), "staged writes"),
+            (&*lock(&self.writes.stream), "staged writes"),
             (&lock(&self.reads).stream, "a staged read"),
         ] {
             if let Err(e) = wait(stream, what) {
@@ -219,10 +308,48 @@ impl StagedAccess for Staging {
 
     fn write(&self, off: u64, data: &[u8]) -> commhal_hal::Result<()> {
         let dst = self.check("write", off, data.len() as u64)?;
-        let stream = lock(&self.writes);
+        let stream = lock(&self.writes.stream);
         // SAFETY: `dst..dst + data.len()` is inside the live region (checked); the
         // driver takes its copy of `data` before returning.
         unsafe { write_queued(&stream, dst, data) }.map_err(|e| self.hal(e))
+    }
+
+    fn write_with(
+        &self,
+        off: u64,
+        len: u64,
+        fill: &mut dyn FnMut(&mut [u8]) -> commhal_hal::Result<()>,
+    ) -> commhal_hal::Result<()> {
+        let dst = self.check("write", off, len)?;
+        if len < LANDING_MIN {
+            let mut data = vec![0u8; len as usize];
+            fill(&mut data)?;
+            return self.write(off, &data);
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(LANDING);
+            let landing = self.writes.take().map_err(|e| self.hal(e))?;
+            // SAFETY: the chunk holds LANDING >= n bytes, and nothing else touches it
+            // until it is given back: no other writer has it, and its last copy
+            // finished (`take`).
+            let buf = unsafe { std::slice::from_raw_parts_mut(landing.buf.host_ptr(), n as usize) };
+            if let Err(e) = fill(buf) {
+                self.writes.give(landing);
+                return Err(e);
+            }
+            let queued = {
+                let stream = lock(&self.writes.stream);
+                // SAFETY: `dst + done..+ n` is inside the live region (checked); the
+                // chunk stays allocated and untouched until `copied` says the copy ran.
+                unsafe { copy_async_uva(&stream, dst + done, landing.buf.device_addr(), n) }
+                    .and_then(|()| landing.copied.record(&stream))
+            };
+            self.writes.give(landing);
+            queued.map_err(|e| self.hal(e))?;
+            done += n;
+        }
+        Ok(())
     }
 
     fn store_u64(&self, off: u64, value: u64) -> commhal_hal::Result<()> {
@@ -240,7 +367,7 @@ impl StagedAccess for Staging {
             )));
         }
         // On the write stream, behind every earlier write of the device.
-        let stream = lock(&self.writes);
+        let stream = lock(&self.writes.stream);
         // SAFETY: `at` is 8-byte aligned, inside the live region; the symbol is present.
         unsafe { write_value64(&stream, at, value) }.map_err(|e| self.hal(e))
     }
@@ -251,6 +378,6 @@ impl StagedAccess for Staging {
     }
 
     fn settle(&self) -> commhal_hal::Result<()> {
-        wait(&lock(&self.writes), "staged writes").map_err(|e| self.hal(e))
+        wait(&lock(&self.writes.stream), "staged writes").map_err(|e| self.hal(e))
     }
 }

@@ -231,6 +231,22 @@ impl Event {
         })
     }
 
+    /// Whether the work recorded before the event's last [`Event::record`] completed
+    /// (true for an event never recorded); an error on a kernel fault.
+    pub fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: event alive.
+        let r = unsafe { sys::cuEventQuery(self.raw) };
+        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check(r, "cuEventQuery", || {
+            "asking whether an event completed (a fault here means queued work touched bad memory)"
+                .into()
+        })?;
+        Ok(true)
+    }
+
     /// Wait for the event.
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use commhal_cuda_rt::staging::Staging;
 use commhal_cuda_rt::{
     Context, DeviceBuffer, Event, KernelArg, LaunchConfig, Module, PinnedHostBuffer, Stream,
     VmmAllocation, jit, probe,
@@ -98,6 +99,51 @@ fn device_buffer_and_event_round_trip() {
     e1.record(&s).unwrap();
     e1.synchronize().unwrap();
     assert!(e1.elapsed_ms_since(&e0).unwrap() >= 0.0);
+}
+
+/// Staged writes through the landing chunks (more writes than chunks, pieces larger
+/// than one chunk) and through the pageable path land in call order, and a flag store
+/// lands behind them; a fill that fails is returned and the next write still works.
+#[test]
+fn staged_writes_land_through_pinned_chunks_in_order() {
+    let Some(ctx) = gpu_or_skip("staged_writes_land_through_pinned_chunks_in_order") else {
+        return;
+    };
+    use commhal_hal::StagedAccess;
+    const N: u64 = 24 << 20;
+    let b = Arc::new(DeviceBuffer::new(&ctx, N).unwrap());
+    let staged = Staging::new("test", &ctx, b.addr(), N, b.clone()).unwrap();
+    let data = pattern(N as usize, 3);
+    let mut sizes = vec![(1u64 << 20) * 3 + 5, 4096, 70_000];
+    sizes.extend(std::iter::repeat_n(1 << 20, 16));
+    let mut off = 0u64;
+    for n in sizes {
+        let mut at = off as usize;
+        staged
+            .write_with(off, n, &mut |buf: &mut [u8]| {
+                buf.copy_from_slice(&data[at..at + buf.len()]);
+                at += buf.len();
+                Ok(())
+            })
+            .unwrap();
+        off += n;
+    }
+    // Overwrite the first word behind everything: it lands last.
+    staged.store_u64(0, 0x0123_4567_89ab_cdef).unwrap();
+    let failed = staged.write_with(off, 1 << 20, &mut |_: &mut [u8]| {
+        Err(commhal_hal::HalError::invalid("socket gone"))
+    });
+    assert!(failed.unwrap_err().to_string().contains("socket gone"));
+    assert!(
+        staged
+            .write_with(N - 8, 16, &mut |_: &mut [u8]| Ok(()))
+            .is_err()
+    );
+    staged.settle().unwrap();
+    let mut back = vec![0u8; off as usize];
+    b.read(0, &mut back).unwrap();
+    assert_eq!(&back[..8], &0x0123_4567_89ab_cdefu64.to_le_bytes());
+    assert!(back[8..] == data[8..off as usize], "staged bytes differ");
 }
 
 #[test]

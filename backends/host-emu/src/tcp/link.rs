@@ -54,7 +54,7 @@
 use std::collections::VecDeque;
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -65,6 +65,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{MsgFlags, recv};
 
 use crate::tcp::BACKEND;
+use crate::tcp::hostmem::send_slices;
 use crate::tcp::regions::{Mem, RegionTable, Staged, TcpLocal};
 use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK, error_frame};
 
@@ -231,20 +232,19 @@ impl Link {
         self.end();
     }
 
-    /// Send one frame (possibly in several slices) from the port. A failure breaks the
-    /// link: the stream may hold half a frame now.
+    /// Send one frame (possibly in several slices) from the port, in as few system
+    /// calls as the kernel takes it. A failure breaks the link: the stream may hold
+    /// half a frame now.
     pub(crate) fn send(&self, parts: &[&[u8]]) -> Result<()> {
+        self.send_with(|fd| send_slices(fd, parts))
+    }
+
+    /// Send one frame that `write` writes to the socket's descriptor (see `send`).
+    pub(crate) fn send_with(&self, write: impl FnOnce(RawFd) -> std::io::Result<()>) -> Result<()> {
         self.check()?;
         let res = {
             let mut s = lock(&self.out);
-            let mut r = Ok(());
-            for p in parts {
-                r = s.write_all(p);
-                if r.is_err() {
-                    break;
-                }
-            }
-            r.and_then(|()| self.drain_control(&mut s))
+            write(s.as_raw_fd()).and_then(|()| self.drain_control(&mut s))
         };
         self.pump();
         res.map_err(|e| self.write_failed(e))
@@ -668,13 +668,28 @@ fn serve(link: &Link, table: &RegionTable, s: &mut Inbound<'_>) -> End {
             } => {
                 // `decode` bounds `len` by MAX_CHUNK, so this allocation is bounded.
                 debug_assert!(len <= MAX_CHUNK);
-                if let Err(end) = read_payload(link, s, &mut payload, len) {
+                let r = match table.get(region) {
+                    Ok(r) => r,
+                    Err(why) => return End::Refused(format!("WRITE to region {region}: {why}")),
+                };
+                unsettled.note(r.mem());
+                // The payload goes from the socket straight into the buffer the write
+                // copies from; a failed read ends the connection with its own reason.
+                let mut lost = None;
+                let mut fill = |buf: &mut [u8]| match read_full(link, s, buf) {
+                    Ok(true) => Ok(()),
+                    got => {
+                        lost = Some(got.err().unwrap_or_else(|| {
+                            End::Dead("connection closed in the middle of a frame".into())
+                        }));
+                        Err(HalError::invalid("the frame's payload was not read"))
+                    }
+                };
+                let written = r.mem().write_with(offset, len, &mut payload, &mut fill);
+                if let Some(end) = lost {
                     return end;
                 }
-                if let Err(why) = table.get(region).and_then(|r| {
-                    unsettled.note(r.mem());
-                    r.mem().write(offset, &payload).map_err(|e| e.to_string())
-                }) {
+                if let Err(why) = written {
                     return End::Refused(format!("WRITE to region {region}: {why}"));
                 }
             }

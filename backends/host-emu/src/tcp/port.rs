@@ -31,7 +31,7 @@ use commhal_hal::transport::Port;
 use commhal_hal::{HalError, Rank, Result};
 
 use crate::tcp::link::{Link, PendingRead};
-use crate::tcp::regions::{TcpLocal, TcpRemote};
+use crate::tcp::regions::{Mem, TcpLocal, TcpRemote};
 use crate::tcp::wire::{HEADER_LEN, Header, MAX_CHUNK};
 
 /// A connection to one peer. Owned by one (proxy) thread.
@@ -154,19 +154,26 @@ impl TcpPort {
                 region: dst.id(),
                 offset: dst_off + done,
                 len: n,
-            };
-            self.buf.clear();
-            self.buf.extend_from_slice(&header.encode());
-            self.buf.resize(HEADER_LEN + n as usize, 0);
-            src.mem()
-                .read(src_off + done, &mut self.buf[HEADER_LEN..])?;
-            done += n;
-            if done == len
-                && let Some(t) = &tail
-            {
-                self.buf.extend_from_slice(t);
             }
-            self.link.send(&[&self.buf])?;
+            .encode();
+            let at = src_off + done;
+            done += n;
+            let tail: &[u8] = match &tail {
+                Some(t) if done == len => t,
+                _ => &[],
+            };
+            if let Mem::Host(h) = src.mem() {
+                self.link.send_with(|fd| h.send(fd, &header, at, n, tail))?;
+                continue;
+            }
+            // Memory the host reads through copies: into the reused buffer first.
+            let end = HEADER_LEN + n as usize;
+            if self.buf.len() < end {
+                self.buf.resize(end, 0);
+            }
+            self.buf[..HEADER_LEN].copy_from_slice(&header);
+            src.mem().read(at, &mut self.buf[HEADER_LEN..end])?;
+            self.link.send(&[&self.buf[..end], tail])?;
         }
         match tail {
             // a zero-length write sends no frame; the signal still goes
