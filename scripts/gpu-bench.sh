@@ -33,8 +33,9 @@
 # 1K..1G, with --compare nccl (f16; all-reduce, all-gather and reduce-scatter also bf16
 # and f32; broadcast and reduce with root 1), on 4 GPUs when there are 4, and on 2;
 # budget default 570 s (about 490 s on 4 x H200; GPU_BENCH_DENSE_RANKS="4"
-# runs the 4-rank half alone, about 220 s; GPU_BENCH_DENSE_RANKS="8" on 8 x H200 about
-# 400 s). Then
+# runs the 4-rank half alone, about 220 s; on another 4 x H200 host 60 s per f16 step
+# ended four of the 4-rank runs before their 1 GiB row, so they get 90 s;
+# GPU_BENCH_DENSE_RANKS="8" on 8 x H200 about 400 s). Then
 # `scripts/bench-tables.py [--summary] $OUT/bench-*gpu.log` prints the tables (or one
 # line per run with every size where commhal is slower than NCCL).
 #
@@ -247,10 +248,10 @@ if [[ $SET == dense ]]; then
   D=(-b 1K -e 1G -f 2 -n 40 -w 5 --compare nccl)
   for N in "${NS[@]}"; do
     for C in allreduce allgather reducescatter; do
-      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 60 "$N" "$C" "${D[@]}" -d half
+      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 90 "$N" "$C" "${D[@]}" -d half
     done
     for C in broadcast reduce alltoall sendrecv; do
-      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 60 "$N" "$C" -r 1 "${D[@]}" -d half
+      step "bench-${N}gpu.log" "$C-f16-${N}gpu" 90 "$N" "$C" -r 1 "${D[@]}" -d half
     done
   done
   for N in "${NS[@]}"; do
