@@ -6,6 +6,12 @@
 # (see scripts/gpu-bench.sh). N = GPU_PLANS_RANKS (default: 4 if there are 4, else 2).
 # Whole run bounded by GPU_PLANS_BUDGET seconds (default 400), each step by
 # GPU_PLANS_STEP_LIMIT (45).
+# GPU_PLANS_NODES=M: the ranks split into M virtual nodes of N/M consecutive ranks
+# (COMMHAL_NODE per rank; COMMHAL_BACKENDS=cuda-nvlink,cuda-dma,host-tcp, so ops between
+# nodes go through host-tcp port channels), NCCL forced onto its socket transport for
+# the same split (NCCL_HOSTID per node, NCCL_NET=Socket, NCCL_SOCKET_IFNAME default
+# eth0): every plan that runs across nodes, timed against NCCL 1 KiB-64 MiB, then at
+# sizes that are not a multiple of 16 bytes (checked, not timed).
 # Output: $OUT/plans-<N>gpu.log (every run) and $OUT/plans-summary.log (one line each).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -41,12 +47,43 @@ run() {
   fi
   echo "################ $name: COMMHAL_GPU_ALGO=$algo commhal-gpu-bench $*" >>"$LOG"
   COMMHAL_GPU_ALGO=$algo timeout --kill-after=5 "$LIMIT" "$G/commhal" launch -n "$N" -- \
-    "$G/commhal-gpu-bench" "$@" >>"$LOG" 2>&1
+    "${WRAP[@]}" "$G/commhal-gpu-bench" "$@" >>"$LOG" 2>&1
   local rc=$? verdict=ok
   if ((rc == 124 || rc == 137)); then verdict=TIMEOUT; FAILED=1
   elif ((rc != 0)); then verdict="FAIL(rc=$rc)"; FAILED=1; fi
   SUMMARY+=("$(printf '%-34s %-12s %4ss' "$name" "$verdict" "$(($(date +%s) - t0))")")
 }
+
+WRAP=()
+if [[ -n ${GPU_PLANS_NODES:-} ]]; then
+  M=$GPU_PLANS_NODES
+  ((M >= 2 && N % M == 0)) || { echo "gpu-plans: GPU_PLANS_NODES=$M must divide $N ranks into 2 or more nodes" >&2; exit 2; }
+  LOG=$OUT/plans-${N}gpu-${M}nodes.log
+  export COMMHAL_BACKENDS=cuda-nvlink,cuda-dma,host-tcp NCCL_NET=Socket
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-eth0}
+  export COMMHAL_PLAN_SCRATCH=${COMMHAL_PLAN_SCRATCH:-600M}
+  # each rank's node from its rank, for commhal and for NCCL alike
+  WRAP=(sh -c "export COMMHAL_NODE=\$((COMMHAL_RANK * $M / $N)); export NCCL_HOSTID=vnode\$COMMHAL_NODE; exec \"\$@\"" sh)
+  T=(-b 1K -e 64M -f 4 -n 20 -w 3 --compare nccl -d half)
+  for a in allreduce:2ph-hb allgather:2ph reducescatter:2ph allreduce:ring allreduce:rd \
+    allgather:allpairs allgather:ring reducescatter:allpairs reducescatter:ring; do
+    run "$a nodes" "$a" "${a%%:*}" "${T[@]}"
+  done
+  run "broadcast:chain nodes" "broadcast:chain" broadcast "${T[@]}" -r $((N - 1))
+  run "reduce:allpairs nodes" "reduce:allpairs" reduce "${T[@]}" -r $((N - 1))
+  run "alltoall:allpairs nodes" "alltoall:allpairs" alltoall "${T[@]}"
+  run "sendrecv:direct nodes" "sendrecv:direct" sendrecv "${T[@]}"
+  # element counts that leave chunks off 16-byte boundaries
+  for a in allreduce:2ph-hb allgather:2ph reducescatter:2ph allreduce:ring; do
+    run "$a nodes odd bf16" "$a" "${a%%:*}" -b 1000 -e 1000 -n 5 -w 1 -d bfloat16
+    run "$a nodes odd f32" "$a" "${a%%:*}" -b 1040 -e 4M -f 9 -n 3 -w 1 -d float
+  done
+  {
+    echo "gpu-plans on $N GPUs as $M virtual nodes:"
+    printf '  %s\n' "${SUMMARY[@]}"
+  } | tee "$OUT/plans-summary.log"
+  exit $FAILED
+fi
 
 S=(-b 1K -e 64M -f 8 -n 20 -w 3 --compare nccl)
 # LL plans (packets, no barriers) are for small messages.
