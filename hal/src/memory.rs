@@ -117,9 +117,7 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
         len: u64,
         fill: &mut dyn FnMut(&mut [u8]) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        let mut data = vec![0u8; len as usize];
-        fill(&mut data)?;
-        self.write(off, &data)
+        write_filled(self, off, len, fill)
     }
     /// Store the word at `off` (see the contract above).
     fn store_u64(&self, off: u64, value: u64) -> crate::Result<()>;
@@ -132,6 +130,19 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
     fn queue(&self) -> u64 {
         0
     }
+}
+
+/// [`StagedAccess::write_with`] through a heap buffer: `fill` fills it whole, then
+/// `access.write` copies it in.
+pub fn write_filled<A: StagedAccess + ?Sized>(
+    access: &A,
+    off: u64,
+    len: u64,
+    fill: &mut dyn FnMut(&mut [u8]) -> crate::Result<()>,
+) -> crate::Result<()> {
+    let mut data = vec![0u8; len as usize];
+    fill(&mut data)?;
+    access.write(off, &data)
 }
 
 /// What keeps registered memory alive: any shared handle of the memory's owner.

@@ -322,9 +322,7 @@ impl StagedAccess for Staging {
     ) -> commhal_hal::Result<()> {
         let dst = self.check("write", off, len)?;
         if len < LANDING_MIN {
-            let mut data = vec![0u8; len as usize];
-            fill(&mut data)?;
-            return self.write(off, &data);
+            return commhal_hal::memory::write_filled(self, off, len, fill);
         }
         let mut done = 0;
         while done < len {

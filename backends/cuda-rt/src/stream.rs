@@ -136,14 +136,7 @@ impl Stream {
         self.ctx.bind()?;
         // SAFETY: the stream is alive and its context bound.
         let r = unsafe { sys::cuStreamQuery(self.raw) };
-        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check(r, "cuStreamQuery", || {
-            "asking whether the stream drained (a fault here means queued work touched bad memory)"
-                .into()
-        })?;
-        Ok(true)
+        done_or_not_ready(r, "cuStreamQuery", "the stream drained")
     }
 
     /// Poll until all work queued on the stream finished, for at most `timeout`:
@@ -183,6 +176,18 @@ impl Drop for Stream {
             }
         }
     }
+}
+
+/// A query's answer: `Ok(true)` done, `Ok(false)` not yet, an error naming `call` on a
+/// fault.
+fn done_or_not_ready(r: sys::CUresult, call: &'static str, what: &str) -> Result<bool> {
+    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(r, call, || {
+        format!("asking whether {what} (a fault here means queued work touched bad memory)")
+    })?;
+    Ok(true)
 }
 
 /// An event with timing enabled.
@@ -237,14 +242,7 @@ impl Event {
         self.ctx.bind()?;
         // SAFETY: event alive.
         let r = unsafe { sys::cuEventQuery(self.raw) };
-        if r == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
-        }
-        check(r, "cuEventQuery", || {
-            "asking whether an event completed (a fault here means queued work touched bad memory)"
-                .into()
-        })?;
-        Ok(true)
+        done_or_not_ready(r, "cuEventQuery", "an event completed")
     }
 
     /// Wait for the event.
