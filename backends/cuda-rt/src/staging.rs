@@ -48,7 +48,8 @@ pub const LANDING: u64 = 1 << 20;
 /// `write_with` of at least this many bytes goes through a landing chunk; smaller
 /// writes through the driver's pageable copy, one call and no event.
 pub const LANDING_MIN: u64 = 64 << 10;
-/// Landing chunks a device keeps before a writer waits for the oldest one's copy.
+/// Landing chunks a device makes with its write queue; a writer waits for the oldest
+/// one's copy before it refills it.
 const LANDINGS: usize = 8;
 
 /// Wait until `stream` ran everything queued on it, bounded by [`COPY_BOUND`].
@@ -88,53 +89,45 @@ struct Landing {
     copied: Event,
 }
 
+impl Landing {
+    fn new(ctx: &Arc<Context>) -> Result<Landing> {
+        Ok(Landing {
+            buf: PinnedHostBuffer::new(ctx, LANDING)?,
+            copied: Event::new(ctx)?,
+        })
+    }
+}
+
 /// A device's write stream and its landing chunks.
 #[derive(Debug)]
 struct WriteQueue {
     ctx: Arc<Context>,
     stream: Mutex<Stream>,
-    /// Chunks not being filled, the oldest copy first, and how many exist.
-    free: Mutex<(VecDeque<Landing>, usize)>,
+    /// Chunks not being filled, the oldest copy first. Made with the queue, so that no
+    /// receiver allocates pinned memory while kernels may wait for what it receives.
+    free: Mutex<VecDeque<Landing>>,
 }
 
 impl WriteQueue {
-    /// A chunk whose last copy finished: the oldest free one, a new one while fewer
-    /// than [`LANDINGS`] exist, else the oldest once its copy is done.
+    /// A chunk whose last copy finished: the oldest free one once its copy is done
+    /// (copies run in queue order, so it is the first to finish), or a new one when
+    /// every chunk is being filled.
     fn take(&self) -> Result<Landing> {
-        let oldest = {
-            let mut free = lock(&self.free);
-            match free.0.pop_front() {
-                Some(l) if free.1 >= LANDINGS => Some(l),
-                Some(l) => {
-                    free.0.push_front(l);
-                    None
+        let oldest = lock(&self.free).pop_front();
+        match oldest {
+            Some(l) => {
+                if let Err(e) = wait_event(&l.copied) {
+                    self.give(l);
+                    return Err(e);
                 }
-                None => None,
+                Ok(l)
             }
-        };
-        if let Some(l) = oldest {
-            wait_event(&l.copied)?;
-            return Ok(l);
+            None => Landing::new(&self.ctx),
         }
-        {
-            let mut free = lock(&self.free);
-            if let Some(i) = free
-                .0
-                .iter()
-                .position(|l| l.copied.query().unwrap_or(false))
-            {
-                return Ok(free.0.remove(i).expect("index from position"));
-            }
-            free.1 += 1;
-        }
-        Ok(Landing {
-            buf: PinnedHostBuffer::new(&self.ctx, LANDING)?,
-            copied: Event::new(&self.ctx)?,
-        })
     }
 
     fn give(&self, l: Landing) {
-        lock(&self.free).0.push_back(l);
+        lock(&self.free).push_back(l);
     }
 }
 
@@ -159,10 +152,14 @@ fn write_queue(ctx: &Arc<Context>) -> Result<Arc<WriteQueue>> {
     if let Some((_, q)) = queues.iter().find(|(d, _)| *d == ctx.ordinal()) {
         return Ok(q.clone());
     }
+    // as many chunks as can be had, up to LANDINGS (`take` makes one where none is free)
+    let free = (0..LANDINGS)
+        .map_while(|_| Landing::new(ctx).ok())
+        .collect();
     let q = Arc::new(WriteQueue {
         ctx: ctx.clone(),
         stream: Mutex::new(Stream::new(ctx)?),
-        free: Mutex::new((VecDeque::new(), 0)),
+        free: Mutex::new(free),
     });
     queues.push((ctx.ordinal(), q.clone()));
     Ok(q)
