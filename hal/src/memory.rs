@@ -109,15 +109,17 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
     /// `fill` is called with consecutive pieces of a buffer the copy reads from (pinned
     /// host memory where the accessor has it, so a receiver reads a socket straight into
     /// it and skips a copy) and fills each whole. An error from `fill` is returned as is
-    /// and what it filled so far may or may not land. The default fills a heap buffer
-    /// and calls `write`.
+    /// and what it filled so far may or may not land. `buf` is a heap buffer the caller
+    /// keeps from call to call; the default fills it and calls `write`
+    /// ([`write_filled`]).
     fn write_with(
         &self,
         off: u64,
         len: u64,
+        buf: &mut Vec<u8>,
         fill: &mut dyn FnMut(&mut [u8]) -> crate::Result<()>,
     ) -> crate::Result<()> {
-        write_filled(self, off, len, fill)
+        write_filled(buf, len, fill, |data| self.write(off, data))
     }
     /// Store the word at `off` (see the contract above).
     fn store_u64(&self, off: u64, value: u64) -> crate::Result<()>;
@@ -132,17 +134,17 @@ pub trait StagedAccess: Send + Sync + fmt::Debug {
     }
 }
 
-/// [`StagedAccess::write_with`] through a heap buffer: `fill` fills it whole, then
-/// `access.write` copies it in.
-pub fn write_filled<A: StagedAccess + ?Sized>(
-    access: &A,
-    off: u64,
+/// [`StagedAccess::write_with`] through the caller's heap buffer: `fill` fills `len`
+/// bytes of `buf` whole, then `write` copies them in.
+pub fn write_filled(
+    buf: &mut Vec<u8>,
     len: u64,
     fill: &mut dyn FnMut(&mut [u8]) -> crate::Result<()>,
+    write: impl FnOnce(&[u8]) -> crate::Result<()>,
 ) -> crate::Result<()> {
-    let mut data = vec![0u8; len as usize];
-    fill(&mut data)?;
-    access.write(off, &data)
+    buf.resize(len as usize, 0);
+    fill(buf)?;
+    write(buf)
 }
 
 /// What keeps registered memory alive: any shared handle of the memory's owner.

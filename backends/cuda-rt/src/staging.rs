@@ -25,7 +25,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use commhal_hal::{Device, DeviceKind, HalError, MemoryKind, MemoryOwner, StagedAccess};
 
@@ -54,7 +54,17 @@ const LANDINGS: usize = 8;
 
 /// Wait until `stream` ran everything queued on it, bounded by [`COPY_BOUND`].
 fn wait(stream: &Stream, what: &str) -> Result<()> {
-    if stream.wait_idle(COPY_BOUND, what)? {
+    within_bound(stream.wait_idle(COPY_BOUND, what)?, what)
+}
+
+/// Wait until the copy recorded before `event` ran, bounded by [`COPY_BOUND`].
+fn wait_event(event: &Event) -> Result<()> {
+    within_bound(event.wait_idle(COPY_BOUND)?, "a staged write's copy")
+}
+
+/// `finished` (within [`COPY_BOUND`]) as a result naming `what`.
+fn within_bound(finished: bool, what: &str) -> Result<()> {
+    if finished {
         Ok(())
     } else {
         Err(CudaError::invalid(format!(
@@ -129,20 +139,6 @@ impl WriteQueue {
     fn give(&self, l: Landing) {
         lock(&self.free).push_back(l);
     }
-}
-
-/// Wait until `event`'s copy finished, bounded by [`COPY_BOUND`].
-fn wait_event(event: &Event) -> Result<()> {
-    let start = Instant::now();
-    while !event.query()? {
-        if start.elapsed() > COPY_BOUND {
-            return Err(CudaError::invalid(format!(
-                "a staged write's copy did not finish within {COPY_BOUND:?}: the GPU is hung or lost"
-            )));
-        }
-        std::thread::yield_now();
-    }
-    Ok(())
 }
 
 /// The device's write queue: one per device and process.
@@ -315,11 +311,12 @@ impl StagedAccess for Staging {
         &self,
         off: u64,
         len: u64,
+        buf: &mut Vec<u8>,
         fill: &mut dyn FnMut(&mut [u8]) -> commhal_hal::Result<()>,
     ) -> commhal_hal::Result<()> {
         let dst = self.check("write", off, len)?;
         if len < LANDING_MIN {
-            return commhal_hal::memory::write_filled(self, off, len, fill);
+            return commhal_hal::memory::write_filled(buf, len, fill, |d| self.write(off, d));
         }
         let mut done = 0;
         while done < len {

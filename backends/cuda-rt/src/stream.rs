@@ -145,23 +145,35 @@ impl Stream {
     /// Spins for the first polls, then sleeps 50 us between polls.
     pub fn wait_idle(&self, timeout: Duration, what: &str) -> Result<bool> {
         self.ctx.bind()?;
-        let start = Instant::now();
-        let mut polls = 0u32;
-        loop {
+        poll_until(timeout, || {
             // SAFETY: the stream is alive and its context bound.
             let r = unsafe { sys::cuStreamQuery(self.raw) };
-            if r != sys::CUresult::CUDA_ERROR_NOT_READY {
-                return check(r, "cuStreamQuery", || format!("waiting for {what}")).map(|()| true);
-            }
-            if start.elapsed() > timeout {
+            if r == sys::CUresult::CUDA_ERROR_NOT_READY {
                 return Ok(false);
             }
-            polls = polls.saturating_add(1);
-            if polls > 1000 {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::hint::spin_loop();
-            }
+            check(r, "cuStreamQuery", || format!("waiting for {what}")).map(|()| true)
+        })
+    }
+}
+
+/// Poll `done` until it says true, for at most `timeout`: `Ok(true)` then, `Ok(false)`
+/// when `timeout` passed first, its error as is. Spins for the first polls, then sleeps
+/// 50 us between polls.
+fn poll_until(timeout: Duration, mut done: impl FnMut() -> Result<bool>) -> Result<bool> {
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if done()? {
+            return Ok(true);
+        }
+        if start.elapsed() > timeout {
+            return Ok(false);
+        }
+        polls = polls.saturating_add(1);
+        if polls > 1000 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
         }
     }
 }
@@ -243,6 +255,12 @@ impl Event {
         // SAFETY: event alive.
         let r = unsafe { sys::cuEventQuery(self.raw) };
         done_or_not_ready(r, "cuEventQuery", "an event completed")
+    }
+
+    /// Poll until the work recorded before the event completed, for at most `timeout`,
+    /// as [`Stream::wait_idle`]: `Ok(false)` when `timeout` passed first.
+    pub fn wait_idle(&self, timeout: Duration) -> Result<bool> {
+        poll_until(timeout, || self.query())
     }
 
     /// Wait for the event.

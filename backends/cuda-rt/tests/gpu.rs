@@ -116,11 +116,12 @@ fn staged_writes_land_through_pinned_chunks_in_order() {
     let data = pattern(N as usize, 3);
     let mut sizes = vec![(1u64 << 20) * 3 + 5, 4096, 70_000];
     sizes.extend(std::iter::repeat_n(1 << 20, 16));
+    let mut heap = Vec::new();
     let mut off = 0u64;
     for n in sizes {
         let mut at = off as usize;
         staged
-            .write_with(off, n, &mut |buf: &mut [u8]| {
+            .write_with(off, n, &mut heap, &mut |buf: &mut [u8]| {
                 buf.copy_from_slice(&data[at..at + buf.len()]);
                 at += buf.len();
                 Ok(())
@@ -130,13 +131,13 @@ fn staged_writes_land_through_pinned_chunks_in_order() {
     }
     // Overwrite the first word behind everything: it lands last.
     staged.store_u64(0, 0x0123_4567_89ab_cdef).unwrap();
-    let failed = staged.write_with(off, 1 << 20, &mut |_: &mut [u8]| {
+    let failed = staged.write_with(off, 1 << 20, &mut heap, &mut |_: &mut [u8]| {
         Err(commhal_hal::HalError::invalid("socket gone"))
     });
     assert!(failed.unwrap_err().to_string().contains("socket gone"));
     assert!(
         staged
-            .write_with(N - 8, 16, &mut |_: &mut [u8]| Ok(()))
+            .write_with(N - 8, 16, &mut heap, &mut |_: &mut [u8]| Ok(()))
             .is_err()
     );
     staged.settle().unwrap();

@@ -103,9 +103,8 @@ impl Mem {
             Mem::Staged(d) => d.access.write(off, data),
         }
     }
-    /// Write `len` bytes at `off` that `fill` produces in consecutive pieces: device
-    /// memory straight from the accessor's buffer ([`StagedAccess::write_with`]), host
-    /// memory from `buf`.
+    /// Write `len` bytes at `off` that `fill` produces in consecutive pieces
+    /// ([`StagedAccess::write_with`]; host memory through `buf`).
     pub(crate) fn write_with(
         &self,
         off: u64,
@@ -113,12 +112,10 @@ impl Mem {
         buf: &mut Vec<u8>,
         fill: &mut dyn FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
-        if let Mem::Staged(d) = self {
-            return d.access.write_with(off, len, fill);
+        match self {
+            Mem::Staged(d) => d.access.write_with(off, len, buf, fill),
+            _ => commhal_hal::memory::write_filled(buf, len, fill, |d| self.write(off, d)),
         }
-        buf.resize(len as usize, 0);
-        fill(buf)?;
-        self.write(off, buf)
     }
     pub(crate) fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         match self {
